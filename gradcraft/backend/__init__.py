@@ -1,0 +1,65 @@
+"""The backend contract: the closed set of kernels every device implements.
+
+A kernel takes device arrays and a dict of attributes, and returns a new
+array (or a view, for movement kernels), or a tuple of arrays for the fused
+backward kernels marked (multi). Kernels never modify their inputs, except
+`assign`, which writes into its first argument.
+
+`backend/cpu.py` implements every kernel with NumPy and is the reference the
+CUDA kernels are tested against.
+"""
+
+KERNELS = {
+    # elementwise unary (a) -> same shape
+    "neg", "exp", "log", "sqrt", "rsqrt", "abs", "sin", "cos", "tanh", "sigmoid", "relu", "gelu", "silu",
+    "sign", "logical_not", "cast",
+    # fused elementwise gradients (x, grad_out) -> grad_in
+    "gelu_backward", "silu_backward",
+    # elementwise binary (a, b) with NumPy broadcasting
+    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
+    "where",
+    # reductions over `axes` with `keepdim`
+    "sum", "max", "min", "argmax", "argmin", "cumsum", "topk",
+    # matrix product with batch broadcasting
+    "matmul",
+    # movement: views where the layout allows
+    "reshape", "permute", "expand", "slice", "flip", "contiguous",
+    # gathers and their scatter-add gradients
+    "index", "index_put_add", "take_along_dim", "scatter_add_along_dim", "cat", "pad", "tril", "triu",
+    # creation
+    "full", "arange", "rand", "randn", "randint", "copy_from", "assign",
+    # fused neural-network ops and their fused gradients
+    "softmax", "softmax_backward", "log_softmax", "log_softmax_backward",
+    "cross_entropy", "cross_entropy_backward",
+    "layer_norm", "layer_norm_backward",  # backward (multi): dx, dweight, dbias
+    "rms_norm", "rms_norm_backward",  # backward (multi): dx, dweight
+    "embedding", "embedding_backward", "dropout", "rope",
+    "sdpa", "sdpa_backward",  # backward (multi): dq, dk, dv
+}
+
+
+class Backend:
+    """What the engine needs from a device besides its kernels."""
+
+    device: str
+    kernels: dict
+
+    def run(self, op: str, args: list, attrs: dict):
+        return self.kernels[op](*args, **attrs)
+
+    def from_numpy(self, array):
+        raise NotImplementedError
+
+    def to_numpy(self, array):
+        raise NotImplementedError
+
+    def release(self, array) -> None:
+        """An intermediate the engine no longer needs; the device may reuse its memory."""
+
+    def synchronize(self) -> None:
+        """Wait for queued kernels (for timing)."""
+
+    def check_contract(self) -> None:
+        missing = KERNELS - set(self.kernels)
+        if missing:
+            raise NotImplementedError(f"backend {self.device} lacks kernels: {sorted(missing)}")

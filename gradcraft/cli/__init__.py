@@ -1,0 +1,1 @@
+"""Command-line front ends: one module per `gradcraft` subcommand."""

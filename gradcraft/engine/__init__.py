@@ -1,0 +1,1 @@
+"""The lazy graph: nodes, scheduling, realization, memory accounting."""

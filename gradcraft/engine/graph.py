@@ -1,0 +1,24 @@
+"""A node of the lazy graph: one kernel call waiting to run.
+
+A node names a kernel of the backend contract, the input tensors it reads and
+the attributes it needs (axes, shapes, constants). A node may have several
+outputs (fused backward kernels return several gradients); each output is a
+Tensor that points at (node, index).
+"""
+
+
+class Node:
+    __slots__ = ("op", "inputs", "attrs", "n_outputs", "device", "input_versions", "__weakref__")
+
+    def __init__(self, op: str, inputs: tuple, attrs: dict, device: str, n_outputs: int = 1):
+        self.op = op
+        self.inputs = inputs
+        self.attrs = attrs
+        self.n_outputs = n_outputs
+        self.device = device
+        # Versions of the realized inputs when the node was built: if one is later
+        # modified in place, recomputing this node would silently use new data.
+        self.input_versions = tuple(t._version for t in inputs)
+
+    def __repr__(self) -> str:
+        return f"Node({self.op}, {len(self.inputs)} inputs, {self.attrs})"

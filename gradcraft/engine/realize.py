@@ -1,0 +1,85 @@
+"""Run a schedule: call each node's kernel, free each intermediate after its last reader.
+
+Buffers of intermediates live only in this function's `values` table; a tensor
+keeps its buffer (`tensor._buf`) only when it is a target of the realize, or
+when autograd will need it later (a tensor that requires grad, realized before
+its backward pass ran). Everything else is released the moment its last
+reader has run, and its array goes back to the device's pool.
+
+GRADCRAFT_DEBUG=1 prints each kernel as it runs; =2 adds shapes, bytes and time.
+"""
+
+import os
+import sys
+import time
+
+from gradcraft.device import get_backend
+from gradcraft.engine.schedule import output_key, schedule
+
+DEBUG = int(os.environ.get("GRADCRAFT_DEBUG", "0") or 0)
+
+
+def realize(targets, keep_saved: bool = True) -> None:
+    """Compute every target tensor's buffer.
+
+    keep_saved: also keep buffers of realized intermediates that require grad,
+    because a later `.backward()` reads them (PyTorch's saved tensors).
+    """
+    order, readers = schedule(targets)
+    if not order:
+        return
+    target_keys = {output_key(t) for t in targets if t._buf is None}
+    # Tensor objects seen in the graph, by output key: the ones we may keep.
+    keep: dict[tuple, object] = {}
+    for node in order:
+        for inp in node.inputs:
+            if inp._buf is None and keep_saved and inp.requires_grad:
+                keep[output_key(inp)] = inp
+    for t in targets:
+        if t._buf is None:
+            keep[output_key(t)] = t
+
+    values: dict[tuple, object] = {}
+    for step, node in enumerate(order):
+        backend = get_backend(node.device)
+        args = [inp._buf if inp._buf is not None else values[output_key(inp)] for inp in node.inputs]
+        start = time.perf_counter() if DEBUG >= 2 else 0.0
+        result = backend.run(node.op, args, node.attrs)
+        outputs = result if node.n_outputs > 1 else (result,)
+        if DEBUG:
+            _trace(step, node, args, outputs, backend, start)
+        del args, result
+        if node.op == "assign":
+            node.inputs[0]._version += 1
+        for index, value in enumerate(outputs):
+            key = (id(node), index)
+            if readers.get(key, 0) or key in target_keys or key in keep:
+                values[key] = value
+        del outputs, value
+        # Inputs read for the last time: drop them (and recycle their memory) unless kept.
+        for inp in node.inputs:
+            if inp._buf is not None:
+                continue
+            key = output_key(inp)
+            readers[key] -= 1
+            if readers[key] == 0 and key not in keep:
+                backend.release(values.pop(key))
+
+    for key, tensor in keep.items():
+        tensor._buf = values[key]
+    for t in targets:
+        t._buf = t._buf if t._buf is not None else values[output_key(t)]
+        if not t.requires_grad:
+            t._node = None  # no backward will need the recipe: let the graph behind it go
+
+
+def _trace(step, node, args, outputs, backend, start) -> None:
+    if DEBUG >= 2:
+        backend.synchronize()
+        ms = (time.perf_counter() - start) * 1e3
+        shapes = " ".join(str(tuple(a.shape)) for a in args)
+        out_bytes = sum(o.nbytes for o in outputs)
+        print(f"[gradcraft] {step:5d} {node.device:7s} {node.op:24s} in {shapes} -> "
+              f"{' '.join(str(tuple(o.shape)) for o in outputs)} {out_bytes / 1e6:.3f} MB {ms:.3f} ms", file=sys.stderr)
+    else:
+        print(f"[gradcraft] {step:5d} {node.device:7s} {node.op}", file=sys.stderr)

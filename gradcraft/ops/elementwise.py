@@ -1,0 +1,267 @@
+"""Elementwise ops (unary, binary with broadcasting, where, cast, clamp) and their gradients."""
+
+import builtins
+
+import numpy as np
+
+from gradcraft import dtypes
+from gradcraft.dtypes import promote_types, scalar_result_dtype
+from gradcraft.errors import UserError
+from gradcraft.ops.function import apply, gradient
+
+
+def _is_tensor(x) -> bool:
+    from gradcraft.tensor import Tensor
+    return isinstance(x, Tensor)
+
+
+def scalar(value, dtype, device):
+    """A lazy 0-d constant (no buffer until realized)."""
+    return apply("full", (), {"shape": (), "value": value, "dtype": dtype.np}, (), dtype, device=device)
+
+
+def broadcast_shape(a: tuple, b: tuple, op: str = "op") -> tuple:
+    try:
+        return tuple(np.broadcast_shapes(a, b))
+    except ValueError:
+        raise UserError(f"shape mismatch in {op}: {a} and {b} cannot be broadcast together") from None
+
+
+def _check_devices(a, b, op) -> None:
+    if a.device != b.device:
+        raise UserError(f"{op} got tensors on different devices ({a.device} and {b.device}); move one with .to()")
+
+
+def _operands(a, b, op: str):
+    """Make both operands tensors of one dtype (PyTorch promotion; Python scalars are weak)."""
+    if not _is_tensor(a) and not _is_tensor(b):
+        raise TypeError(f"{op} needs at least one tensor")
+    if not _is_tensor(b):
+        dtype = scalar_result_dtype(a.dtype, b)
+        return cast(a, dtype), scalar(b, dtype, a.device)
+    if not _is_tensor(a):
+        dtype = scalar_result_dtype(b.dtype, a)
+        return scalar(a, dtype, b.device), cast(b, dtype)
+    _check_devices(a, b, op)
+    dtype = promote_types(a.dtype, b.dtype)
+    return cast(a, dtype), cast(b, dtype)
+
+
+def cast(x, dtype):
+    dtype = dtypes.to_dtype(dtype)
+    if x.dtype == dtype:
+        return x
+    return apply("cast", (x,), {"dtype": dtype.np}, x.shape, dtype)
+
+
+@gradient("cast")
+def _cast_grad(node, out, g):
+    return (cast(g, node.inputs[0].dtype),)
+
+
+# ------------------------------------------------------------------ unary
+
+def _unary(op, x, **attrs):
+    if x.dtype.is_floating_point or op in ("neg", "abs", "sign", "relu", "logical_not"):
+        return apply(op, (x,), attrs, x.shape, x.dtype)
+    return apply(op, (cast(x, dtypes.default_float),), attrs, x.shape, dtypes.default_float)
+
+
+def neg(x): return _unary("neg", x)
+def exp(x): return _unary("exp", x)
+def log(x): return _unary("log", x)
+def sqrt(x): return _unary("sqrt", x)
+def rsqrt(x): return _unary("rsqrt", x)
+def abs(x): return _unary("abs", x)
+def sin(x): return _unary("sin", x)
+def cos(x): return _unary("cos", x)
+def tanh(x): return _unary("tanh", x)
+def sigmoid(x): return _unary("sigmoid", x)
+def relu(x): return _unary("relu", x)
+def silu(x): return _unary("silu", x)
+def sign(x): return _unary("sign", x)
+def gelu(x, approximate: str = "none"):
+    if approximate not in ("none", "tanh"):
+        raise UserError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _unary("gelu", x, approximate=approximate)
+def logical_not(x): return apply("logical_not", (x,), {}, x.shape, dtypes.bool_)
+def square(x): return mul(x, x)
+def reciprocal(x): return div(1.0, x)
+
+
+@gradient("neg")
+def _neg_grad(node, out, g): return (neg(g),)
+@gradient("exp")
+def _exp_grad(node, out, g): return (mul(g, out),)
+@gradient("log")
+def _log_grad(node, out, g): return (div(g, node.inputs[0]),)
+@gradient("sqrt")
+def _sqrt_grad(node, out, g): return (div(mul(g, 0.5), out),)
+@gradient("rsqrt")
+def _rsqrt_grad(node, out, g): return (mul(mul(g, -0.5), mul(out, mul(out, out))),)
+@gradient("abs")
+def _abs_grad(node, out, g): return (mul(g, sign(node.inputs[0])),)
+@gradient("sin")
+def _sin_grad(node, out, g): return (mul(g, cos(node.inputs[0])),)
+@gradient("cos")
+def _cos_grad(node, out, g): return (neg(mul(g, sin(node.inputs[0]))),)
+@gradient("tanh")
+def _tanh_grad(node, out, g): return (mul(g, sub(1.0, mul(out, out))),)
+@gradient("sigmoid")
+def _sigmoid_grad(node, out, g): return (mul(g, mul(out, sub(1.0, out))),)
+@gradient("relu")
+def _relu_grad(node, out, g): return (mul(g, cast(gt(out, 0), g.dtype)),)
+@gradient("sign")
+def _sign_grad(node, out, g): return (mul(g, 0.0),)
+@gradient("gelu")
+def _gelu_grad(node, out, g):
+    return (apply("gelu_backward", (node.inputs[0], g), node.attrs, g.shape, g.dtype),)
+@gradient("silu")
+def _silu_grad(node, out, g):
+    return (apply("silu_backward", (node.inputs[0], g), {}, g.shape, g.dtype),)
+
+
+# ------------------------------------------------------------------ binary
+
+def _binary(op, a, b):
+    a, b = _operands(a, b, op)
+    shape = broadcast_shape(a.shape, b.shape, op)
+    return apply(op, (a, b), {}, shape, a.dtype)
+
+
+def _compare(op, a, b):
+    a, b = _operands(a, b, op)
+    return apply(op, (a, b), {}, broadcast_shape(a.shape, b.shape, op), dtypes.bool_)
+
+
+def add(a, b, alpha=1):
+    return _binary("add", a, b if alpha == 1 else mul(b, alpha))
+
+
+def sub(a, b, alpha=1):
+    return _binary("sub", a, b if alpha == 1 else mul(b, alpha))
+
+
+def mul(a, b): return _binary("mul", a, b)
+
+
+def div(a, b):
+    a, b = _operands(a, b, "div")
+    if not a.dtype.is_floating_point:  # true division, as in PyTorch
+        a, b = cast(a, dtypes.default_float), cast(b, dtypes.default_float)
+    return apply("div", (a, b), {}, broadcast_shape(a.shape, b.shape, "div"), a.dtype)
+
+
+def pow(a, b): return _binary("pow", a, b)
+def maximum(a, b): return _binary("maximum", a, b)
+def minimum(a, b): return _binary("minimum", a, b)
+def eq(a, b): return _compare("eq", a, b)
+def ne(a, b): return _compare("ne", a, b)
+def lt(a, b): return _compare("lt", a, b)
+def le(a, b): return _compare("le", a, b)
+def gt(a, b): return _compare("gt", a, b)
+def ge(a, b): return _compare("ge", a, b)
+def logical_and(a, b): return mul(cast(a, dtypes.bool_), cast(b, dtypes.bool_)).bool()
+def logical_or(a, b): return maximum(cast(a, dtypes.bool_), cast(b, dtypes.bool_))
+
+
+def sum_to(g, shape: tuple):
+    """Sum a broadcast gradient back down to `shape` (the inverse of broadcasting)."""
+    if g.shape == tuple(shape):
+        return g
+    from gradcraft.ops.reduce import sum as reduce_sum
+    extra = len(g.shape) - len(shape)
+    axes = tuple(range(extra)) + tuple(i + extra for i, n in enumerate(shape) if n == 1 and g.shape[i + extra] != 1)
+    out = reduce_sum(g, axes, keepdim=True) if axes else g
+    return out.reshape(shape)
+
+
+@gradient("add")
+def _add_grad(node, out, g):
+    a, b = node.inputs
+    return sum_to(g, a.shape), sum_to(g, b.shape)
+
+
+@gradient("sub")
+def _sub_grad(node, out, g):
+    a, b = node.inputs
+    return sum_to(g, a.shape), sum_to(neg(g), b.shape)
+
+
+@gradient("mul")
+def _mul_grad(node, out, g):
+    a, b = node.inputs
+    return sum_to(mul(g, b), a.shape), sum_to(mul(g, a), b.shape)
+
+
+@gradient("div")
+def _div_grad(node, out, g):
+    a, b = node.inputs
+    return sum_to(div(g, b), a.shape), sum_to(neg(mul(g, div(out, b))), b.shape)
+
+
+@gradient("pow")
+def _pow_grad(node, out, g):
+    a, b = node.inputs
+    grad_a = mul(g, mul(b, pow(a, sub(b, 1.0))))
+    grad_b = mul(g, mul(out, log(a))) if b.requires_grad else None
+    return sum_to(grad_a, a.shape), (sum_to(grad_b, b.shape) if grad_b is not None else None)
+
+
+def _minmax_grad(node, g, first_wins):
+    a, b = node.inputs
+    # Ties split the gradient evenly, as PyTorch does.
+    win = cast(first_wins(a, b), g.dtype)
+    tie = cast(eq(a, b), g.dtype)
+    share_a = add(win, mul(tie, 0.5))
+    return sum_to(mul(g, share_a), a.shape), sum_to(mul(g, sub(1.0, share_a)), b.shape)
+
+
+@gradient("maximum")
+def _maximum_grad(node, out, g): return _minmax_grad(node, g, gt)
+
+
+@gradient("minimum")
+def _minimum_grad(node, out, g): return _minmax_grad(node, g, lt)
+
+
+# ------------------------------------------------------------------ where / clamp
+
+def where(condition, x, y):
+    if not _is_tensor(condition):
+        raise TypeError("where() needs a boolean tensor as its condition")
+    ref = x if _is_tensor(x) else y
+    if not _is_tensor(ref):
+        dtype = dtypes.default_float if builtins.any(isinstance(v, float) for v in (x, y)) else dtypes.default_int
+        x, y = scalar(x, dtype, condition.device), scalar(y, dtype, condition.device)
+    else:
+        x, y = _operands(x, y, "where")
+    _check_devices(condition, x, "where")
+    shape = broadcast_shape(broadcast_shape(condition.shape, x.shape, "where"), y.shape, "where")
+    return apply("where", (cast(condition, dtypes.bool_), x, y), {}, shape, x.dtype)
+
+
+@gradient("where")
+def _where_grad(node, out, g):
+    c, x, y = node.inputs
+    zero = scalar(0, g.dtype, g.device)
+    return None, sum_to(where(c, g, zero), x.shape), sum_to(where(c, zero, g), y.shape)
+
+
+def masked_fill(x, mask, value):
+    return where(mask, scalar(value, x.dtype, x.device) if not _is_tensor(value) else value, x)
+
+
+def clamp(x, min=None, max=None):
+    if min is None and max is None:
+        raise UserError("clamp needs at least one of min or max")
+    out = x
+    if min is not None:
+        out = maximum(out, min)
+    if max is not None:
+        out = minimum(out, max)
+    return out
+
+
+def lerp(start, end, weight):
+    return add(start, mul(sub(end, start), weight))

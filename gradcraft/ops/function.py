@@ -1,0 +1,68 @@
+"""How an op becomes a graph node, and where gradient rules are registered.
+
+`apply(op, inputs, ...)` builds the node for one kernel call and returns its
+output tensor(s); nothing runs until something asks for the data.
+
+`@gradient("op")` registers the rule that turns the gradient of an op's output
+into gradients of its inputs. Rules are written in Tensor ops, so the same
+rule serves every device, and the gradient graph is lazy like the forward one.
+"""
+
+import threading
+
+from gradcraft.engine.graph import Node
+
+GRADIENTS: dict = {}
+_state = threading.local()
+
+
+def gradient(op: str):
+    """Register `rule(node, out, grad) -> tuple of input gradients (None where there is none)`."""
+    def register(rule):
+        GRADIENTS[op] = rule
+        return rule
+    return register
+
+
+def is_grad_enabled() -> bool:
+    return getattr(_state, "grad_enabled", True)
+
+
+class no_grad:
+    """Context manager (and decorator) under which ops record no gradient graph."""
+
+    def __enter__(self):
+        self._previous = is_grad_enabled()
+        _state.grad_enabled = False
+
+    def __exit__(self, *exc):
+        _state.grad_enabled = self._previous
+
+    def __call__(self, fn):
+        def wrapper(*args, **kwargs):
+            with no_grad():
+                return fn(*args, **kwargs)
+        wrapper.__name__, wrapper.__doc__ = fn.__name__, fn.__doc__
+        return wrapper
+
+
+class enable_grad(no_grad):
+    def __enter__(self):
+        self._previous = is_grad_enabled()
+        _state.grad_enabled = True
+
+
+def apply(op: str, inputs: tuple, attrs: dict | None, shape, dtype, device=None, n_outputs: int = 1):
+    """Build a node for `op` and return its output Tensor (a tuple when n_outputs > 1).
+
+    For several outputs, `shape` and `dtype` are sequences with one entry per output.
+    """
+    from gradcraft.tensor import Tensor
+
+    device = device or inputs[0].device
+    node = Node(op, tuple(inputs), attrs or {}, device, n_outputs)
+    requires_grad = (n_outputs == 1 and op in GRADIENTS and is_grad_enabled()
+                     and any(t.requires_grad for t in inputs) and dtype.is_floating_point)
+    if n_outputs == 1:
+        return Tensor._lazy(node, 0, tuple(shape), dtype, device, requires_grad)
+    return tuple(Tensor._lazy(node, i, tuple(s), d, device, False) for i, (s, d) in enumerate(zip(shape, dtype)))

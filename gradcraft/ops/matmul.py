@@ -1,0 +1,40 @@
+"""Matrix products (with NumPy/PyTorch batch broadcasting) and their gradients."""
+
+import numpy as np
+
+from gradcraft import dtypes
+from gradcraft.errors import UserError
+from gradcraft.ops import elementwise as ew
+from gradcraft.ops.function import apply, gradient
+
+
+def matmul(a, b):
+    """a @ b. 1-D operands are treated as a row (left) or a column (right) vector, then squeezed."""
+    if a.ndim == 0 or b.ndim == 0:
+        raise UserError(f"matmul needs tensors with at least 1 dimension, got shapes {a.shape} and {b.shape}")
+    a, b = ew._operands(a, b, "matmul")
+    if a.dtype == dtypes.bool_:
+        raise UserError("matmul is not defined for bool tensors")
+    a2 = a.reshape(1, a.shape[0]) if a.ndim == 1 else a
+    b2 = b.reshape(b.shape[0], 1) if b.ndim == 1 else b
+    if a2.shape[-1] != b2.shape[-2]:
+        raise UserError(f"matmul shape mismatch: {a.shape} @ {b.shape} (inner dimensions {a2.shape[-1]} "
+                        f"and {b2.shape[-2]} differ)")
+    try:
+        batch = tuple(np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]))
+    except ValueError:
+        raise UserError(f"matmul batch dimensions do not broadcast: {a.shape} @ {b.shape}") from None
+    out = apply("matmul", (a2, b2), {}, batch + (a2.shape[-2], b2.shape[-1]), a.dtype)
+    if a.ndim == 1:
+        out = out.squeeze(-2)
+    if b.ndim == 1:
+        out = out.squeeze(-1)
+    return out
+
+
+@gradient("matmul")
+def _matmul_grad(node, out, g):
+    a, b = node.inputs
+    grad_a = ew.sum_to(matmul(g, b.mT), a.shape) if a.requires_grad else None
+    grad_b = ew.sum_to(matmul(a.mT, g), b.shape) if b.requires_grad else None
+    return grad_a, grad_b

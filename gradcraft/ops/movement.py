@@ -1,0 +1,406 @@
+"""Movement ops: views (reshape, permute, expand, slicing), indexing, cat/stack/split, pad, tril/triu.
+
+Views share their input's buffer on every backend; their gradients are the
+inverse movement (or a scatter-add for gathers).
+"""
+
+import builtins
+import math
+
+import numpy as np
+
+from gradcraft import dtypes
+from gradcraft.errors import UserError
+from gradcraft.ops import elementwise as ew
+from gradcraft.ops.function import apply, gradient
+from gradcraft.ops.reduce import normalize_dim
+
+
+def _dims(args) -> tuple:
+    """Accept f(2, 3) and f((2, 3)) alike, as PyTorch does."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        return tuple(args[0])
+    return tuple(args)
+
+
+# ------------------------------------------------------------------ reshape family
+
+def reshape(x, *shape):
+    shape = [int(n) for n in _dims(shape)]
+    if shape.count(-1) > 1:
+        raise UserError(f"reshape: only one dimension can be -1, got {tuple(shape)}")
+    if -1 in shape:
+        known = math.prod(n for n in shape if n != -1)
+        if known == 0 or x.numel() % known:
+            raise UserError(f"reshape: cannot reshape a tensor of shape {x.shape} into {tuple(shape)}")
+        shape[shape.index(-1)] = x.numel() // known
+    shape = tuple(shape)
+    if math.prod(shape) != x.numel():
+        raise UserError(f"reshape: cannot reshape a tensor of shape {x.shape} ({x.numel()} elements) into {shape}")
+    if shape == x.shape:
+        return x
+    return apply("reshape", (x,), {"shape": shape}, shape, x.dtype)
+
+
+@gradient("reshape")
+def _reshape_grad(node, out, g):
+    return (reshape(g, node.inputs[0].shape),)
+
+
+def flatten(x, start_dim: int = 0, end_dim: int = -1):
+    if x.ndim == 0:
+        return reshape(x, 1)
+    s, e = normalize_dim(start_dim, x.ndim), normalize_dim(end_dim, x.ndim)
+    return reshape(x, x.shape[:s] + (math.prod(x.shape[s:e + 1]),) + x.shape[e + 1:])
+
+
+def unflatten(x, dim: int, sizes):
+    d = normalize_dim(dim, x.ndim)
+    return reshape(x, x.shape[:d] + tuple(sizes) + x.shape[d + 1:])
+
+
+def squeeze(x, dim=None):
+    if dim is None:
+        return reshape(x, tuple(n for n in x.shape if n != 1))
+    dims = {normalize_dim(d, x.ndim) for d in ((dim,) if isinstance(dim, int) else dim)}
+    return reshape(x, tuple(n for i, n in enumerate(x.shape) if not (i in dims and n == 1)))
+
+
+def unsqueeze(x, dim: int):
+    d = normalize_dim(dim, x.ndim + 1)
+    return reshape(x, x.shape[:d] + (1,) + x.shape[d:])
+
+
+def permute(x, *dims):
+    axes = tuple(normalize_dim(d, x.ndim) for d in _dims(dims))
+    if sorted(axes) != list(range(x.ndim)):
+        raise UserError(f"permute: {tuple(_dims(dims))} is not a permutation of the {x.ndim} dimensions of {x.shape}")
+    if axes == tuple(range(x.ndim)):
+        return x
+    return apply("permute", (x,), {"axes": axes}, tuple(x.shape[a] for a in axes), x.dtype)
+
+
+@gradient("permute")
+def _permute_grad(node, out, g):
+    return (permute(g, tuple(np.argsort(node.attrs["axes"]).tolist())),)
+
+
+def transpose(x, dim0: int, dim1: int):
+    axes = list(range(x.ndim))
+    a, b = normalize_dim(dim0, x.ndim), normalize_dim(dim1, x.ndim)
+    axes[a], axes[b] = axes[b], axes[a]
+    return permute(x, axes)
+
+
+def expand(x, *sizes):
+    sizes = _dims(sizes)
+    if len(sizes) < x.ndim:
+        raise UserError(f"expand: cannot expand shape {x.shape} to {tuple(sizes)} (fewer dimensions)")
+    padded = (1,) * (len(sizes) - x.ndim) + x.shape
+    shape = tuple(p if s == -1 else s for s, p in zip(sizes, padded))
+    if any(p != 1 and p != s for p, s in zip(padded, shape)):
+        raise UserError(f"expand: cannot expand shape {x.shape} to {tuple(sizes)}")
+    if shape == x.shape:
+        return x
+    return apply("expand", (x,), {"shape": shape}, shape, x.dtype)
+
+
+@gradient("expand")
+def _expand_grad(node, out, g):
+    return (ew.sum_to(g, node.inputs[0].shape),)
+
+
+def expand_as(x, other):
+    return expand(x, other.shape)
+
+
+def contiguous(x):
+    return apply("contiguous", (x,), {}, x.shape, x.dtype)
+
+
+@gradient("contiguous")
+def _contiguous_grad(node, out, g):
+    return (g,)
+
+
+def flip(x, *dims):
+    axes = tuple(normalize_dim(d, x.ndim) for d in _dims(dims))
+    return apply("flip", (x,), {"axes": axes}, x.shape, x.dtype)
+
+
+@gradient("flip")
+def _flip_grad(node, out, g):
+    return (apply("flip", (g,), node.attrs, g.shape, g.dtype),)
+
+
+# ------------------------------------------------------------------ indexing
+
+def _is_index_tensor(item) -> bool:
+    from gradcraft.tensor import Tensor
+    return isinstance(item, (Tensor, list, np.ndarray))
+
+
+def _as_index_tensor(item, device):
+    from gradcraft.tensor import Tensor
+    if isinstance(item, Tensor):
+        if item.dtype == dtypes.bool_:
+            raise UserError("boolean-mask indexing is not supported (its shape depends on the data); use where()")
+        if item.dtype.kind not in "iu":
+            raise UserError(f"tensors used as indices must be integers, got {item.dtype.name}")
+        return item.to(dtypes.int64)
+    return Tensor(np.asarray(item, dtype=np.int64), device=device)
+
+
+def _expand_ellipsis(index: tuple, ndim: int) -> tuple:
+    consumed = builtins.sum(1 for i in index if i is not None and i is not Ellipsis)
+    if consumed > ndim:
+        raise UserError(f"too many indices for a tensor of {ndim} dimensions")
+    if Ellipsis in index:
+        at = index.index(Ellipsis)
+        return index[:at] + (slice(None),) * (ndim - consumed) + index[at + 1:]
+    return index + (slice(None),) * (ndim - consumed)
+
+
+def getitem(x, index):
+    """`x[...]` with ints, slices (positive steps), None, Ellipsis and integer tensors/lists (gathers)."""
+    index = _expand_ellipsis(index if isinstance(index, tuple) else (index,), x.ndim)
+    if any(_is_index_tensor(i) for i in index):
+        return _advanced_index(x, index)
+    slices, out_shape, dim = [], [], 0
+    for item in index:
+        if item is None:
+            out_shape.append(1)
+            continue
+        size = x.shape[dim]
+        if isinstance(item, slice):
+            if item.step is not None and item.step <= 0:
+                raise UserError("slice step must be positive")
+            start, stop, step = item.indices(size)
+            slices.append((start, stop, step))
+            out_shape.append(len(range(start, stop, step)))
+        else:
+            i = int(item)
+            if not -size <= i < size:
+                raise UserError(f"index {i} is out of bounds for dimension {dim} with size {size}")
+            i %= size
+            slices.append((i, i + 1, 1))
+        dim += 1
+    sliced = x
+    if any(s != (0, n, 1) for s, n in zip(slices, x.shape)):
+        shape = tuple(len(range(*s)) for s in slices)
+        sliced = apply("slice", (x,), {"slices": tuple(slices)}, shape, x.dtype)
+    return reshape(sliced, tuple(out_shape))
+
+
+@gradient("slice")
+def _slice_grad(node, out, g):
+    x = node.inputs[0]
+    return (apply("index_put_add", (g,), {"spec": node.attrs["slices"], "shape": x.shape}, x.shape, g.dtype),)
+
+
+def _advanced_index(x, index):
+    spec, tensors, dim = [], [], 0
+    for item in index:
+        if item is None:
+            raise UserError("None cannot be combined with tensor indices; unsqueeze first")
+        if not isinstance(item, slice):
+            # an int among tensor indices acts as a 0-d index tensor (NumPy's rules, which PyTorch shares)
+            t = _as_index_tensor(item if _is_index_tensor(item) else np.int64(int(item)), x.device)
+            spec.append(len(tensors))
+            tensors.append(t)
+        else:
+            if item.step is not None and item.step <= 0:
+                raise UserError("slice step must be positive")
+            spec.append(item.indices(x.shape[dim]))
+        dim += 1
+    # The output shape follows NumPy's rules, which PyTorch shares: compute it on empty stand-ins.
+    probe = np.empty(x.shape, dtype=np.bool_)
+    stand_ins = [np.zeros(t.shape, dtype=np.int64) for t in tensors]
+    out_shape = probe[tuple(stand_ins[s] if isinstance(s, int) else slice(*s) for s in spec)].shape
+    return apply("index", (x, *tensors), {"spec": tuple(spec)}, out_shape, x.dtype)
+
+
+@gradient("index")
+def _index_grad(node, out, g):
+    x, *indices = node.inputs
+    grad = apply("index_put_add", (g, *indices), {"spec": node.attrs["spec"], "shape": x.shape}, x.shape, g.dtype)
+    return (grad,) + (None,) * len(indices)
+
+
+def take_along_dim(x, indices, dim: int):
+    axis = normalize_dim(dim, x.ndim)
+    if indices.ndim != x.ndim:
+        raise UserError(f"take_along_dim: indices must have {x.ndim} dimensions like the input, got {indices.shape}")
+    shape = tuple(np.broadcast_shapes(tuple(1 if i == axis else n for i, n in enumerate(x.shape)),
+                                      tuple(1 if i == axis else n for i, n in enumerate(indices.shape))))
+    shape = shape[:axis] + (indices.shape[axis],) + shape[axis + 1:]
+    indices = expand(indices.to(dtypes.int64), shape)
+    src = expand(x, shape[:axis] + (x.shape[axis],) + shape[axis + 1:])
+    return apply("take_along_dim", (src, indices), {"axis": axis}, shape, x.dtype)
+
+
+@gradient("take_along_dim")
+def _take_along_dim_grad(node, out, g):
+    x, indices = node.inputs
+    attrs = {"axis": node.attrs["axis"], "shape": x.shape}
+    return apply("scatter_add_along_dim", (g, indices), attrs, x.shape, g.dtype), None
+
+
+def gather(x, dim: int, index):
+    """torch.gather: out[i][j] = x[i][index[i][j]] along dim (index no larger than x)."""
+    return take_along_dim(x, index, dim)
+
+
+def index_select(x, dim: int, index):
+    d = normalize_dim(dim, x.ndim)
+    return getitem(x, (slice(None),) * d + (index,))
+
+
+# ------------------------------------------------------------------ joining and splitting
+
+def cat(tensors, dim: int = 0):
+    tensors = list(tensors)
+    if not tensors:
+        raise UserError("cat needs at least one tensor")
+    first = tensors[0]
+    axis = normalize_dim(dim, first.ndim)
+    dtype = first.dtype
+    for t in tensors[1:]:
+        dtype = dtypes.promote_types(dtype, t.dtype)
+        if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != axis):
+            raise UserError(f"cat: shapes {first.shape} and {t.shape} differ outside dimension {dim}")
+        if t.device != first.device:
+            raise UserError(f"cat got tensors on different devices ({first.device} and {t.device})")
+    tensors = [ew.cast(t, dtype) for t in tensors]
+    shape = first.shape[:axis] + (builtins.sum(t.shape[axis] for t in tensors),) + first.shape[axis + 1:]
+    return apply("cat", tuple(tensors), {"axis": axis}, shape, dtype)
+
+
+@gradient("cat")
+def _cat_grad(node, out, g):
+    axis, grads, start = node.attrs["axis"], [], 0
+    for t in node.inputs:
+        n = t.shape[axis]
+        grads.append(getitem(g, (slice(None),) * axis + (slice(start, start + n),)))
+        start += n
+    return tuple(grads)
+
+
+def stack(tensors, dim: int = 0):
+    tensors = list(tensors)
+    if not tensors:
+        raise UserError("stack needs at least one tensor")
+    d = normalize_dim(dim, tensors[0].ndim + 1)
+    return cat([unsqueeze(t, d) for t in tensors], d)
+
+
+def split(x, split_size_or_sections, dim: int = 0):
+    axis = normalize_dim(dim, x.ndim)
+    size = x.shape[axis]
+    if isinstance(split_size_or_sections, int):
+        step = split_size_or_sections
+        sections = [builtins.min(step, size - s) for s in range(0, size, step)] or [0]
+    else:
+        sections = list(split_size_or_sections)
+        if builtins.sum(sections) != size:
+            raise UserError(f"split: sections {sections} do not add up to dimension {dim} of size {size}")
+    out, start = [], 0
+    for n in sections:
+        out.append(getitem(x, (slice(None),) * axis + (slice(start, start + n),)))
+        start += n
+    return tuple(out)
+
+
+def chunk(x, chunks: int, dim: int = 0):
+    size = x.shape[normalize_dim(dim, x.ndim)]
+    return split(x, -(-size // chunks) if size else 1, dim)
+
+
+def pad(x, pad, mode: str = "constant", value: float = 0.0):
+    """F.pad: `pad` lists (left, right) pairs starting from the last dimension."""
+    if mode != "constant":
+        raise UserError(f"pad mode {mode!r} is not supported; only 'constant'")
+    if len(pad) % 2 or len(pad) // 2 > x.ndim:
+        raise UserError(f"pad: {len(pad)} values do not describe (left, right) pairs for {x.ndim} dimensions")
+    widths = [(0, 0)] * x.ndim
+    for i in range(len(pad) // 2):
+        widths[x.ndim - 1 - i] = (int(pad[2 * i]), int(pad[2 * i + 1]))
+    if any(a < 0 or b < 0 for a, b in widths):
+        raise UserError("pad: negative padding is not supported; slice instead")
+    shape = tuple(n + a + b for n, (a, b) in zip(x.shape, widths))
+    return apply("pad", (x,), {"pads": tuple(widths), "value": value}, shape, x.dtype)
+
+
+@gradient("pad")
+def _pad_grad(node, out, g):
+    x = node.inputs[0]
+    return (getitem(g, tuple(slice(a, a + n) for (a, _), n in zip(node.attrs["pads"], x.shape))),)
+
+
+def _triangle(op, x, diagonal):
+    if x.ndim < 2:
+        raise UserError(f"{op} needs a tensor with at least 2 dimensions, got shape {x.shape}")
+    return apply(op, (x,), {"diagonal": diagonal}, x.shape, x.dtype)
+
+
+def tril(x, diagonal: int = 0):
+    return _triangle("tril", x, diagonal)
+
+
+def triu(x, diagonal: int = 0):
+    return _triangle("triu", x, diagonal)
+
+
+@gradient("tril")
+def _tril_grad(node, out, g):
+    return (tril(g, node.attrs["diagonal"]),)
+
+
+@gradient("triu")
+def _triu_grad(node, out, g):
+    return (triu(g, node.attrs["diagonal"]),)
+
+
+def repeat(x, *sizes):
+    sizes = _dims(sizes)
+    padded = reshape(x, (1,) * (len(sizes) - x.ndim) + x.shape)
+    # (a, b) repeated (r, s) = expand to (r, a, s, b), then merge pairs.
+    interleaved = reshape(padded, tuple(v for n in padded.shape for v in (1, n)))
+    expanded = expand(interleaved, tuple(v for r, n in zip(sizes, padded.shape) for v in (r, n)))
+    return reshape(contiguous(expanded), tuple(r * n for r, n in zip(sizes, padded.shape)))
+
+
+def repeat_interleave(x, repeats: int, dim: int = 0):
+    d = normalize_dim(dim, x.ndim)
+    y = unsqueeze(x, d + 1)
+    y = expand(y, x.shape[:d + 1] + (repeats,) + x.shape[d + 1:])
+    return reshape(contiguous(y), x.shape[:d] + (x.shape[d] * repeats,) + x.shape[d + 1:])
+
+
+# ------------------------------------------------------------------ devices and in-place writes
+
+def to_device(x, device: str):
+    from gradcraft.device import get_backend
+    return apply("copy_from", (x,), {"source_backend": get_backend(x.device)}, x.shape, x.dtype, device=device)
+
+
+@gradient("copy_from")
+def _copy_from_grad(node, out, g):
+    return (to_device(g, node.inputs[0].device),)
+
+
+def assign(target, value):
+    """Write `value` into `target`'s buffer when realized; later reads of target see the new data."""
+    from gradcraft.tensor import Tensor
+    if target._buf is None:
+        target.realize()
+    if not isinstance(value, Tensor):
+        value = ew.scalar(value, target.dtype, target.device)
+    if value.device != target.device:
+        raise UserError(f"assign: value is on {value.device}, target on {target.device}")
+    value = ew.cast(value, target.dtype)
+    if ew.broadcast_shape(target.shape, value.shape, "assign") != target.shape:
+        raise UserError(f"assign: a value of shape {value.shape} does not fit a target of shape {target.shape}")
+    # The write happens when the result is realized; the realizer then bumps target's version, so a
+    # lazy tensor built from the old data refuses to run instead of silently reading the new data.
+    return apply("assign", (target, value), {}, target.shape, target.dtype)

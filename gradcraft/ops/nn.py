@@ -1,0 +1,282 @@
+"""Fused neural-network ops, each one kernel forward and one fused kernel backward.
+
+softmax, log_softmax, cross_entropy, layer_norm, rms_norm, embedding, dropout,
+rotary embedding and scaled dot-product attention. The composites built from
+them (linear, one_hot, mse_loss) are here too.
+"""
+
+import math
+
+from gradcraft import dtypes
+from gradcraft.errors import UserError
+from gradcraft.ops import elementwise as ew
+from gradcraft.ops.creation import next_seed, ones, zeros
+from gradcraft.ops.function import apply, gradient
+from gradcraft.ops.reduce import normalize_dim
+from gradcraft.ops.reduce import sum as reduce_sum
+
+
+def _float_input(x, op):
+    if not x.dtype.is_floating_point:
+        raise UserError(f"{op} needs a floating-point tensor, got {x.dtype.name}; convert with .float()")
+
+
+# ------------------------------------------------------------------ softmax family
+
+def softmax(x, dim: int = -1, dtype=None):
+    if dtype is not None:
+        x = ew.cast(x, dtype)
+    _float_input(x, "softmax")
+    return apply("softmax", (x,), {"axis": normalize_dim(dim, x.ndim)}, x.shape, x.dtype)
+
+
+@gradient("softmax")
+def _softmax_grad(node, out, g):
+    return (apply("softmax_backward", (out, g), node.attrs, g.shape, g.dtype),)
+
+
+def log_softmax(x, dim: int = -1, dtype=None):
+    if dtype is not None:
+        x = ew.cast(x, dtype)
+    _float_input(x, "log_softmax")
+    return apply("log_softmax", (x,), {"axis": normalize_dim(dim, x.ndim)}, x.shape, x.dtype)
+
+
+@gradient("log_softmax")
+def _log_softmax_grad(node, out, g):
+    return (apply("log_softmax_backward", (out, g), node.attrs, g.shape, g.dtype),)
+
+
+def cross_entropy(input, target, weight=None, ignore_index: int = -100, reduction: str = "mean",
+                  label_smoothing: float = 0.0):
+    """F.cross_entropy with class indices: input (N, C) or (N, C, d1, ...), target (N) or (N, d1, ...)."""
+    if weight is not None:
+        raise UserError("cross_entropy class weights are not supported")
+    if reduction not in ("mean", "sum", "none"):
+        raise UserError(f"cross_entropy reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise UserError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+    _float_input(input, "cross_entropy")
+    if target.dtype.kind not in "iu":
+        raise UserError(f"cross_entropy targets must be class indices (integers), got {target.dtype.name}")
+    logits = input if input.ndim > 1 else input.reshape(1, -1)
+    expected = logits.shape[:1] + logits.shape[2:]
+    if tuple(target.shape if input.ndim > 1 else (1,) + target.shape) != expected:
+        raise UserError(f"cross_entropy: target shape {target.shape} does not match input shape {input.shape} "
+                        f"(expected {expected if input.ndim > 1 else ()})")
+    classes = logits.shape[1]
+    if logits.ndim > 2:  # (N, C, d...) -> (N*d..., C)
+        logits = logits.permute(0, *range(2, logits.ndim), 1).reshape(-1, classes)
+    flat_target = target.reshape(-1).to(dtypes.int64)
+    attrs = {"ignore_index": ignore_index, "label_smoothing": float(label_smoothing)}
+    losses = apply("cross_entropy", (logits, flat_target), attrs, flat_target.shape, logits.dtype)
+    if reduction == "none":
+        return losses.reshape(target.shape)
+    total = reduce_sum(losses)
+    if reduction == "sum":
+        return total
+    count = reduce_sum(ew.ne(flat_target, ignore_index))
+    return ew.div(total, ew.cast(count, total.dtype))
+
+
+@gradient("cross_entropy")
+def _cross_entropy_grad(node, out, g):
+    logits, target = node.inputs
+    return apply("cross_entropy_backward", (logits, target, g), node.attrs, logits.shape, logits.dtype), None
+
+
+def nll_loss(input, target, ignore_index: int = -100, reduction: str = "mean"):
+    picked = ew.neg(input.gather(1, target.reshape(-1, 1)).reshape(target.shape))
+    valid = ew.ne(target, ignore_index)
+    picked = ew.where(valid, picked, 0.0)
+    if reduction == "none":
+        return picked
+    total = reduce_sum(picked)
+    return total if reduction == "sum" else ew.div(total, ew.cast(reduce_sum(valid), total.dtype))
+
+
+def mse_loss(input, target, reduction: str = "mean"):
+    from gradcraft.ops.reduce import mean
+    diff = ew.sub(input, target)
+    sq = ew.mul(diff, diff)
+    return {"mean": mean, "sum": reduce_sum}[reduction](sq) if reduction != "none" else sq
+
+
+# ------------------------------------------------------------------ normalization
+
+def _norm_dims(x, normalized_shape, op):
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if x.shape[x.ndim - len(shape):] != shape:
+        raise UserError(f"{op}: normalized_shape {shape} does not match the trailing dimensions of {x.shape}")
+    return shape
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
+    _float_input(input, "layer_norm")
+    shape = _norm_dims(input, normalized_shape, "layer_norm")
+    weight = weight if weight is not None else ones(shape, dtype=input.dtype, device=input.device)
+    bias = bias if bias is not None else zeros(shape, dtype=input.dtype, device=input.device)
+    attrs = {"eps": float(eps), "n_dims": len(shape)}
+    return apply("layer_norm", (input, weight, bias), attrs, input.shape, input.dtype)
+
+
+@gradient("layer_norm")
+def _layer_norm_grad(node, out, g):
+    x, weight, bias = node.inputs
+    return apply("layer_norm_backward", (x, weight, g), node.attrs, (x.shape, weight.shape, bias.shape),
+                 (x.dtype, weight.dtype, bias.dtype), n_outputs=3)
+
+
+def rms_norm(input, normalized_shape, weight=None, eps: float | None = None):
+    """F.rms_norm: x / sqrt(mean(x^2) + eps) * weight; eps defaults to the dtype's machine epsilon."""
+    _float_input(input, "rms_norm")
+    shape = _norm_dims(input, normalized_shape, "rms_norm")
+    if eps is None:
+        import numpy as np
+        eps = float(np.finfo(np.float32 if input.dtype in (dtypes.bfloat16, dtypes.float16) else input.dtype.np).eps)
+    weight = weight if weight is not None else ones(shape, dtype=input.dtype, device=input.device)
+    attrs = {"eps": float(eps), "n_dims": len(shape)}
+    return apply("rms_norm", (input, weight), attrs, input.shape, input.dtype)
+
+
+@gradient("rms_norm")
+def _rms_norm_grad(node, out, g):
+    x, weight = node.inputs
+    return apply("rms_norm_backward", (x, weight, g), node.attrs, (x.shape, weight.shape),
+                 (x.dtype, weight.dtype), n_outputs=2)
+
+
+# ------------------------------------------------------------------ embedding, dropout, rope
+
+def embedding(input, weight):
+    if input.dtype.kind not in "iu":
+        raise UserError(f"embedding indices must be integers, got {input.dtype.name}")
+    if weight.ndim != 2:
+        raise UserError(f"embedding weight must be 2-D (num_embeddings, dim), got {weight.shape}")
+    return apply("embedding", (weight, input.to(dtypes.int64)), {}, input.shape + weight.shape[1:], weight.dtype)
+
+
+@gradient("embedding")
+def _embedding_grad(node, out, g):
+    weight, idx = node.inputs
+    grad = apply("embedding_backward", (idx, g), {"num_embeddings": weight.shape[0]}, weight.shape, g.dtype)
+    return grad, None
+
+
+def dropout(input, p: float = 0.5, training: bool = True):
+    """Zero each element with probability p and scale the rest by 1/(1-p). The mask comes from a seed
+    stored in the node, so the backward pass regenerates exactly the same mask."""
+    if not 0.0 <= p <= 1.0:
+        raise UserError(f"dropout probability must be in [0, 1], got {p}")
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        return ew.mul(input, 0.0)
+    return apply("dropout", (input,), {"seed": next_seed(), "p": float(p)}, input.shape, input.dtype)
+
+
+@gradient("dropout")
+def _dropout_grad(node, out, g):
+    return (apply("dropout", (g,), node.attrs, g.shape, g.dtype),)
+
+
+def rope_frequencies(seq_len: int, head_dim: int, base: float = 10000.0, device=None, start: int = 0):
+    """(cos, sin) tables of shape (seq_len, head_dim // 2) for positions start..start+seq_len-1."""
+    import numpy as np
+    from gradcraft.tensor import Tensor
+    inv_freq = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
+    angles = np.outer(np.arange(start, start + seq_len, dtype=np.float64), inv_freq)
+    return (Tensor(np.cos(angles).astype(np.float32), device=device),
+            Tensor(np.sin(angles).astype(np.float32), device=device))
+
+
+def rotary_embedding(x, cos, sin):
+    """Rotate (x[..., i], x[..., i + D/2]) by position-dependent angles (the LLaMA / GPT-NeoX layout).
+
+    x: (..., T, D); cos, sin: (T, D/2), usually from `rope_frequencies`. cos and sin are constants:
+    no gradient flows into them.
+    """
+    if x.shape[-1] % 2:
+        raise UserError(f"rotary embedding needs an even head dimension, got {x.shape[-1]}")
+    if cos.shape != (x.shape[-2], x.shape[-1] // 2) or sin.shape != cos.shape:
+        raise UserError(f"rotary embedding: cos/sin must have shape {(x.shape[-2], x.shape[-1] // 2)}, "
+                        f"got {cos.shape} and {sin.shape}")
+    return apply("rope", (x, ew.cast(cos, x.dtype), ew.cast(sin, x.dtype)), {"inverse": False}, x.shape, x.dtype)
+
+
+@gradient("rope")
+def _rope_grad(node, out, g):
+    x, cos, sin = node.inputs
+    return apply("rope", (g, cos, sin), {"inverse": not node.attrs["inverse"]}, g.shape, g.dtype), None, None
+
+
+# ------------------------------------------------------------------ attention
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
+                                 scale=None, enable_gqa: bool = False, window: int | None = None):
+    """softmax(q k^T * scale + mask) v, fused, as F.scaled_dot_product_attention.
+
+    query (B, H, T, D), key (B, Hkv, S, D), value (B, Hkv, S, Dv). With H > Hkv (grouped-query
+    attention) each KV head serves H / Hkv query heads. `is_causal` aligns queries with the last T
+    keys (so it also serves decoding with a KV cache; PyTorch aligns to the first T when T != S).
+    `window=w` lets query i see only keys in [i-w+1, i] (sliding-window attention).
+    attn_mask: bool (True = may attend) or additive float, broadcastable to (B, H, T, S).
+    """
+    if dropout_p:
+        raise UserError("attention dropout is not supported; apply dropout to the attention output instead")
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if t.ndim != 4:
+            raise UserError(f"scaled_dot_product_attention: {name} must be (B, H, T, D), got {t.shape}")
+    B, H, T, D = query.shape
+    Hkv, S = key.shape[1], key.shape[2]
+    if key.shape[0] != B or value.shape[:3] != key.shape[:3] or key.shape[3] != D:
+        raise UserError(f"scaled_dot_product_attention: shapes do not fit: q {query.shape}, k {key.shape}, "
+                        f"v {value.shape}")
+    if H % Hkv:
+        raise UserError(f"grouped-query attention needs query heads ({H}) divisible by key/value heads ({Hkv})")
+    if window is not None and window < 1:
+        raise UserError(f"attention window must be >= 1, got {window}")
+    inputs = [query, key, value]
+    if attn_mask is not None:
+        ew.broadcast_shape(attn_mask.shape, (B, H, T, S), "attention mask")
+        inputs.append(attn_mask if attn_mask.dtype == dtypes.bool_ else ew.cast(attn_mask, query.dtype))
+    attrs = {"scale": float(scale if scale is not None else 1.0 / math.sqrt(D)), "causal": bool(is_causal),
+             "window": window}
+    return apply("sdpa", tuple(inputs), attrs, (B, H, T, value.shape[3]), query.dtype)
+
+
+@gradient("sdpa")
+def _sdpa_grad(node, out, g):
+    q, k, v, *mask = node.inputs
+    dq, dk, dv = apply("sdpa_backward", (q, k, v, g, *mask), node.attrs, (q.shape, k.shape, v.shape),
+                       (q.dtype, k.dtype, v.dtype), n_outputs=3)
+    return (dq, dk, dv) + (None,) * len(mask)
+
+
+# ------------------------------------------------------------------ composites
+
+def linear(input, weight, bias=None):
+    out = input @ weight.mT
+    return out + bias if bias is not None else out
+
+
+def one_hot(tensor, num_classes: int = -1):
+    from gradcraft.ops.creation import arange
+    if tensor.dtype.kind not in "iu":
+        raise UserError(f"one_hot needs integer class indices, got {tensor.dtype.name}")
+    if num_classes < 0:
+        num_classes = int(tensor.max().item()) + 1
+    classes = arange(num_classes, device=tensor.device)
+    return ew.eq(tensor.unsqueeze(-1), classes).to(dtypes.int64)
+
+
+def gelu(input, approximate: str = "none"):
+    return ew.gelu(input, approximate)
+
+
+def silu(input):
+    return ew.silu(input)
+
+
+def relu(input):
+    return ew.relu(input)

@@ -1,0 +1,188 @@
+"""Reductions (sum, mean, max, min, var, logsumexp, argmax, cumsum, topk) and their gradients."""
+
+import builtins
+from collections import namedtuple
+
+from gradcraft import dtypes
+from gradcraft.errors import UserError
+from gradcraft.ops import elementwise as ew
+from gradcraft.ops.function import apply, gradient, no_grad
+
+MaxResult = namedtuple("MaxResult", ["values", "indices"])
+TopkResult = namedtuple("TopkResult", ["values", "indices"])
+
+
+def normalize_dim(dim: int, ndim: int) -> int:
+    size = builtins.max(ndim, 1)
+    if not -size <= dim < size:
+        raise UserError(f"dimension {dim} is out of range for a tensor with {ndim} dimensions")
+    return dim % size
+
+
+def normalize_axes(dim, ndim: int) -> tuple:
+    if dim is None:
+        return tuple(range(ndim))
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    return tuple(sorted({normalize_dim(d, ndim) for d in dims})) if ndim else ()
+
+
+def _reduced_shape(shape, axes, keepdim) -> tuple:
+    if keepdim:
+        return tuple(1 if i in axes else n for i, n in enumerate(shape))
+    return tuple(n for i, n in enumerate(shape) if i not in axes)
+
+
+def _keepdim_shape(shape, axes) -> tuple:
+    return tuple(1 if i in axes else n for i, n in enumerate(shape))
+
+
+def sum(x, dim=None, keepdim: bool = False, dtype=None):
+    if dtype is not None:
+        x = ew.cast(x, dtype)
+    axes = normalize_axes(dim, x.ndim)
+    out_dtype = x.dtype if x.dtype.is_floating_point else dtypes.int64
+    return apply("sum", (x,), {"axes": axes, "keepdim": keepdim}, _reduced_shape(x.shape, axes, keepdim), out_dtype)
+
+
+@gradient("sum")
+def _sum_grad(node, out, g):
+    x = node.inputs[0]
+    return (g.reshape(_keepdim_shape(x.shape, node.attrs["axes"])).expand(x.shape),)
+
+
+def mean(x, dim=None, keepdim: bool = False, dtype=None):
+    if dtype is not None:
+        x = ew.cast(x, dtype)
+    if not x.dtype.is_floating_point:
+        raise UserError(f"mean() needs a floating-point tensor, got {x.dtype.name}; convert with .float()")
+    axes = normalize_axes(dim, x.ndim)
+    count = 1
+    for a in axes:
+        count *= x.shape[a]
+    return ew.div(sum(x, axes, keepdim), builtins.max(count, 1) if count else float("nan"))
+
+
+def amax(x, dim=None, keepdim: bool = False):
+    axes = normalize_axes(dim, x.ndim)
+    return apply("max", (x,), {"axes": axes, "keepdim": keepdim}, _reduced_shape(x.shape, axes, keepdim), x.dtype)
+
+
+def amin(x, dim=None, keepdim: bool = False):
+    axes = normalize_axes(dim, x.ndim)
+    return apply("min", (x,), {"axes": axes, "keepdim": keepdim}, _reduced_shape(x.shape, axes, keepdim), x.dtype)
+
+
+def _extreme_grad(node, out, g):
+    # Gradient flows to the elements equal to the extreme, shared evenly among ties.
+    x = node.inputs[0]
+    axes = node.attrs["axes"]
+    keep_shape = _keepdim_shape(x.shape, axes)
+    hit = ew.cast(ew.eq(x, out.reshape(keep_shape)), g.dtype)
+    share = ew.div(hit, sum(hit, axes, keepdim=True))
+    return (ew.mul(share, g.reshape(keep_shape)),)
+
+
+gradient("max")(_extreme_grad)
+gradient("min")(_extreme_grad)
+
+
+def max(x, dim=None, keepdim: bool = False):
+    """Like torch.max: the maximum of all elements, or (values, indices) along `dim`."""
+    if dim is None:
+        return amax(x)
+    if not isinstance(dim, int):  # torch.max(a, b) is the elementwise maximum
+        return ew.maximum(x, dim)
+    indices = argmax(x, dim, keepdim=True)
+    values = take_along_dim(x, indices, dim)
+    if not keepdim:
+        values, indices = values.squeeze(dim), indices.squeeze(dim)
+    return MaxResult(values, indices)
+
+
+def min(x, dim=None, keepdim: bool = False):
+    if dim is None:
+        return amin(x)
+    if not isinstance(dim, int):
+        return ew.minimum(x, dim)
+    indices = argmin(x, dim, keepdim=True)
+    values = take_along_dim(x, indices, dim)
+    if not keepdim:
+        values, indices = values.squeeze(dim), indices.squeeze(dim)
+    return MaxResult(values, indices)
+
+
+def _arg(op, x, dim, keepdim):
+    if dim is None:
+        shape = (1,) * x.ndim if keepdim else ()
+        return apply(op, (x,), {"axis": None, "keepdim": keepdim}, shape, dtypes.int64)
+    axis = normalize_dim(dim, x.ndim)
+    return apply(op, (x,), {"axis": axis, "keepdim": keepdim}, _reduced_shape(x.shape, (axis,), keepdim),
+                 dtypes.int64)
+
+
+def argmax(x, dim=None, keepdim: bool = False):
+    return _arg("argmax", x, dim, keepdim)
+
+
+def argmin(x, dim=None, keepdim: bool = False):
+    return _arg("argmin", x, dim, keepdim)
+
+
+def take_along_dim(x, indices, dim):
+    from gradcraft.ops.movement import take_along_dim as take
+    return take(x, indices, dim)
+
+
+def var(x, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
+    """Variance with Bessel's correction by default (correction=1), as in PyTorch."""
+    if correction is None:
+        correction = 1 if unbiased is None or unbiased else 0
+    axes = normalize_axes(dim, x.ndim)
+    count = 1
+    for a in axes:
+        count *= x.shape[a]
+    centered = ew.sub(x, mean(x, axes, keepdim=True))
+    return ew.div(sum(ew.mul(centered, centered), axes, keepdim), builtins.max(count - correction, 0))
+
+
+def std(x, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
+    return ew.sqrt(var(x, dim, unbiased, keepdim, correction=correction))
+
+
+def logsumexp(x, dim, keepdim: bool = False):
+    axes = normalize_axes(dim, x.ndim)
+    with no_grad():  # the shift cancels out of the value and the gradient
+        shift = amax(x, axes, keepdim=True).detach()
+    shift = ew.where(ew.eq(ew.abs(shift), float("inf")), ew.mul(shift, 0.0), shift)
+    out = ew.add(ew.log(sum(ew.exp(ew.sub(x, shift)), axes, keepdim=True)), shift)
+    return out if keepdim else out.reshape(_reduced_shape(x.shape, axes, False))
+
+
+def all(x, dim=None, keepdim: bool = False):
+    return ew.eq(amin(ew.cast(x, dtypes.bool_).to(dtypes.int32), dim, keepdim), 1)
+
+
+def any(x, dim=None, keepdim: bool = False):
+    return ew.eq(amax(ew.cast(x, dtypes.bool_).to(dtypes.int32), dim, keepdim), 1)
+
+
+def cumsum(x, dim: int, dtype=None):
+    if dtype is not None:
+        x = ew.cast(x, dtype)
+    out_dtype = x.dtype if x.dtype.is_floating_point else dtypes.int64
+    return apply("cumsum", (x,), {"axis": normalize_dim(dim, x.ndim), "reverse": False}, x.shape, out_dtype)
+
+
+@gradient("cumsum")
+def _cumsum_grad(node, out, g):
+    attrs = dict(node.attrs, reverse=not node.attrs["reverse"])
+    return (apply("cumsum", (g,), attrs, g.shape, g.dtype),)
+
+
+def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
+    axis = normalize_dim(dim, x.ndim)
+    if not 0 <= k <= (x.shape[axis] if x.ndim else 1):
+        raise UserError(f"topk: k={k} is out of range for dimension {dim} of size {x.shape[axis]}")
+    shape = tuple(k if i == axis else n for i, n in enumerate(x.shape))
+    indices = apply("topk", (x,), {"k": k, "axis": axis, "largest": largest}, shape, dtypes.int64)
+    return TopkResult(take_along_dim(x, indices, axis), indices)

@@ -1,0 +1,275 @@
+"""The user-facing Tensor: a lazy handle with autograd.
+
+A Tensor knows its shape, dtype and device, whether it requires grad, and
+either holds a realized buffer (`_buf`, a device array) or points at the lazy
+node that will compute it (`_node`, output `_index`). Building ops allocates
+nothing; `.realize()` (and `.numpy()`, `.item()`, `repr`) runs the graph.
+
+Method names and argument names follow PyTorch. The differences: nothing is
+computed until realized, and in-place ops are limited to `assign` (used by the
+optimizers), which keeps the step a single graph.
+"""
+
+import numpy as np
+
+from gradcraft import dtypes
+from gradcraft.device import canonical, get_backend
+from gradcraft.dtypes import DType, to_dtype
+from gradcraft.errors import UserError
+
+
+class Tensor:
+    __slots__ = ("shape", "dtype", "device", "_requires_grad", "grad", "_buf", "_node", "_index", "_version",
+                 "__weakref__")
+
+    def __init__(self, data, dtype=None, device=None, requires_grad: bool = False):
+        device = canonical(device if device is not None else getattr(data, "device", None))
+        if isinstance(data, Tensor):
+            array = data.numpy()
+        else:
+            array = np.asarray(data)
+            if dtype is None and array.dtype == np.float64 and not isinstance(data, np.ndarray):
+                array = array.astype(np.float32)  # Python floats default to float32, as in PyTorch
+        target = to_dtype(dtype) if dtype is not None else to_dtype(array.dtype)
+        if array.dtype != target.np:
+            array = array.astype(target.np)
+        self._init(tuple(array.shape), target, device, requires_grad)
+        self._buf = get_backend(device).from_numpy(array)
+
+    def _init(self, shape, dtype: DType, device: str, requires_grad: bool) -> None:
+        self.shape = shape
+        self.dtype = dtype
+        self.device = device
+        self._requires_grad = False
+        self.grad = None
+        self._buf = None
+        self._node = None
+        self._index = 0
+        self._version = 0
+        self.requires_grad = requires_grad
+
+    @classmethod
+    def _lazy(cls, node, index, shape, dtype, device, requires_grad) -> "Tensor":
+        t = cls.__new__(cls)
+        t._init(shape, dtype, device, requires_grad)
+        t._node, t._index = node, index
+        return t
+
+    @classmethod
+    def _from_buffer(cls, buf, dtype: DType, device: str, requires_grad: bool = False) -> "Tensor":
+        t = cls.__new__(cls)
+        t._init(tuple(buf.shape), dtype, device, requires_grad)
+        t._buf = buf
+        return t
+
+    # ------------------------------------------------------------ properties
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        if value and not self.dtype.is_floating_point:
+            raise UserError(f"only floating-point tensors can require gradients, got {self.dtype.name}; "
+                            "convert with .float() first")
+        self._requires_grad = bool(value)
+
+    def requires_grad_(self, value: bool = True) -> "Tensor":
+        self.requires_grad = value
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._node is None
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def numel(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    @property
+    def is_realized(self) -> bool:
+        return self._buf is not None
+
+    # ------------------------------------------------------------ evaluation
+
+    def realize(self) -> "Tensor":
+        """Compute this tensor now (a no-op when it already holds a buffer)."""
+        from gradcraft.engine.realize import realize
+        realize([self])
+        return self
+
+    def numpy(self) -> np.ndarray:
+        """The data as a NumPy array (realizes first; a copy for devices other than the CPU)."""
+        self.realize()
+        return np.asarray(get_backend(self.device).to_numpy(self._buf))
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def item(self):
+        if self.numel() != 1:
+            raise UserError(f"item() needs a tensor with one element, got shape {self.shape}")
+        return self.numpy().reshape(()).item()
+
+    def __repr__(self) -> str:
+        grad = ", requires_grad=True" if self.requires_grad else ""
+        device = "" if self.device == "cpu" else f", device='{self.device}'"
+        body = np.array2string(self.numpy().astype(np.float32) if self.dtype in (dtypes.bfloat16, dtypes.float16)
+                               else self.numpy(), separator=", ", prefix="tensor(")
+        return f"tensor({body}, dtype={self.dtype.name}{device}{grad})"
+
+    def __bool__(self) -> bool:
+        return bool(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if self.dtype.kind not in "iu":
+            raise TypeError("only integer tensors can be used as an index")
+        return int(self.item())
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __array__(self, dtype=None, copy=None):
+        array = self.numpy()
+        return array.astype(dtype) if dtype is not None else array
+
+    # ------------------------------------------------------------ autograd
+
+    def backward(self, gradient=None, realize: bool = True) -> None:
+        """Accumulate d(self)/d(leaf) into `.grad` of every leaf that requires grad.
+
+        With realize=False the gradients stay lazy, so the caller can fold them
+        (and the optimizer update) into one schedule.
+        """
+        from gradcraft.autograd import backward
+        backward(self, gradient, realize)
+
+    def detach(self) -> "Tensor":
+        """The same values, cut from the gradient graph (shares the buffer once realized)."""
+        if self._buf is not None:
+            return Tensor._from_buffer(self._buf, self.dtype, self.device)
+        from gradcraft.ops.function import apply
+        return apply("reshape", (self,), {"shape": self.shape}, self.shape, self.dtype)
+
+    def zero_grad(self) -> None:
+        self.grad = None
+
+    def assign(self, value) -> "Tensor":
+        """Overwrite this realized tensor's buffer with `value` (lazily; used by optimizers)."""
+        from gradcraft.ops.movement import assign
+        return assign(self, value)
+
+    # ------------------------------------------------------------ conversion
+
+    def to(self, *args, dtype=None, device=None) -> "Tensor":
+        """`.to(device)`, `.to(dtype)` or both, as in PyTorch."""
+        for arg in args:
+            if isinstance(arg, str) and arg.split(":")[0] in ("cpu", "cuda"):
+                device = arg
+            else:
+                dtype = arg
+        out = self
+        if device is not None and canonical(device) != self.device:
+            from gradcraft.ops.movement import to_device
+            out = to_device(out, canonical(device))
+        if dtype is not None and to_dtype(dtype) != out.dtype:
+            from gradcraft.ops.elementwise import cast
+            out = cast(out, to_dtype(dtype))
+        return out
+
+    def type(self, dtype) -> "Tensor":
+        return self.to(dtype)
+
+    def float(self) -> "Tensor":
+        return self.to(dtypes.float32)
+
+    def double(self) -> "Tensor":
+        return self.to(dtypes.float64)
+
+    def half(self) -> "Tensor":
+        return self.to(dtypes.float16)
+
+    def bfloat16(self) -> "Tensor":
+        return self.to(dtypes.bfloat16)
+
+    def long(self) -> "Tensor":
+        return self.to(dtypes.int64)
+
+    def int(self) -> "Tensor":
+        return self.to(dtypes.int32)
+
+    def bool(self) -> "Tensor":
+        return self.to(dtypes.bool_)
+
+    def cpu(self) -> "Tensor":
+        return self.to("cpu")
+
+    def cuda(self, index: int = 0) -> "Tensor":
+        return self.to(f"cuda:{index}")
+
+    def is_floating_point(self) -> bool:
+        return self.dtype.is_floating_point
+
+
+def _attach_methods() -> None:
+    """Give Tensor its op methods, each a thin call into gradcraft.ops (the op lives there)."""
+    from gradcraft.ops import elementwise as ew, matmul as mm, movement as mv, nn as fn, reduce as rd
+
+    methods = {
+        # elementwise
+        "neg": ew.neg, "exp": ew.exp, "log": ew.log, "sqrt": ew.sqrt, "rsqrt": ew.rsqrt, "abs": ew.abs,
+        "sin": ew.sin, "cos": ew.cos, "tanh": ew.tanh, "sigmoid": ew.sigmoid, "relu": ew.relu, "silu": ew.silu,
+        "sign": ew.sign, "logical_not": ew.logical_not, "square": ew.square, "reciprocal": ew.reciprocal,
+        "add": ew.add, "sub": ew.sub, "mul": ew.mul, "div": ew.div, "pow": ew.pow,
+        "maximum": ew.maximum, "minimum": ew.minimum, "eq": ew.eq, "ne": ew.ne, "lt": ew.lt, "le": ew.le,
+        "gt": ew.gt, "ge": ew.ge, "clamp": ew.clamp, "clip": ew.clamp, "masked_fill": ew.masked_fill,
+        "where": lambda self, condition, other: ew.where(condition, self, other), "lerp": ew.lerp,
+        "__neg__": ew.neg, "__abs__": ew.abs, "__invert__": ew.logical_not,
+        "__add__": ew.add, "__radd__": lambda a, b: ew.add(b, a), "__sub__": ew.sub,
+        "__rsub__": lambda a, b: ew.sub(b, a), "__mul__": ew.mul, "__rmul__": lambda a, b: ew.mul(b, a),
+        "__truediv__": ew.div, "__rtruediv__": lambda a, b: ew.div(b, a), "__pow__": ew.pow,
+        "__rpow__": lambda a, b: ew.pow(b, a), "__eq__": ew.eq, "__ne__": ew.ne, "__lt__": ew.lt,
+        "__le__": ew.le, "__gt__": ew.gt, "__ge__": ew.ge, "__and__": ew.logical_and, "__or__": ew.logical_or,
+        "logical_and": ew.logical_and, "logical_or": ew.logical_or,
+        # reductions
+        "sum": rd.sum, "mean": rd.mean, "max": rd.max, "min": rd.min, "amax": rd.amax, "amin": rd.amin,
+        "var": rd.var, "std": rd.std, "logsumexp": rd.logsumexp, "argmax": rd.argmax, "argmin": rd.argmin,
+        "cumsum": rd.cumsum, "topk": rd.topk, "prod": None, "all": rd.all, "any": rd.any,
+        # matmul
+        "matmul": mm.matmul, "__matmul__": mm.matmul, "__rmatmul__": lambda a, b: mm.matmul(b, a),
+        # movement
+        "reshape": mv.reshape, "view": mv.reshape, "flatten": mv.flatten, "unflatten": mv.unflatten,
+        "permute": mv.permute, "transpose": mv.transpose, "expand": mv.expand, "expand_as": mv.expand_as,
+        "squeeze": mv.squeeze, "unsqueeze": mv.unsqueeze, "__getitem__": mv.getitem, "split": mv.split,
+        "chunk": mv.chunk, "flip": mv.flip, "contiguous": mv.contiguous, "gather": mv.gather,
+        "take_along_dim": mv.take_along_dim, "tril": mv.tril, "triu": mv.triu, "repeat": mv.repeat,
+        "repeat_interleave": mv.repeat_interleave, "clone": mv.contiguous,
+        # fused nn
+        "softmax": fn.softmax, "log_softmax": fn.log_softmax,
+    }
+    for name, function in methods.items():
+        if function is not None:
+            setattr(Tensor, name, function)
+    Tensor.T = property(lambda self: mv.permute(self, *reversed(range(self.ndim))))
+    Tensor.mT = property(lambda self: mv.transpose(self, -2, -1))

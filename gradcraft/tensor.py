@@ -81,7 +81,8 @@ class Tensor:
 
     @property
     def is_leaf(self) -> bool:
-        return self._node is None
+        """As in PyTorch: made by the user, or not part of a gradient graph."""
+        return self._node is None or not self.requires_grad
 
     @property
     def ndim(self) -> int:
@@ -169,8 +170,9 @@ class Tensor:
         """The same values, cut from the gradient graph (shares the buffer once realized)."""
         if self._buf is not None:
             return Tensor._from_buffer(self._buf, self.dtype, self.device)
-        from gradcraft.ops.function import apply
-        return apply("reshape", (self,), {"shape": self.shape}, self.shape, self.dtype)
+        from gradcraft.ops.function import apply, no_grad
+        with no_grad():
+            return apply("reshape", (self,), {"shape": self.shape}, self.shape, self.dtype)
 
     def zero_grad(self) -> None:
         self.grad = None

@@ -257,7 +257,7 @@ def _full(shape, value, dtype):
     return out
 
 
-def _arange(start, stop, step, dtype):
+def _arange(start, stop, step, dtype, shape):
     return stats.track(np.arange(start, stop, step).astype(dtype))
 
 

@@ -13,7 +13,6 @@ from gradcraft.errors import UserError
 
 # subcommand name -> module under gradcraft.cli
 SUBCOMMANDS = {
-    "tokenize": "tokenize",
     "demo": "demo",
 }
 

@@ -152,11 +152,15 @@ def _as_index_tensor(item, device):
 
 
 def _expand_ellipsis(index: tuple, ndim: int) -> tuple:
+    # (identity tests only: `==` on a Tensor index would build an op)
     consumed = builtins.sum(1 for i in index if i is not None and i is not Ellipsis)
     if consumed > ndim:
         raise UserError(f"too many indices for a tensor of {ndim} dimensions")
-    if Ellipsis in index:
-        at = index.index(Ellipsis)
+    ellipses = [k for k, i in enumerate(index) if i is Ellipsis]
+    if len(ellipses) > 1:
+        raise UserError("an index can only have a single ellipsis ('...')")
+    if ellipses:
+        at = ellipses[0]
         return index[:at] + (slice(None),) * (ndim - consumed) + index[at + 1:]
     return index + (slice(None),) * (ndim - consumed)
 

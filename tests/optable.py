@@ -1,0 +1,201 @@
+"""The op table: one row per op, checked against PyTorch by tests/test_ops.py.
+
+Each row names the op, a function `fn(lib, *args)` written once for both
+libraries (gradcraft's API uses PyTorch's names, so `lib.F.softmax(x, dim=1)`
+means the same thing in both), the sample inputs, and tolerances.
+
+An input spec is one of:
+  (2, 3)            a random float tensor of that shape that requires grad
+  Pos((2, 3))       the same, with values in [0.5, 1.5] (for log, sqrt, pow, ...)
+  Ints(high, shape) a constant int64 tensor with values in [0, high)
+  Fixed((2, 3))     a random float tensor that is a constant (no gradient)
+  Mask((2, 3))      a constant bool tensor
+  Const(value)      a plain Python value passed as is
+"""
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Pos:
+    shape: tuple
+
+
+@dataclass(frozen=True)
+class Ints:
+    high: int
+    shape: tuple
+
+
+@dataclass(frozen=True)
+class Const:
+    value: object
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """A constant random float tensor (no gradient)."""
+    shape: tuple
+
+
+@dataclass(frozen=True)
+class Mask:
+    """A constant bool tensor (about half True)."""
+    shape: tuple
+
+
+@dataclass
+class OpInfo:
+    name: str
+    fn: Callable
+    samples: list
+    grad: bool = True
+    rtol32: float = 1e-4
+    atol32: float = 1e-5
+    rtol64: float = 1e-7
+    atol64: float = 1e-9
+    noncontiguous: bool = True  # also run with inputs that are strided views
+    tags: set = field(default_factory=set)
+
+
+def unary(name, method, domain=False, **kw):
+    shapes = [Pos((3, 4)) if domain else (3, 4), Pos((2, 3, 5)) if domain else (2, 3, 5), Pos(()) if domain else ()]
+    return OpInfo(name, lambda m, x: getattr(x, method)(), [(s,) for s in shapes], **kw)
+
+
+def binary(name, fn, domain=False, **kw):
+    a = Pos if domain else (lambda s: s)
+    samples = [(a((3, 4)), a((3, 4))), (a((2, 3, 4)), a((4,))), (a((3, 1)), a((1, 5))), (a((2, 1, 3)), a(()))]
+    return OpInfo(name, fn, samples, **kw)
+
+
+def _sdpa(m, q, k, v, **kw):
+    return m.F.scaled_dot_product_attention(q, k, v, **kw)
+
+
+def _rope(m, x, cos, sin):
+    if m.name == "gradcraft":
+        return m.F.rotary_embedding(x, cos, sin)
+    # The reference: rotate-half RoPE written out in torch.
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return m.T.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def _window_mask(m, T, w):
+    i = m.T.arange(T).reshape(T, 1)
+    j = m.T.arange(T).reshape(1, T)
+    return (j <= i) & (j > i - w)
+
+
+OPS = [
+    # ---- unary
+    unary("neg", "neg"), unary("exp", "exp"), unary("log", "log", domain=True), unary("sqrt", "sqrt", domain=True),
+    unary("rsqrt", "rsqrt", domain=True), unary("abs", "abs"), unary("sin", "sin"), unary("cos", "cos"),
+    unary("tanh", "tanh"), unary("sigmoid", "sigmoid"), unary("relu", "relu"),
+    OpInfo("gelu", lambda m, x: m.F.gelu(x), [((3, 4),), ((2, 3, 5),)]),
+    OpInfo("gelu_tanh", lambda m, x: m.F.gelu(x, approximate="tanh"), [((3, 4),), ((2, 3, 5),)]),
+    OpInfo("silu", lambda m, x: m.F.silu(x), [((3, 4),), ((2, 3, 5),), ((),)]),
+    OpInfo("square", lambda m, x: x.square(), [((3, 4),)]),
+    OpInfo("reciprocal", lambda m, x: x.reciprocal(), [(Pos((3, 4)),)]),
+    # ---- binary (broadcasting)
+    binary("add", lambda m, a, b: a + b), binary("sub", lambda m, a, b: a - b),
+    binary("mul", lambda m, a, b: a * b), binary("div", lambda m, a, b: a / b, domain=True),
+    binary("pow", lambda m, a, b: a ** b, domain=True),
+    binary("maximum", lambda m, a, b: m.T.maximum(a, b)), binary("minimum", lambda m, a, b: m.T.minimum(a, b)),
+    OpInfo("scalar_ops", lambda m, x: (2.0 - x) * 3 / (x + 4) + x ** 2 - 1.5 ** x, [((3, 4),)]),
+    OpInfo("compare", lambda m, a, b: ((a < b).float() + (a >= b).float() * 2 + (a == a).float()
+                                       + (a != b).float() + (a > 0.1).float() + (a <= b).float()),
+           [((3, 4), (3, 4)), ((2, 3), (3,))], grad=False),
+    OpInfo("where", lambda m, c, a, b: m.T.where(c, a, b), [(Mask((3, 4)), (3, 4), (3, 4)),
+                                                            (Mask((3, 1)), (1, 4), (3, 4))]),
+    OpInfo("masked_fill", lambda m, x, c: x.masked_fill(c, -2.5), [((3, 4), Mask((3, 4))), ((2, 3), Mask((3,)))]),
+    OpInfo("clamp", lambda m, x: x.clamp(-0.5, 0.7), [((3, 4),), ((5,),)]),
+    OpInfo("clamp_min", lambda m, x: x.clamp(min=0.1), [((3, 4),)]),
+    # ---- reductions
+    OpInfo("sum", lambda m, x: x.sum(), [((3, 4),), ((2, 3, 4),)]),
+    OpInfo("sum_dim", lambda m, x: x.sum(1), [((3, 4),), ((2, 3, 4),)]),
+    OpInfo("sum_dims_keepdim", lambda m, x: x.sum((0, 2), keepdim=True), [((2, 3, 4),)]),
+    OpInfo("mean", lambda m, x: x.mean(-1), [((3, 4),), ((2, 3, 4),)]),
+    OpInfo("mean_all", lambda m, x: x.mean(), [((3, 4),)]),
+    OpInfo("amax", lambda m, x: x.amax(1), [((3, 4),), ((2, 3, 4),)]),
+    OpInfo("amin_keepdim", lambda m, x: x.amin(-1, keepdim=True), [((3, 4),)]),
+    OpInfo("max_all", lambda m, x: x.max(), [((3, 4),)]),
+    OpInfo("max_dim", lambda m, x: x.max(1).values, [((3, 4),), ((2, 5, 3),)]),
+    OpInfo("min_dim_keepdim", lambda m, x: x.min(0, keepdim=True).values, [((3, 4),)]),
+    OpInfo("var", lambda m, x: x.var(1), [((3, 4),), ((2, 3, 4),)]),
+    OpInfo("var_biased", lambda m, x: x.var(-1, unbiased=False, keepdim=True), [((3, 4),)]),
+    OpInfo("var_correction", lambda m, x: x.var(dim=(0, 1), correction=0), [((2, 3, 4),)]),
+    OpInfo("std", lambda m, x: x.std(0), [((3, 4),)]),
+    OpInfo("logsumexp", lambda m, x: x.logsumexp(-1), [((3, 4),), ((2, 3, 4),)]),
+    OpInfo("logsumexp_dims", lambda m, x: x.logsumexp((0, 2), keepdim=True), [((2, 3, 4),)]),
+    OpInfo("argmax", lambda m, x: x.argmax(1), [((3, 4),), ((2, 3, 4),)], grad=False),
+    OpInfo("argmax_all", lambda m, x: x.argmax(), [((3, 4),)], grad=False),
+    OpInfo("argmin", lambda m, x: x.argmin(-1, keepdim=True), [((3, 4),)], grad=False),
+    OpInfo("cumsum", lambda m, x: x.cumsum(1), [((3, 4),), ((2, 3, 4),)]),
+    OpInfo("topk_values", lambda m, x: x.topk(2, dim=-1).values, [((3, 5),), ((2, 4, 3),)]),
+    OpInfo("topk_indices", lambda m, x: x.topk(3, dim=0, largest=False).indices, [((5, 4),)], grad=False),
+    # ---- matmul
+    OpInfo("matmul", lambda m, a, b: a @ b, [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((2, 3, 4), (2, 4, 5)),
+                                              ((2, 1, 3, 4), (3, 4, 2)), ((4,), (4, 5)), ((3, 4), (4,))],
+           rtol32=2e-4),
+    OpInfo("linear", lambda m, x, w, b: m.F.linear(x, w, b), [((2, 3, 4), (5, 4), (5,))], rtol32=2e-4),
+    # ---- movement
+    OpInfo("reshape", lambda m, x: x.reshape(4, -1) * 1.0, [((2, 3, 4),)]),
+    OpInfo("view_flatten", lambda m, x: x.flatten(1) * 1.0, [((2, 3, 4),)]),
+    OpInfo("permute", lambda m, x: x.permute(2, 0, 1) * 1.0, [((2, 3, 4),)]),
+    OpInfo("transpose", lambda m, x: x.transpose(0, 1) @ x, [((3, 4),)]),
+    OpInfo("T", lambda m, x: x.T * 1.0, [((3, 4),)]),
+    OpInfo("expand", lambda m, x: x.expand(2, 3, 4) * 1.0, [((3, 1),), ((1, 4),)]),
+    OpInfo("squeeze_unsqueeze", lambda m, x: x.unsqueeze(1).squeeze(0).unsqueeze(-1) * 2.0, [((1, 3, 4),)]),
+    OpInfo("getitem_int_slice", lambda m, x: x[1, ::2] * 1.0, [((3, 5),), ((3, 4, 2),)]),
+    OpInfo("getitem_steps", lambda m, x: x[..., 1:4:2, None] * 1.0, [((2, 3, 5),)]),
+    OpInfo("getitem_negative", lambda m, x: x[-1, -3:] * 1.0, [((3, 5),)]),
+    OpInfo("getitem_gather", lambda m, x, i: x[i] * 1.0, [((5, 3), Ints(5, (4,))), ((5, 3), Ints(5, (2, 3)))]),
+    OpInfo("getitem_gather_mixed", lambda m, x, i, j: x[:, i, j] * 1.0, [((2, 4, 5), Ints(4, (3,)), Ints(5, (3,)))]),
+    OpInfo("gather", lambda m, x, i: x.gather(1, i), [((3, 5), Ints(5, (3, 2)))]),
+    OpInfo("cat", lambda m, a, b: m.T.cat([a, b], dim=1), [((2, 3), (2, 4)), ((2, 1, 3), (2, 2, 3))]),
+    OpInfo("stack", lambda m, a, b: m.T.stack([a, b], dim=-1), [((2, 3), (2, 3))]),
+    OpInfo("split", lambda m, x: x.split(2, dim=1)[1] * 2 + x.split([1, 4], dim=1)[0].sum(), [((3, 5),)]),
+    OpInfo("chunk", lambda m, x: x.chunk(3, dim=0)[2] * 3.0, [((7, 2),)]),
+    OpInfo("pad", lambda m, x: m.F.pad(x, (1, 2, 0, 1), value=0.5), [((3, 4),), ((2, 3, 4),)]),
+    OpInfo("tril", lambda m, x: x.tril(), [((4, 4),), ((2, 3, 5),)]),
+    OpInfo("triu", lambda m, x: x.triu(1), [((4, 4),)]),
+    OpInfo("flip", lambda m, x: x.flip(0, 1) * 1.0, [((3, 4),)]),
+    OpInfo("repeat", lambda m, x: x.repeat(2, 1, 3), [((3, 2),)]),
+    OpInfo("repeat_interleave", lambda m, x: x.repeat_interleave(2, dim=1), [((2, 3, 2),)]),
+    OpInfo("one_hot", lambda m, i: m.F.one_hot(i, 6), [(Ints(6, (2, 3)),)], grad=False),
+    OpInfo("cast_roundtrip", lambda m, x: x.double().float() * 2.0, [((3, 4),)]),
+    # ---- fused NN ops
+    OpInfo("softmax", lambda m, x: m.F.softmax(x, dim=-1), [((3, 5),), ((2, 3, 4),)]),
+    OpInfo("softmax_dim0", lambda m, x: x.softmax(0), [((3, 5),)]),
+    OpInfo("log_softmax", lambda m, x: m.F.log_softmax(x, dim=1), [((3, 5),), ((2, 3, 4),)]),
+    OpInfo("cross_entropy", lambda m, x, t: m.F.cross_entropy(x, t), [((4, 7), Ints(7, (4,)))]),
+    OpInfo("cross_entropy_sum_smooth", lambda m, x, t: m.F.cross_entropy(x, t, reduction="sum", label_smoothing=0.1),
+           [((5, 6), Ints(6, (5,)))]),
+    OpInfo("cross_entropy_none_ignore",
+           lambda m, x, t: m.F.cross_entropy(x, t.masked_fill(t == 0, -100), reduction="none"),
+           [((6, 4), Ints(4, (6,)))]),
+    OpInfo("cross_entropy_mean_ignore_smooth",
+           lambda m, x, t: m.F.cross_entropy(x, t.masked_fill(t == 1, 3), ignore_index=3, label_smoothing=0.2),
+           [((6, 4), Ints(4, (6,)))]),
+    OpInfo("cross_entropy_nd", lambda m, x, t: m.F.cross_entropy(x, t), [((2, 5, 3), Ints(5, (2, 3)))]),
+    OpInfo("layer_norm", lambda m, x, w, b: m.F.layer_norm(x, (5,), w, b), [((3, 5), (5,), (5,)),
+                                                                           ((2, 3, 5), (5,), (5,))]),
+    OpInfo("layer_norm_noaffine_2d", lambda m, x: m.F.layer_norm(x, (3, 4), eps=1e-3), [((2, 3, 4),)]),
+    OpInfo("rms_norm", lambda m, x, w: m.F.rms_norm(x, (5,), w, eps=1e-6), [((3, 5), (5,)), ((2, 3, 5), (5,))]),
+    OpInfo("embedding", lambda m, i, w: m.F.embedding(i, w), [(Ints(7, (2, 5)), (7, 3)), (Ints(4, (6,)), (4, 2))]),
+    OpInfo("rope", _rope, [((2, 3, 4, 6), (4, 3), (4, 3))], tags={"const_inputs_1_2"}),
+    OpInfo("sdpa", lambda m, q, k, v: _sdpa(m, q, k, v), [((2, 2, 4, 3), (2, 2, 4, 3), (2, 2, 4, 3))]),
+    OpInfo("sdpa_causal", lambda m, q, k, v: _sdpa(m, q, k, v, is_causal=True),
+           [((1, 3, 5, 4), (1, 3, 5, 4), (1, 3, 5, 2))]),
+    OpInfo("sdpa_gqa", lambda m, q, k, v: _sdpa(m, q, k, v, is_causal=True, enable_gqa=True),
+           [((2, 4, 5, 3), (2, 2, 5, 3), (2, 2, 5, 3))]),
+    OpInfo("sdpa_mask_scale", lambda m, q, k, v, mask: _sdpa(m, q, k, v, attn_mask=mask, scale=0.3),
+           [((1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4), Fixed((1, 1, 3, 5)))]),
+    OpInfo("sdpa_window", lambda m, q, k, v: (_sdpa(m, q, k, v, window=2, is_causal=True) if m.name == "gradcraft"
+                                              else _sdpa(m, q, k, v, attn_mask=_window_mask(m, 6, 2))),
+           [((1, 2, 6, 4), (1, 2, 6, 4), (1, 2, 6, 4))]),
+    OpInfo("mse_loss", lambda m, a, b: m.F.mse_loss(a, b), [((3, 4), (3, 4))]),
+]

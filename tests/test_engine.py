@@ -1,0 +1,199 @@
+"""The engine's promises: laziness, freeing, memory counters, autograd behaviour, errors, dtypes."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gradcraft as gc
+import gradcraft.nn.functional as F
+from gradcraft.errors import UserError
+
+
+def test_import_does_not_pull_in_a_framework():
+    code = "import sys, gradcraft, gradcraft.nn.functional; print([m for m in ('torch', 'jax', 'tensorflow') if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_building_a_thousand_ops_allocates_nothing_until_realize():
+    x = gc.randn(64, 64).realize()
+    before = gc.memory_stats()["allocations"]
+    y = x
+    for i in range(1000):
+        y = (y * 0.999 + 0.001).tanh() if i % 2 else y.exp().log()
+    assert gc.memory_stats()["allocations"] == before
+    assert y._buf is None
+    y.realize()
+    assert gc.memory_stats()["allocations"] > before
+    expected = x.numpy().astype(np.float64)
+    for i in range(1000):
+        expected = np.tanh(expected * 0.999 + 0.001) if i % 2 else np.log(np.exp(expected))
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+def _mlp_step(batch=64, width=256, depth=4):
+    gc.manual_seed(0)
+    x = gc.randn(batch, width).realize()
+    weights = [gc.randn(width, width, requires_grad=True) for _ in range(depth)]
+    for w in weights:
+        w.realize()
+    h = x
+    intermediate_bytes = 0
+    for w in weights:
+        h = (h @ w).relu()
+        intermediate_bytes += 2 * batch * width * 4  # matmul output and relu output
+    loss = (h * h).mean()
+    return loss, weights, intermediate_bytes
+
+
+def test_engine_frees_intermediates_during_forward_and_backward():
+    loss, weights, forward_bytes = _mlp_step()
+    live_before = gc.memory_stats()["live_bytes"]
+    gc.reset_peak_memory_stats()
+    loss.backward()
+    peak = gc.memory_stats()["peak_bytes"] - live_before
+    # Every intermediate of forward and backward, had nothing been freed: the forward activations,
+    # as many activation gradients, and one gradient per weight.
+    all_intermediates = 2 * forward_bytes + sum(w.numel() * 4 for w in weights)
+    assert peak < all_intermediates
+    assert all(w.grad is not None and w.grad.is_realized for w in weights)
+
+
+def test_pool_recycles_buffers_in_a_steady_loop():
+    x = gc.randn(128, 128).realize()
+    for _ in range(3):
+        (x.exp() * 2 + 1).sum().realize()
+    fresh = gc.memory_stats()["fresh_allocations"]
+    for _ in range(5):
+        (x.exp() * 2 + 1).sum().realize()
+    assert gc.memory_stats()["fresh_allocations"] - fresh <= 5  # only the small kept results are new
+
+
+def test_recomputing_a_freed_random_intermediate_gives_the_same_values():
+    gc.manual_seed(1)
+    r = gc.rand(5)
+    y = r * 2
+    y.realize()  # r was an intermediate of this schedule: freed, not kept
+    assert r._buf is None
+    np.testing.assert_allclose(r.numpy() * 2, y.numpy())
+
+
+def test_manual_seed_makes_random_ops_reproducible():
+    gc.manual_seed(7)
+    a = gc.randn(3, 3).numpy()
+    gc.manual_seed(7)
+    assert np.array_equal(a, gc.randn(3, 3).numpy())
+    assert not np.array_equal(a, gc.randn(3, 3).numpy())
+
+
+def test_gradients_accumulate_and_zero_grad_clears():
+    x = gc.tensor([1.0, 2.0], requires_grad=True)
+    (x * 3).sum().backward()
+    (x * x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [5.0, 7.0])
+    x.zero_grad()
+    assert x.grad is None
+
+
+def test_no_grad_and_detach_stop_the_graph():
+    x = gc.tensor([1.0, 2.0], requires_grad=True)
+    with gc.no_grad():
+        y = x * 2
+    assert not y.requires_grad
+    z = (x * 2).detach()
+    assert not z.requires_grad and z.is_leaf
+    with pytest.raises(UserError, match="does not require grad"):
+        y.sum().backward()
+
+
+def test_backward_needs_a_scalar_or_a_gradient():
+    x = gc.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(UserError, match=r"non-scalar tensor of shape \(2,\)"):
+        (x * 2).backward()
+    (x * 2).backward(gc.tensor([1.0, 1.0]))
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, 2.0])
+
+
+def test_integer_tensors_cannot_require_grad():
+    with pytest.raises(UserError, match="only floating-point tensors can require gradients, got int64"):
+        gc.tensor([1, 2], requires_grad=True)
+
+
+def test_shape_mismatch_names_both_shapes():
+    with pytest.raises(UserError, match=r"\(2, 3\) and \(4,\)"):
+        gc.zeros(2, 3) + gc.zeros(4)
+    with pytest.raises(UserError, match=r"\(2, 3\) @ \(4, 5\)"):
+        gc.zeros(2, 3) @ gc.zeros(4, 5)
+
+
+def test_device_mismatch_and_unknown_device():
+    with pytest.raises(UserError, match="unknown device 'tpu'"):
+        gc.zeros(2, device="tpu")
+
+
+def test_dtype_promotion_follows_pytorch():
+    f32, f64, i64 = gc.zeros(2), gc.zeros(2, dtype=gc.float64), gc.zeros(2, dtype=gc.int64)
+    assert (f32 + f64).dtype == gc.float64
+    assert (i64 + f32).dtype == gc.float32
+    assert (i64 * 2).dtype == gc.int64
+    assert (i64 * 2.5).dtype == gc.float32
+    assert (f32 * 2).dtype == gc.float32
+    assert (i64 / 2).dtype == gc.float32
+    assert (gc.zeros(2, dtype=gc.bfloat16) + gc.zeros(2, dtype=gc.float16)).dtype == gc.float32
+    assert (gc.zeros(2, dtype=gc.uint8) + gc.zeros(2, dtype=gc.int32)).dtype == gc.int32
+    assert (gc.zeros(2, dtype=gc.bool) + gc.zeros(2, dtype=gc.bool)).dtype == gc.bool
+    assert gc.tensor([1.5]).dtype == gc.float32 and gc.tensor([1]).dtype == gc.int64
+
+
+@pytest.mark.parametrize("dtype", [gc.bfloat16, gc.float16])
+def test_half_precision_ops_compute_in_float32_and_round_once(dtype):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((8, 16)).astype(np.float32)
+    b = rng.standard_normal((16, 4)).astype(np.float32)
+    x = gc.tensor(a).to(dtype)
+    out = F.softmax((x @ gc.tensor(b).to(dtype)).tanh(), dim=-1)
+    assert out.dtype == dtype
+    ref = np.tanh(a.astype(dtype.np).astype(np.float32) @ b.astype(dtype.np).astype(np.float32))
+    ref = np.exp(ref) / np.exp(ref).sum(-1, keepdims=True)
+    np.testing.assert_allclose(out.float().numpy(), ref, rtol=2e-2, atol=2e-2)
+
+
+def test_half_precision_gradients_flow():
+    w = gc.randn(4, 4).to(gc.bfloat16).realize().requires_grad_()
+    (w.float() ** 2).sum().backward()
+    assert w.grad.dtype == gc.bfloat16
+    np.testing.assert_allclose(w.grad.float().numpy(), 2 * w.float().numpy(), rtol=1e-2)
+
+
+def test_assign_writes_in_place_and_stale_lazy_tensors_refuse_to_run():
+    p = gc.tensor([1.0, 2.0])
+    stale = p * 10  # built from the old data, not realized
+    p.assign(p * 2).realize()
+    np.testing.assert_allclose(p.numpy(), [2.0, 4.0])
+    with pytest.raises(UserError, match="modified in place"):
+        stale.realize()
+
+
+def test_debug_trace_prints_kernels():
+    code = "import gradcraft as gc; (gc.ones(2, 3) * 2).sum().realize()"
+    env = dict(os.environ, GRADCRAFT_DEBUG="2")
+    err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stderr
+    assert "mul" in err and "sum" in err and "MB" in err and "ms" in err
+
+
+def test_to_device_cpu_roundtrip_and_repr():
+    x = gc.arange(6).reshape(2, 3)
+    assert x.to("cpu").tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert "dtype=int64" in repr(x)
+    assert x.float().dtype == gc.float32 and x.to(gc.float64).dtype == gc.float64
+
+
+def test_getitem_errors_are_clear():
+    x = gc.zeros(2, 3)
+    with pytest.raises(UserError, match="out of bounds"):
+        x[5]
+    with pytest.raises(UserError, match="too many indices"):
+        x[0, 0, 0]

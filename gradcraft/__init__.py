@@ -49,3 +49,5 @@ def realize(*tensors) -> None:
 
 
 __version__ = "0.1.0"
+
+from gradcraft import nn, optim  # noqa: E402,F401  (after the Tensor methods are attached)

@@ -1,0 +1,122 @@
+"""The decoder configuration (one dataclass for every family) and the named presets."""
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+
+from gradcraft.errors import UserError
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int = 8192
+    seq_len: int = 256  # context length
+    dim: int = 256
+    n_layers: int = 4
+    n_heads: int = 4
+    n_kv_heads: int | None = None  # < n_heads: grouped-query attention; None: = n_heads
+    ffn_dim: int | None = None  # None: 4 * dim (GELU) or the 8/3 * dim rounded up to 64 (SwiGLU)
+    norm: str = "layernorm"  # layernorm | rmsnorm
+    norm_eps: float = 1e-5
+    mlp: str = "gelu"  # gelu | swiglu
+    gelu_approximate: str = "tanh"  # GPT-2's "gelu_new"; "none" for the erf form
+    learned_beta: bool = False  # SwiGLU with a learned Swish beta per layer: x * sigmoid(beta * x)
+    positions: str = "learned"  # learned | rope
+    rope_base: float = 10000.0
+    bias: bool = True
+    tie_embeddings: bool = True
+    dropout: float = 0.0
+    init_std: float = 0.02
+    attention_pattern: str = ""  # per layer, L (local, sliding window) or G (global); "" = all global
+    window: int = 0  # sliding-window size of local layers
+    extra: dict = field(default_factory=dict)  # free-form notes (e.g. the preset name)
+
+    def __post_init__(self):
+        if self.n_kv_heads is None:
+            self.n_kv_heads = self.n_heads
+        if self.ffn_dim is None:
+            self.ffn_dim = 4 * self.dim if self.mlp == "gelu" else 64 * -(-int(8 * self.dim / 3) // 64)
+        self.validate()
+
+    def validate(self) -> None:
+        def bad(msg):
+            raise UserError(f"invalid model config: {msg}")
+        if self.dim % self.n_heads:
+            bad(f"dim {self.dim} is not divisible by n_heads {self.n_heads}")
+        if self.n_heads % self.n_kv_heads:
+            bad(f"n_heads {self.n_heads} is not divisible by n_kv_heads {self.n_kv_heads}")
+        if self.norm not in ("layernorm", "rmsnorm"):
+            bad(f"norm must be layernorm or rmsnorm, got {self.norm!r}")
+        if self.mlp not in ("gelu", "swiglu"):
+            bad(f"mlp must be gelu or swiglu, got {self.mlp!r}")
+        if self.positions not in ("learned", "rope"):
+            bad(f"positions must be learned or rope, got {self.positions!r}")
+        if self.positions == "rope" and self.head_dim % 2:
+            bad(f"RoPE needs an even head dimension, got {self.head_dim}")
+        if self.attention_pattern and (set(self.attention_pattern) - {"L", "G"}
+                                       or len(self.attention_pattern) != self.n_layers):
+            bad(f"attention_pattern must have one L or G per layer ({self.n_layers}), got {self.attention_pattern!r}")
+        if "L" in self.attention_pattern and self.window < 1:
+            bad("local (L) layers need window >= 1")
+        for name in ("vocab_size", "seq_len", "dim", "n_layers", "n_heads"):
+            if getattr(self, name) < 1:
+                bad(f"{name} must be positive")
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    def layer_window(self, layer: int) -> int | None:
+        """The attention window of a layer (None: full causal attention)."""
+        if self.attention_pattern and self.attention_pattern[layer] == "L":
+            return self.window
+        return None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ModelConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise UserError(f"unknown model config fields: {', '.join(sorted(unknown))}")
+        return cls(**data)
+
+
+GPT = dict(norm="layernorm", mlp="gelu", positions="learned", bias=True, tie_embeddings=True)
+LLAMA = dict(norm="rmsnorm", norm_eps=1e-6, mlp="swiglu", positions="rope", bias=False, tie_embeddings=False)
+
+PRESETS = {
+    # a small model that trains on a laptop CPU in minutes (the quick start's main job)
+    "demo": dict(vocab_size=4096, seq_len=128, dim=128, n_layers=4, n_heads=4, **{**LLAMA, "tie_embeddings": True}),
+    # the original GradCraft benchmark model: GPT style, about 90M parameters
+    "mallmoc": dict(vocab_size=8192, seq_len=512, dim=768, n_layers=11, n_heads=12, **GPT),
+    "gpt2-124m": dict(vocab_size=50257, seq_len=1024, dim=768, n_layers=12, n_heads=12, **GPT),
+    "gpt2-small": dict(vocab_size=50257, seq_len=1024, dim=768, n_layers=12, n_heads=12, **GPT),
+    # LLaMA family, small sizes (the llama2.c TinyStories shapes)
+    "llama-15m": dict(vocab_size=32000, seq_len=256, dim=288, n_layers=6, n_heads=6, ffn_dim=768,
+                      **{**LLAMA, "tie_embeddings": True}),
+    "llama-42m": dict(vocab_size=32000, seq_len=1024, dim=512, n_layers=8, n_heads=8, ffn_dim=1376,
+                      **{**LLAMA, "tie_embeddings": True}),
+    "llama-110m": dict(vocab_size=32000, seq_len=1024, dim=768, n_layers=12, n_heads=12, ffn_dim=2048,
+                       **{**LLAMA, "tie_embeddings": True}),
+    "k2-83m": dict(vocab_size=32000, seq_len=256, dim=512, n_layers=12, n_heads=8, ffn_dim=2026, learned_beta=True,
+                   norm="rmsnorm", norm_eps=1e-6, mlp="swiglu", positions="learned", bias=False,
+                   tie_embeddings=False),
+    "toy-v0": dict(vocab_size=8192, seq_len=32, dim=128, n_layers=2, n_heads=4, ffn_dim=256,
+                   **{**LLAMA, "tie_embeddings": True}),
+}
+
+
+def preset(name: str, **overrides) -> ModelConfig:
+    if name not in PRESETS:
+        raise UserError(f"unknown preset {name!r}; choose one of {', '.join(sorted(PRESETS))}")
+    values = dict(PRESETS[name])
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    values.setdefault("extra", {})
+    values["extra"] = dict(values["extra"], preset=name)
+    return ModelConfig(**values)

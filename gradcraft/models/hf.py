@@ -1,0 +1,186 @@
+"""Weights in the Hugging Face layout: export to and import from `config.json` + `model.safetensors`.
+
+Two families: GPT-2 (`GPT2LMHeadModel`) and LLaMA (`LlamaForCausalLM`). Our model
+fuses q/k/v into one matrix and gate/up into another; HF keeps them apart, and
+GPT-2's Conv1D stores weights as (in, out). This module does those
+conversions and nothing else, so a checkpoint trained here loads in
+transformers and the reverse.
+"""
+
+import json
+import os
+
+import numpy as np
+from safetensors.numpy import load_file, save_file
+
+from gradcraft.errors import UserError
+from gradcraft.models.config import ModelConfig
+from gradcraft.models.transformer import Transformer
+
+
+def family_of(cfg: ModelConfig) -> str:
+    if (cfg.norm, cfg.mlp, cfg.positions) == ("layernorm", "gelu", "learned") and cfg.bias and cfg.n_kv_heads == cfg.n_heads:
+        return "gpt2"
+    if (cfg.norm, cfg.mlp, cfg.positions) == ("rmsnorm", "swiglu", "rope") and not cfg.bias and not cfg.learned_beta:
+        return "mistral" if cfg.attention_pattern else "llama"
+    raise UserError("this architecture has no Hugging Face equivalent: export needs GPT-2 style "
+                    "(layernorm, gelu, learned positions, biases) or LLaMA style (rmsnorm, swiglu, rope, no biases)")
+
+
+# ------------------------------------------------------------------ configs
+
+def hf_config(cfg: ModelConfig) -> dict:
+    family = family_of(cfg)
+    if family == "gpt2":
+        return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": cfg.vocab_size,
+                "n_positions": cfg.seq_len, "n_embd": cfg.dim, "n_layer": cfg.n_layers, "n_head": cfg.n_heads,
+                "n_inner": cfg.ffn_dim, "layer_norm_epsilon": cfg.norm_eps,
+                "activation_function": "gelu_new" if cfg.gelu_approximate == "tanh" else "gelu",
+                "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout, "attn_pdrop": 0.0,
+                "tie_word_embeddings": cfg.tie_embeddings, "initializer_range": cfg.init_std}
+    out = {"architectures": ["MistralForCausalLM" if family == "mistral" else "LlamaForCausalLM"],
+           "model_type": family, "vocab_size": cfg.vocab_size, "hidden_size": cfg.dim,
+           "intermediate_size": cfg.ffn_dim, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
+           "num_key_value_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim, "max_position_embeddings": cfg.seq_len,
+           "rms_norm_eps": cfg.norm_eps, "rope_theta": cfg.rope_base, "hidden_act": "silu",
+           "tie_word_embeddings": cfg.tie_embeddings, "attention_bias": False, "mlp_bias": False,
+           "initializer_range": cfg.init_std}
+    if family == "mistral":
+        out["sliding_window"] = cfg.window
+        out["layer_types"] = ["sliding_attention" if c == "L" else "full_attention" for c in cfg.attention_pattern]
+    return out
+
+
+def config_from_hf(hf: dict) -> ModelConfig:
+    kind = hf.get("model_type")
+    if kind == "gpt2":
+        act = hf.get("activation_function", "gelu_new")
+        return ModelConfig(vocab_size=hf["vocab_size"], seq_len=hf["n_positions"], dim=hf["n_embd"],
+                           n_layers=hf["n_layer"], n_heads=hf["n_head"], ffn_dim=hf.get("n_inner") or 4 * hf["n_embd"],
+                           norm="layernorm", norm_eps=hf.get("layer_norm_epsilon", 1e-5), mlp="gelu",
+                           gelu_approximate="tanh" if act in ("gelu_new", "gelu_pytorch_tanh") else "none",
+                           positions="learned", bias=True, tie_embeddings=hf.get("tie_word_embeddings", True))
+    if kind in ("llama", "mistral"):
+        n_layers = hf["num_hidden_layers"]
+        pattern, window = "", 0
+        if kind == "mistral" and hf.get("sliding_window"):
+            window = hf["sliding_window"]
+            types = hf.get("layer_types") or ["sliding_attention"] * n_layers
+            pattern = "".join("L" if t == "sliding_attention" else "G" for t in types)
+        return ModelConfig(vocab_size=hf["vocab_size"], seq_len=hf.get("max_position_embeddings", 2048),
+                           dim=hf["hidden_size"], n_layers=n_layers, n_heads=hf["num_attention_heads"],
+                           n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
+                           ffn_dim=hf["intermediate_size"], norm="rmsnorm", norm_eps=hf.get("rms_norm_eps", 1e-6),
+                           mlp="swiglu", positions="rope", rope_base=hf.get("rope_theta", 10000.0), bias=False,
+                           tie_embeddings=hf.get("tie_word_embeddings", False), attention_pattern=pattern,
+                           window=window)
+    raise UserError(f"unsupported Hugging Face model_type {kind!r}; gpt2, llama and mistral can be imported")
+
+
+# ------------------------------------------------------------------ weights
+
+def to_hf_state(model: Transformer) -> dict:
+    cfg = model.config
+    family = family_of(cfg)
+    ours = {k: v.float().numpy() for k, v in model.state_dict().items()}
+    H, Hkv, D, Fd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim
+    out = {}
+    if family == "gpt2":
+        out["transformer.wte.weight"] = ours["tok_emb.weight"]
+        out["transformer.wpe.weight"] = ours["pos_emb.weight"]
+        for i in range(cfg.n_layers):
+            a, b = f"blocks.{i}.", f"transformer.h.{i}."
+            for ours_name, hf_name in (("norm1", "ln_1"), ("norm2", "ln_2")):
+                out[b + hf_name + ".weight"] = ours[a + ours_name + ".weight"]
+                out[b + hf_name + ".bias"] = ours[a + ours_name + ".bias"]
+            for ours_name, hf_name in (("attn.qkv", "attn.c_attn"), ("attn.proj", "attn.c_proj"),
+                                       ("mlp.fc", "mlp.c_fc"), ("mlp.proj", "mlp.c_proj")):
+                out[b + hf_name + ".weight"] = ours[a + ours_name + ".weight"].T  # Conv1D keeps (in, out)
+                out[b + hf_name + ".bias"] = ours[a + ours_name + ".bias"]
+        out["transformer.ln_f.weight"] = ours["norm.weight"]
+        out["transformer.ln_f.bias"] = ours["norm.bias"]
+        if not cfg.tie_embeddings:
+            out["lm_head.weight"] = ours["lm_head.weight"]
+    else:
+        out["model.embed_tokens.weight"] = ours["tok_emb.weight"]
+        for i in range(cfg.n_layers):
+            a, b = f"blocks.{i}.", f"model.layers.{i}."
+            qkv = ours[a + "attn.qkv.weight"]
+            out[b + "self_attn.q_proj.weight"] = qkv[:H * D]
+            out[b + "self_attn.k_proj.weight"] = qkv[H * D:(H + Hkv) * D]
+            out[b + "self_attn.v_proj.weight"] = qkv[(H + Hkv) * D:]
+            out[b + "self_attn.o_proj.weight"] = ours[a + "attn.proj.weight"]
+            gate_up = ours[a + "mlp.fc.weight"]
+            out[b + "mlp.gate_proj.weight"] = gate_up[:Fd]
+            out[b + "mlp.up_proj.weight"] = gate_up[Fd:]
+            out[b + "mlp.down_proj.weight"] = ours[a + "mlp.proj.weight"]
+            out[b + "input_layernorm.weight"] = ours[a + "norm1.weight"]
+            out[b + "post_attention_layernorm.weight"] = ours[a + "norm2.weight"]
+        out["model.norm.weight"] = ours["norm.weight"]
+        if not cfg.tie_embeddings:
+            out["lm_head.weight"] = ours["lm_head.weight"]
+    return {k: np.ascontiguousarray(v) for k, v in out.items()}
+
+
+def from_hf_state(cfg: ModelConfig, hf: dict) -> dict:
+    """Our state dict (name -> array) from HF tensors."""
+    family = family_of(cfg)
+
+    def take(name):
+        if name not in hf:
+            raise UserError(f"the Hugging Face weights lack {name}")
+        return np.asarray(hf[name], dtype=np.float32)
+
+    ours = {}
+    if family == "gpt2":
+        ours["tok_emb.weight"] = take("transformer.wte.weight")
+        ours["pos_emb.weight"] = take("transformer.wpe.weight")
+        for i in range(cfg.n_layers):
+            a, b = f"blocks.{i}.", f"transformer.h.{i}."
+            for ours_name, hf_name in (("norm1", "ln_1"), ("norm2", "ln_2")):
+                ours[a + ours_name + ".weight"] = take(b + hf_name + ".weight")
+                ours[a + ours_name + ".bias"] = take(b + hf_name + ".bias")
+            for ours_name, hf_name in (("attn.qkv", "attn.c_attn"), ("attn.proj", "attn.c_proj"),
+                                       ("mlp.fc", "mlp.c_fc"), ("mlp.proj", "mlp.c_proj")):
+                ours[a + ours_name + ".weight"] = take(b + hf_name + ".weight").T
+                ours[a + ours_name + ".bias"] = take(b + hf_name + ".bias")
+        ours["norm.weight"] = take("transformer.ln_f.weight")
+        ours["norm.bias"] = take("transformer.ln_f.bias")
+    else:
+        ours["tok_emb.weight"] = take("model.embed_tokens.weight")
+        for i in range(cfg.n_layers):
+            a, b = f"blocks.{i}.", f"model.layers.{i}."
+            ours[a + "attn.qkv.weight"] = np.concatenate([take(b + f"self_attn.{n}_proj.weight") for n in "qkv"])
+            ours[a + "attn.proj.weight"] = take(b + "self_attn.o_proj.weight")
+            ours[a + "mlp.fc.weight"] = np.concatenate([take(b + "mlp.gate_proj.weight"),
+                                                        take(b + "mlp.up_proj.weight")])
+            ours[a + "mlp.proj.weight"] = take(b + "mlp.down_proj.weight")
+            ours[a + "norm1.weight"] = take(b + "input_layernorm.weight")
+            ours[a + "norm2.weight"] = take(b + "post_attention_layernorm.weight")
+        ours["norm.weight"] = take("model.norm.weight")
+    if not cfg.tie_embeddings:
+        ours["lm_head.weight"] = take("lm_head.weight")
+    return {k: np.ascontiguousarray(v) for k, v in ours.items()}
+
+
+def export_hf(model: Transformer, directory: str) -> None:
+    """Write `config.json` and `model.safetensors` that transformers' from_pretrained() loads."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(hf_config(model.config), f, indent=2)
+    save_file(to_hf_state(model), os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+
+
+def import_hf(directory: str) -> Transformer:
+    """Build our model from a Hugging Face model directory (config.json + model.safetensors)."""
+    config_path = os.path.join(directory, "config.json")
+    weights_path = os.path.join(directory, "model.safetensors")
+    for path in (config_path, weights_path):
+        if not os.path.exists(path):
+            raise UserError(f"{path} does not exist; a Hugging Face model directory holds config.json and "
+                            "model.safetensors")
+    with open(config_path) as f:
+        cfg = config_from_hf(json.load(f))
+    model = Transformer(cfg)
+    model.load_state_dict(from_hf_state(cfg, load_file(weights_path)))
+    return model

@@ -1,0 +1,210 @@
+"""One configurable decoder-only transformer: GPT-2 style, LLaMA style, and what lies between.
+
+Pre-norm blocks: x = x + attn(norm(x)); x = x + mlp(norm(x)). Shapes in the
+comments: B batch, T time, C model dim, H query heads, Hkv key/value heads,
+D head dim, V vocabulary.
+"""
+
+import gradcraft.nn.functional as F
+from gradcraft import dtypes
+from gradcraft.models.config import ModelConfig
+from gradcraft.nn import init
+from gradcraft.nn.layers import Dropout, Embedding, LayerNorm, Linear, RMSNorm
+from gradcraft.nn.module import Module, ModuleList, Parameter
+from gradcraft.ops.creation import arange, ones
+from gradcraft.ops.movement import cat
+
+
+def make_norm(cfg: ModelConfig) -> Module:
+    if cfg.norm == "layernorm":
+        return LayerNorm(cfg.dim, eps=cfg.norm_eps, bias=cfg.bias)
+    return RMSNorm(cfg.dim, eps=cfg.norm_eps)
+
+
+class KVCache:
+    """Keys and values seen so far by one attention layer, (B, Hkv, S, D) each.
+
+    A sliding-window layer keeps only its last `window` positions.
+    """
+
+    def __init__(self, window: int | None = None):
+        self.k = None
+        self.v = None
+        self.window = window
+
+    def extend(self, k, v):
+        """Append this step's keys/values; returns the keys/values attention should read."""
+        if self.k is not None:
+            k = cat([self.k, k], dim=2)
+            v = cat([self.v, v], dim=2)
+        full_k, full_v = k, v
+        if self.window is not None and k.shape[2] > self.window:
+            k, v = k[:, :, -self.window:], v[:, :, -self.window:]
+        self.k, self.v = k, v
+        return full_k, full_v
+
+    def tensors(self) -> list:
+        return [t for t in (self.k, self.v) if t is not None]
+
+    @property
+    def length(self) -> int:
+        return 0 if self.k is None else self.k.shape[2]
+
+
+class Attention(Module):
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.window = cfg.layer_window(layer)
+        # q, k and v in one matmul: (C) -> (H + 2 Hkv) * D
+        self.qkv = Linear(cfg.dim, (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim, bias=cfg.bias)
+        self.proj = Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=cfg.bias)
+        self.dropout = Dropout(cfg.dropout)
+
+    def forward(self, x, rope=None, cache: KVCache | None = None):
+        B, T, C = x.shape
+        H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
+        qkv = self.qkv(x)  # (B, T, (H + 2 Hkv) D)
+        q = qkv[..., :H * D].reshape(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+        k = qkv[..., H * D:(H + Hkv) * D].reshape(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
+        v = qkv[..., (H + Hkv) * D:].reshape(B, T, Hkv, D).transpose(1, 2)
+        if rope is not None:
+            cos, sin = rope
+            q = F.rotary_embedding(q, cos, sin)
+            k = F.rotary_embedding(k, cos, sin)
+        if cache is not None:
+            k, v = cache.extend(k, v)
+        window = self.window
+        if window is not None and k.shape[2] > window + T - 1:
+            # Keys older than any query's window are never read: drop them before attention.
+            k, v = k[:, :, -(window + T - 1):], v[:, :, -(window + T - 1):]
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, window=window)  # (B, H, T, D)
+        y = y.transpose(1, 2).reshape(B, T, H * D)
+        return self.dropout(self.proj(y))
+
+
+class MLP(Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.kind = cfg.mlp
+        self.approximate = cfg.gelu_approximate
+        if cfg.mlp == "gelu":
+            self.fc = Linear(cfg.dim, cfg.ffn_dim, bias=cfg.bias)
+        else:  # SwiGLU: gate and up projections in one matmul
+            self.fc = Linear(cfg.dim, 2 * cfg.ffn_dim, bias=cfg.bias)
+            self.beta = Parameter(ones(1), no_decay=True) if cfg.learned_beta else None
+        self.proj = Linear(cfg.ffn_dim, cfg.dim, bias=cfg.bias)
+        self.ffn_dim = cfg.ffn_dim
+        self.dropout = Dropout(cfg.dropout)
+
+    def forward(self, x):
+        h = self.fc(x)
+        if self.kind == "gelu":
+            h = F.gelu(h, approximate=self.approximate)
+        else:
+            gate, up = h[..., :self.ffn_dim], h[..., self.ffn_dim:]
+            if self.beta is not None:
+                gate = gate * (gate * self.beta.to(gate.dtype)).sigmoid()
+            else:
+                gate = F.silu(gate)
+            h = gate * up
+        return self.dropout(self.proj(h))
+
+
+class Block(Module):
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.norm1 = make_norm(cfg)
+        self.attn = Attention(cfg, layer)
+        self.norm2 = make_norm(cfg)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, rope=None, cache=None):
+        x = x + self.attn(self.norm1(x), rope, cache)
+        return x + self.mlp(self.norm2(x))
+
+
+class Transformer(Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.tok_emb = Embedding(cfg.vocab_size, cfg.dim)
+        self.pos_emb = Embedding(cfg.seq_len, cfg.dim) if cfg.positions == "learned" else None
+        self.drop = Dropout(cfg.dropout)
+        self.blocks = ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
+        self.norm = make_norm(cfg)
+        self.lm_head = None if cfg.tie_embeddings else Linear(cfg.dim, cfg.vocab_size, bias=False)
+        self._rope_cache = {}
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """GPT-2's init: N(0, 0.02) weights, zero biases, residual projections scaled by 1/sqrt(2 L)."""
+        std = self.config.init_std
+        for name, p in self.named_parameters():
+            if name.endswith(".bias"):
+                init.zeros_(p)
+            elif "norm" in name or name.endswith(".beta"):
+                init.ones_(p)
+            elif name.endswith("proj.weight"):
+                init.normal_(p, std=init.scaled_residual_std(std, self.config.n_layers))
+            else:
+                init.normal_(p, std=std)
+
+    def rope_tables(self, start: int, length: int, device):
+        key = (device, start, length)
+        if key not in self._rope_cache:
+            if len(self._rope_cache) > 64:
+                self._rope_cache.clear()
+            self._rope_cache[key] = tuple(t.realize() for t in F.rope_frequencies(
+                length, self.config.head_dim, self.config.rope_base, device=device, start=start))
+        return self._rope_cache[key]
+
+    def forward(self, idx, targets=None, caches: list | None = None, label_smoothing: float = 0.0):
+        """idx (B, T) token ids -> logits (B, T, V); with targets, (logits, mean cross-entropy loss).
+
+        With `caches` (one KVCache per layer, see `new_caches`), idx holds only the new tokens and
+        positions continue from what the caches already hold.
+        """
+        B, T = idx.shape
+        start = caches[0].length if caches else 0
+        if start + T > self.config.seq_len and self.config.positions == "learned":
+            raise ValueError(f"sequence of {start + T} tokens exceeds the context length {self.config.seq_len}")
+        x = self.tok_emb(idx)  # (B, T, C)
+        rope = None
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(arange(start, start + T, device=idx.device))
+        else:
+            rope = self.rope_tables(start, T, idx.device)
+        x = self.drop(x)
+        for i, block in enumerate(self.blocks):
+            x = block(x, rope, caches[i] if caches else None)
+        x = self.norm(x)
+        weight = self.tok_emb.weight if self.lm_head is None else self.lm_head.weight
+        logits = x @ weight.to(x.dtype).mT  # (B, T, V)
+        if targets is None:
+            return logits
+        loss = F.cross_entropy(logits.reshape(B * T, -1).to(dtypes.float32), targets.reshape(B * T),
+                               label_smoothing=label_smoothing)
+        return logits, loss
+
+    def new_caches(self) -> list:
+        return [KVCache(self.config.layer_window(i)) for i in range(self.config.n_layers)]
+
+    def flops_per_token(self) -> float:
+        """Training FLOPs per token: 6 per parameter (forward + backward) plus the attention scores
+        (the estimate of the PaLM paper, as nanoGPT uses for MFU)."""
+        cfg = self.config
+        return 6 * self.num_parameters() + 12 * cfg.n_layers * cfg.dim * cfg.seq_len
+
+
+def count_parameters(model: Transformer) -> int:
+    return model.num_parameters()
+
+
+def describe(model: Transformer) -> str:
+    cfg = model.config
+    total = model.num_parameters()
+    return (f"{total / 1e6:.2f}M parameters: {cfg.n_layers} layers, dim {cfg.dim}, {cfg.n_heads} heads "
+            f"({cfg.n_kv_heads} kv), ffn {cfg.ffn_dim} {cfg.mlp}, {cfg.norm}, {cfg.positions} positions, "
+            f"context {cfg.seq_len}, vocab {cfg.vocab_size}")
+

@@ -1,0 +1,65 @@
+"""Layers: Linear, Embedding, LayerNorm, RMSNorm, Dropout."""
+
+from gradcraft.nn import functional as F
+from gradcraft.nn import init
+from gradcraft.nn.module import Module, Parameter
+from gradcraft.ops.creation import ones, zeros
+
+
+class Linear(Module):
+    """y = x W^T + b, W of shape (out_features, in_features) as in PyTorch."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = Parameter(zeros(out_features, in_features, device=device, dtype=dtype))
+        init.kaiming_uniform_linear_(self.weight, in_features)
+        self.bias = Parameter(zeros(out_features, device=device, dtype=dtype), no_decay=True) if bias else None
+        if bias:
+            init.kaiming_uniform_linear_(self.bias, in_features)
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
+
+
+class Embedding(Module):
+    def __init__(self, num_embeddings: int, embedding_dim: int, device=None, dtype=None):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.weight = Parameter(zeros(num_embeddings, embedding_dim, device=device, dtype=dtype), no_decay=True)
+        init.normal_(self.weight)
+
+    def forward(self, idx):
+        return F.embedding(idx, self.weight)
+
+
+class LayerNorm(Module):
+    def __init__(self, normalized_shape, eps: float = 1e-5, bias: bool = True, device=None, dtype=None):
+        super().__init__()
+        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.eps = eps
+        self.weight = Parameter(ones(self.normalized_shape, device=device, dtype=dtype), no_decay=True)
+        self.bias = Parameter(zeros(self.normalized_shape, device=device, dtype=dtype), no_decay=True) if bias else None
+
+    def forward(self, x):
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+class RMSNorm(Module):
+    def __init__(self, normalized_shape, eps: float | None = None, device=None, dtype=None):
+        super().__init__()
+        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.eps = eps
+        self.weight = Parameter(ones(self.normalized_shape, device=device, dtype=dtype), no_decay=True)
+
+    def forward(self, x):
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+
+class Dropout(Module):
+    def __init__(self, p: float = 0.5):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        return F.dropout(x, self.p, self.training)

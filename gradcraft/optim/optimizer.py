@@ -1,0 +1,149 @@
+"""Optimizers: SGD and AdamW, with lazily built updates realized as one schedule.
+
+`step()` builds every parameter's update as Tensor ops ending in `assign`, and
+realizes them together: reads of the old values all run before the writes.
+Learning rate and bias corrections live in 0-d device tensors whose buffers
+are overwritten each step, so the update graph has the same shape and the
+same kernels every step (what CUDA-graph capture needs).
+"""
+
+import math
+
+import numpy as np
+
+from gradcraft.engine.realize import realize
+from gradcraft.errors import UserError
+from gradcraft.ops.creation import zeros
+from gradcraft.ops.function import no_grad
+from gradcraft.tensor import Tensor
+
+
+class Optimizer:
+    defaults: dict = {}
+
+    def __init__(self, params, **hyper):
+        params = list(params)
+        if not params:
+            raise UserError("the optimizer got an empty parameter list")
+        groups = params if isinstance(params[0], dict) else [{"params": params}]
+        self.param_groups = []
+        for group in groups:
+            merged = dict(self.defaults, **hyper)
+            merged.update(group)
+            merged["params"] = list(group["params"])
+            self.param_groups.append(merged)
+        self.state: dict[int, dict] = {}  # id(param) -> {"step": int, name: Tensor}
+        self._scalars: dict[tuple, Tensor] = {}
+
+    def _scalar(self, key, value: float, device, dtype) -> Tensor:
+        """A 0-d device tensor holding `value`, updated in place (same buffer every step)."""
+        t = self._scalars.get((key, device, dtype))
+        if t is None:
+            t = Tensor(np.array(value, dtype=np.float32), device=device).to(dtype).realize()
+            self._scalars[(key, device, dtype)] = t
+        else:
+            t._buf.fill(value)
+        return t
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.grad = None
+
+    def step(self, realize_now: bool = True):
+        with no_grad():
+            updates = []
+            for gi, group in enumerate(self.param_groups):
+                group.pop("_step", None)
+                for p in group["params"]:
+                    if p.grad is not None:
+                        updates.extend(self._update(gi, group, p))
+        if realize_now:
+            realize(updates)
+            return None
+        return updates
+
+    def _update(self, group_index, group, p) -> list:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ state
+
+    def state_dict(self) -> dict:
+        """Hyper-parameters per group and per-parameter state as NumPy arrays, by parameter position."""
+        index = {id(p): i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
+        state = {}
+        for pid, s in self.state.items():
+            state[index[pid]] = {k: (v.numpy().copy() if isinstance(v, Tensor) else v) for k, v in s.items()}
+        groups = [{k: v for k, v in g.items() if k != "params" and not k.startswith("_")} for g in self.param_groups]
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        params = [p for g in self.param_groups for p in g["params"]]
+        if len(state_dict["param_groups"]) != len(self.param_groups):
+            raise UserError("optimizer state does not match: different number of parameter groups")
+        for group, saved in zip(self.param_groups, state_dict["param_groups"]):
+            group.update(saved)
+        self.state = {}
+        for i, s in state_dict["state"].items():
+            p = params[int(i)]
+            self.state[id(p)] = {k: (Tensor(v, device=p.device) if isinstance(v, np.ndarray) else v)
+                                 for k, v in s.items()}
+
+
+class SGD(Optimizer):
+    defaults = {"lr": 1e-3, "momentum": 0.0, "weight_decay": 0.0}
+
+    def _update(self, gi, group, p):
+        g = p.grad
+        if group["weight_decay"]:
+            g = g + p * group["weight_decay"]
+        out = []
+        if group["momentum"]:
+            state = self.state.setdefault(id(p), {"step": 0})
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = zeros(p.shape, dtype=p.dtype, device=p.device).realize()
+                buf_new = g
+            else:
+                buf_new = state["momentum_buffer"] * group["momentum"] + g
+            out.append(state["momentum_buffer"].assign(buf_new))
+            g = buf_new
+        lr = self._scalar(("lr", gi), group["lr"], p.device, p.dtype)
+        out.append(p.assign(p - lr * g))
+        return out
+
+
+class AdamW(Optimizer):
+    """Adam with decoupled weight decay (Loshchilov & Hutter), PyTorch's formula and defaults.
+
+    Parameters flagged `no_decay` (norm gains, biases, embeddings by default) get no weight decay.
+    """
+
+    defaults = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-2}
+
+    def _update(self, gi, group, p):
+        state = self.state.setdefault(id(p), {"step": 0})
+        if "exp_avg" not in state:
+            state["exp_avg"] = zeros(p.shape, dtype=p.dtype, device=p.device).realize()
+            state["exp_avg_sq"] = zeros(p.shape, dtype=p.dtype, device=p.device).realize()
+        state["step"] += 1
+        beta1, beta2 = group["betas"]
+        step = state["step"]
+        lr = group["lr"]
+        decay = 0.0 if getattr(p, "no_decay", False) else group["weight_decay"]
+        # Step-dependent numbers go through device scalars, not kernel constants. A group's parameters
+        # share them: all of a group's parameters are updated on the same steps (one with no gradient
+        # on some step would count its own steps, as in PyTorch, through a plain constant instead).
+        step_size, bc2_sqrt = lr / (1.0 - beta1 ** step), math.sqrt(1.0 - beta2 ** step)
+        if step == group.setdefault("_step", {}).setdefault("now", step):
+            shrink = self._scalar(("shrink", gi, decay), 1.0 - lr * decay, p.device, p.dtype)
+            step_size = self._scalar(("step_size", gi), step_size, p.device, p.dtype)
+            bc2_sqrt = self._scalar(("bc2_sqrt", gi), bc2_sqrt, p.device, p.dtype)
+        else:
+            shrink = 1.0 - lr * decay
+        g = p.grad
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        m_new = m * beta1 + g * (1.0 - beta1)
+        v_new = v * beta2 + g * g * (1.0 - beta2)
+        denom = v_new.sqrt() / bc2_sqrt + group["eps"]
+        p_new = p * shrink - step_size * (m_new / denom)
+        return [m.assign(m_new), v.assign(v_new), p.assign(p_new)]

@@ -1,0 +1,64 @@
+"""An independent PyTorch implementation of gradcraft's decoder, the oracle for tests/test_models.py.
+
+Written from the architecture description, not from gradcraft's code: it takes a
+ModelConfig and a state dict of NumPy arrays (our parameter names) and returns logits.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def _norm(cfg, x, w, b):
+    if cfg.norm == "layernorm":
+        return F.layer_norm(x, (cfg.dim,), w, b, cfg.norm_eps)
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + cfg.norm_eps) * w
+
+
+def _rope(x, start=0, base=10000.0):
+    T, D = x.shape[-2], x.shape[-1]
+    inv = 1.0 / base ** (torch.arange(0, D, 2, dtype=torch.float64) / D)
+    ang = torch.outer(torch.arange(start, start + T, dtype=torch.float64), inv)
+    cos, sin = torch.cat([ang.cos(), ang.cos()], -1).to(x.dtype), torch.cat([ang.sin(), ang.sin()], -1).to(x.dtype)
+    rotated = torch.cat([-x[..., D // 2:], x[..., :D // 2]], -1)
+    return x * cos + rotated * sin
+
+
+def forward(cfg, params: dict, idx: torch.Tensor) -> torch.Tensor:
+    P = params
+    B, T = idx.shape
+    H, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.dim // cfg.n_heads
+    x = P["tok_emb.weight"][idx]
+    if cfg.positions == "learned":
+        x = x + P["pos_emb.weight"][:T]
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    for i in range(cfg.n_layers):
+        p = lambda n: P.get(f"blocks.{i}.{n}")  # noqa: E731
+        h = _norm(cfg, x, p("norm1.weight"), p("norm1.bias"))
+        qkv = h @ p("attn.qkv.weight").T + (p("attn.qkv.bias") if cfg.bias else 0)
+        q, k, v = qkv.split([H * D, Hkv * D, Hkv * D], dim=-1)
+        q = q.view(B, T, H, D).transpose(1, 2)
+        k = k.view(B, T, Hkv, D).transpose(1, 2).repeat_interleave(H // Hkv, dim=1)
+        v = v.view(B, T, Hkv, D).transpose(1, 2).repeat_interleave(H // Hkv, dim=1)
+        if cfg.positions == "rope":
+            q, k = _rope(q, base=cfg.rope_base), _rope(k, base=cfg.rope_base)
+        layer_mask = mask
+        if cfg.attention_pattern and cfg.attention_pattern[i] == "L":
+            layer_mask = mask & ~torch.ones(T, T, dtype=torch.bool).tril(-cfg.window)
+        att = (q @ k.transpose(-1, -2)) / math.sqrt(D)
+        att = att.masked_fill(~layer_mask, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, H * D)
+        x = x + y @ p("attn.proj.weight").T + (p("attn.proj.bias") if cfg.bias else 0)
+        h = _norm(cfg, x, p("norm2.weight"), p("norm2.bias"))
+        h = h @ p("mlp.fc.weight").T + (p("mlp.fc.bias") if cfg.bias else 0)
+        if cfg.mlp == "gelu":
+            h = F.gelu(h, approximate=cfg.gelu_approximate)
+        else:
+            gate, up = h.chunk(2, dim=-1)
+            beta = p("mlp.beta")
+            h = (gate * torch.sigmoid(beta * gate) if beta is not None else F.silu(gate)) * up
+        x = x + h @ p("mlp.proj.weight").T + (p("mlp.proj.bias") if cfg.bias else 0)
+    x = _norm(cfg, x, P["norm.weight"], P.get("norm.bias"))
+    head = P["tok_emb.weight"] if cfg.tie_embeddings else P["lm_head.weight"]
+    return x @ head.T

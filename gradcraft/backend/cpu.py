@@ -74,7 +74,9 @@ def _gelu_backward(x, g, approximate="none"):
 
 
 def _sigmoid(w):
-    return np.exp(-np.logaddexp(0.0, -w)).astype(w.dtype, copy=False)
+    # One exp of -|x| (never overflows), then the branch for each sign.
+    e = np.exp(-np.abs(w))
+    return np.where(w >= 0, 1.0, e) / (1.0 + e)
 
 
 def _unary(fn):
@@ -183,9 +185,12 @@ def _topk(a, k, axis, largest):
 
 def _matmul(a, b):
     wa, wb = _wide(a), _wide(b)
-    if wa.ndim == 2 and wb.ndim == 2:
-        out = _out((wa.shape[0], wb.shape[1]), np.result_type(wa, wb))
-        np.matmul(wa, wb, out=out)
+    if wb.ndim == 2:
+        # (..., M, K) @ (K, N): one BLAS call on (batch*M, K); NumPy would loop over the batch.
+        rows = wa.reshape(-1, wa.shape[-1])
+        out = _out((rows.shape[0], wb.shape[1]), np.result_type(wa, wb))
+        np.matmul(rows, wb, out=out)
+        out = out.reshape(wa.shape[:-1] + (wb.shape[1],))
         return _finish(out, a.dtype) if wa is not a else out
     return _finish(np.matmul(wa, wb), a.dtype)
 
@@ -215,8 +220,13 @@ def _index(a, *indices, spec):
 
 
 def _index_put_add(g, *indices, spec, shape):
-    out = np.zeros(shape, dtype=_wide(g).dtype)
-    np.add.at(out, _index_tuple(indices, spec), _wide(g))
+    out = _out(shape, _wide(g).dtype)
+    out.fill(0)
+    index = _index_tuple(indices, spec)
+    if indices:
+        np.add.at(out, index, _wide(g))  # gathered positions may repeat: accumulate
+    else:
+        out[index] = _wide(g)  # plain slices never overlap
     return _finish(out, g.dtype)
 
 

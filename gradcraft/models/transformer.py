@@ -7,6 +7,7 @@ D head dim, V vocabulary.
 
 import gradcraft.nn.functional as F
 from gradcraft import dtypes
+from gradcraft.errors import UserError
 from gradcraft.models.config import ModelConfig
 from gradcraft.nn import init
 from gradcraft.nn.layers import Dropout, Embedding, LayerNorm, Linear, RMSNorm
@@ -159,22 +160,26 @@ class Transformer(Module):
                 length, self.config.head_dim, self.config.rope_base, device=device, start=start))
         return self._rope_cache[key]
 
-    def forward(self, idx, targets=None, caches: list | None = None, label_smoothing: float = 0.0):
+    def forward(self, idx, targets=None, caches: list | None = None, label_smoothing: float = 0.0,
+                compute_dtype=None):
         """idx (B, T) token ids -> logits (B, T, V); with targets, (logits, mean cross-entropy loss).
 
         With `caches` (one KVCache per layer, see `new_caches`), idx holds only the new tokens and
-        positions continue from what the caches already hold.
+        positions continue from what the caches already hold. `compute_dtype=gc.bfloat16` runs the
+        activations and matmuls in bf16 over fp32 weights (mixed precision); the loss is fp32.
         """
         B, T = idx.shape
         start = caches[0].length if caches else 0
         if start + T > self.config.seq_len and self.config.positions == "learned":
-            raise ValueError(f"sequence of {start + T} tokens exceeds the context length {self.config.seq_len}")
+            raise UserError(f"a sequence of {start + T} tokens exceeds the context length {self.config.seq_len}")
         x = self.tok_emb(idx)  # (B, T, C)
         rope = None
         if self.pos_emb is not None:
             x = x + self.pos_emb(arange(start, start + T, device=idx.device))
         else:
             rope = self.rope_tables(start, T, idx.device)
+        if compute_dtype is not None:
+            x = x.to(compute_dtype)
         x = self.drop(x)
         for i, block in enumerate(self.blocks):
             x = block(x, rope, caches[i] if caches else None)

@@ -19,7 +19,9 @@ class Linear(Module):
             init.kaiming_uniform_linear_(self.bias, in_features)
 
     def forward(self, x):
-        return F.linear(x, self.weight, self.bias)
+        # Under mixed precision the fp32 master weights are cast to the activations' dtype.
+        bias = self.bias.to(x.dtype) if self.bias is not None else None
+        return F.linear(x, self.weight.to(x.dtype), bias)
 
 
 class Embedding(Module):
@@ -42,7 +44,8 @@ class LayerNorm(Module):
         self.bias = Parameter(zeros(self.normalized_shape, device=device, dtype=dtype), no_decay=True) if bias else None
 
     def forward(self, x):
-        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        bias = self.bias.to(x.dtype) if self.bias is not None else None
+        return F.layer_norm(x, self.normalized_shape, self.weight.to(x.dtype), bias, self.eps)
 
 
 class RMSNorm(Module):
@@ -53,7 +56,7 @@ class RMSNorm(Module):
         self.weight = Parameter(ones(self.normalized_shape, device=device, dtype=dtype), no_decay=True)
 
     def forward(self, x):
-        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+        return F.rms_norm(x, self.normalized_shape, self.weight.to(x.dtype), self.eps)
 
 
 class Dropout(Module):

@@ -36,5 +36,11 @@ def matmul(a, b):
 def _matmul_grad(node, out, g):
     a, b = node.inputs
     grad_a = ew.sum_to(matmul(g, b.mT), a.shape) if a.requires_grad else None
-    grad_b = ew.sum_to(matmul(a.mT, g), b.shape) if b.requires_grad else None
+    grad_b = None
+    if b.requires_grad:
+        if b.ndim == 2 and a.ndim > 2:
+            # A weight shared over the batch: fold the batch into the rows, one (K, rows) @ (rows, N).
+            grad_b = matmul(a.reshape(-1, a.shape[-1]).mT, g.reshape(-1, g.shape[-1]))
+        else:
+            grad_b = ew.sum_to(matmul(a.mT, g), b.shape)
     return grad_a, grad_b

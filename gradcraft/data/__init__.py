@@ -1,0 +1,1 @@
+"""Training data on disk: token files (tokenfile.py)."""

@@ -1,0 +1,153 @@
+"""Checkpoints: weights, optimizer state and everything else needed to resume exactly.
+
+Layout (one folder per checkpoint, under <model_dir>/checkpoints/):
+
+    step_00000100/
+        model.safetensors       weights
+        optimizer.safetensors   AdamW moments, one tensor per parameter and moment
+        state.json              step, optimizer scalars, schedule, RNG, sampler position, tokenizer fingerprint
+        manifest.json           sha256 of each file above (written last)
+
+A checkpoint is written into a hidden temporary folder, every file fsynced,
+then the folder is renamed into place: a kill at any moment leaves either no
+new checkpoint or a complete one. Loading verifies the manifest and falls back
+to the previous checkpoint (saying so) when one is truncated or corrupted.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+from safetensors.numpy import load_file, save_file
+
+from gradcraft.atomic import fsync_dir
+from gradcraft.errors import UserError
+
+FILES = ("model.safetensors", "optimizer.safetensors", "state.json")
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fsync_file(path: str) -> None:
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+def weights_to_numpy(model) -> dict:
+    """Our state dict as NumPy arrays (tied weights once per name; bfloat16 kept as is)."""
+    return {name: np.ascontiguousarray(p.numpy()) for name, p in model.state_dict().items()}
+
+
+def save_checkpoint(model_dir: str, step: int, model, optimizer, state: dict, keep: int = 3) -> str:
+    root = os.path.join(model_dir, "checkpoints")
+    os.makedirs(root, exist_ok=True)
+    final = os.path.join(root, f"step_{step:08d}")
+    tmp = os.path.join(root, f".tmp-step_{step:08d}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    save_file(weights_to_numpy(model), os.path.join(tmp, "model.safetensors"))
+    opt_state = optimizer.state_dict()
+    tensors, scalars = {}, {}
+    for index, entry in opt_state["state"].items():
+        for key, value in entry.items():
+            if isinstance(value, np.ndarray):
+                tensors[f"{index}.{key}"] = np.ascontiguousarray(value)
+            else:
+                scalars[f"{index}.{key}"] = value
+    save_file(tensors, os.path.join(tmp, "optimizer.safetensors"))
+    full_state = dict(state, step=step, optimizer={"scalars": scalars, "param_groups": opt_state["param_groups"]})
+    with open(os.path.join(tmp, "state.json"), "w") as f:
+        json.dump(full_state, f)
+    manifest = {}
+    for name in FILES:
+        _fsync_file(os.path.join(tmp, name))
+        manifest[name] = _sha256(os.path.join(tmp, name))
+    with open(os.path.join(tmp, "manifest.json"), "w") as f:
+        json.dump(manifest, f)
+        f.flush()
+        os.fsync(f.fileno())
+    fsync_dir(tmp)
+    if os.path.exists(final):  # the same step again after a resume: replace it
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    fsync_dir(root)
+    _prune(root, keep)
+    return final
+
+
+def _prune(root: str, keep: int) -> None:
+    steps = list_checkpoints(root)
+    for path in steps[:-keep] if keep > 0 else []:
+        shutil.rmtree(path, ignore_errors=True)
+    for name in os.listdir(root):  # leftovers of writes killed half-way
+        if name.startswith(".tmp-") and not name.endswith(f"-{os.getpid()}"):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def list_checkpoints(root: str) -> list:
+    """Complete-looking checkpoint folders, oldest first."""
+    if not os.path.isdir(root):
+        return []
+    names = sorted(n for n in os.listdir(root) if n.startswith("step_") and n[5:].isdigit())
+    return [os.path.join(root, n) for n in names]
+
+
+def verify(path: str) -> str | None:
+    """None when the checkpoint is intact, else why not."""
+    manifest_path = os.path.join(path, "manifest.json")
+    try:
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
+        return "its manifest is missing or unreadable"
+    for name in FILES:
+        file = os.path.join(path, name)
+        if not os.path.exists(file):
+            return f"{name} is missing"
+        if _sha256(file) != manifest.get(name):
+            return f"{name} does not match its checksum (truncated or corrupted)"
+    return None
+
+
+def latest_checkpoint(model_dir: str, log=None) -> str | None:
+    """The newest intact checkpoint; a damaged newer one is reported and skipped."""
+    log = log or (lambda msg: print(msg, file=sys.stderr))
+    for path in reversed(list_checkpoints(os.path.join(model_dir, "checkpoints"))):
+        problem = verify(path)
+        if problem is None:
+            return path
+        log(f"warning: checkpoint {os.path.basename(path)} is unusable ({problem}); falling back to the previous one")
+    return None
+
+
+def load_checkpoint(path: str, model, optimizer) -> dict:
+    """Load weights and optimizer state in place; returns the saved state dict (step, rng, sampler...)."""
+    with open(os.path.join(path, "state.json")) as f:
+        state = json.load(f)
+    model.load_state_dict(load_file(os.path.join(path, "model.safetensors")))
+    tensors = load_file(os.path.join(path, "optimizer.safetensors"))
+    per_param: dict = {}
+    for key, value in tensors.items():
+        index, name = key.split(".", 1)
+        per_param.setdefault(int(index), {})[name] = value
+    for key, value in state["optimizer"]["scalars"].items():
+        index, name = key.split(".", 1)
+        per_param.setdefault(int(index), {})[name] = value
+    groups = state["optimizer"]["param_groups"]
+    for g in groups:
+        if "betas" in g:
+            g["betas"] = tuple(g["betas"])
+    try:
+        optimizer.load_state_dict({"state": per_param, "param_groups": groups})
+    except (IndexError, KeyError) as e:
+        raise UserError(f"checkpoint {path} does not match the model's parameters ({e})") from None
+    return state

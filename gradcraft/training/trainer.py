@@ -1,0 +1,247 @@
+"""The training loop: token file in, trained model directory out, resumable exactly.
+
+Reads top to bottom: data, model, optimizer, (resume), then the loop of
+micro-batches -> gradient accumulation -> clip -> AdamW step -> log ->
+evaluate -> checkpoint.
+"""
+
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+import gradcraft as gc
+from gradcraft.atomic import write_json
+from gradcraft.data.sampler import SAMPLERS, eval_batches
+from gradcraft.data.tokenfile import read_token_file
+from gradcraft.errors import UserError
+from gradcraft.models import ModelConfig, Transformer, describe
+from gradcraft.optim import AdamW, CosineWithWarmup, clip_grad_norm_
+from gradcraft.optim.schedule import set_lr
+from gradcraft.training import checkpoint as ckpt
+from gradcraft.training.log import CSVLog, plot_loss
+from safetensors.numpy import save_file
+
+
+@dataclass
+class TrainConfig:
+    dataset: str
+    model_dir: str
+    steps: int = 1000
+    batch_size: int = 8  # sequences per micro-batch
+    target_batch: int | None = None  # sequences per optimizer step (gradient accumulation); None = batch_size
+    max_lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_steps: int = 100
+    beta1: float = 0.9
+    beta2: float = 0.95
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    label_smoothing: float = 0.0
+    print_every: int = 10
+    checkpoint_every: int = 100
+    keep_checkpoints: int = 3
+    eval_every: int = 0  # 0 = only at the end (when a validation split exists)
+    eval_batches: int = 8
+    sampling: str = "random"
+    seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float32"  # float32, or bfloat16 for mixed precision (fp32 master weights)
+    max_bad_steps: int = 3  # non-finite steps in a row before stopping
+    stop_after: int | None = None  # end this session at this step (the schedule still spans `steps`)
+    progress: bool = True
+
+    def validate(self) -> None:
+        target = self.target_batch or self.batch_size
+        if self.batch_size < 1 or self.steps < 1:
+            raise UserError("--batch_size and --steps must be positive")
+        if target % self.batch_size:
+            raise UserError(f"--target_batch {target} is not a multiple of --batch_size {self.batch_size}")
+        if self.sampling not in SAMPLERS:
+            raise UserError(f"--sampling must be one of {', '.join(SAMPLERS)}, got {self.sampling!r}")
+        if self.dtype not in ("float32", "bfloat16"):
+            raise UserError(f"--dtype must be float32 or bfloat16, got {self.dtype!r}")
+
+
+def val_path_for(dataset: str) -> str:
+    """data/tokens.bin -> data/tokens.val.bin (the split `gradcraft tokenize --val_fraction` writes)."""
+    stem, suffix = os.path.splitext(dataset)
+    return f"{stem}.val{suffix}"
+
+
+def load_dataset(path: str):
+    if not os.path.exists(path):
+        raise UserError(f"dataset {path} does not exist; make one with `gradcraft tokenize`")
+    tokens, header = read_token_file(path)
+    val = None
+    if os.path.exists(val_path_for(path)):
+        val, _ = read_token_file(val_path_for(path))
+    return tokens, header, val
+
+
+def peak_flops(device: str, dtype: str) -> float | None:
+    """Dense peak FLOP/s of the detected GPU, for model-FLOPs utilisation (None on the CPU)."""
+    if not device.startswith("cuda"):
+        return None
+    try:
+        import cupy
+        name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode()
+    except Exception:
+        return None
+    table = {"H200": (989e12, 67e12), "H100": (989e12, 67e12), "A100": (312e12, 19.5e12)}
+    for key, (bf16, fp32) in table.items():
+        if key in name:
+            return bf16 if dtype == "bfloat16" else fp32
+    return None
+
+
+def _param_groups(model, weight_decay):
+    decay = [p for p in model.parameters() if not p.no_decay and p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.no_decay or p.ndim < 2]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None) -> dict:
+    """Run training; returns a summary (final step, last loss, tokens/s)."""
+    log = log or (lambda msg: print(msg, file=sys.stderr))
+    tc.validate()
+    tokens, header, val_tokens = load_dataset(tc.dataset)
+    if header.vocab_size and header.vocab_size != mc.vocab_size:
+        raise UserError(f"--vocab_size {mc.vocab_size} differs from the dataset's tokenizer vocabulary "
+                        f"({header.vocab_size}); leave --vocab_size unset to take it from the dataset")
+    sampler = SAMPLERS[tc.sampling](tokens, mc.seq_len, tc.batch_size, seed=tc.seed)
+    accum = (tc.target_batch or tc.batch_size) // tc.batch_size
+
+    gc.manual_seed(tc.seed)
+    model = Transformer(mc)
+    if tc.device != "cpu":
+        model.to(tc.device)
+    compute_dtype = gc.bfloat16 if tc.dtype == "bfloat16" else gc.float32
+    opt = AdamW(_param_groups(model, tc.weight_decay), lr=tc.max_lr, betas=(tc.beta1, tc.beta2),
+                weight_decay=tc.weight_decay)
+    schedule = CosineWithWarmup(tc.max_lr, tc.min_lr, tc.warmup_steps, tc.steps)
+    os.makedirs(tc.model_dir, exist_ok=True)
+
+    start_step = 0
+    if resume:
+        path = ckpt.latest_checkpoint(tc.model_dir, log)
+        if path is None:
+            raise UserError(f"no usable checkpoint in {tc.model_dir}/checkpoints; start without --resume")
+        state = ckpt.load_checkpoint(path, model, opt)
+        if state.get("tokenizer_fingerprint") and header.fingerprint and \
+                state["tokenizer_fingerprint"] != header.fingerprint:
+            raise UserError(f"the dataset was made with a different tokenizer ({header.fingerprint}) than the "
+                            f"checkpoint ({state['tokenizer_fingerprint']})")
+        start_step = state["step"]
+        sampler.load_state_dict(state["sampler"])
+        gc.set_rng_state(state["rng"])
+        log(f"resuming from {path} (step {start_step})")
+    write_json(os.path.join(tc.model_dir, "config.json"), mc.to_dict())
+    write_json(os.path.join(tc.model_dir, "train_config.json"), asdict(tc))
+
+    log(f"model: {describe(model)}")
+    log(f"data: {len(tokens):,} tokens; {tc.batch_size} x {accum} sequences of {mc.seq_len} per step; "
+        f"device {tc.device}, {tc.dtype}")
+    csv_log = CSVLog(os.path.join(tc.model_dir, "training_log.csv"), resume_step=start_step if resume else None)
+    peak = peak_flops(tc.device, tc.dtype)
+    flops_per_token = model.flops_per_token()
+    tokens_per_step = accum * tc.batch_size * mc.seq_len
+    bar = _progress(tc, start_step)
+    bad_steps, last_loss, last_good_ckpt = 0, float("nan"), None
+    tok_per_s = 0.0
+    model.train()
+
+    end_step = min(tc.steps, tc.stop_after) if tc.stop_after else tc.steps
+    for step in range(start_step, end_step):
+        t0 = time.perf_counter()
+        lr = schedule(step)
+        set_lr(opt, lr)
+        loss_sum = 0.0
+        for _ in range(accum):
+            x, y = sampler.next_batch()
+            x = gc.tensor(x, device=tc.device)
+            y = gc.tensor(y, device=tc.device)
+            _, loss = model(x, y, label_smoothing=tc.label_smoothing, compute_dtype=compute_dtype)
+            (loss / accum).backward()
+            loss_sum += loss.item()
+        step_loss = loss_sum / accum
+        norm = clip_grad_norm_(model.parameters(), tc.grad_clip)
+        norm_value = norm.item() if norm is not None else 0.0
+        if not (math.isfinite(step_loss) and math.isfinite(norm_value)):
+            bad_steps += 1
+            opt.zero_grad()
+            log(f"warning: step {step + 1}: loss {step_loss} / grad norm {norm_value} is not finite; "
+                "skipped the update")
+            if bad_steps >= tc.max_bad_steps:
+                csv_log.close()
+                where = f"the last good checkpoint is {last_good_ckpt}" if last_good_ckpt else "no checkpoint was written"
+                raise UserError(f"the loss was not finite for {bad_steps} steps in a row (last at step {step + 1}); "
+                                f"stopped: {where}. Try a lower --max_lr")
+            continue
+        bad_steps = 0
+        opt.step()
+        opt.zero_grad()
+        dt = time.perf_counter() - t0
+        tok_per_s = tokens_per_step / dt
+        last_loss = step_loss
+        done = step + 1
+
+        val_loss = None
+        if val_tokens is not None and ((tc.eval_every and done % tc.eval_every == 0) or done == tc.steps):
+            val_loss = evaluate(model, val_tokens, mc.seq_len, tc.batch_size, tc.eval_batches, tc.device,
+                                compute_dtype)
+        csv_log.append({"step": done, "loss": step_loss, "grad_norm": norm_value, "lr": lr,
+                        "tokens_per_s": round(tok_per_s, 1), "val_loss": val_loss})
+        if bar is not None:
+            postfix = {"loss": f"{step_loss:.4f}", "lr": f"{lr:.2e}", "tok/s": f"{tok_per_s:,.0f}"}
+            if peak:
+                postfix["mfu"] = f"{100 * flops_per_token * tok_per_s / peak:.1f}%"
+            bar.set_postfix(postfix, refresh=False)
+            bar.update(1)
+        elif done % tc.print_every == 0 or done == end_step:
+            log(f"step {done}/{tc.steps} loss {step_loss:.4f} lr {lr:.2e} {tok_per_s:,.0f} tok/s"
+                + (f" val {val_loss:.4f}" if val_loss is not None else ""))
+        if done % tc.checkpoint_every == 0 or done == end_step:
+            last_good_ckpt = ckpt.save_checkpoint(
+                tc.model_dir, done, model, opt, keep=tc.keep_checkpoints,
+                state={"sampler": sampler.state_dict(), "rng": gc.get_rng_state(), "schedule": schedule.state_dict(),
+                       "tokenizer_fingerprint": header.fingerprint, "vocab_size": mc.vocab_size})
+
+    if bar is not None:
+        bar.close()
+    csv_log.close()
+    save_weights(model, os.path.join(tc.model_dir, "model.safetensors"), header.fingerprint)
+    plot_loss(os.path.join(tc.model_dir, "training_log.csv"), os.path.join(tc.model_dir, "loss.png"))
+    return {"step": end_step, "loss": last_loss, "tokens_per_s": tok_per_s}
+
+
+def evaluate(model, tokens, seq_len, batch_size, max_batches, device, compute_dtype) -> float:
+    model.eval()
+    losses = []
+    with gc.no_grad():
+        for x, y in eval_batches(tokens, seq_len, batch_size, max_batches):
+            _, loss = model(gc.tensor(x, device=device), gc.tensor(y, device=device), compute_dtype=compute_dtype)
+            losses.append(loss.item())
+    model.train()
+    return float(np.mean(losses))
+
+
+def save_weights(model, path: str, fingerprint: str = "") -> None:
+    """The final weights, atomically, with the tokenizer fingerprint in the safetensors metadata."""
+    tmp = path + ".tmp"
+    save_file(ckpt.weights_to_numpy(model), tmp, metadata={"tokenizer_fingerprint": fingerprint or "",
+                                                           "config": json.dumps(model.config.to_dict())})
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _progress(tc: TrainConfig, start: int):
+    if not tc.progress or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+    return tqdm(total=tc.steps, initial=start, unit="step", dynamic_ncols=True)

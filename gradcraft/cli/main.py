@@ -14,6 +14,9 @@ from gradcraft.errors import UserError
 # subcommand name -> module under gradcraft.cli
 SUBCOMMANDS = {
     "demo": "demo",
+    "tokenize": "tokenize",
+    "train": "train",
+    "generate": "generate",
 }
 
 

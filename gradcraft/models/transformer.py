@@ -32,9 +32,11 @@ class KVCache:
         self.k = None
         self.v = None
         self.window = window
+        self.seen = 0  # positions appended so far (a windowed cache holds fewer)
 
     def extend(self, k, v):
         """Append this step's keys/values; returns the keys/values attention should read."""
+        self.seen += k.shape[2]
         if self.k is not None:
             k = cat([self.k, k], dim=2)
             v = cat([self.v, v], dim=2)
@@ -161,15 +163,17 @@ class Transformer(Module):
         return self._rope_cache[key]
 
     def forward(self, idx, targets=None, caches: list | None = None, label_smoothing: float = 0.0,
-                compute_dtype=None):
+                compute_dtype=None, start: int | None = None):
         """idx (B, T) token ids -> logits (B, T, V); with targets, (logits, mean cross-entropy loss).
 
         With `caches` (one KVCache per layer, see `new_caches`), idx holds only the new tokens and
-        positions continue from what the caches already hold. `compute_dtype=gc.bfloat16` runs the
+        positions continue from `start` (default: what the caches hold; pass it when sliding-window
+        caches keep fewer positions than were seen). `compute_dtype=gc.bfloat16` runs the
         activations and matmuls in bf16 over fp32 weights (mixed precision); the loss is fp32.
         """
         B, T = idx.shape
-        start = caches[0].length if caches else 0
+        if start is None:
+            start = caches[0].seen if caches else 0
         if start + T > self.config.seq_len and self.config.positions == "learned":
             raise UserError(f"a sequence of {start + T} tokens exceeds the context length {self.config.seq_len}")
         x = self.tok_emb(idx)  # (B, T, C)

@@ -1,0 +1,107 @@
+"""`gradcraft generate`: complete a prompt (or many, interactively) with a trained model."""
+
+import os
+import sys
+
+from gradcraft.errors import UserError
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("generate", help="generate text from a trained model",
+                              description="Greedy by default; --temp enables sampling (with --top_k/--top_p). "
+                                          "With no --prompt and no piped input, opens an interactive session.")
+    p.add_argument("--model_dir", help="a training run: takes the tokenizer, config and weights from it")
+    p.add_argument("--vocab", help="tokenizer file (gradcraft, HF tokenizer.json or .tiktoken)")
+    p.add_argument("--config", help="model config.json")
+    p.add_argument("--weights", help="model.safetensors")
+    p.add_argument("--prompt", help="one prompt; the completion is printed and the command exits")
+    p.add_argument("--max_tokens", type=int, default=512)
+    p.add_argument("--temp", type=float, default=None, help="sampling temperature (unset: greedy)")
+    p.add_argument("--top_k", type=int, default=20)
+    p.add_argument("--top_p", type=float, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--device", default="cpu")
+    p.set_defaults(func=run)
+
+
+def load(args):
+    from gradcraft.inference.text import TextGenerator, check_tokenizer, load_model, paths_from_model_dir
+    from gradcraft.tokenizer import Tokenizer
+
+    vocab, config, weights = args.vocab, args.config, args.weights
+    if args.model_dir:
+        d_vocab, d_config, d_weights = paths_from_model_dir(args.model_dir)
+        vocab, config, weights = vocab or d_vocab, config or d_config, weights or d_weights
+    missing = [flag for flag, value in (("--vocab", vocab), ("--config", config), ("--weights", weights)) if not value]
+    if missing:
+        raise UserError(f"give --model_dir, or {' '.join(missing)}")
+    if not os.path.exists(vocab):
+        raise UserError(f"tokenizer file {vocab} does not exist; pass --vocab")
+    tokenizer = Tokenizer.load(vocab)
+    model, metadata = load_model(config, weights, args.device)
+    check_tokenizer(tokenizer, model.config, metadata, vocab)
+    return TextGenerator(model, tokenizer)
+
+
+def params_from(args):
+    from gradcraft.inference.generate import SamplingParams
+    return SamplingParams(max_tokens=args.max_tokens, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
+                          seed=args.seed, stop_strings=tuple(args.stop))
+
+
+def stream(generator, prompt: str, params) -> str:
+    """Print the completion as it is produced; returns the stop reason."""
+    def on_text(_, piece):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    _, reasons = generator.complete([prompt], params, on_text)
+    sys.stdout.write("\n")
+    if reasons[0] == "context":
+        print(f"[stopped: the model's context length ({generator.model.config.seq_len} tokens) was reached]",
+              file=sys.stderr)
+    return reasons[0]
+
+
+def interactive(generator, params) -> None:
+    try:
+        import readline  # noqa: F401  (history and line editing for input())
+    except ImportError:
+        pass
+    print("interactive session: enter a prompt; Ctrl-C stops a generation, Ctrl-D (or an empty line twice) exits",
+          file=sys.stderr)
+    empty = 0
+    while True:
+        try:
+            prompt = input(">>> ")
+        except EOFError:
+            print(file=sys.stderr)
+            return
+        except KeyboardInterrupt:
+            print(file=sys.stderr)
+            continue
+        if not prompt:
+            empty += 1
+            if empty >= 2:
+                return
+            continue
+        empty = 0
+        try:
+            stream(generator, prompt, params)
+        except KeyboardInterrupt:
+            print("\n[generation stopped]", file=sys.stderr)
+        except UserError as e:
+            print(f"error: {e}", file=sys.stderr)
+
+
+def run(args) -> int:
+    params = params_from(args)
+    params.validate(0)
+    generator = load(args)
+    if args.prompt is not None:
+        stream(generator, args.prompt, params)
+    elif not sys.stdin.isatty():
+        stream(generator, sys.stdin.read(), params)
+    else:
+        interactive(generator, params)
+    return 0

@@ -1,0 +1,155 @@
+"""Text generation with a KV cache: prefill the prompt once, then one token per step.
+
+    for token in generate_tokens(model, prompt_ids, max_tokens=100, temperature=0.8, top_k=40, seed=1):
+        ...
+
+Sampling runs on the host over the last position's logits: greedy when
+`temperature` is None or 0, else softmax(logits / T) restricted to the top-k
+and the top-p nucleus. Each sequence has its own NumPy generator, so a given
+seed gives the same text alone or in a batch.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import gradcraft as gc
+from gradcraft.errors import UserError
+
+
+@dataclass
+class SamplingParams:
+    max_tokens: int = 512
+    temperature: float | None = None  # None or 0: greedy
+    top_k: int | None = 20
+    top_p: float | None = None
+    seed: int | None = None
+    stop_ids: tuple = ()  # token ids that end generation (e.g. <|endoftext|>); not emitted
+    stop_strings: tuple = field(default_factory=tuple)  # handled by the text layer (see TextGenerator)
+
+    def validate(self, context: int) -> None:
+        if self.max_tokens < 1:
+            raise UserError(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if self.temperature is not None and self.temperature < 0:
+            raise UserError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k is not None and self.top_k < 1:
+            raise UserError(f"top_k must be at least 1, got {self.top_k}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise UserError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+def sample_next(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> int:
+    """Pick the next token id from one row of logits (V,)."""
+    if not params.temperature:
+        return int(np.argmax(logits))
+    scaled = logits.astype(np.float64) / params.temperature
+    if params.top_k is not None and params.top_k < scaled.shape[0]:
+        kth = np.partition(scaled, -params.top_k)[-params.top_k]
+        scaled = np.where(scaled < kth, -np.inf, scaled)
+    probs = np.exp(scaled - scaled.max())
+    probs /= probs.sum()
+    if params.top_p is not None and params.top_p < 1.0:
+        order = np.argsort(-probs, kind="stable")
+        cumulative = np.cumsum(probs[order])
+        keep = cumulative - probs[order] < params.top_p  # the smallest prefix whose mass reaches top_p
+        mask = np.zeros_like(probs, dtype=bool)
+        mask[order[keep]] = True
+        probs = np.where(mask, probs, 0.0)
+        probs /= probs.sum()
+    return int(rng.choice(probs.shape[0], p=probs))
+
+
+class StopReason:
+    LENGTH = "length"  # max_tokens reached
+    STOP = "stop"  # a stop token or stop string
+    CONTEXT = "context"  # the model's context length reached
+
+
+def _realize_step(logits, caches):
+    gc.realize(logits, *[t for c in caches for t in c.tensors()])
+
+
+@gc.no_grad()
+def generate_batch(model, prompts: list, params: SamplingParams, on_token=None):
+    """Generate for several prompts of the same length at once.
+
+    Returns (list of generated id lists, list of stop reasons). `on_token(row, token_id)` is
+    called as each token is produced (for streaming).
+    """
+    lengths = {len(p) for p in prompts}
+    if len(lengths) != 1:
+        raise ValueError("generate_batch needs prompts of one length; use generate() for mixed lengths")
+    context = model.config.seq_len
+    params.validate(context)
+    prompt_len = lengths.pop()
+    if prompt_len < 1:
+        raise UserError("the prompt is empty: give at least one token")
+    if prompt_len >= context:
+        raise UserError(f"the prompt has {prompt_len} tokens; the model's context is {context}: shorten it")
+    model.eval()
+    device = model.tok_emb.weight.device
+    rngs = [np.random.default_rng(params.seed) for _ in prompts]
+    caches = model.new_caches()
+    logits = model(gc.tensor(np.array(prompts, dtype=np.int64), device=device), caches=caches)[:, -1]
+    _realize_step(logits, caches)
+    position = prompt_len  # where the next fed token sits
+    out = [[] for _ in prompts]
+    reasons = [None] * len(prompts)
+    while True:
+        rows = logits.float().numpy()
+        next_ids = []
+        for r, row in enumerate(rows):
+            if reasons[r] is not None:
+                next_ids.append(0)  # finished rows ride along; their tokens are discarded
+                continue
+            token = sample_next(row, params, rngs[r])
+            if token in params.stop_ids:
+                reasons[r] = StopReason.STOP
+            else:
+                out[r].append(token)
+                if on_token is not None and on_token(r, token) is False:
+                    reasons[r] = StopReason.STOP
+                elif len(out[r]) >= params.max_tokens:
+                    reasons[r] = StopReason.LENGTH
+            next_ids.append(token)
+        if all(reason is not None for reason in reasons):
+            break
+        if position >= context:  # the next token would sit past the trained context
+            reasons = [reason or StopReason.CONTEXT for reason in reasons]
+            break
+        x = gc.tensor(np.array(next_ids, dtype=np.int64).reshape(-1, 1), device=device)
+        logits = model(x, caches=caches, start=position)[:, -1]
+        position += 1
+        _realize_step(logits, caches)
+    return out, reasons
+
+
+def generate(model, prompts: list, params: SamplingParams, on_token=None):
+    """Generate for prompts of any lengths: prompts of equal length are batched together."""
+    results, reasons = [None] * len(prompts), [None] * len(prompts)
+    by_length: dict[int, list[int]] = {}
+    for i, p in enumerate(prompts):
+        by_length.setdefault(len(p), []).append(i)
+    for indices in by_length.values():
+        callback = None if on_token is None else (lambda r, t, idx=indices: on_token(idx[r], t))
+        out, why = generate_batch(model, [prompts[i] for i in indices], params, callback)
+        for i, o, w in zip(indices, out, why):
+            results[i], reasons[i] = o, w
+    return results, reasons
+
+
+@gc.no_grad()
+def generate_without_cache(model, prompt: list, params: SamplingParams) -> list:
+    """Greedy/sampled generation recomputing the whole context each step (the KV cache's oracle)."""
+    rng = np.random.default_rng(params.seed)
+    model.eval()
+    device = model.tok_emb.weight.device
+    ids, out = list(prompt), []
+    while len(out) < params.max_tokens and len(ids) < model.config.seq_len:
+        logits = model(gc.tensor(np.array([ids], dtype=np.int64), device=device))[0, -1].float().numpy()
+        token = sample_next(logits, params, rng)
+        if token in params.stop_ids:
+            break
+        out.append(token)
+        ids.append(token)
+    return out

@@ -1,0 +1,130 @@
+"""From files to text: load a trained model with its tokenizer (checking that they belong
+together), and generate text with streaming that never splits a multi-byte character."""
+
+import codecs
+import json
+import os
+
+from safetensors import safe_open
+from safetensors.numpy import load_file
+
+from gradcraft.errors import UserError
+from gradcraft.inference.generate import SamplingParams, generate
+from gradcraft.models import ModelConfig, Transformer
+
+
+def _need(path: str, what: str) -> str:
+    if not path or not os.path.exists(path):
+        raise UserError(f"{what} {path} does not exist")
+    return path
+
+
+def paths_from_model_dir(model_dir: str) -> tuple[str, str, str]:
+    """(tokenizer, config, weights) of a training run. The tokenizer is looked for in the run's
+    train_config.json dataset folder (where `gradcraft tokenize` put it) or the run folder itself."""
+    _need(model_dir, "model directory")
+    config = os.path.join(model_dir, "config.json")
+    weights = os.path.join(model_dir, "model.safetensors")
+    candidates = [os.path.join(model_dir, "tokenizer.json")]
+    train_config = os.path.join(model_dir, "train_config.json")
+    if os.path.exists(train_config):
+        with open(train_config) as f:
+            dataset = json.load(f).get("dataset", "")
+        candidates.append(os.path.join(os.path.dirname(dataset), "tokenizer.json"))
+    vocab = next((c for c in candidates if os.path.exists(c)), candidates[-1])
+    return vocab, config, weights
+
+
+def load_model(config_path: str, weights_path: str, device: str = "cpu") -> tuple[Transformer, dict]:
+    """The model with its weights, and the weights' metadata (tokenizer fingerprint)."""
+    with open(_need(config_path, "config")) as f:
+        try:
+            config = ModelConfig.from_dict(json.load(f))
+        except (ValueError, TypeError) as e:
+            raise UserError(f"{config_path} is not a gradcraft model config ({e})") from None
+    _need(weights_path, "weights file")
+    try:
+        with safe_open(weights_path, "numpy") as f:
+            metadata = f.metadata() or {}
+        weights = load_file(weights_path)
+    except Exception as e:  # safetensors raises its own error types for damaged files
+        raise UserError(f"{weights_path} is not a readable safetensors file ({e})") from None
+    model = Transformer(config)
+    try:
+        model.load_state_dict(weights)
+    except UserError as e:
+        raise UserError(f"{weights_path} does not fit {config_path}: {str(e).removeprefix('weights do not match the model: ')}") from None
+    if device != "cpu":
+        model.to(device)
+    return model, metadata
+
+
+def check_tokenizer(tokenizer, config: ModelConfig, metadata: dict, vocab_path: str) -> None:
+    """Refuse a tokenizer that does not belong to the weights (the silent-garbage failure)."""
+    if tokenizer.vocab_size != config.vocab_size:
+        raise UserError(f"the tokenizer {vocab_path} has {tokenizer.vocab_size} tokens but the model was built for "
+                        f"{config.vocab_size}; use the tokenizer the model was trained with")
+    expected = metadata.get("tokenizer_fingerprint")
+    if expected and expected != tokenizer.fingerprint:
+        raise UserError(f"the tokenizer {vocab_path} (fingerprint {tokenizer.fingerprint}) is not the one the weights "
+                        f"were trained with ({expected}); use the tokenizer the model was trained with")
+
+
+class TextGenerator:
+    def __init__(self, model, tokenizer):
+        self.model, self.tokenizer = model, tokenizer
+
+    def encode_prompt(self, prompt: str) -> list:
+        ids = self.tokenizer.encode(prompt)
+        if not ids:
+            raise UserError("the prompt is empty")
+        return ids
+
+    def stop_ids(self) -> tuple:
+        eot = self.tokenizer.eot_id
+        return (eot,) if eot is not None else ()
+
+    def complete(self, prompts: list[str], params: SamplingParams, on_text=None) -> tuple[list[str], list[str]]:
+        """Complete each prompt. `on_text(i, piece)` streams text as it becomes valid UTF-8.
+
+        Stop strings end a completion; the returned text stops before them.
+        """
+        params.stop_ids = self.stop_ids()
+        decoders = [codecs.getincrementaldecoder("utf-8")(errors="replace") for _ in prompts]
+        texts = [""] * len(prompts)
+        stopped = [False] * len(prompts)
+        emitted = [0] * len(prompts)
+
+        def on_token(i, token):
+            texts[i] += decoders[i].decode(self.tokenizer.decode_bytes([token]))
+            visible, hit = _cut_at_stop(texts[i], params.stop_strings)
+            if hit:
+                stopped[i] = True
+            # hold back a tail that could still become a stop string
+            hold = 0 if hit else max(_longest(params.stop_strings) - 1, 0)
+            safe = max(emitted[i], len(visible) - hold)
+            if on_text is not None and safe > emitted[i]:
+                on_text(i, visible[emitted[i]:safe])
+            emitted[i] = max(emitted[i], safe)
+            return not hit
+
+        ids, reasons = generate(self.model, [self.encode_prompt(p) for p in prompts], params, on_token)
+        results = []
+        for i in range(len(prompts)):
+            texts[i] += decoders[i].decode(b"", final=True)
+            visible, _ = _cut_at_stop(texts[i], params.stop_strings)
+            if on_text is not None and len(visible) > emitted[i]:
+                on_text(i, visible[emitted[i]:])
+            results.append(visible)
+            if stopped[i]:
+                reasons[i] = "stop"
+        return results, reasons
+
+
+def _cut_at_stop(text: str, stops) -> tuple[str, bool]:
+    cut = min((text.find(s) for s in stops if s and s in text), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+def _longest(stops) -> int:
+    return max((len(s) for s in stops), default=0)

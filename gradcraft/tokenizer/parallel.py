@@ -1,0 +1,202 @@
+"""Counting and encoding big inputs on several processes, in bounded memory.
+
+Files are cut into chunks of about `CHUNK_BYTES` at safe boundaries (after a
+newline, before a visible ASCII character: no gpt2/gpt4 piece spans such a
+point, see pretokenize.CHUNKABLE), so chunks encode independently to exactly
+the tokens of a single pass. Workers read their chunk from disk themselves:
+only (path, start, end) goes to a worker and only token arrays come back.
+
+At most `2 * workers` tasks are in flight, so memory stays bounded whatever
+the corpus size, and results come back in input order.
+"""
+
+from __future__ import annotations
+
+import mmap
+import multiprocessing as mp
+import os
+import re
+import sys
+from collections import Counter, deque
+from itertools import chain
+
+import numpy as np
+
+from gradcraft.tokenizer.bpe import CACHE_ENTRIES
+from gradcraft.tokenizer.pretokenize import CHUNKABLE, compile_pattern, resolve_pattern, special_regex
+
+CHUNK_BYTES = 1 << 20
+_BOUNDARY = re.compile(rb"\n[!-~]")
+
+
+def plan_chunks(paths, pattern: str, chunk_bytes: int | None = None) -> list[tuple[int, str, int, int]]:
+    """[(document index, path, start, end)] covering every file in order;
+    each file is one document."""
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
+    chunkable = resolve_pattern(pattern)[0] in CHUNKABLE
+    chunks = []
+    for doc, path in enumerate(paths):
+        size = os.path.getsize(path)
+        if size == 0:
+            continue
+        if not chunkable or size <= chunk_bytes:
+            chunks.append((doc, path, 0, size))
+            continue
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            start = 0
+            while start < size:
+                m = _BOUNDARY.search(mm, start + chunk_bytes) if start + chunk_bytes < size else None
+                end = m.start() + 1 if m else size
+                chunks.append((doc, path, start, end))
+                start = end
+    return chunks
+
+
+def read_chunk(path: str, start: int, end: int) -> str:
+    """A chunk of a file as text; invalid UTF-8 survives as surrogateescape."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f.read(end - start).decode("utf-8", "surrogateescape")
+
+
+def group_tasks(chunks, task_bytes: int | None = None) -> list[list]:
+    """Pack consecutive small chunks into tasks of about task_bytes (fewer
+    round trips for corpora of many small files)."""
+    task_bytes = task_bytes or CHUNK_BYTES
+    tasks, cur, size = [], [], 0
+    for c in chunks:
+        cur.append(c)
+        size += c[3] - c[2]
+        if size >= task_bytes:
+            tasks.append(cur)
+            cur, size = [], 0
+    if cur:
+        tasks.append(cur)
+    return tasks
+
+
+def _context():
+    # fork on Linux: workers start at once and never re-import the caller's
+    # __main__ (spawn/forkserver would, which breaks scripts without a
+    # `if __name__ == "__main__"` guard). Elsewhere spawn, the only safe choice.
+    if sys.platform.startswith("linux"):
+        return mp.get_context("fork")
+    return mp.get_context("spawn")
+
+
+def _windowed(pool, fn, tasks, workers):
+    """Like pool.imap, but with at most 2 * workers tasks submitted at once."""
+    pending = deque()
+    for task in tasks:
+        pending.append(pool.apply_async(fn, (task,)))
+        if len(pending) >= 2 * workers:
+            yield pending.popleft().get()
+    while pending:
+        yield pending.popleft().get()
+
+
+# ----------------------------------------------------------------- counting
+_count_state = {}
+
+
+def _count_init(pattern, special_tokens):
+    _count_state["rx"] = compile_pattern(pattern)
+    _count_state["special"] = special_regex(special_tokens)
+
+
+def _count_task(task) -> Counter:
+    from gradcraft.tokenizer.train import count_pieces
+    counts = Counter()
+    for item in task:
+        text = item if isinstance(item, str) else read_chunk(*item[1:])
+        counts.update(count_pieces(text, _count_state["rx"], _count_state["special"]))
+    return counts
+
+
+def count_pieces_parallel(texts_or_chunks, pattern, special_tokens, workers: int, progress=None) -> Counter:
+    """Distinct pieces and counts of texts (str) or file chunks, on `workers`
+    processes. `progress(n_bytes)` is called as tasks finish."""
+    tasks = []
+    for item in texts_or_chunks:
+        if isinstance(item, str):
+            tasks.extend([part] for part in _split_text(item, pattern, CHUNK_BYTES))
+        else:
+            tasks.append([item])
+    total = Counter()
+    if workers <= 1:
+        _count_init(pattern, special_tokens)
+        results = map(_count_task, tasks)
+        for task, c in zip(tasks, results):
+            _merge_counts(total, c)
+            if progress:
+                progress(_task_bytes(task))
+        return total
+    with _context().Pool(workers, initializer=_count_init, initargs=(pattern, special_tokens)) as pool:
+        for task, c in zip(tasks, _windowed(pool, _count_task, tasks, workers)):
+            _merge_counts(total, c)
+            if progress:
+                progress(_task_bytes(task))
+    return total
+
+
+def _merge_counts(total: Counter, c: Counter):
+    if not total:
+        total.update(c)
+        return
+    get = total.get
+    for k, v in c.items():
+        total[k] = get(k, 0) + v
+
+
+def _task_bytes(task) -> int:
+    return sum(len(x) if isinstance(x, str) else x[3] - x[2] for x in task)
+
+
+def _split_text(text: str, pattern, step: int) -> list[str]:
+    """Cut an in-memory text at safe boundaries (or not at all)."""
+    if resolve_pattern(pattern)[0] not in CHUNKABLE:
+        return [text]
+    boundary = re.compile(r"\n[!-~]")
+    parts, start = [], 0
+    while start < len(text):
+        m = boundary.search(text, start + step) if start + step < len(text) else None
+        end = m.start() + 1 if m else len(text)
+        parts.append(text[start:end])
+        start = end
+    return parts
+
+
+# ----------------------------------------------------------------- encoding
+_encode_state = {}
+
+
+def _encode_init(tokenizer, dtype):
+    _encode_state["tok"] = tokenizer
+    _encode_state["dtype"] = dtype
+
+
+def encode_text_array(tokenizer, text: str, dtype) -> np.ndarray:
+    """Ordinary-text encoding straight into a NumPy array."""
+    if len(tokenizer._cache) > CACHE_ENTRIES:
+        tokenizer._cache.clear()
+    pieces = tokenizer._compiled.findall(text) if tokenizer._compiled is not None else ([text] if text else [])
+    return np.fromiter(chain.from_iterable(map(tokenizer._cache.__getitem__, pieces)), dtype=dtype)
+
+
+def _encode_task(task) -> list[np.ndarray]:
+    tok, dtype = _encode_state["tok"], _encode_state["dtype"]
+    return [encode_text_array(tok, read_chunk(*c[1:]), dtype) for c in task]
+
+
+def encode_chunks(tokenizer, chunks, workers: int, dtype=np.uint32):
+    """Yield (chunk, token array) for each chunk, in order, on `workers`
+    processes. Special-token strings inside files are ordinary text."""
+    tasks = group_tasks(chunks)
+    if workers <= 1:
+        _encode_init(tokenizer, dtype)
+        for task in tasks:
+            yield from zip(task, _encode_task(task))
+        return
+    with _context().Pool(workers, initializer=_encode_init, initargs=(tokenizer, dtype)) as pool:
+        for task, arrays in zip(tasks, _windowed(pool, _encode_task, tasks, workers)):
+            yield from zip(task, arrays)

@@ -1,0 +1,133 @@
+"""Generation: the KV cache against recomputation, against HF generate, streaming, and CLI errors."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import gradcraft as gc
+from gradcraft.inference.generate import SamplingParams, generate, generate_without_cache
+from gradcraft.models import Transformer
+from gradcraft.models.hf import export_hf
+from test_models import FAMILIES, randomize, small_config
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_kv_cache_generation_equals_recomputing_the_context(family):
+    cfg = small_config(family, seq_len=40)  # the hybrid family has window 3: generation runs far past it
+    model = Transformer(cfg)
+    randomize(model, seed=5)
+    prompt = [3, 1, 4, 1, 5]
+    params = SamplingParams(max_tokens=25, temperature=None)
+    cached, _ = generate(model, [prompt], params)
+    assert cached[0] == generate_without_cache(model, prompt, params)
+    sampled = SamplingParams(max_tokens=20, temperature=1.0, top_k=10, top_p=0.9, seed=7)
+    assert generate(model, [prompt], sampled)[0][0] == generate_without_cache(model, prompt, sampled)
+
+
+def test_batched_generation_equals_one_by_one():
+    cfg = small_config("llama_gqa", seq_len=40)
+    model = Transformer(cfg)
+    randomize(model, seed=6)
+    prompts = [[1, 2, 3], [4, 5, 6], [7, 8], [9, 10, 11, 12]]
+    params = SamplingParams(max_tokens=12, temperature=0.9, top_k=20, seed=3)
+    together, _ = generate(model, prompts, params)
+    assert together == [generate(model, [p], params)[0][0] for p in prompts]
+
+
+def test_generation_stops_at_the_context_length():
+    cfg = small_config("gpt", seq_len=12)
+    model = Transformer(cfg)
+    out, reasons = generate(model, [[1, 2, 3, 4]], SamplingParams(max_tokens=100))
+    assert len(out[0]) == 12 - 4 + 1 and reasons == ["context"]
+
+
+@pytest.mark.parametrize("family", ["gpt", "llama_gqa"])
+def test_greedy_generation_equals_hf_generate(family, tmp_path):
+    import transformers
+    cfg = small_config(family, seq_len=40)
+    model = Transformer(cfg)
+    randomize(model, seed=8)
+    export_hf(model, str(tmp_path))
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path), attn_implementation="eager").eval()
+    prompt = [5, 9, 2, 7]
+    with torch.no_grad():
+        hf_out = hf.generate(torch.tensor([prompt]), max_new_tokens=20, do_sample=False, min_new_tokens=20,
+                             pad_token_id=0)[0, len(prompt):].tolist()
+    ours, _ = generate(model, [prompt], SamplingParams(max_tokens=20))
+    assert ours[0] == hf_out
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    """A tokenizer, a token file and a briefly trained model, made with the real CLIs."""
+    from gradcraft.cli.main import main
+    root = tmp_path_factory.mktemp("gen")
+    raw = root / "raw"
+    raw.mkdir()
+    text = "def reverse_string(s):\n    return s[::-1]\n# ünïcödé ✓ 漢字 🙂\n"
+    for i in range(30):
+        (raw / f"f{i}.txt").write_text(text * 3 + f"x = {i}\n")
+    assert main(["tokenize", "--data_dir", str(raw), "--output_path", str(root / "tokens.bin"),
+                 "--vocab_size", "300", "--workers", "1"]) == 0
+    assert main(["train", "--dataset", str(root / "tokens.bin"), "--model_dir", str(root / "run"), "--preset",
+                 "toy-v0", "--embed_dim", "32", "--num_layers", "1", "--num_heads", "2", "--steps", "30",
+                 "--batch_size", "4", "--seq_len", "24", "--warmup_steps", "2", "--max_lr", "1e-2", "--no_progress"]) == 0
+    return root
+
+
+def test_streaming_output_equals_non_streaming(trained_run):
+    from gradcraft.cli.generate import load
+    import argparse
+    args = argparse.Namespace(model_dir=str(trained_run / "run"), vocab=None, config=None, weights=None, device="cpu")
+    generator = load(args)
+    params = SamplingParams(max_tokens=40, temperature=1.5, top_k=50, seed=11)
+    pieces = []
+    texts, _ = generator.complete(["def ", "# ü"], params, on_text=lambda i, p: pieces.append((i, p)))
+    for i, text in enumerate(texts):
+        assert "".join(p for j, p in pieces if j == i) == text
+    again, _ = generator.complete(["def ", "# ü"], SamplingParams(max_tokens=40, temperature=1.5, top_k=50, seed=11))
+    assert again == texts
+    stopped, reasons = generator.complete(["def "], SamplingParams(max_tokens=40, stop_strings=("s",)))
+    assert "s" not in stopped[0]
+
+
+def _generate(*args):
+    return subprocess.run([sys.executable, "-m", "gradcraft.cli.main", "generate", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def _one_line(proc, needle):
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], proc.stderr
+
+
+def test_cli_generates_and_rejects_mismatched_files(trained_run, tmp_path):
+    run = trained_run / "run"
+    ok = _generate("--model_dir", str(run), "--prompt", "def ", "--max_tokens", "5")
+    assert ok.returncode == 0 and ok.stdout.startswith("")
+    _one_line(_generate("--model_dir", str(tmp_path / "none")), "does not exist")
+    _one_line(_generate("--vocab", str(tmp_path / "x.json"), "--config", str(run / "config.json"),
+                        "--weights", str(run / "model.safetensors"), "--prompt", "a"), "does not exist")
+    # a tokenizer of another size
+    from gradcraft.tokenizer import train as train_tokenizer
+    rng = np.random.default_rng(0)
+    words = ["".join(chr(97 + c) for c in rng.integers(0, 26, size=rng.integers(2, 9))) for _ in range(3000)]
+    other = train_tokenizer([" ".join(words)], vocab_size=280)
+    other.save(str(tmp_path / "other.json"))
+    _one_line(_generate("--vocab", str(tmp_path / "other.json"), "--config", str(run / "config.json"),
+                        "--weights", str(run / "model.safetensors"), "--prompt", "a"), "has 280 tokens")
+    # a tokenizer of the same size but different merges: the fingerprint catches it
+    same_size = train_tokenizer([" ".join(reversed(words)) + " zz"], vocab_size=300)
+    same_size.save(str(tmp_path / "same_size.json"))
+    _one_line(_generate("--vocab", str(tmp_path / "same_size.json"), "--config", str(run / "config.json"),
+                        "--weights", str(run / "model.safetensors"), "--prompt", "a"), "not the one the weights")
+    # weights that do not fit the config
+    cfg = json.loads((run / "config.json").read_text())
+    cfg["dim"] = 64
+    (tmp_path / "big.json").write_text(json.dumps(cfg))
+    _one_line(_generate("--vocab", str(trained_run / "tokenizer.json"), "--config", str(tmp_path / "big.json"),
+                        "--weights", str(run / "model.safetensors"), "--prompt", "a"), "does not fit")

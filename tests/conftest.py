@@ -2,3 +2,23 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))  # tests import their shared tables (optable.py)
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory):
+    """A tokenizer, a token file and a briefly trained model, made with the real CLIs."""
+    from gradcraft.cli.main import main
+    root = tmp_path_factory.mktemp("gen")
+    raw = root / "raw"
+    raw.mkdir()
+    text = "def reverse_string(s):\n    return s[::-1]\n# ünïcödé ✓ 漢字 🙂\n"
+    for i in range(30):
+        (raw / f"f{i}.txt").write_text(text * 3 + f"x = {i}\n")
+    assert main(["tokenize", "--data_dir", str(raw), "--output_path", str(root / "tokens.bin"),
+                 "--vocab_size", "300", "--workers", "1"]) == 0
+    assert main(["train", "--dataset", str(root / "tokens.bin"), "--model_dir", str(root / "run"), "--preset",
+                 "toy-v0", "--embed_dim", "32", "--num_layers", "1", "--num_heads", "2", "--steps", "30",
+                 "--batch_size", "4", "--seq_len", "24", "--warmup_steps", "2", "--max_lr", "1e-2", "--no_progress"]) == 0
+    return root

@@ -17,6 +17,7 @@ SUBCOMMANDS = {
     "tokenize": "tokenize",
     "train": "train",
     "generate": "generate",
+    "serve": "serve",
 }
 
 

@@ -109,6 +109,7 @@ class TextGenerator:
             return not hit
 
         ids, reasons = generate(self.model, [self.encode_prompt(p) for p in prompts], params, on_token)
+        self.last_token_counts = [len(i) for i in ids]
         results = []
         for i in range(len(prompts)):
             texts[i] += decoders[i].decode(b"", final=True)

@@ -171,7 +171,8 @@ def _cumsum(a, axis, reverse):
         result = np.flip(np.cumsum(np.flip(w, axis), axis=axis), axis)
     else:
         result = np.cumsum(w, axis=axis)
-    return _finish(np.ascontiguousarray(result), a.dtype if a.dtype.kind == "f" else np.int64)
+    floating = a.dtype.kind == "f" or a.dtype in _HALF  # (bfloat16's NumPy kind is "V")
+    return _finish(np.ascontiguousarray(result), a.dtype if floating else np.int64)
 
 
 def _topk(a, k, axis, largest):

@@ -32,6 +32,7 @@ def add_parser(subparsers):
         description="Learn a byte-level BPE vocabulary from text files and encode them into a token file "
                     "(see docs/tokenizer.md).")
     p.add_argument("--data_dir", default=DEFAULT_DATA_DIR, help="folder of input files, read recursively (default: %(default)s)")
+    p.add_argument("--exclude", default="", help="folder names to skip, comma separated, e.g. site-packages,tests")
     p.add_argument("--ext", default=".txt", help="file name ending(s) to read, comma separated, e.g. .py or .txt,.md (default: %(default)s)")
     p.add_argument("--output_path", default=DEFAULT_OUTPUT, help="token file to write (default: %(default)s)")
     p.add_argument("--vocab_path", default=None, help="tokenizer file to write, or to reuse if it exists (default: tokenizer.json next to --output_path)")
@@ -53,13 +54,15 @@ def val_path_for(output_path: str) -> str:
     return f"{stem}.val{suffix}"
 
 
-def find_files(data_dir: str, exts: list[str]) -> list[str]:
+def find_files(data_dir: str, exts: list[str], exclude: list[str] = ()) -> list[str]:
+    """Files under data_dir ending in one of exts, skipping folders named in exclude, in sorted order."""
     if not os.path.isdir(data_dir):
         raise UserError(f"data directory {data_dir} does not exist (pass --data_dir)")
     found = []
     for root, dirs, files in os.walk(data_dir):
-        dirs.sort()
+        dirs[:] = sorted(d for d in dirs if d not in exclude)
         found.extend(os.path.join(root, f) for f in sorted(files) if f.endswith(tuple(exts)))
+    found.sort()  # plain sorted path order, the order documents are written in
     if not found:
         raise UserError(f"no {'/'.join('*' + e for e in exts)} files under {data_dir} (choose others with --ext)")
     return found
@@ -164,7 +167,7 @@ def run(args) -> int:
     if not reuse:
         check_writable(vocab_path, "vocabulary")
 
-    files = find_files(args.data_dir, exts)
+    files = find_files(args.data_dir, exts, [e.strip() for e in args.exclude.split(",") if e.strip()])
     chunks = plan_chunks(files, args.pattern)
     total_bytes = sum(c[3] - c[2] for c in chunks)
     if total_bytes == 0:
@@ -183,6 +186,12 @@ def run(args) -> int:
     else:
         tok, sample = learn(args, train_chunks, special_tokens, workers)
     t_learn = time.perf_counter() - t0
+    if tok.pattern_name != args.pattern:
+        # A reused vocabulary brings its own pattern, which decides where a
+        # file may be cut into chunks (only gpt2/gpt4 allow it).
+        chunks = plan_chunks(files, tok.pattern)
+        train_chunks = [c for c in chunks if c[1] not in val_set]
+        val_chunks = [c for c in chunks if c[1] in val_set]
     sep_id = tok.special_tokens.get("<|endoftext|>", next(iter(tok.special_tokens.values()), None))
     dtype = dtype_for_vocab(tok.vocab_size)
 

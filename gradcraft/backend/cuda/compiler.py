@@ -1,0 +1,120 @@
+"""Load the kernel sources in kernels/ and compile them with NVRTC, once per (file, device, options).
+
+Sources are plain CUDA C++ with `extern "C"` kernels and no CUDA headers (kernels/common.cuh
+converts bfloat16/float16 by hand), so they compile the same through CuPy on a GPU machine and
+through a bare NVRTC library without one (`nvrtc_compile`, used by tests/test_cuda_compile.py).
+Local `#include "x.cuh"` lines are expanded here, so the text handed to the compiler is the whole
+program: CuPy's on-disk cache, keyed by that text, can never serve a kernel built from an older header.
+"""
+
+import ctypes
+import functools
+import glob
+import importlib.util
+import os
+import re
+from pathlib import Path
+
+KERNEL_DIR = Path(__file__).parent / "kernels"
+OPTIONS = ("-std=c++17",)
+_INCLUDE = re.compile(r'^#include "([^"]+)"\s*$', re.M)
+
+
+def kernel_files() -> list[Path]:
+    return sorted(KERNEL_DIR.glob("*.cu"))
+
+
+def source(name: str) -> str:
+    """The full text of kernels/<name> with its local includes expanded (each header once)."""
+    seen: set[str] = set()
+
+    def expand(path: Path) -> str:
+        text = path.read_text()
+
+        def include(match):
+            header = match.group(1)
+            if header in seen:
+                return ""
+            seen.add(header)
+            return expand(KERNEL_DIR / header)
+
+        return _INCLUDE.sub(include, text.replace("#pragma once", ""))
+
+    return expand(KERNEL_DIR / name)
+
+
+@functools.lru_cache(maxsize=None)
+def module(name: str, device_id: int, options: tuple = OPTIONS):
+    """The compiled cupy.RawModule of kernels/<name> for one device (CuPy picks its architecture)."""
+    import cupy
+    with cupy.cuda.Device(device_id):
+        mod = cupy.RawModule(code=source(name), options=options, backend="nvrtc")
+        mod.compile()
+    return mod
+
+
+@functools.lru_cache(maxsize=None)
+def function(name: str, kernel: str, device_id: int):
+    """One kernel of kernels/<name>, e.g. function("softmax.cu", "softmax_fwd_f32", 0)."""
+    return module(name, device_id).get_function(kernel)
+
+
+# ---------------------------------------------------------------- NVRTC without a GPU
+
+class NVRTCError(RuntimeError):
+    pass
+
+
+def find_nvrtc() -> str | None:
+    """Path of a libnvrtc shared library: the nvidia-cuda-nvrtc-cu12 wheel's, or the system's."""
+    candidates = []
+    for package in ("nvidia.cuda_nvrtc", "nvidia.cu13", "nvidia"):
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            spec = None
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            candidates += sorted(glob.glob(os.path.join(root, "**", "libnvrtc.so*"), recursive=True))
+    for directory in ("/usr/local/cuda/lib64", "/usr/lib/x86_64-linux-gnu"):
+        candidates += sorted(glob.glob(os.path.join(directory, "libnvrtc.so*")))
+    candidates = [c for c in candidates if "builtins" not in c and ".alt." not in c]
+    return candidates[0] if candidates else None
+
+
+@functools.lru_cache(maxsize=None)
+def _nvrtc(path: str):
+    lib = ctypes.CDLL(path)
+    lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+    return lib
+
+
+def nvrtc_compile(text: str, name: str, arch: str, options: tuple = OPTIONS, library: str | None = None) -> bytes:
+    """Compile CUDA C++ to PTX for `arch` (e.g. "sm_90") with NVRTC through ctypes; raises NVRTCError
+    with the compiler's log on failure."""
+    path = library or find_nvrtc()
+    if path is None:
+        raise NVRTCError("no libnvrtc found; pip install nvidia-cuda-nvrtc-cu12")
+    lib = _nvrtc(path)
+
+    def check(status, what):
+        if status != 0:
+            raise NVRTCError(f"{what}: {lib.nvrtcGetErrorString(status).decode()}")
+
+    prog = ctypes.c_void_p()
+    check(lib.nvrtcCreateProgram(ctypes.byref(prog), text.encode(), name.encode(), 0, None, None), "create")
+    try:
+        opts = [f"--gpu-architecture={arch}".encode(), *(o.encode() for o in options)]
+        status = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+        size = ctypes.c_size_t()
+        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        log = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetProgramLog(prog, log)
+        if status != 0:
+            raise NVRTCError(f"{name} ({arch}): {lib.nvrtcGetErrorString(status).decode()}\n{log.value.decode()}")
+        size = ctypes.c_size_t()
+        check(lib.nvrtcGetPTXSize(prog, ctypes.byref(size)), "ptx size")
+        ptx = ctypes.create_string_buffer(size.value)
+        check(lib.nvrtcGetPTX(prog, ptx), "ptx")
+        return ptx.raw
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(prog))

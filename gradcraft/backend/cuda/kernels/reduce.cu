@@ -1,0 +1,44 @@
+// Reductions: over the last axis of a contiguous (R, C) array (sum, max, min; one block per row,
+// float accumulation for half types), and the column sums of float64 partial results that other
+// kernels leave (the norms' weight gradients, the grad norm).
+#include "common.cuh"
+
+template <typename T, int OP>  // OP: 0 sum, 1 max, 2 min
+__device__ void reduce_last_body(const T* x, T* y, int C) {
+    typedef typename acc<T>::type A;
+    __shared__ A scratch[32];
+    const i64 row = blockIdx.x;
+    const T* xr = x + row * C;
+    A v = OP == 0 ? (A)0 : (OP == 1 ? neg_inf<A>() : -neg_inf<A>());
+    bool nan = false;
+    for (int j = threadIdx.x; j < C; j += blockDim.x) {
+        A e = to_float(xr[j]);
+        nan |= e != e;  // max/min propagate NaN, as NumPy does
+        v = OP == 0 ? v + e : (OP == 1 ? fmx(v, e) : fmn(v, e));
+    }
+    if (OP == 0) v = block_sum(v, scratch);
+    else {
+        v = OP == 1 ? block_max(v, scratch) : -block_max(-v, scratch);
+        nan = block_sum((A)(nan ? 1 : 0), scratch) > (A)0;
+        if (nan) v = quiet_nan<A>();
+    }
+    if (threadIdx.x == 0) y[row] = store<T>(v);
+}
+
+// y[j] = sum over r < R of partial[r * stride + j], for j < C.
+template <typename T>
+__device__ void sum_partials_body(const double* partial, T* y, int R, int C, i64 stride) {
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < C; j += gridDim.x * blockDim.x) {
+        double s = 0;
+        for (int r = 0; r < R; ++r) s += partial[r * stride + j];
+        y[j] = store<T>((typename acc<T>::type)s);
+    }
+}
+
+#define REDUCE(NAME, T) \
+    extern "C" __global__ void reduce_sum_##NAME(const T* x, T* y, int C) { reduce_last_body<T, 0>(x, y, C); } \
+    extern "C" __global__ void reduce_max_##NAME(const T* x, T* y, int C) { reduce_last_body<T, 1>(x, y, C); } \
+    extern "C" __global__ void reduce_min_##NAME(const T* x, T* y, int C) { reduce_last_body<T, 2>(x, y, C); } \
+    extern "C" __global__ void sum_partials_##NAME(const double* partial, T* y, int R, int C, i64 stride) { \
+        sum_partials_body<T>(partial, y, R, C, stride); }
+FOR_FLOAT_TYPES(REDUCE)

@@ -1,0 +1,82 @@
+"""What every launcher shares: dtype names, output allocation (poisonable for tests), launch shapes."""
+
+import math
+
+import cupy as cp
+import numpy as np
+
+from gradcraft.backend.cuda import compiler
+
+HALF = {np.dtype(np.float16), np.dtype("bfloat16")}
+FLOAT = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64", np.dtype("bfloat16"): "bf16",
+         np.dtype(np.float16): "f16"}
+
+# Tests set this: every output the handwritten kernels get is filled with NaN bits (0xFF bytes) first,
+# so an element a kernel forgets to write shows up.
+POISON = False
+
+
+def empty(shape, dtype) -> cp.ndarray:
+    out = cp.empty(shape, dtype=dtype)
+    if POISON and out.nbytes:
+        out.reshape(-1).view(np.uint8).fill(0xFF)
+    return out
+
+
+def contiguous(a: cp.ndarray) -> cp.ndarray:
+    """C-contiguous a (as is when it already is; cp.ascontiguousarray would turn 0-d into 1-d)."""
+    return a if a.flags.c_contiguous else cp.ascontiguousarray(a)
+
+
+def acc_dtype(dtype) -> np.dtype:
+    """The kernels' accumulator type for a storage dtype: float64 for float64, float32 otherwise."""
+    return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
+
+
+def wide(a: cp.ndarray) -> cp.ndarray:
+    """float32 for half-precision inputs: arithmetic happens there and rounds once (cpu.py's rule)."""
+    return a.astype(np.float32) if a.dtype in HALF else a
+
+
+def finish(result: cp.ndarray, dtype) -> cp.ndarray:
+    return result if result.dtype == dtype else result.astype(dtype)
+
+
+def suffix(dtype) -> str:
+    try:
+        return FLOAT[np.dtype(dtype)]
+    except KeyError:
+        raise TypeError(f"no CUDA kernel for dtype {np.dtype(dtype)}") from None
+
+
+def row_threads(width: int) -> int:
+    """Threads for one block per row of `width` values: about 8 values a thread, 32..1024."""
+    want = max(32, min(1024, 1 << max(0, math.ceil(math.log2(max(1, -(-width // 8)))))))
+    return want
+
+
+def grid_1d(n: int, threads: int = 256, per_thread: int = 1) -> int:
+    """Blocks for a grid-stride loop over n items: enough to fill the GPU, never more than needed."""
+    return max(1, min(-(-n // (threads * per_thread)), 65535 * 8))
+
+
+def run(file: str, kernel: str, grid: int, block: int, args: tuple, shared_mem: int = 0) -> None:
+    fn = compiler.function(file, kernel, cp.cuda.Device().id)
+    fn((grid,), (block,), args, shared_mem=shared_mem)
+
+
+def ptr(a) -> np.uint64:
+    """A pointer argument; None is NULL."""
+    return np.uint64(0 if a is None else a.data.ptr)
+
+
+def i64(v) -> np.int64:
+    return np.int64(v)
+
+
+def i32(v) -> np.int32:
+    return np.int32(v)
+
+
+def f64(v) -> np.float64:
+    return np.float64(v)

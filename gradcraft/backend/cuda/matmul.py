@@ -1,0 +1,106 @@
+"""Matrix products through cuBLAS (cublasGemmStridedBatchedEx), with batch broadcasting.
+
+float32 (TF32 tensor cores when enabled), float16 and bfloat16 (fp32 accumulation) go to one
+strided-batched GEMM call. Row-major C = A @ B is computed as the column-major C^T = B^T A^T, and
+operands whose last two dimensions are a transposed view (x @ w.mT) are passed with a transpose
+flag instead of being copied. float64 and integer products use cupy.matmul.
+"""
+
+import os
+
+import cupy as cp
+import numpy as np
+
+from gradcraft.backend.cuda import launch as L
+
+_CUDA_TYPE = {np.dtype(np.float32): 0, np.dtype(np.float16): 2, np.dtype("bfloat16"): 14}
+_COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = 68, 77
+_ONE, _ZERO = np.array(1.0, dtype=np.float32), np.array(0.0, dtype=np.float32)
+_tf32 = os.environ.get("GRADCRAFT_TF32", "0") == "1"
+
+
+def set_tf32(enabled: bool) -> None:
+    """Let float32 matmuls use TF32 tensor cores (10-bit mantissa inputs, fp32 accumulation)."""
+    global _tf32
+    _tf32 = bool(enabled)
+
+
+def tf32_enabled() -> bool:
+    return _tf32
+
+
+def _layout(a: cp.ndarray):
+    """(transposed, ld) when a's last two dims are a plain or transposed matrix in memory, else None."""
+    rows, cols = a.shape[-2:]
+    item = a.itemsize
+    s0, s1 = a.strides[-2:]
+    if (cols == 1 or s1 == item) and (rows == 1 or (s0 % item == 0 and s0 >= cols * item)):
+        return False, max(cols, s0 // item if rows > 1 else cols, 1)
+    if (rows == 1 or s0 == item) and (cols == 1 or (s1 % item == 0 and s1 >= rows * item)):
+        return True, max(rows, s1 // item if cols > 1 else rows, 1)
+    return None
+
+
+def _batch_stride(a: cp.ndarray, batch: tuple):
+    """One element stride that walks a's batch dims (broadcast to `batch`) in order, or None."""
+    lead = a.shape[:-2]
+    if all(n == 1 for n in lead):
+        return 0
+    full = cp.broadcast_to(a, batch + a.shape[-2:])
+    strides = [s // a.itemsize for n, s in zip(full.shape[:-2], full.strides[:-2]) if n != 1]
+    sizes = [n for n in full.shape[:-2] if n != 1]
+    for i in range(len(sizes) - 1):
+        if strides[i] != strides[i + 1] * sizes[i + 1]:
+            return None
+    return strides[-1] if strides else 0
+
+
+def _operand(a: cp.ndarray, batch: tuple):
+    layout, stride = _layout(a), _batch_stride(a, batch)
+    if layout is None or stride is None or any(s < 0 for s in a.strides):
+        a = cp.ascontiguousarray(cp.broadcast_to(a, batch + a.shape[-2:]))
+        layout, stride = _layout(a), _batch_stride(a, batch)
+    return a, layout[0], layout[1], stride
+
+
+def gemm(a: cp.ndarray, b: cp.ndarray, out_dtype=None) -> cp.ndarray:
+    """a (..., M, K) @ b (..., K, N) for float32/float16/bfloat16 operands of one dtype, ndim >= 2."""
+    M, K = a.shape[-2:]
+    N = b.shape[-1]
+    batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    count = int(np.prod(batch, dtype=np.int64))
+    out_dtype = np.dtype(out_dtype or a.dtype)
+    out = L.empty(batch + (M, N), out_dtype)
+    if out.size == 0:
+        return out
+    if K == 0:
+        out.fill(0)
+        return out
+    a, a_t, lda, stride_a = _operand(a, batch)
+    b, b_t, ldb, stride_b = _operand(b, batch)
+    from cupy_backends.cuda.libs import cublas  # loads libcublas: only when a product runs
+    compute = _COMPUTE_32F_FAST_TF32 if (_tf32 and a.dtype == np.float32) else _COMPUTE_32F
+    handle = cp.cuda.device.get_cublas_handle()
+    # column-major: C^T (N x M) = op(B^T) (N x K) @ op(A^T) (K x M)
+    cublas.gemmStridedBatchedEx(
+        handle, int(b_t), int(a_t), N, M, K, _ONE.ctypes.data,
+        b.data.ptr, _CUDA_TYPE[b.dtype], ldb, stride_b,
+        a.data.ptr, _CUDA_TYPE[a.dtype], lda, stride_a,
+        _ZERO.ctypes.data, out.data.ptr, _CUDA_TYPE[out_dtype], N, M * N, count, compute, -1)
+    return out
+
+
+def matmul(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
+    """np.matmul semantics (1-D operands, batch broadcasting); half precision accumulates in fp32."""
+    if a.dtype != b.dtype or a.dtype not in _CUDA_TYPE:
+        wa, wb = L.wide(a), L.wide(b)
+        return L.finish(cp.matmul(wa, wb), a.dtype if a.dtype in L.HALF else np.result_type(wa, wb))
+    squeeze = []
+    if a.ndim == 1:
+        a, squeeze = a[None, :], squeeze + [-2]
+    if b.ndim == 1:
+        b, squeeze = b[:, None], squeeze + [-1]
+    out = gemm(a, b)
+    for axis in squeeze:  # -2 (a was 1-D) first, then -1 (b was 1-D)
+        out = out.squeeze(axis)
+    return out

@@ -1,0 +1,95 @@
+"""Multi-tensor optimizer kernels: AdamW over all parameters in one launch, and the global grad norm.
+
+Both walk a table of CHUNK-element chunks over a list of tensors (kernels/multi_tensor.cuh). The
+tables depend only on the tensors' addresses and sizes, so they are built once and cached.
+
+    adamw_step(params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1=0.9, beta2=0.999, eps=1e-8,
+               weight_decay=0.01, grad_scale=None) -> None
+        Updates params, exp_avgs and exp_avg_sqs in place (torch.optim.AdamW's rule, decoupled
+        weight decay). params/grads: lists of contiguous float32, bfloat16 or float16 CuPy arrays;
+        exp_avgs/exp_avg_sqs: float32 arrays of the same sizes. lr_step: a float32 device array
+        [lr, step] (step counts from 1). grad_scale: None or a float32 device array whose first
+        element multiplies every gradient (e.g. grad_norm(...)[1:] for clipping).
+
+    grad_norm(grads, max_norm=0.0) -> float32 device array [norm, min(1, max_norm / (norm + 1e-6))]
+        (the second entry is 1 when max_norm is 0). Nothing is copied to the host.
+"""
+
+import functools
+
+import cupy as cp
+import numpy as np
+
+from gradcraft.backend.cuda import launch as L
+
+CHUNK = 65536  # kernels/multi_tensor.cuh
+_CODES = {np.dtype(np.float32): 0, np.dtype("bfloat16"): 1, np.dtype(np.float16): 2}
+
+
+def _check(arrays, what):
+    for a in arrays:
+        if a.dtype not in _CODES or not a.flags.c_contiguous:
+            raise TypeError(f"{what}: need contiguous float32/bfloat16/float16 arrays, got {a.dtype} {a.shape}")
+
+
+@functools.lru_cache(maxsize=64)
+def _table(sizes: tuple, device_id: int):
+    """Device arrays (chunk -> tensor, chunk -> first element) for tensors of these sizes."""
+    tensor, start = [], []
+    for k, n in enumerate(sizes):
+        for s in range(0, n, CHUNK):
+            tensor.append(k)
+            start.append(s)
+    return cp.asarray(np.array(tensor, dtype=np.int32)), cp.asarray(np.array(start, dtype=np.int64)), len(tensor)
+
+
+@functools.lru_cache(maxsize=256)
+def _pointers(key: tuple, device_id: int):
+    return cp.asarray(np.array(key, dtype=np.uint64))
+
+
+def _list(arrays):
+    return _pointers(tuple(a.data.ptr for a in arrays), cp.cuda.Device().id)
+
+
+def _int32s(values):
+    return cp.asarray(np.array(values, dtype=np.int32))
+
+
+def adamw_step(params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1=0.9, beta2=0.999, eps=1e-8,
+               weight_decay=0.01, grad_scale=None) -> None:
+    _check(params, "adamw_step params")
+    _check(grads, "adamw_step grads")
+    sizes = tuple(int(p.size) for p in params)
+    for group in (grads, exp_avgs, exp_avg_sqs):
+        if tuple(int(a.size) for a in group) != sizes:
+            raise ValueError("adamw_step: params, grads and optimizer states must have the same sizes")
+    if any(m.dtype != np.float32 for m in (*exp_avgs, *exp_avg_sqs)):
+        raise TypeError("adamw_step: optimizer states must be float32")
+    chunk_tensor, chunk_start, n_chunks = _table(sizes, cp.cuda.Device().id)
+    if not n_chunks:
+        return
+    size_array = _pointers(sizes, cp.cuda.Device().id).view(np.int64)
+    param_codes = _int32s([_CODES[p.dtype] for p in params])
+    grad_codes = _int32s([_CODES[g.dtype] for g in grads])
+    L.run("adamw.cu", "adamw_step", min(n_chunks, 4096), 512,
+          (_list(params), param_codes, _list(grads), grad_codes, _list(exp_avgs), _list(exp_avg_sqs), size_array,
+           chunk_tensor, chunk_start, L.i32(n_chunks), cp.asarray(lr_step, dtype=np.float32),
+           L.ptr(grad_scale), np.float32(beta1), np.float32(beta2), np.float32(eps), np.float32(weight_decay)))
+
+
+def grad_norm(grads, max_norm=0.0):
+    _check(grads, "grad_norm")
+    sizes = tuple(int(g.size) for g in grads)
+    chunk_tensor, chunk_start, n_chunks = _table(sizes, cp.cuda.Device().id)
+    out = L.empty((2,), np.float32)
+    partial = L.empty((max(n_chunks, 1),), np.float64)
+    if n_chunks:
+        L.run("gradnorm.cu", "grad_sumsq", min(n_chunks, 4096), 512,
+              (_list(grads), _int32s([_CODES[g.dtype] for g in grads]),
+               _pointers(sizes, cp.cuda.Device().id).view(np.int64), chunk_tensor, chunk_start, L.i32(n_chunks),
+               partial))
+    else:
+        partial.fill(0)
+    L.run("gradnorm.cu", "grad_norm_finish", 1, 1024, (partial, L.i32(max(n_chunks, 1)), out, L.f64(max_norm)))
+    return out

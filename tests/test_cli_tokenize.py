@@ -147,3 +147,22 @@ def test_real_entry_point(tmp_path, data_dir):
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and bad.stderr.startswith("error:")
     assert os.path.exists(out)
+
+
+def test_reused_vocabulary_brings_its_pattern(tmp_path, data_dir, monkeypatch):
+    # A `none` vocabulary must never see a file cut into chunks, even though
+    # --pattern defaults to gpt4 (chunk cuts are only safe for gpt2/gpt4).
+    import gradcraft.tokenizer.parallel as parallel
+    from gradcraft.tokenizer import train
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 100)
+    vocab = tmp_path / "none.json"
+    train(make_corpus(n_docs=4), vocab_size=300, pattern="none").save(vocab)
+    out = tmp_path / "t.bin"
+    assert run("--data_dir", data_dir, "--output_path", out, "--vocab_path", vocab) == 0
+    tok = Tokenizer.load(vocab)
+    tokens, _ = read_token_file(out)
+    eot = tok.special_tokens["<|endoftext|>"]
+    expected = []
+    for p in sorted(p for p in data_dir.rglob("*.txt") if p.stat().st_size):
+        expected += [eot] + tok.encode_bytes(p.read_bytes())
+    assert np.asarray(tokens).tolist() == expected

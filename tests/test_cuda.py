@@ -137,8 +137,6 @@ def test_op_table_matches_cpu(gpu, op, sample_index, dtype):
     noncontiguous = dtype == "noncontiguous"
     if noncontiguous and not op.noncontiguous:
         pytest.skip("op has no strided-input variant")
-    if dtype == "bfloat16" and op.name == "cumsum":
-        pytest.skip("cpu.py's cumsum returns int64 for bfloat16 (dtype.kind is 'V'); see test_reductions")
     gdtype = gc.bfloat16 if dtype == "bfloat16" else gc.float32
     seed = int(rng().integers(1 << 30))
     try:

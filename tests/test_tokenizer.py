@@ -110,6 +110,9 @@ def test_vocab_size_too_small():
 def test_decode_bad_id(tok):
     with pytest.raises(ValueError, match="not in the vocabulary"):
         tok.decode([0, tok.vocab_size + 5])
+    with pytest.raises(ValueError, match="token id -1 is not"):
+        tok.decode([5, -1])
+    assert tok.decode(np.array(tok.encode("héllo"), dtype=np.uint16)) == "héllo"
 
 
 def test_runs_out_of_pairs():
@@ -152,9 +155,17 @@ def test_incremental_trainer_matches_naive(pattern):
     counts = Counter()
     for doc in CORPUS[:8]:
         counts.update(count_pieces(doc.replace("<|endoftext|>", ""), rx))
-    if pattern == "none":
-        counts = Counter({k[:300]: v for k, v in counts.items()})
     assert learn_merges(counts, 150) == naive_merges(counts, 150)
+
+
+def test_none_pattern_trains_fast_on_long_documents():
+    # one 1 MB piece: each merge must visit only its occurrences
+    import time
+    text = "".join(CORPUS) * 25
+    t = time.perf_counter()
+    tok = train([text], vocab_size=600, pattern="none", special_tokens=[])
+    assert time.perf_counter() - t < 20
+    assert tok.decode(tok.encode(text[:20000])) == text[:20000]
 
 
 def test_deterministic_and_worker_independent(monkeypatch):
@@ -205,3 +216,20 @@ def test_pickle_round_trip(tok):
     t2 = pickle.loads(pickle.dumps(tok))
     assert t2.fingerprint == tok.fingerprint
     assert t2.encode(CORPUS[0]) == tok.encode(CORPUS[0])
+
+
+@pytest.mark.parametrize("name", ["gpt2", "gpt4"])
+def test_ascii_fast_path_equals_full_pattern(name):
+    import random
+    import re
+
+    import regex
+    from gradcraft.tokenizer.pretokenize import ASCII_PATTERNS
+    from gradcraft.tokenizer.pretokenize import PATTERNS as RX
+    full, fast = regex.compile(RX[name]), re.compile(ASCII_PATTERNS[name])
+    rng = random.Random(0)
+    alphabet = [chr(c) for c in range(128)] + list("aZ09 \n'sSdDlLvVtTmMrReE") * 3
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(300))) for _ in range(2000)]
+    texts += [doc for doc in CORPUS if doc.isascii()] + ["don't I'LL we've 'S 'Ve x's 12345 \r\n\r\n  \t\x0b\x1c\x1f"]
+    for t in texts:
+        assert fast.findall(t) == full.findall(t), repr(t)

@@ -59,6 +59,23 @@ class Backend:
     def synchronize(self) -> None:
         """Wait for queued kernels (for timing)."""
 
+    # Multi-tensor optimizer kernels (outside the graph: they update buffers in place, in one launch
+    # on the GPU). Step-dependent numbers arrive in device arrays so the launches never change.
+
+    def adamw_step(self, params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1, beta2, eps, weight_decay,
+                   grad_scale=None) -> None:
+        """PyTorch's AdamW rule over lists of buffers, in place. lr_step: float32 array [lr, step];
+        grad_scale: None or an array whose first element multiplies every gradient (clipping)."""
+        raise NotImplementedError
+
+    def grad_norm(self, grads, max_norm: float = 0.0):
+        """float32 array [global L2 norm, min(1, max_norm / (norm + 1e-6))] (1 when max_norm is 0)."""
+        raise NotImplementedError
+
+    def write(self, array, values) -> None:
+        """Copy host values into an existing device buffer (same shape)."""
+        raise NotImplementedError
+
     def check_contract(self) -> None:
         missing = KERNELS - set(self.kernels)
         if missing:

@@ -516,6 +516,15 @@ class CPUBackend(Backend):
     def from_numpy(self, array):
         return stats.track(np.array(array, copy=True, order="C"))
 
+    def adamw_step(self, *args, **kwargs) -> None:
+        _adamw_step(*args, **kwargs)
+
+    def grad_norm(self, grads, max_norm: float = 0.0):
+        return _grad_norm(grads, max_norm)
+
+    def write(self, array, values) -> None:
+        array[...] = values
+
     def to_numpy(self, array):
         return array
 
@@ -525,6 +534,36 @@ class CPUBackend(Backend):
         # (and, for the base, the array's .base link). Measured on CPython 3.11-3.13.
         if array.base is not None and sys.getrefcount(array) <= 2 and sys.getrefcount(array.base) <= 2:
             self.pool.recycle(array)
+
+
+def _adamw_step(params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1, beta2, eps, weight_decay,
+                grad_scale=None) -> None:
+    lr, step = float(lr_step[0]), float(lr_step[1])
+    scale = float(grad_scale[0]) if grad_scale is not None else 1.0
+    step_size = lr / (1.0 - beta1 ** step)
+    bc2_sqrt = math.sqrt(1.0 - beta2 ** step)
+    for p, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs):
+        w = _wide(p)
+        gw = _wide(g) * np.float32(scale) if scale != 1.0 else _wide(g)
+        if weight_decay:
+            w *= np.float32(1.0 - lr * weight_decay)
+        m *= np.float32(beta1)
+        m += np.float32(1.0 - beta1) * gw
+        v *= np.float32(beta2)
+        v += np.float32(1.0 - beta2) * gw * gw
+        denom = np.sqrt(v) / np.float32(bc2_sqrt)
+        denom += np.float32(eps)
+        w -= np.float32(step_size) * (m / denom)
+        if w is not p:
+            p[...] = w
+
+
+def _grad_norm(grads, max_norm: float = 0.0):
+    total = sum(float(np.dot(g.reshape(-1).astype(np.float32, copy=False),
+                             g.reshape(-1).astype(np.float32, copy=False))) for g in grads)
+    norm = math.sqrt(total)
+    coef = min(1.0, max_norm / (norm + 1e-6)) if max_norm > 0 else 1.0
+    return np.array([norm, coef], dtype=np.float32)
 
 
 def create_backend(index: int = 0) -> CPUBackend:

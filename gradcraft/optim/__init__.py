@@ -1,5 +1,5 @@
 """Optimizers (SGD, AdamW), gradient clipping and learning-rate schedules."""
 
-from gradcraft.optim.clip import clip_grad_norm_  # noqa: F401
+from gradcraft.optim.clip import clip_grad_norm_, grad_norm_and_scale  # noqa: F401
 from gradcraft.optim.optimizer import SGD, AdamW, Optimizer  # noqa: F401
 from gradcraft.optim.schedule import Constant, CosineWithWarmup, LinearWithWarmup  # noqa: F401

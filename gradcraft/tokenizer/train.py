@@ -5,11 +5,11 @@ The standard incremental algorithm:
 1. Count the distinct pieces of the training text (a piece that occurs a
    million times is processed once, with weight 1e6).
 2. Count every adjacent pair of tokens over those pieces, and index
-   pair -> pieces that contain it.
+   pair -> positions where it occurs.
 3. Repeatedly take the most frequent pair from a max-heap, give it the next
-   id, and rewrite only the pieces that contain it, updating the counts of the
-   pairs around each rewrite. Heap entries are not removed when a count
-   changes: a popped entry whose count is out of date is pushed again with
+   id, and rewrite only its occurrences (found through the index), updating
+   the counts of the pairs on either side of each rewrite. Heap entries are
+   not removed when a count changes: a popped entry whose count is out of date is pushed again with
    the current count ("lazy invalidation"). A count only goes up for pairs
    that contain the new token, and those are pushed right away, so every
    pair's heap entry is >= its true count and the first valid entry popped is
@@ -22,6 +22,7 @@ the same vocabulary whatever the order of the input or the number of workers.
 from __future__ import annotations
 
 import heapq
+import sys
 from collections import Counter, defaultdict
 
 from gradcraft.errors import UserError
@@ -41,92 +42,85 @@ def count_pieces(text: str, compiled, special_finder=None) -> Counter:
 
 def learn_merges(piece_counts, n_merges: int, progress: bool = False) -> list[tuple[int, int]]:
     """The first `n_merges` merges (pairs of ids; merge k makes id 256 + k)
-    learned from {piece bytes: count}. Stops early if no pair is left."""
-    # Pieces as lists of byte ids, merged by bytes first (two str pieces can
-    # stand for the same bytes), in a fixed order for reproducibility.
+    learned from {piece (str or bytes): count}. Stops early if no pair is left.
+
+    All distinct pieces are laid end to end in one token array with next/prev
+    links (a doubly linked list per piece), each position weighted by its
+    piece's count, and `where` maps a pair to the positions where it starts.
+    A merge visits only the occurrences of its pair, so the cost does not
+    depend on how long the pieces are (the `none` pattern has one piece per
+    document)."""
+    # Merge str pieces that stand for the same bytes; fixed order for reproducibility.
     by_bytes = defaultdict(int)
     for piece, c in piece_counts.items():
         by_bytes[piece if isinstance(piece, bytes) else piece_bytes(piece)] += c
-    words, counts = [], []
-    for b in sorted(by_bytes):
-        if len(b) > 1:
-            words.append(list(b))
-            counts.append(by_bytes[b])
-
+    tokens, weight, nxt, prv = [], [], [], []  # per position; -1 = no neighbour / removed
     pair_counts = defaultdict(int)
-    where = defaultdict(set)  # pair -> indices of the words that (once) held it
-    for wi, w in enumerate(words):
-        c = counts[wi]
-        for p in zip(w, w[1:]):
+    where = defaultdict(list)  # pair -> positions where it started at some point
+    for b in sorted(by_bytes):
+        n = len(b)
+        if n < 2:
+            continue
+        c, start = by_bytes[b], len(tokens)
+        tokens.extend(b)
+        weight.extend([c] * n)
+        nxt.extend(range(start + 1, start + n))
+        nxt.append(-1)
+        prv.append(-1)
+        prv.extend(range(start, start + n - 1))
+        for i, p in enumerate(zip(b, b[1:]), start):
             pair_counts[p] += c
-            where[p].add(wi)
+            where[p].append(i)
     heap = [(-c, p) for p, c in pair_counts.items()]
     heapq.heapify(heap)
 
     bar = None
     if progress:
         from tqdm import tqdm
-        bar = tqdm(total=n_merges, desc="learning merges", unit="merge", mininterval=0.5)
+        bar = tqdm(total=n_merges, desc="learning merges", unit="merge", mininterval=0.5, file=sys.stderr)
     merges = []
     while len(merges) < n_merges and heap:
         neg, pair = heapq.heappop(heap)
         current = pair_counts.get(pair, 0)
-        if current != -neg:
+        if current != -neg:  # stale entry: requeue with the true count
             if current > 0:
                 heapq.heappush(heap, (-current, pair))
-            continue
-        if current <= 0:
             continue
         new = 256 + len(merges)
         merges.append(pair)
         a, b = pair
         touched = set()
-        for wi in where.pop(pair):
-            w = words[wi]
-            if not _contains(w, a, b):
-                continue  # index entry went stale when an earlier merge rewrote it
-            c = counts[wi]
-            for p in zip(w, w[1:]):
-                pair_counts[p] -= c
-            merged = _merge(w, a, b, new)
-            words[wi] = merged
-            for p in zip(merged, merged[1:]):
-                pair_counts[p] += c
-                if p[0] == new or p[1] == new:
-                    where[p].add(wi)
-                    touched.add(p)
-        del pair_counts[pair]
-        for p in touched:
-            heapq.heappush(heap, (-pair_counts[p], p))
+        positions = where.pop(pair)
+        positions.sort()  # left to right, so "aaa" merges as (aa)a
+        for p in positions:
+            q = nxt[p]
+            if tokens[p] != a or q < 0 or tokens[q] != b:
+                continue  # this occurrence was rewritten by an earlier merge
+            c, left, right = weight[p], prv[p], nxt[q]
+            if left >= 0:  # (x, a) becomes (x, new)
+                t = tokens[left]
+                pair_counts[t, a] -= c
+                pair_counts[t, new] += c
+                where[t, new].append(left)
+                touched.add((t, new))
+            if right >= 0:  # (b, y) becomes (new, y)
+                t = tokens[right]
+                pair_counts[b, t] -= c
+                pair_counts[new, t] += c
+                where[new, t].append(p)
+                touched.add((new, t))
+                prv[right] = p
+            tokens[p], tokens[q], nxt[p] = new, -1, right
+        pair_counts.pop(pair, None)
+        for p in touched:  # only pairs with the new token went up: push those now
+            c = pair_counts[p]
+            if c > 0:
+                heapq.heappush(heap, (-c, p))
         if bar is not None:
             bar.update(1)
     if bar is not None:
         bar.close()
     return merges
-
-
-def _contains(w: list, a: int, b: int) -> bool:
-    i = -1
-    try:
-        while True:
-            i = w.index(a, i + 1)
-            if i + 1 < len(w) and w[i + 1] == b:
-                return True
-    except ValueError:
-        return False
-
-
-def _merge(w: list, a: int, b: int, new: int) -> list:
-    """Replace each non-overlapping (a, b) in w, left to right, with new."""
-    out, i, n = [], 0, len(w)
-    while i < n:
-        if w[i] == a and i + 1 < n and w[i + 1] == b:
-            out.append(new)
-            i += 2
-        else:
-            out.append(w[i])
-            i += 1
-    return out
 
 
 def check_vocab_size(vocab_size: int, special_tokens) -> int:
@@ -146,7 +140,7 @@ def tokenizer_from_merges(pairs, pattern, special_tokens) -> Tokenizer:
     return Tokenizer(pattern=pattern, merges=merges, special_tokens=specials)
 
 
-def train(texts, vocab_size: int, pattern: str = "gpt2", special_tokens=("<|endoftext|>",),
+def train(texts, vocab_size: int, pattern: str = "gpt4", special_tokens=("<|endoftext|>",),
           workers: int = 1, progress: bool = False) -> Tokenizer:
     """Learn a tokenizer from an iterable of texts (str or bytes).
 

@@ -20,7 +20,7 @@ from gradcraft.data.sampler import SAMPLERS, eval_batches
 from gradcraft.data.tokenfile import read_token_file
 from gradcraft.errors import UserError
 from gradcraft.models import ModelConfig, Transformer, describe
-from gradcraft.optim import AdamW, CosineWithWarmup, clip_grad_norm_
+from gradcraft.optim import AdamW, CosineWithWarmup, grad_norm_and_scale
 from gradcraft.optim.schedule import set_lr
 from gradcraft.training import checkpoint as ckpt
 from gradcraft.training.log import CSVLog, plot_loss
@@ -169,8 +169,9 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None) -> d
             (loss / accum).backward()
             loss_sum += loss.item()
         step_loss = loss_sum / accum
-        norm = clip_grad_norm_(model.parameters(), tc.grad_clip)
-        norm_value = norm.item() if norm is not None else 0.0
+        # The global norm and the clip coefficient in one kernel; AdamW applies the coefficient.
+        grad_stats = grad_norm_and_scale(model.parameters(), tc.grad_clip)
+        norm_value = float(grad_stats.numpy()[0])
         if not (math.isfinite(step_loss) and math.isfinite(norm_value)):
             bad_steps += 1
             opt.zero_grad()
@@ -183,7 +184,7 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None) -> d
                                 f"stopped: {where}. Try a lower --max_lr")
             continue
         bad_steps = 0
-        opt.step()
+        opt.step(grad_scale=grad_stats if tc.grad_clip else None)
         opt.zero_grad()
         dt = time.perf_counter() - t0
         tok_per_s = tokens_per_step / dt

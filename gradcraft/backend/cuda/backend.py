@@ -317,3 +317,7 @@ class CUDABackend(Backend):
         """float32 device array [norm, clip coefficient]; see optim.grad_norm."""
         with self._device:
             return optim.grad_norm(grads, max_norm)
+
+    def write(self, array, values) -> None:
+        with self._device:
+            array.set(np.ascontiguousarray(values, dtype=array.dtype))

@@ -1,4 +1,5 @@
-"""An independent PyTorch implementation of gradcraft's decoder, the oracle for tests/test_models.py.
+"""An independent PyTorch implementation of gradcraft's decoder: the oracle of tests/test_models.py and
+the eager-PyTorch side of the training benchmarks.
 
 Written from the architecture description, not from gradcraft's code: it takes a
 ModelConfig and a state dict of NumPy arrays (our parameter names) and returns logits.
@@ -18,8 +19,8 @@ def _norm(cfg, x, w, b):
 
 def _rope(x, start=0, base=10000.0):
     T, D = x.shape[-2], x.shape[-1]
-    inv = 1.0 / base ** (torch.arange(0, D, 2, dtype=torch.float64) / D)
-    ang = torch.outer(torch.arange(start, start + T, dtype=torch.float64), inv)
+    inv = 1.0 / base ** (torch.arange(0, D, 2, dtype=torch.float64, device=x.device) / D)
+    ang = torch.outer(torch.arange(start, start + T, dtype=torch.float64, device=x.device), inv)
     cos, sin = torch.cat([ang.cos(), ang.cos()], -1).to(x.dtype), torch.cat([ang.sin(), ang.sin()], -1).to(x.dtype)
     rotated = torch.cat([-x[..., D // 2:], x[..., :D // 2]], -1)
     return x * cos + rotated * sin
@@ -32,7 +33,7 @@ def forward(cfg, params: dict, idx: torch.Tensor) -> torch.Tensor:
     x = P["tok_emb.weight"][idx]
     if cfg.positions == "learned":
         x = x + P["pos_emb.weight"][:T]
-    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    mask = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
     for i in range(cfg.n_layers):
         p = lambda n: P.get(f"blocks.{i}.{n}")  # noqa: E731
         h = _norm(cfg, x, p("norm1.weight"), p("norm1.bias"))
@@ -45,7 +46,7 @@ def forward(cfg, params: dict, idx: torch.Tensor) -> torch.Tensor:
             q, k = _rope(q, base=cfg.rope_base), _rope(k, base=cfg.rope_base)
         layer_mask = mask
         if cfg.attention_pattern and cfg.attention_pattern[i] == "L":
-            layer_mask = mask & ~torch.ones(T, T, dtype=torch.bool).tril(-cfg.window)
+            layer_mask = mask & ~torch.ones(T, T, dtype=torch.bool, device=idx.device).tril(-cfg.window)
         att = (q @ k.transpose(-1, -2)) / math.sqrt(D)
         att = att.masked_fill(~layer_mask, float("-inf")).softmax(-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, H * D)

@@ -7,7 +7,10 @@ float16 and bfloat16 arithmetic runs in float32 and rounds once at the end, as
 GPUs do; NumPy's own half-precision loops are slow and round every step.
 """
 
+import ctypes
+import functools
 import math
+import os
 import sys
 
 import numpy as np
@@ -74,9 +77,13 @@ def _gelu_backward(x, g, approximate="none"):
 
 
 def _sigmoid(w):
-    # One exp of -|x| (never overflows), then the branch for each sign.
-    e = np.exp(-np.abs(w))
-    return np.where(w >= 0, 1.0, e) / (1.0 + e)
+    # 0.5 * (1 + tanh(x / 2)): one transcendental, no overflow, no np.where (slow on big arrays).
+    out = np.empty(w.shape, w.dtype)
+    np.multiply(w, 0.5, out=out)
+    np.tanh(out, out=out)
+    out *= 0.5
+    out += 0.5
+    return out
 
 
 def _unary(fn):
@@ -90,13 +97,22 @@ def _unary(fn):
 
 def _silu(x):
     w = _wide(x)
-    return _finish(w * _sigmoid(w), x.dtype)
+    out = _sigmoid(w)
+    out *= w
+    return _finish(out, x.dtype)
 
 
 def _silu_backward(x, g):
+    # d/dx x*s(x) = s * (1 + x * (1 - s)), computed in place
     w, gw = _wide(x), _wide(g)
     s = _sigmoid(w)
-    return _finish(gw * s * (1.0 + w * (1.0 - s)), x.dtype)
+    d = np.empty(s.shape, s.dtype)
+    np.subtract(1.0, s, out=d)
+    d *= w
+    d += 1.0
+    d *= s
+    d *= gw
+    return _finish(d, x.dtype)
 
 
 def _binary(fn):
@@ -304,8 +320,10 @@ def _assign(target, value):
 
 def _softmax(x, axis):
     w = _wide(x)
-    e = np.exp(w - w.max(axis=axis, keepdims=True))
-    return _finish(e / e.sum(axis=axis, keepdims=True), x.dtype)
+    out = np.subtract(w, w.max(axis=axis, keepdims=True), dtype=w.dtype)
+    np.exp(out, out=out)
+    out /= out.sum(axis=axis, keepdims=True)
+    return _finish(out, x.dtype)
 
 
 def _softmax_backward(y, g, axis):
@@ -315,8 +333,9 @@ def _softmax_backward(y, g, axis):
 
 def _log_softmax(x, axis):
     w = _wide(x)
-    shifted = w - w.max(axis=axis, keepdims=True)
-    return _finish(shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True)), x.dtype)
+    out = np.subtract(w, w.max(axis=axis, keepdims=True), dtype=w.dtype)
+    out -= np.log(np.exp(out).sum(axis=axis, keepdims=True))
+    return _finish(out, x.dtype)
 
 
 def _log_softmax_backward(y, g, axis):
@@ -324,27 +343,57 @@ def _log_softmax_backward(y, g, axis):
     return _finish(wg - np.exp(wy) * wg.sum(axis=axis, keepdims=True), y.dtype)
 
 
+_CE_BLOCK_ROWS = 64  # rows per block: the block's temporaries stay in cache
+
+
 def _cross_entropy(logits, target, ignore_index, label_smoothing):
-    """Per-row loss of (N, C) logits against (N,) class ids; ignored rows give 0."""
-    logp = _wide(_log_softmax(logits, axis=1)) if logits.dtype not in _HALF else _log_softmax(_wide(logits), axis=1)
+    """Per-row loss of (N, C) logits against (N,) class ids; ignored rows give 0.
+
+    loss = logsumexp(x) - x[target]; with smoothing eps: (1 - eps) * that + eps * (logsumexp(x) - mean(x)).
+    Computed block by block of rows, so the exp temporaries stay in cache.
+    """
+    w = _wide(logits)
+    n = w.shape[0]
+    loss = np.empty(n, dtype=w.dtype)
     valid = target != ignore_index
     safe = np.where(valid, target, 0)
-    nll = -np.take_along_axis(logp, safe[:, None], axis=1)[:, 0]
-    if label_smoothing:
-        nll = (1.0 - label_smoothing) * nll - label_smoothing * logp.mean(axis=1)
-    return _finish(np.where(valid, nll, 0.0).astype(logp.dtype), logits.dtype)
+    block = np.empty((min(_CE_BLOCK_ROWS, n), w.shape[1]), dtype=w.dtype)
+    for start in range(0, n, _CE_BLOCK_ROWS):
+        rows = w[start:start + _CE_BLOCK_ROWS]
+        tmp = block[:len(rows)]
+        peak = rows.max(axis=1)
+        np.subtract(rows, peak[:, None], out=tmp)
+        picked = tmp[np.arange(len(rows)), safe[start:start + len(rows)]]
+        mean_shifted = tmp.mean(axis=1) if label_smoothing else None
+        np.exp(tmp, out=tmp)
+        lse = np.log(tmp.sum(axis=1))
+        nll = lse - picked
+        if label_smoothing:
+            nll = (1.0 - label_smoothing) * nll + label_smoothing * (lse - mean_shifted)
+        loss[start:start + len(rows)] = nll
+    loss[~valid] = 0.0
+    return _finish(loss, logits.dtype)
 
 
 def _cross_entropy_backward(logits, target, g, ignore_index, label_smoothing):
+    """d loss / d logits = g * (softmax(x) - (1 - eps) onehot(target) - eps / C), block by block of rows."""
     w = _wide(logits)
-    p = _softmax(w, axis=1)
+    n, classes = w.shape
+    out = _out(w.shape, w.dtype)
     valid = target != ignore_index
-    classes = logits.shape[1]
-    p[np.arange(len(target)), np.where(valid, target, 0)] -= 1.0 - label_smoothing
-    if label_smoothing:
-        p -= label_smoothing / classes
-    p *= (_wide(g) * valid)[:, None]
-    return _finish(p, logits.dtype)
+    safe = np.where(valid, target, 0)
+    scale = (_wide(g) * valid).astype(w.dtype)
+    for start in range(0, n, _CE_BLOCK_ROWS):
+        rows = w[start:start + _CE_BLOCK_ROWS]
+        p = out[start:start + len(rows)]
+        np.subtract(rows, rows.max(axis=1)[:, None], out=p)
+        np.exp(p, out=p)
+        p /= p.sum(axis=1)[:, None]
+        p[np.arange(len(rows)), safe[start:start + len(rows)]] -= 1.0 - label_smoothing
+        if label_smoothing:
+            p -= label_smoothing / classes
+        p *= scale[start:start + len(rows), None]
+    return _finish(out, logits.dtype)
 
 
 def _rows(x, n_dims):
@@ -425,10 +474,17 @@ def _rope(x, cos, sin, inverse):
     w = _wide(x)
     half = w.shape[-1] // 2
     c, s = _wide(cos), _wide(sin)
-    if inverse:
-        s = -s
     x1, x2 = w[..., :half], w[..., half:]
-    out = np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+    out = _out(w.shape, w.dtype)
+    first, second = out[..., :half], out[..., half:]
+    np.multiply(x1, c, out=first)
+    np.multiply(x2, c, out=second)
+    if inverse:  # rotation by -angle
+        first += x2 * s
+        second -= x1 * s
+    else:
+        first -= x2 * s
+        second += x1 * s
     return _finish(out, x.dtype)
 
 
@@ -436,21 +492,35 @@ def _attention_probs(q, k, mask, scale, causal, window):
     """Softmax attention weights (B, Hkv, G, T, S) for queries grouped over shared KV heads."""
     B, H, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
-    qg = _wide(q).reshape(B, Hkv, H // Hkv, T, D)
-    scores = np.matmul(qg, _wide(k)[:, :, None].swapaxes(-1, -2)) * scale  # (B, Hkv, G, T, S)
+    qw = _wide(q)
+    qg = qw.reshape(B, Hkv, H // Hkv, T, D) * qw.dtype.type(scale)  # scale the smaller operand
+    scores = np.matmul(qg, _wide(k)[:, :, None].swapaxes(-1, -2))  # (B, Hkv, G, T, S)
     if mask is not None:
         m = np.broadcast_to(mask, (B, H, T, S)).reshape(B, Hkv, H // Hkv, T, S)
-        scores = np.where(m, scores, -np.inf) if m.dtype == np.bool_ else scores + _wide(m)
+        if m.dtype == np.bool_:
+            scores = np.where(m, scores, -np.inf)
+        else:
+            scores += _wide(m)
     if causal or window:
-        i = np.arange(T)[:, None] + (S - T)  # queries are the last T positions (KV cache layout)
-        j = np.arange(S)[None, :]
-        allowed = j <= i if causal else np.ones((T, S), bool)
-        if window:
-            allowed = allowed & (j > i - window)
-        scores = np.where(allowed, scores, -np.inf)
-    scores = scores - scores.max(axis=-1, keepdims=True)
-    e = np.exp(scores)
-    return e / e.sum(axis=-1, keepdims=True)
+        scores += _position_mask(T, S, causal, window, scores.dtype)
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    scores /= scores.sum(axis=-1, keepdims=True)
+    return scores
+
+
+@functools.lru_cache(maxsize=32)
+def _position_mask(T, S, causal, window, dtype):
+    """Additive (T, S) mask: 0 where query i (the last T of S positions) may see key j, -inf elsewhere.
+    Cached: a training run asks for the same few shapes every step (callers must not modify it)."""
+    i = np.arange(T)[:, None] + (S - T)
+    j = np.arange(S)[None, :]
+    allowed = j <= i if causal else np.ones((T, S), bool)
+    if window:
+        allowed = allowed & (j > i - window)
+    mask = np.zeros((T, S), dtype=dtype)
+    mask[~allowed] = -np.inf
+    return mask
 
 
 def _sdpa(q, k, v, mask=None, *, scale, causal, window):
@@ -463,14 +533,22 @@ def _sdpa(q, k, v, mask=None, *, scale, causal, window):
 def _sdpa_backward(q, k, v, g, mask=None, *, scale, causal, window):
     B, H, T, D = q.shape
     Hkv = k.shape[1]
+    G = H // Hkv
     p = _attention_probs(q, k, mask, scale, causal, window)  # recomputed, as flash attention does
-    gg = _wide(g).reshape(B, Hkv, H // Hkv, T, v.shape[-1])
-    dv = np.matmul(p.swapaxes(-1, -2), gg).sum(axis=2)
-    dp = np.matmul(gg, _wide(v)[:, :, None].swapaxes(-1, -2))
-    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True)) * scale
-    dq = np.matmul(ds, _wide(k)[:, :, None]).reshape(B, H, T, D)
-    dk = np.matmul(ds.swapaxes(-1, -2), _wide(q).reshape(B, Hkv, H // Hkv, T, D)).sum(axis=2)
-    return _finish(dq, q.dtype), _finish(dk, k.dtype), _finish(dv, v.dtype)
+    gg = _wide(g).reshape(B, Hkv, G, T, v.shape[-1])
+    dv = np.matmul(p.swapaxes(-1, -2), gg)  # (B, Hkv, G, S, Dv)
+    dp = np.matmul(gg, _wide(v)[:, :, None].swapaxes(-1, -2))  # (B, Hkv, G, T, S)
+    # ds = p * (dp - rowsum(dp * p)) * scale, in place in dp
+    row = np.einsum("...ts,...ts->...t", dp, p)[..., None]
+    dp -= row
+    dp *= p
+    dp *= dp.dtype.type(scale)
+    dq = np.matmul(dp, _wide(k)[:, :, None]).reshape(B, H, T, D)
+    dk = np.matmul(dp.swapaxes(-1, -2), _wide(q).reshape(B, Hkv, G, T, D))
+    # the G query heads that share a KV head add their gradients
+    dk = dk[:, :, 0] if G == 1 else dk.sum(axis=2)
+    dv = dv[:, :, 0] if G == 1 else dv.sum(axis=2)
+    return _finish(dq, q.dtype), _finish(np.ascontiguousarray(dk), k.dtype), _finish(np.ascontiguousarray(dv), v.dtype)
 
 
 class CPUBackend(Backend):
@@ -566,5 +644,22 @@ def _grad_norm(grads, max_norm: float = 0.0):
     return np.array([norm, coef], dtype=np.float32)
 
 
+def _keep_freed_memory_mapped() -> None:
+    """Ask glibc to serve big arrays from its heap and keep freed memory, instead of mmap-ing fresh
+    pages for every array over 128 KiB and unmapping them on free: NumPy temporaries then skip the
+    page faults, which made elementwise kernels on large arrays 2-3x slower. The cost is that freed
+    memory stays with the process (as a caching allocator's does). GRADCRAFT_MALLOC_TUNING=0 opts out."""
+    if os.environ.get("GRADCRAFT_MALLOC_TUNING", "1") == "0" or not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+        libc.mallopt(M_MMAP_THRESHOLD, 1 << 30)
+        libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)
+    except (OSError, AttributeError):  # not glibc: nothing to tune
+        pass
+
+
 def create_backend(index: int = 0) -> CPUBackend:
+    _keep_freed_memory_mapped()
     return CPUBackend()

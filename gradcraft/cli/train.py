@@ -28,6 +28,9 @@ def add_parser(subparsers) -> None:
     arch.add_argument("--num_kv_heads", type=int)
     arch.add_argument("--ffn_dim", type=int)
     arch.add_argument("--dropout", type=float)
+    moe = p.add_argument_group("mixture of experts (loss coefficients; may change on --resume)")
+    moe.add_argument("--moe_balance", type=float, help="load-balancing loss coefficient (default 0.01)")
+    moe.add_argument("--moe_zloss", type=float, help="router z-loss coefficient (default 0.001)")
     run = p.add_argument_group("training")
     for name, kind in (("steps", int), ("batch_size", int), ("target_batch", int), ("max_lr", float),
                        ("min_lr", float), ("warmup_steps", int), ("beta1", float), ("beta2", float),
@@ -80,6 +83,9 @@ def build_configs(args):
             given_arch["vocab_size"] = header.vocab_size
         model_config = preset(args.preset or "demo", **given_arch)
         train_values = {}
+    for name in ("moe_balance", "moe_zloss"):
+        if getattr(args, name) is not None:
+            setattr(model_config, name, getattr(args, name))
     train_values.update(dataset=args.dataset, model_dir=args.model_dir)
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     for name in fields:

@@ -29,6 +29,12 @@ class ModelConfig:
     init_std: float = 0.02
     attention_pattern: str = ""  # per layer, L (local, sliding window) or G (global); "" = all global
     window: int = 0  # sliding-window size of local layers
+    ffn_pattern: str = ""  # per layer, D (dense) or M (mixture of experts); "" = all dense
+    n_experts: int = 4
+    experts_per_token: int = 2
+    capacity_factor: float | None = 1.25  # None or 0: no capacity limit
+    moe_balance: float = 0.01  # load-balancing loss coefficient
+    moe_zloss: float = 0.001  # router z-loss coefficient
     extra: dict = field(default_factory=dict)  # free-form notes (e.g. the preset name)
 
     def __post_init__(self):
@@ -56,6 +62,12 @@ class ModelConfig:
         if self.attention_pattern and (set(self.attention_pattern) - {"L", "G"}
                                        or len(self.attention_pattern) != self.n_layers):
             bad(f"attention_pattern must have one L or G per layer ({self.n_layers}), got {self.attention_pattern!r}")
+        if self.ffn_pattern and (set(self.ffn_pattern) - {"D", "M"} or len(self.ffn_pattern) != self.n_layers):
+            bad(f"ffn_pattern must have one D or M per layer ({self.n_layers}), got {self.ffn_pattern!r}")
+        if "M" in self.ffn_pattern and not 1 <= self.experts_per_token <= self.n_experts:
+            bad(f"experts_per_token must be between 1 and n_experts ({self.n_experts})")
+        if "M" in self.ffn_pattern and self.mlp != "swiglu":
+            bad("mixture-of-experts layers use SwiGLU experts: set mlp to swiglu")
         if "L" in self.attention_pattern and self.window < 1:
             bad("local (L) layers need window >= 1")
         for name in ("vocab_size", "seq_len", "dim", "n_layers", "n_heads"):
@@ -71,6 +83,9 @@ class ModelConfig:
         if self.attention_pattern and self.attention_pattern[layer] == "L":
             return self.window
         return None
+
+    def is_moe(self, layer: int) -> bool:
+        return bool(self.ffn_pattern) and self.ffn_pattern[layer] == "M"
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -107,6 +122,10 @@ PRESETS = {
     "k2-83m": dict(vocab_size=32000, seq_len=256, dim=512, n_layers=12, n_heads=8, ffn_dim=2026, learned_beta=True,
                    norm="rmsnorm", norm_eps=1e-6, mlp="swiglu", positions="learned", bias=False,
                    tie_embeddings=False),
+    # the v1 "tiny state of the art": hybrid sliding-window/global attention, GQA, MoE (about 99M)
+    "toy-v1": dict(vocab_size=32000, seq_len=1024, dim=576, n_layers=14, n_heads=12, n_kv_heads=3, ffn_dim=1536,
+                   attention_pattern="LLLGLLLGLLGLLG", window=512, ffn_pattern="DDDDDDMDMDMDMD", n_experts=4,
+                   experts_per_token=2, capacity_factor=1.25, **{**LLAMA, "tie_embeddings": True}),
     "toy-v0": dict(vocab_size=8192, seq_len=32, dim=128, n_layers=2, n_heads=4, ffn_dim=256,
                    **{**LLAMA, "tie_embeddings": True}),
 }

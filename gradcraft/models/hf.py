@@ -1,6 +1,8 @@
 """Weights in the Hugging Face layout: export to and import from `config.json` + `model.safetensors`.
 
-Two families: GPT-2 (`GPT2LMHeadModel`) and LLaMA (`LlamaForCausalLM`). Our model
+Families: GPT-2 (`GPT2LMHeadModel`), LLaMA (`LlamaForCausalLM`), Mistral (sliding window in every
+layer), Ministral (per-layer sliding/full attention) and Mixtral (mixture of experts in every layer,
+no capacity limit). Our model
 fuses q/k/v into one matrix and gate/up into another; HF keeps them apart, and
 GPT-2's Conv1D stores weights as (in, out). This module does those
 conversions and nothing else, so a checkpoint trained here loads in
@@ -22,9 +24,21 @@ def family_of(cfg: ModelConfig) -> str:
     if (cfg.norm, cfg.mlp, cfg.positions) == ("layernorm", "gelu", "learned") and cfg.bias and cfg.n_kv_heads == cfg.n_heads:
         return "gpt2"
     if (cfg.norm, cfg.mlp, cfg.positions) == ("rmsnorm", "swiglu", "rope") and not cfg.bias and not cfg.learned_beta:
-        return "mistral" if cfg.attention_pattern else "llama"
+        pattern = set(cfg.attention_pattern)
+        if "M" in cfg.ffn_pattern:
+            if set(cfg.ffn_pattern) != {"M"} or pattern == {"L", "G"}:
+                raise UserError("Mixtral has mixture-of-experts in every layer and one attention kind: this "
+                                "model's ffn_pattern/attention_pattern has no Hugging Face equivalent")
+            return "mixtral"
+        if not pattern or pattern == {"G"}:
+            return "llama"
+        return "mistral" if pattern == {"L"} else "ministral"
     raise UserError("this architecture has no Hugging Face equivalent: export needs GPT-2 style "
                     "(layernorm, gelu, learned positions, biases) or LLaMA style (rmsnorm, swiglu, rope, no biases)")
+
+
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "ministral": "MinistralForCausalLM",
+                 "mixtral": "MixtralForCausalLM"}
 
 
 # ------------------------------------------------------------------ configs
@@ -38,16 +52,19 @@ def hf_config(cfg: ModelConfig) -> dict:
                 "activation_function": "gelu_new" if cfg.gelu_approximate == "tanh" else "gelu",
                 "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout, "attn_pdrop": 0.0,
                 "tie_word_embeddings": cfg.tie_embeddings, "initializer_range": cfg.init_std}
-    out = {"architectures": ["MistralForCausalLM" if family == "mistral" else "LlamaForCausalLM"],
-           "model_type": family, "vocab_size": cfg.vocab_size, "hidden_size": cfg.dim,
+    out = {"architectures": [ARCHITECTURES[family]], "model_type": family, "vocab_size": cfg.vocab_size, "hidden_size": cfg.dim,
            "intermediate_size": cfg.ffn_dim, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
            "num_key_value_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim, "max_position_embeddings": cfg.seq_len,
            "rms_norm_eps": cfg.norm_eps, "rope_theta": cfg.rope_base, "hidden_act": "silu",
            "tie_word_embeddings": cfg.tie_embeddings, "attention_bias": False, "mlp_bias": False,
            "initializer_range": cfg.init_std}
-    if family == "mistral":
-        out["sliding_window"] = cfg.window
+    if family in ("mistral", "ministral", "mixtral"):
+        out["sliding_window"] = cfg.window if "L" in cfg.attention_pattern else None
+    if family == "ministral":
         out["layer_types"] = ["sliding_attention" if c == "L" else "full_attention" for c in cfg.attention_pattern]
+    if family == "mixtral":
+        out.update(num_local_experts=cfg.n_experts, num_experts_per_tok=cfg.experts_per_token,
+                   router_aux_loss_coef=cfg.moe_balance, output_router_logits=False)
     return out
 
 
@@ -60,21 +77,25 @@ def config_from_hf(hf: dict) -> ModelConfig:
                            norm="layernorm", norm_eps=hf.get("layer_norm_epsilon", 1e-5), mlp="gelu",
                            gelu_approximate="tanh" if act in ("gelu_new", "gelu_pytorch_tanh") else "none",
                            positions="learned", bias=True, tie_embeddings=hf.get("tie_word_embeddings", True))
-    if kind in ("llama", "mistral"):
+    if kind in ("llama", "mistral", "ministral", "mixtral"):
         n_layers = hf["num_hidden_layers"]
-        pattern, window = "", 0
-        if kind == "mistral" and hf.get("sliding_window"):
+        pattern, window, moe = "", 0, {}
+        if kind != "llama" and hf.get("sliding_window"):
             window = hf["sliding_window"]
             types = hf.get("layer_types") or ["sliding_attention"] * n_layers
             pattern = "".join("L" if t == "sliding_attention" else "G" for t in types)
+        if kind == "mixtral":  # HF has no capacity limit
+            moe = dict(ffn_pattern="M" * n_layers, n_experts=hf["num_local_experts"],
+                       experts_per_token=hf["num_experts_per_tok"], capacity_factor=None)
         return ModelConfig(vocab_size=hf["vocab_size"], seq_len=hf.get("max_position_embeddings", 2048),
                            dim=hf["hidden_size"], n_layers=n_layers, n_heads=hf["num_attention_heads"],
                            n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
                            ffn_dim=hf["intermediate_size"], norm="rmsnorm", norm_eps=hf.get("rms_norm_eps", 1e-6),
                            mlp="swiglu", positions="rope", rope_base=hf.get("rope_theta", 10000.0), bias=False,
                            tie_embeddings=hf.get("tie_word_embeddings", False), attention_pattern=pattern,
-                           window=window)
-    raise UserError(f"unsupported Hugging Face model_type {kind!r}; gpt2, llama and mistral can be imported")
+                           window=window, **moe)
+    raise UserError(f"unsupported Hugging Face model_type {kind!r}; gpt2, llama, mistral, ministral and mixtral "
+                    "can be imported")
 
 
 # ------------------------------------------------------------------ weights
@@ -110,10 +131,18 @@ def to_hf_state(model: Transformer) -> dict:
             out[b + "self_attn.k_proj.weight"] = qkv[H * D:(H + Hkv) * D]
             out[b + "self_attn.v_proj.weight"] = qkv[(H + Hkv) * D:]
             out[b + "self_attn.o_proj.weight"] = ours[a + "attn.proj.weight"]
-            gate_up = ours[a + "mlp.fc.weight"]
-            out[b + "mlp.gate_proj.weight"] = gate_up[:Fd]
-            out[b + "mlp.up_proj.weight"] = gate_up[Fd:]
-            out[b + "mlp.down_proj.weight"] = ours[a + "mlp.proj.weight"]
+            if family == "mixtral":
+                out[b + "block_sparse_moe.gate.weight"] = ours[a + "mlp.router.weight"]
+                for e in range(cfg.n_experts):
+                    expert = b + f"block_sparse_moe.experts.{e}."
+                    out[expert + "w1.weight"] = ours[a + "mlp.gate_up"][e, :Fd]
+                    out[expert + "w3.weight"] = ours[a + "mlp.gate_up"][e, Fd:]
+                    out[expert + "w2.weight"] = ours[a + "mlp.down"][e]
+            else:
+                gate_up = ours[a + "mlp.fc.weight"]
+                out[b + "mlp.gate_proj.weight"] = gate_up[:Fd]
+                out[b + "mlp.up_proj.weight"] = gate_up[Fd:]
+                out[b + "mlp.down_proj.weight"] = ours[a + "mlp.proj.weight"]
             out[b + "input_layernorm.weight"] = ours[a + "norm1.weight"]
             out[b + "post_attention_layernorm.weight"] = ours[a + "norm2.weight"]
         out["model.norm.weight"] = ours["norm.weight"]
@@ -152,9 +181,16 @@ def from_hf_state(cfg: ModelConfig, hf: dict) -> dict:
             a, b = f"blocks.{i}.", f"model.layers.{i}."
             ours[a + "attn.qkv.weight"] = np.concatenate([take(b + f"self_attn.{n}_proj.weight") for n in "qkv"])
             ours[a + "attn.proj.weight"] = take(b + "self_attn.o_proj.weight")
-            ours[a + "mlp.fc.weight"] = np.concatenate([take(b + "mlp.gate_proj.weight"),
-                                                        take(b + "mlp.up_proj.weight")])
-            ours[a + "mlp.proj.weight"] = take(b + "mlp.down_proj.weight")
+            if family == "mixtral":
+                ours[a + "mlp.router.weight"] = take(b + "block_sparse_moe.gate.weight")
+                experts = [b + f"block_sparse_moe.experts.{e}." for e in range(cfg.n_experts)]
+                ours[a + "mlp.gate_up"] = np.stack([np.concatenate([take(x + "w1.weight"), take(x + "w3.weight")])
+                                                    for x in experts])
+                ours[a + "mlp.down"] = np.stack([take(x + "w2.weight") for x in experts])
+            else:
+                ours[a + "mlp.fc.weight"] = np.concatenate([take(b + "mlp.gate_proj.weight"),
+                                                            take(b + "mlp.up_proj.weight")])
+                ours[a + "mlp.proj.weight"] = take(b + "mlp.down_proj.weight")
             ours[a + "norm1.weight"] = take(b + "input_layernorm.weight")
             ours[a + "norm2.weight"] = take(b + "post_attention_layernorm.weight")
         ours["norm.weight"] = take("model.norm.weight")

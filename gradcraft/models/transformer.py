@@ -9,6 +9,7 @@ import gradcraft.nn.functional as F
 from gradcraft import dtypes
 from gradcraft.errors import UserError
 from gradcraft.models.config import ModelConfig
+from gradcraft.models.moe import MoE
 from gradcraft.nn import init
 from gradcraft.nn.layers import Dropout, Embedding, LayerNorm, Linear, RMSNorm
 from gradcraft.nn.module import Module, ModuleList, Parameter
@@ -120,7 +121,12 @@ class Block(Module):
         self.norm1 = make_norm(cfg)
         self.attn = Attention(cfg, layer)
         self.norm2 = make_norm(cfg)
-        self.mlp = MLP(cfg)
+        if cfg.is_moe(layer):
+            out_std = init.scaled_residual_std(cfg.init_std, cfg.n_layers)
+            self.mlp = MoE(cfg.dim, cfg.ffn_dim, cfg.n_experts, cfg.experts_per_token, cfg.capacity_factor,
+                           cfg.init_std, out_std)
+        else:
+            self.mlp = MLP(cfg)
 
     def forward(self, x, rope=None, cache=None):
         x = x + self.attn(self.norm1(x), rope, cache)
@@ -144,6 +150,8 @@ class Transformer(Module):
         """GPT-2's init: N(0, 0.02) weights, zero biases, residual projections scaled by 1/sqrt(2 L)."""
         std = self.config.init_std
         for name, p in self.named_parameters():
+            if ".mlp.gate_up" in name or ".mlp.down" in name or ".mlp.router" in name:
+                continue  # experts initialise themselves (see MoE)
             if name.endswith(".bias"):
                 init.zeros_(p)
             elif "norm" in name or name.endswith(".beta"):
@@ -194,7 +202,27 @@ class Transformer(Module):
             return logits
         loss = F.cross_entropy(logits.reshape(B * T, -1).to(dtypes.float32), targets.reshape(B * T),
                                label_smoothing=label_smoothing)
+        self.last_losses = {"cross_entropy": loss}
+        moe = self.moe_layers()
+        if moe and (self.config.moe_balance or self.config.moe_zloss):
+            # The auxiliary losses of every MoE layer join the loss being minimised.
+            for i, layer in moe:
+                self.last_losses[f"moe{i}_balance"] = layer.aux["balance"]
+                self.last_losses[f"moe{i}_z"] = layer.aux["z"]
+                loss = loss + self.config.moe_balance * layer.aux["balance"] + self.config.moe_zloss * layer.aux["z"]
         return logits, loss
+
+    def moe_layers(self) -> list:
+        """(layer index, MoE module) of every mixture-of-experts layer."""
+        return [(i, block.mlp) for i, block in enumerate(self.blocks) if isinstance(block.mlp, MoE)]
+
+    def active_parameters(self) -> int:
+        """Parameters used for one token: all but the experts a token is not routed to."""
+        total = self.num_parameters()
+        for _, layer in self.moe_layers():
+            total -= layer.gate_up.numel() + layer.down.numel() + layer.router.weight.numel()
+            total += layer.active_parameters()
+        return total
 
     def new_caches(self) -> list:
         return [KVCache(self.config.layer_window(i)) for i in range(self.config.n_layers)]
@@ -213,7 +241,10 @@ def count_parameters(model: Transformer) -> int:
 def describe(model: Transformer) -> str:
     cfg = model.config
     total = model.num_parameters()
-    return (f"{total / 1e6:.2f}M parameters: {cfg.n_layers} layers, dim {cfg.dim}, {cfg.n_heads} heads "
+    active = model.active_parameters()
+    moe = (f" ({active / 1e6:.2f}M active per token; {len(model.moe_layers())} MoE layers of {cfg.n_experts} experts, "
+           f"top-{cfg.experts_per_token})" if active != total else "")
+    return (f"{total / 1e6:.2f}M parameters{moe}: {cfg.n_layers} layers, dim {cfg.dim}, {cfg.n_heads} heads "
             f"({cfg.n_kv_heads} kv), ffn {cfg.ffn_dim} {cfg.mlp}, {cfg.norm}, {cfg.positions} positions, "
             f"context {cfg.seq_len}, vocab {cfg.vocab_size}")
 

@@ -53,7 +53,9 @@ def plot_loss(log_path: str, png_path: str) -> None:
     steps = [int(r["step"]) for r in rows if r["loss"] and math.isfinite(float(r["loss"]))]
     losses = [float(r["loss"]) for r in rows if r["loss"] and math.isfinite(float(r["loss"]))]
     val = [(int(r["step"]), float(r["val_loss"])) for r in rows if r.get("val_loss")]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    expert_columns = [c for c in (rows[0].keys() if rows else ()) if "_expert" in c]
+    fig, axes = plt.subplots(2 if expert_columns else 1, 1, figsize=(8, 8 if expert_columns else 4.5), squeeze=False)
+    ax = axes[0][0]
     ax.plot(steps, losses, label="train loss", linewidth=1)
     if val:
         ax.plot(*zip(*val), "o-", label="validation loss")
@@ -61,6 +63,16 @@ def plot_loss(log_path: str, png_path: str) -> None:
     ax.set_ylabel("cross-entropy (nats/token)")
     ax.grid(alpha=0.3)
     ax.legend()
+    if expert_columns:  # mixture of experts: each expert's share of the routed tokens
+        ax = axes[1][0]
+        for column in expert_columns:
+            points = [(int(r["step"]), float(r[column])) for r in rows if r.get(column)]
+            if points:
+                ax.plot(*zip(*points), linewidth=1, label=column)
+        ax.set_xlabel("step")
+        ax.set_ylabel("share of routed tokens")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=4)
     fig.tight_layout()
     tmp = png_path + ".tmp.png"
     fig.savefig(tmp, dpi=100)

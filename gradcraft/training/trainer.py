@@ -146,7 +146,8 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None) -> d
     log(f"model: {describe(model)}")
     log(f"data: {len(tokens):,} tokens; {tc.batch_size} x {accum} sequences of {mc.seq_len} per step; "
         f"device {tc.device}, {tc.dtype}")
-    csv_log = CSVLog(os.path.join(tc.model_dir, "training_log.csv"), resume_step=start_step if resume else None)
+    csv_log = CSVLog(os.path.join(tc.model_dir, "training_log.csv"), resume_step=start_step if resume else None,
+                     extra_columns=list(_moe_stats(model, names_only=True)))
     peak = peak_flops(tc.device, tc.dtype)
     flops_per_token = model.flops_per_token()
     tokens_per_step = accum * tc.batch_size * mc.seq_len
@@ -160,14 +161,19 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None) -> d
         t0 = time.perf_counter()
         lr = schedule(step)
         set_lr(opt, lr)
-        loss_sum = 0.0
+        loss_sum, moe_sums = 0.0, {}
         for _ in range(accum):
             x, y = sampler.next_batch()
             x = gc.tensor(x, device=tc.device)
             y = gc.tensor(y, device=tc.device)
             _, loss = model(x, y, label_smoothing=tc.label_smoothing, compute_dtype=compute_dtype)
+            logged = {"loss": model.last_losses["cross_entropy"], **_moe_stats(model)}
+            if len(logged) > 1:
+                gc.realize(loss, *logged.values())  # computed by the forward pass, read after backward
             (loss / accum).backward()
-            loss_sum += loss.item()
+            loss_sum += logged.pop("loss").item()
+            for key, value in logged.items():
+                moe_sums[key] = moe_sums.get(key, 0.0) + float(value.item()) / accum
         step_loss = loss_sum / accum
         # The global norm and the clip coefficient in one kernel; AdamW applies the coefficient.
         grad_stats = grad_norm_and_scale(model.parameters(), tc.grad_clip)
@@ -196,7 +202,7 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None) -> d
             val_loss = evaluate(model, val_tokens, mc.seq_len, tc.batch_size, tc.eval_batches, tc.device,
                                 compute_dtype)
         csv_log.append({"step": done, "loss": step_loss, "grad_norm": norm_value, "lr": lr,
-                        "tokens_per_s": round(tok_per_s, 1), "val_loss": val_loss})
+                        "tokens_per_s": round(tok_per_s, 1), "val_loss": val_loss, **moe_sums})
         if bar is not None:
             postfix = {"loss": f"{step_loss:.4f}", "lr": f"{lr:.2e}", "tok/s": f"{tok_per_s:,.0f}"}
             if peak:
@@ -218,6 +224,17 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None) -> d
     save_weights(model, os.path.join(tc.model_dir, "model.safetensors"), header.fingerprint)
     plot_loss(os.path.join(tc.model_dir, "training_log.csv"), os.path.join(tc.model_dir, "loss.png"))
     return {"step": end_step, "loss": last_loss, "tokens_per_s": tok_per_s}
+
+
+def _moe_stats(model, names_only: bool = False) -> dict:
+    """Per MoE layer: the fraction of assignments each expert received and the auxiliary losses."""
+    stats = {}
+    for i, layer in model.moe_layers():
+        for e in range(layer.n_experts):
+            stats[f"moe{i}_expert{e}"] = None if names_only else layer.aux["load"][e]
+        stats[f"moe{i}_balance"] = None if names_only else layer.aux["balance"]
+        stats[f"moe{i}_z"] = None if names_only else layer.aux["z"]
+    return stats
 
 
 def evaluate(model, tokens, seq_len, batch_size, max_batches, device, compute_dtype) -> float:

@@ -33,6 +33,7 @@ def parse_args():
     p.add_argument("--tf32", action="store_true")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for both (default: all cores)")
     p.add_argument("--only", choices=["ours", "torch"], default=None)
+    p.add_argument("--graph", action="store_true", help="ours: capture the whole step as a CUDA graph and replay it")
     return p.parse_args()
 
 
@@ -58,14 +59,27 @@ def run_ours(cfg, weights, args, n_steps):
     rest = [p for p in model.parameters() if p.ndim < 2]
     opt = AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=3e-4,
                 betas=(0.9, 0.95))
+    from gradcraft.engine.capture import CapturedStep
     backend = gc.device.get_backend(gc.device.canonical(args.device))
+    # Inputs live in fixed buffers that each step overwrites (what graph replay needs).
+    x_in = gc.zeros(args.batch, cfg.seq_len, dtype=gc.int64, device=args.device).realize()
+    y_in = gc.zeros(args.batch, cfg.seq_len, dtype=gc.int64, device=args.device).realize()
+
+    def step():
+        _, loss = model(x_in, y_in)
+        loss.backward()
+        opt.step(grad_scale=grad_norm_and_scale(model.parameters(), 1.0), prepare=False)
+        opt.zero_grad()
+        return loss
+
+    run_step = CapturedStep(step, args.device) if args.graph else step
     losses, times = [], []
     for x, y in batches(cfg.vocab_size, args.batch, cfg.seq_len, n_steps):
         t0 = time.perf_counter()
-        _, loss = model(gc.tensor(x, device=args.device), gc.tensor(y, device=args.device))
-        loss.backward()
-        opt.step(grad_scale=grad_norm_and_scale(model.parameters(), 1.0))
-        opt.zero_grad()
+        backend.write(x_in._buf, x)
+        backend.write(y_in._buf, y)
+        opt.prepare()
+        loss = run_step()
         losses.append(loss.item())
         backend.synchronize()
         times.append(time.perf_counter() - t0)
@@ -127,7 +141,8 @@ def main():
     n = args.warmup + args.steps
     tokens = args.batch * cfg.seq_len
     print(f"{args.preset}: {describe(model)}; batch {args.batch} x {cfg.seq_len}; device {args.device}; "
-          f"tf32 {'on' if args.tf32 else 'off'}; {args.steps} timed steps after {args.warmup}")
+          f"tf32 {'on' if args.tf32 else 'off'}; {'CUDA graph replay; ' if args.graph else ''}"
+          f"{args.steps} timed steps after {args.warmup}")
     del model
     results = {}
     for name, fn in (("gradcraft", run_ours), ("pytorch", run_torch)):

@@ -5,10 +5,14 @@ against the function of the same name here.
 
 float16 and bfloat16 arithmetic runs in float32 and rounds once at the end, as
 GPUs do; NumPy's own half-precision loops are slow and round every step.
+
+The elementwise and row-wise kernels run on several threads when their arrays
+are big (see `_parallel`); matmuls use BLAS's own threads.
 """
 
 import ctypes
 import functools
+import concurrent.futures
 import math
 import os
 import sys
@@ -41,6 +45,130 @@ def _finish(result: np.ndarray, dtype) -> np.ndarray:
     return out
 
 
+# ---------------------------------------------------------------- threads
+#
+# A NumPy ufunc runs on one core, but it lets go of the GIL while it loops, so Python threads can
+# work on different row blocks of a big array at the same time (PyTorch's elementwise kernels use
+# every core through OpenMP). `_parallel` splits a range of rows into one piece per thread and runs
+# the first piece on the calling thread. BLAS calls never run inside a piece: BLAS has threads of
+# its own, and two layers of threads on the same cores would fight.
+
+_PARALLEL_MIN = 1 << 17  # elements: below this, waking a thread (~50 us) costs more than it saves
+_BLOCK = 1 << 15  # elements a piece works on at a time, so that its temporaries stay in L2 cache
+_CE_BLOCK = 1 << 18  # cross-entropy's blocks: bigger, so that a long row (the vocabulary) costs few calls
+
+_num_threads = None
+_executor = None
+
+
+def num_threads() -> int:
+    """Threads for the CPU kernels: GRADCRAFT_NUM_THREADS, else OMP_NUM_THREADS (what PyTorch reads),
+    else the cores this process may run on."""
+    global _num_threads
+    if _num_threads is None:
+        env = os.environ.get("GRADCRAFT_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS")
+        try:
+            _num_threads = max(1, int(env)) if env else len(os.sched_getaffinity(0))
+        except (ValueError, AttributeError):  # a bad value, or no sched_getaffinity (macOS)
+            _num_threads = os.cpu_count() or 1
+    return _num_threads
+
+
+def set_num_threads(n: int | None) -> None:
+    """Use n threads from now on (None: the default of `num_threads`)."""
+    global _num_threads, _executor
+    if _executor is not None:
+        _executor.shutdown(wait=True)
+    _num_threads, _executor = (max(1, int(n)) if n else None), None
+
+
+def _forget_threads_after_fork() -> None:
+    global _executor
+    _executor = None  # the child has none of the parent's threads
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_threads_after_fork)
+
+
+def _parallel(fn, n: int, row_size: int = 1) -> None:
+    """Call fn(start, stop) over pieces that cover range(n) rows of row_size elements each: one piece
+    per thread when the work is big enough, else fn(0, n). Pieces must write disjoint outputs."""
+    global _executor
+    pieces = min(num_threads(), n, (n * row_size) // (_PARALLEL_MIN // 2))
+    if pieces <= 1 or n * row_size < _PARALLEL_MIN:
+        fn(0, n)
+        return
+    if _executor is None:
+        _executor = concurrent.futures.ThreadPoolExecutor(num_threads() - 1, thread_name_prefix="gradcraft-cpu")
+    bounds = [n * i // pieces for i in range(pieces + 1)]
+    futures = [_executor.submit(fn, bounds[i], bounds[i + 1]) for i in range(1, pieces)]
+    try:
+        fn(bounds[0], bounds[1])
+    finally:  # wait for every piece even when ours failed: none may outlive the kernel
+        for future in futures:
+            future.result()
+
+
+def _blocks(start: int, stop: int, row_size: int, block: int | None = None):
+    """(a, b) ranges of rows from start to stop, each about `block` (default _BLOCK) elements."""
+    step = max(1, (block or _BLOCK) // max(row_size, 1))
+    for a in range(start, stop, step):
+        yield a, min(a + step, stop)
+
+
+def _map(fn, out: np.ndarray, *args) -> np.ndarray:
+    """fn(*args, out=out) for a NumPy ufunc with broadcasting, split over threads along the output's
+    first axis (inputs of size 1 there are broadcast whole to every piece)."""
+    if out.size < _PARALLEL_MIN or out.ndim == 0:
+        fn(*args, out=out)
+        return out
+    arrays = [a for a in args if isinstance(a, np.ndarray)]
+    if out.flags.c_contiguous and all(a.shape == out.shape and a.flags.c_contiguous for a in arrays):
+        # one flat range: the same split for every shape
+        flat_out, flat_args = out.reshape(-1), [a.reshape(-1) if isinstance(a, np.ndarray) else a for a in args]
+        _parallel(lambda lo, hi: fn(*[a[lo:hi] if isinstance(a, np.ndarray) else a for a in flat_args],
+                                    out=flat_out[lo:hi]), out.size)
+        return out
+    lead = [a.reshape((1,) * (out.ndim - a.ndim) + a.shape) if isinstance(a, np.ndarray) else a for a in args]
+
+    def piece(lo, hi):
+        fn(*[a[lo:hi] if isinstance(a, np.ndarray) and a.shape[0] != 1 else a for a in lead], out=out[lo:hi])
+    _parallel(piece, out.shape[0], out.size // max(out.shape[0], 1))
+    return out
+
+
+def _rowwise(fn, out: np.ndarray, *inputs, inner: int = 0) -> np.ndarray:
+    """fn(out_block, *input_blocks) over blocks of rows (the first axis) of same-shape arrays, on
+    several threads; a block keeps the last `inner` axes whole (softmax's rows: 1). fn may use
+    temporaries: a block is small enough to keep them in cache."""
+    views = [out, *inputs]
+    while views[0].ndim > inner + 1 and views[0].shape[0] == 1:
+        views = [v[0] for v in views]  # a leading axis of 1 would leave nothing to split
+    if views[0].ndim <= inner:
+        fn(*views)
+        return out
+    rows = views[0].shape[0]
+    row_size = views[0].size // max(rows, 1)
+
+    def piece(start, stop):
+        for a, b in _blocks(start, stop, row_size):
+            fn(*[v[a:b] for v in views])
+    _parallel(piece, rows, row_size)
+    return out
+
+
+def _into(out: np.ndarray, compute) -> None:
+    """Store compute(o), which writes its result into the float32/float64 array o, in out: o is out
+    itself unless out is half precision (then a float32 block that is rounded into out once)."""
+    if out.dtype in _HALF:
+        o = np.empty(out.shape, np.float32)
+        compute(o)
+        out[...] = o
+    else:
+        compute(out)
+
+
 # ---------------------------------------------------------------- elementwise
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -56,29 +184,34 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
 def _gelu(x, approximate="none"):
-    w = _wide(x)
-    if approximate == "tanh":
-        y = 0.5 * w * (1.0 + np.tanh(_SQRT_2_OVER_PI * (w + 0.044715 * w ** 3)))
-    else:
-        y = 0.5 * w * (1.0 + _erf(w / math.sqrt(2.0)))
-    return _finish(y.astype(w.dtype, copy=False), x.dtype)
+    def block(out, xb):
+        w = _wide(xb)
+        if approximate == "tanh":
+            y = 0.5 * w * (1.0 + np.tanh(_SQRT_2_OVER_PI * (w + 0.044715 * w ** 3)))
+        else:
+            y = 0.5 * w * (1.0 + _erf(w / math.sqrt(2.0)))
+        out[...] = y
+    return _rowwise(block, _out(x.shape, x.dtype), x)
 
 
 def _gelu_backward(x, g, approximate="none"):
-    w, gw = _wide(x), _wide(g)
-    if approximate == "tanh":
-        inner = _SQRT_2_OVER_PI * (w + 0.044715 * w ** 3)
-        t = np.tanh(inner)
-        d = 0.5 * (1.0 + t) + 0.5 * w * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * w * w)
-    else:
-        cdf = 0.5 * (1.0 + _erf(w / math.sqrt(2.0)))
-        d = cdf + w * np.exp(-0.5 * w * w) / math.sqrt(2.0 * math.pi)
-    return _finish((gw * d).astype(w.dtype, copy=False), x.dtype)
+    def block(out, xb, gb):
+        w, gw = _wide(xb), _wide(gb)
+        if approximate == "tanh":
+            inner = _SQRT_2_OVER_PI * (w + 0.044715 * w ** 3)
+            t = np.tanh(inner)
+            d = 0.5 * (1.0 + t) + 0.5 * w * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * w * w)
+        else:
+            cdf = 0.5 * (1.0 + _erf(w / math.sqrt(2.0)))
+            d = cdf + w * np.exp(-0.5 * w * w) / math.sqrt(2.0 * math.pi)
+        d *= gw
+        out[...] = d
+    return _rowwise(block, _out(x.shape, x.dtype), x, g)
 
 
-def _sigmoid(w):
+def _sigmoid(w, out=None):
     # 0.5 * (1 + tanh(x / 2)): one transcendental, no overflow, no np.where (slow on big arrays).
-    out = np.empty(w.shape, w.dtype)
+    out = np.empty(w.shape, w.dtype) if out is None else out
     np.multiply(w, 0.5, out=out)
     np.tanh(out, out=out)
     out *= 0.5
@@ -90,29 +223,34 @@ def _unary(fn):
     def kernel(a):
         w = _wide(a)
         out = _out(w.shape, w.dtype)
-        fn(w, out=out)
+        _map(fn, out, w)
         return _finish(out, a.dtype) if w is not a else out
     return kernel
 
 
 def _silu(x):
-    w = _wide(x)
-    out = _sigmoid(w)
-    out *= w
-    return _finish(out, x.dtype)
+    def block(out, xb):
+        def compute(o):
+            w = _wide(xb)
+            _sigmoid(w, out=o)
+            o *= w
+        _into(out, compute)
+    return _rowwise(block, _out(x.shape, x.dtype), x)
 
 
 def _silu_backward(x, g):
     # d/dx x*s(x) = s * (1 + x * (1 - s)), computed in place
-    w, gw = _wide(x), _wide(g)
-    s = _sigmoid(w)
-    d = np.empty(s.shape, s.dtype)
-    np.subtract(1.0, s, out=d)
-    d *= w
-    d += 1.0
-    d *= s
-    d *= gw
-    return _finish(d, x.dtype)
+    def block(out, xb, gb):
+        def compute(o):
+            w = _wide(xb)
+            s = _sigmoid(w, out=o)
+            d = np.subtract(1.0, s, dtype=s.dtype)
+            d *= w
+            d += 1.0
+            s *= d
+            s *= _wide(gb)
+        _into(out, compute)
+    return _rowwise(block, _out(x.shape, x.dtype), x, g)
 
 
 def _binary(fn):
@@ -120,7 +258,7 @@ def _binary(fn):
         wa, wb = _wide(a), _wide(b)
         shape = np.broadcast_shapes(wa.shape, wb.shape)
         out = _out(shape, np.result_type(wa, wb))
-        fn(wa, wb, out=out)
+        _map(fn, out, wa, wb)
         return _finish(out, a.dtype) if wa is not a else out
     return kernel
 
@@ -128,7 +266,7 @@ def _binary(fn):
 def _compare(fn):
     def kernel(a, b):
         out = _out(np.broadcast_shapes(a.shape, b.shape), np.bool_)
-        fn(_wide(a), _wide(b), out=out)
+        _map(fn, out, _wide(a), _wide(b))
         return out
     return kernel
 
@@ -237,14 +375,41 @@ def _index(a, *indices, spec):
 
 
 def _index_put_add(g, *indices, spec, shape):
+    if not indices:
+        return _put_slices(g, spec, shape)
     out = _out(shape, _wide(g).dtype)
     out.fill(0)
-    index = _index_tuple(indices, spec)
-    if indices:
-        np.add.at(out, index, _wide(g))  # gathered positions may repeat: accumulate
-    else:
-        out[index] = _wide(g)  # plain slices never overlap
+    np.add.at(out, _index_tuple(indices, spec), _wide(g))  # gathered positions may repeat: accumulate
     return _finish(out, g.dtype)
+
+
+def _put_slices(g, spec, shape):
+    """Zeros of `shape` with g written at the slices of spec (the gradient of slicing): writes the
+    box and zero-fills only the rest, instead of zero-filling everything and then the box again."""
+    out = _out(shape, g.dtype)
+    slices = [slice(*item).indices(n) for item, n in zip(spec, shape)] + [(0, n, 1) for n in shape[len(spec):]]
+    if any(step != 1 for _, _, step in slices) or out.ndim == 0:
+        out.fill(0)
+        out[tuple(slice(*s) for s in slices)] = g
+        return out
+
+    def fill(lo, hi):  # rows lo:hi of the first axis, which the box covers whole when split
+        view, box = out[lo:hi], [slice(*s) for s in slices]
+        if hi - lo != shape[0]:
+            box[0] = slice(0, hi - lo)
+        for axis, s in enumerate(box):  # the complement of the box: below and above it on each axis
+            start, stop = max(s.start, 0), max(s.stop, s.start)
+            lead = tuple(box[:axis])
+            if start > 0:
+                view[lead + (slice(0, start),)] = 0
+            if stop < view.shape[axis]:
+                view[lead + (slice(stop, None),)] = 0
+        view[tuple(box)] = g[lo:hi] if hi - lo != shape[0] else g
+    if slices[0] == (0, shape[0], 1):
+        _parallel(fill, shape[0], out.size // max(shape[0], 1))
+    else:
+        fill(0, shape[0])
+    return out
 
 
 def _take_along_dim(a, idx, axis):
@@ -318,132 +483,261 @@ def _assign(target, value):
 
 # ---------------------------------------------------------------- fused NN ops
 
+def _last_axis_rows(*arrays):
+    """Views (rows, last axis) of C-contiguous arrays, so that blocks hold whole rows of any rank;
+    other layouts stay as they are (the blocks then follow their first axis)."""
+    if all(a.ndim >= 2 and a.flags.c_contiguous for a in arrays):
+        return [a.reshape(-1, a.shape[-1]) for a in arrays]
+    return list(arrays)
+
+
 def _softmax(x, axis):
-    w = _wide(x)
-    out = np.subtract(w, w.max(axis=axis, keepdims=True), dtype=w.dtype)
-    np.exp(out, out=out)
-    out /= out.sum(axis=axis, keepdims=True)
-    return _finish(out, x.dtype)
+    if axis != x.ndim - 1:  # rows along another axis: one pass per step, on one thread
+        w = _wide(x)
+        out = np.subtract(w, w.max(axis=axis, keepdims=True), dtype=w.dtype)
+        np.exp(out, out=out)
+        out /= out.sum(axis=axis, keepdims=True)
+        return _finish(out, x.dtype)
+
+    def block(out, xb):
+        def compute(o):
+            w = _wide(xb)
+            np.subtract(w, w.max(axis=-1, keepdims=True), out=o)
+            np.exp(o, out=o)
+            o /= o.sum(axis=-1, keepdims=True)
+        _into(out, compute)
+    out = _out(x.shape, x.dtype)
+    _rowwise(block, *_last_axis_rows(out, x), inner=1)
+    return out
 
 
 def _softmax_backward(y, g, axis):
-    wy, wg = _wide(y), _wide(g)
-    return _finish(wy * (wg - (wg * wy).sum(axis=axis, keepdims=True)), y.dtype)
+    if axis != y.ndim - 1:
+        wy, wg = _wide(y), _wide(g)
+        return _finish(wy * (wg - (wg * wy).sum(axis=axis, keepdims=True)), y.dtype)
+
+    def block(out, yb, gb):
+        def compute(o):
+            wy, wg = _wide(yb), _wide(gb)
+            np.multiply(wg, wy, out=o)
+            row = o.sum(axis=-1, keepdims=True)
+            np.subtract(wg, row, out=o)
+            o *= wy
+        _into(out, compute)
+    out = _out(y.shape, y.dtype)
+    _rowwise(block, *_last_axis_rows(out, y, g), inner=1)
+    return out
 
 
 def _log_softmax(x, axis):
-    w = _wide(x)
-    out = np.subtract(w, w.max(axis=axis, keepdims=True), dtype=w.dtype)
-    out -= np.log(np.exp(out).sum(axis=axis, keepdims=True))
-    return _finish(out, x.dtype)
+    if axis != x.ndim - 1:
+        w = _wide(x)
+        out = np.subtract(w, w.max(axis=axis, keepdims=True), dtype=w.dtype)
+        out -= np.log(np.exp(out).sum(axis=axis, keepdims=True))
+        return _finish(out, x.dtype)
+
+    def block(out, xb):
+        def compute(o):
+            w = _wide(xb)
+            np.subtract(w, w.max(axis=-1, keepdims=True), out=o)
+            o -= np.log(np.exp(o).sum(axis=-1, keepdims=True))
+        _into(out, compute)
+    out = _out(x.shape, x.dtype)
+    _rowwise(block, *_last_axis_rows(out, x), inner=1)
+    return out
 
 
 def _log_softmax_backward(y, g, axis):
-    wy, wg = _wide(y), _wide(g)
-    return _finish(wg - np.exp(wy) * wg.sum(axis=axis, keepdims=True), y.dtype)
+    if axis != y.ndim - 1:
+        wy, wg = _wide(y), _wide(g)
+        return _finish(wg - np.exp(wy) * wg.sum(axis=axis, keepdims=True), y.dtype)
 
-
-_CE_BLOCK_ROWS = 64  # rows per block: the block's temporaries stay in cache
+    def block(out, yb, gb):
+        def compute(o):
+            wy, wg = _wide(yb), _wide(gb)
+            np.exp(wy, out=o)
+            o *= -wg.sum(axis=-1, keepdims=True)  # wg - exp(y) * sum(wg), sign moved: exact
+            o += wg
+        _into(out, compute)
+    out = _out(y.shape, y.dtype)
+    _rowwise(block, *_last_axis_rows(out, y, g), inner=1)
+    return out
 
 
 def _cross_entropy(logits, target, ignore_index, label_smoothing):
     """Per-row loss of (N, C) logits against (N,) class ids; ignored rows give 0.
 
     loss = logsumexp(x) - x[target]; with smoothing eps: (1 - eps) * that + eps * (logsumexp(x) - mean(x)).
-    Computed block by block of rows, so the exp temporaries stay in cache.
+    Computed block by block of rows, so the exp temporaries stay in cache, on several threads.
     """
-    w = _wide(logits)
-    n = w.shape[0]
-    loss = np.empty(n, dtype=w.dtype)
+    n, classes = logits.shape
+    wdtype = np.float32 if logits.dtype in _HALF else logits.dtype
+    loss = np.empty(n, dtype=wdtype)
     valid = target != ignore_index
     safe = np.where(valid, target, 0)
-    block = np.empty((min(_CE_BLOCK_ROWS, n), w.shape[1]), dtype=w.dtype)
-    for start in range(0, n, _CE_BLOCK_ROWS):
-        rows = w[start:start + _CE_BLOCK_ROWS]
-        tmp = block[:len(rows)]
-        peak = rows.max(axis=1)
-        np.subtract(rows, peak[:, None], out=tmp)
-        picked = tmp[np.arange(len(rows)), safe[start:start + len(rows)]]
-        mean_shifted = tmp.mean(axis=1) if label_smoothing else None
-        np.exp(tmp, out=tmp)
-        lse = np.log(tmp.sum(axis=1))
-        nll = lse - picked
-        if label_smoothing:
-            nll = (1.0 - label_smoothing) * nll + label_smoothing * (lse - mean_shifted)
-        loss[start:start + len(rows)] = nll
+
+    def piece(start, stop):
+        scratch = np.empty((min(max(1, _CE_BLOCK // classes), stop - start), classes), dtype=wdtype)
+        for a, b in _blocks(start, stop, classes, _CE_BLOCK):
+            rows = _wide(logits[a:b])
+            tmp = scratch[:b - a]
+            peak = rows.max(axis=1)
+            np.subtract(rows, peak[:, None], out=tmp)
+            picked = tmp[np.arange(b - a), safe[a:b]]
+            mean_shifted = tmp.mean(axis=1) if label_smoothing else None
+            np.exp(tmp, out=tmp)
+            lse = np.log(tmp.sum(axis=1))
+            nll = lse - picked
+            if label_smoothing:
+                nll = (1.0 - label_smoothing) * nll + label_smoothing * (lse - mean_shifted)
+            loss[a:b] = nll
+    _parallel(piece, n, classes)
     loss[~valid] = 0.0
     return _finish(loss, logits.dtype)
 
 
 def _cross_entropy_backward(logits, target, g, ignore_index, label_smoothing):
-    """d loss / d logits = g * (softmax(x) - (1 - eps) onehot(target) - eps / C), block by block of rows."""
-    w = _wide(logits)
-    n, classes = w.shape
-    out = _out(w.shape, w.dtype)
+    """d loss / d logits = g * (softmax(x) - (1 - eps) onehot(target) - eps / C), block by block of
+    rows on several threads; g / sum(exp) scales each row in the same pass as the normalization."""
+    n, classes = logits.shape
+    out = _out(logits.shape, logits.dtype)
     valid = target != ignore_index
     safe = np.where(valid, target, 0)
-    scale = (_wide(g) * valid).astype(w.dtype)
-    for start in range(0, n, _CE_BLOCK_ROWS):
-        rows = w[start:start + _CE_BLOCK_ROWS]
-        p = out[start:start + len(rows)]
-        np.subtract(rows, rows.max(axis=1)[:, None], out=p)
-        np.exp(p, out=p)
-        p /= p.sum(axis=1)[:, None]
-        p[np.arange(len(rows)), safe[start:start + len(rows)]] -= 1.0 - label_smoothing
-        if label_smoothing:
-            p -= label_smoothing / classes
-        p *= scale[start:start + len(rows), None]
-    return _finish(out, logits.dtype)
+    wdtype = np.float32 if logits.dtype in _HALF else logits.dtype
+    scale = (_wide(g) * valid).astype(wdtype)
+
+    def piece(start, stop):
+        for a, b in _blocks(start, stop, classes, _CE_BLOCK):
+            def compute(p):
+                rows = _wide(logits[a:b])
+                np.subtract(rows, rows.max(axis=1)[:, None], out=p)
+                np.exp(p, out=p)
+                p *= (scale[a:b] / p.sum(axis=1))[:, None]
+                p[np.arange(b - a), safe[a:b]] -= (1.0 - label_smoothing) * scale[a:b]
+                if label_smoothing:
+                    p -= (label_smoothing / classes) * scale[a:b, None]
+            _into(out[a:b], compute)
+    _parallel(piece, n, classes)
+    return out
 
 
 def _rows(x, n_dims):
     """View x as (rows, features) over its last n_dims dimensions."""
     features = int(np.prod(x.shape[x.ndim - n_dims:]))
-    return _wide(x).reshape(-1, features)
+    return x.reshape(-1, features)
+
+
+def _norm_rows(x, weight, g, n_dims):
+    """(rows, features) views of x (and g), the weight as a float row, and the float dtype."""
+    rows = _rows(x, n_dims)
+    grows = _rows(g, n_dims) if g is not None else None
+    w = _wide(weight).reshape(1, -1) if weight is not None else None
+    return rows, grows, w, (np.float32 if x.dtype in _HALF else x.dtype)
+
+
+def _sum_pieces(partials: dict):
+    """Sum per-piece partial results in row order (the same order for the same thread count)."""
+    keys = sorted(partials)
+    total = partials[keys[0]]
+    for key in keys[1:]:
+        total += partials[key]
+    return total
 
 
 def _layer_norm(x, weight, bias, eps, n_dims):
-    w = _rows(x, n_dims)
-    mean = w.mean(axis=1, keepdims=True)
-    centered = w - mean
-    rstd = 1.0 / np.sqrt((centered * centered).mean(axis=1, keepdims=True) + eps)
-    y = centered * rstd
-    if weight is not None:
-        y = y * _wide(weight).reshape(1, -1)
-    if bias is not None:
-        y = y + _wide(bias).reshape(1, -1)
-    return _finish(y.reshape(x.shape), x.dtype)
+    rows, _, wt, _ = _norm_rows(x, weight, None, n_dims)
+    b = _wide(bias).reshape(1, -1) if bias is not None else None
+    out = _out(rows.shape, x.dtype)
+
+    def block(ob, xb):
+        def compute(o):
+            w = _wide(xb)
+            np.subtract(w, w.mean(axis=1, keepdims=True), out=o)
+            o *= 1.0 / np.sqrt((o * o).mean(axis=1, keepdims=True) + eps)
+            if wt is not None:
+                o *= wt
+            if b is not None:
+                o += b
+        _into(ob, compute)
+    _rowwise(block, out, rows, inner=1)
+    return out.reshape(x.shape)
 
 
 def _layer_norm_backward(x, weight, g, eps, n_dims):
-    w, gw = _rows(x, n_dims), _rows(g, n_dims)
-    mean = w.mean(axis=1, keepdims=True)
-    rstd = 1.0 / np.sqrt(((w - mean) ** 2).mean(axis=1, keepdims=True) + eps)
-    xhat = (w - mean) * rstd
-    dxhat = gw * _wide(weight).reshape(1, -1) if weight is not None else gw
-    dx = rstd * (dxhat - dxhat.mean(axis=1, keepdims=True) - xhat * (dxhat * xhat).mean(axis=1, keepdims=True))
+    rows, grows, wt, fdt = _norm_rows(x, weight, g, n_dims)
+    features = rows.shape[1]
+    dx = _out(rows.shape, x.dtype)
+    partials = {}
+
+    def piece(start, stop):
+        dweight = np.zeros(features, fdt)
+        dbias = np.zeros(features, fdt)
+        for a, b in _blocks(start, stop, features):
+            w, gw = _wide(rows[a:b]), _wide(grows[a:b])
+            xhat = w - w.mean(axis=1, keepdims=True)
+            rstd = 1.0 / np.sqrt((xhat * xhat).mean(axis=1, keepdims=True) + eps)
+            xhat *= rstd
+            dweight += (gw * xhat).sum(axis=0)
+            dbias += gw.sum(axis=0)
+            dxhat = gw * wt if wt is not None else gw.copy()
+            # dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
+            proj = (dxhat * xhat).mean(axis=1, keepdims=True)
+            dxhat -= dxhat.mean(axis=1, keepdims=True)
+            xhat *= proj
+            dxhat -= xhat
+            dxhat *= rstd
+            dx[a:b] = dxhat
+        partials[start] = (dweight, dbias)
+    _parallel(piece, rows.shape[0], features)
     norm_shape = x.shape[x.ndim - n_dims:]
-    dweight = _finish((gw * xhat).sum(axis=0).reshape(norm_shape), x.dtype)
-    dbias = _finish(gw.sum(axis=0).reshape(norm_shape), x.dtype)
-    return _finish(dx.reshape(x.shape), x.dtype), dweight, dbias
+    dweight = _sum_pieces({k: v[0] for k, v in partials.items()})
+    dbias = _sum_pieces({k: v[1] for k, v in partials.items()})
+    return (dx.reshape(x.shape), _finish(dweight.reshape(norm_shape), x.dtype),
+            _finish(dbias.reshape(norm_shape), x.dtype))
 
 
 def _rms_norm(x, weight, eps, n_dims):
-    w = _rows(x, n_dims)
-    y = w / np.sqrt((w * w).mean(axis=1, keepdims=True) + eps)
-    if weight is not None:
-        y = y * _wide(weight).reshape(1, -1)
-    return _finish(y.reshape(x.shape), x.dtype)
+    rows, _, wt, _ = _norm_rows(x, weight, None, n_dims)
+    out = _out(rows.shape, x.dtype)
+
+    def block(ob, xb):
+        def compute(o):
+            w = _wide(xb)
+            np.multiply(w, w, out=o)
+            rstd = 1.0 / np.sqrt(o.mean(axis=1, keepdims=True) + eps)
+            np.multiply(w, rstd, out=o)
+            if wt is not None:
+                o *= wt
+        _into(ob, compute)
+    _rowwise(block, out, rows, inner=1)
+    return out.reshape(x.shape)
 
 
 def _rms_norm_backward(x, weight, g, eps, n_dims):
-    w, gw = _rows(x, n_dims), _rows(g, n_dims)
-    rstd = 1.0 / np.sqrt((w * w).mean(axis=1, keepdims=True) + eps)
-    xhat = w * rstd
-    dxhat = gw * _wide(weight).reshape(1, -1) if weight is not None else gw
-    dx = rstd * (dxhat - xhat * (dxhat * xhat).mean(axis=1, keepdims=True))
-    dweight = _finish((gw * xhat).sum(axis=0).reshape(x.shape[x.ndim - n_dims:]), x.dtype)
-    return _finish(dx.reshape(x.shape), x.dtype), dweight
+    rows, grows, wt, fdt = _norm_rows(x, weight, g, n_dims)
+    features = rows.shape[1]
+    dx = _out(rows.shape, x.dtype)
+    partials = {}
+
+    def piece(start, stop):
+        dweight = np.zeros(features, fdt)
+        for a, b in _blocks(start, stop, features):
+            w, gw = _wide(rows[a:b]), _wide(grows[a:b])
+            rstd = 1.0 / np.sqrt((w * w).mean(axis=1, keepdims=True) + eps)
+            xhat = w * rstd
+            dxhat = gw * wt if wt is not None else gw.copy()
+            # dx = rstd * (dxhat - xhat * mean(dxhat * xhat)); xhat's buffer ends as the product
+            proj = (dxhat * xhat).mean(axis=1, keepdims=True)
+            xhat *= gw
+            dweight += xhat.sum(axis=0)
+            np.multiply(w, rstd * proj, out=xhat)
+            dxhat -= xhat
+            dxhat *= rstd
+            dx[a:b] = dxhat
+        partials[start] = dweight
+    _parallel(piece, rows.shape[0], features)
+    dweight = _sum_pieces(partials).reshape(x.shape[x.ndim - n_dims:])
+    return dx.reshape(x.shape), _finish(dweight, x.dtype)
 
 
 def _embedding(weight, idx):
@@ -471,42 +765,78 @@ def _dropout(x, seed, p):
 
 def _rope(x, cos, sin, inverse):
     """Rotate pairs (x[..., i], x[..., i + D/2]) by the angles whose cos/sin are given as (T, D/2)."""
-    w = _wide(x)
-    half = w.shape[-1] // 2
+    half = x.shape[-1] // 2
     c, s = _wide(cos), _wide(sin)
-    x1, x2 = w[..., :half], w[..., half:]
-    out = _out(w.shape, w.dtype)
-    first, second = out[..., :half], out[..., half:]
-    np.multiply(x1, c, out=first)
-    np.multiply(x2, c, out=second)
-    if inverse:  # rotation by -angle
-        first += x2 * s
-        second -= x1 * s
-    else:
-        first -= x2 * s
-        second += x1 * s
-    return _finish(out, x.dtype)
+
+    def block(out, xb):
+        def compute(o):
+            w = _wide(xb)
+            x1, x2 = w[..., :half], w[..., half:]
+            first, second = o[..., :half], o[..., half:]
+            np.multiply(x1, c, out=first)
+            np.multiply(x2, c, out=second)
+            t = np.multiply(x2, s, dtype=o.dtype)
+            if inverse:  # rotation by -angle
+                first += t
+                np.multiply(x1, s, out=t)
+                second -= t
+            else:
+                first -= t
+                np.multiply(x1, s, out=t)
+                second += t
+        _into(out, compute)
+    # the blocks keep (T, D) whole: cos and sin broadcast over the leading axes only
+    return _rowwise(block, _out(x.shape, x.dtype), x, inner=2)
 
 
 def _attention_probs(q, k, mask, scale, causal, window):
-    """Softmax attention weights (B, Hkv, G, T, S) for queries grouped over shared KV heads."""
+    """Softmax attention weights (B, Hkv, G*T, S) for queries grouped over shared KV heads, and the
+    scaled queries (B, Hkv, G*T, D) (the backward's dk reads them).
+
+    Each KV head's G query heads are stacked into one (G*T, D) matrix: one matmul per KV head, and
+    products against p^T sum over the group by themselves. The masks and the softmax run on
+    several threads, block by block of heads."""
     B, H, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
-    qw = _wide(q)
-    qg = qw.reshape(B, Hkv, H // Hkv, T, D) * qw.dtype.type(scale)  # scale the smaller operand
-    scores = np.matmul(qg, _wide(k)[:, :, None].swapaxes(-1, -2))  # (B, Hkv, G, T, S)
+    qw, kw = _wide(q), _wide(k)
+    dtype = qw.dtype
+    qg = np.empty((B, H, T, D), dtype)
+    np.multiply(qw, dtype.type(scale), out=qg)  # scale the smaller operand; also makes q contiguous
+    qg = qg.reshape(B, Hkv, (H // Hkv) * T, D)
+    kt = np.empty((B, Hkv, D, S), dtype)
+    kt[...] = kw.swapaxes(-1, -2)  # NumPy's batched matmul is 2-3x slower on a transposed view
+    scores = np.matmul(qg, kt)  # (B, Hkv, G*T, S)
+    bias = _attention_bias(mask, B, H, T, S, causal, window, dtype)  # None or (1 or B*H, T, S)
+    heads = scores.reshape(B * H, T, S)
+
+    def block(sb, lo, hi):
+        if bias is not None:
+            sb += bias[lo:hi] if bias.shape[0] > 1 else bias[0]
+        sb -= sb.max(axis=-1, keepdims=True)
+        np.exp(sb, out=sb)
+        sb /= sb.sum(axis=-1, keepdims=True)
+
+    def piece(start, stop):
+        for lo, hi in _blocks(start, stop, T * S):
+            block(heads[lo:hi], lo, hi)
+    _parallel(piece, B * H, T * S)
+    return scores, qg
+
+
+def _attention_bias(mask, B, H, T, S, causal, window, dtype):
+    """The additive mask of the scores as (1 or B*H, T, S): the user's mask (bool: -inf where False)
+    plus the causal/window mask, or None when nothing is masked."""
+    bias = None
     if mask is not None:
-        m = np.broadcast_to(mask, (B, H, T, S)).reshape(B, Hkv, H // Hkv, T, S)
-        if m.dtype == np.bool_:
-            scores = np.where(m, scores, -np.inf)
-        else:
-            scores += _wide(m)
+        bias = np.where(mask, 0.0, -np.inf).astype(dtype) if mask.dtype == np.bool_ else _wide(mask).astype(dtype)
     if causal or window:
-        scores += _position_mask(T, S, causal, window, scores.dtype)
-    scores -= scores.max(axis=-1, keepdims=True)
-    np.exp(scores, out=scores)
-    scores /= scores.sum(axis=-1, keepdims=True)
-    return scores
+        position = _position_mask(T, S, causal, window, dtype)
+        bias = position if bias is None else bias + position
+    if bias is None:
+        return None
+    if bias.ndim <= 2:
+        return bias.reshape(1, T, S)
+    return np.broadcast_to(bias, (B, H, T, S)).reshape(B * H, T, S)  # copies only a per-head mask
 
 
 @functools.lru_cache(maxsize=32)
@@ -525,30 +855,41 @@ def _position_mask(T, S, causal, window, dtype):
 
 def _sdpa(q, k, v, mask=None, *, scale, causal, window):
     B, H, T, D = q.shape
-    p = _attention_probs(q, k, mask, scale, causal, window)
-    out = np.matmul(p, _wide(v)[:, :, None])  # (B, Hkv, G, T, Dv)
-    return _finish(out.reshape(B, H, T, v.shape[-1]), q.dtype)
+    Hkv, Dv = k.shape[1], v.shape[-1]
+    p, _ = _attention_probs(q, k, mask, scale, causal, window)
+    vw = _wide(v)
+    out = _out((B, Hkv, (H // Hkv) * T, Dv), vw.dtype)
+    np.matmul(p, vw, out=out)
+    return _finish(out.reshape(B, H, T, Dv), q.dtype)
 
 
 def _sdpa_backward(q, k, v, g, mask=None, *, scale, causal, window):
     B, H, T, D = q.shape
-    Hkv = k.shape[1]
-    G = H // Hkv
-    p = _attention_probs(q, k, mask, scale, causal, window)  # recomputed, as flash attention does
-    gg = _wide(g).reshape(B, Hkv, G, T, v.shape[-1])
-    dv = np.matmul(p.swapaxes(-1, -2), gg)  # (B, Hkv, G, S, Dv)
-    dp = np.matmul(gg, _wide(v)[:, :, None].swapaxes(-1, -2))  # (B, Hkv, G, T, S)
-    # ds = p * (dp - rowsum(dp * p)) * scale, in place in dp
-    row = np.einsum("...ts,...ts->...t", dp, p)[..., None]
-    dp -= row
-    dp *= p
-    dp *= dp.dtype.type(scale)
-    dq = np.matmul(dp, _wide(k)[:, :, None]).reshape(B, H, T, D)
-    dk = np.matmul(dp.swapaxes(-1, -2), _wide(q).reshape(B, Hkv, G, T, D))
-    # the G query heads that share a KV head add their gradients
-    dk = dk[:, :, 0] if G == 1 else dk.sum(axis=2)
-    dv = dv[:, :, 0] if G == 1 else dv.sum(axis=2)
-    return _finish(dq, q.dtype), _finish(np.ascontiguousarray(dk), k.dtype), _finish(np.ascontiguousarray(dv), v.dtype)
+    Hkv, S, Dv = k.shape[1], k.shape[2], v.shape[-1]
+    p, qg = _attention_probs(q, k, mask, scale, causal, window)  # recomputed, as flash attention does
+    dtype = p.dtype
+    gg = _wide(g).reshape(B, Hkv, (H // Hkv) * T, Dv)
+    dv = _out((B, Hkv, S, Dv), dtype)
+    np.matmul(p.swapaxes(-1, -2), gg, out=dv)  # sums over the group's query heads too
+    vt = np.empty((B, Hkv, Dv, S), dtype)
+    vt[...] = _wide(v).swapaxes(-1, -2)
+    dp = np.matmul(gg, vt)  # (B, Hkv, G*T, S)
+    # ds = p * (dp - rowsum(dp * p)), in place in dp, block by block on several threads;
+    # the softmax's scale goes into the operands of the last two matmuls instead
+    dp_rows, p_rows = dp.reshape(-1, S), p.reshape(-1, S)
+
+    def piece(start, stop):
+        for a, b in _blocks(start, stop, S):
+            d, pb = dp_rows[a:b], p_rows[a:b]
+            d -= np.einsum("ts,ts->t", d, pb)[:, None]
+            d *= pb
+    _parallel(piece, dp_rows.shape[0], S)
+    ks = np.multiply(_wide(k), dtype.type(scale))
+    dq = _out((B, Hkv, (H // Hkv) * T, D), dtype)
+    np.matmul(dp, ks, out=dq)
+    dk = _out((B, Hkv, S, D), dtype)
+    np.matmul(dp.swapaxes(-1, -2), qg, out=dk)  # qg holds q * scale
+    return (_finish(dq.reshape(B, H, T, D), q.dtype), _finish(dk, k.dtype), _finish(dv, v.dtype))
 
 
 class CPUBackend(Backend):
@@ -617,23 +958,49 @@ class CPUBackend(Backend):
 def _adamw_step(params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1, beta2, eps, weight_decay,
                 grad_scale=None) -> None:
     lr, step = float(lr_step[0]), float(lr_step[1])
-    scale = float(grad_scale[0]) if grad_scale is not None else 1.0
-    step_size = lr / (1.0 - beta1 ** step)
-    bc2_sqrt = math.sqrt(1.0 - beta2 ** step)
+    consts = dict(scale=float(grad_scale[0]) if grad_scale is not None else 1.0,
+                  step_size=lr / (1.0 - beta1 ** step), bc2_sqrt=math.sqrt(1.0 - beta2 ** step),
+                  decay=1.0 - lr * weight_decay if weight_decay else 1.0, beta1=beta1, beta2=beta2, eps=eps)
+    # Every parameter cut into flat chunks: the chunks of all parameters are shared among the threads,
+    # and each chunk's temporaries stay in cache.
+    chunks = []
     for p, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs):
-        w = _wide(p)
-        gw = _wide(g) * np.float32(scale) if scale != 1.0 else _wide(g)
-        if weight_decay:
-            w *= np.float32(1.0 - lr * weight_decay)
-        m *= np.float32(beta1)
-        m += np.float32(1.0 - beta1) * gw
-        v *= np.float32(beta2)
-        v += np.float32(1.0 - beta2) * gw * gw
-        denom = np.sqrt(v) / np.float32(bc2_sqrt)
-        denom += np.float32(eps)
-        w -= np.float32(step_size) * (m / denom)
-        if w is not p:
-            p[...] = w
+        if not (p.flags.c_contiguous and m.flags.c_contiguous and v.flags.c_contiguous):
+            _adamw_update(p, g, m, v, **consts)  # (flat views need contiguous buffers)
+            continue
+        fp, fg, fm, fv = p.reshape(-1), g.reshape(-1), m.reshape(-1), v.reshape(-1)
+        chunks += [(fp[a:a + _BLOCK], fg[a:a + _BLOCK], fm[a:a + _BLOCK], fv[a:a + _BLOCK])
+                   for a in range(0, fp.size, _BLOCK)]
+
+    def piece(start, stop):
+        for chunk in chunks[start:stop]:
+            _adamw_update(*chunk, **consts)
+    _parallel(piece, len(chunks), _BLOCK)
+
+
+def _adamw_update(p, g, m, v, *, scale, step_size, bc2_sqrt, decay, beta1, beta2, eps) -> None:
+    """PyTorch's AdamW on one chunk, in place (m and v are float32; p may be half)."""
+    w = _wide(p)
+    gw = _wide(g)
+    if scale != 1.0:
+        gw = gw * np.float32(scale)
+    if decay != 1.0:
+        w *= np.float32(decay)
+    t = np.multiply(gw, np.float32(1.0 - beta1), dtype=m.dtype)
+    m *= np.float32(beta1)
+    m += t
+    np.multiply(gw, np.float32(1.0 - beta2), out=t)
+    t *= gw
+    v *= np.float32(beta2)
+    v += t
+    np.sqrt(v, out=t)  # the denominator sqrt(v) / sqrt(1 - beta2^step) + eps
+    t /= np.float32(bc2_sqrt)
+    t += np.float32(eps)
+    np.divide(m, t, out=t)
+    t *= np.float32(step_size)
+    w -= t
+    if w is not p:
+        p[...] = w
 
 
 def _grad_norm(grads, max_norm: float = 0.0):

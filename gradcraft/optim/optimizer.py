@@ -137,10 +137,15 @@ class AdamW(Optimizer):
             state["exp_avg_sq"] = zeros(p.shape, dtype=dtypes.float32, device=p.device).realize()
         return state
 
-    def step(self, realize_now: bool = True, grad_scale: Tensor | None = None):
+    def step(self, realize_now: bool = True, grad_scale: Tensor | None = None, prepare: bool = True):
         """One update. grad_scale: the [norm, coefficient] tensor of `grad_norm_and_scale`, whose
-        coefficient multiplies every gradient (clipping without touching the gradients)."""
+        coefficient multiplies every gradient (clipping without touching the gradients).
+
+        prepare=False: the fused path skips `prepare()` (the caller ran it: graph capture, where the
+        host-side writes of lr and step must happen outside the recorded kernels)."""
         if self.fused is not False and self._fusable():
+            if prepare:
+                self.prepare()
             self._fused_step(grad_scale)
             return None
         if grad_scale is not None:
@@ -166,12 +171,12 @@ class AdamW(Optimizer):
                 return False
         return True
 
-    def _fused_step(self, grad_scale) -> None:
+    def prepare(self) -> None:
+        """Host side of a fused step: count the step and write [lr, step] into each group's device buffer."""
         for gi, group in enumerate(self.param_groups):
-            params = [p for p in group["params"] if p.grad is not None]
+            params = [p for p in group["params"] if p.requires_grad]
             if not params:
                 continue
-            backend = get_backend(params[0].device)
             states = [self._state(p) for p in params]
             for state in states:
                 state["step"] += 1
@@ -179,7 +184,18 @@ class AdamW(Optimizer):
             if lr_step is None:
                 lr_step = zeros(2, dtype=dtypes.float32, device=params[0].device).realize()
                 self._scalars[("lr_step", gi, params[0].device)] = lr_step
-            backend.write(lr_step._buf, np.array([group["lr"], states[0]["step"]], dtype=np.float32))
+            get_backend(params[0].device).write(lr_step._buf, np.array([group["lr"], states[0]["step"]],
+                                                                       dtype=np.float32))
+
+    def _fused_step(self, grad_scale) -> None:
+        """Device side: one multi-tensor launch per group (and weight-decay setting)."""
+        for gi, group in enumerate(self.param_groups):
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            backend = get_backend(params[0].device)
+            states = [self._state(p) for p in params]
+            lr_step = self._scalars[("lr_step", gi, params[0].device)]
             grads = []
             for p in params:
                 g = p.grad.realize()

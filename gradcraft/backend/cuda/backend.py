@@ -7,13 +7,16 @@ matmul goes to cuBLAS (matmul.py). Extra methods beyond the contract: `adamw_ste
 (optim.py) and `cross_entropy_with_grad` (nn.py).
 """
 
+import functools
+
 import cupy as cp
+
 import numpy as np
 
 from gradcraft.backend import Backend
 from gradcraft.backend.cuda import launch as L
 from gradcraft.backend.cuda import nn, optim
-from gradcraft.backend.cuda.matmul import matmul
+from gradcraft.backend.cuda.matmul import gemm, matmul
 
 HALF = L.HALF
 
@@ -100,11 +103,36 @@ def _reduce_rows(kind, a, k, keepdim):
     return out.reshape(a.shape[:a.ndim - k] + (1,) * k) if keepdim else out
 
 
+def _leading(a, axes) -> int:
+    """k when axes are exactly the first k dims of a C-contiguous a (0 otherwise)."""
+    k = len(axes)
+    return k if a.ndim and k < a.ndim and tuple(axes) == tuple(range(k)) and a.flags.c_contiguous else 0
+
+
+def _sum_leading(a, k, keepdim):
+    """Sum over the leading k dims (a bias gradient: (B*T, C) -> (C,)) as ones(1, rows) @ a(rows, C): one
+    cuBLAS GEMV-shaped product, memory bound, instead of a strided column reduction."""
+    C = int(np.prod(a.shape[k:], dtype=np.int64))
+    rows = a.size // C
+    ones = _ones(rows, a.dtype)
+    out = gemm(ones, a.reshape(rows, C), allow_tf32=False).reshape(a.shape[k:])  # sums stay fp32-exact
+    return out.reshape((1,) * k + a.shape[k:]) if keepdim else out
+
+
+@functools.lru_cache(maxsize=32)
+def _ones(rows: int, dtype) -> cp.ndarray:
+    return cp.ones((1, rows), dtype=dtype)
+
+
 def _reduction(kind, fn):
     def kernel(a, axes, keepdim):
         k = _trailing(a, axes) if a.ndim else None
         if a.dtype in L.FLOAT and k and a.size and all(a.shape):
             return _reduce_rows(kind, a, k, keepdim)
+        lead = _leading(a, axes) if kind == "sum" and a.dtype in (np.float32, np.dtype("bfloat16"), np.float16) \
+            else 0
+        if lead and a.size and all(a.shape):
+            return _sum_leading(a, lead, keepdim)
         w = L.wide(a)
         if kind == "sum" and a.dtype.kind in "biu":
             return fn(w, axis=axes, keepdims=keepdim, dtype=np.int64)
@@ -205,7 +233,10 @@ def _full(shape, value, dtype):
 
 
 def _arange(start, stop, step, dtype, shape):
-    return cp.asarray(np.arange(start, stop, step).astype(dtype))  # as cpu.py (float64 steps, then cast)
+    # Computed on the device (a host array would be a copy that CUDA-graph capture cannot record):
+    # start + i * step in int64 or float64, then cast, as cpu.py does.
+    exact = np.int64 if all(isinstance(v, (int, np.integer)) for v in (start, stop, step)) else np.float64
+    return cp.arange(start, stop, step, dtype=exact).astype(dtype, copy=False)
 
 
 def _random(kind):
@@ -237,6 +268,7 @@ class CUDABackend(Backend):
         self.index = index
         self.device = f"cuda:{index}"
         self._device = cp.cuda.Device(index)
+        self._graph_memory = {}  # id(graph) -> (graph, its private memory pool, its stream)
         self.kernels = {
             "neg": _unary(cp.negative), "exp": _unary(cp.exp), "log": _unary(cp.log), "sqrt": _unary(cp.sqrt),
             "rsqrt": _rsqrt, "abs": _unary(cp.abs), "sin": _unary(cp.sin), "cos": _unary(cp.cos),
@@ -317,6 +349,33 @@ class CUDABackend(Backend):
         """float32 device array [norm, clip coefficient]; see optim.grad_norm."""
         with self._device:
             return optim.grad_norm(grads, max_norm)
+
+    # ------------------------------------------------------------ CUDA graphs
+
+    def capture(self, fn):
+        """Run fn() with its kernels recorded into a CUDA graph instead of executed.
+
+        Memory allocated while recording comes from a private pool that nothing else allocates from
+        afterwards, so the addresses baked into the graph stay the graph's own; the pool lives as long
+        as the graph. Returns (fn's result, graph). Nothing has run until `replay(graph)`.
+        """
+        pool = cp.cuda.MemoryPool()
+        stream = cp.cuda.Stream(non_blocking=True)
+        with self._device:
+            self.synchronize()
+            with cp.cuda.using_allocator(pool.malloc), stream:
+                stream.begin_capture()  # relaxed mode: the pool may still call cudaMalloc
+                try:
+                    result = fn()
+                finally:
+                    graph = stream.end_capture()
+        self._graph_memory[id(graph)] = (graph, pool, stream)  # the graph's memory lives as long as it
+        return result, graph
+
+    def replay(self, graph) -> None:
+        """Launch a captured graph on the current stream (after anything queued there)."""
+        with self._device:
+            graph.launch(stream=cp.cuda.get_current_stream())
 
     def write(self, array, values) -> None:
         with self._device:

@@ -1,8 +1,10 @@
 """What every launcher shares: dtype names, output allocation (poisonable for tests), launch shapes."""
 
+import collections
 import math
 
 import cupy as cp
+import cupyx
 import numpy as np
 
 from gradcraft.backend.cuda import compiler
@@ -58,6 +60,32 @@ def row_threads(width: int) -> int:
 def grid_1d(n: int, threads: int = 256, per_thread: int = 1) -> int:
     """Blocks for a grid-stride loop over n items: enough to fill the GPU, never more than needed."""
     return max(1, min(-(-n // (threads * per_thread)), 65535 * 8))
+
+
+_constants: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
+
+
+def constant(values, dtype) -> cp.ndarray:
+    """A small device array holding `values` (pointer tables, sizes, dtype codes), cached.
+
+    Copied from pinned host memory with an asynchronous copy on the current stream, which CUDA-graph
+    capture can record (a copy from ordinary host memory cannot be captured). The pinned copy lives in
+    the cache as long as the device array, so a replayed graph always copies the same values."""
+    key = (tuple(int(v) for v in values), np.dtype(dtype).str)
+    hit = _constants.get(key)
+    if hit is None:
+        host = cupyx.empty_pinned((len(key[0]),), dtype=dtype)
+        host[:] = key[0]
+        device = cp.empty(len(key[0]), dtype=dtype)
+        # (ndarray.set refuses while a graph is being captured; the runtime call records a copy node)
+        cp.cuda.runtime.memcpyAsync(device.data.ptr, host.ctypes.data, host.nbytes,
+                                    cp.cuda.runtime.memcpyHostToDevice, cp.cuda.get_current_stream().ptr)
+        hit = _constants[key] = (host, device)
+        if len(_constants) > 256:  # tables of gradients that no longer exist
+            _constants.popitem(last=False)
+    else:
+        _constants.move_to_end(key)
+    return hit[1]
 
 
 def run(file: str, kernel: str, grid: int, block: int, args: tuple, shared_mem: int = 0) -> None:

@@ -6,6 +6,9 @@ operands whose last two dimensions are a transposed view (x @ w.mT) are passed w
 flag instead of being copied. float64 and integer products use cupy.matmul.
 """
 
+import ctypes
+import ctypes.util
+import functools
 import os
 
 import cupy as cp
@@ -63,7 +66,7 @@ def _operand(a: cp.ndarray, batch: tuple):
     return a, layout[0], layout[1], stride
 
 
-def gemm(a: cp.ndarray, b: cp.ndarray, out_dtype=None) -> cp.ndarray:
+def gemm(a: cp.ndarray, b: cp.ndarray, out_dtype=None, allow_tf32: bool = True) -> cp.ndarray:
     """a (..., M, K) @ b (..., K, N) for float32/float16/bfloat16 operands of one dtype, ndim >= 2."""
     M, K = a.shape[-2:]
     N = b.shape[-1]
@@ -78,16 +81,47 @@ def gemm(a: cp.ndarray, b: cp.ndarray, out_dtype=None) -> cp.ndarray:
         return out
     a, a_t, lda, stride_a = _operand(a, batch)
     b, b_t, ldb, stride_b = _operand(b, batch)
-    from cupy_backends.cuda.libs import cublas  # loads libcublas: only when a product runs
-    compute = _COMPUTE_32F_FAST_TF32 if (_tf32 and a.dtype == np.float32) else _COMPUTE_32F
+    compute = _COMPUTE_32F_FAST_TF32 if (_tf32 and allow_tf32 and a.dtype == np.float32) else _COMPUTE_32F
     handle = cp.cuda.device.get_cublas_handle()
+    lib = _cublas()
+    # cuBLAS itself can be captured into a CUDA graph, but CuPy's bindings refuse during capture, so the
+    # two calls go straight to libcublas through ctypes. The stream is set on every call: the current
+    # one is the capturing stream while a graph is recorded.
+    _check(lib.cublasSetStream_v2(handle, cp.cuda.get_current_stream().ptr), "cublasSetStream")
     # column-major: C^T (N x M) = op(B^T) (N x K) @ op(A^T) (K x M)
-    cublas.gemmStridedBatchedEx(
+    _check(lib.cublasGemmStridedBatchedEx(
         handle, int(b_t), int(a_t), N, M, K, _ONE.ctypes.data,
         b.data.ptr, _CUDA_TYPE[b.dtype], ldb, stride_b,
         a.data.ptr, _CUDA_TYPE[a.dtype], lda, stride_a,
-        _ZERO.ctypes.data, out.data.ptr, _CUDA_TYPE[out_dtype], N, M * N, count, compute, -1)
+        _ZERO.ctypes.data, out.data.ptr, _CUDA_TYPE[out_dtype], N, M * N, count, compute, -1),
+        "cublasGemmStridedBatchedEx")
     return out
+
+
+def _check(status: int, what: str) -> None:
+    if status != 0:
+        raise RuntimeError(f"{what} failed with cuBLAS status {status}")
+
+
+@functools.lru_cache(maxsize=1)
+def _cublas():
+    """libcublas as CuPy loaded it (found in this process's memory map), with the two signatures we call."""
+    from cupy_backends.cuda.libs import cublas  # noqa: F401  (loads libcublas)
+    cp.cuda.device.get_cublas_handle()
+    path = None
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            name = line.rsplit("/", 1)[-1].strip()
+            if name.startswith("libcublas.so"):
+                path = line.split(None, 5)[-1].strip()
+                break
+    lib = ctypes.CDLL(path or ctypes.util.find_library("cublas"))
+    p, i, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+    lib.cublasSetStream_v2.argtypes = [p, p]
+    lib.cublasSetStream_v2.restype = i
+    lib.cublasGemmStridedBatchedEx.argtypes = [p, i, i, i, i, i, p, p, i, i, i64, p, i, i, i64, p, p, i, i, i64, i, i, i]
+    lib.cublasGemmStridedBatchedEx.restype = i
+    return lib
 
 
 def matmul(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:

@@ -15,8 +15,6 @@ tables depend only on the tensors' addresses and sizes, so they are built once a
         (the second entry is 1 when max_norm is 0). Nothing is copied to the host.
 """
 
-import functools
-
 import cupy as cp
 import numpy as np
 
@@ -32,7 +30,8 @@ def _check(arrays, what):
             raise TypeError(f"{what}: need contiguous float32/bfloat16/float16 arrays, got {a.dtype} {a.shape}")
 
 
-@functools.lru_cache(maxsize=64)
+# Every table below goes through launch.constant: cached, and copied in a way CUDA-graph capture records.
+
 def _table(sizes: tuple, device_id: int):
     """Device arrays (chunk -> tensor, chunk -> first element) for tensors of these sizes."""
     tensor, start = [], []
@@ -40,12 +39,11 @@ def _table(sizes: tuple, device_id: int):
         for s in range(0, n, CHUNK):
             tensor.append(k)
             start.append(s)
-    return cp.asarray(np.array(tensor, dtype=np.int32)), cp.asarray(np.array(start, dtype=np.int64)), len(tensor)
+    return L.constant(tensor, np.int32), L.constant(start, np.int64), len(tensor)
 
 
-@functools.lru_cache(maxsize=256)
 def _pointers(key: tuple, device_id: int):
-    return cp.asarray(np.array(key, dtype=np.uint64))
+    return L.constant(key, np.uint64)
 
 
 def _list(arrays):
@@ -53,7 +51,7 @@ def _list(arrays):
 
 
 def _int32s(values):
-    return cp.asarray(np.array(values, dtype=np.int32))
+    return L.constant(values, np.int32)
 
 
 def adamw_step(params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1=0.9, beta2=0.999, eps=1e-8,

@@ -276,9 +276,12 @@ def sdpa_backward(q, k, v, g, mask=None, *, scale, causal, window):
     Hkv = k.shape[1]
     p = _attention_probs(q, k, mask, scale, causal, window)  # recomputed, as flash attention does
     gg = g.reshape(B, Hkv, H // Hkv, T, v.shape[-1])
-    dv = matmul(cp.swapaxes(p, -1, -2), gg).sum(axis=2)
+    G = H // Hkv
+    dv = matmul(cp.swapaxes(p, -1, -2), gg)
+    dv = dv[:, :, 0] if G == 1 else dv.sum(axis=2)  # (a size-1 sum would still launch a reduction)
     dp = matmul(gg, cp.swapaxes(v[:, :, None], -1, -2))
     ds = softmax_rows_backward(p, dp, scale)
     dq = matmul(ds, k[:, :, None]).reshape(B, H, T, D)
-    dk = matmul(cp.swapaxes(ds, -1, -2), q.reshape(B, Hkv, H // Hkv, T, D)).sum(axis=2)
-    return cp.ascontiguousarray(dq), dk, dv
+    dk = matmul(cp.swapaxes(ds, -1, -2), q.reshape(B, Hkv, G, T, D))
+    dk = dk[:, :, 0] if G == 1 else dk.sum(axis=2)
+    return cp.ascontiguousarray(dq), cp.ascontiguousarray(dk), cp.ascontiguousarray(dv)

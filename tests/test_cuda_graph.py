@@ -54,3 +54,22 @@ def test_replayed_steps_match_eager_steps(name, over):
     np.testing.assert_allclose(graph_losses, eager_losses, rtol=1e-5)
     for key in eager_weights:
         np.testing.assert_allclose(graph_weights[key], eager_weights[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not gc.is_available("cuda"), reason="needs an NVIDIA GPU with CuPy")
+def test_gradcraft_train_with_and_without_graph_capture_logs_the_same_losses(tmp_path):
+    from gradcraft.data.tokenfile import write_token_file
+    from gradcraft.models import preset
+    from gradcraft.training.log import read_log
+    from gradcraft.training.trainer import TrainConfig, train
+    tokens = np.random.default_rng(0).integers(0, 64, size=5000).astype(np.uint16)
+    write_token_file(str(tmp_path / "t.bin"), tokens, vocab_size=64)
+    logs = []
+    for mode in ("off", "on"):
+        tc = TrainConfig(dataset=str(tmp_path / "t.bin"), model_dir=str(tmp_path / mode), steps=8, batch_size=4,
+                         target_batch=8, warmup_steps=2, device="cuda:0", cuda_graph=mode, progress=False,
+                         checkpoint_every=4)
+        train(tc, preset("toy-v0", vocab_size=64, dim=32, n_heads=2, seq_len=16), log=lambda msg: None)
+        logs.append([float(r["loss"]) for r in read_log(str(tmp_path / mode / "training_log.csv"))])
+    np.testing.assert_allclose(logs[1], logs[0], rtol=1e-5)

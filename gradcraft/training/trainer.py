@@ -18,6 +18,7 @@ import gradcraft as gc
 from gradcraft.atomic import write_json
 from gradcraft.data.sampler import SAMPLERS, eval_batches
 from gradcraft.data.tokenfile import read_token_file
+from gradcraft.engine.capture import CapturedStep
 from gradcraft.errors import UserError
 from gradcraft.models import ModelConfig, Transformer, describe
 from gradcraft.optim import AdamW, CosineWithWarmup, grad_norm_and_scale
@@ -54,6 +55,7 @@ class TrainConfig:
     max_bad_steps: int = 3  # non-finite steps in a row before stopping
     stop_after: int | None = None  # end this session at this step (the schedule still spans `steps`)
     progress: bool = True
+    cuda_graph: str = "auto"  # auto (on for CUDA without dropout), on, off
 
     def validate(self) -> None:
         target = self.target_batch or self.batch_size
@@ -157,30 +159,16 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None) -> d
     model.train()
 
     end_step = min(tc.steps, tc.stop_after) if tc.stop_after else tc.steps
+    runner = GradientStep(model, opt, tc, accum, mc.seq_len, compute_dtype, log)
     for step in range(start_step, end_step):
         t0 = time.perf_counter()
         lr = schedule(step)
         set_lr(opt, lr)
-        loss_sum, moe_sums = 0.0, {}
-        for _ in range(accum):
-            x, y = sampler.next_batch()
-            x = gc.tensor(x, device=tc.device)
-            y = gc.tensor(y, device=tc.device)
-            _, loss = model(x, y, label_smoothing=tc.label_smoothing, compute_dtype=compute_dtype)
-            logged = {"loss": model.last_losses["cross_entropy"], **_moe_stats(model)}
-            if len(logged) > 1:
-                gc.realize(loss, *logged.values())  # computed by the forward pass, read after backward
-            (loss / accum).backward()
-            loss_sum += logged.pop("loss").item()
-            for key, value in logged.items():
-                moe_sums[key] = moe_sums.get(key, 0.0) + float(value.item()) / accum
-        step_loss = loss_sum / accum
-        # The global norm and the clip coefficient in one kernel; AdamW applies the coefficient.
-        grad_stats = grad_norm_and_scale(model.parameters(), tc.grad_clip)
+        step_loss, moe_sums, grad_stats = runner.run([sampler.next_batch() for _ in range(accum)])
         norm_value = float(grad_stats.numpy()[0])
         if not (math.isfinite(step_loss) and math.isfinite(norm_value)):
             bad_steps += 1
-            opt.zero_grad()
+            runner.discard_gradients()
             log(f"warning: step {step + 1}: loss {step_loss} / grad norm {norm_value} is not finite; "
                 "skipped the update")
             if bad_steps >= tc.max_bad_steps:
@@ -191,7 +179,7 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None) -> d
             continue
         bad_steps = 0
         opt.step(grad_scale=grad_stats if tc.grad_clip else None)
-        opt.zero_grad()
+        runner.discard_gradients()
         dt = time.perf_counter() - t0
         tok_per_s = tokens_per_step / dt
         last_loss = step_loss
@@ -224,6 +212,72 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None) -> d
     save_weights(model, os.path.join(tc.model_dir, "model.safetensors"), header.fingerprint)
     plot_loss(os.path.join(tc.model_dir, "training_log.csv"), os.path.join(tc.model_dir, "loss.png"))
     return {"step": end_step, "loss": last_loss, "tokens_per_s": tok_per_s}
+
+
+class GradientStep:
+    """Forward and backward over a step's micro-batches, then the global gradient norm.
+
+    The micro-batches are written into fixed device buffers, so on a GPU the whole computation can
+    be recorded once as a CUDA graph and replayed every step (`--cuda_graph`): Python then runs once,
+    not once per kernel. The optimizer update stays outside the graph, after the host has checked
+    that the loss and the norm are finite.
+    """
+
+    def __init__(self, model, opt, tc, accum, seq_len, compute_dtype, log):
+        self.model, self.opt, self.tc, self.accum, self.compute_dtype = model, opt, tc, accum, compute_dtype
+        self.backend = gc.device.get_backend(tc.device)
+        shape = (tc.batch_size, seq_len)
+        self.inputs = [(gc.zeros(*shape, dtype=gc.int64, device=tc.device).realize(),
+                        gc.zeros(*shape, dtype=gc.int64, device=tc.device).realize()) for _ in range(accum)]
+        use_graph = tc.cuda_graph == "on" or (tc.cuda_graph == "auto" and tc.device.startswith("cuda"))
+        if use_graph and model.config.dropout:
+            log("note: no CUDA graph with dropout (its random masks would repeat every replay); running eagerly")
+            use_graph = False
+        self.captured = CapturedStep(self._compute, tc.device) if use_graph else None
+        self.log = log
+
+    def _compute(self):
+        losses, stats = [], []
+        for x, y in self.inputs:
+            _, loss = self.model(x, y, label_smoothing=self.tc.label_smoothing, compute_dtype=self.compute_dtype)
+            logged = {"loss": self.model.last_losses["cross_entropy"], **_moe_stats(self.model)}
+            if len(logged) > 1:
+                gc.realize(loss, *logged.values())  # computed by the forward pass, read after backward
+            (loss / self.accum).backward()
+            losses.append(logged.pop("loss"))
+            stats.append(logged)
+        return losses, stats, grad_norm_and_scale(self.model.parameters(), self.tc.grad_clip)
+
+    @property
+    def replaying(self) -> bool:
+        return self.captured is not None and self.captured.graph is not None
+
+    def run(self, batches):
+        """(mean loss, MoE statistics, [norm, clip coefficient] tensor) of one step's micro-batches."""
+        for (x, y), (x_in, y_in) in zip(batches, self.inputs):
+            self.backend.write(x_in._buf, x)
+            self.backend.write(y_in._buf, y)
+        if self.captured is None:
+            outputs = self._compute()
+        else:
+            try:
+                outputs = self.captured()
+            except UserError as e:
+                self.log(f"note: {e}; running eagerly")
+                self.captured = None
+                self.opt.zero_grad()
+                outputs = self._compute()
+        losses, stats, grad_stats = outputs
+        moe_sums = {}
+        for logged in stats:
+            for key, value in logged.items():
+                moe_sums[key] = moe_sums.get(key, 0.0) + float(value.item()) / self.accum
+        return sum(loss.item() for loss in losses) / self.accum, moe_sums, grad_stats
+
+    def discard_gradients(self) -> None:
+        # A replayed graph writes the gradients into the same buffers every step: keep them.
+        if not self.replaying:
+            self.opt.zero_grad()
 
 
 def _moe_stats(model, names_only: bool = False) -> dict:

@@ -1,0 +1,73 @@
+"""Decoding speed with a KV cache: gradcraft against HF transformers on the same weights (CPU), one run.
+
+    python bench/generate.py --preset llama-15m --vocab 4096 --new_tokens 64 --threads 2
+
+Our model is exported to the HF layout and loaded there (LlamaForCausalLM / GPT2LMHeadModel), so both
+sides decode the same network; greedy decoding, the same prompts, token ids checked equal first.
+Prints decode tokens/s at batch 1 and batch 8 and the ratio ours / HF.
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+# bench/ is sys.path[0] when a script here runs; drop it, or bench/kernels.py would shadow the `kernels`
+# package that transformers looks for.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+sys.path.insert(0, os.path.dirname(_HERE))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", default="llama-15m")
+    p.add_argument("--vocab", type=int, default=4096)
+    p.add_argument("--prompt_tokens", type=int, default=16)
+    p.add_argument("--new_tokens", type=int, default=64)
+    p.add_argument("--threads", type=int, default=None)
+    args = p.parse_args()
+    import torch
+    import transformers
+    if args.threads:
+        torch.set_num_threads(args.threads)
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(args.threads)
+    import gradcraft as gc
+    from gradcraft.inference.generate import SamplingParams, generate
+    from gradcraft.models import Transformer, describe, preset
+    from gradcraft.models.hf import export_hf
+
+    gc.manual_seed(0)
+    model = Transformer(preset(args.preset, vocab_size=args.vocab))
+    folder = tempfile.mkdtemp()
+    export_hf(model, folder)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
+    print(f"{args.preset}: {describe(model)}; prompt {args.prompt_tokens} tokens, {args.new_tokens} new, greedy; "
+          f"threads {args.threads or 'all'}; torch {torch.__version__}, transformers {transformers.__version__}")
+    rng = np.random.default_rng(0)
+    print(f"{'batch':>5s} {'gradcraft tok/s':>16s} {'HF tok/s':>10s} {'ratio':>6s}")
+    for batch in (1, 8):
+        prompts = rng.integers(0, args.vocab, size=(batch, args.prompt_tokens))
+        params = SamplingParams(max_tokens=args.new_tokens)
+        generate(model, [list(p) for p in prompts[:, :4]], SamplingParams(max_tokens=4))  # warm up
+        t = time.perf_counter()
+        ours, _ = generate(model, [list(p) for p in prompts], params)
+        ours_s = time.perf_counter() - t
+        with torch.no_grad():
+            hf.generate(torch.tensor(prompts[:, :4]), max_new_tokens=4, do_sample=False, pad_token_id=0)
+            t = time.perf_counter()
+            out = hf.generate(torch.tensor(prompts), max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
+                              do_sample=False, pad_token_id=0)
+            hf_s = time.perf_counter() - t
+        same = all(list(o) == list(h[args.prompt_tokens:]) for o, h in zip(ours, out.tolist()))
+        ours_tps, hf_tps = batch * args.new_tokens / ours_s, batch * args.new_tokens / hf_s
+        print(f"{batch:5d} {ours_tps:16,.1f} {hf_tps:10,.1f} {ours_tps / hf_tps:5.2f}x"
+              f"{'' if same else '  (token ids differ!)'}")
+
+
+if __name__ == "__main__":
+    main()

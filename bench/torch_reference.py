@@ -26,7 +26,33 @@ def _rope(x, start=0, base=10000.0):
     return x * cos + rotated * sin
 
 
-def forward(cfg, params: dict, idx: torch.Tensor) -> torch.Tensor:
+def _moe(cfg, P, prefix, h):
+    """Top-k mixture of SwiGLU experts with a capacity limit (first come, first served in token order),
+    and its auxiliary loss (moe_balance * balance + moe_zloss * z)."""
+    B, T, C = h.shape
+    N, E, K = B * T, cfg.n_experts, cfg.experts_per_token
+    xf = h.reshape(N, C)
+    logits = xf @ P[prefix + "router.weight"].T
+    top_v, top_i = logits.topk(K, dim=-1)
+    w = top_v.softmax(-1)
+    onehot = F.one_hot(top_i.reshape(-1), E)  # assignments in token order
+    position = (onehot.cumsum(0) * onehot).sum(-1) - 1
+    cap = math.ceil(cfg.capacity_factor * N * K / E) if cfg.capacity_factor else N
+    keep = (position < cap).reshape(N, K)
+    y = torch.zeros_like(xf)
+    for e in range(E):
+        rows, slots = torch.where((top_i == e) & keep)
+        gate, up = (xf[rows] @ P[prefix + "gate_up"][e].T).chunk(2, dim=-1)
+        y = y.index_add(0, rows, (F.silu(gate) * up) @ P[prefix + "down"][e].T * w[rows, slots, None])
+    probs = logits.softmax(-1)
+    fraction = F.one_hot(top_i, E).sum(1).float().mean(0)
+    balance = E * (fraction * probs.mean(0)).sum()
+    z = (logits.logsumexp(-1) ** 2).mean()
+    return y.reshape(B, T, C), cfg.moe_balance * balance + cfg.moe_zloss * z
+
+
+def forward(cfg, params: dict, idx: torch.Tensor, with_aux: bool = False):
+    """Logits (B, T, V); with_aux, also the sum of the mixture-of-experts auxiliary losses."""
     P = params
     B, T = idx.shape
     H, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.dim // cfg.n_heads
@@ -34,6 +60,7 @@ def forward(cfg, params: dict, idx: torch.Tensor) -> torch.Tensor:
     if cfg.positions == "learned":
         x = x + P["pos_emb.weight"][:T]
     mask = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
+    aux = 0.0
     for i in range(cfg.n_layers):
         p = lambda n: P.get(f"blocks.{i}.{n}")  # noqa: E731
         h = _norm(cfg, x, p("norm1.weight"), p("norm1.bias"))
@@ -52,6 +79,11 @@ def forward(cfg, params: dict, idx: torch.Tensor) -> torch.Tensor:
         y = (att @ v).transpose(1, 2).reshape(B, T, H * D)
         x = x + y @ p("attn.proj.weight").T + (p("attn.proj.bias") if cfg.bias else 0)
         h = _norm(cfg, x, p("norm2.weight"), p("norm2.bias"))
+        if cfg.ffn_pattern and cfg.ffn_pattern[i] == "M":
+            out, layer_aux = _moe(cfg, P, f"blocks.{i}.mlp.", h)
+            x = x + out
+            aux = aux + layer_aux
+            continue
         h = h @ p("mlp.fc.weight").T + (p("mlp.fc.bias") if cfg.bias else 0)
         if cfg.mlp == "gelu":
             h = F.gelu(h, approximate=cfg.gelu_approximate)
@@ -62,4 +94,5 @@ def forward(cfg, params: dict, idx: torch.Tensor) -> torch.Tensor:
         x = x + h @ p("mlp.proj.weight").T + (p("mlp.proj.bias") if cfg.bias else 0)
     x = _norm(cfg, x, P["norm.weight"], P.get("norm.bias"))
     head = P["tok_emb.weight"] if cfg.tie_embeddings else P["lm_head.weight"]
-    return x @ head.T
+    logits = x @ head.T
+    return (logits, aux) if with_aux else logits

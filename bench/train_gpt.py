@@ -34,6 +34,8 @@ def parse_args():
     p.add_argument("--threads", type=int, default=None, help="CPU threads for both (default: all cores)")
     p.add_argument("--only", choices=["ours", "torch"], default=None)
     p.add_argument("--graph", action="store_true", help="ours: capture the whole step as a CUDA graph and replay it")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a model config field, e.g. --set dim=96 (repeatable)")
     return p.parse_args()
 
 
@@ -109,8 +111,9 @@ def run_torch(cfg, weights, args, n_steps):
     losses, times = [], []
     for x, y in batches(cfg.vocab_size, args.batch, cfg.seq_len, n_steps):
         t0 = time.perf_counter()
-        logits = torch_reference.forward(cfg, params, torch.tensor(x, device=device))
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size), torch.tensor(y, device=device).reshape(-1))
+        logits, aux = torch_reference.forward(cfg, params, torch.tensor(x, device=device), with_aux=True)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size),
+                                                 torch.tensor(y, device=device).reshape(-1)) + aux
         loss.backward()
         torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
         opt.step()
@@ -134,7 +137,11 @@ def main():
     import gradcraft as gc
     from gradcraft.models import Transformer, describe, preset
 
-    cfg = preset(args.preset, seq_len=args.seq)
+    overrides = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        overrides[key] = type(getattr(preset(args.preset), key))(value) if value not in ("None", "") else None
+    cfg = preset(args.preset, seq_len=args.seq, **overrides)
     gc.manual_seed(0)
     model = Transformer(cfg)
     weights = {k: v.numpy().copy() for k, v in model.state_dict().items()}

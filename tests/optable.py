@@ -197,5 +197,17 @@ OPS = [
     OpInfo("sdpa_window", lambda m, q, k, v: (_sdpa(m, q, k, v, window=2, is_causal=True) if m.name == "gradcraft"
                                               else _sdpa(m, q, k, v, attn_mask=_window_mask(m, 6, 2))),
            [((1, 2, 6, 4), (1, 2, 6, 4), (1, 2, 6, 4))]),
+    OpInfo("sdpa_saved_weights_gqa_causal",
+           lambda m, q, k, v: _sdpa(m, q, k, v, is_causal=True, enable_gqa=True,
+                                    **({"save_weights": True} if m.name == "gradcraft" else {})),
+           [((2, 4, 5, 3), (2, 2, 5, 3), (2, 2, 5, 3))]),
+    OpInfo("sdpa_saved_weights_mask",
+           lambda m, q, k, v, mask: _sdpa(m, q, k, v, attn_mask=mask, scale=0.3,
+                                          **({"save_weights": True} if m.name == "gradcraft" else {})),
+           [((1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4), Fixed((1, 1, 3, 5)))]),
+    OpInfo("sdpa_saved_weights_window",
+           lambda m, q, k, v: (_sdpa(m, q, k, v, window=2, is_causal=True, save_weights=True) if m.name == "gradcraft"
+                               else _sdpa(m, q, k, v, attn_mask=_window_mask(m, 6, 2))),
+           [((1, 2, 6, 4), (1, 2, 6, 4), (1, 2, 6, 4))]),
     OpInfo("mse_loss", lambda m, a, b: m.F.mse_loss(a, b), [((3, 4), (3, 4))]),
 ]

@@ -35,6 +35,7 @@ KERNELS = {
     "rms_norm", "rms_norm_backward",  # backward (multi): dx, dweight
     "embedding", "embedding_backward", "dropout", "rope",
     "sdpa", "sdpa_backward",  # backward (multi): dq, dk, dv
+    "masked_softmax", "masked_softmax_backward",  # attention weights from scores (explicit attention)
 }
 
 

@@ -13,6 +13,7 @@ are big (see `_parallel`); matmuls use BLAS's own threads.
 import ctypes
 import functools
 import concurrent.futures
+import itertools
 import math
 import os
 import sys
@@ -56,6 +57,7 @@ def _finish(result: np.ndarray, dtype) -> np.ndarray:
 _PARALLEL_MIN = 1 << 17  # elements: below this, waking a thread (~50 us) costs more than it saves
 _BLOCK = 1 << 15  # elements a piece works on at a time, so that its temporaries stay in L2 cache
 _CE_BLOCK = 1 << 18  # cross-entropy's blocks: bigger, so that a long row (the vocabulary) costs few calls
+_MAP_BLOCK = 1 << 17  # a single ufunc's blocks: no temporaries to keep in cache, so fewer, bigger calls
 
 _num_threads = None
 _executor = None
@@ -91,30 +93,34 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_threads_after_fork)
 
 
-def _parallel(fn, n: int, row_size: int = 1) -> None:
-    """Call fn(start, stop) over pieces that cover range(n) rows of row_size elements each: one piece
-    per thread when the work is big enough, else fn(0, n). Pieces must write disjoint outputs."""
+def _parallel(fn, n: int, row_size: int = 1, block: int | None = None) -> None:
+    """Call fn(start, stop) on blocks of about `block` (default _BLOCK) elements covering range(n)
+    rows of row_size elements. When the work is big enough, the calling thread and the pool's threads
+    take the next block in turn until none is left: a thread slowed down by another process (BLAS's
+    idle threads spin for a while after each call) does less of the work instead of holding up the
+    rest. Blocks must write disjoint outputs; fn(a, b) is called exactly once per block."""
     global _executor
-    pieces = min(num_threads(), n, (n * row_size) // (_PARALLEL_MIN // 2))
-    if pieces <= 1 or n * row_size < _PARALLEL_MIN:
-        fn(0, n)
+    step = max(1, (block or _BLOCK) // max(row_size, 1))
+    n_blocks = -(-n // step)
+    if n_blocks <= 1 or n * row_size < _PARALLEL_MIN or num_threads() == 1:
+        for a in range(0, n, step):
+            fn(a, min(a + step, n))
         return
     if _executor is None:
         _executor = concurrent.futures.ThreadPoolExecutor(num_threads() - 1, thread_name_prefix="gradcraft-cpu")
-    bounds = [n * i // pieces for i in range(pieces + 1)]
-    futures = [_executor.submit(fn, bounds[i], bounds[i + 1]) for i in range(1, pieces)]
+    counter = itertools.count()  # next() on it is atomic under the GIL
+
+    def drain():
+        for i in iter(counter.__next__, None):
+            if i >= n_blocks:
+                return
+            fn(i * step, min((i + 1) * step, n))
+    futures = [_executor.submit(drain) for _ in range(min(num_threads(), n_blocks) - 1)]
     try:
-        fn(bounds[0], bounds[1])
-    finally:  # wait for every piece even when ours failed: none may outlive the kernel
+        drain()
+    finally:  # wait for every block even when ours failed: none may outlive the kernel
         for future in futures:
             future.result()
-
-
-def _blocks(start: int, stop: int, row_size: int, block: int | None = None):
-    """(a, b) ranges of rows from start to stop, each about `block` (default _BLOCK) elements."""
-    step = max(1, (block or _BLOCK) // max(row_size, 1))
-    for a in range(start, stop, step):
-        yield a, min(a + step, stop)
 
 
 def _map(fn, out: np.ndarray, *args) -> np.ndarray:
@@ -128,13 +134,13 @@ def _map(fn, out: np.ndarray, *args) -> np.ndarray:
         # one flat range: the same split for every shape
         flat_out, flat_args = out.reshape(-1), [a.reshape(-1) if isinstance(a, np.ndarray) else a for a in args]
         _parallel(lambda lo, hi: fn(*[a[lo:hi] if isinstance(a, np.ndarray) else a for a in flat_args],
-                                    out=flat_out[lo:hi]), out.size)
+                                    out=flat_out[lo:hi]), out.size, 1, _MAP_BLOCK)
         return out
     lead = [a.reshape((1,) * (out.ndim - a.ndim) + a.shape) if isinstance(a, np.ndarray) else a for a in args]
 
     def piece(lo, hi):
         fn(*[a[lo:hi] if isinstance(a, np.ndarray) and a.shape[0] != 1 else a for a in lead], out=out[lo:hi])
-    _parallel(piece, out.shape[0], out.size // max(out.shape[0], 1))
+    _parallel(piece, out.shape[0], out.size // max(out.shape[0], 1), _MAP_BLOCK)
     return out
 
 
@@ -151,10 +157,7 @@ def _rowwise(fn, out: np.ndarray, *inputs, inner: int = 0) -> np.ndarray:
     rows = views[0].shape[0]
     row_size = views[0].size // max(rows, 1)
 
-    def piece(start, stop):
-        for a, b in _blocks(start, stop, row_size):
-            fn(*[v[a:b] for v in views])
-    _parallel(piece, rows, row_size)
+    _parallel(lambda a, b: fn(*[v[a:b] for v in views]), rows, row_size)
     return out
 
 
@@ -183,29 +186,55 @@ def _erf(x: np.ndarray) -> np.ndarray:
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
+def _gelu_tanh_inner(w, out):
+    """sqrt(2/pi) * (w + 0.044715 w^3) into out, as sqrt(2/pi) * w * (1 + 0.044715 w^2): NumPy's
+    w ** 3 calls pow() for each element and is ~100x slower than two multiplies."""
+    np.multiply(w, w, out=out)
+    out *= 0.044715
+    out += 1.0
+    out *= w
+    out *= _SQRT_2_OVER_PI
+    return out
+
+
 def _gelu(x, approximate="none"):
     def block(out, xb):
-        w = _wide(xb)
-        if approximate == "tanh":
-            y = 0.5 * w * (1.0 + np.tanh(_SQRT_2_OVER_PI * (w + 0.044715 * w ** 3)))
-        else:
-            y = 0.5 * w * (1.0 + _erf(w / math.sqrt(2.0)))
-        out[...] = y
+        def compute(o):
+            w = _wide(xb)
+            if approximate == "tanh":  # 0.5 w (1 + tanh(inner)), in place
+                np.tanh(_gelu_tanh_inner(w, o), out=o)
+            else:  # 0.5 w (1 + erf(w / sqrt 2))
+                o[...] = _erf(w / math.sqrt(2.0))
+            o += 1.0
+            o *= w
+            o *= 0.5
+        _into(out, compute)
     return _rowwise(block, _out(x.shape, x.dtype), x)
 
 
 def _gelu_backward(x, g, approximate="none"):
     def block(out, xb, gb):
-        w, gw = _wide(xb), _wide(gb)
-        if approximate == "tanh":
-            inner = _SQRT_2_OVER_PI * (w + 0.044715 * w ** 3)
-            t = np.tanh(inner)
-            d = 0.5 * (1.0 + t) + 0.5 * w * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * w * w)
-        else:
-            cdf = 0.5 * (1.0 + _erf(w / math.sqrt(2.0)))
-            d = cdf + w * np.exp(-0.5 * w * w) / math.sqrt(2.0 * math.pi)
-        d *= gw
-        out[...] = d
+        def compute(o):
+            w, gw = _wide(xb), _wide(gb)
+            if approximate == "tanh":
+                # d = 0.5 (1 + t) + 0.5 w (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 w^2), t = tanh(inner)
+                t = np.tanh(_gelu_tanh_inner(w, o), out=o)
+                slope = np.multiply(w, w, dtype=o.dtype)
+                slope *= 3 * 0.044715
+                slope += 1.0
+                slope *= w
+                slope *= 0.5 * _SQRT_2_OVER_PI
+                sech2 = np.multiply(t, t, dtype=o.dtype)
+                np.subtract(1.0, sech2, out=sech2)
+                sech2 *= slope
+                t += 1.0
+                t *= 0.5
+                t += sech2
+            else:  # cdf(w) + w * pdf(w)
+                cdf = 0.5 * (1.0 + _erf(w / math.sqrt(2.0)))
+                o[...] = cdf + w * np.exp(-0.5 * w * w) / math.sqrt(2.0 * math.pi)
+            o *= gw
+        _into(out, compute)
     return _rowwise(block, _out(x.shape, x.dtype), x, g)
 
 
@@ -406,7 +435,7 @@ def _put_slices(g, spec, shape):
                 view[lead + (slice(stop, None),)] = 0
         view[tuple(box)] = g[lo:hi] if hi - lo != shape[0] else g
     if slices[0] == (0, shape[0], 1):
-        _parallel(fill, shape[0], out.size // max(shape[0], 1))
+        _parallel(fill, shape[0], out.size // max(shape[0], 1), _MAP_BLOCK)
     else:
         fill(0, shape[0])
     return out
@@ -576,22 +605,18 @@ def _cross_entropy(logits, target, ignore_index, label_smoothing):
     valid = target != ignore_index
     safe = np.where(valid, target, 0)
 
-    def piece(start, stop):
-        scratch = np.empty((min(max(1, _CE_BLOCK // classes), stop - start), classes), dtype=wdtype)
-        for a, b in _blocks(start, stop, classes, _CE_BLOCK):
-            rows = _wide(logits[a:b])
-            tmp = scratch[:b - a]
-            peak = rows.max(axis=1)
-            np.subtract(rows, peak[:, None], out=tmp)
-            picked = tmp[np.arange(b - a), safe[a:b]]
-            mean_shifted = tmp.mean(axis=1) if label_smoothing else None
-            np.exp(tmp, out=tmp)
-            lse = np.log(tmp.sum(axis=1))
-            nll = lse - picked
-            if label_smoothing:
-                nll = (1.0 - label_smoothing) * nll + label_smoothing * (lse - mean_shifted)
-            loss[a:b] = nll
-    _parallel(piece, n, classes)
+    def block(a, b):
+        rows = _wide(logits[a:b])
+        tmp = np.subtract(rows, rows.max(axis=1)[:, None], dtype=wdtype)
+        picked = tmp[np.arange(b - a), safe[a:b]]
+        mean_shifted = tmp.mean(axis=1) if label_smoothing else None
+        np.exp(tmp, out=tmp)
+        lse = np.log(tmp.sum(axis=1))
+        nll = lse - picked
+        if label_smoothing:
+            nll = (1.0 - label_smoothing) * nll + label_smoothing * (lse - mean_shifted)
+        loss[a:b] = nll
+    _parallel(block, n, classes, _CE_BLOCK)
     loss[~valid] = 0.0
     return _finish(loss, logits.dtype)
 
@@ -606,18 +631,17 @@ def _cross_entropy_backward(logits, target, g, ignore_index, label_smoothing):
     wdtype = np.float32 if logits.dtype in _HALF else logits.dtype
     scale = (_wide(g) * valid).astype(wdtype)
 
-    def piece(start, stop):
-        for a, b in _blocks(start, stop, classes, _CE_BLOCK):
-            def compute(p):
-                rows = _wide(logits[a:b])
-                np.subtract(rows, rows.max(axis=1)[:, None], out=p)
-                np.exp(p, out=p)
-                p *= (scale[a:b] / p.sum(axis=1))[:, None]
-                p[np.arange(b - a), safe[a:b]] -= (1.0 - label_smoothing) * scale[a:b]
-                if label_smoothing:
-                    p -= (label_smoothing / classes) * scale[a:b, None]
-            _into(out[a:b], compute)
-    _parallel(piece, n, classes)
+    def block(a, b):
+        def compute(p):
+            rows = _wide(logits[a:b])
+            np.subtract(rows, rows.max(axis=1)[:, None], out=p)
+            np.exp(p, out=p)
+            p *= (scale[a:b] / p.sum(axis=1))[:, None]
+            p[np.arange(b - a), safe[a:b]] -= (1.0 - label_smoothing) * scale[a:b]
+            if label_smoothing:
+                p -= (label_smoothing / classes) * scale[a:b, None]
+        _into(out[a:b], compute)
+    _parallel(block, n, classes, _CE_BLOCK)
     return out
 
 
@@ -664,31 +688,26 @@ def _layer_norm(x, weight, bias, eps, n_dims):
 
 
 def _layer_norm_backward(x, weight, g, eps, n_dims):
-    rows, grows, wt, fdt = _norm_rows(x, weight, g, n_dims)
+    rows, grows, wt, _ = _norm_rows(x, weight, g, n_dims)
     features = rows.shape[1]
     dx = _out(rows.shape, x.dtype)
     partials = {}
 
-    def piece(start, stop):
-        dweight = np.zeros(features, fdt)
-        dbias = np.zeros(features, fdt)
-        for a, b in _blocks(start, stop, features):
-            w, gw = _wide(rows[a:b]), _wide(grows[a:b])
-            xhat = w - w.mean(axis=1, keepdims=True)
-            rstd = 1.0 / np.sqrt((xhat * xhat).mean(axis=1, keepdims=True) + eps)
-            xhat *= rstd
-            dweight += (gw * xhat).sum(axis=0)
-            dbias += gw.sum(axis=0)
-            dxhat = gw * wt if wt is not None else gw.copy()
-            # dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
-            proj = (dxhat * xhat).mean(axis=1, keepdims=True)
-            dxhat -= dxhat.mean(axis=1, keepdims=True)
-            xhat *= proj
-            dxhat -= xhat
-            dxhat *= rstd
-            dx[a:b] = dxhat
-        partials[start] = (dweight, dbias)
-    _parallel(piece, rows.shape[0], features)
+    def block(a, b):
+        w, gw = _wide(rows[a:b]), _wide(grows[a:b])
+        xhat = w - w.mean(axis=1, keepdims=True)
+        rstd = 1.0 / np.sqrt((xhat * xhat).mean(axis=1, keepdims=True) + eps)
+        xhat *= rstd
+        partials[a] = ((gw * xhat).sum(axis=0), gw.sum(axis=0))
+        dxhat = gw * wt if wt is not None else gw.copy()
+        # dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
+        proj = (dxhat * xhat).mean(axis=1, keepdims=True)
+        dxhat -= dxhat.mean(axis=1, keepdims=True)
+        xhat *= proj
+        dxhat -= xhat
+        dxhat *= rstd
+        dx[a:b] = dxhat
+    _parallel(block, rows.shape[0], features)
     norm_shape = x.shape[x.ndim - n_dims:]
     dweight = _sum_pieces({k: v[0] for k, v in partials.items()})
     dbias = _sum_pieces({k: v[1] for k, v in partials.items()})
@@ -714,28 +733,25 @@ def _rms_norm(x, weight, eps, n_dims):
 
 
 def _rms_norm_backward(x, weight, g, eps, n_dims):
-    rows, grows, wt, fdt = _norm_rows(x, weight, g, n_dims)
+    rows, grows, wt, _ = _norm_rows(x, weight, g, n_dims)
     features = rows.shape[1]
     dx = _out(rows.shape, x.dtype)
     partials = {}
 
-    def piece(start, stop):
-        dweight = np.zeros(features, fdt)
-        for a, b in _blocks(start, stop, features):
-            w, gw = _wide(rows[a:b]), _wide(grows[a:b])
-            rstd = 1.0 / np.sqrt((w * w).mean(axis=1, keepdims=True) + eps)
-            xhat = w * rstd
-            dxhat = gw * wt if wt is not None else gw.copy()
-            # dx = rstd * (dxhat - xhat * mean(dxhat * xhat)); xhat's buffer ends as the product
-            proj = (dxhat * xhat).mean(axis=1, keepdims=True)
-            xhat *= gw
-            dweight += xhat.sum(axis=0)
-            np.multiply(w, rstd * proj, out=xhat)
-            dxhat -= xhat
-            dxhat *= rstd
-            dx[a:b] = dxhat
-        partials[start] = dweight
-    _parallel(piece, rows.shape[0], features)
+    def block(a, b):
+        w, gw = _wide(rows[a:b]), _wide(grows[a:b])
+        rstd = 1.0 / np.sqrt(np.einsum("ij,ij->i", w, w)[:, None] / features + eps)
+        xhat = w * rstd
+        dxhat = gw * wt if wt is not None else gw.copy()
+        # dx = rstd * (dxhat - xhat * mean(dxhat * xhat)); xhat's buffer ends as the product
+        proj = np.einsum("ij,ij->i", dxhat, xhat)[:, None] / features
+        xhat *= gw
+        partials[a] = xhat.sum(axis=0)
+        np.multiply(w, rstd * proj, out=xhat)
+        dxhat -= xhat
+        dxhat *= rstd
+        dx[a:b] = dxhat
+    _parallel(block, rows.shape[0], features)
     dweight = _sum_pieces(partials).reshape(x.shape[x.ndim - n_dims:])
     return dx.reshape(x.shape), _finish(dweight, x.dtype)
 
@@ -789,43 +805,42 @@ def _rope(x, cos, sin, inverse):
     return _rowwise(block, _out(x.shape, x.dtype), x, inner=2)
 
 
-def _attention_probs(q, k, mask, scale, causal, window):
-    """Softmax attention weights (B, Hkv, G*T, S) for queries grouped over shared KV heads, and the
-    scaled queries (B, Hkv, G*T, D) (the backward's dk reads them).
+def _attention_weights(q, k, mask, scale, causal, window):
+    """Unnormalized softmax attention weights, transposed, and their sums over the keys:
+    e^T (B, Hkv, S, G*T) and l (B, Hkv, G*T, 1), with p = e / l, for queries grouped over shared
+    KV heads. Callers divide the (G*T, D) products by l instead of e itself: a pass over a
+    D/S-times smaller array.
 
     Each KV head's G query heads are stacked into one (G*T, D) matrix: one matmul per KV head, and
-    products against p^T sum over the group by themselves. The masks and the softmax run on
-    several threads, block by block of heads."""
+    products against p sum over the group by themselves. The weights are kept as (S, queries) because
+    NumPy's max and sum over a short last axis are 2-3x slower than over the axis before it (which
+    are elementwise across rows). The masks and the exponentials run block by block of KV heads."""
     B, H, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
+    G = H // Hkv
     qw, kw = _wide(q), _wide(k)
     dtype = qw.dtype
-    qg = np.empty((B, H, T, D), dtype)
-    np.multiply(qw, dtype.type(scale), out=qg)  # scale the smaller operand; also makes q contiguous
-    qg = qg.reshape(B, Hkv, (H // Hkv) * T, D)
-    kt = np.empty((B, Hkv, D, S), dtype)
-    kt[...] = kw.swapaxes(-1, -2)  # NumPy's batched matmul is 2-3x slower on a transposed view
-    scores = np.matmul(qg, kt)  # (B, Hkv, G*T, S)
-    bias = _attention_bias(mask, B, H, T, S, causal, window, dtype)  # None or (1 or B*H, T, S)
-    heads = scores.reshape(B * H, T, S)
+    qt = np.empty((B, Hkv, D, G, T), dtype)  # (q * scale)^T: the scale on the smaller operand
+    np.multiply(qw.reshape(B, Hkv, G, T, D).transpose(0, 1, 4, 2, 3), dtype.type(scale), out=qt)
+    scores = np.matmul(kw, qt.reshape(B, Hkv, D, G * T))  # (B, Hkv, S, G*T)
+    bias = _attention_bias(mask, B, H, Hkv, T, S, causal, window, dtype)  # None, (S, 1, T) or (B*Hkv, S, G, T)
+    heads = scores.reshape(B * Hkv, S, G, T)
+    sums = np.empty((B * Hkv, 1, G, T), dtype)
 
-    def block(sb, lo, hi):
+    def block(lo, hi):
+        sb = heads[lo:hi]
         if bias is not None:
-            sb += bias[lo:hi] if bias.shape[0] > 1 else bias[0]
-        sb -= sb.max(axis=-1, keepdims=True)
+            sb += bias if bias.ndim == 3 else bias[lo:hi]
+        sb -= sb.max(axis=1, keepdims=True)
         np.exp(sb, out=sb)
-        sb /= sb.sum(axis=-1, keepdims=True)
-
-    def piece(start, stop):
-        for lo, hi in _blocks(start, stop, T * S):
-            block(heads[lo:hi], lo, hi)
-    _parallel(piece, B * H, T * S)
-    return scores, qg
+        np.sum(sb, axis=1, keepdims=True, out=sums[lo:hi])
+    _parallel(block, B * Hkv, S * G * T)
+    return scores, sums.reshape(B, Hkv, G * T, 1)
 
 
-def _attention_bias(mask, B, H, T, S, causal, window, dtype):
-    """The additive mask of the scores as (1 or B*H, T, S): the user's mask (bool: -inf where False)
-    plus the causal/window mask, or None when nothing is masked."""
+def _attention_bias(mask, B, H, Hkv, T, S, causal, window, dtype):
+    """The additive mask of the transposed scores: (S, 1, T) when it is the same for every head,
+    else (B*Hkv, S, G, T); None when nothing is masked. A bool mask gives -inf where it is False."""
     bias = None
     if mask is not None:
         bias = np.where(mask, 0.0, -np.inf).astype(dtype) if mask.dtype == np.bool_ else _wide(mask).astype(dtype)
@@ -835,8 +850,34 @@ def _attention_bias(mask, B, H, T, S, causal, window, dtype):
     if bias is None:
         return None
     if bias.ndim <= 2:
-        return bias.reshape(1, T, S)
-    return np.broadcast_to(bias, (B, H, T, S)).reshape(B * H, T, S)  # copies only a per-head mask
+        return np.broadcast_to(bias, (T, S)).T.reshape(S, 1, T)
+    per_head = np.broadcast_to(bias, (B, H, T, S)).reshape(B, Hkv, H // Hkv, T, S)
+    return np.ascontiguousarray(per_head.transpose(0, 1, 4, 2, 3)).reshape(B * Hkv, S, H // Hkv, T)
+
+
+def _masked_softmax(scores, mask=None, *, scale, causal, window):
+    """Attention weights from raw scores (..., T, S): softmax(scores * scale + masks) over the last axis.
+    mask: bool (True = may attend) or additive, broadcastable to scores."""
+    w = _wide(scores)
+    T, S = w.shape[-2:]
+    out = np.multiply(w, w.dtype.type(scale))
+    if mask is not None:
+        out = np.where(mask, out, -np.inf) if mask.dtype == np.bool_ else out + _wide(mask)
+    if causal or window:
+        out += _position_mask(T, S, causal, window, out.dtype)
+    out -= out.max(axis=-1, keepdims=True)
+    np.exp(out, out=out)
+    out /= out.sum(axis=-1, keepdims=True)
+    return _finish(out, scores.dtype)
+
+
+def _masked_softmax_backward(p, g, *, scale):
+    """d scores = p * (g - rowsum(g * p)) * scale."""
+    wp, wg = _wide(p), _wide(g)
+    out = wg - np.einsum("...s,...s->...", wg, wp)[..., None]
+    out *= wp
+    out *= out.dtype.type(scale)
+    return _finish(out, p.dtype)
 
 
 @functools.lru_cache(maxsize=32)
@@ -856,39 +897,47 @@ def _position_mask(T, S, causal, window, dtype):
 def _sdpa(q, k, v, mask=None, *, scale, causal, window):
     B, H, T, D = q.shape
     Hkv, Dv = k.shape[1], v.shape[-1]
-    p, _ = _attention_probs(q, k, mask, scale, causal, window)
+    et, sums = _attention_weights(q, k, mask, scale, causal, window)  # (B, Hkv, S, G*T), (B, Hkv, G*T, 1)
     vw = _wide(v)
     out = _out((B, Hkv, (H // Hkv) * T, Dv), vw.dtype)
-    np.matmul(p, vw, out=out)
+    np.matmul(et.swapaxes(-1, -2), vw, out=out)
+    out /= sums
     return _finish(out.reshape(B, H, T, Dv), q.dtype)
 
 
 def _sdpa_backward(q, k, v, g, mask=None, *, scale, causal, window):
+    """With p = e / l and g' = g / l (each query's row), the gradients need e only:
+    dv = p^T g = e^T g'; dp' = g' v^T = dp / l; ds = p (dp - rowsum(dp p)) = e (dp' - rowsum(dp' e) / l)."""
     B, H, T, D = q.shape
     Hkv, S, Dv = k.shape[1], k.shape[2], v.shape[-1]
-    p, qg = _attention_probs(q, k, mask, scale, causal, window)  # recomputed, as flash attention does
-    dtype = p.dtype
-    gg = _wide(g).reshape(B, Hkv, (H // Hkv) * T, Dv)
+    GT = (H // Hkv) * T
+    et, sums = _attention_weights(q, k, mask, scale, causal, window)  # recomputed, as flash attention does
+    dtype = et.dtype
+    gs = np.divide(_wide(g).reshape(B, Hkv, GT, Dv), sums, dtype=dtype)  # g'
     dv = _out((B, Hkv, S, Dv), dtype)
-    np.matmul(p.swapaxes(-1, -2), gg, out=dv)  # sums over the group's query heads too
-    vt = np.empty((B, Hkv, Dv, S), dtype)
-    vt[...] = _wide(v).swapaxes(-1, -2)
-    dp = np.matmul(gg, vt)  # (B, Hkv, G*T, S)
-    # ds = p * (dp - rowsum(dp * p)), in place in dp, block by block on several threads;
-    # the softmax's scale goes into the operands of the last two matmuls instead
-    dp_rows, p_rows = dp.reshape(-1, S), p.reshape(-1, S)
+    np.matmul(et, gs, out=dv)  # sums over the group's query heads too
+    gt = np.empty((B, Hkv, Dv, GT), dtype)
+    gt[...] = gs.swapaxes(-1, -2)  # NumPy's batched matmul is 2-3x slower on a transposed right operand
+    dpt = np.matmul(_wide(v), gt)  # dp'^T: (B, Hkv, S, G*T)
+    # ds^T in place in dp'^T, block by block on several threads; the softmax's scale goes into the
+    # operands of the last two matmuls instead
+    dp_heads, e_heads = dpt.reshape(B * Hkv, S, GT), et.reshape(B * Hkv, S, GT)
+    inv_sums = 1.0 / sums.reshape(B * Hkv, 1, GT)
 
-    def piece(start, stop):
-        for a, b in _blocks(start, stop, S):
-            d, pb = dp_rows[a:b], p_rows[a:b]
-            d -= np.einsum("ts,ts->t", d, pb)[:, None]
-            d *= pb
-    _parallel(piece, dp_rows.shape[0], S)
+    def block(lo, hi):
+        d, e = dp_heads[lo:hi], e_heads[lo:hi]
+        tmp = d * e
+        row = tmp.sum(axis=1, keepdims=True)
+        row *= inv_sums[lo:hi]
+        d -= row
+        d *= e
+    _parallel(block, B * Hkv, S * GT)
     ks = np.multiply(_wide(k), dtype.type(scale))
-    dq = _out((B, Hkv, (H // Hkv) * T, D), dtype)
-    np.matmul(dp, ks, out=dq)
+    dq = _out((B, Hkv, GT, D), dtype)
+    np.matmul(dpt.swapaxes(-1, -2), ks, out=dq)
+    qs = np.multiply(_wide(q), dtype.type(scale)).reshape(B, Hkv, GT, D)
     dk = _out((B, Hkv, S, D), dtype)
-    np.matmul(dp.swapaxes(-1, -2), qg, out=dk)  # qg holds q * scale
+    np.matmul(dpt, qs, out=dk)
     return (_finish(dq.reshape(B, H, T, D), q.dtype), _finish(dk, k.dtype), _finish(dv, v.dtype))
 
 
@@ -929,6 +978,7 @@ class CPUBackend(Backend):
             "rms_norm": _rms_norm, "rms_norm_backward": _rms_norm_backward,
             "embedding": _embedding, "embedding_backward": _embedding_backward, "dropout": _dropout,
             "rope": _rope, "sdpa": _sdpa, "sdpa_backward": _sdpa_backward,
+            "masked_softmax": _masked_softmax, "masked_softmax_backward": _masked_softmax_backward,
         }
         self.check_contract()
 
@@ -972,10 +1022,7 @@ def _adamw_step(params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1, beta2, 
         chunks += [(fp[a:a + _BLOCK], fg[a:a + _BLOCK], fm[a:a + _BLOCK], fv[a:a + _BLOCK])
                    for a in range(0, fp.size, _BLOCK)]
 
-    def piece(start, stop):
-        for chunk in chunks[start:stop]:
-            _adamw_update(*chunk, **consts)
-    _parallel(piece, len(chunks), _BLOCK)
+    _parallel(lambda a, b: [_adamw_update(*chunk, **consts) for chunk in chunks[a:b]], len(chunks), _BLOCK)
 
 
 def _adamw_update(p, g, m, v, *, scale, step_size, bc2_sqrt, decay, beta1, beta2, eps) -> None:

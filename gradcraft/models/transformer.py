@@ -14,6 +14,7 @@ from gradcraft.nn import init
 from gradcraft.nn.layers import Dropout, Embedding, LayerNorm, Linear, RMSNorm
 from gradcraft.nn.module import Module, ModuleList, Parameter
 from gradcraft.ops.creation import arange, ones
+from gradcraft.ops.function import is_grad_enabled
 from gradcraft.ops.movement import cat
 
 
@@ -82,7 +83,9 @@ class Attention(Module):
         if window is not None and k.shape[2] > window + T - 1:
             # Keys older than any query's window are never read: drop them before attention.
             k, v = k[:, :, -(window + T - 1):], v[:, :, -(window + T - 1):]
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, window=window)  # (B, H, T, D)
+        # Training keeps the attention weights for the backward pass (no recomputation there).
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, window=window,
+                                           save_weights=self.training and is_grad_enabled())  # (B, H, T, D)
         y = y.transpose(1, 2).reshape(B, T, H * D)
         return self.dropout(self.proj(y))
 

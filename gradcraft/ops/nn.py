@@ -213,7 +213,8 @@ def _rope_grad(node, out, g):
 # ------------------------------------------------------------------ attention
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
-                                 scale=None, enable_gqa: bool = False, window: int | None = None):
+                                 scale=None, enable_gqa: bool = False, window: int | None = None,
+                                 save_weights: bool = False):
     """softmax(q k^T * scale + mask) v, fused, as F.scaled_dot_product_attention.
 
     query (B, H, T, D), key (B, Hkv, S, D), value (B, Hkv, S, Dv). With H > Hkv (grouped-query
@@ -221,6 +222,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     keys (so it also serves decoding with a KV cache; PyTorch aligns to the first T when T != S).
     `window=w` lets query i see only keys in [i-w+1, i] (sliding-window attention).
     attn_mask: bool (True = may attend) or additive float, broadcastable to (B, H, T, S).
+
+    save_weights=False: one fused kernel pair that keeps no (T, S) weights for the backward pass and
+    recomputes them there (flash attention's trade). save_weights=True: explicit attention, scores
+    by a matmul, a fused masked softmax, a matmul, with the weights kept for the backward pass
+    (PyTorch's math path): more memory, less compute.
     """
     if dropout_p:
         raise UserError("attention dropout is not supported; apply dropout to the attention output instead")
@@ -242,7 +248,28 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
         inputs.append(attn_mask if attn_mask.dtype == dtypes.bool_ else ew.cast(attn_mask, query.dtype))
     attrs = {"scale": float(scale if scale is not None else 1.0 / math.sqrt(D)), "causal": bool(is_causal),
              "window": window}
+    if save_weights:
+        return _explicit_attention(query, key, value, inputs[3:], attrs)
     return apply("sdpa", tuple(inputs), attrs, (B, H, T, value.shape[3]), query.dtype)
+
+
+def _explicit_attention(query, key, value, mask, attrs):
+    B, H, T, D = query.shape
+    Hkv, S, Dv = key.shape[1], key.shape[2], value.shape[3]
+    G = H // Hkv
+    # Query heads grouped over the key/value head they share: (B, Hkv, G, T, D) @ (B, Hkv, 1, D, S)
+    scores = query.reshape(B, Hkv, G, T, D) @ key.reshape(B, Hkv, 1, S, D).mT  # (B, Hkv, G, T, S)
+    if mask:
+        mask = [mask[0].expand(B, H, T, S).contiguous().reshape(B, Hkv, G, T, S)]
+    weights = apply("masked_softmax", (scores, *mask), attrs, scores.shape, scores.dtype)
+    out = weights @ value.reshape(B, Hkv, 1, S, Dv)  # (B, Hkv, G, T, Dv)
+    return out.reshape(B, H, T, Dv)
+
+
+@gradient("masked_softmax")
+def _masked_softmax_grad(node, out, g):
+    grad = apply("masked_softmax_backward", (out, g), {"scale": node.attrs["scale"]}, g.shape, g.dtype)
+    return (grad,) + (None,) * (len(node.inputs) - 1)
 
 
 @gradient("sdpa")

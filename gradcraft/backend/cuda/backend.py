@@ -302,6 +302,7 @@ class CUDABackend(Backend):
             "rms_norm": nn.rms_norm, "rms_norm_backward": nn.rms_norm_backward,
             "embedding": nn.embedding, "embedding_backward": nn.embedding_backward, "dropout": nn.dropout,
             "rope": nn.rope, "sdpa": nn.sdpa, "sdpa_backward": nn.sdpa_backward,
+            "masked_softmax": nn.masked_softmax, "masked_softmax_backward": nn.masked_softmax_backward,
         }
         self.check_contract()
 

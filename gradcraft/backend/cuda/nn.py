@@ -285,3 +285,17 @@ def sdpa_backward(q, k, v, g, mask=None, *, scale, causal, window):
     dk = matmul(cp.swapaxes(ds, -1, -2), q.reshape(B, Hkv, G, T, D))
     dk = dk[:, :, 0] if G == 1 else dk.sum(axis=2)
     return cp.ascontiguousarray(dq), cp.ascontiguousarray(dk), cp.ascontiguousarray(dv)
+
+
+def masked_softmax(scores, mask=None, *, scale, causal, window):
+    """Attention weights from raw scores (..., T, S): scale, masks and softmax in one kernel."""
+    T, S = scores.shape[-2:]
+    additive = None
+    if mask is not None:
+        m = cp.broadcast_to(mask, scores.shape)
+        additive = cp.ascontiguousarray((cp.where(m, 0.0, -np.inf) if m.dtype == np.bool_ else m).astype(np.float32))
+    return softmax_rows(scores, scale, additive, causal, window, T, S)
+
+
+def masked_softmax_backward(p, g, *, scale):
+    return softmax_rows_backward(p, g, scale)

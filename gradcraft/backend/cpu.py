@@ -6,8 +6,9 @@ against the function of the same name here.
 float16 and bfloat16 arithmetic runs in float32 and rounds once at the end, as
 GPUs do; NumPy's own half-precision loops are slow and round every step.
 
-The elementwise and row-wise kernels run on several threads when their arrays
-are big (see `_parallel`); matmuls use BLAS's own threads.
+The elementwise and row-wise kernels can run on several threads when their
+arrays are big (`_parallel`; off unless GRADCRAFT_NUM_THREADS says otherwise,
+see `num_threads`); matmuls use BLAS's own threads.
 """
 
 import ctypes
@@ -50,9 +51,10 @@ def _finish(result: np.ndarray, dtype) -> np.ndarray:
 #
 # A NumPy ufunc runs on one core, but it lets go of the GIL while it loops, so Python threads can
 # work on different row blocks of a big array at the same time (PyTorch's elementwise kernels use
-# every core through OpenMP). `_parallel` splits a range of rows into one piece per thread and runs
-# the first piece on the calling thread. BLAS calls never run inside a piece: BLAS has threads of
-# its own, and two layers of threads on the same cores would fight.
+# every core through OpenMP). `_parallel` cuts a range of rows into cache-sized blocks that the
+# calling thread and the pool's threads take in turn. BLAS calls never run inside a block: BLAS has
+# threads of its own, and two layers of threads on the same cores would fight. The blocks also keep
+# each kernel's temporaries in cache when it runs on one thread (the default, see `num_threads`).
 
 _PARALLEL_MIN = 1 << 17  # elements: below this, waking a thread (~50 us) costs more than it saves
 _BLOCK = 1 << 15  # elements a piece works on at a time, so that its temporaries stay in L2 cache
@@ -64,15 +66,19 @@ _executor = None
 
 
 def num_threads() -> int:
-    """Threads for the CPU kernels: GRADCRAFT_NUM_THREADS, else OMP_NUM_THREADS (what PyTorch reads),
-    else the cores this process may run on."""
+    """Threads for the elementwise and row-wise kernels: GRADCRAFT_NUM_THREADS, else 1.
+
+    Not the core count by default: on 2 cores the pool made a training step slower, not faster.
+    OpenBLAS's idle threads spin for about 0.1 s after each matmul, on the very cores the pool
+    would use, and on a VM each thread wake-up or GIL hand-over costs ~30 us. The pool pays for
+    big row-wise work (softmax or cross-entropy over millions of elements) when BLAS runs one
+    thread or its threads do not spin (OPENBLAS_THREAD_TIMEOUT=4)."""
     global _num_threads
     if _num_threads is None:
-        env = os.environ.get("GRADCRAFT_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS")
         try:
-            _num_threads = max(1, int(env)) if env else len(os.sched_getaffinity(0))
-        except (ValueError, AttributeError):  # a bad value, or no sched_getaffinity (macOS)
-            _num_threads = os.cpu_count() or 1
+            _num_threads = max(1, int(os.environ.get("GRADCRAFT_NUM_THREADS") or 1))
+        except ValueError:
+            _num_threads = 1
     return _num_threads
 
 
@@ -376,7 +382,16 @@ def _matmul(a, b):
         np.matmul(rows, wb, out=out)
         out = out.reshape(wa.shape[:-1] + (wb.shape[1],))
         return _finish(out, a.dtype) if wa is not a else out
-    return _finish(np.matmul(wa, wb), a.dtype)
+    if wb.ndim >= 2 and wb.strides[-1] != wb.itemsize and wb.shape[-1] > 1:
+        # A transposed right operand (q @ k^T, g @ v^T) sends NumPy's batched matmul to a loop 2x
+        # slower than BLAS on a contiguous copy, copy included.
+        wb = np.ascontiguousarray(wb)
+    if wa.ndim < 2 or wb.ndim < 2:
+        return _finish(np.matmul(wa, wb), a.dtype)
+    out = _out(np.broadcast_shapes(wa.shape[:-2], wb.shape[:-2]) + (wa.shape[-2], wb.shape[-1]),
+               np.result_type(wa, wb))
+    np.matmul(wa, wb, out=out)
+    return _finish(out, a.dtype) if wa is not a else out
 
 
 # ---------------------------------------------------------------- movement (views)
@@ -857,27 +872,50 @@ def _attention_bias(mask, B, H, Hkv, T, S, causal, window, dtype):
 
 def _masked_softmax(scores, mask=None, *, scale, causal, window):
     """Attention weights from raw scores (..., T, S): softmax(scores * scale + masks) over the last axis.
-    mask: bool (True = may attend) or additive, broadcastable to scores."""
-    w = _wide(scores)
-    T, S = w.shape[-2:]
-    out = np.multiply(w, w.dtype.type(scale))
+    mask: bool (True = may attend) or additive, broadcastable to scores. Block by block of (T, S)
+    matrices, in place in the output, on several threads."""
+    T, S = scores.shape[-2:]
+    n = scores.size // max(T * S, 1)
+    out = _out(scores.shape, scores.dtype)
+    heads, out_heads = scores.reshape(n, T, S), out.reshape(n, T, S)
     if mask is not None:
-        out = np.where(mask, out, -np.inf) if mask.dtype == np.bool_ else out + _wide(mask)
-    if causal or window:
-        out += _position_mask(T, S, causal, window, out.dtype)
-    out -= out.max(axis=-1, keepdims=True)
-    np.exp(out, out=out)
-    out /= out.sum(axis=-1, keepdims=True)
-    return _finish(out, scores.dtype)
+        mask = np.broadcast_to(mask, scores.shape).reshape(n, T, S)  # copies only a mask with fewer dims
+    position = _position_mask(T, S, causal, window, np.float32 if scores.dtype in _HALF else scores.dtype) \
+        if causal or window else None
+
+    def block(lo, hi):
+        def compute(o):
+            w = _wide(heads[lo:hi])
+            np.multiply(w, w.dtype.type(scale), out=o)
+            if mask is not None:
+                m = mask[lo:hi]
+                if m.dtype == np.bool_:
+                    np.copyto(o, -np.inf, where=~m)
+                else:
+                    o += _wide(m)
+            if position is not None:
+                o += position
+            o -= o.max(axis=-1, keepdims=True)
+            np.exp(o, out=o)
+            o /= o.sum(axis=-1, keepdims=True)
+        _into(out_heads[lo:hi], compute)
+    _parallel(block, n, T * S)
+    return out
 
 
 def _masked_softmax_backward(p, g, *, scale):
-    """d scores = p * (g - rowsum(g * p)) * scale."""
-    wp, wg = _wide(p), _wide(g)
-    out = wg - np.einsum("...s,...s->...", wg, wp)[..., None]
-    out *= wp
-    out *= out.dtype.type(scale)
-    return _finish(out, p.dtype)
+    """d scores = p * (g - rowsum(g * p)) * scale, block by block of rows."""
+    out = _out(p.shape, p.dtype)
+
+    def block(ob, pb, gb):
+        def compute(o):
+            wp, wg = _wide(pb), _wide(gb)
+            np.subtract(wg, np.einsum("...s,...s->...", wg, wp)[..., None], out=o)
+            o *= wp
+            o *= o.dtype.type(scale)
+        _into(ob, compute)
+    _rowwise(block, *_last_axis_rows(out, p, g), inner=1)
+    return out
 
 
 @functools.lru_cache(maxsize=32)

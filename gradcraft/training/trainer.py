@@ -243,7 +243,9 @@ class GradientStep:
             logged = {"loss": self.model.last_losses["cross_entropy"], **_moe_stats(self.model)}
             if len(logged) > 1:
                 gc.realize(loss, *logged.values())  # computed by the forward pass, read after backward
-            (loss / self.accum).backward()
+            # Seeding the backward pass with 1/accum (not backward() on loss / accum) makes `loss` the root,
+            # which the backward schedule realizes: its value is read afterwards, never recomputed.
+            loss.backward(gc.full(loss.shape, 1.0 / self.accum, dtype=loss.dtype, device=loss.device))
             losses.append(logged.pop("loss"))
             stats.append(logged)
         return losses, stats, grad_norm_and_scale(self.model.parameters(), self.tc.grad_clip)

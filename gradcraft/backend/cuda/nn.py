@@ -130,7 +130,7 @@ def _norm_backward(x, weight, g, eps, n_dims, center):
     partial = cp.zeros((blocks, 2, F), dtype=np.float64)
     if rows and F:
         w = _acc(weight, x)
-        L.run("norms.cu", f"norm_bwd_{L.suffix(x.dtype)}", blocks, L.row_threads(F),
+        L.run("norms.cu", f"norm_bwd_{L.suffix(x.dtype)}", blocks, min(L.row_threads(F), 256),
               (x, ptr(w), g, dx, partial, i64(rows), i32(F), f64(eps), i32(center)))
     for out, offset in ((dweight, 0), (dbias, F)):
         if F:

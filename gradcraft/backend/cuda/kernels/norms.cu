@@ -39,6 +39,9 @@ __device__ void norm_fwd_body(const T* x, const typename acc<T>::type* w, const 
     }
 }
 
+// Columns a thread keeps weight/bias gradient sums for in registers; wider rows spill to `partial`.
+#define NORM_BWD_REG_COLS 8
+
 template <typename T>
 __device__ void norm_bwd_body(const T* x, const typename acc<T>::type* w, const T* g, T* dx, double* partial, i64 rows, int F,
                               double eps, int center) {
@@ -46,20 +49,43 @@ __device__ void norm_bwd_body(const T* x, const typename acc<T>::type* w, const 
     __shared__ A scratch[32];
     double* dw = partial + (i64)blockIdx.x * 2 * F;
     double* db = dw + F;
+    // Each thread owns the columns threadIdx.x + k * blockDim.x. Summing its rows' weight and bias
+    // gradients in registers, instead of a read-modify-write of global memory for every row, is what
+    // makes this kernel fast (launched with at most 256 threads, so the registers fit).
+    const bool in_registers = F <= NORM_BWD_REG_COLS * (int)blockDim.x;
+    double rw[NORM_BWD_REG_COLS], rb[NORM_BWD_REG_COLS];
+#pragma unroll
+    for (int k = 0; k < NORM_BWD_REG_COLS; k++) { rw[k] = 0.0; rb[k] = 0.0; }
     for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
         const T *xr = x + row * F, *gr = g + row * F;
         A mean, rstd;
         row_stats<T, A>(xr, F, (A)eps, center, scratch, mean, rstd);
         // dxhat = g * w; dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
         A s1 = 0, s2 = 0;
-        for (int j = threadIdx.x; j < F; j += blockDim.x) {
-            A xhat = ((A)to_float(xr[j]) - mean) * rstd;
-            A gv = to_float(gr[j]);
-            A dxhat = w ? gv * (A)w[j] : gv;
-            s1 += dxhat;
-            s2 += dxhat * xhat;
-            dw[j] += (double)(gv * xhat);  // each thread owns its columns: no race
-            if (center) db[j] += (double)gv;
+        if (in_registers) {
+#pragma unroll
+            for (int k = 0; k < NORM_BWD_REG_COLS; k++) {
+                const int j = threadIdx.x + k * blockDim.x;
+                if (j < F) {
+                    A xhat = ((A)to_float(xr[j]) - mean) * rstd;
+                    A gv = to_float(gr[j]);
+                    A dxhat = w ? gv * (A)w[j] : gv;
+                    s1 += dxhat;
+                    s2 += dxhat * xhat;
+                    rw[k] += (double)(gv * xhat);
+                    rb[k] += (double)gv;
+                }
+            }
+        } else {
+            for (int j = threadIdx.x; j < F; j += blockDim.x) {
+                A xhat = ((A)to_float(xr[j]) - mean) * rstd;
+                A gv = to_float(gr[j]);
+                A dxhat = w ? gv * (A)w[j] : gv;
+                s1 += dxhat;
+                s2 += dxhat * xhat;
+                dw[j] += (double)(gv * xhat);  // each thread owns its columns: no race
+                if (center) db[j] += (double)gv;
+            }
         }
         s1 = center ? block_sum(s1, scratch) / (A)F : (A)0;
         s2 = block_sum(s2, scratch) / (A)F;
@@ -68,6 +94,16 @@ __device__ void norm_bwd_body(const T* x, const typename acc<T>::type* w, const 
             A gv = to_float(gr[j]);
             A dxhat = w ? gv * (A)w[j] : gv;
             dx[row * F + j] = store<T>(rstd * (dxhat - s1 - xhat * s2));
+        }
+    }
+    if (in_registers) {
+#pragma unroll
+        for (int k = 0; k < NORM_BWD_REG_COLS; k++) {
+            const int j = threadIdx.x + k * blockDim.x;
+            if (j < F) {
+                dw[j] += rw[k];
+                if (center) db[j] += rb[k];
+            }
         }
     }
 }

@@ -73,3 +73,46 @@ def test_gradcraft_train_with_and_without_graph_capture_logs_the_same_losses(tmp
         train(tc, preset("toy-v0", vocab_size=64, dim=32, n_heads=2, seq_len=16), log=lambda msg: None)
         logs.append([float(r["loss"]) for r in read_log(str(tmp_path / mode / "training_log.csv"))])
     np.testing.assert_allclose(logs[1], logs[0], rtol=1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not gc.is_available("cuda"), reason="needs an NVIDIA GPU with CuPy")
+def test_a_replayed_training_loop_takes_no_new_device_memory():
+    gc.manual_seed(0)
+    model = Transformer(preset("toy-v0")).to("cuda")
+    opt = AdamW(model.parameters(), lr=1e-3)
+    backend = gc.device.get_backend("cuda:0")
+    x_in = gc.zeros(4, 32, dtype=gc.int64, device="cuda").realize()
+
+    def step():
+        _, loss = model(x_in, x_in)
+        loss.backward()
+        opt.step(grad_scale=grad_norm_and_scale(model.parameters(), 1.0), prepare=False)
+        opt.zero_grad()
+        return loss
+
+    run = CapturedStep(step, "cuda")
+    for _ in range(4):  # two eager warm-up steps, the capture, one replay
+        opt.prepare()
+        run().item()
+    before = backend.memory_info()["reserved_bytes"]
+    for _ in range(5):
+        opt.prepare()
+        run().item()
+    assert backend.memory_info()["reserved_bytes"] == before
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not gc.is_available("cuda"), reason="needs an NVIDIA GPU with CuPy")
+def test_bf16_mixed_precision_training_on_the_gpu_learns(tmp_path):
+    from gradcraft.data.tokenfile import write_token_file
+    from gradcraft.training.log import read_log
+    from gradcraft.training.trainer import TrainConfig, train
+    pattern = np.random.default_rng(0).integers(0, 64, size=40)
+    write_token_file(str(tmp_path / "t.bin"), np.tile(pattern, 200).astype(np.uint16), vocab_size=64)
+    tc = TrainConfig(dataset=str(tmp_path / "t.bin"), model_dir=str(tmp_path / "bf16"), steps=40, batch_size=8,
+                     warmup_steps=4, max_lr=3e-3, device="cuda:0", dtype="bfloat16", progress=False,
+                     checkpoint_every=40)
+    train(tc, preset("toy-v0", vocab_size=64, dim=64, n_heads=4, seq_len=32), log=lambda msg: None)
+    losses = [float(r["loss"]) for r in read_log(str(tmp_path / "bf16" / "training_log.csv"))]
+    assert np.isfinite(losses).all() and losses[-1] < losses[0] - 1.0

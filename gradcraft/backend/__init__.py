@@ -77,6 +77,12 @@ class Backend:
         """Copy host values into an existing device buffer (same shape)."""
         raise NotImplementedError
 
+    def memory_info(self) -> dict:
+        """Bytes the device's allocator holds (`reserved_bytes`, what the process takes from the device)
+        and hands out now (`used_bytes`)."""
+        from gradcraft.engine.memory import stats
+        return {"used_bytes": stats.live_bytes, "reserved_bytes": stats.peak_bytes}
+
     def check_contract(self) -> None:
         missing = KERNELS - set(self.kernels)
         if missing:

@@ -779,12 +779,22 @@ def _embedding_backward(idx, g, num_embeddings):
     dim = g.shape[-1]
     flat_idx = idx.reshape(-1)
     flat_g = _wide(g).reshape(-1, dim)
-    # Sort by row, then sum each run of equal rows: much faster than np.add.at for large batches.
+    out = _out((num_embeddings, dim), flat_g.dtype)
+    out.fill(0)
+    if not len(flat_idx):
+        return _finish(out, g.dtype)
+    # Sort by row, then sum each run of equal rows level by level: every row's first occurrence, then
+    # the second ones of the rows that have two, ... (a sequential sum in the original order).
+    # np.add.reduceat over axis 0 took ~15x longer; np.add.at ~8x.
     order = np.argsort(flat_idx, kind="stable")
-    rows, starts = np.unique(flat_idx[order], return_index=True)
-    out = np.zeros((num_embeddings, dim), dtype=flat_g.dtype)
-    if len(rows):
-        out[rows] = np.add.reduceat(flat_g[order], starts, axis=0)
+    rows, starts, counts = np.unique(flat_idx[order], return_index=True, return_counts=True)
+    rank = np.arange(len(order)) - np.repeat(starts, counts)  # occurrence number within its row
+    slot = np.repeat(np.arange(len(rows)), counts)  # the row's place in `rows`
+    sums = flat_g[order[rank == 0]]
+    for level in range(1, int(counts.max())):
+        sel = rank == level
+        sums[slot[sel]] += flat_g[order[sel]]  # a row appears at most once per level
+    out[rows] = sums
     return _finish(out, g.dtype)
 
 
@@ -795,26 +805,26 @@ def _dropout(x, seed, p):
 
 
 def _rope(x, cos, sin, inverse):
-    """Rotate pairs (x[..., i], x[..., i + D/2]) by the angles whose cos/sin are given as (T, D/2)."""
+    """Rotate pairs (x[..., i], x[..., i + D/2]) by the angles whose cos/sin are given as (T, D/2).
+
+    As x * [cos, cos] + swap_halves(x) * [-sin, sin] on a contiguous copy of each block: the halves
+    of a head are short runs (16 floats for D = 32), and NumPy's loops over such short runs are 2x
+    slower than over whole rows."""
     half = x.shape[-1] // 2
-    c, s = _wide(cos), _wide(sin)
+    wdtype = np.float32 if x.dtype in _HALF else x.dtype
+    c, s = _wide(cos).astype(wdtype, copy=False), _wide(sin).astype(wdtype, copy=False)
+    cos2 = np.concatenate([c, c], axis=-1)  # (T, D)
+    sin2 = np.concatenate([s, -s] if inverse else [-s, s], axis=-1)  # (rotation by -angle: inverse)
 
     def block(out, xb):
         def compute(o):
-            w = _wide(xb)
-            x1, x2 = w[..., :half], w[..., half:]
-            first, second = o[..., :half], o[..., half:]
-            np.multiply(x1, c, out=first)
-            np.multiply(x2, c, out=second)
-            t = np.multiply(x2, s, dtype=o.dtype)
-            if inverse:  # rotation by -angle
-                first += t
-                np.multiply(x1, s, out=t)
-                second -= t
-            else:
-                first -= t
-                np.multiply(x1, s, out=t)
-                second += t
+            w = np.ascontiguousarray(_wide(xb))
+            swapped = np.empty_like(w)
+            swapped[..., :half] = w[..., half:]
+            swapped[..., half:] = w[..., :half]
+            swapped *= sin2
+            np.multiply(w, cos2, out=o)
+            o += swapped
         _into(out, compute)
     # the blocks keep (T, D) whole: cos and sin broadcast over the leading axes only
     return _rowwise(block, _out(x.shape, x.dtype), x, inner=2)

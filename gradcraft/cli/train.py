@@ -109,5 +109,6 @@ def run_train(args) -> int:
     train_config, model_config = build_configs(args)
     summary = train(train_config, model_config, resume=args.resume)
     print(f"trained {summary['step']} steps; final loss {summary['loss']:.4f}; "
+          f"peak memory {summary['peak_bytes'] / 2**20:,.0f} MiB; "
           f"{summary['tokens_per_s']:,.0f} tokens/s; weights in {os.path.join(train_config.model_dir, 'model.safetensors')}")
     return 0

@@ -211,7 +211,8 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None) -> d
     csv_log.close()
     save_weights(model, os.path.join(tc.model_dir, "model.safetensors"), header.fingerprint)
     plot_loss(os.path.join(tc.model_dir, "training_log.csv"), os.path.join(tc.model_dir, "loss.png"))
-    return {"step": end_step, "loss": last_loss, "tokens_per_s": tok_per_s}
+    memory = gc.device.get_backend(tc.device).memory_info()
+    return {"step": end_step, "loss": last_loss, "tokens_per_s": tok_per_s, "peak_bytes": memory["reserved_bytes"]}
 
 
 class GradientStep:

@@ -373,6 +373,16 @@ class CUDABackend(Backend):
         self._graph_memory[id(graph)] = (graph, pool, stream)  # the graph's memory lives as long as it
         return result, graph
 
+    def memory_info(self) -> dict:
+        """CuPy's default pool plus the private pools of captured graphs. Pools never give memory back
+        while the process runs, so `reserved_bytes` is also the peak; a steady loop (eager after its
+        first steps, or replayed) allocates nothing new from the driver."""
+        with self._device:
+            default = cp.get_default_memory_pool()
+            graph_pools = [pool for _, pool, _ in self._graph_memory.values()]
+            return {"used_bytes": default.used_bytes() + sum(p.used_bytes() for p in graph_pools),
+                    "reserved_bytes": default.total_bytes() + sum(p.total_bytes() for p in graph_pools)}
+
     def replay(self, graph) -> None:
         """Launch a captured graph on the current stream (after anything queued there)."""
         with self._device:

@@ -84,10 +84,30 @@ class Attention(Module):
             # Keys older than any query's window are never read: drop them before attention.
             k, v = k[:, :, -(window + T - 1):], v[:, :, -(window + T - 1):]
         # Training keeps the attention weights for the backward pass (no recomputation there).
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, window=window,
-                                           save_weights=self.training and is_grad_enabled())  # (B, H, T, D)
-        y = y.transpose(1, 2).reshape(B, T, H * D)
+        save = self.training and is_grad_enabled()
+        if window is not None and T > 2 * window:
+            y = windowed_attention(q, k, v, window, save)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, window=window, save_weights=save)
+        y = y.transpose(1, 2).reshape(B, T, H * D)  # (B, H, T, D) -> (B, T, C)
         return self.dropout(self.proj(y))
+
+
+def windowed_attention(q, k, v, window: int, save_weights: bool):
+    """Sliding-window causal attention computed block by block: the queries of each block of `window`
+    positions see only the keys from `window - 1` before the block to its end, so the (T, S) blocks
+    wholly outside the window are never computed (O(T w) instead of O(T^2)).
+    q: (B, H, T, D); k, v: (B, Hkv, S, D) whose last T positions are the queries' own."""
+    T, S = q.shape[2], k.shape[2]
+    offset = S - T  # keys before the first query (a KV cache)
+    blocks = []
+    for start in range(0, T, window):
+        end = min(start + window, T)
+        first_key = max(0, offset + start - window + 1)
+        blocks.append(F.scaled_dot_product_attention(q[:, :, start:end], k[:, :, first_key:offset + end],
+                                                     v[:, :, first_key:offset + end], is_causal=True,
+                                                     window=window, save_weights=save_weights))
+    return cat(blocks, dim=2)
 
 
 class MLP(Module):

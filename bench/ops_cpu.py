@@ -5,8 +5,9 @@
 
 Each row times one forward and backward pass (ours: build the op, `y.backward(g)`, which realizes
 the output and the input gradients in one schedule; PyTorch: the same calls, eagerly) on the same
-shapes and the same number of threads (torch.set_num_threads, threadpoolctl for NumPy's BLAS, and
-gradcraft's own CPU threads). The two sides alternate call by call, so a burst of load hits both;
+shapes and the same number of threads (torch.set_num_threads, and threadpoolctl for NumPy's BLAS;
+gradcraft's own elementwise threads stay at its default, one, unless --gc-threads is given: see
+gradcraft/backend/cpu.py `num_threads`). The two sides alternate call by call, so a burst of load hits both;
 each figure is the median. `speed` = PyTorch's time / ours: 1.0 = as fast, above 1 = we are faster.
 The two last rows are whole training steps (forward, backward, AdamW): a 4-layer MLP (Linear + GELU,
 width 512, batch 256) and one decoder block of the `demo` preset (LLaMA style, dim 128, 4 heads,
@@ -31,6 +32,8 @@ def parse_args():
     p.add_argument("--repeat", type=int, default=15, help="timed calls per side")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--only", default=None, help="comma-separated row names")
+    p.add_argument("--gc-threads", type=int, default=None,
+                   help="gradcraft's own CPU kernel threads (default: its default, GRADCRAFT_NUM_THREADS or 1)")
     return p.parse_args()
 
 
@@ -274,7 +277,8 @@ def main():
     import gradcraft as gc
     from gradcraft.backend import cpu
 
-    cpu.set_num_threads(threads)
+    if args.gc_threads:
+        cpu.set_num_threads(args.gc_threads)
     cases = op_cases(gc, torch)
     names = args.only.split(",") if args.only else list(cases)
     print(f"{threads} threads (torch {torch.get_num_threads()}, gradcraft {cpu.num_threads()}); numpy {np.__version__}, "

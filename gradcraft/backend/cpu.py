@@ -13,15 +13,15 @@ see `num_threads`); matmuls use BLAS's own threads.
 
 import ctypes
 import functools
-import concurrent.futures
-import itertools
 import math
 import os
 import sys
 
 import numpy as np
 
-from gradcraft.backend import Backend, KERNELS
+from gradcraft.backend import Backend
+from gradcraft.backend.cpu_threads import (_BLOCK, _CE_BLOCK, _MAP_BLOCK, _into, _map, _parallel,  # noqa: F401
+                                           _rowwise, num_threads, set_num_threads)
 from gradcraft.engine.memory import CPUPool, stats
 
 _pool = CPUPool(stats)
@@ -45,137 +45,6 @@ def _finish(result: np.ndarray, dtype) -> np.ndarray:
     out = _out(result.shape, dtype)
     out[...] = result
     return out
-
-
-# ---------------------------------------------------------------- threads
-#
-# A NumPy ufunc runs on one core, but it lets go of the GIL while it loops, so Python threads can
-# work on different row blocks of a big array at the same time (PyTorch's elementwise kernels use
-# every core through OpenMP). `_parallel` cuts a range of rows into cache-sized blocks that the
-# calling thread and the pool's threads take in turn. BLAS calls never run inside a block: BLAS has
-# threads of its own, and two layers of threads on the same cores would fight. The blocks also keep
-# each kernel's temporaries in cache when it runs on one thread (the default, see `num_threads`).
-
-_PARALLEL_MIN = 1 << 17  # elements: below this, waking a thread (~50 us) costs more than it saves
-_BLOCK = 1 << 15  # elements a piece works on at a time, so that its temporaries stay in L2 cache
-_CE_BLOCK = 1 << 18  # cross-entropy's blocks: bigger, so that a long row (the vocabulary) costs few calls
-_MAP_BLOCK = 1 << 17  # a single ufunc's blocks: no temporaries to keep in cache, so fewer, bigger calls
-
-_num_threads = None
-_executor = None
-
-
-def num_threads() -> int:
-    """Threads for the elementwise and row-wise kernels: GRADCRAFT_NUM_THREADS, else 1.
-
-    Not the core count by default: on 2 cores the pool made a training step slower, not faster.
-    OpenBLAS's idle threads spin for about 0.1 s after each matmul, on the very cores the pool
-    would use, and on a VM each thread wake-up or GIL hand-over costs ~30 us. The pool pays for
-    big row-wise work (softmax or cross-entropy over millions of elements) when BLAS runs one
-    thread or its threads do not spin (OPENBLAS_THREAD_TIMEOUT=4)."""
-    global _num_threads
-    if _num_threads is None:
-        try:
-            _num_threads = max(1, int(os.environ.get("GRADCRAFT_NUM_THREADS") or 1))
-        except ValueError:
-            _num_threads = 1
-    return _num_threads
-
-
-def set_num_threads(n: int | None) -> None:
-    """Use n threads from now on (None: the default of `num_threads`)."""
-    global _num_threads, _executor
-    if _executor is not None:
-        _executor.shutdown(wait=True)
-    _num_threads, _executor = (max(1, int(n)) if n else None), None
-
-
-def _forget_threads_after_fork() -> None:
-    global _executor
-    _executor = None  # the child has none of the parent's threads
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_threads_after_fork)
-
-
-def _parallel(fn, n: int, row_size: int = 1, block: int | None = None) -> None:
-    """Call fn(start, stop) on blocks of about `block` (default _BLOCK) elements covering range(n)
-    rows of row_size elements. When the work is big enough, the calling thread and the pool's threads
-    take the next block in turn until none is left: a thread slowed down by another process (BLAS's
-    idle threads spin for a while after each call) does less of the work instead of holding up the
-    rest. Blocks must write disjoint outputs; fn(a, b) is called exactly once per block."""
-    global _executor
-    step = max(1, (block or _BLOCK) // max(row_size, 1))
-    n_blocks = -(-n // step)
-    if n_blocks <= 1 or n * row_size < _PARALLEL_MIN or num_threads() == 1:
-        for a in range(0, n, step):
-            fn(a, min(a + step, n))
-        return
-    if _executor is None:
-        _executor = concurrent.futures.ThreadPoolExecutor(num_threads() - 1, thread_name_prefix="gradcraft-cpu")
-    counter = itertools.count()  # next() on it is atomic under the GIL
-
-    def drain():
-        for i in iter(counter.__next__, None):
-            if i >= n_blocks:
-                return
-            fn(i * step, min((i + 1) * step, n))
-    futures = [_executor.submit(drain) for _ in range(min(num_threads(), n_blocks) - 1)]
-    try:
-        drain()
-    finally:  # wait for every block even when ours failed: none may outlive the kernel
-        for future in futures:
-            future.result()
-
-
-def _map(fn, out: np.ndarray, *args) -> np.ndarray:
-    """fn(*args, out=out) for a NumPy ufunc with broadcasting, split over threads along the output's
-    first axis (inputs of size 1 there are broadcast whole to every piece)."""
-    if out.size < _PARALLEL_MIN or out.ndim == 0:
-        fn(*args, out=out)
-        return out
-    arrays = [a for a in args if isinstance(a, np.ndarray)]
-    if out.flags.c_contiguous and all(a.shape == out.shape and a.flags.c_contiguous for a in arrays):
-        # one flat range: the same split for every shape
-        flat_out, flat_args = out.reshape(-1), [a.reshape(-1) if isinstance(a, np.ndarray) else a for a in args]
-        _parallel(lambda lo, hi: fn(*[a[lo:hi] if isinstance(a, np.ndarray) else a for a in flat_args],
-                                    out=flat_out[lo:hi]), out.size, 1, _MAP_BLOCK)
-        return out
-    lead = [a.reshape((1,) * (out.ndim - a.ndim) + a.shape) if isinstance(a, np.ndarray) else a for a in args]
-
-    def piece(lo, hi):
-        fn(*[a[lo:hi] if isinstance(a, np.ndarray) and a.shape[0] != 1 else a for a in lead], out=out[lo:hi])
-    _parallel(piece, out.shape[0], out.size // max(out.shape[0], 1), _MAP_BLOCK)
-    return out
-
-
-def _rowwise(fn, out: np.ndarray, *inputs, inner: int = 0) -> np.ndarray:
-    """fn(out_block, *input_blocks) over blocks of rows (the first axis) of same-shape arrays, on
-    several threads; a block keeps the last `inner` axes whole (softmax's rows: 1). fn may use
-    temporaries: a block is small enough to keep them in cache."""
-    views = [out, *inputs]
-    while views[0].ndim > inner + 1 and views[0].shape[0] == 1:
-        views = [v[0] for v in views]  # a leading axis of 1 would leave nothing to split
-    if views[0].ndim <= inner:
-        fn(*views)
-        return out
-    rows = views[0].shape[0]
-    row_size = views[0].size // max(rows, 1)
-
-    _parallel(lambda a, b: fn(*[v[a:b] for v in views]), rows, row_size)
-    return out
-
-
-def _into(out: np.ndarray, compute) -> None:
-    """Store compute(o), which writes its result into the float32/float64 array o, in out: o is out
-    itself unless out is half precision (then a float32 block that is rounded into out once)."""
-    if out.dtype in _HALF:
-        o = np.empty(out.shape, np.float32)
-        compute(o)
-        out[...] = o
-    else:
-        compute(out)
 
 
 # ---------------------------------------------------------------- elementwise
@@ -674,11 +543,11 @@ def _norm_rows(x, weight, g, n_dims):
     return rows, grows, w, (np.float32 if x.dtype in _HALF else x.dtype)
 
 
-def _sum_pieces(partials: dict):
-    """Sum per-piece partial results in row order (the same order for the same thread count)."""
-    keys = sorted(partials)
-    total = partials[keys[0]]
-    for key in keys[1:]:
+def _sum_blocks(partials: dict, features: int, dtype):
+    """Sum per-block partial results (keyed by first row) in row order: the same result for any
+    thread count, since the blocks do not depend on it. Zeros when there were no rows."""
+    total = np.zeros(features, dtype)
+    for key in sorted(partials):
         total += partials[key]
     return total
 
@@ -703,7 +572,7 @@ def _layer_norm(x, weight, bias, eps, n_dims):
 
 
 def _layer_norm_backward(x, weight, g, eps, n_dims):
-    rows, grows, wt, _ = _norm_rows(x, weight, g, n_dims)
+    rows, grows, wt, fdt = _norm_rows(x, weight, g, n_dims)
     features = rows.shape[1]
     dx = _out(rows.shape, x.dtype)
     partials = {}
@@ -724,8 +593,8 @@ def _layer_norm_backward(x, weight, g, eps, n_dims):
         dx[a:b] = dxhat
     _parallel(block, rows.shape[0], features)
     norm_shape = x.shape[x.ndim - n_dims:]
-    dweight = _sum_pieces({k: v[0] for k, v in partials.items()})
-    dbias = _sum_pieces({k: v[1] for k, v in partials.items()})
+    dweight = _sum_blocks({k: v[0] for k, v in partials.items()}, features, fdt)
+    dbias = _sum_blocks({k: v[1] for k, v in partials.items()}, features, fdt)
     return (dx.reshape(x.shape), _finish(dweight.reshape(norm_shape), x.dtype),
             _finish(dbias.reshape(norm_shape), x.dtype))
 
@@ -748,7 +617,7 @@ def _rms_norm(x, weight, eps, n_dims):
 
 
 def _rms_norm_backward(x, weight, g, eps, n_dims):
-    rows, grows, wt, _ = _norm_rows(x, weight, g, n_dims)
+    rows, grows, wt, fdt = _norm_rows(x, weight, g, n_dims)
     features = rows.shape[1]
     dx = _out(rows.shape, x.dtype)
     partials = {}
@@ -767,7 +636,7 @@ def _rms_norm_backward(x, weight, g, eps, n_dims):
         dxhat *= rstd
         dx[a:b] = dxhat
     _parallel(block, rows.shape[0], features)
-    dweight = _sum_pieces(partials).reshape(x.shape[x.ndim - n_dims:])
+    dweight = _sum_blocks(partials, features, fdt).reshape(x.shape[x.ndim - n_dims:])
     return dx.reshape(x.shape), _finish(dweight, x.dtype)
 
 

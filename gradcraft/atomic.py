@@ -2,11 +2,18 @@
 
 A reader (or a process restarted after SIGKILL) sees the old file or the new
 one, never half of one.
+
+    with atomic_file("data/tokens.bin") as f:   # a binary file object (seekable)
+        f.write(...)
+    write_text("config.json", text)
 """
 
+import contextlib
 import json
 import os
 import tempfile
+
+from gradcraft.errors import UserError
 
 
 def fsync_dir(path: str) -> None:
@@ -17,12 +24,25 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_bytes(path: str, data: bytes) -> None:
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_file(path, suffix: str = ""):
+    """A binary file that replaces `path` only when the block ends without an exception."""
+    path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix="-" + os.path.basename(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=folder)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror}") from None
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -33,9 +53,14 @@ def write_bytes(path: str, data: bytes) -> None:
     fsync_dir(folder)
 
 
-def write_text(path: str, text: str) -> None:
+def write_bytes(path, data: bytes) -> None:
+    with atomic_file(path) as f:
+        f.write(data)
+
+
+def write_text(path, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
 
 
-def write_json(path: str, data) -> None:
+def write_json(path, data) -> None:
     write_text(path, json.dumps(data, indent=2) + "\n")

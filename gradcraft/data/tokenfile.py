@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import os
 import struct
-import tempfile
 from dataclasses import dataclass
 
 import numpy as np
 
+from gradcraft.atomic import atomic_file
 from gradcraft.errors import UserError
 
 MAGIC = b"GCTOKENS"
@@ -75,33 +75,19 @@ def write_token_file(path, tokens, *, vocab_size: int | None = None, fingerprint
         raise ValueError(f"token dtype must be uint16 or uint32, not {dtype}")
     limit = 1 << (8 * dtype.itemsize)
 
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".tokens", dir=folder)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
-    except OSError as e:
-        raise UserError(f"cannot write {path}: {e.strerror}") from None
     count = 0
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(_pack_header(dtype.itemsize, 0, vocab_size or 0, fingerprint))
-            for chunk in tokens:
-                arr = np.asarray(chunk)
-                if arr.size == 0:
-                    continue
-                if arr.min() < 0 or arr.max() >= limit:
-                    raise ValueError(f"token id {int(arr.max())} does not fit in {dtype}")
-                f.write(arr.astype(dtype, copy=False).tobytes())
-                count += arr.size
-            f.seek(0)  # the count is known only now
-            f.write(_pack_header(dtype.itemsize, count, vocab_size or 0, fingerprint))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_file(path, suffix=".tokens") as f:
+        f.write(_pack_header(dtype.itemsize, 0, vocab_size or 0, fingerprint))
+        for chunk in tokens:
+            arr = np.asarray(chunk)
+            if arr.size == 0:
+                continue
+            if arr.min() < 0 or arr.max() >= limit:
+                raise ValueError(f"token id {int(arr.max())} does not fit in {dtype}")
+            f.write(arr.astype(dtype, copy=False).tobytes())
+            count += arr.size
+        f.seek(0)  # the count is known only now
+        f.write(_pack_header(dtype.itemsize, count, vocab_size or 0, fingerprint))
     return count
 
 
@@ -144,9 +130,3 @@ def read_token_file(path) -> tuple[np.ndarray, TokenFileHeader]:
         return np.zeros(0, dtype=header.dtype), header
     tokens = np.memmap(os.fspath(path), dtype=header.dtype, mode="r", offset=HEADER_BYTES, shape=(header.count,))
     return tokens, header
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

@@ -18,8 +18,8 @@ from __future__ import annotations
 import base64
 import json
 import os
-import tempfile
 
+from gradcraft.atomic import write_text
 from gradcraft.errors import UserError
 from gradcraft.tokenizer.bpe import Tokenizer, _rebuild
 from gradcraft.tokenizer.pretokenize import PATTERNS
@@ -35,29 +35,7 @@ def save_tokenizer(tok: Tokenizer, path) -> None:
     doc.update(tok.state())
     # One merge per line keeps the file diffable and readable.
     text = json.dumps(doc, indent=1, ensure_ascii=False)
-    atomic_write_text(path, text + "\n")
-
-
-def atomic_write_text(path, text: str) -> None:
-    """Write via a temp file in the same folder + fsync + rename, so a crash
-    never leaves a half-written file under `path`."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
-    except OSError as e:
-        raise UserError(f"cannot write {path}: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_text(path, text + "\n")
 
 
 def load_tokenizer(path, pattern: str | None = None, special_tokens=None) -> Tokenizer:
@@ -216,7 +194,7 @@ def to_hf_json(tok: Tokenizer) -> dict:
 
 
 def save_hf_json(tok: Tokenizer, path) -> None:
-    atomic_write_text(path, json.dumps(to_hf_json(tok), ensure_ascii=False, indent=1) + "\n")
+    write_text(path, json.dumps(to_hf_json(tok), ensure_ascii=False, indent=1) + "\n")
 
 
 # ------------------------------------------------------- tiktoken rank files
@@ -238,7 +216,7 @@ def _parse_rank_file(raw: bytes, path: str) -> dict[bytes, int]:
 def save_tiktoken(tok: Tokenizer, path) -> None:
     """Write the ordinary tokens as a tiktoken rank file (rank = our id)."""
     lines = [f"{base64.b64encode(b).decode()} {i}" for i, b in sorted(tok.token_bytes.items())]
-    atomic_write_text(path, "\n".join(lines) + "\n")
+    write_text(path, "\n".join(lines) + "\n")
 
 
 def _bpe_parts(ranks: dict[bytes, int], token: bytes, max_rank: int) -> list[bytes]:
@@ -286,9 +264,3 @@ def from_tiktoken(ranks, pattern: str = "gpt4", special_tokens=None) -> Tokenize
     return Tokenizer(pattern=pattern, byte_ids=[ranks[bytes([b])] for b in range(256)], merges=merges,
                      special_tokens=special_tokens or {}, merge_mode="ranks", extra_tokens=extra,
                      whole_piece=True)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

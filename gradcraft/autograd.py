@@ -11,6 +11,7 @@ from gradcraft.engine.realize import realize
 from gradcraft.errors import UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops.function import GRADIENTS, no_grad
+from gradcraft.ops.movement import merge_slice_gradients
 
 
 def _topological(root) -> list:
@@ -63,7 +64,11 @@ def backward(root, gradient=None, realize_now: bool = True) -> None:
                 if grad is None or not inp.requires_grad:
                     continue
                 previous = grads.get(id(inp))
-                grads[id(inp)] = grad if previous is None else ew.add(previous, grad)
+                if previous is None:
+                    grads[id(inp)] = grad
+                else:
+                    merged = merge_slice_gradients(previous, grad)
+                    grads[id(inp)] = merged if merged is not None else ew.add(previous, grad)
 
     if realize_now:
         realize([leaf.grad for leaf in leaves] + [root], keep_saved=False)

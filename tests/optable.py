@@ -154,6 +154,8 @@ OPS = [
     OpInfo("getitem_negative", lambda m, x: x[-1, -3:] * 1.0, [((3, 5),)]),
     OpInfo("getitem_gather", lambda m, x, i: x[i] * 1.0, [((5, 3), Ints(5, (4,))), ((5, 3), Ints(5, (2, 3)))]),
     OpInfo("getitem_gather_mixed", lambda m, x, i, j: x[:, i, j] * 1.0, [((2, 4, 5), Ints(4, (3,)), Ints(5, (3,)))]),
+    OpInfo("slices_tiling_an_axis", lambda m, x: x[..., :3] * x[..., 3:6] + x[..., 6:], [((4, 9),), ((2, 4, 9),)]),
+    OpInfo("slices_overlapping", lambda m, x: x[:, :4] * 2 + x[:, 2:6] + x[1:, ::2][:, :2].sum(), [((3, 6),)]),
     OpInfo("gather", lambda m, x, i: x.gather(1, i), [((3, 5), Ints(5, (3, 2)))]),
     OpInfo("cat", lambda m, a, b: m.T.cat([a, b], dim=1), [((2, 3), (2, 4)), ((2, 1, 3), (2, 2, 3))]),
     OpInfo("stack", lambda m, a, b: m.T.stack([a, b], dim=-1), [((2, 3), (2, 3))]),

@@ -26,6 +26,7 @@ KERNELS = {
     "reshape", "permute", "expand", "slice", "flip", "contiguous",
     # gathers and their scatter-add gradients
     "index", "index_put_add", "take_along_dim", "scatter_add_along_dim", "cat", "pad", "tril", "triu",
+    "put_slices",  # (*gs, specs, shape): zeros with each g added at its slices (gradients of slicing)
     # creation
     "full", "arange", "rand", "randn", "randint", "copy_from", "assign",
     # fused neural-network ops and their fused gradients
@@ -87,3 +88,21 @@ class Backend:
         missing = KERNELS - set(self.kernels)
         if missing:
             raise NotImplementedError(f"backend {self.device} lacks kernels: {sorted(missing)}")
+
+
+def slices_tile_one_axis(specs, shape) -> bool:
+    """True when the boxes of `specs` (one tuple of (start, stop, step) per leading axis each) differ
+    on one axis only, where they are disjoint step-1 ranges covering it whole: then writing each
+    gradient into its box fills the output, and no zero-fill is needed."""
+    boxes = [[slice(*item).indices(n) for item, n in zip(spec, shape)] + [(0, n, 1) for n in shape[len(spec):]]
+             for spec in specs]
+    varying = [a for a in range(len(shape)) if len({box[a] for box in boxes}) > 1]
+    if len(varying) > 1 or any(s[2] != 1 for box in boxes for s in box):
+        return False
+    if not varying:
+        return len(boxes) == 1 and all(s == (0, n, 1) for s, n in zip(boxes[0], shape))
+    axis = varying[0]
+    if any(box[a] != (0, shape[a], 1) for box in boxes for a in range(len(shape)) if a != axis):
+        return False
+    ranges = sorted(box[axis][:2] for box in boxes)
+    return ranges[0][0] == 0 and ranges[-1][1] == shape[axis] and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))

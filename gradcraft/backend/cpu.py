@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from gradcraft.backend import Backend
+from gradcraft.backend import Backend, slices_tile_one_axis
 from gradcraft.backend.cpu_threads import (_BLOCK, _CE_BLOCK, _MAP_BLOCK, _into, _map, _parallel,  # noqa: F401
                                            _rowwise, num_threads, set_num_threads)
 from gradcraft.engine.memory import CPUPool, stats
@@ -323,6 +323,23 @@ def _put_slices(g, spec, shape):
     else:
         fill(0, shape[0])
     return out
+
+
+def _put_slices_many(*gs, specs, shape):
+    """Zeros of `shape` with each g added at its slices: the gradients of several slices of one
+    tensor (q/k/v out of one matmul) in one buffer, instead of one zero-filled buffer each, added."""
+    if len(gs) == 1:
+        return _put_slices(gs[0], specs[0], shape)
+    dtype = np.result_type(*[_wide(g) for g in gs])
+    out = _out(shape, dtype)
+    if slices_tile_one_axis(specs, shape):
+        for g, spec in zip(gs, specs):
+            out[tuple(slice(*s) for s in spec)] = g
+    else:
+        out.fill(0)
+        for g, spec in zip(gs, specs):
+            out[tuple(slice(*s) for s in spec)] += _wide(g)
+    return _finish(out, gs[0].dtype)
 
 
 def _take_along_dim(a, idx, axis):
@@ -884,7 +901,7 @@ class CPUBackend(Backend):
             "expand": lambda a, shape: np.broadcast_to(a, shape), "slice": _slice,
             "flip": lambda a, axes: np.flip(a, axes), "contiguous": _contiguous,
             "index": _index, "index_put_add": _index_put_add, "take_along_dim": _take_along_dim,
-            "scatter_add_along_dim": _scatter_add_along_dim, "cat": _cat, "pad": _pad,
+            "scatter_add_along_dim": _scatter_add_along_dim, "put_slices": _put_slices_many, "cat": _cat, "pad": _pad,
             "tril": _tril, "triu": _triu,
             "full": _full, "arange": _arange, "rand": _rand, "randn": _randn, "randint": _randint,
             "copy_from": _copy_from, "assign": _assign,

@@ -199,7 +199,24 @@ def getitem(x, index):
 @gradient("slice")
 def _slice_grad(node, out, g):
     x = node.inputs[0]
-    return (apply("index_put_add", (g,), {"spec": node.attrs["slices"], "shape": x.shape}, x.shape, g.dtype),)
+    return (put_slices([g], [node.attrs["slices"]], x.shape),)
+
+
+def put_slices(grads, specs, shape):
+    """Zeros of `shape` with each gradient added at its slices (one node for several slices of one tensor)."""
+    return apply("put_slices", tuple(grads), {"specs": tuple(specs), "shape": tuple(shape)}, shape, grads[0].dtype)
+
+
+def merge_slice_gradients(a, b):
+    """a + b as one put_slices node when both are unrealized put_slices of one shape, else None.
+    (Autograd sums the gradients of q, k and v sliced out of one matmul: one buffer, not three.)"""
+    for t in (a, b):
+        if t._buf is not None or t._node is None or t._node.op != "put_slices":
+            return None
+    if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
+        return None
+    return put_slices(list(a._node.inputs) + list(b._node.inputs),
+                      list(a._node.attrs["specs"]) + list(b._node.attrs["specs"]), a.shape)
 
 
 def _advanced_index(x, index):

@@ -13,7 +13,7 @@ import cupy as cp
 
 import numpy as np
 
-from gradcraft.backend import Backend
+from gradcraft.backend import Backend, slices_tile_one_axis
 from gradcraft.backend.cuda import launch as L
 from gradcraft.backend.cuda import nn, optim
 from gradcraft.backend.cuda.matmul import gemm, matmul
@@ -192,6 +192,21 @@ def _index_put_add(g, *indices, spec, shape):
     return L.finish(out, g.dtype)
 
 
+def _put_slices(*gs, specs, shape):
+    """Zeros of `shape` with each g added at its slices (cpu.py's put_slices): plain slice writes,
+    no atomics; no zero-fill when the slices tile the output along one axis."""
+    dtype = np.result_type(*[L.wide(g) for g in gs]) if len(gs) > 1 else L.wide(gs[0]).dtype
+    if slices_tile_one_axis(specs, shape):
+        out = cp.empty(shape, dtype=dtype)
+        for g, spec in zip(gs, specs):
+            out[tuple(slice(*s) for s in spec)] = g
+    else:
+        out = cp.zeros(shape, dtype=dtype)
+        for g, spec in zip(gs, specs):
+            out[tuple(slice(*s) for s in spec)] += L.wide(g)
+    return L.finish(out, gs[0].dtype)
+
+
 def _take_along_dim(a, idx, axis):
     return L.contiguous(cp.take_along_axis(a, idx, axis=axis))
 
@@ -290,7 +305,7 @@ class CUDABackend(Backend):
             "expand": lambda a, shape: cp.broadcast_to(a, shape), "slice": _slice,
             "flip": lambda a, axes: cp.flip(a, axes), "contiguous": lambda a: cp.array(a, copy=True, order="C"),
             "index": _index, "index_put_add": _index_put_add, "take_along_dim": _take_along_dim,
-            "scatter_add_along_dim": _scatter_add_along_dim,
+            "scatter_add_along_dim": _scatter_add_along_dim, "put_slices": _put_slices,
             "cat": lambda *arrays, axis: cp.concatenate(arrays, axis=axis), "pad": _pad,
             "tril": _triangle(cp.tril), "triu": _triangle(cp.triu),
             "full": _full, "arange": _arange, "rand": _random("rand"), "randn": _random("randn"),

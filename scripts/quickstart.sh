@@ -27,5 +27,5 @@ for prompt in "def reverse_string(" "import os
 " "class Stack:
     def push(self"; do
   echo "--- prompt: $prompt"
-  $GC generate --model_dir "$RUN" --prompt "$prompt" --max_tokens 80 --device "$DEVICE"
+  $GC generate --model_dir "$RUN" --prompt "$prompt" --max_tokens 80 --temp 0.7 --top_k 40 --seed 1 --device "$DEVICE"
 done

@@ -426,6 +426,27 @@ def test_memory_info(gpu):
     assert info["total_bytes"] >= info["used_bytes"] >= 0
 
 
+@pytest.mark.parametrize("capacity_factor", [None, 0.5])
+def test_moe_layer_matches_the_cpu(gpu, capacity_factor):
+    """Routing, the permutation kernels and their gradients, through the MoE layer on both devices."""
+    from gradcraft.models.moe import MoE
+    gc.manual_seed(3)
+    layer = MoE(16, 12, 4, 2, capacity_factor, init_std=0.5, out_std=0.5)
+    x = rng().standard_normal((2, 9, 16)).astype(np.float32)
+    upstream = rng().standard_normal((2, 9, 16)).astype(np.float32)
+    results = []
+    for device in ("cpu", "cuda"):
+        if device == "cuda":
+            layer.to("cuda")
+        xt = gc.tensor(x, device=device, requires_grad=True)
+        out = layer(xt)
+        ((out * gc.tensor(upstream, device=device)).sum() + layer.aux["balance"] + layer.aux["z"]).backward()
+        results.append([out.numpy(), xt.grad.numpy()] + [p.grad.numpy() for p in layer.parameters()])
+        layer.zero_grad()
+    for got, expected in zip(results[1], results[0]):
+        close(got, expected, scale=5.0, what="moe")
+
+
 def test_every_contract_kernel_ran(gpu, request):
     if getattr(request.config, "workerinput", None) is not None or len(SEEN) < 10:
         pytest.skip("needs the whole file in one process (run without -n)")

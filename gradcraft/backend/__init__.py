@@ -37,6 +37,8 @@ KERNELS = {
     "embedding", "embedding_backward", "dropout", "rope",
     "sdpa", "sdpa_backward",  # backward (multi): dq, dk, dv
     "masked_softmax", "masked_softmax_backward",  # attention weights from scores (explicit attention)
+    # mixture of experts: tokens to their experts' rows and back; slot (N, k) gives each assignment's row
+    "moe_permute", "moe_permute_backward", "moe_unpermute", "moe_unpermute_backward",  # unpermute bwd: (dy, dw)
 }
 
 

@@ -342,6 +342,34 @@ def _put_slices_many(*gs, specs, shape):
     return _finish(out, gs[0].dtype)
 
 
+def _moe_permute(x, slot, rows):
+    """(rows, C) buffer whose row slot[n, j] holds token x[n] (zeros elsewhere). Slots are distinct
+    but for the last row, where dropped assignments all land (and which the caller discards)."""
+    out = _out((rows, x.shape[1]), x.dtype)
+    out.fill(0)
+    out[slot.reshape(-1)] = np.repeat(x, slot.shape[1], axis=0)
+    return out
+
+
+def _moe_permute_backward(g, slot):
+    """d x[n] = sum_j g[slot[n, j]]: a gather per token, no scatter."""
+    return _finish(_wide(g)[slot].sum(axis=1), g.dtype)
+
+
+def _moe_unpermute(y, slot, w):
+    """out[n] = sum_j w[n, j] * y[slot[n, j]] (y's last row is zeros for dropped assignments)."""
+    wy = _wide(y)
+    return _finish(np.einsum("njc,nj->nc", wy[slot], _wide(w).astype(wy.dtype)), y.dtype)
+
+
+def _moe_unpermute_backward(y, slot, w, g):
+    wy, wg = _wide(y), _wide(g)
+    dy = np.zeros(wy.shape, dtype=wy.dtype)
+    dy[slot.reshape(-1)] = (_wide(w).astype(wy.dtype)[:, :, None] * wg[:, None, :]).reshape(-1, wy.shape[1])
+    dw = np.einsum("njc,nc->nj", wy[slot], wg)
+    return _finish(dy, y.dtype), _finish(dw, w.dtype)
+
+
 def _take_along_dim(a, idx, axis):
     return stats.track(np.take_along_axis(a, idx, axis=axis))
 
@@ -901,7 +929,9 @@ class CPUBackend(Backend):
             "expand": lambda a, shape: np.broadcast_to(a, shape), "slice": _slice,
             "flip": lambda a, axes: np.flip(a, axes), "contiguous": _contiguous,
             "index": _index, "index_put_add": _index_put_add, "take_along_dim": _take_along_dim,
-            "scatter_add_along_dim": _scatter_add_along_dim, "put_slices": _put_slices_many, "cat": _cat, "pad": _pad,
+            "scatter_add_along_dim": _scatter_add_along_dim, "put_slices": _put_slices_many,
+            "moe_permute": _moe_permute, "moe_permute_backward": _moe_permute_backward,
+            "moe_unpermute": _moe_unpermute, "moe_unpermute_backward": _moe_unpermute_backward, "cat": _cat, "pad": _pad,
             "tril": _tril, "triu": _triu,
             "full": _full, "arange": _arange, "rand": _rand, "randn": _randn, "randint": _randint,
             "copy_from": _copy_from, "assign": _assign,

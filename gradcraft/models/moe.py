@@ -1,9 +1,10 @@
 """Mixture-of-experts feed-forward layer: a linear router, top-k SwiGLU experts, a capacity limit.
 
 Each token goes to its top-k experts, weighted by a softmax over the selected experts' router
-logits (Mixtral's rule). Tokens are grouped by expert (a stable sort of the (token, slot)
-assignments), each expert runs one batched matmul over its own tokens, and the weighted outputs
-are added back to their tokens. Nothing computes every expert on every token.
+logits (Mixtral's rule). Every assignment gets a row in an (E * capacity, C) buffer: expert e's
+rows, filled in token order (a running count per expert, no sort). Two kernels move the tokens
+(`moe_permute`: tokens to their rows; `moe_unpermute`: each token's k rows back, weighted), and
+each expert runs one batched matmul over its own rows. Nothing computes every expert on every token.
 
 Capacity: with capacity_factor c, an expert takes at most ceil(c * N * k / E) assignments of the
 N tokens; later tokens (in token order) that overflow it are dropped from that expert and, when
@@ -25,26 +26,32 @@ import gradcraft.nn.functional as F
 from gradcraft.nn import init
 from gradcraft.nn.layers import Linear
 from gradcraft.nn.module import Module, Parameter
-from gradcraft.ops.creation import arange, zeros
+from gradcraft.ops.creation import zeros
 from gradcraft.ops.function import apply, gradient, no_grad
-from gradcraft.ops.movement import getitem
 
 
-def scatter_rows(src, index, n_rows: int):
-    """out[index[i]] += src[i] for a (M, D) src: rows added into a zero (n_rows, D) tensor.
-    Its gradient gathers the rows back (the index op)."""
-    spec = (0, (0, src.shape[1], 1))
-    return apply("index_put_add", (src, index), {"spec": spec, "shape": (n_rows, src.shape[1])},
-                 (n_rows, src.shape[1]), src.dtype)
+def moe_permute(x, slot, rows: int):
+    """(rows, C) buffer with token x[n] at row slot[n, j] for each of its k assignments (zeros elsewhere)."""
+    return apply("moe_permute", (x, slot), {"rows": rows}, (rows, x.shape[1]), x.dtype)
 
 
-@gradient("index_put_add")
-def _index_put_add_grad(node, out, g):
-    src, *indices = node.inputs
-    if not indices:  # the slice-gradient form: gather the slices back
-        return (getitem(g, tuple(slice(*s) for s in node.attrs["spec"])),)
-    gathered = apply("index", (g, *indices), {"spec": node.attrs["spec"]}, src.shape, g.dtype)
-    return (gathered,) + (None,) * len(indices)
+@gradient("moe_permute")
+def _moe_permute_grad(node, out, g):
+    x, slot = node.inputs
+    return apply("moe_permute_backward", (g, slot), {}, x.shape, g.dtype), None
+
+
+def moe_unpermute(y, slot, weights):
+    """out[n] = sum_j weights[n, j] * y[slot[n, j]]: each token's experts' outputs, weighted, back in place."""
+    return apply("moe_unpermute", (y, slot, weights), {}, (slot.shape[0], y.shape[1]), y.dtype)
+
+
+@gradient("moe_unpermute")
+def _moe_unpermute_grad(node, out, g):
+    y, slot, w = node.inputs
+    dy, dw = apply("moe_unpermute_backward", (y, slot, w, g), {}, (y.shape, w.shape), (y.dtype, w.dtype),
+                   n_outputs=2)
+    return dy, None, dw
 
 
 class MoE(Module):
@@ -77,31 +84,25 @@ class MoE(Module):
         weights = F.softmax(top_logits, dim=-1)  # softmax over the selected experts only
         self.aux = self._aux_losses(logits, top_idx)
 
-        # Group the N*K assignments by expert: a stable sort, so within an expert tokens keep their order.
+        # Each (token, slot) assignment's row in the (E * cap + 1, C) expert buffer: expert e's rows are
+        # e * cap .. e * cap + cap - 1, filled in token order; what overflows goes to the last row.
         A = N * K
         flat_expert = top_idx.reshape(A)
         with no_grad():
-            order = (flat_expert * A + arange(A, device=x.device)).topk(A, largest=False).indices  # (A,)
-            expert_sorted = flat_expert[order]
-            counts = (F.one_hot(flat_expert, E)).sum(0)  # (E,) assignments per expert
-            starts = counts.cumsum(0) - counts  # first sorted position of each expert
-            position = arange(A, device=x.device) - starts[expert_sorted]  # rank within its expert
-            cap = self.capacity(N) if self.capacity_factor else max(1, int(counts.max().item()))
+            onehot = F.one_hot(flat_expert, E)  # (A, E)
+            position = (onehot.cumsum(0) * onehot).sum(-1) - 1  # rank of each assignment within its expert
+            cap = self.capacity(N) if self.capacity_factor else max(1, int(onehot.sum(0).max().item()))
             kept = position < cap
-            # slot in the (E * cap + 1) expert buffer; the extra last row takes what is dropped
-            slot = (expert_sorted * cap + position).masked_fill(kept.logical_not(), E * cap)
-            token_sorted = arange(N, device=x.device).repeat_interleave(K)[order]
+            slot = (flat_expert * cap + position).masked_fill(kept.logical_not(), E * cap).reshape(N, K)
         self.aux["kept_fraction"] = kept.float().mean()
 
-        expert_in = scatter_rows(xf[token_sorted], slot, E * cap + 1)[:E * cap].reshape(E, cap, C)
+        expert_in = moe_permute(xf, slot, E * cap + 1)[:E * cap].reshape(E, cap, C)
         h = expert_in @ self.gate_up.to(x.dtype).mT  # (E, cap, 2F): one batched matmul for all experts
         gate, up = h[..., :self.ffn_dim], h[..., self.ffn_dim:]
         h = F.silu(gate) * up
         expert_out = h @ self.down.to(x.dtype).mT  # (E, cap, C)
         padded = F.pad(expert_out.reshape(E * cap, C), (0, 0, 0, 1))  # the dropped row reads zeros
-        w_sorted = weights.reshape(A)[order].to(x.dtype)
-        combined = padded[slot] * w_sorted.reshape(A, 1)
-        return scatter_rows(combined, token_sorted, N).reshape(B, T, C)
+        return moe_unpermute(padded, slot, weights.to(x.dtype)).reshape(B, T, C)
 
     def _aux_losses(self, logits, top_idx) -> dict:
         E = self.n_experts

@@ -207,6 +207,30 @@ def _put_slices(*gs, specs, shape):
     return L.finish(out, gs[0].dtype)
 
 
+def _moe_permute(x, slot, rows):
+    """cpu.py's moe_permute: one scatter of token rows to their expert slots (no atomics)."""
+    out = cp.zeros((rows, x.shape[1]), dtype=x.dtype)
+    out[slot.reshape(-1)] = cp.repeat(x, slot.shape[1], axis=0)
+    return out
+
+
+def _moe_permute_backward(g, slot):
+    return L.finish(L.wide(g)[slot].sum(axis=1), g.dtype)
+
+
+def _moe_unpermute(y, slot, w):
+    wy = L.wide(y)
+    return L.finish(cp.einsum("njc,nj->nc", wy[slot], L.wide(w).astype(wy.dtype)), y.dtype)
+
+
+def _moe_unpermute_backward(y, slot, w, g):
+    wy, wg = L.wide(y), L.wide(g)
+    dy = cp.zeros(wy.shape, dtype=wy.dtype)
+    dy[slot.reshape(-1)] = (L.wide(w).astype(wy.dtype)[:, :, None] * wg[:, None, :]).reshape(-1, wy.shape[1])
+    dw = cp.einsum("njc,nc->nj", wy[slot], wg)
+    return L.finish(dy, y.dtype), L.finish(dw, w.dtype)
+
+
 def _take_along_dim(a, idx, axis):
     return L.contiguous(cp.take_along_axis(a, idx, axis=axis))
 
@@ -306,6 +330,8 @@ class CUDABackend(Backend):
             "flip": lambda a, axes: cp.flip(a, axes), "contiguous": lambda a: cp.array(a, copy=True, order="C"),
             "index": _index, "index_put_add": _index_put_add, "take_along_dim": _take_along_dim,
             "scatter_add_along_dim": _scatter_add_along_dim, "put_slices": _put_slices,
+            "moe_permute": _moe_permute, "moe_permute_backward": _moe_permute_backward,
+            "moe_unpermute": _moe_unpermute, "moe_unpermute_backward": _moe_unpermute_backward,
             "cat": lambda *arrays, axis: cp.concatenate(arrays, axis=axis), "pad": _pad,
             "tril": _triangle(cp.tril), "triu": _triangle(cp.triu),
             "full": _full, "arange": _arange, "rand": _random("rand"), "randn": _random("randn"),

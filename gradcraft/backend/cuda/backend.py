@@ -218,16 +218,19 @@ def _moe_permute_backward(g, slot):
     return L.finish(L.wide(g)[slot].sum(axis=1), g.dtype)
 
 
+# (Elementwise products and sums, not cp.einsum: einsum calls cuBLAS through CuPy's bindings, which
+# refuse while a CUDA graph is being captured.)
+
 def _moe_unpermute(y, slot, w):
     wy = L.wide(y)
-    return L.finish(cp.einsum("njc,nj->nc", wy[slot], L.wide(w).astype(wy.dtype)), y.dtype)
+    return L.finish((wy[slot] * L.wide(w).astype(wy.dtype)[:, :, None]).sum(axis=1), y.dtype)
 
 
 def _moe_unpermute_backward(y, slot, w, g):
     wy, wg = L.wide(y), L.wide(g)
     dy = cp.zeros(wy.shape, dtype=wy.dtype)
     dy[slot.reshape(-1)] = (L.wide(w).astype(wy.dtype)[:, :, None] * wg[:, None, :]).reshape(-1, wy.shape[1])
-    dw = cp.einsum("njc,nc->nj", wy[slot], wg)
+    dw = (wy[slot] * wg[:, None, :]).sum(axis=-1)
     return L.finish(dy, y.dtype), L.finish(dw, w.dtype)
 
 

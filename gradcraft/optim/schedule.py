@@ -9,8 +9,9 @@ from dataclasses import asdict, dataclass
 
 
 @dataclass
-class CosineWithWarmup:
-    """Linear warmup from ~0 to max_lr over warmup_steps, then a cosine decay to min_lr at total_steps."""
+class _WarmupThenDecay:
+    """Linear warmup from ~0 to max_lr over warmup_steps, then `decay(progress)` from max_lr
+    (progress 0) to min_lr (progress 1, reached at total_steps and kept after)."""
 
     max_lr: float
     min_lr: float
@@ -20,13 +21,21 @@ class CosineWithWarmup:
     def __call__(self, step: int) -> float:
         if step < self.warmup_steps:
             return self.max_lr * (step + 1) / self.warmup_steps
-        if step >= self.total_steps:
-            return self.min_lr
-        progress = (step - self.warmup_steps) / max(1, self.total_steps - self.warmup_steps)
-        return self.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (self.max_lr - self.min_lr)
+        progress = min(1.0, (step - self.warmup_steps) / max(1, self.total_steps - self.warmup_steps))
+        return self.min_lr + self.decay(progress) * (self.max_lr - self.min_lr)
 
     def state_dict(self) -> dict:
-        return {"kind": "cosine", **asdict(self)}
+        return {"kind": self.kind, **asdict(self)}
+
+
+class CosineWithWarmup(_WarmupThenDecay):
+    """Linear warmup, then a cosine from max_lr down to min_lr at total_steps."""
+
+    kind = "cosine"
+
+    @staticmethod
+    def decay(progress: float) -> float:
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 @dataclass
@@ -40,23 +49,14 @@ class Constant:
         return {"kind": "constant", **asdict(self)}
 
 
-@dataclass
-class LinearWithWarmup:
-    """Linear warmup to max_lr, then a straight line down to min_lr at total_steps."""
+class LinearWithWarmup(_WarmupThenDecay):
+    """Linear warmup, then a straight line from max_lr down to min_lr at total_steps."""
 
-    max_lr: float
-    min_lr: float
-    warmup_steps: int
-    total_steps: int
+    kind = "linear"
 
-    def __call__(self, step: int) -> float:
-        if step < self.warmup_steps:
-            return self.max_lr * (step + 1) / self.warmup_steps
-        progress = min(1.0, (step - self.warmup_steps) / max(1, self.total_steps - self.warmup_steps))
-        return self.max_lr + progress * (self.min_lr - self.max_lr)
-
-    def state_dict(self) -> dict:
-        return {"kind": "linear", **asdict(self)}
+    @staticmethod
+    def decay(progress: float) -> float:
+        return 1.0 - progress
 
 
 SCHEDULES = {"cosine": CosineWithWarmup, "constant": Constant, "linear": LinearWithWarmup}

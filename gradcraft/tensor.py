@@ -257,7 +257,7 @@ def _attach_methods() -> None:
         # reductions
         "sum": rd.sum, "mean": rd.mean, "max": rd.max, "min": rd.min, "amax": rd.amax, "amin": rd.amin,
         "var": rd.var, "std": rd.std, "logsumexp": rd.logsumexp, "argmax": rd.argmax, "argmin": rd.argmin,
-        "cumsum": rd.cumsum, "topk": rd.topk, "prod": None, "all": rd.all, "any": rd.any,
+        "cumsum": rd.cumsum, "topk": rd.topk, "all": rd.all, "any": rd.any,
         # matmul
         "matmul": mm.matmul, "__matmul__": mm.matmul, "__rmatmul__": lambda a, b: mm.matmul(b, a),
         # movement
@@ -271,7 +271,6 @@ def _attach_methods() -> None:
         "softmax": fn.softmax, "log_softmax": fn.log_softmax,
     }
     for name, function in methods.items():
-        if function is not None:
-            setattr(Tensor, name, function)
+        setattr(Tensor, name, function)
     Tensor.T = property(lambda self: mv.permute(self, *reversed(range(self.ndim))))
     Tensor.mT = property(lambda self: mv.transpose(self, -2, -1))

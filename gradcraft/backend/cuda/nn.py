@@ -2,8 +2,6 @@
 cpu.py's argument names and attributes. Inputs are made contiguous first; outputs come from
 launch.empty (poisoned in tests)."""
 
-import math
-
 import cupy as cp
 import numpy as np
 

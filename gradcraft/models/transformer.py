@@ -257,10 +257,6 @@ class Transformer(Module):
         return 6 * self.num_parameters() + 12 * cfg.n_layers * cfg.dim * cfg.seq_len
 
 
-def count_parameters(model: Transformer) -> int:
-    return model.num_parameters()
-
-
 def describe(model: Transformer) -> str:
     cfg = model.config
     total = model.num_parameters()

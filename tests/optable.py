@@ -97,6 +97,9 @@ OPS = [
     OpInfo("gelu", lambda m, x: m.F.gelu(x), [((3, 4),), ((2, 3, 5),)]),
     OpInfo("gelu_tanh", lambda m, x: m.F.gelu(x, approximate="tanh"), [((3, 4),), ((2, 3, 5),)]),
     OpInfo("silu", lambda m, x: m.F.silu(x), [((3, 4),), ((2, 3, 5),), ((),)]),
+    OpInfo("swiglu", lambda m, x: (m.F.swiglu(x) if m.name == "gradcraft" else
+                                   m.F.silu(x[..., :x.shape[-1] // 2]) * x[..., x.shape[-1] // 2:]),
+           [((3, 8),), ((2, 3, 10),), ((6,),)]),
     OpInfo("square", lambda m, x: x.square(), [((3, 4),)]),
     OpInfo("reciprocal", lambda m, x: x.reciprocal(), [(Pos((3, 4)),)]),
     # ---- binary (broadcasting)

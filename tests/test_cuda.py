@@ -62,7 +62,7 @@ def close(got, expected, dtype=None, scale=1.0, what=""):
 
 def both(gpu, op, *args, **attrs):
     """Run one kernel on both backends; numpy args are copied to the GPU. Returns (gpu, cpu) as numpy."""
-    expected = cpu().run(op, list(args), attrs)
+    expected = cpu().reference_kernels[op](*args, **attrs)  # the NumPy kernel, not a compiled C one
     got = gpu.run(op, [gpu.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args], attrs)
     if isinstance(expected, tuple):
         return tuple(gpu.to_numpy(g) for g in got), expected
@@ -222,6 +222,14 @@ def test_activations(gpu, n, dtype):
         check(gpu, "gelu_backward", x, g, approximate=approximate)
     check(gpu, "silu", x)
     check(gpu, "silu_backward", x, g)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [np.float64])
+@pytest.mark.parametrize("shape", [(3, 8), (1000, 768), (2, 5, 66), (2,)])
+def test_swiglu(gpu, shape, dtype):
+    h, g = randn(shape, dtype, scale=3), randn(shape[:-1] + (shape[-1] // 2,), dtype)
+    check(gpu, "swiglu", h)
+    check(gpu, "swiglu_backward", h, g)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

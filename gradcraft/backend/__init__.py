@@ -15,6 +15,8 @@ KERNELS = {
     "sign", "logical_not", "cast",
     # fused elementwise gradients (x, grad_out) -> grad_in
     "gelu_backward", "silu_backward",
+    # SwiGLU: (h) -> silu(h[..., :F]) * h[..., F:] for h of 2F features; backward (h, g) -> dh
+    "swiglu", "swiglu_backward",
     # elementwise binary (a, b) with NumPy broadcasting
     "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
     "where",

@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from gradcraft.backend import Backend, slices_tile_one_axis
+from gradcraft.backend import Backend, cpu_native, slices_tile_one_axis
 from gradcraft.backend.cpu_threads import (_BLOCK, _CE_BLOCK, _MAP_BLOCK, _into, _map, _parallel,  # noqa: F401
                                            _rowwise, num_threads, set_num_threads)
 from gradcraft.engine.memory import CPUPool, stats
@@ -140,6 +140,43 @@ def _silu(x):
             o *= w
         _into(out, compute)
     return _rowwise(block, _out(x.shape, x.dtype), x)
+
+
+def _swiglu(h):
+    """silu(gate) * up for h = [gate | up] along the last axis (SwiGLU's two projections, one matmul)."""
+    f = h.shape[-1] // 2
+
+    def block(out, hb):
+        def compute(o):
+            w = _wide(hb)
+            gate = w[..., :f]
+            _sigmoid(gate, out=o)
+            o *= gate
+            o *= w[..., f:]
+        _into(out, compute)
+    return _rowwise(block, _out(h.shape[:-1] + (f,), h.dtype), h, inner=1)
+
+
+def _swiglu_backward(h, g):
+    """The gradient shaped like h: d gate = g * up * silu'(gate), d up = g * silu(gate)."""
+    f = h.shape[-1] // 2
+
+    def block(out, hb, gb):
+        def compute(o):
+            w, gw = _wide(hb), _wide(gb)
+            gate, up = w[..., :f], w[..., f:]
+            dgate, dup = o[..., :f], o[..., f:]
+            s = _sigmoid(gate, out=dup)
+            np.subtract(1.0, s, out=dgate)  # silu' = s * (1 + gate * (1 - s))
+            dgate *= gate
+            dgate += 1.0
+            dgate *= s
+            dgate *= up
+            dgate *= gw
+            dup *= gate
+            dup *= gw
+        _into(out, compute)
+    return _rowwise(block, _out(h.shape, h.dtype), h, g, inner=1)
 
 
 def _silu_backward(x, g):
@@ -916,6 +953,7 @@ class CPUBackend(Backend):
             "gelu": _gelu, "silu": _silu, "sign": _unary(np.sign),
             "logical_not": lambda a: stats.track(np.logical_not(a)), "cast": _cast,
             "gelu_backward": _gelu_backward, "silu_backward": _silu_backward,
+            "swiglu": _swiglu, "swiglu_backward": _swiglu_backward,
             "add": _binary(np.add), "sub": _binary(np.subtract), "mul": _binary(np.multiply),
             "div": _binary(np.true_divide), "pow": _pow, "maximum": _binary(np.maximum),
             "minimum": _binary(np.minimum),
@@ -945,6 +983,10 @@ class CPUBackend(Backend):
             "masked_softmax": _masked_softmax, "masked_softmax_backward": _masked_softmax_backward,
         }
         self.check_contract()
+        # The compiled C kernels where this machine has a C compiler (cpu_native); the NumPy kernels
+        # stay their fallback, and the reference that the C and CUDA kernels are tested against.
+        self.reference_kernels = dict(self.kernels)
+        self.kernels.update(cpu_native.kernels(self.reference_kernels, _out))
 
     def from_numpy(self, array):
         return stats.track(np.array(array, copy=True, order="C"))
@@ -979,6 +1021,8 @@ def _adamw_step(params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1, beta2, 
     # and each chunk's temporaries stay in cache.
     chunks = []
     for p, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs):
+        if cpu_native.adamw_update(p, g, m, v, **consts):
+            continue
         if not (p.flags.c_contiguous and m.flags.c_contiguous and v.flags.c_contiguous):
             _adamw_update(p, g, m, v, **consts)  # (flat views need contiguous buffers)
             continue

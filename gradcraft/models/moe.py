@@ -98,8 +98,7 @@ class MoE(Module):
 
         expert_in = moe_permute(xf, slot, E * cap + 1)[:E * cap].reshape(E, cap, C)
         h = expert_in @ self.gate_up.to(x.dtype).mT  # (E, cap, 2F): one batched matmul for all experts
-        gate, up = h[..., :self.ffn_dim], h[..., self.ffn_dim:]
-        h = F.silu(gate) * up
+        h = F.swiglu(h)  # silu(gate) * up, gate and up the two halves of the last axis
         expert_out = h @ self.down.to(x.dtype).mT  # (E, cap, C)
         padded = F.pad(expert_out.reshape(E * cap, C), (0, 0, 0, 1))  # the dropped row reads zeros
         return moe_unpermute(padded, slot, weights.to(x.dtype)).reshape(B, T, C)

@@ -129,12 +129,11 @@ class MLP(Module):
         if self.kind == "gelu":
             h = F.gelu(h, approximate=self.approximate)
         else:
-            gate, up = h[..., :self.ffn_dim], h[..., self.ffn_dim:]
-            if self.beta is not None:
-                gate = gate * (gate * self.beta.to(gate.dtype)).sigmoid()
+            if self.beta is not None:  # Swish with a learned beta: gate * sigmoid(beta * gate)
+                gate, up = h[..., :self.ffn_dim], h[..., self.ffn_dim:]
+                h = gate * (gate * self.beta.to(gate.dtype)).sigmoid() * up
             else:
-                gate = F.silu(gate)
-            h = gate * up
+                h = F.swiglu(h)  # silu(gate) * up in one kernel
         return self.dropout(self.proj(h))
 
 

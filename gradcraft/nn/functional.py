@@ -4,4 +4,4 @@ from gradcraft.ops.elementwise import gelu, relu, sigmoid, silu, tanh  # noqa: F
 from gradcraft.ops.movement import pad  # noqa: F401
 from gradcraft.ops.nn import (cross_entropy, dropout, embedding, layer_norm, linear, log_softmax,  # noqa: F401
                               mse_loss, nll_loss, one_hot, rms_norm, rope_frequencies, rotary_embedding,
-                              scaled_dot_product_attention, softmax)
+                              scaled_dot_product_attention, softmax, swiglu)

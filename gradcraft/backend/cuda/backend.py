@@ -319,6 +319,7 @@ class CUDABackend(Backend):
             "gelu": nn.gelu, "silu": nn.silu, "sign": _unary(cp.sign),
             "logical_not": cp.logical_not, "cast": _cast,
             "gelu_backward": nn.gelu_backward, "silu_backward": nn.silu_backward,
+            "swiglu": nn.swiglu, "swiglu_backward": nn.swiglu_backward,
             "add": _binary("add", cp.add), "sub": _binary("sub", cp.subtract), "mul": _binary("mul", cp.multiply),
             "div": _binary("div", cp.true_divide), "pow": _pow, "maximum": _binary("maximum", cp.maximum),
             "minimum": _binary("minimum", cp.minimum),

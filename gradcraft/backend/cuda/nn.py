@@ -180,6 +180,26 @@ def silu_backward(x, g):
     return _elementwise("silu_bwd", x, g)
 
 
+def swiglu(h):
+    h = _c(h)
+    F = h.shape[-1] // 2
+    y = L.empty(h.shape[:-1] + (F,), h.dtype)
+    if y.size:
+        L.run("activations.cu", f"swiglu_fwd_{L.suffix(h.dtype)}", L.grid_1d(y.size, 256, 4), 256,
+              (h, y, i64(y.size), i64(F)))
+    return y
+
+
+def swiglu_backward(h, g):
+    h = _c(h)
+    F = h.shape[-1] // 2
+    dh = L.empty(h.shape, h.dtype)
+    if dh.size:
+        L.run("activations.cu", f"swiglu_bwd_{L.suffix(h.dtype)}", L.grid_1d(g.size, 256, 4), 256,
+              (h, _c(g, h.dtype), dh, i64(g.size), i64(F)))
+    return dh
+
+
 # ---------------------------------------------------------------- rope, embedding, dropout
 
 def rope(x, cos, sin, inverse):

@@ -1,5 +1,5 @@
-// GELU (erf and tanh forms) and SiLU, forward and backward, over contiguous arrays.
-// Formulas are cpu.py's _gelu, _gelu_backward, _silu, _silu_backward.
+// GELU (erf and tanh forms), SiLU and SwiGLU, forward and backward, over contiguous arrays.
+// Formulas are cpu.py's _gelu, _gelu_backward, _silu, _silu_backward, _swiglu, _swiglu_backward.
 #include "common.cuh"
 
 template <typename A> __device__ __forceinline__ A gelu_value(A x, int tanh_form) {
@@ -44,6 +44,26 @@ template <typename T> __device__ void silu_bwd_body(const T* x, const T* g, T* d
     }
 }
 
+// SwiGLU over rows of h = [gate | up] (2F values each): y = silu(gate) * up, (rows, F); n = rows * F.
+template <typename T> __device__ void swiglu_fwd_body(const T* h, T* y, i64 n, i64 F) {
+    typedef typename acc<T>::type A;
+    GRID_LOOP(i, n) {
+        i64 gate = (i / F) * 2 * F + i % F;
+        A a = to_float(h[gate]);
+        y[i] = store<T>(a * sigmoid(a) * (A)to_float(h[gate + F]));
+    }
+}
+// Its gradient, shaped like h: d gate = g up silu'(gate), d up = g silu(gate).
+template <typename T> __device__ void swiglu_bwd_body(const T* h, const T* g, T* dh, i64 n, i64 F) {
+    typedef typename acc<T>::type A;
+    GRID_LOOP(i, n) {
+        i64 gate = (i / F) * 2 * F + i % F;
+        A a = to_float(h[gate]), up = to_float(h[gate + F]), gi = to_float(g[i]), s = sigmoid(a);
+        dh[gate] = store<T>(gi * up * s * ((A)1 + a * ((A)1 - s)));
+        dh[gate + F] = store<T>(gi * a * s);
+    }
+}
+
 #define ACTIVATIONS(NAME, T) \
     extern "C" __global__ void gelu_fwd_##NAME(const T* x, T* y, i64 n, int tanh_form) { \
         gelu_fwd_body<T>(x, y, n, tanh_form); } \
@@ -51,5 +71,8 @@ template <typename T> __device__ void silu_bwd_body(const T* x, const T* g, T* d
         gelu_bwd_body<T>(x, g, dx, n, tanh_form); } \
     extern "C" __global__ void silu_fwd_##NAME(const T* x, T* y, i64 n) { silu_fwd_body<T>(x, y, n); } \
     extern "C" __global__ void silu_bwd_##NAME(const T* x, const T* g, T* dx, i64 n) { \
-        silu_bwd_body<T>(x, g, dx, n); }
+        silu_bwd_body<T>(x, g, dx, n); } \
+    extern "C" __global__ void swiglu_fwd_##NAME(const T* h, T* y, i64 n, i64 F) { swiglu_fwd_body<T>(h, y, n, F); } \
+    extern "C" __global__ void swiglu_bwd_##NAME(const T* h, const T* g, T* dh, i64 n, i64 F) { \
+        swiglu_bwd_body<T>(h, g, dh, n, F); }
 FOR_FLOAT_TYPES(ACTIVATIONS)

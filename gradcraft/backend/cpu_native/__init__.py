@@ -1,0 +1,204 @@
+"""Compiled C kernels for the CPU backend (kernels.c), with the NumPy kernels as their fallback.
+
+`kernels(reference, empty)` returns the kernel-table entries that replace the NumPy ones of
+backend/cpu.py: each runs the C kernel on float32 arrays of a layout it takes, and hands any other
+case (float64, half precision, a mask, a layout it does not take) to the NumPy kernel it replaces,
+which stays the reference that tests/test_cpu_native.py checks it against.
+"""
+
+import math
+
+import numpy as np
+
+from gradcraft.backend.cpu_native.compiler import library, status  # noqa: F401
+from gradcraft.backend.cpu_threads import _PARALLEL_MIN, _parallel, num_threads
+
+_F32 = np.dtype(np.float32)
+PARTIAL_ROWS = 64  # rows per partial sum of a norm's weight gradient (fixed: results do not depend on threads)
+
+
+def _ptr(a):
+    return a.ctypes.data if a is not None else None
+
+
+def _f32(*arrays) -> bool:
+    """All given arrays (None allowed) are C-contiguous float32."""
+    return all(a is None or (a.dtype == _F32 and a.flags.c_contiguous) for a in arrays)
+
+
+def _over_rows(call, n: int, row_size: int, align: int = 1) -> None:
+    """call(lo, hi) over range(n) rows: once on this thread, or on one range per thread (ranges
+    aligned to `align` rows) when the pool is on and the work is big."""
+    threads = num_threads()
+    if threads == 1 or n * row_size < _PARALLEL_MIN or n < 2:
+        call(0, n)
+        return
+    per = -(-n // threads)  # rows per thread, rounded up to a multiple of align
+    per = -(-per // align) * align
+    _parallel(call, n, row_size, block=per * row_size)
+
+
+def kernels(reference: dict, empty) -> dict:
+    """The native entries of the CPU kernel table ({} without a compiled library). empty(shape,
+    dtype) gives an output buffer (the CPU pool's)."""
+    lib = library()
+    if lib is None:
+        return {}
+
+    def silu(x):
+        if not _f32(x):
+            return reference["silu"](x)
+        out = empty(x.shape, _F32)
+        _over_rows(lambda a, b: lib.silu_f32(_ptr(x), _ptr(out), a, b), x.size, 1)
+        return out
+
+    def silu_backward(x, g):
+        if not _f32(x, g) or x.shape != g.shape:
+            return reference["silu_backward"](x, g)
+        out = empty(x.shape, _F32)
+        _over_rows(lambda a, b: lib.silu_backward_f32(_ptr(x), _ptr(g), _ptr(out), a, b), x.size, 1)
+        return out
+
+    def swiglu(h):
+        if not _f32(h):
+            return reference["swiglu"](h)
+        features = h.shape[-1] // 2
+        out = empty(h.shape[:-1] + (features,), _F32)
+        rows = out.size // max(features, 1)
+        _over_rows(lambda a, b: lib.swiglu_f32(_ptr(h), _ptr(out), features, a, b), rows, 2 * features)
+        return out
+
+    def swiglu_backward(h, g):
+        if not _f32(h, g):
+            return reference["swiglu_backward"](h, g)
+        features = h.shape[-1] // 2
+        out = empty(h.shape, _F32)
+        rows = g.size // max(features, 1)
+        _over_rows(lambda a, b: lib.swiglu_backward_f32(_ptr(h), _ptr(g), _ptr(out), features, a, b), rows,
+                   2 * features)
+        return out
+
+    def rms_norm(x, weight, eps, n_dims):
+        if not _f32(x, weight):
+            return reference["rms_norm"](x, weight, eps, n_dims)
+        features = math.prod(x.shape[x.ndim - n_dims:])
+        out = empty(x.shape, _F32)
+        _over_rows(lambda a, b: lib.rms_norm_f32(_ptr(x), _ptr(weight), _ptr(out), features, eps, a, b),
+                   x.size // max(features, 1), features)
+        return out
+
+    def rms_norm_backward(x, weight, g, eps, n_dims):
+        if not _f32(x, weight, g):
+            return reference["rms_norm_backward"](x, weight, g, eps, n_dims)
+        norm_shape = x.shape[x.ndim - n_dims:]
+        features, rows = math.prod(norm_shape), x.size // max(math.prod(norm_shape), 1)
+        dx = empty(x.shape, _F32)
+        partials = np.zeros((-(-rows // PARTIAL_ROWS), features), _F32)
+        _over_rows(lambda a, b: lib.rms_norm_backward_f32(_ptr(x), _ptr(weight), _ptr(g), _ptr(dx), _ptr(partials),
+                                                          PARTIAL_ROWS, features, eps, a, b),
+                   rows, features, PARTIAL_ROWS)
+        return dx, _sum_partials(partials, norm_shape, empty)
+
+    def layer_norm(x, weight, bias, eps, n_dims):
+        if not _f32(x, weight, bias):
+            return reference["layer_norm"](x, weight, bias, eps, n_dims)
+        features = math.prod(x.shape[x.ndim - n_dims:])
+        out = empty(x.shape, _F32)
+        _over_rows(lambda a, b: lib.layer_norm_f32(_ptr(x), _ptr(weight), _ptr(bias), _ptr(out), features, eps,
+                                                   a, b), x.size // max(features, 1), features)
+        return out
+
+    def layer_norm_backward(x, weight, g, eps, n_dims):
+        if not _f32(x, weight, g):
+            return reference["layer_norm_backward"](x, weight, g, eps, n_dims)
+        norm_shape = x.shape[x.ndim - n_dims:]
+        features, rows = math.prod(norm_shape), x.size // max(math.prod(norm_shape), 1)
+        dx = empty(x.shape, _F32)
+        dweights, dbiases = (np.zeros((-(-rows // PARTIAL_ROWS), features), _F32) for _ in range(2))
+        _over_rows(lambda a, b: lib.layer_norm_backward_f32(_ptr(x), _ptr(weight), _ptr(g), _ptr(dx),
+                                                            _ptr(dweights), _ptr(dbiases), PARTIAL_ROWS, features,
+                                                            eps, a, b), rows, features, PARTIAL_ROWS)
+        return dx, _sum_partials(dweights, norm_shape, empty), _sum_partials(dbiases, norm_shape, empty)
+
+    def cross_entropy(logits, target, ignore_index, label_smoothing):
+        if not _f32(logits) or logits.ndim != 2:
+            return reference["cross_entropy"](logits, target, ignore_index, label_smoothing)
+        n, classes = logits.shape
+        t = np.ascontiguousarray(target, dtype=np.int64)
+        _check_targets(t, classes, ignore_index)
+        loss = empty((n,), _F32)
+        _over_rows(lambda a, b: lib.cross_entropy_f32(_ptr(logits), _ptr(t), _ptr(loss), classes, ignore_index,
+                                                      label_smoothing, a, b), n, classes)
+        return loss
+
+    def cross_entropy_backward(logits, target, g, ignore_index, label_smoothing):
+        if not _f32(logits) or logits.ndim != 2 or g.dtype != _F32:
+            return reference["cross_entropy_backward"](logits, target, g, ignore_index, label_smoothing)
+        n, classes = logits.shape
+        t = np.ascontiguousarray(target, dtype=np.int64)
+        _check_targets(t, classes, ignore_index)
+        gs = np.ascontiguousarray(np.broadcast_to(g, (n,)))  # (often a broadcast scalar: the mean's gradient)
+        out = empty(logits.shape, _F32)
+        _over_rows(lambda a, b: lib.cross_entropy_backward_f32(_ptr(logits), _ptr(t), _ptr(gs), _ptr(out), classes,
+                                                               ignore_index, label_smoothing, a, b), n, classes)
+        return out
+
+    def masked_softmax(scores, mask=None, *, scale, causal, window):
+        if mask is not None or not _f32(scores) or scores.ndim < 2:
+            return reference["masked_softmax"](scores, mask, scale=scale, causal=causal, window=window)
+        T, S = scores.shape[-2:]
+        out = empty(scores.shape, _F32)
+        _over_rows(lambda a, b: lib.masked_softmax_f32(_ptr(scores), _ptr(out), T, S, scale, int(bool(causal)),
+                                                       window or 0, a, b), scores.size // max(T * S, 1), T * S)
+        return out
+
+    def masked_softmax_backward(p, g, *, scale):
+        if not _f32(p, g) or p.shape != g.shape:
+            return reference["masked_softmax_backward"](p, g, scale=scale)
+        S = p.shape[-1]
+        out = empty(p.shape, _F32)
+        _over_rows(lambda a, b: lib.masked_softmax_backward_f32(_ptr(p), _ptr(g), _ptr(out), S, scale, a, b),
+                   p.size // max(S, 1), S)
+        return out
+
+    def rope(x, cos, sin, inverse):
+        if x.dtype != _F32 or not 2 <= x.ndim <= 4 or x.shape[-1] % 2:
+            return reference["rope"](x, cos, sin, inverse)
+        view = x.reshape((1,) * (4 - x.ndim) + x.shape) if x.ndim < 4 else x
+        N, H, T, D = view.shape
+        strides = np.array([s // 4 for s in view.strides], np.int64)  # in elements
+        c = np.ascontiguousarray(cos, dtype=_F32)
+        s = np.ascontiguousarray(sin, dtype=_F32)
+        out = empty(x.shape, _F32)
+        _over_rows(lambda a, b: lib.rope_f32(_ptr(view), _ptr(strides), _ptr(c), _ptr(s), _ptr(out), H, T, D,
+                                             int(bool(inverse)), a, b), N, H * T * D)
+        return out
+
+    return {"silu": silu, "silu_backward": silu_backward, "swiglu": swiglu, "swiglu_backward": swiglu_backward,
+            "rms_norm": rms_norm, "rms_norm_backward": rms_norm_backward, "layer_norm": layer_norm,
+            "layer_norm_backward": layer_norm_backward, "cross_entropy": cross_entropy,
+            "cross_entropy_backward": cross_entropy_backward, "masked_softmax": masked_softmax,
+            "masked_softmax_backward": masked_softmax_backward, "rope": rope}
+
+
+def _sum_partials(partials, shape, empty):
+    out = empty(shape, _F32)
+    np.sum(partials, axis=0, out=out.reshape(-1))
+    return out
+
+
+def _check_targets(target, classes: int, ignore_index: int) -> None:
+    """The C kernels index rows with the targets: one out of range would read or write outside them."""
+    valid = target[target != ignore_index]
+    if valid.size and (valid.min() < 0 or valid.max() >= classes):
+        raise IndexError(f"cross_entropy: target {int(valid.max() if valid.max() >= classes else valid.min())} "
+                         f"is out of range for {classes} classes")
+
+
+def adamw_update(p, g, m, v, *, scale, step_size, bc2_sqrt, decay, beta1, beta2, eps) -> bool:
+    """One parameter's AdamW update in C; False (nothing done) when it needs the NumPy kernel."""
+    lib = library()
+    if lib is None or not _f32(p, g, m, v):
+        return False
+    lib.adamw_f32(_ptr(p), _ptr(g), _ptr(m), _ptr(v), p.size, scale, step_size, bc2_sqrt, decay, beta1, beta2, eps)
+    return True

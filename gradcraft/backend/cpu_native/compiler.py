@@ -1,0 +1,122 @@
+"""Compile kernels.c with the machine's C compiler, once, and load it with ctypes.
+
+The shared library is cached under GRADCRAFT_CACHE_DIR (default ~/.cache/gradcraft), in a file
+named by a hash of the source, the compiler's version and the flags, so a changed source or
+compiler builds a new one. `-march=native` is right here because the library is built on the
+machine that runs it. With no compiler (or GRADCRAFT_CPU_NATIVE=0) `library()` is None and the
+CPU backend keeps its NumPy kernels: slower, same results.
+"""
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+SOURCE = Path(__file__).parent / "kernels.c"
+FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-fPIC", "-shared")
+_BASIC_FLAGS = ("-O3", "-fopenmp-simd", "-fno-math-errno", "-fPIC", "-shared")  # where -march=native fails
+
+_P, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+SIGNATURES = {  # argument types of every kernel in kernels.c (all return void)
+    "silu_f32": (_P, _P, _I, _I),
+    "silu_backward_f32": (_P, _P, _P, _I, _I),
+    "swiglu_f32": (_P, _P, _I, _I, _I),
+    "swiglu_backward_f32": (_P, _P, _P, _I, _I, _I),
+    "rms_norm_f32": (_P, _P, _P, _I, _F, _I, _I),
+    "rms_norm_backward_f32": (_P, _P, _P, _P, _P, _I, _I, _F, _I, _I),
+    "layer_norm_f32": (_P, _P, _P, _P, _I, _F, _I, _I),
+    "layer_norm_backward_f32": (_P, _P, _P, _P, _P, _P, _I, _I, _F, _I, _I),
+    "cross_entropy_f32": (_P, _P, _P, _I, _I, _F, _I, _I),
+    "cross_entropy_backward_f32": (_P, _P, _P, _P, _I, _I, _F, _I, _I),
+    "masked_softmax_f32": (_P, _P, _I, _I, _F, ctypes.c_int, _I, _I, _I),
+    "masked_softmax_backward_f32": (_P, _P, _P, _I, _F, _I, _I),
+    "rope_f32": (_P, _P, _P, _P, _P, _I, _I, _I, ctypes.c_int, _I, _I),
+    "adamw_f32": (_P, _P, _P, _P, _I, _F, _F, _F, _F, _F, _F, _F),
+}
+
+_status = "not loaded yet"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("GRADCRAFT_CACHE_DIR") or Path.home() / ".cache" / "gradcraft") / "cpu"
+
+
+def find_compiler() -> str | None:
+    """$CC, else cc, gcc or clang on the PATH."""
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def _version(compiler: str) -> str:
+    try:
+        return subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def build(compiler: str, flags=FLAGS) -> Path:
+    """Path of the compiled library, compiling it when the cache lacks it. Raises RuntimeError with
+    the compiler's message on failure."""
+    text = SOURCE.read_bytes()
+    key = hashlib.sha256(b"\0".join([text, _version(compiler).encode(), " ".join(flags).encode(),
+                                     platform.machine().encode()])).hexdigest()[:16]
+    target = cache_dir() / f"kernels-{key}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Compile into a temporary name and rename: processes that build at the same time never load
+    # a half-written library.
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        result = subprocess.run([compiler, *flags, str(SOURCE), "-o", tmp, "-lm"], capture_output=True,
+                                text=True, timeout=300)
+        if result.returncode != 0:
+            raise RuntimeError(result.stderr.strip().splitlines()[-1] if result.stderr.strip() else
+                               f"{compiler} exited with {result.returncode}")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+@functools.lru_cache(maxsize=None)
+def library():
+    """The loaded kernels (a ctypes.CDLL with its signatures set), or None when they cannot be had;
+    `status()` says which and why."""
+    global _status
+    if os.environ.get("GRADCRAFT_CPU_NATIVE", "1") == "0":
+        _status = "off (GRADCRAFT_CPU_NATIVE=0): NumPy kernels"
+        return None
+    compiler = find_compiler()
+    if compiler is None:
+        _status = "no C compiler found (set CC): NumPy kernels"
+        return None
+    try:
+        try:
+            path = build(compiler)
+        except RuntimeError:
+            path = build(compiler, _BASIC_FLAGS)  # e.g. a compiler that has no -march=native
+        lib = ctypes.CDLL(str(path))
+    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+        _status = f"compiling {SOURCE.name} failed ({e}): NumPy kernels"
+        return None
+    for name, argtypes in SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, None
+    _status = f"compiled C kernels ({path})"
+    return lib
+
+
+def status() -> str:
+    """One line: whether the compiled kernels are in use, and if not, why."""
+    library()
+    return _status

@@ -1,0 +1,161 @@
+"""The compiled C kernels (backend/cpu_native) against their NumPy references in backend/cpu.py.
+
+Each native kernel gets random float32 inputs and output buffers filled with NaN (so a kernel that
+skips an element cannot pass by finding a zero there), and the result must match the NumPy kernel
+it replaces. Then the same with the thread pool on (rows split among
+threads), and the fallbacks: other dtypes and layouts go to the NumPy kernel.
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from gradcraft.backend import cpu, cpu_native
+from gradcraft.backend import cpu_threads
+from gradcraft.backend.cpu_threads import set_num_threads
+
+lib = cpu_native.library()
+pytestmark = pytest.mark.skipif(lib is None, reason=f"no compiled CPU kernels: {cpu_native.status()}")
+
+
+def poisoned(shape, dtype):
+    return np.full(shape, np.nan, dtype)
+
+
+REFERENCE = cpu.CPUBackend().reference_kernels  # the NumPy kernels
+NATIVE = cpu_native.kernels(REFERENCE, poisoned) if lib is not None else {}
+
+
+def rand(*shape, scale=1.0, seed=0):
+    return (np.random.default_rng(seed + len(shape)).standard_normal(shape) * scale).astype(np.float32)
+
+
+def check(name, *args, rtol=2e-5, atol=2e-6, **attrs):
+    got = NATIVE[name](*args, **attrs)
+    want = REFERENCE[name](*args, **attrs)
+    got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=name)
+
+
+CASES = [
+    ("silu", lambda: (rand(3, 1000, scale=4),), {}),
+    ("silu", lambda: (rand(7) * 100,), {}),  # saturated: exp overflows and underflows
+    ("silu_backward", lambda: (rand(5, 333, scale=4), rand(5, 333, seed=1)), {}),
+    ("swiglu", lambda: (rand(4, 9, 2 * 24, scale=3),), {}),
+    ("swiglu", lambda: (rand(2 * 5),), {}),
+    ("swiglu_backward", lambda: (rand(4, 9, 48, scale=3), rand(4, 9, 24, seed=1)), {}),
+    ("rms_norm", lambda: (rand(6, 7, 130), rand(130, seed=2)), {"eps": 1e-6, "n_dims": 1}),
+    ("rms_norm", lambda: (rand(6, 4, 5), None), {"eps": 1e-5, "n_dims": 2}),
+    ("rms_norm_backward", lambda: (rand(150, 64), rand(64, seed=2), rand(150, 64, seed=3)), {"eps": 1e-6, "n_dims": 1}),
+    ("rms_norm_backward", lambda: (rand(3, 20), None, rand(3, 20, seed=3)), {"eps": 1e-6, "n_dims": 1}),
+    ("layer_norm", lambda: (rand(6, 7, 96, scale=3) + 2, rand(96, seed=2), rand(96, seed=4)),
+     {"eps": 1e-5, "n_dims": 1}),
+    ("layer_norm", lambda: (rand(6, 33), None, None), {"eps": 1e-5, "n_dims": 1}),
+    ("layer_norm_backward", lambda: (rand(130, 48) + 1, rand(48, seed=2), rand(130, 48, seed=3)),
+     {"eps": 1e-5, "n_dims": 1}),
+    ("layer_norm_backward", lambda: (rand(5, 3, 8), None, rand(5, 3, 8, seed=3)), {"eps": 1e-5, "n_dims": 2}),
+    ("cross_entropy", lambda: (rand(64, 1000, scale=5), np.random.default_rng(1).integers(0, 1000, 64)),
+     {"ignore_index": -100, "label_smoothing": 0.0}),
+    ("cross_entropy", lambda: (rand(9, 50, scale=5), np.array([3, -100, 0, 49, 7, 7, -100, 1, 2])),
+     {"ignore_index": -100, "label_smoothing": 0.1}),
+    ("cross_entropy_backward", lambda: (rand(64, 1000, scale=5), np.random.default_rng(1).integers(0, 1000, 64),
+                                        np.full(64, 1 / 64, np.float32)),
+     {"ignore_index": -100, "label_smoothing": 0.0}),
+    ("cross_entropy_backward", lambda: (rand(9, 50, scale=5), np.array([3, 5, 0, 49, 7, 7, 5, 1, 2]),
+                                        rand(9, seed=5)),
+     {"ignore_index": 5, "label_smoothing": 0.2}),
+    ("masked_softmax", lambda: (rand(2, 3, 16, 16, scale=4),), {"scale": 0.25, "causal": True, "window": None}),
+    ("masked_softmax", lambda: (rand(2, 3, 5, 12, scale=4),), {"scale": 0.5, "causal": True, "window": 4}),
+    ("masked_softmax", lambda: (rand(4, 7, 9),), {"scale": -1.5, "causal": False, "window": None}),
+    ("masked_softmax_backward", lambda: (cpu._masked_softmax(rand(3, 16, 16), scale=1.0, causal=True, window=None),
+                                         rand(3, 16, 16, seed=1)), {"scale": 0.3}),
+    ("rope", lambda: (rand(2, 3, 8, 16), rand(8, 8, seed=1), rand(8, 8, seed=2)), {"inverse": False}),
+    ("rope", lambda: (rand(2, 8, 3, 16).transpose(0, 2, 1, 3), rand(8, 8, seed=1), rand(8, 8, seed=2)),
+     {"inverse": True}),
+    ("rope", lambda: (rand(2, 3, 16, 8).swapaxes(-1, -2), rand(8, 8, seed=1), rand(8, 8, seed=2)), {"inverse": True}),
+    ("rope", lambda: (rand(5, 6), rand(5, 3, seed=1), rand(5, 3, seed=2)), {"inverse": False}),
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("name,make,attrs", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_native_matches_numpy(name, make, attrs, threads, monkeypatch):
+    monkeypatch.setattr(cpu_native, "_PARALLEL_MIN", 0)  # split even these small arrays among threads
+    monkeypatch.setattr(cpu_threads, "_PARALLEL_MIN", 0)
+    set_num_threads(threads)
+    try:
+        check(name, *make(), **attrs)
+    finally:
+        set_num_threads(None)
+
+
+def test_big_arrays_on_threads():
+    """Arrays as a training step has them, split among 2 threads; norm weight gradients are summed
+    in blocks of rows that do not depend on the thread count (bitwise equal on 1 and 2 threads)."""
+    x, w, g = rand(2048, 128), rand(128, seed=1), rand(2048, 128, seed=2)
+    set_num_threads(2)
+    try:
+        two = NATIVE["rms_norm_backward"](x, w, g, eps=1e-6, n_dims=1)
+        check("cross_entropy_backward", rand(512, 4096, scale=3), np.arange(512) * 7, np.full(512, 0.01, np.float32),
+              ignore_index=-100, label_smoothing=0.0)
+        check("masked_softmax", rand(16, 4, 128, 128), scale=0.17, causal=True, window=None)
+    finally:
+        set_num_threads(None)
+    one = NATIVE["rms_norm_backward"](x, w, g, eps=1e-6, n_dims=1)
+    assert all(np.array_equal(a, b) for a, b in zip(one, two))
+
+
+def test_nan_propagates():
+    """A NaN logit makes its row's loss NaN (the trainer's NaN guard relies on it)."""
+    logits = rand(4, 100)
+    logits[2, 17] = np.nan
+    loss = NATIVE["cross_entropy"](logits, np.array([1, 2, 3, 4]), ignore_index=-100, label_smoothing=0.0)
+    assert np.isnan(loss[2]) and np.isfinite(loss[[0, 1, 3]]).all()
+    assert np.isnan(NATIVE["silu"](np.array([np.nan, 1.0], np.float32))[0])
+
+
+def test_out_of_range_target_is_an_error():
+    with pytest.raises(IndexError, match="out of range"):
+        NATIVE["cross_entropy"](rand(2, 10), np.array([1, 10]), ignore_index=-100, label_smoothing=0.0)
+
+
+def test_other_dtypes_fall_back_to_numpy():
+    x = np.random.default_rng(0).standard_normal((3, 8))
+    np.testing.assert_array_equal(NATIVE["silu"](x), cpu._silu(x))  # float64: the NumPy kernel itself
+    mask = np.tril(np.ones((6, 6), bool))
+    s = rand(2, 6, 6)
+    np.testing.assert_array_equal(NATIVE["masked_softmax"](s, mask, scale=1.0, causal=False, window=None),
+                                  cpu._masked_softmax(s, mask, scale=1.0, causal=False, window=None))
+
+
+def test_adamw_matches_numpy():
+    rng = np.random.default_rng(0)
+    p, g, m, v = (rng.standard_normal(1000).astype(np.float32) for _ in range(4))
+    v = np.abs(v)
+    consts = dict(scale=0.7, step_size=1e-3, bc2_sqrt=0.3, decay=0.999, beta1=0.9, beta2=0.95, eps=1e-8)
+    ref = [a.copy() for a in (p, g, m, v)]
+    assert cpu_native.adamw_update(p, g, m, v, **consts)
+    cpu._adamw_update(*ref, **consts)
+    for got, want in zip((p, m, v), (ref[0], ref[2], ref[3])):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_without_a_compiler_numpy_kernels_run(tmp_path):
+    """No C compiler: a one-line status says so, and training still works on the NumPy kernels."""
+    code = ("from gradcraft.backend import cpu_native; import gradcraft as gc; print(cpu_native.status());"
+            "x = gc.randn(4, 6, requires_grad=True); gc.nn.functional.swiglu(x).sum().backward();"
+            "print(x.grad.shape)")
+    env = {**os.environ, "CC": str(tmp_path / "no-such-cc"), "PATH": str(tmp_path),
+           "GRADCRAFT_CACHE_DIR": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "no C compiler found" in out.stdout and "(4, 6)" in out.stdout
+    env = {**os.environ, "GRADCRAFT_CPU_NATIVE": "0"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0 and "GRADCRAFT_CPU_NATIVE=0" in out.stdout, out.stderr

@@ -47,6 +47,15 @@ CASES = [
     ("silu", lambda: (rand(3, 1000, scale=4),), {}),
     ("silu", lambda: (rand(7) * 100,), {}),  # saturated: exp overflows and underflows
     ("silu_backward", lambda: (rand(5, 333, scale=4), rand(5, 333, seed=1)), {}),
+    ("gelu", lambda: (rand(3, 1000, scale=4),), {"approximate": "none"}),
+    ("gelu", lambda: (rand(3, 1000, scale=4) * 10,), {"approximate": "tanh"}),
+    ("gelu_backward", lambda: (rand(5, 333, scale=4), rand(5, 333, seed=1)), {"approximate": "none"}),
+    ("gelu_backward", lambda: (rand(5, 333, scale=4), rand(5, 333, seed=1)), {"approximate": "tanh"}),
+    ("softmax", lambda: (rand(7, 300, scale=5), -1), {}),
+    ("softmax", lambda: (rand(7, 3, 5), 1), {}),  # another axis: the NumPy kernel
+    ("softmax_backward", lambda: (cpu._softmax(rand(7, 300), -1), rand(7, 300, seed=1), -1), {}),
+    ("log_softmax", lambda: (rand(7, 300, scale=5), 1), {}),
+    ("log_softmax_backward", lambda: (cpu._log_softmax(rand(4, 2, 50), -1), rand(4, 2, 50, seed=1), 2), {}),
     ("swiglu", lambda: (rand(4, 9, 2 * 24, scale=3),), {}),
     ("swiglu", lambda: (rand(2 * 5),), {}),
     ("swiglu_backward", lambda: (rand(4, 9, 48, scale=3), rand(4, 9, 24, seed=1)), {}),

@@ -59,6 +59,38 @@ def kernels(reference: dict, empty) -> dict:
         _over_rows(lambda a, b: lib.silu_backward_f32(_ptr(x), _ptr(g), _ptr(out), a, b), x.size, 1)
         return out
 
+    def gelu(x, approximate="none"):
+        if not _f32(x):
+            return reference["gelu"](x, approximate)
+        out = empty(x.shape, _F32)
+        tanh_form = int(approximate == "tanh")
+        _over_rows(lambda a, b: lib.gelu_f32(_ptr(x), _ptr(out), tanh_form, a, b), x.size, 1)
+        return out
+
+    def gelu_backward(x, g, approximate="none"):
+        if not _f32(x, g) or x.shape != g.shape:
+            return reference["gelu_backward"](x, g, approximate)
+        out = empty(x.shape, _F32)
+        tanh_form = int(approximate == "tanh")
+        _over_rows(lambda a, b: lib.gelu_backward_f32(_ptr(x), _ptr(g), _ptr(out), tanh_form, a, b), x.size, 1)
+        return out
+
+    def last_axis(name):
+        """softmax / log_softmax (forward: (x, axis)) or their gradients ((y, g, axis)) over the last axis."""
+        kernel = getattr(lib, f"{name}_f32")
+
+        def run(*args, **kwargs):
+            arrays, axis = (args, kwargs["axis"]) if "axis" in kwargs else (args[:-1], args[-1])
+            x = arrays[0]
+            if not _f32(*arrays) or x.ndim == 0 or axis not in (-1, x.ndim - 1) or \
+                    any(a.shape != x.shape for a in arrays):
+                return reference[name](*arrays, axis=axis)
+            n = x.shape[-1]
+            out = empty(x.shape, _F32)
+            _over_rows(lambda a, b: kernel(*[_ptr(v) for v in arrays], _ptr(out), n, a, b), x.size // max(n, 1), n)
+            return out
+        return run
+
     def swiglu(h):
         if not _f32(h):
             return reference["swiglu"](h)
@@ -174,7 +206,10 @@ def kernels(reference: dict, empty) -> dict:
                                              int(bool(inverse)), a, b), N, H * T * D)
         return out
 
-    return {"silu": silu, "silu_backward": silu_backward, "swiglu": swiglu, "swiglu_backward": swiglu_backward,
+    return {"gelu": gelu, "gelu_backward": gelu_backward,
+            **{name: last_axis(name)
+               for name in ("softmax", "softmax_backward", "log_softmax", "log_softmax_backward")},
+            "silu": silu, "silu_backward": silu_backward, "swiglu": swiglu, "swiglu_backward": swiglu_backward,
             "rms_norm": rms_norm, "rms_norm_backward": rms_norm_backward, "layer_norm": layer_norm,
             "layer_norm_backward": layer_norm_backward, "cross_entropy": cross_entropy,
             "cross_entropy_backward": cross_entropy_backward, "masked_softmax": masked_softmax,

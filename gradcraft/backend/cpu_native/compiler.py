@@ -25,6 +25,12 @@ _P, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 SIGNATURES = {  # argument types of every kernel in kernels.c (all return void)
     "silu_f32": (_P, _P, _I, _I),
     "silu_backward_f32": (_P, _P, _P, _I, _I),
+    "gelu_f32": (_P, _P, ctypes.c_int, _I, _I),
+    "gelu_backward_f32": (_P, _P, _P, ctypes.c_int, _I, _I),
+    "softmax_f32": (_P, _P, _I, _I, _I),
+    "softmax_backward_f32": (_P, _P, _P, _I, _I, _I),
+    "log_softmax_f32": (_P, _P, _I, _I, _I),
+    "log_softmax_backward_f32": (_P, _P, _P, _I, _I, _I),
     "swiglu_f32": (_P, _P, _I, _I, _I),
     "swiglu_backward_f32": (_P, _P, _P, _I, _I, _I),
     "rms_norm_f32": (_P, _P, _P, _I, _F, _I, _I),

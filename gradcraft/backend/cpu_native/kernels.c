@@ -60,6 +60,50 @@ void silu_backward_f32(const float *x, const float *g, float *out, i64 lo, i64 h
     }
 }
 
+/* erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), as backend/cpu.py's float32 _erf. */
+static inline float erf_f(float x) {
+    float a = x < 0.0f ? -x : x;
+    float t = 1.0f / (1.0f + 0.3275911f * a);
+    float poly = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+    float y = 1.0f - poly * exp_f(-a * a);
+    return x < 0.0f ? -y : y;
+}
+
+#define SQRT_2_OVER_PI 0.7978845608028654f
+
+/* GELU, exact (erf) or with the tanh approximation, written as 0.5 (1 + tanh(u)) = sigmoid(2u):
+   the same value, without the cancellation of 1 + tanh(u) for u << 0. */
+void gelu_f32(const float *x, float *out, int tanh_form, i64 lo, i64 hi) {
+    if (tanh_form) {
+#pragma omp simd
+        for (i64 i = lo; i < hi; i++)
+            out[i] = x[i] * sigmoid_f(2.0f * SQRT_2_OVER_PI * x[i] * (1.0f + 0.044715f * x[i] * x[i]));
+    } else {
+#pragma omp simd
+        for (i64 i = lo; i < hi; i++) out[i] = 0.5f * x[i] * (1.0f + erf_f(x[i] * 0.7071067811865476f));
+    }
+}
+
+/* tanh form: 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2), t = tanh(u), written
+   with s = sigmoid(2u) = 0.5 (1 + t), 1 - t^2 = 4 s (1 - s); erf form: cdf + x pdf. */
+void gelu_backward_f32(const float *x, const float *g, float *out, int tanh_form, i64 lo, i64 hi) {
+    if (tanh_form) {
+#pragma omp simd
+        for (i64 i = lo; i < hi; i++) {
+            float v = x[i], s = sigmoid_f(2.0f * SQRT_2_OVER_PI * v * (1.0f + 0.044715f * v * v));
+            float slope = SQRT_2_OVER_PI * v * (1.0f + 3.0f * 0.044715f * v * v);
+            out[i] = g[i] * s * (1.0f + 2.0f * (1.0f - s) * slope);
+        }
+    } else {
+#pragma omp simd
+        for (i64 i = lo; i < hi; i++) {
+            float v = x[i];
+            float cdf = 0.5f * (1.0f + erf_f(v * 0.7071067811865476f));
+            out[i] = g[i] * (cdf + v * exp_f(-0.5f * v * v) * 0.3989422804014327f); /* 1 / sqrt(2 pi) */
+        }
+    }
+}
+
 /* SwiGLU over rows of h = [gate | up] (2F values each): out = silu(gate) * up, (rows, F). */
 void swiglu_f32(const float *h, float *out, i64 features, i64 lo, i64 hi) {
     for (i64 r = lo; r < hi; r++) {
@@ -195,6 +239,63 @@ static inline float row_max(const float *x, i64 n) {
 #pragma omp simd reduction(max : m)
     for (i64 j = 0; j < n; j++) m = x[j] > m ? x[j] : m;
     return m;
+}
+
+/* softmax over rows of n: exp(x - max) / sum. */
+void softmax_f32(const float *x, float *out, i64 n, i64 lo, i64 hi) {
+    for (i64 r = lo; r < hi; r++) {
+        const float *xr = x + r * n;
+        float *o = out + r * n;
+        float m = row_max(xr, n), sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (i64 j = 0; j < n; j++) {
+            o[j] = exp_f(xr[j] - m);
+            sum += o[j];
+        }
+        float inv = 1.0f / sum;
+#pragma omp simd
+        for (i64 j = 0; j < n; j++) o[j] *= inv;
+    }
+}
+
+/* dx = y (g - sum(g y)) for y = softmax(x). */
+void softmax_backward_f32(const float *y, const float *g, float *out, i64 n, i64 lo, i64 hi) {
+    for (i64 r = lo; r < hi; r++) {
+        const float *yr = y + r * n, *gr = g + r * n;
+        float *o = out + r * n;
+        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (i64 j = 0; j < n; j++) dot += gr[j] * yr[j];
+#pragma omp simd
+        for (i64 j = 0; j < n; j++) o[j] = yr[j] * (gr[j] - dot);
+    }
+}
+
+/* log_softmax over rows of n: x - max - log(sum exp(x - max)). */
+void log_softmax_f32(const float *x, float *out, i64 n, i64 lo, i64 hi) {
+    for (i64 r = lo; r < hi; r++) {
+        const float *xr = x + r * n;
+        float *o = out + r * n;
+        float m = row_max(xr, n), sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (i64 j = 0; j < n; j++) sum += exp_f(xr[j] - m);
+        float shift = m + logf(sum);
+#pragma omp simd
+        for (i64 j = 0; j < n; j++) o[j] = xr[j] - shift;
+    }
+}
+
+/* dx = g - exp(y) sum(g) for y = log_softmax(x). */
+void log_softmax_backward_f32(const float *y, const float *g, float *out, i64 n, i64 lo, i64 hi) {
+    for (i64 r = lo; r < hi; r++) {
+        const float *yr = y + r * n, *gr = g + r * n;
+        float *o = out + r * n;
+        float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+        for (i64 j = 0; j < n; j++) total += gr[j];
+#pragma omp simd
+        for (i64 j = 0; j < n; j++) o[j] = gr[j] - exp_f(yr[j]) * total;
+    }
 }
 
 /* Per row of `classes` logits: logsumexp(x) - x[target], with label smoothing eps:

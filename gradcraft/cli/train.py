@@ -44,6 +44,8 @@ def add_parser(subparsers) -> None:
     run.add_argument("--dtype", choices=["float32", "bfloat16"], help="bfloat16 = mixed precision (default: float32)")
     run.add_argument("--cuda_graph", choices=["auto", "on", "off"],
                      help="record the step as a CUDA graph and replay it (default auto: on for cuda without dropout)")
+    run.add_argument("--nproc", type=int, help="data-parallel processes: one per GPU from --device on "
+                                                 "(cuda:0 .. cuda:N-1, NCCL), or CPU processes (default: 1)")
     run.add_argument("--no_progress", action="store_true", help="print lines instead of a progress bar")
     p.set_defaults(func=run_train)
 
@@ -104,10 +106,10 @@ def build_configs(args):
 
 
 def run_train(args) -> int:
-    from gradcraft.training.trainer import train
+    from gradcraft.training.trainer import train_processes
 
     train_config, model_config = build_configs(args)
-    summary = train(train_config, model_config, resume=args.resume)
+    summary = train_processes(train_config, model_config, resume=args.resume)
     print(f"trained {summary['step']} steps; final loss {summary['loss']:.4f}; "
           f"peak memory {summary['peak_bytes'] / 2**20:,.0f} MiB; "
           f"{summary['tokens_per_s']:,.0f} tokens/s; weights in {os.path.join(train_config.model_dir, 'model.safetensors')}")

@@ -10,7 +10,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -18,6 +18,7 @@ import gradcraft as gc
 from gradcraft.atomic import write_json
 from gradcraft.data.sampler import SAMPLERS, eval_batches
 from gradcraft.data.tokenfile import read_token_file
+from gradcraft.distributed import all_reduce_tensors
 from gradcraft.engine.capture import CapturedStep
 from gradcraft.errors import UserError
 from gradcraft.models import ModelConfig, Transformer, describe
@@ -56,13 +57,15 @@ class TrainConfig:
     stop_after: int | None = None  # end this session at this step (the schedule still spans `steps`)
     progress: bool = True
     cuda_graph: str = "auto"  # auto (on for CUDA without dropout), on, off
+    nproc: int = 1  # data-parallel processes: one per GPU from `device` on, or CPU processes
 
     def validate(self) -> None:
-        target = self.target_batch or self.batch_size
-        if self.batch_size < 1 or self.steps < 1:
-            raise UserError("--batch_size and --steps must be positive")
-        if target % self.batch_size:
-            raise UserError(f"--target_batch {target} is not a multiple of --batch_size {self.batch_size}")
+        if self.batch_size < 1 or self.steps < 1 or self.nproc < 1:
+            raise UserError("--batch_size, --steps and --nproc must be positive")
+        target = self.target_batch or self.batch_size * self.nproc
+        if target % (self.batch_size * self.nproc):
+            per_step = f"--batch_size {self.batch_size}" + (f" x --nproc {self.nproc}" if self.nproc > 1 else "")
+            raise UserError(f"--target_batch {target} is not a multiple of {per_step}")
         if self.sampling not in SAMPLERS:
             raise UserError(f"--sampling must be one of {', '.join(SAMPLERS)}, got {self.sampling!r}")
         if self.dtype not in ("float32", "bfloat16"):
@@ -107,16 +110,26 @@ def _param_groups(model, weight_decay):
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None) -> dict:
-    """Run training; returns a summary (final step, last loss, tokens/s)."""
+def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, group=None) -> dict:
+    """Run training; returns a summary (final step, last loss, tokens/s).
+
+    group: this process's place among data-parallel processes (gradcraft/distributed.py), or None.
+    Each process computes its share of a step's micro-batches; rank 0 alone logs and writes files."""
+    rank, world = (group.rank, group.world) if group is not None else (0, 1)
+    main = rank == 0
     log = log or (lambda msg: print(msg, file=sys.stderr))
+    if not main:
+        log = _silent
     tc.validate()
     tokens, header, val_tokens = load_dataset(tc.dataset)
     if header.vocab_size and header.vocab_size != mc.vocab_size:
         raise UserError(f"--vocab_size {mc.vocab_size} differs from the dataset's tokenizer vocabulary "
                         f"({header.vocab_size}); leave --vocab_size unset to take it from the dataset")
     sampler = SAMPLERS[tc.sampling](tokens, mc.seq_len, tc.batch_size, seed=tc.seed)
-    accum = (tc.target_batch or tc.batch_size) // tc.batch_size
+    if world != tc.nproc:
+        raise ValueError(f"TrainConfig.nproc is {tc.nproc} but the process group has {world} processes")
+    per_step = tc.target_batch or tc.batch_size * world  # sequences per optimizer step, all processes
+    accum = per_step // (tc.batch_size * world)  # micro-batches per process and step
 
     gc.manual_seed(tc.seed)
     model = Transformer(mc)
@@ -126,7 +139,8 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None) -> d
     opt = AdamW(_param_groups(model, tc.weight_decay), lr=tc.max_lr, betas=(tc.beta1, tc.beta2),
                 weight_decay=tc.weight_decay)
     schedule = CosineWithWarmup(tc.max_lr, tc.min_lr, tc.warmup_steps, tc.steps)
-    os.makedirs(tc.model_dir, exist_ok=True)
+    if main:
+        os.makedirs(tc.model_dir, exist_ok=True)
 
     start_step = 0
     if resume:
@@ -142,29 +156,34 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None) -> d
         sampler.load_state_dict(state["sampler"])
         gc.set_rng_state(state["rng"])
         log(f"resuming from {path} (step {start_step})")
-    write_json(os.path.join(tc.model_dir, "config.json"), mc.to_dict())
-    write_json(os.path.join(tc.model_dir, "train_config.json"), asdict(tc))
+    if rank:  # dropout masks of their own on the other processes (the weights came from the same seed)
+        gc.manual_seed(tc.seed + 7919 * rank + 104729 * start_step)
+    if main:
+        write_json(os.path.join(tc.model_dir, "config.json"), mc.to_dict())
+        write_json(os.path.join(tc.model_dir, "train_config.json"), asdict(tc))
 
     log(f"model: {describe(model)}")
-    log(f"data: {len(tokens):,} tokens; {tc.batch_size} x {accum} sequences of {mc.seq_len} per step; "
-        f"device {tc.device}, {tc.dtype}")
+    log(f"data: {len(tokens):,} tokens; {tc.batch_size} x {accum} sequences of {mc.seq_len} per step"
+        + (f" on each of {world} processes" if world > 1 else "") + f"; device {tc.device}, {tc.dtype}")
     csv_log = CSVLog(os.path.join(tc.model_dir, "training_log.csv"), resume_step=start_step if resume else None,
-                     extra_columns=list(_moe_stats(model, names_only=True)))
+                     extra_columns=list(_moe_stats(model, names_only=True))) if main else None
     peak = peak_flops(tc.device, tc.dtype)
     flops_per_token = model.flops_per_token()
-    tokens_per_step = accum * tc.batch_size * mc.seq_len
-    bar = _progress(tc, start_step)
+    tokens_per_step = per_step * mc.seq_len
+    bar = _progress(tc, start_step) if main else None
     bad_steps, last_loss, last_good_ckpt = 0, float("nan"), None
     tok_per_s = 0.0
     model.train()
 
     end_step = min(tc.steps, tc.stop_after) if tc.stop_after else tc.steps
-    runner = GradientStep(model, opt, tc, accum, mc.seq_len, compute_dtype, log)
+    runner = GradientStep(model, opt, tc, accum, mc.seq_len, compute_dtype, log, group)
     for step in range(start_step, end_step):
         t0 = time.perf_counter()
         lr = schedule(step)
         set_lr(opt, lr)
-        step_loss, moe_sums, grad_stats = runner.run([sampler.next_batch() for _ in range(accum)])
+        # every process draws the whole step's micro-batches and computes its own share of them
+        batches = [sampler.next_batch() for _ in range(accum * world)]
+        step_loss, moe_sums, grad_stats = runner.run(batches[rank * accum:(rank + 1) * accum])
         norm_value = float(grad_stats.numpy()[0])
         if not (math.isfinite(step_loss) and math.isfinite(norm_value)):
             bad_steps += 1
@@ -172,7 +191,8 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None) -> d
             log(f"warning: step {step + 1}: loss {step_loss} / grad norm {norm_value} is not finite; "
                 "skipped the update")
             if bad_steps >= tc.max_bad_steps:
-                csv_log.close()
+                if csv_log:
+                    csv_log.close()
                 where = f"the last good checkpoint is {last_good_ckpt}" if last_good_ckpt else "no checkpoint was written"
                 raise UserError(f"the loss was not finite for {bad_steps} steps in a row (last at step {step + 1}); "
                                 f"stopped: {where}. Try a lower --max_lr")
@@ -186,6 +206,8 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None) -> d
         done = step + 1
 
         val_loss = None
+        if not main:
+            continue
         if val_tokens is not None and ((tc.eval_every and done % tc.eval_every == 0) or done == tc.steps):
             val_loss = evaluate(model, val_tokens, mc.seq_len, tc.batch_size, tc.eval_batches, tc.device,
                                 compute_dtype)
@@ -194,7 +216,7 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None) -> d
         if bar is not None:
             postfix = {"loss": f"{step_loss:.4f}", "lr": f"{lr:.2e}", "tok/s": f"{tok_per_s:,.0f}"}
             if peak:
-                postfix["mfu"] = f"{100 * flops_per_token * tok_per_s / peak:.1f}%"
+                postfix["mfu"] = f"{100 * flops_per_token * tok_per_s / (peak * world):.1f}%"
             bar.set_postfix(postfix, refresh=False)
             bar.update(1)
         elif done % tc.print_every == 0 or done == end_step:
@@ -208,11 +230,26 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None) -> d
 
     if bar is not None:
         bar.close()
+    if not main:
+        return {"step": end_step, "loss": last_loss, "tokens_per_s": tok_per_s}
     csv_log.close()
     save_weights(model, os.path.join(tc.model_dir, "model.safetensors"), header.fingerprint)
     plot_loss(os.path.join(tc.model_dir, "training_log.csv"), os.path.join(tc.model_dir, "loss.png"))
     memory = gc.device.get_backend(tc.device).memory_info()
     return {"step": end_step, "loss": last_loss, "tokens_per_s": tok_per_s, "peak_bytes": memory["reserved_bytes"]}
+
+
+def train_processes(tc: TrainConfig, mc: ModelConfig, resume: bool = False) -> dict:
+    """`train` on tc.nproc data-parallel processes (one per GPU from tc.device on); rank 0's summary."""
+    tc.validate()  # here, before any process starts
+    if tc.nproc == 1:
+        return train(tc, mc, resume)
+    from gradcraft.distributed import launch
+    return launch(_train_rank, tc.nproc, tc.device, tc, mc, resume)
+
+
+def _train_rank(group, device, tc, mc, resume):
+    return train(replace(tc, device=device), mc, resume, group=group)
 
 
 class GradientStep:
@@ -224,8 +261,10 @@ class GradientStep:
     that the loss and the norm are finite.
     """
 
-    def __init__(self, model, opt, tc, accum, seq_len, compute_dtype, log):
+    def __init__(self, model, opt, tc, accum, seq_len, compute_dtype, log, group=None):
         self.model, self.opt, self.tc, self.accum, self.compute_dtype = model, opt, tc, accum, compute_dtype
+        self.group = group
+        self.world = group.world if group is not None else 1
         self.backend = gc.device.get_backend(tc.device)
         shape = (tc.batch_size, seq_len)
         self.inputs = [(gc.zeros(*shape, dtype=gc.int64, device=tc.device).realize(),
@@ -244,12 +283,25 @@ class GradientStep:
             logged = {"loss": self.model.last_losses["cross_entropy"], **_moe_stats(self.model)}
             if len(logged) > 1:
                 gc.realize(loss, *logged.values())  # computed by the forward pass, read after backward
-            # Seeding the backward pass with 1/accum (not backward() on loss / accum) makes `loss` the root,
-            # which the backward schedule realizes: its value is read afterwards, never recomputed.
-            loss.backward(gc.full(loss.shape, 1.0 / self.accum, dtype=loss.dtype, device=loss.device))
+            # Seeding the backward pass with 1/(accum x processes) (not backward() on a scaled loss) makes
+            # `loss` the root, which the backward schedule realizes: its value is read afterwards, never
+            # recomputed. Summed over the micro-batches and processes, the gradient is that of the mean loss.
+            seed = 1.0 / (self.accum * self.world)
+            loss.backward(gc.full(loss.shape, seed, dtype=loss.dtype, device=loss.device))
             losses.append(logged.pop("loss"))
             stats.append(logged)
+        if self.world > 1:
+            self._sum_over_processes(losses, stats)
         return losses, stats, grad_norm_and_scale(self.model.parameters(), self.tc.grad_clip)
+
+    def _sum_over_processes(self, losses, stats) -> None:
+        """Sum the gradients and the logged values over the data-parallel processes, in place."""
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        for p in params:
+            if not p.grad.realize()._buf.flags.c_contiguous:
+                p.grad = p.grad.contiguous().realize()
+        logged = [t.realize() for t in losses] + [t.realize() for s in stats for t in s.values()]
+        all_reduce_tensors(self.group, [p.grad for p in params] + logged)
 
     @property
     def replaying(self) -> bool:
@@ -272,15 +324,20 @@ class GradientStep:
                 outputs = self._compute()
         losses, stats, grad_stats = outputs
         moe_sums = {}
+        share = self.accum * self.world  # the logged values are sums over the processes
         for logged in stats:
             for key, value in logged.items():
-                moe_sums[key] = moe_sums.get(key, 0.0) + float(value.item()) / self.accum
-        return sum(loss.item() for loss in losses) / self.accum, moe_sums, grad_stats
+                moe_sums[key] = moe_sums.get(key, 0.0) + float(value.item()) / share
+        return sum(loss.item() for loss in losses) / share, moe_sums, grad_stats
 
     def discard_gradients(self) -> None:
         # A replayed graph writes the gradients into the same buffers every step: keep them.
         if not self.replaying:
             self.opt.zero_grad()
+
+
+def _silent(msg) -> None:
+    pass
 
 
 def _moe_stats(model, names_only: bool = False) -> dict:

@@ -1,0 +1,58 @@
+"""NCCL for data parallelism (gradcraft/distributed.py): one communicator per process and GPU.
+
+The all-reduce runs on the current stream, so inside a CUDA graph capture it is recorded with the
+rest of the training step and replayed with it.
+"""
+
+import cupy as cp
+
+from gradcraft.errors import UserError
+
+
+def _nccl():
+    try:
+        from cupy.cuda import nccl
+    except ImportError as e:
+        raise UserError(f"NCCL is not available to CuPy ({e}); install the nvidia-nccl wheel for your CUDA "
+                        "version (e.g. pip install nvidia-nccl-cu12)") from None
+    return nccl
+
+
+def available_devices() -> int:
+    return cp.cuda.runtime.getDeviceCount()
+
+
+def unique_id():
+    """The id that lets the processes find each other (made once, by the launching process)."""
+    return _nccl().get_unique_id()
+
+
+class NCCLGroup:
+    backend = "nccl"
+
+    def __init__(self, rank: int, world: int, uid, device_index: int):
+        nccl = _nccl()
+        self.rank, self.world, self.device_index = rank, world, device_index
+        cp.cuda.Device(device_index).use()
+        self.comm = nccl.NcclCommunicator(world, uid, rank)
+        self._types = {cp.dtype(cp.float32): nccl.NCCL_FLOAT32, cp.dtype(cp.float16): nccl.NCCL_FLOAT16,
+                       cp.dtype(cp.float64): nccl.NCCL_FLOAT64}
+        if hasattr(nccl, "NCCL_BFLOAT16"):
+            import ml_dtypes
+            self._types[cp.dtype(ml_dtypes.bfloat16)] = nccl.NCCL_BFLOAT16
+        self._sum = nccl.NCCL_SUM
+
+    def all_reduce(self, arrays) -> None:
+        """Sum each (contiguous) array over the processes, in place, on the current stream."""
+        nccl = _nccl()
+        stream = cp.cuda.get_current_stream().ptr
+        nccl.groupStart()  # one launch for all the arrays
+        try:
+            for a in arrays:
+                if a.size:
+                    self.comm.allReduce(a.data.ptr, a.data.ptr, a.size, self._types[a.dtype], self._sum, stream)
+        finally:
+            nccl.groupEnd()
+
+    def close(self) -> None:
+        self.comm.destroy()

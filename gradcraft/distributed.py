@@ -1,0 +1,142 @@
+"""Data parallelism: one process per device, gradients summed over the processes after every backward.
+
+    gradcraft train --device cuda --nproc 2 ...    # cuda:0 and cuda:1, gradients summed by NCCL
+    gradcraft train --device cpu --nproc 2 ...     # CPU processes joined by pipes (what CI tests)
+
+Every process builds the same model from the same seed and draws the same batches from the same
+sampler; process r computes the gradients of its share of the step's micro-batches. `all_reduce`
+sums the gradients (and the logged losses) over the processes, so every process holds the same
+gradients, takes the same clipped AdamW step and keeps the same weights without ever sending them.
+Rank 0 writes the logs and checkpoints. On GPUs the all-reduce is recorded into the step's CUDA
+graph with the rest of the step.
+
+`launch(fn, nproc, device, *args)` runs fn(group, device_of_this_rank, *args) in nproc fresh
+processes and returns rank 0's result; an error in any process stops them all and is raised once.
+"""
+
+import multiprocessing as mp
+import multiprocessing.connection
+import queue
+import sys
+import traceback
+
+from gradcraft.errors import UserError
+
+
+class PipeGroup:
+    """Processes on the CPU. Every rank sends its arrays to rank 0, which adds them in rank order and
+    sends the sums back: every rank ends with the same bits."""
+
+    backend = "pipes"
+
+    def __init__(self, rank: int, world: int, connections):
+        self.rank, self.world = rank, world
+        self.connections = connections  # rank 0: one per other rank, in rank order; others: [to rank 0]
+
+    def all_reduce(self, arrays) -> None:
+        """Sum each array over the processes, in place."""
+        if self.rank == 0:
+            parts = [conn.recv() for conn in self.connections]
+            for i, array in enumerate(arrays):
+                for part in parts:
+                    array += part[i]
+            for conn in self.connections:
+                conn.send(list(arrays))
+        else:
+            self.connections[0].send(list(arrays))
+            for array, total in zip(arrays, self.connections[0].recv()):
+                array[...] = total
+
+    def close(self) -> None:
+        for conn in self.connections:
+            conn.close()
+
+
+def all_reduce_tensors(group, tensors) -> None:
+    """Sum realized tensors over the group's processes, in place (their buffers must be contiguous)."""
+    if group is not None and group.world > 1 and tensors:
+        group.all_reduce([t._buf for t in tensors])
+
+
+# ---------------------------------------------------------------- processes
+
+def _group_setup(nproc: int, device: str):
+    """Per-rank arguments that let each process join the group: pipes, or NCCL's id and a GPU each."""
+    kind, _, index = device.partition(":")
+    if kind == "cpu":
+        pairs = [mp.Pipe() for _ in range(nproc - 1)]  # rank 0 <-> rank r
+        return [("cpu", [a for a, _ in pairs], "cpu")] + [("cpu", [b], "cpu") for _, b in pairs]
+    from gradcraft.backend.cuda.nccl import available_devices, unique_id
+    first = int(index or 0)
+    if first + nproc > available_devices():
+        raise UserError(f"--nproc {nproc} from {device} needs GPUs cuda:{first}..cuda:{first + nproc - 1}; "
+                        f"this machine has {available_devices()}")
+    uid = unique_id()
+    return [("nccl", uid, f"cuda:{first + rank}") for rank in range(nproc)]
+
+
+def _join(rank: int, world: int, setup):
+    kind, handle, device = setup
+    if kind == "cpu":
+        return PipeGroup(rank, world, handle), device
+    from gradcraft.backend.cuda.nccl import NCCLGroup
+    return NCCLGroup(rank, world, handle, int(device.partition(":")[2])), device
+
+
+def _run_rank(rank, world, setup, fn, args, results):
+    try:
+        group, device = _join(rank, world, setup)
+        result = fn(group, device, *args)
+        results.put((rank, "ok", result if rank == 0 else None))
+    except UserError as e:
+        results.put((rank, "error", str(e)))
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BaseException:
+        results.put((rank, "crash", traceback.format_exc()))
+        sys.exit(1)
+
+
+def launch(fn, nproc: int, device: str, *args):
+    """Run fn(group, device, *args) on nproc processes (rank r on GPU first+r, or on the CPU) and
+    return rank 0's result. fn must be importable by name (the processes are spawned fresh)."""
+    context = mp.get_context("spawn")  # a forked CUDA context is unusable in the child
+    setups = _group_setup(nproc, device)
+    results = context.Queue()
+    processes = [context.Process(target=_run_rank, args=(rank, nproc, setups[rank], fn, args, results),
+                                 name=f"gradcraft-rank{rank}") for rank in range(nproc)]
+    for process in processes:
+        process.start()
+    outcome = {}
+    try:
+        running = list(processes)
+        while running:
+            for sentinel in mp.connection.wait([p.sentinel for p in running]):
+                process = next(p for p in running if p.sentinel == sentinel)
+                process.join()
+                running.remove(process)
+                if process.exitcode != 0:  # the others would wait for it forever in the next all-reduce
+                    for other in running:
+                        other.terminate()
+        while len(outcome) < nproc:
+            try:
+                rank, status, value = results.get(timeout=1.0)
+            except queue.Empty:  # a process that was stopped or crashed sent nothing
+                break
+            outcome[rank] = (status, value)
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+            process.join()
+    failures = sorted((rank, status, value) for rank, (status, value) in outcome.items() if status != "ok")
+    if failures:
+        rank, status, value = failures[0]
+        if status == "error":
+            raise UserError(value)
+        raise RuntimeError(f"process {rank} of {nproc} failed:\n{value}")
+    if any(p.exitcode != 0 for p in processes) or 0 not in outcome:
+        codes = ", ".join(f"rank {r}: {p.exitcode}" for r, p in enumerate(processes))
+        raise UserError(f"a training process stopped without a result ({codes})")
+    return outcome[0][1]

@@ -1,0 +1,74 @@
+"""Data-parallel training (`gradcraft train --nproc N`) on CPU processes joined by pipes.
+
+Two processes with one micro-batch each must train like one process accumulating two: the same
+batches in the same order, gradients summed in another order (so equal to float32 rounding, not
+bitwise). Only rank 0 writes; a resumed data-parallel run continues the same run exactly; an error
+in one process stops them all with one line. tests/test_cuda_distributed.py runs the same on GPUs.
+"""
+
+import numpy as np
+import pytest
+
+from gradcraft.distributed import PipeGroup, launch
+from gradcraft.errors import UserError
+from gradcraft.training.log import read_log
+from test_train import TINY, dataset, one_line_error, run  # noqa: F401 (dataset is a fixture)
+
+
+def rows(model_dir):
+    return [(int(r["step"]), float(r["loss"]), float(r["grad_norm"])) for r in read_log(str(model_dir / "training_log.csv"))]
+
+
+def test_two_processes_train_like_one_accumulating_two(dataset, tmp_path):
+    common = ["--dataset", dataset, "--steps", "8", "--target_batch", "8", "--checkpoint_every", "4", *TINY]
+    run("--model_dir", str(tmp_path / "one"), *common)
+    run("--model_dir", str(tmp_path / "two"), "--nproc", "2", *common)
+    one, two = rows(tmp_path / "one"), rows(tmp_path / "two")
+    assert [r[0] for r in two] == list(range(1, 9))
+    np.testing.assert_allclose([r[1:] for r in two], [r[1:] for r in one], rtol=2e-4)
+    assert one[-1][1] < one[0][1]
+    # rank 0 wrote everything, once
+    names = sorted(p.name for p in (tmp_path / "two").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "one").iterdir())
+
+
+def test_data_parallel_resume_continues_the_same_run(dataset, tmp_path):
+    common = ["--dataset", dataset, "--steps", "8", "--target_batch", "8", "--checkpoint_every", "4", "--nproc", "2",
+              *TINY]
+    run("--model_dir", str(tmp_path / "straight"), *common)
+    run("--model_dir", str(tmp_path / "split"), "--stop_after", "4", *common)
+    run("--model_dir", str(tmp_path / "split"), "--resume", "--dataset", dataset, "--no_progress")
+    assert rows(tmp_path / "split") == rows(tmp_path / "straight")  # same processes, same sums: bitwise
+
+
+def test_bad_process_counts_get_one_line(dataset, tmp_path):
+    out = str(tmp_path / "bad")
+    one_line_error(run("--dataset", dataset, "--model_dir", out, *TINY, "--nproc", "2", "--target_batch", "4",
+                       check=False), "--target_batch 4 is not a multiple of --batch_size 4 x --nproc 2")
+    one_line_error(run("--dataset", dataset, "--model_dir", out, *TINY, "--nproc", "0", check=False), "--nproc")
+
+
+def _fails_on_rank_1(group, device):
+    if group.rank == 1:
+        raise UserError("rank 1 cannot go on")
+    group.all_reduce([np.zeros(3, np.float32)])  # would wait forever for rank 1
+    return "unreachable"
+
+
+def _sums(group, device):
+    a = np.full(4, group.rank + 1, np.float32)
+    group.all_reduce([a, np.zeros(())])
+    return a.tolist()
+
+
+def test_pipe_group_sums_and_errors_stop_every_process():
+    assert launch(_sums, 3, "cpu") == [6.0] * 4
+    with pytest.raises(UserError, match="rank 1 cannot go on"):
+        launch(_fails_on_rank_1, 2, "cpu")
+
+
+def test_single_process_group_is_a_no_op():
+    group = PipeGroup(0, 1, [])
+    a = np.ones(3)
+    group.all_reduce([a])
+    assert a.tolist() == [1.0, 1.0, 1.0]

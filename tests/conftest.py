@@ -35,3 +35,20 @@ def trained_run(tmp_path_factory):
                  "toy-v0", "--embed_dim", "32", "--num_layers", "1", "--num_heads", "2", "--steps", "30",
                  "--batch_size", "4", "--seq_len", "24", "--warmup_steps", "2", "--max_lr", "1e-2", "--no_progress"]) == 0
     return root
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """A small token file (vocabulary 64) with a .val split, for the training tests."""
+    import numpy as np
+    from gradcraft.data.tokenfile import write_token_file
+    folder = tmp_path_factory.mktemp("data")
+    rng = np.random.default_rng(0)
+    # a learnable sequence: a repeating pattern with noise, vocabulary 64
+    pattern = rng.integers(0, 64, size=50)
+    tokens = np.concatenate([np.where(rng.random(50) < 0.1, rng.integers(0, 64, 50), pattern) for _ in range(200)])
+    path = folder / "tokens.bin"
+    write_token_file(str(path), tokens.astype(np.uint16), vocab_size=64, fingerprint="abc123")
+    write_token_file(str(folder / "tokens.val.bin"), tokens[:2000].astype(np.uint16), vocab_size=64,
+                     fingerprint="abc123")
+    return str(path)

@@ -12,7 +12,7 @@ import pytest
 from gradcraft.distributed import PipeGroup, launch
 from gradcraft.errors import UserError
 from gradcraft.training.log import read_log
-from test_train import TINY, dataset, one_line_error, run  # noqa: F401 (dataset is a fixture)
+from test_train import TINY, one_line_error, run
 
 
 def rows(model_dir):

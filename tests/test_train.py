@@ -7,7 +7,6 @@ import sys
 import time
 
 import numpy as np
-import pytest
 
 from gradcraft.data.tokenfile import write_token_file
 from gradcraft.training.log import read_log
@@ -22,20 +21,6 @@ def run(*args, check=True, timeout=300):
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}:\n{proc.stderr}")
     return proc
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("data")
-    rng = np.random.default_rng(0)
-    # a learnable sequence: a repeating pattern with noise, vocabulary 64
-    pattern = rng.integers(0, 64, size=50)
-    tokens = np.concatenate([np.where(rng.random(50) < 0.1, rng.integers(0, 64, 50), pattern) for _ in range(200)])
-    path = folder / "tokens.bin"
-    write_token_file(str(path), tokens.astype(np.uint16), vocab_size=64, fingerprint="abc123")
-    write_token_file(str(folder / "tokens.val.bin"), tokens[:2000].astype(np.uint16), vocab_size=64,
-                     fingerprint="abc123")
-    return str(path)
 
 
 def test_training_writes_every_output_and_learns(dataset, tmp_path):

@@ -16,6 +16,7 @@ processes and returns rank 0's result; an error in any process stops them all an
 
 import multiprocessing as mp
 import multiprocessing.connection
+import os
 import queue
 import sys
 import traceback
@@ -84,18 +85,27 @@ def _join(rank: int, world: int, setup):
 
 
 def _run_rank(rank, world, setup, fn, args, results):
+    code = 0
     try:
         group, device = _join(rank, world, setup)
         result = fn(group, device, *args)
         results.put((rank, "ok", result if rank == 0 else None))
     except UserError as e:
         results.put((rank, "error", str(e)))
-        sys.exit(2)
+        code = 2
     except KeyboardInterrupt:
-        sys.exit(130)
+        code = 130
     except BaseException:
         results.put((rank, "crash", traceback.format_exc()))
-        sys.exit(1)
+        code = 1
+    # Leave without Python's shutdown: tearing down a CUDA graph that holds NCCL kernels and the NCCL
+    # communicator, in whatever order the finalizers run, hung the process at exit on 2 H200s. The
+    # process owns nothing else that needs closing; the result is flushed to the parent first.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    results.close()
+    results.join_thread()
+    os._exit(code)
 
 
 def launch(fn, nproc: int, device: str, *args):

@@ -7,7 +7,7 @@ For each side, on 1 GPU and on N GPUs: ms/step and tokens/s (all GPUs together),
 (N-GPU tokens/s / 1-GPU tokens/s) and the ratio ours / PyTorch. Ours is the trainer's GradientStep
 (micro-batch forward and backward, the NCCL all-reduce of the gradients, the global norm) replayed
 as a CUDA graph, then AdamW: what `gradcraft train --device cuda --nproc N` runs. PyTorch's side is
-bench/torch_reference.py wrapped in DDP (bucketed all-reduce overlapping the backward pass), eager.
+gradcraft/benchmarks/torch_reference.py wrapped in DDP (bucketed all-reduce overlapping the backward pass), eager.
 Both start from the same weights; the first losses of rank 0 are printed for both.
 """
 
@@ -79,7 +79,7 @@ def ours(group, device, cfg, weights, args):
 def torch_side(rank, world, cfg, weights, args, out):
     import torch
     import torch.distributed as dist
-    import torch_reference
+    from gradcraft.benchmarks import torch_reference
 
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
     torch.cuda.set_device(rank)

@@ -11,7 +11,7 @@ gradcraft/backend/cpu.py `num_threads`). The two sides alternate call by call, s
 each figure is the median. `speed` = PyTorch's time / ours: 1.0 = as fast, above 1 = we are faster.
 The two last rows are whole training steps (forward, backward, AdamW): a 4-layer MLP (Linear + GELU,
 width 512, batch 256) and one decoder block of the `demo` preset (LLaMA style, dim 128, 4 heads,
-batch 16 x 128), written for PyTorch as bench/torch_reference.py writes the decoder.
+batch 16 x 128), written for PyTorch as gradcraft/benchmarks/torch_reference.py writes the decoder.
 """
 
 import argparse
@@ -112,18 +112,18 @@ def op_cases(gc, torch):
         return fwd_bwd(F.silu, TF.silu, arrays((4096, 1024)))
 
     def rope():
-        import torch_reference
+        from gradcraft.benchmarks import torch_reference
         B, H, T, D = 16, 8, 256, 64
         (x,) = arrays((B, H, T, D))
         cos, sin = F.rope_frequencies(T, D)
-        # torch: rotate-half written out (bench/torch_reference.py's _rope)
+        # torch: rotate-half written out (gradcraft/benchmarks/torch_reference.py's _rope)
         return fwd_bwd(lambda x: F.rotary_embedding(x, cos, sin), torch_reference._rope, [x])
 
     def sdpa():
         B, H, T, D = 8, 8, 256, 64
         mask = torch.ones(T, T, dtype=torch.bool).tril()
 
-        def explicit(q, k, v):  # as bench/torch_reference.py writes attention
+        def explicit(q, k, v):  # as gradcraft/benchmarks/torch_reference.py writes attention
             att = (q @ k.transpose(-1, -2)) / math.sqrt(D)
             return att.masked_fill(~mask, float("-inf")).softmax(-1) @ v
         return fwd_bwd(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), explicit,
@@ -200,7 +200,7 @@ def mlp_step(gc, torch):
 def block_step(gc, torch):
     """One training step of one decoder block of the demo preset: y = Block(x); loss = sum(y * g); AdamW."""
     import gradcraft.nn.functional as F
-    import torch_reference
+    from gradcraft.benchmarks import torch_reference
     from gradcraft.models import preset
     from gradcraft.models.transformer import Block
     from gradcraft.optim import AdamW
@@ -225,7 +225,7 @@ def block_step(gc, torch):
     mask = torch.ones(T, T, dtype=torch.bool).tril()
     F_t = torch.nn.functional
 
-    def torch_block(x):  # bench/torch_reference.py's layer loop, for the LLaMA-style layer
+    def torch_block(x):  # gradcraft/benchmarks/torch_reference.py's layer loop, for the LLaMA-style layer
         h = torch_reference._norm(cfg, x, P["norm1.weight"], None)
         q, k, v = (h @ P["attn.qkv.weight"].T).split([H * D, Hkv * D, Hkv * D], dim=-1)
         q = torch_reference._rope(q.view(B, T, H, D).transpose(1, 2), base=cfg.rope_base)

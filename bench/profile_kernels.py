@@ -78,7 +78,7 @@ def main():
 
     if args.torch:
         import torch
-        import torch_reference
+        from gradcraft.benchmarks import torch_reference
         from torch.profiler import ProfilerActivity, profile
         torch.backends.cuda.matmul.allow_tf32 = args.tf32
         params = {k: torch.tensor(v.numpy(), device=args.device, requires_grad=True)

@@ -31,7 +31,6 @@ import numpy as np  # noqa: E402
 import tokenizers  # noqa: E402
 from tokenizers import Regex, decoders, models, pre_tokenizers, trainers  # noqa: E402
 
-from gradcraft.tokenizer import Tokenizer  # noqa: E402
 from gradcraft.tokenizer.bpe import _rebuild  # noqa: E402
 from gradcraft.tokenizer.formats import to_hf_json  # noqa: E402
 from gradcraft.tokenizer.parallel import count_pieces_parallel, encode_chunks, plan_chunks  # noqa: E402

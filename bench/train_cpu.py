@@ -3,9 +3,9 @@
     python bench/train_cpu.py --threads 2                       # demo preset, batch 16 x 128
     python bench/train_cpu.py --threads 2 --breakdown           # also: where our step's time goes, per kernel
 
-Both sides start from the same weights and batches and take the same AdamW steps (bench/train_gpt.py's
-run_ours / run_torch, whose PyTorch side is bench/torch_reference.py: explicit attention, no
-torch.compile). The two sides alternate in rounds (ours, torch, ours, torch, ...) so that a burst of
+Both sides start from the same weights and batches and take the same AdamW steps
+(gradcraft/benchmarks/training.py, what `gradcraft bench` runs; its PyTorch side is
+gradcraft/benchmarks/torch_reference.py: explicit attention, no torch.compile). The two sides alternate in rounds (ours, torch, ours, torch, ...) so that a burst of
 load on the machine hits both; each side's figure is the median step over all rounds.
 Printed: ms/step and tokens/s of each, and the speed ratio = our tokens/s / PyTorch's tokens/s
 (1.0 = as fast; above 1 = faster).
@@ -14,22 +14,9 @@ Printed: ms/step and tokens/s of each, and the speed ratio = our tokens/s / PyTo
 import argparse
 import collections
 import os
-import sys
 import time
 
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-
-class _RunnerArgs(argparse.Namespace):
-    """The options train_gpt's runners read: ours, and None for any they read that we lack
-    (train_gpt.py grows options; this bench runs their defaults)."""
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return None
 
 
 def parse_args():
@@ -46,7 +33,8 @@ def parse_args():
 
 
 def our_step(cfg, weights, args):
-    """A function running one of our training steps, as train_gpt.run_ours does, on one fixed batch."""
+    """A function running one of our training steps, as gradcraft.benchmarks.training.run_ours does, on one
+    fixed batch."""
     import gradcraft as gc
     from gradcraft.models import Transformer
     from gradcraft.optim import AdamW, grad_norm_and_scale
@@ -121,38 +109,18 @@ def main():
     from threadpoolctl import threadpool_limits
     torch.set_num_threads(threads)
     threadpool_limits(threads)
-    import gradcraft as gc
-    import train_gpt
+    from gradcraft.backend import cpu_native
+    from gradcraft.benchmarks.training import Setup, compare, initial_weights, report
     from gradcraft.models import Transformer, describe, preset
 
-    args = _RunnerArgs(**vars(args), device="cpu", tf32=False)
     cfg = preset(args.preset, seq_len=args.seq)
-    gc.manual_seed(0)
-    model = Transformer(cfg)
-    weights = {k: v.numpy().copy() for k, v in model.state_dict().items()}
-    print(f"{args.preset}: {describe(model)}; batch {args.batch} x {cfg.seq_len}; {threads} threads "
+    setup = Setup(device="cpu", batch=args.batch, steps=args.steps, warmup=args.warmup)
+    print(f"{args.preset}: {describe(Transformer(cfg))}; batch {args.batch} x {cfg.seq_len}; {threads} threads "
           f"(torch {torch.get_num_threads()}); {args.rounds} rounds of {args.warmup} + {args.steps} steps per side")
-    del model
-    tokens = args.batch * cfg.seq_len
-    times = {"gradcraft": [], "pytorch": []}
-    losses = {}
-    n = args.warmup + args.steps
-    for _ in range(args.rounds):
-        for name, run in (("gradcraft", train_gpt.run_ours), ("pytorch", train_gpt.run_torch)):
-            step_losses, step_times, _ = run(cfg, weights, args, n)
-            times[name] += step_times[args.warmup:]
-            losses[name] = step_losses
-    print(f"{'':10s} {'ms/step':>9s} {'tokens/s':>10s}  first losses")
-    ms = {}
-    for name in times:
-        ms[name] = 1e3 * float(np.median(times[name]))
-        print(f"{name:10s} {ms[name]:9.1f} {tokens / ms[name] * 1e3:10,.0f}  "
-              f"{' '.join(f'{v:.4f}' for v in losses[name][:3])}")
-    drift = max(abs(a - b) for a, b in zip(losses["gradcraft"][:3], losses["pytorch"][:3]))
-    print(f"speed ratio (gradcraft tokens/s / pytorch tokens/s): {ms['pytorch'] / ms['gradcraft']:.2f}x; "
-          f"max |loss difference| over the first 3 steps: {drift:.2e}")
+    print(f"CPU kernels: {cpu_native.status()}")
+    print("\n".join(report(compare(cfg, setup, rounds=args.rounds))))
     if args.breakdown:
-        kernel_breakdown(cfg, weights, args)
+        kernel_breakdown(cfg, initial_weights(cfg), args)
 
 
 if __name__ == "__main__":

@@ -3,20 +3,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))  # tests import their shared tables (optable.py)
 
-# The PyTorch implementation of our decoder lives with the benchmarks, which use it too. Load that one
-# file by path: putting bench/ on sys.path would shadow packages (bench/kernels.py vs HF's `kernels`).
-def _load_torch_reference():
-    import importlib.util
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "torch_reference.py")
-    spec = importlib.util.spec_from_file_location("torch_reference", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["torch_reference"] = module
-    spec.loader.exec_module(module)
-
-
-_load_torch_reference()
-
-import pytest  # noqa: E402
+import pytest
 
 
 @pytest.fixture(scope="session")

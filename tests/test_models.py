@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import gradcraft as gc
-import torch_reference
+from gradcraft.benchmarks import torch_reference
 from gradcraft.models import ModelConfig, Transformer
 from gradcraft.models.hf import export_hf, import_hf
 

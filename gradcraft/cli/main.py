@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "train": "train",
     "generate": "generate",
     "serve": "serve",
+    "bench": "bench",
 }
 
 

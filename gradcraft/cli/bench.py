@@ -1,0 +1,79 @@
+"""`gradcraft bench`: train the same model with gradcraft and with eager PyTorch, side by side, and
+print both speeds and their ratio (gradcraft/benchmarks/training.py)."""
+
+import os
+
+from gradcraft.errors import UserError
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "bench", help="training speed side by side with PyTorch",
+        description="Time training steps of one model in gradcraft and in eager PyTorch (same weights, batches "
+                    "and AdamW; PyTorch must be installed) and print ms/step, tokens/s, peak memory and the ratio.")
+    p.add_argument("--preset", default="demo", help="model to train (default: %(default)s); see docs/training.md")
+    p.add_argument("--batch", type=int, default=16, help="sequences per step (default: %(default)s)")
+    p.add_argument("--seq", type=int, default=None, help="sequence length (default: the preset's context)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=5, help="timed steps per round and side (default: %(default)s)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default: %(default)s)")
+    p.add_argument("--rounds", type=int, default=1, help="alternate the two sides this many times (default: 1)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for both sides (default: all cores)")
+    p.add_argument("--tf32", action="store_true", help="TF32 matrix products on CUDA, both sides")
+    p.add_argument("--cuda_graph", choices=["on", "off"], default="on",
+                   help="replay our step as a CUDA graph, as `gradcraft train` does (default: on)")
+    p.add_argument("--only", choices=["gradcraft", "pytorch"], help="run one side only")
+    p.set_defaults(func=run)
+
+
+def _check_torch(device: str):
+    try:
+        import torch
+    except ImportError:
+        raise UserError("gradcraft bench compares against PyTorch, which is not installed here; install it "
+                        "(pip install torch) or run with --only gradcraft") from None
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"this PyTorch ({torch.__version__}) cannot use CUDA; install a CUDA build of torch or "
+                        "run with --only gradcraft")
+    return torch
+
+
+def run(args) -> int:
+    import numpy as np
+
+    from gradcraft.device import canonical, is_available
+    from gradcraft.models import Transformer, describe, preset
+
+    device = canonical(args.device)
+    if min(args.batch, args.steps, args.rounds) < 1 or args.warmup < 0 or (args.seq is not None and args.seq < 1):
+        raise UserError("--batch, --steps, --rounds and --seq must be positive, --warmup at least 0")
+    sides = [args.only] if args.only else ["gradcraft", "pytorch"]
+    torch = _check_torch(device) if "pytorch" in sides else None
+    if device == "cpu":
+        threads = args.threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+        if torch is not None:
+            torch.set_num_threads(threads)
+        try:  # BLAS threads of NumPy (ours) to the same number
+            from threadpoolctl import threadpool_limits
+            threadpool_limits(threads, user_api="blas")
+        except ImportError:
+            pass
+    elif not is_available("cuda"):
+        raise UserError("no usable CUDA device here (CuPy and an NVIDIA GPU are needed); use --device cpu")
+    from gradcraft.benchmarks.training import Setup, compare, report
+
+    cfg = preset(args.preset, **({"seq_len": args.seq} if args.seq else {}))
+    setup = Setup(device=device, batch=args.batch, steps=args.steps, warmup=args.warmup, tf32=args.tf32,
+                  graph=device.startswith("cuda") and args.cuda_graph == "on")
+    print(f"{args.preset}: {describe(Transformer(cfg))}")
+    print(f"batch {args.batch} x {cfg.seq_len}; device {device}"
+          + (f" ({threads} threads)" if device == "cpu" else f"; tf32 {'on' if args.tf32 else 'off'}"
+             + ("; our step replayed as a CUDA graph" if setup.graph else ""))
+          + f"; {args.rounds} round(s) of {args.warmup} + {args.steps} steps per side")
+    if device == "cpu":
+        from gradcraft.backend import cpu_native
+        print(f"CPU kernels: {cpu_native.status()}")
+    print(f"numpy {np.__version__}" + (f", torch {torch.__version__}" if torch is not None else ""))
+    for line in report(compare(cfg, setup, sides, rounds=args.rounds)):
+        print(line)
+    return 0

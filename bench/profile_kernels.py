@@ -30,6 +30,7 @@ def main():
     p.add_argument("--device", default="cuda")
     p.add_argument("--tf32", action="store_true")
     p.add_argument("--torch", action="store_true")
+    p.add_argument("--bf16", action="store_true", help="mixed precision (ours: compute_dtype; PyTorch: autocast)")
     args = p.parse_args()
     if args.device.startswith("cuda"):
         from gradcraft.backend import cuda as gc_cuda
@@ -54,7 +55,7 @@ def main():
         return out
 
     def step():
-        _, loss = model(x, y)
+        _, loss = model(x, y, compute_dtype=gc.bfloat16 if args.bf16 else None)
         loss.backward()
         backend.synchronize()
         t = time.perf_counter()
@@ -87,8 +88,9 @@ def main():
         tx, ty = torch.tensor(data[:, :-1], device=args.device), torch.tensor(data[:, 1:], device=args.device)
 
         def tstep():
-            logits = torch_reference.forward(cfg, params, tx)
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size), ty.reshape(-1))
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.bf16):
+                logits = torch_reference.forward(cfg, params, tx)
+                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size).float(), ty.reshape(-1))
             loss.backward()
             torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
             topt.step()

@@ -2,6 +2,7 @@
 
     python bench/train_gpt.py --preset mallmoc --batch 16 --seq 512 --device cuda            # (a) fp32, TF32 off
     python bench/train_gpt.py --preset mallmoc --batch 16 --seq 512 --device cuda --tf32     # (b) TF32 on
+    python bench/train_gpt.py --preset mallmoc --batch 16 --seq 512 --device cuda --bf16     # (c) bf16 mixed precision
     python bench/train_gpt.py --preset demo --batch 16 --seq 128 --device cpu --threads 2    # the CPU table
 
 Both sides start from the same weights (ours, copied into PyTorch), see the same token batches, and
@@ -27,6 +28,7 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     p.add_argument("--device", default="cuda")
     p.add_argument("--tf32", action="store_true")
+    p.add_argument("--bf16", action="store_true", help="mixed precision: bf16 activations and matmuls (PyTorch: autocast)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for both (default: all cores)")
     p.add_argument("--only", choices=["ours", "torch"], default=None)
     p.add_argument("--graph", action="store_true", help="ours: capture the whole step as a CUDA graph and replay it")
@@ -52,9 +54,10 @@ def main():
         overrides[key] = type(getattr(preset(args.preset), key))(value) if value not in ("None", "") else None
     cfg = preset(args.preset, seq_len=args.seq, **overrides)
     setup = Setup(device=args.device, batch=args.batch, steps=args.steps, warmup=args.warmup, tf32=args.tf32,
-                  graph=args.graph)
+                  graph=args.graph, dtype="bfloat16" if args.bf16 else "float32")
     print(f"{args.preset}: {describe(Transformer(cfg))}; batch {args.batch} x {cfg.seq_len}; device {args.device}; "
-          f"tf32 {'on' if args.tf32 else 'off'}; {'CUDA graph replay; ' if args.graph else ''}"
+          f"tf32 {'on' if args.tf32 else 'off'}; {'bf16 mixed precision; ' if args.bf16 else ''}"
+          f"{'CUDA graph replay; ' if args.graph else ''}"
           f"{args.steps} timed steps after {args.warmup}")
     sides = [s for s in ("gradcraft", "pytorch") if not args.only or s.startswith(args.only[:5])]
     print("\n".join(report(compare(cfg, setup, sides))))

@@ -3,7 +3,9 @@
 Both sides start from the same weights (ours, copied into PyTorch), see the same token batches and
 take the same AdamW steps (lr 3e-4, betas (0.9, 0.95), weight decay 0.1 on matrices, global-norm
 clipping 1.0). The PyTorch side is torch_reference.py: explicit attention (q k^T, mask, softmax,
-@ v), no flash kernels, no torch.compile. The first losses of both must agree: the check that both
+@ v), no flash kernels, no torch.compile. With dtype bfloat16 both run mixed precision over float32
+weights: ours with the model's compute_dtype (gradcraft train --dtype bfloat16), PyTorch under
+torch.autocast(bfloat16) (its AMP recipe). The first losses of both must agree: the check that both
 trained the same model.
 """
 
@@ -21,6 +23,7 @@ class Setup:
     warmup: int = 3  # untimed steps first
     tf32: bool = False  # TF32 matrix products on CUDA (both sides)
     graph: bool = False  # ours: replay the step as a CUDA graph
+    dtype: str = "float32"  # or bfloat16: mixed precision (ours: compute_dtype; PyTorch: autocast)
 
 
 def batches(vocab: int, batch: int, seq: int, n: int, seed: int = 0):
@@ -61,8 +64,10 @@ def run_ours(cfg, weights, setup: Setup, n_steps: int):
     x_in = gc.zeros(setup.batch, cfg.seq_len, dtype=gc.int64, device=device).realize()
     y_in = gc.zeros(setup.batch, cfg.seq_len, dtype=gc.int64, device=device).realize()
 
+    compute_dtype = gc.bfloat16 if setup.dtype == "bfloat16" else None
+
     def step():
-        _, loss = model(x_in, y_in)
+        _, loss = model(x_in, y_in, compute_dtype=compute_dtype)
         loss.backward()
         opt.step(grad_scale=grad_norm_and_scale(model.parameters(), 1.0), prepare=False)
         opt.zero_grad()
@@ -106,9 +111,10 @@ def run_torch(cfg, weights, setup: Setup, n_steps: int):
     losses, times = [], []
     for x, y in batches(cfg.vocab_size, setup.batch, cfg.seq_len, n_steps):
         t0 = time.perf_counter()
-        logits, aux = torch_reference.forward(cfg, params, torch.tensor(x, device=device), with_aux=True)
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size),
-                                                 torch.tensor(y, device=device).reshape(-1)) + aux
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=setup.dtype == "bfloat16"):
+            logits, aux = torch_reference.forward(cfg, params, torch.tensor(x, device=device), with_aux=True)
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size).float(),
+                                                     torch.tensor(y, device=device).reshape(-1)) + aux
         loss.backward()
         torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
         opt.step()

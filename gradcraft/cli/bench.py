@@ -20,6 +20,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--rounds", type=int, default=1, help="alternate the two sides this many times (default: 1)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for both sides (default: all cores)")
     p.add_argument("--tf32", action="store_true", help="TF32 matrix products on CUDA, both sides")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="bfloat16: mixed precision on both sides (ours as `train --dtype bfloat16`, PyTorch autocast)")
     p.add_argument("--cuda_graph", choices=["on", "off"], default="on",
                    help="replay our step as a CUDA graph, as `gradcraft train` does (default: on)")
     p.add_argument("--only", choices=["gradcraft", "pytorch"], help="run one side only")
@@ -64,9 +66,9 @@ def run(args) -> int:
 
     cfg = preset(args.preset, **({"seq_len": args.seq} if args.seq else {}))
     setup = Setup(device=device, batch=args.batch, steps=args.steps, warmup=args.warmup, tf32=args.tf32,
-                  graph=device.startswith("cuda") and args.cuda_graph == "on")
+                  graph=device.startswith("cuda") and args.cuda_graph == "on", dtype=args.dtype)
     print(f"{args.preset}: {describe(Transformer(cfg))}")
-    print(f"batch {args.batch} x {cfg.seq_len}; device {device}"
+    print(f"batch {args.batch} x {cfg.seq_len}; {args.dtype}; device {device}"
           + (f" ({threads} threads)" if device == "cpu" else f"; tf32 {'on' if args.tf32 else 'off'}"
              + ("; our step replayed as a CUDA graph" if setup.graph else ""))
           + f"; {args.rounds} round(s) of {args.warmup} + {args.steps} steps per side")

@@ -285,7 +285,13 @@ def _matmul(a, b):
         # (..., M, K) @ (K, N): one BLAS call on (batch*M, K); NumPy would loop over the batch.
         rows = wa.reshape(-1, wa.shape[-1])
         out = _out((rows.shape[0], wb.shape[1]), np.result_type(wa, wb))
-        np.matmul(rows, wb, out=out)
+        if 2 <= rows.shape[0] <= 32 and wb.flags.f_contiguous and not wb.flags.c_contiguous:
+            # x @ W.T with a few rows (a decoding step): OpenBLAS computes W @ x.T 1.3-1.9x faster,
+            # and at this size the transposed copy into `out` costs little (measured on 2 cores; from
+            # about 128 rows on, the copy costs more than the product gains).
+            out[...] = np.matmul(wb.T, rows.T).T
+        else:
+            np.matmul(rows, wb, out=out)
         out = out.reshape(wa.shape[:-1] + (wb.shape[1],))
         return _finish(out, a.dtype) if wa is not a else out
     if wb.ndim >= 2 and wb.strides[-1] != wb.itemsize and wb.shape[-1] > 1:

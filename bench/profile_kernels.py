@@ -4,6 +4,8 @@
 
 The sum is slower than a real step (no overlap of Python and GPU), but the split shows which kernels
 to work on. With --torch, also prints PyTorch's CUDA kernel times for the same step (torch.profiler).
+With --cupti, also prints the GPU time of each of our CUDA kernels over one eager step, as the GPU ran
+them (torch.profiler's CUPTI tracing sees every kernel of the process, CuPy's and cuBLAS's included).
 """
 
 import argparse
@@ -30,6 +32,7 @@ def main():
     p.add_argument("--device", default="cuda")
     p.add_argument("--tf32", action="store_true")
     p.add_argument("--torch", action="store_true")
+    p.add_argument("--cupti", action="store_true", help="our kernels' GPU times, traced with torch.profiler")
     p.add_argument("--bf16", action="store_true", help="mixed precision (ours: compute_dtype; PyTorch: autocast)")
     args = p.parse_args()
     if args.device.startswith("cuda"):
@@ -76,6 +79,15 @@ def main():
     for op, seconds in total.most_common():
         print(f"{op:28s} {count[op]:5d} {seconds * 1e3:8.2f}")
     print(f"{'sum':28s} {sum(count.values()):5d} {sum(total.values()) * 1e3:8.2f}")
+
+    if args.cupti:
+        from torch.profiler import ProfilerActivity, profile
+        step().item()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            step().item()
+            backend.synchronize()
+        print("our CUDA kernels over one eager step (GPU time):")
+        print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=30, max_name_column_width=60))
 
     if args.torch:
         import torch

@@ -39,12 +39,14 @@ _FAST_BINARY = {"add", "sub", "mul", "div", "maximum", "minimum"}
 def _binary(name, fn):
     def kernel(a, b):
         if (name in _FAST_BINARY and a.dtype in HALF and b.dtype == a.dtype and a.flags.c_contiguous
-                and b.flags.c_contiguous and (b.size == 1 and b.ndim <= a.ndim or a.shape == b.shape)):
-            # One pass for the common half-precision cases: same shape, or times a scalar.
+                and b.flags.c_contiguous and b.ndim <= a.ndim and b.size
+                and (b.size == 1 or a.shape[a.ndim - b.ndim:] == b.shape)):
+            # One pass for the common half-precision cases: same shape, a bias along the last axes,
+            # or times a scalar (b's values repeat along a's leading axes).
             out = L.empty(a.shape, a.dtype)
             if a.size:
                 L.run("elementwise.cu", f"{name}_{L.suffix(a.dtype)}", L.grid_1d(a.size, 256, 4), 256,
-                      (a, b, out, L.i64(a.size), L.i32(b.size == 1 and a.size != 1)))
+                      (a, b, out, L.i64(a.size), L.i64(b.size)))
             return out
         wa, wb = L.wide(a), L.wide(b)
         out = fn(wa, wb)
@@ -195,7 +197,12 @@ def _index_put_add(g, *indices, spec, shape):
 def _put_slices(*gs, specs, shape):
     """Zeros of `shape` with each g added at its slices (cpu.py's put_slices): plain slice writes,
     no atomics; no zero-fill when the slices tile the output along one axis."""
-    dtype = np.result_type(*[L.wide(g) for g in gs]) if len(gs) > 1 else L.wide(gs[0]).dtype
+    if all(g.dtype == gs[0].dtype for g in gs) and slices_tile_one_axis(specs, shape):
+        out = cp.empty(shape, dtype=gs[0].dtype)  # plain copies: no arithmetic, so no widening
+        for g, spec in zip(gs, specs):
+            out[tuple(slice(*s) for s in spec)] = g
+        return out
+    dtype = np.result_type(*[L.acc_dtype(g.dtype) if g.dtype in HALF else g.dtype for g in gs])
     if slices_tile_one_axis(specs, shape):
         out = cp.empty(shape, dtype=dtype)
         for g, spec in zip(gs, specs):

@@ -1,6 +1,7 @@
 // Binary arithmetic on half-precision tensors in one pass: load, compute in float, round once
-// (cpu.py's rule for float16/bfloat16). For contiguous operands of one shape, or a one-element b
-// (x * scalar). Other layouts and dtypes go through CuPy's own elementwise routines.
+// (cpu.py's rule for float16/bfloat16). For contiguous operands where b has a's shape, or a's
+// trailing shape (a bias, repeated along a's leading axes: b_n of its values), or one element (x *
+// scalar). Other layouts and dtypes go through CuPy's own elementwise routines.
 #include "common.cuh"
 
 template <int OP> __device__ __forceinline__ float apply_op(float a, float b) {
@@ -15,14 +16,14 @@ template <int OP> __device__ __forceinline__ float apply_op(float a, float b) {
 }
 
 template <typename T, int OP>
-__device__ void binary_body(const T* a, const T* b, T* y, i64 n, int b_scalar) {
+__device__ void binary_body(const T* a, const T* b, T* y, i64 n, i64 b_n) {
     for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
-        y[i] = from_float<T>(apply_op<OP>(to_float(a[i]), to_float(b[b_scalar ? 0 : i])));
+        y[i] = from_float<T>(apply_op<OP>(to_float(a[i]), to_float(b[b_n == n ? i : i % b_n])));
 }
 
 #define BINARY_OP(NAME, T, OPNAME, OP) \
-    extern "C" __global__ void OPNAME##_##NAME(const T* a, const T* b, T* y, i64 n, int b_scalar) { \
-        binary_body<T, OP>(a, b, y, n, b_scalar); }
+    extern "C" __global__ void OPNAME##_##NAME(const T* a, const T* b, T* y, i64 n, i64 b_n) { \
+        binary_body<T, OP>(a, b, y, n, b_n); }
 #define BINARY(NAME, T) BINARY_OP(NAME, T, add, 0) BINARY_OP(NAME, T, sub, 1) BINARY_OP(NAME, T, mul, 2) \
     BINARY_OP(NAME, T, div, 3) BINARY_OP(NAME, T, maximum, 4) BINARY_OP(NAME, T, minimum, 5)
 BINARY(bf16, bf16)

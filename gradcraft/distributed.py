@@ -17,7 +17,6 @@ processes and returns rank 0's result; an error in any process stops them all an
 import multiprocessing as mp
 import multiprocessing.connection
 import os
-import queue
 import sys
 import traceback
 
@@ -67,12 +66,19 @@ def _group_setup(nproc: int, device: str):
     if kind == "cpu":
         pairs = [mp.Pipe() for _ in range(nproc - 1)]  # rank 0 <-> rank r
         return [("cpu", [a for a, _ in pairs], "cpu")] + [("cpu", [b], "cpu") for _, b in pairs]
-    from gradcraft.backend.cuda.nccl import available_devices, unique_id
+    try:
+        from gradcraft.backend.cuda.nccl import available_devices, unique_id
+        gpus = available_devices()
+        uid = unique_id()
+    except UserError:
+        raise
+    except Exception as e:  # no CuPy, no driver, no NCCL
+        raise UserError(f"--device {device} --nproc {nproc} needs CuPy, NCCL and NVIDIA GPUs ({type(e).__name__}: "
+                        f"{e}); use --device cpu, or install gradcraft[cuda]") from None
     first = int(index or 0)
-    if first + nproc > available_devices():
+    if first + nproc > gpus:
         raise UserError(f"--nproc {nproc} from {device} needs GPUs cuda:{first}..cuda:{first + nproc - 1}; "
-                        f"this machine has {available_devices()}")
-    uid = unique_id()
+                        f"this machine has {gpus}")
     return [("nccl", uid, f"cuda:{first + rank}") for rank in range(nproc)]
 
 
@@ -84,27 +90,27 @@ def _join(rank: int, world: int, setup):
     return NCCLGroup(rank, world, handle, int(device.partition(":")[2])), device
 
 
-def _run_rank(rank, world, setup, fn, args, results):
+def _run_rank(rank, world, setup, fn, args, result_pipe):
     code = 0
     try:
         group, device = _join(rank, world, setup)
         result = fn(group, device, *args)
-        results.put((rank, "ok", result if rank == 0 else None))
+        result_pipe.send(("ok", result if rank == 0 else None))
     except UserError as e:
-        results.put((rank, "error", str(e)))
+        result_pipe.send(("error", str(e)))
         code = 2
     except KeyboardInterrupt:
         code = 130
     except BaseException:
-        results.put((rank, "crash", traceback.format_exc()))
+        result_pipe.send(("crash", traceback.format_exc()))
         code = 1
     # Leave without Python's shutdown: tearing down a CUDA graph that holds NCCL kernels and the NCCL
     # communicator, in whatever order the finalizers run, hung the process at exit on 2 H200s. The
-    # process owns nothing else that needs closing; the result is flushed to the parent first.
+    # process owns nothing else that needs closing; its result has been sent (the parent reads while
+    # it waits, so a big result cannot block).
     sys.stdout.flush()
     sys.stderr.flush()
-    results.close()
-    results.join_thread()
+    result_pipe.close()
     os._exit(code)
 
 
@@ -113,36 +119,42 @@ def launch(fn, nproc: int, device: str, *args):
     return rank 0's result. fn must be importable by name (the processes are spawned fresh)."""
     context = mp.get_context("spawn")  # a forked CUDA context is unusable in the child
     setups = _group_setup(nproc, device)
-    results = context.Queue()
-    processes = [context.Process(target=_run_rank, args=(rank, nproc, setups[rank], fn, args, results),
+    pipes = [context.Pipe(duplex=False) for _ in range(nproc)]  # (parent's end, rank's end)
+    processes = [context.Process(target=_run_rank, args=(rank, nproc, setups[rank], fn, args, pipes[rank][1]),
                                  name=f"gradcraft-rank{rank}") for rank in range(nproc)]
     for process in processes:
         process.start()
+    for _, rank_end in pipes:
+        rank_end.close()  # the rank holds its own copy; ours closed, its exit shows as end-of-file
+    readers = {reader: rank for rank, (reader, _) in enumerate(pipes)}
     outcome = {}
     try:
         running = list(processes)
-        while running:
-            for sentinel in mp.connection.wait([p.sentinel for p in running]):
-                process = next(p for p in running if p.sentinel == sentinel)
+        while running or readers:
+            for ready in mp.connection.wait([p.sentinel for p in running] + list(readers)):
+                if ready in readers:
+                    rank = readers.pop(ready)
+                    try:
+                        outcome[rank] = ready.recv()
+                    except EOFError:  # it ended without a result (killed, or stopped by us)
+                        pass
+                    continue
+                process = next(p for p in running if p.sentinel == ready)
                 process.join()
                 running.remove(process)
                 if process.exitcode != 0:  # the others would wait for it forever in the next all-reduce
                     for other in running:
                         other.terminate()
-        while len(outcome) < nproc:
-            try:
-                rank, status, value = results.get(timeout=1.0)
-            except queue.Empty:  # a process that was stopped or crashed sent nothing
-                break
-            outcome[rank] = (status, value)
     finally:
         for process in processes:
             if process.is_alive():
                 process.terminate()
             process.join()
-    failures = sorted((rank, status, value) for rank, (status, value) in outcome.items() if status != "ok")
+    # a user error (one line) first: another rank's crash may only be the consequence of it
+    failures = sorted((status != "error", rank, status, value) for rank, (status, value) in outcome.items()
+                      if status != "ok")
     if failures:
-        rank, status, value = failures[0]
+        _, rank, status, value = failures[0]
         if status == "error":
             raise UserError(value)
         raise RuntimeError(f"process {rank} of {nproc} failed:\n{value}")

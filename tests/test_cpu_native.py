@@ -134,6 +134,13 @@ def test_out_of_range_target_is_an_error():
         NATIVE["cross_entropy"](rand(2, 10), np.array([1, 10]), ignore_index=-100, label_smoothing=0.0)
 
 
+def test_norm_weights_of_another_size_fall_back_to_numpy():
+    """The C kernels read `features` weights; a broadcast (1,) weight goes to NumPy (which broadcasts)."""
+    x, w = rand(4, 8), np.array([2.0], np.float32)
+    np.testing.assert_array_equal(NATIVE["rms_norm"](x, w, eps=1e-6, n_dims=1),
+                                  REFERENCE["rms_norm"](x, w, eps=1e-6, n_dims=1))
+
+
 def test_other_dtypes_fall_back_to_numpy():
     x = np.random.default_rng(0).standard_normal((3, 8))
     np.testing.assert_array_equal(NATIVE["silu"](x), cpu._silu(x))  # float64: the NumPy kernel itself

@@ -9,6 +9,7 @@ in one process stops them all with one line. tests/test_cuda_distributed.py runs
 import numpy as np
 import pytest
 
+import gradcraft as gc
 from gradcraft.distributed import PipeGroup, launch
 from gradcraft.errors import UserError
 from gradcraft.training.log import read_log
@@ -33,12 +34,24 @@ def test_two_processes_train_like_one_accumulating_two(dataset, tmp_path):
 
 
 def test_data_parallel_resume_continues_the_same_run(dataset, tmp_path):
-    common = ["--dataset", dataset, "--steps", "8", "--target_batch", "8", "--checkpoint_every", "4", "--nproc", "2",
+    """With dropout (each process draws its own masks), stopped and resumed: bitwise the same run."""
+    common = ["--dataset", dataset, "--steps", "8", "--checkpoint_every", "4", "--nproc", "2", "--dropout", "0.1",
               *TINY]
     run("--model_dir", str(tmp_path / "straight"), *common)
     run("--model_dir", str(tmp_path / "split"), "--stop_after", "4", *common)
     run("--model_dir", str(tmp_path / "split"), "--resume", "--dataset", dataset, "--no_progress")
     assert rows(tmp_path / "split") == rows(tmp_path / "straight")  # same processes, same sums: bitwise
+
+
+def test_resume_on_another_process_count_keeps_the_batch(dataset, tmp_path):
+    """No --target_batch: the batch of the first session (4 x 2 processes) stays when resumed on one."""
+    common = ["--dataset", dataset, "--steps", "8", "--checkpoint_every", "4", *TINY]
+    run("--model_dir", str(tmp_path / "straight"), "--nproc", "2", *common)
+    run("--model_dir", str(tmp_path / "split"), "--nproc", "2", "--stop_after", "4", *common)
+    proc = run("--model_dir", str(tmp_path / "split"), "--resume", "--nproc", "1", "--dataset", dataset, "--no_progress")
+    assert "4 x 2 sequences" in proc.stderr
+    np.testing.assert_allclose([r[1:] for r in rows(tmp_path / "split")],
+                               [r[1:] for r in rows(tmp_path / "straight")], rtol=2e-4)
 
 
 def test_bad_process_counts_get_one_line(dataset, tmp_path):
@@ -61,10 +74,21 @@ def _sums(group, device):
     return a.tolist()
 
 
+def _big_result(group, device):
+    return np.arange(1 << 20, dtype=np.int64)  # 8 MB: far more than a pipe's buffer
+
+
 def test_pipe_group_sums_and_errors_stop_every_process():
     assert launch(_sums, 3, "cpu") == [6.0] * 4
     with pytest.raises(UserError, match="rank 1 cannot go on"):
         launch(_fails_on_rank_1, 2, "cpu")
+    assert launch(_big_result, 2, "cpu").sum() == (1 << 20) * ((1 << 20) - 1) // 2
+
+
+@pytest.mark.skipif(gc.device.is_available("cuda"), reason="this machine has a GPU")
+def test_cuda_processes_without_a_gpu_one_line(dataset, tmp_path):
+    one_line_error(run("--dataset", dataset, "--model_dir", str(tmp_path / "x"), *TINY, "--device", "cuda",
+                       "--nproc", "2", check=False), "--nproc 2")
 
 
 def test_single_process_group_is_a_no_op():

@@ -129,6 +129,14 @@ def test_shape_mismatch_names_both_shapes():
         gc.zeros(2, 3) @ gc.zeros(4, 5)
 
 
+def test_norm_weights_must_have_the_normalized_shape():
+    F = gc.nn.functional
+    with pytest.raises(UserError, match=r"rms_norm: weight has shape \(1,\); it must be the normalized shape \(8,\)"):
+        F.rms_norm(gc.zeros(4, 8), 8, weight=gc.ones(1))
+    with pytest.raises(UserError, match=r"layer_norm: bias has shape \(16,\)"):
+        F.layer_norm(gc.zeros(4, 8), 8, weight=gc.ones(8), bias=gc.zeros(16))
+
+
 def test_device_mismatch_and_unknown_device():
     with pytest.raises(UserError, match="unknown device 'tpu'"):
         gc.zeros(2, device="tpu")

@@ -38,9 +38,21 @@ def _matmul_grad(node, out, g):
     grad_a = ew.sum_to(matmul(g, b.mT), a.shape) if a.requires_grad else None
     grad_b = None
     if b.requires_grad:
-        if b.ndim == 2 and a.ndim > 2:
+        if b.ndim == 2 and a.ndim >= 2:
             # A weight shared over the batch: fold the batch into the rows, one (K, rows) @ (rows, N).
-            grad_b = matmul(a.reshape(-1, a.shape[-1]).mT, g.reshape(-1, g.shape[-1]))
+            rows_a, rows_g = a.reshape(-1, a.shape[-1]), g.reshape(-1, g.shape[-1])
+            if _is_transpose(b):
+                # b = W.mT (a Linear layer): compute (g^T a)^T, whose transpose back is W's gradient,
+                # laid out like W (the same product; no copy of the gradient to make it contiguous).
+                grad_b = matmul(rows_g.mT, rows_a).mT
+            else:
+                grad_b = matmul(rows_a.mT, rows_g)
         else:
             grad_b = ew.sum_to(matmul(a.mT, g), b.shape)
     return grad_a, grad_b
+
+
+def _is_transpose(t) -> bool:
+    """t is a lazy view swapping the last two axes of another tensor (x.mT)."""
+    node = t._node
+    return node is not None and node.op == "permute" and node.attrs["axes"] == (1, 0)

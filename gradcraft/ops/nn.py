@@ -104,16 +104,19 @@ def mse_loss(input, target, reduction: str = "mean"):
 
 # ------------------------------------------------------------------ normalization
 
-def _norm_dims(x, normalized_shape, op):
+def _norm_dims(x, normalized_shape, op, **params):
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if x.shape[x.ndim - len(shape):] != shape:
         raise UserError(f"{op}: normalized_shape {shape} does not match the trailing dimensions of {x.shape}")
+    for name, p in params.items():
+        if p is not None and tuple(p.shape) != shape:
+            raise UserError(f"{op}: {name} has shape {tuple(p.shape)}; it must be the normalized shape {shape}")
     return shape
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
     _float_input(input, "layer_norm")
-    shape = _norm_dims(input, normalized_shape, "layer_norm")
+    shape = _norm_dims(input, normalized_shape, "layer_norm", weight=weight, bias=bias)
     weight = weight if weight is not None else ones(shape, dtype=input.dtype, device=input.device)
     bias = bias if bias is not None else zeros(shape, dtype=input.dtype, device=input.device)
     attrs = {"eps": float(eps), "n_dims": len(shape)}
@@ -130,7 +133,7 @@ def _layer_norm_grad(node, out, g):
 def rms_norm(input, normalized_shape, weight=None, eps: float | None = None):
     """F.rms_norm: x / sqrt(mean(x^2) + eps) * weight; eps defaults to the dtype's machine epsilon."""
     _float_input(input, "rms_norm")
-    shape = _norm_dims(input, normalized_shape, "rms_norm")
+    shape = _norm_dims(input, normalized_shape, "rms_norm", weight=weight)
     if eps is None:
         import numpy as np
         eps = float(np.finfo(np.float32 if input.dtype in (dtypes.bfloat16, dtypes.float16) else input.dtype.np).eps)

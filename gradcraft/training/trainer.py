@@ -35,7 +35,7 @@ class TrainConfig:
     model_dir: str
     steps: int = 1000
     batch_size: int = 8  # sequences per micro-batch
-    target_batch: int | None = None  # sequences per optimizer step (gradient accumulation); None = batch_size
+    target_batch: int | None = None  # sequences per optimizer step, all processes; None = batch_size x nproc
     max_lr: float = 1e-3
     min_lr: float = 1e-4
     warmup_steps: int = 100
@@ -156,11 +156,10 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
         sampler.load_state_dict(state["sampler"])
         gc.set_rng_state(state["rng"])
         log(f"resuming from {path} (step {start_step})")
-    if rank:  # dropout masks of their own on the other processes (the weights came from the same seed)
-        gc.manual_seed(tc.seed + 7919 * rank + 104729 * start_step)
     if main:
         write_json(os.path.join(tc.model_dir, "config.json"), mc.to_dict())
-        write_json(os.path.join(tc.model_dir, "train_config.json"), asdict(tc))
+        # the batch per step as resolved, so that a --resume with another --nproc keeps it
+        write_json(os.path.join(tc.model_dir, "train_config.json"), asdict(replace(tc, target_batch=per_step)))
 
     log(f"model: {describe(model)}")
     log(f"data: {len(tokens):,} tokens; {tc.batch_size} x {accum} sequences of {mc.seq_len} per step"
@@ -181,6 +180,10 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
         t0 = time.perf_counter()
         lr = schedule(step)
         set_lr(opt, lr)
+        if rank and mc.dropout:
+            # Dropout masks of their own on the other processes, from (seed, rank, step): a resumed run
+            # draws the same ones (rank 0's random state is the one the checkpoints keep).
+            gc.manual_seed(tc.seed + 7919 * rank + 104729 * step)
         # every process draws the whole step's micro-batches and computes its own share of them
         batches = [sampler.next_batch() for _ in range(accum * world)]
         step_loss, moe_sums, grad_stats = runner.run(batches[rank * accum:(rank + 1) * accum])

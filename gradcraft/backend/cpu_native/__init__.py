@@ -26,6 +26,11 @@ def _f32(*arrays) -> bool:
     return all(a is None or (a.dtype == _F32 and a.flags.c_contiguous) for a in arrays)
 
 
+def _norm_params_fit(features: int, *params) -> bool:
+    """The C norm kernels read `features` values of each weight/bias: they must hold exactly that."""
+    return all(p is None or p.size == features for p in params)
+
+
 def _over_rows(call, n: int, row_size: int, align: int = 1) -> None:
     """call(lo, hi) over range(n) rows: once on this thread, or on one range per thread (ranges
     aligned to `align` rows) when the pool is on and the work is big."""
@@ -92,7 +97,7 @@ def kernels(reference: dict, empty) -> dict:
         return run
 
     def swiglu(h):
-        if not _f32(h):
+        if not _f32(h) or h.ndim == 0 or h.shape[-1] % 2:
             return reference["swiglu"](h)
         features = h.shape[-1] // 2
         out = empty(h.shape[:-1] + (features,), _F32)
@@ -101,7 +106,7 @@ def kernels(reference: dict, empty) -> dict:
         return out
 
     def swiglu_backward(h, g):
-        if not _f32(h, g):
+        if not _f32(h, g) or h.ndim == 0 or h.shape[-1] % 2 or g.shape != h.shape[:-1] + (h.shape[-1] // 2,):
             return reference["swiglu_backward"](h, g)
         features = h.shape[-1] // 2
         out = empty(h.shape, _F32)
@@ -111,7 +116,7 @@ def kernels(reference: dict, empty) -> dict:
         return out
 
     def rms_norm(x, weight, eps, n_dims):
-        if not _f32(x, weight):
+        if not _f32(x, weight) or not _norm_params_fit(math.prod(x.shape[x.ndim - n_dims:]), weight):
             return reference["rms_norm"](x, weight, eps, n_dims)
         features = math.prod(x.shape[x.ndim - n_dims:])
         out = empty(x.shape, _F32)
@@ -120,7 +125,8 @@ def kernels(reference: dict, empty) -> dict:
         return out
 
     def rms_norm_backward(x, weight, g, eps, n_dims):
-        if not _f32(x, weight, g):
+        if not _f32(x, weight, g) or x.shape != g.shape or \
+                not _norm_params_fit(math.prod(x.shape[x.ndim - n_dims:]), weight):
             return reference["rms_norm_backward"](x, weight, g, eps, n_dims)
         norm_shape = x.shape[x.ndim - n_dims:]
         features, rows = math.prod(norm_shape), x.size // max(math.prod(norm_shape), 1)
@@ -132,7 +138,7 @@ def kernels(reference: dict, empty) -> dict:
         return dx, _sum_partials(partials, norm_shape, empty)
 
     def layer_norm(x, weight, bias, eps, n_dims):
-        if not _f32(x, weight, bias):
+        if not _f32(x, weight, bias) or not _norm_params_fit(math.prod(x.shape[x.ndim - n_dims:]), weight, bias):
             return reference["layer_norm"](x, weight, bias, eps, n_dims)
         features = math.prod(x.shape[x.ndim - n_dims:])
         out = empty(x.shape, _F32)
@@ -141,7 +147,8 @@ def kernels(reference: dict, empty) -> dict:
         return out
 
     def layer_norm_backward(x, weight, g, eps, n_dims):
-        if not _f32(x, weight, g):
+        if not _f32(x, weight, g) or x.shape != g.shape or \
+                not _norm_params_fit(math.prod(x.shape[x.ndim - n_dims:]), weight):
             return reference["layer_norm_backward"](x, weight, g, eps, n_dims)
         norm_shape = x.shape[x.ndim - n_dims:]
         features, rows = math.prod(norm_shape), x.size // max(math.prod(norm_shape), 1)

@@ -67,12 +67,23 @@ def _version(compiler: str) -> str:
         return ""
 
 
+def _cpu_identity() -> str:
+    """What -march=native compiles for: the processor's model and instruction-set flags (a cache shared
+    by machines of different processors must not hand one's library to the other: illegal instructions)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = [line for line in f if line.startswith(("model name", "flags", "Features", "CPU part"))]
+        return "".join(sorted(set(lines)))
+    except OSError:
+        return platform.processor() or platform.machine()
+
+
 def build(compiler: str, flags=FLAGS) -> Path:
     """Path of the compiled library, compiling it when the cache lacks it. Raises RuntimeError with
     the compiler's message on failure."""
     text = SOURCE.read_bytes()
     key = hashlib.sha256(b"\0".join([text, _version(compiler).encode(), " ".join(flags).encode(),
-                                     platform.machine().encode()])).hexdigest()[:16]
+                                     platform.machine().encode(), _cpu_identity().encode()])).hexdigest()[:16]
     target = cache_dir() / f"kernels-{key}.so"
     if target.exists():
         return target

@@ -416,6 +416,9 @@ class CUDABackend(Backend):
         stream = cp.cuda.Stream(non_blocking=True)
         with self._device:
             self.synchronize()
+            # The eager runs before capture left their intermediates cached in the default pool; the
+            # graph gets its own copies, so hand the idle cached blocks back to the driver first.
+            cp.get_default_memory_pool().free_all_blocks()
             with cp.cuda.using_allocator(pool.malloc), stream:
                 stream.begin_capture()  # relaxed mode: the pool may still call cudaMalloc
                 try:

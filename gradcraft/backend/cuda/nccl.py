@@ -45,6 +45,9 @@ class NCCLGroup:
     def all_reduce(self, arrays) -> None:
         """Sum each (contiguous) array over the processes, in place, on the current stream."""
         nccl = _nccl()
+        missing = {str(a.dtype) for a in arrays if a.dtype not in self._types}
+        if missing:  # (before the group starts: a failure inside it would leave the other ranks waiting)
+            raise TypeError(f"NCCL all-reduce: no NCCL type for {', '.join(sorted(missing))}")
         stream = cp.cuda.get_current_stream().ptr
         nccl.groupStart()  # one launch for all the arrays
         try:

@@ -66,9 +66,8 @@ def ours(group, device, cfg, weights, args):
     losses, times = [], []
     for x, y in _batches(cfg, args, rank, world, args.warmup + args.steps):
         t0 = time.perf_counter()
-        opt.prepare()
         loss, _, stats = step.run([(x, y)])
-        opt.step(grad_scale=stats)
+        opt.step(grad_scale=stats)  # (counts the step and writes the lr: the trainer's order)
         step.discard_gradients()
         backend.synchronize()
         times.append(time.perf_counter() - t0)

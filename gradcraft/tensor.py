@@ -10,6 +10,8 @@ computed until realized, and in-place ops are limited to `assign` (used by the
 optimizers), which keeps the step a single graph.
 """
 
+import math
+
 import numpy as np
 
 from gradcraft import dtypes
@@ -95,7 +97,7 @@ class Tensor:
         return self.shape if dim is None else self.shape[dim]
 
     def numel(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     def __len__(self) -> int:
         if not self.shape:

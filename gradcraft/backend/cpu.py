@@ -619,7 +619,7 @@ def _cross_entropy_backward(logits, target, g, ignore_index, label_smoothing):
 
 def _rows(x, n_dims):
     """View x as (rows, features) over its last n_dims dimensions."""
-    features = int(np.prod(x.shape[x.ndim - n_dims:]))
+    features = math.prod(x.shape[x.ndim - n_dims:])
     return x.reshape(-1, features)
 
 

@@ -10,6 +10,7 @@ kernels that ask for an output of that size, so a steady training loop stops
 calling the system allocator.
 """
 
+import math
 import weakref
 from collections import defaultdict
 
@@ -60,7 +61,7 @@ class CPUPool:
 
     def empty(self, shape, dtype) -> np.ndarray:
         dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize  # (math.prod: np.prod costs ~3 us a call)
         bucket = self._free.get((dtype, nbytes))
         if bucket:
             flat = bucket.pop()

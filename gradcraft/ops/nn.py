@@ -312,6 +312,7 @@ def swiglu(input):
     """silu(gate) * up, where input = [gate | up] along the last axis (a SwiGLU MLP's two projections
     from one matmul): one fused kernel each way instead of two slices, a SiLU and a multiply, and a
     gradient written whole instead of in two halves."""
+    _float_input(input, "swiglu")
     if input.ndim == 0 or input.shape[-1] % 2:
         raise UserError(f"swiglu needs an even number of features in the last axis, got shape {input.shape}")
     return apply("swiglu", (input,), {}, input.shape[:-1] + (input.shape[-1] // 2,), input.dtype)

@@ -122,7 +122,12 @@ def library():
             path = build(compiler)
         except RuntimeError:
             path = build(compiler, _BASIC_FLAGS)  # e.g. a compiler that has no -march=native
-        lib = ctypes.CDLL(str(path))
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError:  # a damaged file in the cache (a crash mid-copy, a full disk): build it again
+            path.unlink(missing_ok=True)
+            path = build(compiler)
+            lib = ctypes.CDLL(str(path))
     except (RuntimeError, OSError, subprocess.SubprocessError) as e:
         _status = f"compiling {SOURCE.name} failed ({e}): NumPy kernels"
         return None

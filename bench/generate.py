@@ -1,6 +1,7 @@
-"""Decoding speed with a KV cache: gradcraft against HF transformers on the same weights (CPU), one run.
+"""Decoding speed with a KV cache: gradcraft against HF transformers on the same weights, one run.
 
     python bench/generate.py --preset llama-15m --vocab 4096 --new_tokens 64 --threads 2
+    python bench/generate.py --preset llama-110m --vocab 32000 --new_tokens 128 --device cuda
 
 Our model is exported to the HF layout and loaded there (LlamaForCausalLM / GPT2LMHeadModel), so both
 sides decode the same network; greedy decoding, the same prompts, token ids checked equal first.
@@ -29,6 +30,7 @@ def main():
     p.add_argument("--prompt_tokens", type=int, default=16)
     p.add_argument("--new_tokens", type=int, default=64)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--device", default="cpu", help="cpu or cuda (both sides)")
     args = p.parse_args()
     import torch
     import transformers
@@ -45,9 +47,11 @@ def main():
     model = Transformer(preset(args.preset, vocab_size=args.vocab))
     folder = tempfile.mkdtemp()
     export_hf(model, folder)
-    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval().to(args.device)
+    model.to(args.device)
     print(f"{args.preset}: {describe(model)}; prompt {args.prompt_tokens} tokens, {args.new_tokens} new, greedy; "
-          f"threads {args.threads or 'all'}; torch {torch.__version__}, transformers {transformers.__version__}")
+          f"device {args.device}; threads {args.threads or 'all'}; torch {torch.__version__}, "
+          f"transformers {transformers.__version__}")
     rng = np.random.default_rng(0)
     print(f"{'batch':>5s} {'gradcraft tok/s':>16s} {'HF tok/s':>10s} {'ratio':>6s}")
     for batch in (1, 8):
@@ -58,10 +62,13 @@ def main():
         ours, _ = generate(model, [list(p) for p in prompts], params)
         ours_s = time.perf_counter() - t
         with torch.no_grad():
-            hf.generate(torch.tensor(prompts[:, :4]), max_new_tokens=4, do_sample=False, pad_token_id=0)
+            hf.generate(torch.tensor(prompts[:, :4], device=args.device), max_new_tokens=4, do_sample=False,
+                        pad_token_id=0)
             t = time.perf_counter()
-            out = hf.generate(torch.tensor(prompts), max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
-                              do_sample=False, pad_token_id=0)
+            out = hf.generate(torch.tensor(prompts, device=args.device), max_new_tokens=args.new_tokens,
+                              min_new_tokens=args.new_tokens, do_sample=False, pad_token_id=0)
+            if args.device.startswith("cuda"):
+                torch.cuda.synchronize()
             hf_s = time.perf_counter() - t
         same = all(list(o) == list(h[args.prompt_tokens:]) for o, h in zip(ours, out.tolist()))
         ours_tps, hf_tps = batch * args.new_tokens / ours_s, batch * args.new_tokens / hf_s

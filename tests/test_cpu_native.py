@@ -127,6 +127,10 @@ def test_nan_propagates():
     loss = NATIVE["cross_entropy"](logits, np.array([1, 2, 3, 4]), ignore_index=-100, label_smoothing=0.0)
     assert np.isnan(loss[2]) and np.isfinite(loss[[0, 1, 3]]).all()
     assert np.isnan(NATIVE["silu"](np.array([np.nan, 1.0], np.float32))[0])
+    extremes = np.array([-np.inf, -1e30, -100.0, 100.0, np.inf], np.float32)
+    for name in ("silu", "gelu"):
+        with np.errstate(invalid="ignore", over="ignore"):
+            np.testing.assert_array_equal(NATIVE[name](extremes), REFERENCE[name](extremes), err_msg=name)
 
 
 def test_out_of_range_target_is_an_error():

@@ -14,7 +14,7 @@ import sys
 import time
 
 from gradcraft.device import get_backend
-from gradcraft.engine.schedule import output_key, schedule
+from gradcraft.engine.schedule import schedule
 
 DEBUG = int(os.environ.get("GRADCRAFT_DEBUG", "0") or 0)
 
@@ -28,21 +28,27 @@ def realize(targets, keep_saved: bool = True) -> None:
     order, readers = schedule(targets)
     if not order:
         return
-    target_keys = {output_key(t) for t in targets if t._buf is None}
+    # (Keys are (id(node), output index), as schedule.output_key makes them; written out in the loops
+    # below, which run once per kernel: they are the engine's per-op cost.)
+    target_keys = {(id(t._node), t._index) for t in targets if t._buf is None}
     # Tensor objects seen in the graph, by output key: the ones we may keep.
     keep: dict[tuple, object] = {}
-    for node in order:
-        for inp in node.inputs:
-            if inp._buf is None and keep_saved and inp.requires_grad:
-                keep[output_key(inp)] = inp
+    if keep_saved:
+        for node in order:
+            for inp in node.inputs:
+                if inp._buf is None and inp.requires_grad:
+                    keep[(id(inp._node), inp._index)] = inp
     for t in targets:
         if t._buf is None:
-            keep[output_key(t)] = t
+            keep[(id(t._node), t._index)] = t
 
     values: dict[tuple, object] = {}
+    backends: dict[str, object] = {}
     for step, node in enumerate(order):
-        backend = get_backend(node.device)
-        args = [inp._buf if inp._buf is not None else values[output_key(inp)] for inp in node.inputs]
+        backend = backends.get(node.device)
+        if backend is None:
+            backend = backends[node.device] = get_backend(node.device)
+        args = [inp._buf if inp._buf is not None else values[(id(inp._node), inp._index)] for inp in node.inputs]
         start = time.perf_counter() if DEBUG >= 2 else 0.0
         result = backend.run(node.op, args, node.attrs)
         outputs = result if node.n_outputs > 1 else (result,)
@@ -51,8 +57,9 @@ def realize(targets, keep_saved: bool = True) -> None:
         del args, result
         if node.op == "assign":
             node.inputs[0]._version += 1
+        node_id = id(node)
         for index, value in enumerate(outputs):
-            key = (id(node), index)
+            key = (node_id, index)
             if readers.get(key, 0) or key in target_keys or key in keep:
                 values[key] = value
         del outputs, value
@@ -60,15 +67,16 @@ def realize(targets, keep_saved: bool = True) -> None:
         for inp in node.inputs:
             if inp._buf is not None:
                 continue
-            key = output_key(inp)
-            readers[key] -= 1
-            if readers[key] == 0 and key not in keep:
+            key = (id(inp._node), inp._index)
+            left = readers[key] - 1
+            readers[key] = left
+            if left == 0 and key not in keep:
                 backend.release(values.pop(key))
 
     for key, tensor in keep.items():
         tensor._buf = values[key]
     for t in targets:
-        t._buf = t._buf if t._buf is not None else values[output_key(t)]
+        t._buf = t._buf if t._buf is not None else values[(id(t._node), t._index)]
         if not t.requires_grad:
             t._node = None  # no backward will need the recipe: let the graph behind it go
 

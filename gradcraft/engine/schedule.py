@@ -31,9 +31,9 @@ def schedule(targets):
         stack.append((node, True))
         for inp, version in zip(node.inputs, node.input_versions):
             if inp._buf is None:
-                key = output_key(inp)
+                key = (id(inp._node), inp._index)  # output_key(inp), written out: this loop is hot
                 readers[key] = readers.get(key, 0) + 1
-                if id(inp._node) not in visited:
+                if key[0] not in visited:
                     stack.append((inp._node, False))
             elif inp._version != version:
                 raise UserError(

@@ -20,7 +20,8 @@ typedef int64_t i64;
 /* exp(x) for float32 in a form compilers vectorize (libm's expf is a call per element):
    exp(x) = 2^k * exp(r), k = round(x / ln 2), r = x - k ln 2 in [-0.35, 0.35], exp(r) by its
    Taylor series to r^7 (truncation error < 5e-9, below float32's resolution). Below -87.3 the
-   result is 0 (NumPy gives denormals there); above 88 it stays at exp(88). NaN stays NaN. */
+   result is 0 (NumPy gives denormals there); above 88 it is +inf (float32 overflows from 88.72), so
+   that sigmoid(-inf) is 0 and silu(-inf) is NaN as in NumPy. NaN stays NaN. */
 static inline float exp_f(float x) {
     const float round_magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
     float xc = x < -87.3f ? -87.3f : (x > 88.0f ? 88.0f : x);
@@ -39,7 +40,7 @@ static inline float exp_f(float x) {
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     float y = p * scale;
-    return x < -87.3f ? 0.0f : y;
+    return x < -87.3f ? 0.0f : (x > 88.0f ? INFINITY : y);
 }
 
 static inline float sigmoid_f(float x) { return 1.0f / (1.0f + exp_f(-x)); }

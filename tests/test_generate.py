@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import gradcraft as gc
-from gradcraft.inference.generate import SamplingParams, generate, generate_without_cache
+from gradcraft.inference.generate import (SamplingParams, _Decoder, _realize_step, generate,
+                                          generate_without_cache)
 from gradcraft.models import Transformer
 from gradcraft.models.hf import export_hf
 from test_models import FAMILIES, randomize, small_config
@@ -26,6 +27,32 @@ def test_kv_cache_generation_equals_recomputing_the_context(family):
     assert cached[0] == generate_without_cache(model, prompt, params)
     sampled = SamplingParams(max_tokens=20, temperature=1.0, top_k=10, top_p=0.9, seed=7)
     assert generate(model, [prompt], sampled)[0][0] == generate_without_cache(model, prompt, sampled)
+
+
+def _decode_logits(model, prompts, steps, static, device="cpu"):
+    """Logits of `steps` decoding steps after a prefill, feeding fixed token ids."""
+    caches = model.new_caches()
+    logits = model(gc.tensor(np.array(prompts), device=device), caches=caches)[:, -1]
+    _realize_step(logits, caches)
+    decoder = _Decoder(model, caches, len(prompts), len(prompts[0]), device, static)
+    feed = np.random.default_rng(1).integers(0, model.config.vocab_size, size=(steps, len(prompts)))
+    return decoder, [decoder.step(list(ids), len(prompts[0]) + t) for t, ids in enumerate(feed)]
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_static_cache_decoding_equals_the_growing_cache(family):
+    """The decoding path that CUDA replays as one graph (StaticKVCaches, positions read from a device
+    buffer) gives the logits of the growing caches, to the last position of the context; models with
+    sliding windows or experts keep the growing caches."""
+    cfg = small_config(family, seq_len=24)
+    model = Transformer(cfg)
+    randomize(model, seed=4)
+    prompts = [[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]]
+    _, growing = _decode_logits(model, prompts, 19, static=False)
+    decoder, static = _decode_logits(model, prompts, 19, static=True)
+    windowed = any(cfg.layer_window(i) for i in range(cfg.n_layers))
+    assert (decoder.static is None) == (windowed or bool(model.moe_layers()))
+    np.testing.assert_allclose(np.array(static), np.array(growing), rtol=1e-4, atol=1e-5)
 
 
 def test_batched_generation_equals_one_by_one():

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import gradcraft as gc
+from gradcraft.engine.capture import CapturedStep
 from gradcraft.errors import UserError
 
 
@@ -69,12 +70,50 @@ def _realize_step(logits, caches):
     gc.realize(logits, *[t for c in caches for t in c.tensors()])
 
 
+class _Decoder:
+    """Runs the one-token decoding steps after the prefill.
+
+    On a GPU (or when asked, `static=True`) the prefilled caches move into StaticKVCaches of the
+    whole context, the step reads its token ids and position from fixed device buffers, and the
+    step is captured once as a CUDA graph and replayed for every token: a few hundred kernels per
+    token then cost one launch from Python instead of one each. Otherwise (the CPU, and models the
+    static caches cannot serve) each step appends to the growing KVCaches.
+    """
+
+    def __init__(self, model, caches, batch: int, position: int, device: str, static: bool):
+        self.model, self.caches, self.device, self.static = model, caches, device, None
+        if static:
+            self.position = gc.tensor(np.array([position], dtype=np.int64), device=device).realize()
+            self.static = model.static_caches(caches, self.position)
+        if self.static is not None:
+            self.ids = gc.zeros(batch, 1, dtype=gc.int64, device=device).realize()
+            self.backend = gc.device.get_backend(device)
+            self.captured = CapturedStep(self._static_step, device)
+
+    def _static_step(self):
+        logits = self.model(self.ids, caches=self.static, position=self.position)[:, -1].float()
+        gc.realize(logits, *[t for c in self.static for t in c.tensors()])
+        return logits
+
+    def step(self, next_ids: list, position: int) -> np.ndarray:
+        """Logits (B, V) after feeding next_ids at `position`."""
+        ids = np.array(next_ids, dtype=np.int64).reshape(-1, 1)
+        if self.static is None:
+            logits = self.model(gc.tensor(ids, device=self.device), caches=self.caches, start=position)[:, -1]
+            _realize_step(logits, self.caches)
+            return logits.float().numpy()
+        self.backend.write(self.ids._buf, ids)
+        self.backend.write(self.position._buf, np.array([position], dtype=np.int64))
+        return self.captured().numpy()
+
+
 @gc.no_grad()
-def generate_batch(model, prompts: list, params: SamplingParams, on_token=None):
+def generate_batch(model, prompts: list, params: SamplingParams, on_token=None, static: bool | None = None):
     """Generate for several prompts of the same length at once.
 
     Returns (list of generated id lists, list of stop reasons). `on_token(row, token_id)` is
-    called as each token is produced (for streaming).
+    called as each token is produced (for streaming). static: decode through StaticKVCaches and a
+    replayed CUDA graph (see _Decoder); None = on CUDA devices.
     """
     lengths = {len(p) for p in prompts}
     if len(lengths) != 1:
@@ -93,10 +132,12 @@ def generate_batch(model, prompts: list, params: SamplingParams, on_token=None):
     logits = model(gc.tensor(np.array(prompts, dtype=np.int64), device=device), caches=caches)[:, -1]
     _realize_step(logits, caches)
     position = prompt_len  # where the next fed token sits
+    decoder = _Decoder(model, caches, len(prompts), position, device,
+                       static=device.startswith("cuda") if static is None else static)
+    rows = logits.float().numpy()
     out = [[] for _ in prompts]
     reasons = [None] * len(prompts)
     while True:
-        rows = logits.float().numpy()
         next_ids = []
         for r, row in enumerate(rows):
             if reasons[r] is not None:
@@ -117,14 +158,12 @@ def generate_batch(model, prompts: list, params: SamplingParams, on_token=None):
         if position >= context:  # the next token would sit past the trained context
             reasons = [reason or StopReason.CONTEXT for reason in reasons]
             break
-        x = gc.tensor(np.array(next_ids, dtype=np.int64).reshape(-1, 1), device=device)
-        logits = model(x, caches=caches, start=position)[:, -1]
+        rows = decoder.step(next_ids, position)
         position += 1
-        _realize_step(logits, caches)
     return out, reasons
 
 
-def generate(model, prompts: list, params: SamplingParams, on_token=None):
+def generate(model, prompts: list, params: SamplingParams, on_token=None, static: bool | None = None):
     """Generate for prompts of any lengths: prompts of equal length are batched together."""
     results, reasons = [None] * len(prompts), [None] * len(prompts)
     by_length: dict[int, list[int]] = {}
@@ -132,7 +171,7 @@ def generate(model, prompts: list, params: SamplingParams, on_token=None):
         by_length.setdefault(len(p), []).append(i)
     for indices in by_length.values():
         callback = None if on_token is None else (lambda r, t, idx=indices: on_token(idx[r], t))
-        out, why = generate_batch(model, [prompts[i] for i in indices], params, callback)
+        out, why = generate_batch(model, [prompts[i] for i in indices], params, callback, static)
         for i, o, w in zip(indices, out, why):
             results[i], reasons[i] = o, w
     return results, reasons

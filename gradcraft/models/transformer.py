@@ -15,6 +15,7 @@ from gradcraft.nn.layers import Dropout, Embedding, LayerNorm, Linear, RMSNorm
 from gradcraft.nn.module import Module, ModuleList, Parameter
 from gradcraft.ops.creation import arange, ones
 from gradcraft.ops.function import is_grad_enabled
+from gradcraft.ops import elementwise as ew
 from gradcraft.ops.movement import cat
 
 
@@ -56,6 +57,40 @@ class KVCache:
         return 0 if self.k is None else self.k.shape[2]
 
 
+class StaticKVCache:
+    """Keys and values of the whole context in fixed buffers, (B, Hkv, L, D) each, written in place at
+    `position` (a one-element int64 tensor that the caller advances between steps). Every decoding
+    step then has the same shapes and reads and writes the same buffers, so a CUDA graph captured
+    from one step replays all the others (inference/generate.py). Attention reads all L positions,
+    masked to the filled ones. For one new token per step, and layers without a window."""
+
+    def __init__(self, k, v, position):
+        self.k, self.v, self.position = k, v, position
+        self.writes = []
+
+    @classmethod
+    def from_cache(cls, cache: KVCache, length: int, position):
+        """The contents of a (prefilled) KVCache, padded to `length` positions."""
+        pad = (0, 0, 0, length - cache.k.shape[2])
+        return cls(F.pad(cache.k, pad).realize(), F.pad(cache.v, pad).realize(), position)
+
+    def extend(self, k, v):
+        """Write this step's keys/values (B, Hkv, 1, D) at `position`; returns the whole buffers' new
+        contents, and keeps the in-place writes (realize `tensors()` with the step)."""
+        slots = arange(self.k.shape[2], device=self.k.device)
+        here = (slots == self.position).reshape(1, 1, -1, 1)
+        k, v = ew.where(here, k, self.k), ew.where(here, v, self.v)
+        self.writes = [self.k.assign(k), self.v.assign(v)]
+        return k, v
+
+    def visible(self):
+        """(1, 1, 1, L) bool: the positions written so far, this step's included."""
+        return (arange(self.k.shape[2], device=self.k.device) <= self.position).reshape(1, 1, 1, -1)
+
+    def tensors(self) -> list:
+        return self.writes
+
+
 class Attention(Module):
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
@@ -77,6 +112,10 @@ class Attention(Module):
             cos, sin = rope
             q = F.rotary_embedding(q, cos, sin)
             k = F.rotary_embedding(k, cos, sin)
+        if isinstance(cache, StaticKVCache):
+            k, v = cache.extend(k, v)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=cache.visible())
+            return self.dropout(self.proj(y.transpose(1, 2).reshape(B, T, H * D)))
         if cache is not None:
             k, v = cache.extend(k, v)
         window = self.window
@@ -193,15 +232,19 @@ class Transformer(Module):
         return self._rope_cache[key]
 
     def forward(self, idx, targets=None, caches: list | None = None, label_smoothing: float = 0.0,
-                compute_dtype=None, start: int | None = None):
+                compute_dtype=None, start: int | None = None, position=None):
         """idx (B, T) token ids -> logits (B, T, V); with targets, (logits, mean cross-entropy loss).
 
         With `caches` (one KVCache per layer, see `new_caches`), idx holds only the new tokens and
         positions continue from `start` (default: what the caches hold; pass it when sliding-window
         caches keep fewer positions than were seen). `compute_dtype=gc.bfloat16` runs the
         activations and matmuls in bf16 over fp32 weights (mixed precision); the loss is fp32.
+        With StaticKVCaches (`static_caches`), `position` is the one-element int64 tensor of the new
+        token's position (a device value, so that the step can be replayed as a CUDA graph).
         """
         B, T = idx.shape
+        if position is not None:
+            return self._forward_at(idx, caches, position, compute_dtype)
         if start is None:
             start = caches[0].seen if caches else 0
         if start + T > self.config.seq_len and self.config.positions == "learned":
@@ -233,6 +276,32 @@ class Transformer(Module):
                 self.last_losses[f"moe{i}_z"] = layer.aux["z"]
                 loss = loss + self.config.moe_balance * layer.aux["balance"] + self.config.moe_zloss * layer.aux["z"]
         return logits, loss
+
+    def _forward_at(self, idx, caches, position, compute_dtype):
+        """One token per sequence at the device-held `position`, through StaticKVCaches: logits (B, 1, V)."""
+        x = self.tok_emb(idx)  # (B, 1, C)
+        rope = None
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(position)
+        else:
+            cos, sin = self.rope_tables(0, self.config.seq_len, idx.device)
+            rope = (cos[position], sin[position])  # (1, D/2): gathered on the device
+        if compute_dtype is not None:
+            x = x.to(compute_dtype)
+        for block, cache in zip(self.blocks, caches):
+            x = block(x, rope, cache)
+        x = self.norm(x)
+        weight = self.tok_emb.weight if self.lm_head is None else self.lm_head.weight
+        return x @ weight.to(x.dtype).mT
+
+    def static_caches(self, caches: list, position) -> list | None:
+        """StaticKVCaches holding what prefilled KVCaches hold, for decoding at `position`; None for
+        models they cannot serve (sliding windows, mixture-of-experts layers, whose routing reads
+        counts on the host)."""
+        cfg = self.config
+        if any(cfg.layer_window(i) for i in range(cfg.n_layers)) or self.moe_layers():
+            return None
+        return [StaticKVCache.from_cache(c, cfg.seq_len, position) for c in caches]
 
     def moe_layers(self) -> list:
         """(layer index, MoE module) of every mixture-of-experts layer."""

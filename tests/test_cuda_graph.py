@@ -135,6 +135,10 @@ def test_decoding_replays_one_graph_per_token(family):
     _, growing = _decode_logits(model, prompts, 30, static=False, device="cuda")
     decoder, replayed = _decode_logits(model, prompts, 30, static=True, device="cuda")
     assert decoder.captured.graph is not None  # captured after the warm-up steps, replayed since
+    decoder.close()
     np.testing.assert_allclose(np.array(replayed), np.array(growing), rtol=1e-4, atol=1e-4)
     greedy = SamplingParams(max_tokens=30)
+    backend = gc.device.get_backend("cuda:0")
+    graphs = len(backend._graph_memory)
     assert generate(model, prompts, greedy, static=True) == generate(model, prompts, greedy, static=False)
+    assert len(backend._graph_memory) == graphs  # each generation releases its graph and memory

@@ -42,3 +42,9 @@ class CapturedStep:
         self.backend.replay(self.graph)
         self.runs += 1
         return self.outputs
+
+    def close(self) -> None:
+        """Release the graph and its memory (a step that will not run again)."""
+        if self.graph is not None:
+            self.backend.release_graph(self.graph)
+        self.graph = self.outputs = None

@@ -95,6 +95,10 @@ class _Decoder:
         gc.realize(logits, *[t for c in self.static for t in c.tensors()])
         return logits
 
+    def close(self) -> None:
+        if self.static is not None:
+            self.captured.close()  # a captured graph holds its own memory until released
+
     def step(self, next_ids: list, position: int) -> np.ndarray:
         """Logits (B, V) after feeding next_ids at `position`."""
         ids = np.array(next_ids, dtype=np.int64).reshape(-1, 1)
@@ -135,6 +139,13 @@ def generate_batch(model, prompts: list, params: SamplingParams, on_token=None, 
     decoder = _Decoder(model, caches, len(prompts), position, device,
                        static=device.startswith("cuda") if static is None else static)
     rows = logits.float().numpy()
+    try:
+        return _decode_loop(decoder, rows, position, prompts, params, rngs, on_token, context)
+    finally:
+        decoder.close()
+
+
+def _decode_loop(decoder, rows, position, prompts, params, rngs, on_token, context):
     out = [[] for _ in prompts]
     reasons = [None] * len(prompts)
     while True:

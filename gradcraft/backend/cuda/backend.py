@@ -428,6 +428,11 @@ class CUDABackend(Backend):
         self._graph_memory[id(graph)] = (graph, pool, stream)  # the graph's memory lives as long as it
         return result, graph
 
+    def release_graph(self, graph) -> None:
+        """Forget a captured graph: its private pool goes with it once nothing else holds its arrays
+        (a generation's decoding graph, when the generation ends)."""
+        self._graph_memory.pop(id(graph), None)
+
     def memory_info(self) -> dict:
         """CuPy's default pool plus the private pools of captured graphs. Pools never give memory back
         while the process runs, so `reserved_bytes` is also the peak; a steady loop (eager after its

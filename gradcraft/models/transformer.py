@@ -13,9 +13,9 @@ from gradcraft.models.moe import MoE
 from gradcraft.nn import init
 from gradcraft.nn.layers import Dropout, Embedding, LayerNorm, Linear, RMSNorm
 from gradcraft.nn.module import Module, ModuleList, Parameter
+from gradcraft.ops import elementwise as ew
 from gradcraft.ops.creation import arange, ones
 from gradcraft.ops.function import is_grad_enabled
-from gradcraft.ops import elementwise as ew
 from gradcraft.ops.movement import cat
 
 
@@ -244,6 +244,10 @@ class Transformer(Module):
         """
         B, T = idx.shape
         if position is not None:
+            if T != 1 or targets is not None or not caches:
+                raise UserError("position= decodes one new token per sequence through static caches "
+                                f"(got {T} tokens{', targets' if targets is not None else ''}); "
+                                "use start= for the growing caches")
             return self._forward_at(idx, caches, position, compute_dtype)
         if start is None:
             start = caches[0].seen if caches else 0

@@ -367,6 +367,7 @@ def test_half_binary_fast_path(gpu, dtype):
         check(gpu, op, a, b)
         check(gpu, op, a, s)
         check(gpu, op, a, b[:1])  # broadcasting: CuPy's path
+        check(gpu, op, a, b[0])  # a bias along the last axis: the one-pass kernel (b repeats)
 
 
 def test_assign_and_logical_not(gpu):

@@ -55,6 +55,30 @@ def test_static_cache_decoding_equals_the_growing_cache(family):
     np.testing.assert_allclose(np.array(static), np.array(growing), rtol=1e-4, atol=1e-5)
 
 
+def test_static_caches_are_freed_when_generation_ends(monkeypatch):
+    """A server runs generation after generation: the whole-context caches of one must be gone when
+    it returns, without waiting for Python's cycle collector."""
+    import gc as python_gc
+    import weakref
+
+    from gradcraft.models import transformer
+    model = Transformer(small_config("llama_gqa", seq_len=24))
+    made = []
+    plain = transformer.StaticKVCache.from_cache.__func__
+
+    def tracked(cls, *args):
+        cache = plain(cls, *args)
+        made.append(weakref.ref(cache))
+        return cache
+    monkeypatch.setattr(transformer.StaticKVCache, "from_cache", classmethod(tracked))
+    python_gc.disable()
+    try:
+        generate(model, [[1, 2, 3]], SamplingParams(max_tokens=6), static=True)
+    finally:
+        python_gc.enable()
+    assert made and all(ref() is None for ref in made)
+
+
 def test_batched_generation_equals_one_by_one():
     cfg = small_config("llama_gqa", seq_len=40)
     model = Transformer(cfg)

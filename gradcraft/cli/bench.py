@@ -47,7 +47,8 @@ def run(args) -> int:
     from gradcraft.models import Transformer, describe, preset
 
     device = canonical(args.device)
-    if min(args.batch, args.steps, args.rounds, args.threads or 1, args.seq or 1) < 1 or args.warmup < 0:
+    optional = [v for v in (args.threads, args.seq) if v is not None]
+    if min(args.batch, args.steps, args.rounds, *optional) < 1 or args.warmup < 0:
         raise UserError("--batch, --steps, --rounds, --seq and --threads must be positive, --warmup at least 0")
     sides = [args.only] if args.only else ["gradcraft", "pytorch"]
     torch = _check_torch(device) if "pytorch" in sides else None

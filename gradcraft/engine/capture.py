@@ -37,14 +37,14 @@ class CapturedStep:
             try:
                 self.outputs, self.graph = self.backend.capture(self.step)
             except Exception as e:  # e.g. a host synchronisation inside the step
-                raise UserError(f"this training step cannot be captured as a CUDA graph ({e}); "
-                                "run it without graph capture") from None
+                raise UserError(f"this step cannot be captured as a CUDA graph ({e})") from None
         self.backend.replay(self.graph)
         self.runs += 1
         return self.outputs
 
     def close(self) -> None:
-        """Release the graph and its memory (a step that will not run again)."""
+        """Release the graph and its memory (a step that will not run again), and the step function
+        (often a bound method of an object holding this one: a cycle that would keep both alive)."""
         if self.graph is not None:
             self.backend.release_graph(self.graph)
-        self.graph = self.outputs = None
+        self.graph = self.outputs = self.step = None

@@ -81,7 +81,7 @@ class _Decoder:
     """
 
     def __init__(self, model, caches, batch: int, position: int, device: str, static: bool):
-        self.model, self.caches, self.device, self.static = model, caches, device, None
+        self.model, self.caches, self.device, self.static, self.captured = model, caches, device, None, None
         if static:
             self.position = gc.tensor(np.array([position], dtype=np.int64), device=device).realize()
             self.static = model.static_caches(caches, self.position)
@@ -96,8 +96,11 @@ class _Decoder:
         return logits
 
     def close(self) -> None:
-        if self.static is not None:
+        if self.captured is not None:
             self.captured.close()  # a captured graph holds its own memory until released
+        # Drop the whole-context caches now (not at some later garbage collection): a server runs
+        # one generation after another.
+        self.captured = self.static = self.caches = None
 
     def step(self, next_ids: list, position: int) -> np.ndarray:
         """Logits (B, V) after feeding next_ids at `position`."""
@@ -108,7 +111,14 @@ class _Decoder:
             return logits.float().numpy()
         self.backend.write(self.ids._buf, ids)
         self.backend.write(self.position._buf, np.array([position], dtype=np.int64))
-        return self.captured().numpy()
+        if self.captured is None:
+            return self._static_step().numpy()
+        try:
+            return self.captured().numpy()
+        except UserError:  # the step cannot be captured here: run it eagerly (same results, slower)
+            self.captured.close()
+            self.captured = None
+            return self._static_step().numpy()
 
 
 @gc.no_grad()

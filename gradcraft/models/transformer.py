@@ -75,13 +75,13 @@ class StaticKVCache:
         return cls(F.pad(cache.k, pad).realize(), F.pad(cache.v, pad).realize(), position)
 
     def extend(self, k, v):
-        """Write this step's keys/values (B, Hkv, 1, D) at `position`; returns the whole buffers' new
-        contents, and keeps the in-place writes (realize `tensors()` with the step)."""
+        """Write this step's keys/values (B, Hkv, 1, D) at `position`; returns the written buffers
+        (realize `tensors()` with the step). Attention reads the writes themselves, so each layer's
+        new full-size contents are freed right after being written, not at the end of the step."""
         slots = arange(self.k.shape[2], device=self.k.device)
         here = (slots == self.position).reshape(1, 1, -1, 1)
-        k, v = ew.where(here, k, self.k), ew.where(here, v, self.v)
-        self.writes = [self.k.assign(k), self.v.assign(v)]
-        return k, v
+        self.writes = [self.k.assign(ew.where(here, k, self.k)), self.v.assign(ew.where(here, v, self.v))]
+        return tuple(self.writes)
 
     def visible(self):
         """(1, 1, 1, L) bool: the positions written so far, this step's included."""

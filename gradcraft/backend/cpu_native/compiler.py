@@ -105,6 +105,18 @@ def build(compiler: str, flags=FLAGS) -> Path:
     return target
 
 
+def _load(compiler: str, flags):
+    """(path, loaded library) built with these flags; a cached file that does not load (damaged by a
+    crash or a full disk) is built again."""
+    path = build(compiler, flags)
+    try:
+        return path, ctypes.CDLL(str(path))
+    except OSError:
+        path.unlink(missing_ok=True)
+        path = build(compiler, flags)
+        return path, ctypes.CDLL(str(path))
+
+
 @functools.lru_cache(maxsize=None)
 def library():
     """The loaded kernels (a ctypes.CDLL with its signatures set), or None when they cannot be had;
@@ -119,15 +131,9 @@ def library():
         return None
     try:
         try:
-            path = build(compiler)
-        except RuntimeError:
-            path = build(compiler, _BASIC_FLAGS)  # e.g. a compiler that has no -march=native
-        try:
-            lib = ctypes.CDLL(str(path))
-        except OSError:  # a damaged file in the cache (a crash mid-copy, a full disk): build it again
-            path.unlink(missing_ok=True)
-            path = build(compiler)
-            lib = ctypes.CDLL(str(path))
+            path, lib = _load(compiler, FLAGS)
+        except (RuntimeError, OSError):
+            path, lib = _load(compiler, _BASIC_FLAGS)  # e.g. a compiler that has no -march=native
     except (RuntimeError, OSError, subprocess.SubprocessError) as e:
         _status = f"compiling {SOURCE.name} failed ({e}): NumPy kernels"
         return None

@@ -80,8 +80,9 @@ def kernels(reference: dict, empty) -> dict:
         _over_rows(lambda a, b: lib.gelu_backward_f32(_ptr(x), _ptr(g), _ptr(out), tanh_form, a, b), x.size, 1)
         return out
 
-    def last_axis(name):
-        """softmax / log_softmax (forward: (x, axis)) or their gradients ((y, g, axis)) over the last axis."""
+    def last_axis(name, *extra):
+        """softmax / log_softmax (forward: (x, axis)) or their gradients ((y, g, axis)) over the last axis;
+        `extra` arguments go to the C kernel after the row length."""
         kernel = getattr(lib, f"{name}_f32")
 
         def run(*args, **kwargs):
@@ -92,7 +93,8 @@ def kernels(reference: dict, empty) -> dict:
                 return reference[name](*arrays, axis=axis)
             n = x.shape[-1]
             out = empty(x.shape, _F32)
-            _over_rows(lambda a, b: kernel(*[_ptr(v) for v in arrays], _ptr(out), n, a, b), x.size // max(n, 1), n)
+            _over_rows(lambda a, b: kernel(*[_ptr(v) for v in arrays], _ptr(out), n, *extra, a, b),
+                       x.size // max(n, 1), n)
             return out
         return run
 
@@ -196,7 +198,7 @@ def kernels(reference: dict, empty) -> dict:
             return reference["masked_softmax_backward"](p, g, scale=scale)
         S = p.shape[-1]
         out = empty(p.shape, _F32)
-        _over_rows(lambda a, b: lib.masked_softmax_backward_f32(_ptr(p), _ptr(g), _ptr(out), S, scale, a, b),
+        _over_rows(lambda a, b: lib.softmax_backward_f32(_ptr(p), _ptr(g), _ptr(out), S, scale, a, b),
                    p.size // max(S, 1), S)
         return out
 
@@ -214,8 +216,8 @@ def kernels(reference: dict, empty) -> dict:
         return out
 
     return {"gelu": gelu, "gelu_backward": gelu_backward,
-            **{name: last_axis(name)
-               for name in ("softmax", "softmax_backward", "log_softmax", "log_softmax_backward")},
+            "softmax": last_axis("softmax"), "softmax_backward": last_axis("softmax_backward", 1.0),
+            "log_softmax": last_axis("log_softmax"), "log_softmax_backward": last_axis("log_softmax_backward"),
             "silu": silu, "silu_backward": silu_backward, "swiglu": swiglu, "swiglu_backward": swiglu_backward,
             "rms_norm": rms_norm, "rms_norm_backward": rms_norm_backward, "layer_norm": layer_norm,
             "layer_norm_backward": layer_norm_backward, "cross_entropy": cross_entropy,

@@ -28,7 +28,7 @@ SIGNATURES = {  # argument types of every kernel in kernels.c (all return void)
     "gelu_f32": (_P, _P, ctypes.c_int, _I, _I),
     "gelu_backward_f32": (_P, _P, _P, ctypes.c_int, _I, _I),
     "softmax_f32": (_P, _P, _I, _I, _I),
-    "softmax_backward_f32": (_P, _P, _P, _I, _I, _I),
+    "softmax_backward_f32": (_P, _P, _P, _I, _F, _I, _I),
     "log_softmax_f32": (_P, _P, _I, _I, _I),
     "log_softmax_backward_f32": (_P, _P, _P, _I, _I, _I),
     "swiglu_f32": (_P, _P, _I, _I, _I),
@@ -40,7 +40,6 @@ SIGNATURES = {  # argument types of every kernel in kernels.c (all return void)
     "cross_entropy_f32": (_P, _P, _P, _I, _I, _F, _I, _I),
     "cross_entropy_backward_f32": (_P, _P, _P, _P, _I, _I, _F, _I, _I),
     "masked_softmax_f32": (_P, _P, _I, _I, _F, ctypes.c_int, _I, _I, _I),
-    "masked_softmax_backward_f32": (_P, _P, _P, _I, _F, _I, _I),
     "rope_f32": (_P, _P, _P, _P, _P, _I, _I, _I, ctypes.c_int, _I, _I),
     "adamw_f32": (_P, _P, _P, _P, _I, _F, _F, _F, _F, _F, _F, _F),
 }

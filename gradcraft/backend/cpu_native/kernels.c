@@ -259,8 +259,9 @@ void softmax_f32(const float *x, float *out, i64 n, i64 lo, i64 hi) {
     }
 }
 
-/* dx = y (g - sum(g y)) for y = softmax(x). */
-void softmax_backward_f32(const float *y, const float *g, float *out, i64 n, i64 lo, i64 hi) {
+/* dx = y (g - sum(g y)) scale for y = softmax(x * scale): softmax's gradient (scale 1) and the
+   attention weights' (masked_softmax_f32's scale; masked positions have y = 0). */
+void softmax_backward_f32(const float *y, const float *g, float *out, i64 n, float scale, i64 lo, i64 hi) {
     for (i64 r = lo; r < hi; r++) {
         const float *yr = y + r * n, *gr = g + r * n;
         float *o = out + r * n;
@@ -268,7 +269,7 @@ void softmax_backward_f32(const float *y, const float *g, float *out, i64 n, i64
 #pragma omp simd reduction(+ : dot)
         for (i64 j = 0; j < n; j++) dot += gr[j] * yr[j];
 #pragma omp simd
-        for (i64 j = 0; j < n; j++) o[j] = yr[j] * (gr[j] - dot);
+        for (i64 j = 0; j < n; j++) o[j] = yr[j] * (gr[j] - dot) * scale;
     }
 }
 
@@ -377,19 +378,6 @@ void masked_softmax_f32(const float *scores, float *out, i64 T, i64 S, float sca
             for (i64 j = 0; j < first; j++) o[j] = 0.0f;
             for (i64 j = end; j < S; j++) o[j] = 0.0f;
         }
-    }
-}
-
-/* d scores = p (g - sum(g p)) scale, per row of S. */
-void masked_softmax_backward_f32(const float *p, const float *g, float *out, i64 S, float scale, i64 lo, i64 hi) {
-    for (i64 r = lo; r < hi; r++) {
-        const float *pr = p + r * S, *gr = g + r * S;
-        float *o = out + r * S;
-        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-        for (i64 j = 0; j < S; j++) dot += gr[j] * pr[j];
-#pragma omp simd
-        for (i64 j = 0; j < S; j++) o[j] = pr[j] * (gr[j] - dot) * scale;
     }
 }
 

@@ -269,11 +269,8 @@ def time_pair(run_ours, run_torch, repeat, warmup):
 def main():
     args = parse_args()
     threads = args.threads or len(os.sched_getaffinity(0))
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    import torch
-    from threadpoolctl import threadpool_limits
-    torch.set_num_threads(threads)
-    threadpool_limits(threads)
+    from gradcraft.benchmarks import limit_threads
+    torch = limit_threads(threads)
     import gradcraft as gc
     from gradcraft.backend import cpu
 

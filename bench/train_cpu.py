@@ -104,11 +104,8 @@ def kernel_breakdown(cfg, weights, args) -> None:
 def main():
     args = parse_args()
     threads = args.threads or len(os.sched_getaffinity(0))
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    import torch
-    from threadpoolctl import threadpool_limits
-    torch.set_num_threads(threads)
-    threadpool_limits(threads)
+    from gradcraft.benchmarks import limit_threads
+    torch = limit_threads(threads)
     from gradcraft.backend import cpu_native
     from gradcraft.benchmarks.training import Setup, compare, initial_weights, report
     from gradcraft.models import Transformer, describe, preset

@@ -4,3 +4,21 @@ PyTorch is imported only when a benchmark runs its PyTorch side: `import gradcra
 torch_reference.py is the independent PyTorch implementation of our decoder that both the tests
 (as the oracle of the models) and the benchmarks (as the eager-PyTorch side) use.
 """
+
+
+def limit_threads(threads: int):
+    """Give both engines the same CPU threads: PyTorch's (and OpenMP's), and NumPy's BLAS (via
+    threadpoolctl when installed). Returns the torch module, or None when PyTorch is not installed."""
+    import os
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    try:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(threads, user_api="blas")
+    except ImportError:
+        pass
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(threads)
+    return torch

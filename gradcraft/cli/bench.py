@@ -54,13 +54,8 @@ def run(args) -> int:
     torch = _check_torch(device) if "pytorch" in sides else None
     if device == "cpu":
         threads = args.threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
-        if torch is not None:
-            torch.set_num_threads(threads)
-        try:  # BLAS threads of NumPy (ours) to the same number
-            from threadpoolctl import threadpool_limits
-            threadpool_limits(threads, user_api="blas")
-        except ImportError:
-            pass
+        from gradcraft.benchmarks import limit_threads
+        limit_threads(threads)
     elif not is_available("cuda"):
         raise UserError("no usable CUDA device here (CuPy and an NVIDIA GPU are needed); use --device cpu")
     from gradcraft.benchmarks.training import Setup, compare, report

@@ -132,15 +132,27 @@ void swiglu_backward_f32(const float *h, const float *g, float *dh, i64 features
 
 /* ------------------------------------------------------------------ norms (rows of `features`) */
 
+/* 1 / sqrt(mean((x - center)^2) + eps) over a row of n: the norms' scale (center 0 for RMSNorm). */
+static inline float row_rstd(const float *x, i64 n, float center, float eps) {
+    float squares = 0.0f;
+#pragma omp simd reduction(+ : squares)
+    for (i64 j = 0; j < n; j++) squares += (x[j] - center) * (x[j] - center);
+    return 1.0f / sqrtf(squares / (float)n + eps);
+}
+
+static inline float row_mean(const float *x, i64 n) {
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (i64 j = 0; j < n; j++) sum += x[j];
+    return sum / (float)n;
+}
+
 /* y = x / sqrt(mean(x^2) + eps) * weight (weight may be NULL). */
 void rms_norm_f32(const float *x, const float *weight, float *out, i64 features, float eps, i64 lo, i64 hi) {
     for (i64 r = lo; r < hi; r++) {
         const float *xr = x + r * features;
         float *o = out + r * features;
-        float squares = 0.0f;
-#pragma omp simd reduction(+ : squares)
-        for (i64 j = 0; j < features; j++) squares += xr[j] * xr[j];
-        float rstd = 1.0f / sqrtf(squares / (float)features + eps);
+        float rstd = row_rstd(xr, features, 0.0f, eps);
         if (weight) {
 #pragma omp simd
             for (i64 j = 0; j < features; j++) o[j] = xr[j] * rstd * weight[j];
@@ -160,10 +172,7 @@ void rms_norm_backward_f32(const float *x, const float *weight, const float *g, 
         const float *xr = x + r * features, *gr = g + r * features;
         float *d = dx + r * features;
         float *dw = dweight_partials ? dweight_partials + (r / block_rows) * features : 0;
-        float squares = 0.0f, proj = 0.0f;
-#pragma omp simd reduction(+ : squares)
-        for (i64 j = 0; j < features; j++) squares += xr[j] * xr[j];
-        float rstd = 1.0f / sqrtf(squares / (float)features + eps);
+        float rstd = row_rstd(xr, features, 0.0f, eps), proj = 0.0f;
 #pragma omp simd reduction(+ : proj)
         for (i64 j = 0; j < features; j++) proj += gr[j] * (weight ? weight[j] : 1.0f) * xr[j];
         proj *= rstd / (float)features; /* mean(dxhat xhat) */
@@ -185,13 +194,7 @@ void layer_norm_f32(const float *x, const float *weight, const float *bias, floa
     for (i64 r = lo; r < hi; r++) {
         const float *xr = x + r * features;
         float *o = out + r * features;
-        float sum = 0.0f, squares = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (i64 j = 0; j < features; j++) sum += xr[j];
-        float mean = sum / (float)features;
-#pragma omp simd reduction(+ : squares)
-        for (i64 j = 0; j < features; j++) squares += (xr[j] - mean) * (xr[j] - mean);
-        float rstd = 1.0f / sqrtf(squares / (float)features + eps);
+        float mean = row_mean(xr, features), rstd = row_rstd(xr, features, mean, eps);
 #pragma omp simd
         for (i64 j = 0; j < features; j++)
             o[j] = (xr[j] - mean) * rstd * (weight ? weight[j] : 1.0f) + (bias ? bias[j] : 0.0f);
@@ -208,13 +211,8 @@ void layer_norm_backward_f32(const float *x, const float *weight, const float *g
         float *d = dx + r * features;
         float *dw = dweight_partials + (r / block_rows) * features;
         float *db = dbias_partials + (r / block_rows) * features;
-        float sum = 0.0f, squares = 0.0f, dsum = 0.0f, proj = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (i64 j = 0; j < features; j++) sum += xr[j];
-        float mean = sum / (float)features;
-#pragma omp simd reduction(+ : squares)
-        for (i64 j = 0; j < features; j++) squares += (xr[j] - mean) * (xr[j] - mean);
-        float rstd = 1.0f / sqrtf(squares / (float)features + eps);
+        float mean = row_mean(xr, features), rstd = row_rstd(xr, features, mean, eps);
+        float dsum = 0.0f, proj = 0.0f;
 #pragma omp simd reduction(+ : dsum, proj)
         for (i64 j = 0; j < features; j++) {
             float dxhat = gr[j] * (weight ? weight[j] : 1.0f);

@@ -79,5 +79,6 @@ def release_graph(order) -> None:
     """After backward: realized intermediates become constants, freeing the graph behind them."""
     for t in order:
         if t._node is not None and t._buf is not None:
+            t._node.saved = ()  # (saved outputs point back at their node: drop the cycle now)
             t._node = None
             t._requires_grad = False

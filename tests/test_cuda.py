@@ -183,6 +183,22 @@ def test_cross_entropy(gpu, N, C, smoothing, dtype):
     check(gpu, "cross_entropy_backward", logits, target, g, ignore_index=-100, label_smoothing=smoothing)
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("N,C,W", [(7, 50257, 50304), (9, 61, 64), (4, 1, 64)])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_cross_entropy_valid_classes(gpu, N, C, W, smoothing, dtype):
+    """A padded vocabulary: only the first C of W columns are classes, the padding gets gradient 0."""
+    r = rng()
+    logits = randn((N, W), dtype, r, scale=2)
+    logits[:, C:] = 50  # padding that would dominate the softmax if it were read
+    target = r.integers(0, C, size=N).astype(np.int64)
+    target[::3] = -100  # ignored rows
+    g = randn((N,), dtype, r)
+    attrs = dict(ignore_index=-100, label_smoothing=smoothing, valid_classes=C)
+    check(gpu, "cross_entropy", logits, target, **attrs)
+    check(gpu, "cross_entropy_backward", logits, target, g, **attrs)  # padding: 0 on both, not the poison
+
+
 def test_cross_entropy_with_grad_one_launch(gpu):
     import cupy as cp
     r = rng()
@@ -254,6 +270,161 @@ def test_embedding(gpu, V, D, idx_shape, dtype):
     check(gpu, "embedding_backward", idx, g, num_embeddings=V)
 
 
+# ---------------------------------------------------------------- row kernels: every layout, both accesses
+
+# Widths that reach every layout of the row kernels (nn._layout): a row per warp up to 1024 values, a
+# row per block in registers up to 16 values a thread (norm backward: 8192 values), a row per block
+# read from memory beyond; each with 16-byte accesses (width a multiple of 16 / itemsize) and with
+# single values (other widths, and the misaligned copies below). Enough rows that the backward's
+# warps and blocks each take several (its grid is a few blocks per SM).
+ROW_WIDTHS = {1: 5, 33: 3000, 768: 3000, 1000: 2500, 1032: 1500, 1100: 1400, 4097: 500, 8200: 300, 16512: 3,
+              20001: 3}
+HALF_AND_ALL = FLOATS + [np.float64, np.float16]
+
+
+def misaligned(gpu, a):
+    """A contiguous CUDA copy of numpy `a` starting one element past an aligned address (scalar kernels)."""
+    import cupy as cp
+    buf = cp.empty(a.size + 1, dtype=a.dtype)
+    view = buf[1:].reshape(a.shape)
+    view[...] = gpu.from_numpy(a)
+    return view
+
+
+def check_both_alignments(gpu, op, *args, tol_scale=1.0, **attrs):
+    """check(), then again with every float array of more than one value passed as a misaligned copy."""
+    check(gpu, op, *args, tol_scale=tol_scale, **attrs)
+    expected = cpu().reference_kernels[op](*args, **attrs)
+    moved = [misaligned(gpu, a) if isinstance(a, np.ndarray) and a.size > 1 and (a.dtype.kind == "f" or a.dtype == BF16)
+             else gpu.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args]
+    got = gpu.run(op, moved, attrs)
+    if isinstance(expected, tuple):
+        for i, (g, e) in enumerate(zip(got, expected)):
+            if e is not None:
+                close(gpu.to_numpy(g), e, scale=tol_scale, what=f"{op} output {i} (misaligned inputs)")
+    else:
+        close(gpu.to_numpy(got), expected, scale=tol_scale, what=f"{op} (misaligned inputs)")
+
+
+@pytest.mark.parametrize("dtype", HALF_AND_ALL)
+@pytest.mark.parametrize("width", list(ROW_WIDTHS))
+def test_softmax_layouts(gpu, width, dtype):
+    r = rng()
+    x = randn((ROW_WIDTHS[width], width), dtype, r, scale=3)
+    g = randn(x.shape, dtype, r)
+    for op in ("softmax", "log_softmax"):
+        y = np.asarray(cpu().run(op, [x], {"axis": -1}))
+        check_both_alignments(gpu, op, x, axis=-1)
+        check_both_alignments(gpu, f"{op}_backward", y, g, axis=-1)
+
+
+@pytest.mark.parametrize("dtype", HALF_AND_ALL)
+@pytest.mark.parametrize("width", [w for w in ROW_WIDTHS if w > 1])
+def test_masked_softmax_layouts(gpu, width, dtype):
+    """Attention masking in every layout: causal, sliding window (few keys), bool and additive masks."""
+    r = rng()
+    T = 5
+    scores = randn((2, T, width), dtype, r, scale=3)
+    for causal, window in ((True, None), (False, 3), (True, 2)):
+        check(gpu, "masked_softmax", scores, scale=0.3, causal=causal, window=window)
+    keep = r.random((1, T, width)) < 0.7
+    keep[..., 0] = True
+    check_both_alignments(gpu, "masked_softmax", scores, keep, scale=0.3, causal=True, window=None)
+    check(gpu, "masked_softmax", scores, randn((2, 1, width), np.float32, r), scale=0.5, causal=False, window=None)
+    p = np.asarray(cpu().run("masked_softmax", [scores], {"scale": 0.3, "causal": True, "window": None}))
+    check_both_alignments(gpu, "masked_softmax_backward", p, randn(p.shape, dtype, r), scale=0.3)
+
+
+@pytest.mark.parametrize("dtype", HALF_AND_ALL)
+@pytest.mark.parametrize("width", [33, 1032, 1100, 20008, 20001])
+def test_causal_rows_skip_masked_keys(gpu, width, dtype):
+    """Rows 0..4 of a (T = S = width) causal matrix see keys 0..row: the kernels read only those."""
+    import cupy as cp
+    from gradcraft.backend.cuda import nn as cuda_nn
+    x = randn((5, width), dtype, scale=3)
+    rows, keys = np.arange(5)[:, None], np.arange(width)[None, :]
+    for window in (None, 2):
+        allowed = (keys <= rows) & ((keys > rows - window) if window else True)
+        w = np.where(allowed, x.astype(np.float64) * 0.7, -np.inf)
+        w -= w.max(axis=1, keepdims=True)
+        for log in (False, True):
+            expected = w - np.log(np.exp(w).sum(axis=1, keepdims=True)) if log else np.exp(w) / np.exp(w).sum(axis=1,
+                                                                                                       keepdims=True)
+            got = cuda_nn.softmax_rows(cp.asarray(x), 0.7, None, True, window, width, width, log)
+            close(cp.asnumpy(got), expected.astype(dtype), what=f"causal rows, window {window}, log {log}")
+
+
+@pytest.mark.parametrize("dtype", HALF_AND_ALL)
+@pytest.mark.parametrize("width", list(ROW_WIDTHS))
+def test_norm_layouts(gpu, width, dtype):
+    r = rng()
+    x = randn((ROW_WIDTHS[width], width), dtype, r, scale=2, shift=0.5)
+    g = randn(x.shape, dtype, r)
+    w, b = randn((width,), dtype, r), randn((width,), dtype, r)
+    # weight gradients sum thousands of rows: float32 sums in another order differ by ~1e-4 (bf16: rounding)
+    scale = {np.dtype(np.float32): 20.0, np.dtype(np.float64): 1.0}.get(np.dtype(dtype), 2.0)
+    check_both_alignments(gpu, "layer_norm", x, w, b, eps=1e-5, n_dims=1)
+    check_both_alignments(gpu, "layer_norm_backward", x, w, g, eps=1e-5, n_dims=1, tol_scale=scale)
+    check_both_alignments(gpu, "rms_norm", x, w, eps=1e-6, n_dims=1)
+    check_both_alignments(gpu, "rms_norm_backward", x, w, g, eps=1e-6, n_dims=1, tol_scale=scale)
+    if dtype != np.float32:  # float32 weights with half/double x: read in the accumulator type
+        w32, b32 = randn((width,), np.float32, r), randn((width,), np.float32, r)
+        check(gpu, "layer_norm", x, w32, b32, eps=1e-5, n_dims=1)
+        check(gpu, "layer_norm_backward", x, w32, g, eps=1e-5, n_dims=1, tol_scale=scale)
+
+
+@pytest.mark.parametrize("dtype", HALF_AND_ALL)
+@pytest.mark.parametrize("n", [7, 8, 4099])
+def test_activation_accesses(gpu, n, dtype):
+    """16-byte accesses with a tail (n % 8), and misaligned arrays (one value at a time)."""
+    x, g = randn((n,), dtype, scale=3), randn((n,), dtype)
+    for approximate in ("none", "tanh"):
+        check_both_alignments(gpu, "gelu", x, approximate=approximate)
+        check_both_alignments(gpu, "gelu_backward", x, g, approximate=approximate)
+    check_both_alignments(gpu, "silu", x)
+    check_both_alignments(gpu, "silu_backward", x, g)
+
+
+@pytest.mark.parametrize("dtype", HALF_AND_ALL)
+def test_activation_extremes(gpu, dtype):
+    x = np.array([-np.inf, -200, -90, -88, -50, -20, -10, -5, -1e-3, 0, 1e-3, 5, 10, 20, 88, 200, np.inf, np.nan] * 2,
+                 dtype=dtype)
+    g = np.ones_like(x)
+    for approximate in ("none", "tanh"):
+        check(gpu, "gelu", x, approximate=approximate)
+        check(gpu, "gelu_backward", x, g, approximate=approximate)
+    check(gpu, "silu", x)
+    check(gpu, "silu_backward", x, g)
+
+
+@pytest.mark.parametrize("dtype", HALF_AND_ALL)
+@pytest.mark.parametrize("shape", [(7, 32), (3, 8192), (37, 160), (5, 66)])
+def test_swiglu_accesses(gpu, shape, dtype):
+    h, g = randn(shape, dtype, scale=3), randn(shape[:-1] + (shape[-1] // 2,), dtype)
+    check_both_alignments(gpu, "swiglu", h)
+    check_both_alignments(gpu, "swiglu_backward", h, g)
+
+
+@pytest.mark.parametrize("dtype", HALF_AND_ALL)
+@pytest.mark.parametrize("V,D", [(50257, 768), (40, 64), (9, 300), (60, 33)])
+def test_embedding_runs(gpu, V, D, dtype):
+    """The backward's chunks of 32 sorted positions: runs inside a chunk, across chunk boundaries, over
+    more than 32 chunks (the join kernel's ballot loop), and a Zipf-like token stream."""
+    r = rng()
+    idx = np.concatenate([np.full(5, 3), np.full(2100, V - 1), np.full(40, 1), np.full(32, 2), np.full(33, 0),
+                          r.integers(0, V, size=300)])
+    cases = [r.permutation(idx).reshape(2, -1), np.sort(idx)]
+    if V > 1000:  # a token stream: a few ids very often, most rarely
+        cases.append(np.minimum(r.zipf(1.2, size=(4, 1024)) - 1, V - 1))
+    weight = randn((V, D), dtype, r)
+    for ids in cases:
+        ids = ids.astype(np.int64)
+        g = randn(ids.shape + (D,), dtype, r)
+        check_both_alignments(gpu, "embedding", weight, ids)
+        # (runs of 2100 rows: float32 sums in another order differ by ~1e-4)
+        check_both_alignments(gpu, "embedding_backward", ids, g, num_embeddings=V, tol_scale=10.0)
+
+
 @pytest.mark.parametrize("dtype", FLOATS + [np.float64])
 @pytest.mark.parametrize("n,p", [(1, 0.5), (1000003, 0.1), (4097, 0.9)])
 def test_dropout_mask_matches_cpu_exactly(gpu, n, p, dtype):
@@ -303,6 +474,89 @@ def test_sdpa(gpu, case, dtype):
     extra = [mask] if mask is not None else []
     check(gpu, "sdpa", q, k, v, *extra, **attrs)
     check(gpu, "sdpa_backward", q, k, v, g, *extra, **attrs)
+
+
+# ---------------------------------------------------------------- flash attention (tensor cores)
+
+# (B, H, Hkv, T, S, D, causal, window): tile-aligned and ragged sizes, GQA ratios 1/2/4, windows that
+# skip whole tiles, queries aligned with the last T of S keys (a KV cache), T > S, one query (decoding).
+FLASH_CASES = [
+    (2, 4, 4, 64, 64, 64, True, None), (1, 4, 2, 100, 100, 64, True, None), (2, 8, 2, 77, 77, 128, True, None),
+    (1, 2, 2, 130, 130, 48, True, 40), (1, 3, 1, 33, 200, 64, True, None), (2, 2, 2, 1, 150, 32, True, None),
+    (1, 2, 2, 90, 70, 96, False, None), (1, 2, 1, 257, 257, 128, True, 64), (1, 2, 2, 129, 129, 64, False, 16),
+    (1, 4, 4, 300, 300, 48, True, None), (1, 2, 2, 200, 200, 128, False, None),
+]
+
+
+def rel_err(got, expected):
+    got, expected = np.asarray(got, np.float64), np.asarray(expected, np.float64)
+    assert np.isfinite(got).all(), "non-finite values (an unwritten or corrupted element)"
+    return np.linalg.norm(got - expected) / max(np.linalg.norm(expected), 1e-30)
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.float16])
+@pytest.mark.parametrize("case", FLASH_CASES, ids=lambda c: "B{}H{}kv{}T{}S{}D{}{}w{}".format(*c[:6], "c" * c[6], c[7]))
+def test_flash_attention(gpu, case, dtype):
+    B, H, Hkv, T, S, D, causal, window = case
+    r = rng()
+    q, k, v = randn((B, H, T, D), dtype, r), randn((B, Hkv, S, D), dtype, r), randn((B, Hkv, S, D), dtype, r)
+    g = randn((B, H, T, D), dtype, r)
+    attrs = {"scale": 1 / np.sqrt(D), "causal": causal, "window": window}
+    (out, lse), (ref_out, ref_lse) = both(gpu, "flash_attention", q, k, v, **attrs)
+    limit = 1e-2 if dtype == BF16 else 2e-3
+    assert out.dtype == dtype and lse.dtype == np.float32
+    assert rel_err(out, ref_out) < limit
+    visible = np.isfinite(ref_lse)
+    np.testing.assert_array_equal(np.isfinite(lse), visible)
+    np.testing.assert_allclose(lse[visible], ref_lse[visible], rtol=1e-3, atol=1e-3)
+    # The backward pass from the reference's output and statistics, so both sides get the same inputs.
+    got, expected = both(gpu, "flash_attention_backward", q, k, v, ref_out, ref_lse, g, **attrs)
+    for name, a, e in zip(("dq", "dk", "dv"), got, expected):
+        assert a.dtype == e.dtype
+        assert rel_err(a, e) < 2 * limit, name
+
+
+def test_flash_attention_strided_inputs(gpu):
+    """q, k, v as views of one packed (B, T, 3, H, D) projection, as the model makes them."""
+    r = rng()
+    B, T, H, D = 2, 150, 4, 64
+    qkv = randn((B, T, 3, H, D), BF16, r)
+    g = randn((B, H, T, D), BF16, r)
+    views = [np.ascontiguousarray(qkv[:, :, i].transpose(0, 2, 1, 3)) for i in range(3)]
+    attrs = {"scale": 0.125, "causal": True, "window": None}
+    ref_out, ref_lse = cpu().reference_kernels["flash_attention"](*views, **attrs)
+    ref_grads = cpu().reference_kernels["flash_attention_backward"](*views, ref_out, ref_lse, g, **attrs)
+    packed = gpu.from_numpy(qkv)
+    q, k, v = (packed[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+    assert not q.flags.c_contiguous
+    out, lse = gpu.run("flash_attention", [q, k, v], attrs)
+    assert rel_err(gpu.to_numpy(out), ref_out) < 1e-2
+    grads = gpu.run("flash_attention_backward", [q, k, v, gpu.from_numpy(ref_out), gpu.from_numpy(ref_lse),
+                                                 gpu.from_numpy(g).transpose(0, 2, 1, 3).copy().transpose(0, 2, 1, 3)],
+                    attrs)
+    for a, e in zip(grads, ref_grads):
+        assert rel_err(gpu.to_numpy(a), e) < 2e-2
+
+
+@pytest.mark.parametrize("window", [None, 24])
+def test_flash_attention_op_matches_explicit(gpu, window):
+    """Through the op layer: bf16 attention on CUDA picks the flash kernels; the float32 explicit path
+    (weights kept) is the reference, values and gradients."""
+    from gradcraft.ops.attention import sdpa_kernel
+    r = rng()
+    B, H, Hkv, T, D = 2, 6, 2, 97, 64
+    data = [r.standard_normal(s) for s in ((B, H, T, D), (B, Hkv, T, D), (B, Hkv, T, D))]
+    g = r.standard_normal((B, H, T, D))
+    results = {}
+    for dtype, mode in ((gc.bfloat16, "auto"), (gc.float32, "math")):
+        leaves = [gc.tensor(x, dtype=dtype, device="cuda", requires_grad=True) for x in data]
+        with sdpa_kernel(mode):
+            y = gF.scaled_dot_product_attention(*leaves, is_causal=True, window=window, save_weights=True)
+        assert (y._node.op == "flash_attention") == (mode == "auto")
+        y.backward(gc.tensor(g, dtype=dtype, device="cuda"))
+        results[mode] = [y.float().numpy()] + [t.grad.float().numpy() for t in leaves]
+    for got, expected in zip(results["auto"], results["math"]):
+        assert rel_err(got, expected) < 1.5e-2
 
 
 # ---------------------------------------------------------------- primitives with their own CUDA paths

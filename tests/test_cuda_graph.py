@@ -6,6 +6,7 @@ import pytest
 import gradcraft as gc
 from gradcraft.engine.capture import CapturedStep
 from gradcraft.models import Transformer, preset
+from gradcraft.ops.creation import advance_dropout
 from gradcraft.optim import AdamW, grad_norm_and_scale
 
 
@@ -19,6 +20,8 @@ def _training(device, graph, steps=6, name="toy-v0", **over):
     y_in = gc.zeros(4, cfg.seq_len, dtype=gc.int64, device=device).realize()
 
     def step():
+        if cfg.dropout:
+            advance_dropout(device)  # new masks each step; recorded, so each replay moves the counter too
         _, loss = model(x_in, y_in)
         loss.backward()
         stats = grad_norm_and_scale(model.parameters(), 0.5)
@@ -142,3 +145,90 @@ def test_decoding_replays_one_graph_per_token(family):
     graphs = len(backend._graph_memory)
     assert generate(model, prompts, greedy, static=True) == generate(model, prompts, greedy, static=False)
     assert len(backend._graph_memory) == graphs  # each generation releases its graph and memory
+
+
+# ------------------------------------------------------------------ dropout inside the captured step
+
+def _reference_mask(n, seed, counter, stream, p):
+    state = np.array([seed, counter], dtype=np.uint64).view(np.int64)
+    return gc.device.get_backend("cpu").reference_kernels["dropout"](np.ones(n), state, p=p, stream=stream) != 0
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not gc.is_available("cuda"), reason="needs an NVIDIA GPU with CuPy")
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "float16"])
+@pytest.mark.parametrize("n,p", [(1, 0.5), (4097, 0.9), (1000003, 0.1)])
+def test_cuda_dropout_masks_equal_the_numpy_reference(dtype, n, p):
+    import cupy as cp
+    gpu, cpu = gc.device.get_backend("cuda:0"), gc.device.get_backend("cpu")
+    rng = np.random.default_rng()
+    seed, counter, stream = (int(v) for v in rng.integers(0, 2**63 - 1, size=3))
+    state = np.array([seed, counter], dtype=np.int64)
+    x = rng.standard_normal(n).astype(dtype)
+    expected = cpu.reference_kernels["dropout"](x, state, p=p, stream=stream)
+    got = cp.asnumpy(gpu.run("dropout", [gpu.from_numpy(x), cp.asarray(state)], {"p": p, "stream": stream}))
+    np.testing.assert_array_equal(got == 0, expected == 0)  # the same mask, bit for bit
+    np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64), rtol=1e-6)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not gc.is_available("cuda"), reason="needs an NVIDIA GPU with CuPy")
+def test_a_replayed_dropout_reads_the_counter_that_each_replay_moves():
+    """Call k of a captured step (eager, recorded or replayed) draws the mask of counter k: the kernel
+    reads seed and counter from device memory, and the counter's move is part of the graph."""
+    import gradcraft.nn.functional as F
+    gc.manual_seed(123)
+    x = gc.ones(3000, device="cuda").realize()
+
+    def step():
+        advance_dropout("cuda")
+        a, b = F.dropout(x, p=0.3), F.dropout(x, p=0.3)
+        gc.realize(a, b)  # inside the step, so that the graph records the dropout kernels too
+        return a, b
+
+    run = CapturedStep(step, "cuda")
+    for k in range(1, 7):
+        a, b = run()
+        np.testing.assert_array_equal(a.numpy() != 0, _reference_mask(3000, 123, k, 0, 0.3), err_msg=f"call {k}")
+        np.testing.assert_array_equal(b.numpy() != 0, _reference_mask(3000, 123, k, 1, 0.3), err_msg=f"call {k}")
+    assert run.graph is not None
+    run.close()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not gc.is_available("cuda"), reason="needs an NVIDIA GPU with CuPy")
+def test_replayed_steps_with_dropout_match_eager_steps():
+    over = dict(dim=64, n_heads=4, seq_len=32, dropout=0.1)
+    eager_losses, eager_weights = _training("cuda", graph=False, **over)
+    graph_losses, graph_weights = _training("cuda", graph=True, **over)
+    # (eager steps draw new masks every step: a replay that repeated the recorded step's masks would
+    # part from them by far more than rounding)
+    np.testing.assert_allclose(graph_losses, eager_losses, rtol=1e-5)
+    for key in eager_weights:
+        np.testing.assert_allclose(graph_weights[key], eager_weights[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not gc.is_available("cuda"), reason="needs an NVIDIA GPU with CuPy")
+def test_gradcraft_train_with_dropout_replays_the_graph_and_resumes(tmp_path):
+    from gradcraft.data.tokenfile import write_token_file
+    from gradcraft.training.log import read_log
+    from gradcraft.training.trainer import TrainConfig, train
+    tokens = np.random.default_rng(0).integers(0, 64, size=5000).astype(np.uint16)
+    write_token_file(str(tmp_path / "t.bin"), tokens, vocab_size=64)
+    mc = preset("toy-v0", vocab_size=64, dim=32, n_heads=2, seq_len=16, dropout=0.1)
+
+    def session(name, mode, resume=False, **over):
+        notes = []
+        tc = TrainConfig(dataset=str(tmp_path / "t.bin"), model_dir=str(tmp_path / name), steps=10, batch_size=4,
+                         target_batch=8, warmup_steps=2, device="cuda:0", cuda_graph=mode, progress=False,
+                         checkpoint_every=5, **over)
+        train(tc, mc, resume=resume, log=notes.append)
+        assert not [n for n in notes if "eagerly" in n], notes  # dropout no longer turns the graph off
+        return [(float(r["loss"]), float(r["grad_norm"])) for r in read_log(str(tmp_path / name / "training_log.csv"))]
+
+    eager, graph = session("off", "off"), session("on", "on")
+    np.testing.assert_allclose(graph, eager, rtol=1e-5)
+    session("split", "on", stop_after=4)
+    resumed = session("split", "on", resume=True)  # from step 4's checkpoint, its dropout counter included
+    np.testing.assert_allclose(resumed, graph, rtol=1e-5)

@@ -150,16 +150,19 @@ def test_toy_v1_shaped_model_trains_and_balance_loss_keeps_experts_in_use():
 
 @pytest.mark.parametrize("offset,save", [(0, True), (5, False)])
 def test_blockwise_windowed_attention_equals_masking_the_full_matrix(offset, save):
-    from gradcraft.models.transformer import windowed_attention
+    """Without a flash kernel (the CPU), T > 2 * window runs block by block; the flash reference
+    kernels mask the whole (T, S) matrix."""
     import gradcraft.nn.functional as F
+    from gradcraft.ops.attention import sdpa_kernel
     rng = np.random.default_rng(7)
     q = rng.standard_normal((2, 4, 37, 8))
     k, v = (rng.standard_normal((2, 2, 37 + offset, 8)) for _ in range(2))
     grads = []
-    for fn in (lambda q, k, v: windowed_attention(q, k, v, 8, save),
-               lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, window=8)):
+    for choice in ("math", "flash"):
         leaves = [gc.tensor(a, requires_grad=True) for a in (q, k, v)]
-        out = fn(*leaves)
+        with sdpa_kernel(choice):
+            out = F.scaled_dot_product_attention(*leaves, is_causal=True, window=8, save_weights=save)
+        assert (out._node.op == "cat") == (choice == "math")
         (out * gc.tensor(np.linspace(-1, 1, out.numel()).reshape(out.shape))).sum().backward()
         grads.append([out.numpy()] + [leaf.grad.numpy() for leaf in leaves])
     for a, b in zip(*grads):

@@ -38,6 +38,8 @@ KERNELS = {
     "rms_norm", "rms_norm_backward",  # backward (multi): dx, dweight
     "embedding", "embedding_backward", "dropout", "rope",
     "sdpa", "sdpa_backward",  # backward (multi): dq, dk, dv
+    # flash attention (multi): (q, k, v) -> (out, log-sum-exp per query); backward (q, k, v, out, lse, g) -> dq, dk, dv
+    "flash_attention", "flash_attention_backward",
     "masked_softmax", "masked_softmax_backward",  # attention weights from scores (explicit attention)
     # mixture of experts: tokens to their experts' rows and back; slot (N, k) gives each assignment's row
     "moe_permute", "moe_permute_backward", "moe_unpermute", "moe_unpermute_backward",  # unpermute bwd: (dy, dw)
@@ -77,6 +79,11 @@ class Backend:
     def grad_norm(self, grads, max_norm: float = 0.0):
         """float32 array [global L2 norm, min(1, max_norm / (norm + 1e-6))] (1 when max_norm is 0)."""
         raise NotImplementedError
+
+    def flash_attention_supported(self, dtype, head_dim: int, value_dim: int) -> bool:
+        """Whether this device's flash-attention kernels are the fast way for this case (else attention
+        takes the explicit or recomputing path)."""
+        return False
 
     def write(self, array, values) -> None:
         """Copy host values into an existing device buffer (same shape)."""

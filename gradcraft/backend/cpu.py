@@ -565,20 +565,23 @@ def _log_softmax_backward(y, g, axis):
     return out
 
 
-def _cross_entropy(logits, target, ignore_index, label_smoothing):
-    """Per-row loss of (N, C) logits against (N,) class ids; ignored rows give 0.
+def _cross_entropy(logits, target, ignore_index, label_smoothing, valid_classes=None, float_loss=False):
+    """Per-row loss of (N, C) logits against (N,) class ids; ignored rows give 0 (float32 with
+    float_loss, else the logits' dtype).
 
     loss = logsumexp(x) - x[target]; with smoothing eps: (1 - eps) * that + eps * (logsumexp(x) - mean(x)).
+    Only the first valid_classes columns (None: all) are classes; the rest (padding) are not read.
     Computed block by block of rows, so the exp temporaries stay in cache, on several threads.
     """
-    n, classes = logits.shape
+    n, width = logits.shape
+    classes = width if valid_classes is None else valid_classes
     wdtype = np.float32 if logits.dtype in _HALF else logits.dtype
     loss = np.empty(n, dtype=wdtype)
     valid = target != ignore_index
     safe = np.where(valid, target, 0)
 
     def block(a, b):
-        rows = _wide(logits[a:b])
+        rows = _wide(logits[a:b, :classes])
         tmp = np.subtract(rows, rows.max(axis=1)[:, None], dtype=wdtype)
         picked = tmp[np.arange(b - a), safe[a:b]]
         mean_shifted = tmp.mean(axis=1) if label_smoothing else None
@@ -590,13 +593,15 @@ def _cross_entropy(logits, target, ignore_index, label_smoothing):
         loss[a:b] = nll
     _parallel(block, n, classes, _CE_BLOCK)
     loss[~valid] = 0.0
-    return _finish(loss, logits.dtype)
+    return _finish(loss, np.dtype(np.float32) if float_loss and logits.dtype in _HALF else logits.dtype)
 
 
-def _cross_entropy_backward(logits, target, g, ignore_index, label_smoothing):
+def _cross_entropy_backward(logits, target, g, ignore_index, label_smoothing, valid_classes=None, float_loss=False):
     """d loss / d logits = g * (softmax(x) - (1 - eps) onehot(target) - eps / C), block by block of
-    rows on several threads; g / sum(exp) scales each row in the same pass as the normalization."""
-    n, classes = logits.shape
+    rows on several threads; g / sum(exp) scales each row in the same pass as the normalization.
+    Columns past valid_classes (padding) get 0."""
+    n, width = logits.shape
+    classes = width if valid_classes is None else valid_classes
     out = _out(logits.shape, logits.dtype)
     valid = target != ignore_index
     safe = np.where(valid, target, 0)
@@ -605,15 +610,16 @@ def _cross_entropy_backward(logits, target, g, ignore_index, label_smoothing):
 
     def block(a, b):
         def compute(p):
-            rows = _wide(logits[a:b])
+            rows = _wide(logits[a:b, :classes])
             np.subtract(rows, rows.max(axis=1)[:, None], out=p)
             np.exp(p, out=p)
             p *= (scale[a:b] / p.sum(axis=1))[:, None]
             p[np.arange(b - a), safe[a:b]] -= (1.0 - label_smoothing) * scale[a:b]
             if label_smoothing:
                 p -= (label_smoothing / classes) * scale[a:b, None]
-        _into(out[a:b], compute)
-    _parallel(block, n, classes, _CE_BLOCK)
+        _into(out[a:b, :classes], compute)
+        out[a:b, classes:] = 0
+    _parallel(block, n, width, _CE_BLOCK)
     return out
 
 
@@ -755,8 +761,17 @@ def _embedding_backward(idx, g, num_embeddings):
     return _finish(out, g.dtype)
 
 
-def _dropout(x, seed, p):
-    keep = _generator(seed).random(x.shape) >= p
+def _dropout(x, state=None, *, p, stream=0, seed=None):
+    """Zero where the element's uniform number is < p, scale the rest by 1/(1-p).
+
+    state: int64 [seed, counter] (the device's random state, gradcraft/ops/creation.py), read when the
+    kernel runs; stream: the layer's place in its step. Element i's number is the i-th of NumPy's
+    Philox stream with counter [0, counter, stream, 0] and key [seed, 0], as dropout.cu computes it,
+    so the mask is a function of (seed, counter, stream, i) and CPU and CUDA masks are bit-identical.
+    `seed=` without a state means state [seed, 0] (kernel tests)."""
+    seed, counter = (int(v) & 0xFFFFFFFFFFFFFFFF for v in (state if state is not None else (seed, 0)))
+    bits = np.random.Philox(counter=[0, counter, stream, 0], key=[seed, 0])
+    keep = np.random.Generator(bits).random(x.shape) >= p
     w = _wide(x)
     return _finish(np.where(keep, w * (1.0 / (1.0 - p)), 0.0).astype(w.dtype), x.dtype)
 
@@ -910,6 +925,51 @@ def _sdpa(q, k, v, mask=None, *, scale, causal, window):
     return _finish(out.reshape(B, H, T, Dv), q.dtype)
 
 
+def _flash_scores(q, k, scale, causal, window):
+    """Scaled, masked scores (B, Hkv, G, T, S) in the accumulator type, query heads grouped by KV head."""
+    B, H, T, D = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    s = np.matmul(_wide(q).reshape(B, Hkv, H // Hkv, T, D), _wide(k)[:, :, None].swapaxes(-1, -2))
+    s *= s.dtype.type(scale)
+    if causal or window:
+        s += _position_mask(T, S, causal, window, s.dtype)
+    return s
+
+
+def _flash_attention(q, k, v, *, scale, causal, window):
+    """Reference of the CUDA flash-attention kernel: (output, log-sum-exp of each query's scaled scores).
+    A query that sees no key gets zeros and a log-sum-exp of -inf (the kernel's rule)."""
+    B, H, T, D = q.shape
+    s = _flash_scores(q, k, scale, causal, window)
+    top = s.max(axis=-1, keepdims=True) if s.shape[-1] else np.full(s.shape[:-1] + (1,), -np.inf, s.dtype)
+    top = np.where(np.isfinite(top), top, 0)
+    e = np.exp(s - top)
+    sums = e.sum(axis=-1, keepdims=True)
+    out = np.matmul(e, _wide(v)[:, :, None]) / np.where(sums > 0, sums, 1)
+    with np.errstate(divide="ignore"):
+        lse = np.where(sums > 0, np.log(sums) + top, -np.inf)
+    return _finish(out.reshape(B, H, T, v.shape[-1]), q.dtype), lse.reshape(B, H, T).astype(s.dtype)
+
+
+def _flash_attention_backward(q, k, v, out, lse, g, *, scale, causal, window):
+    """Reference of the CUDA kernels: p = exp(scores - lse) recomputed, dvec = rowsum(g * out),
+    ds = p (g v^T - dvec) scale; dq = ds k, dk = ds^T q and dv = p^T g summed over each KV head's group."""
+    B, H, T, D = q.shape
+    Hkv = k.shape[1]
+    G = H // Hkv
+    s = _flash_scores(q, k, scale, causal, window)
+    lse = lse.reshape(B, Hkv, G, T, 1).astype(s.dtype)
+    with np.errstate(invalid="ignore"):
+        p = np.where(np.isfinite(lse), np.exp(s - np.where(np.isfinite(lse), lse, 0)), 0)
+    gw = _wide(g).reshape(B, Hkv, G, T, -1)
+    dvec = (gw * _wide(out).reshape(gw.shape)).sum(axis=-1, keepdims=True)
+    ds = p * (np.matmul(gw, _wide(v)[:, :, None].swapaxes(-1, -2)) - dvec) * s.dtype.type(scale)
+    dq = np.matmul(ds, _wide(k)[:, :, None]).reshape(q.shape)
+    dk = np.matmul(ds.swapaxes(-1, -2), _wide(q).reshape(B, Hkv, G, T, D)).sum(axis=2)
+    dv = np.matmul(p.swapaxes(-1, -2), gw).sum(axis=2)
+    return _finish(dq, q.dtype), _finish(dk, k.dtype), _finish(dv, v.dtype)
+
+
 def _sdpa_backward(q, k, v, g, mask=None, *, scale, causal, window):
     """With p = e / l and g' = g / l (each query's row), the gradients need e only:
     dv = p^T g = e^T g'; dp' = g' v^T = dp / l; ds = p (dp - rowsum(dp p)) = e (dp' - rowsum(dp' e) / l)."""
@@ -986,6 +1046,7 @@ class CPUBackend(Backend):
             "rms_norm": _rms_norm, "rms_norm_backward": _rms_norm_backward,
             "embedding": _embedding, "embedding_backward": _embedding_backward, "dropout": _dropout,
             "rope": _rope, "sdpa": _sdpa, "sdpa_backward": _sdpa_backward,
+            "flash_attention": _flash_attention, "flash_attention_backward": _flash_attention_backward,
             "masked_softmax": _masked_softmax, "masked_softmax_backward": _masked_softmax_backward,
         }
         self.check_contract()

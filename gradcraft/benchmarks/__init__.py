@@ -2,7 +2,9 @@
 
 PyTorch is imported only when a benchmark runs its PyTorch side: `import gradcraft` never imports it.
 torch_reference.py is the independent PyTorch implementation of our decoder that both the tests
-(as the oracle of the models) and the benchmarks (as the eager-PyTorch side) use.
+(as the oracle of the models, with its explicit attention) and the benchmarks (as the PyTorch
+baselines: explicit attention, scaled_dot_product_attention, torch.compile) use; training.py runs
+the side-by-side training benchmark.
 """
 
 

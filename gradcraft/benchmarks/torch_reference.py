@@ -1,8 +1,14 @@
 """An independent PyTorch implementation of gradcraft's decoder: the oracle of tests/test_models.py and
-the eager-PyTorch side of the training benchmarks.
+the PyTorch side of the training benchmarks.
 
 Written from the architecture description, not from gradcraft's code: it takes a
-ModelConfig and a state dict of NumPy arrays (our parameter names) and returns logits.
+ModelConfig and a state dict of tensors (our parameter names) and returns logits.
+
+Attention comes in two forms. "explicit" (the default, what the tests use as their oracle): q k^T,
+mask, softmax, @ v, written out. "sdpa": torch.nn.functional.scaled_dot_product_attention, the
+fused (flash / memory-efficient) kernels that PyTorch users actually train with; causal layers use
+is_causal=True, sliding-window layers pass their band as a boolean mask; grouped-query attention
+uses enable_gqa where the flash kernel runs and k and v repeated per query head elsewhere.
 """
 
 import math
@@ -43,7 +49,8 @@ def _moe(cfg, P, prefix, h):
     for e in range(E):
         rows, slots = torch.where((top_i == e) & keep)
         gate, up = (xf[rows] @ P[prefix + "gate_up"][e].T).chunk(2, dim=-1)
-        y = y.index_add(0, rows, (F.silu(gate) * up) @ P[prefix + "down"][e].T * w[rows, slots, None])
+        out = (F.silu(gate) * up) @ P[prefix + "down"][e].T * w[rows, slots, None]
+        y = y.index_add(0, rows, out.to(y.dtype))  # under autocast the products come out in bf16
     probs = logits.softmax(-1)
     fraction = F.one_hot(top_i, E).sum(1).float().mean(0)
     balance = E * (fraction * probs.mean(0)).sum()
@@ -51,8 +58,26 @@ def _moe(cfg, P, prefix, h):
     return y.reshape(B, T, C), cfg.moe_balance * balance + cfg.moe_zloss * z
 
 
-def forward(cfg, params: dict, idx: torch.Tensor, with_aux: bool = False):
-    """Logits (B, T, V); with_aux, also the sum of the mixture-of-experts auxiliary losses."""
+def _sdpa(q, k, v, band=None):
+    """Causal attention through F.scaled_dot_product_attention: q (B, H, T, D), k and v (B, Hkv, T, D).
+    band: the (T, T) boolean mask of a sliding-window layer (True = may attend), or None."""
+    H, Hkv = q.shape[1], k.shape[1]
+    # The flash kernel (CUDA, half precision, no mask) reads each k/v head for its H / Hkv query heads
+    # itself (enable_gqa). The others (fp32, a mask, the CPU) would drop to the slow math path with
+    # enable_gqa, so they get k and v repeated per query head, as HF's repeat_kv does.
+    flash = band is None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
+    if H != Hkv and not flash:
+        k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)
+    if band is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=H != k.shape[1])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=band)
+
+
+def forward(cfg, params: dict, idx: torch.Tensor, with_aux: bool = False, attention: str = "explicit"):
+    """Logits (B, T, V); with_aux, also the sum of the mixture-of-experts auxiliary losses.
+    attention: "explicit" (written out; the tests' oracle) or "sdpa" (F.scaled_dot_product_attention)."""
+    if attention not in ("explicit", "sdpa"):
+        raise ValueError(f"attention must be 'explicit' or 'sdpa', got {attention!r}")
     P = params
     B, T = idx.shape
     H, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.dim // cfg.n_heads
@@ -66,17 +91,23 @@ def forward(cfg, params: dict, idx: torch.Tensor, with_aux: bool = False):
         h = _norm(cfg, x, p("norm1.weight"), p("norm1.bias"))
         qkv = h @ p("attn.qkv.weight").T + (p("attn.qkv.bias") if cfg.bias else 0)
         q, k, v = qkv.split([H * D, Hkv * D, Hkv * D], dim=-1)
-        q = q.view(B, T, H, D).transpose(1, 2)
-        k = k.view(B, T, Hkv, D).transpose(1, 2).repeat_interleave(H // Hkv, dim=1)
-        v = v.view(B, T, Hkv, D).transpose(1, 2).repeat_interleave(H // Hkv, dim=1)
+        q = q.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+        k = k.view(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
+        v = v.view(B, T, Hkv, D).transpose(1, 2)
         if cfg.positions == "rope":
             q, k = _rope(q, base=cfg.rope_base), _rope(k, base=cfg.rope_base)
+        local = bool(cfg.attention_pattern) and cfg.attention_pattern[i] == "L"
         layer_mask = mask
-        if cfg.attention_pattern and cfg.attention_pattern[i] == "L":
+        if local:
             layer_mask = mask & ~torch.ones(T, T, dtype=torch.bool, device=idx.device).tril(-cfg.window)
-        att = (q @ k.transpose(-1, -2)) / math.sqrt(D)
-        att = att.masked_fill(~layer_mask, float("-inf")).softmax(-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, H * D)
+        if attention == "sdpa":
+            y = _sdpa(q, k, v, layer_mask if local else None)
+        else:
+            k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)
+            att = (q @ k.transpose(-1, -2)) / math.sqrt(D)
+            att = att.masked_fill(~layer_mask, float("-inf")).softmax(-1)
+            y = att @ v
+        y = y.transpose(1, 2).reshape(B, T, H * D)
         x = x + y @ p("attn.proj.weight").T + (p("attn.proj.bias") if cfg.bias else 0)
         h = _norm(cfg, x, p("norm2.weight"), p("norm2.bias"))
         if cfg.ffn_pattern and cfg.ffn_pattern[i] == "M":

@@ -1,5 +1,9 @@
-"""`gradcraft bench`: train the same model with gradcraft and with eager PyTorch, side by side, and
-print both speeds and their ratio (gradcraft/benchmarks/training.py)."""
+"""`gradcraft bench`: train the same model with gradcraft and with PyTorch baselines, side by side, and
+print every side's speed, memory and MFU and the ratios (gradcraft/benchmarks/training.py).
+
+Baselines (--baseline, comma-separated or repeated): eager (explicit attention, AdamW foreach),
+sdpa (F.scaled_dot_product_attention, fused AdamW on CUDA), compile (the sdpa model's forward and
+loss under torch.compile). Default: all three on CUDA, eager on the CPU."""
 
 import os
 
@@ -9,8 +13,10 @@ from gradcraft.errors import UserError
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "bench", help="training speed side by side with PyTorch",
-        description="Time training steps of one model in gradcraft and in eager PyTorch (same weights, batches "
-                    "and AdamW; PyTorch must be installed) and print ms/step, tokens/s, peak memory and the ratio.")
+        description="Time training steps of one model in gradcraft and in PyTorch (same weights, batches and "
+                    "AdamW; PyTorch must be installed) and print ms/step, tokens/s, peak memory, MFU and the "
+                    "ratios. PyTorch baselines: eager (explicit attention), sdpa (scaled_dot_product_attention, "
+                    "fused AdamW on CUDA), compile (sdpa under torch.compile).")
     p.add_argument("--preset", default="demo", help="model to train (default: %(default)s); see docs/training.md")
     p.add_argument("--batch", type=int, default=16, help="sequences per step (default: %(default)s)")
     p.add_argument("--seq", type=int, default=None, help="sequence length (default: the preset's context)")
@@ -24,7 +30,12 @@ def add_parser(subparsers) -> None:
                    help="bfloat16: mixed precision on both sides (ours as `train --dtype bfloat16`, PyTorch autocast)")
     p.add_argument("--cuda_graph", choices=["on", "off"], default="on",
                    help="replay our step as a CUDA graph, as `gradcraft train` does (default: on)")
-    p.add_argument("--only", choices=["gradcraft", "pytorch"], help="run one side only")
+    p.add_argument("--baseline", action="append", default=[], metavar="eager|sdpa|compile",
+                   help="PyTorch side(s), comma-separated or repeated (default: all three on CUDA, eager on the "
+                        "CPU, where torch.compile takes minutes)")
+    p.add_argument("--only", choices=["gradcraft", "ours", "pytorch", "torch"],
+                   help="gradcraft (= ours): our side alone; pytorch (= torch): the baselines alone")
+    p.add_argument("--no_mfu", action="store_true", help="skip the matmul-rate measurement (and MFU)")
     p.set_defaults(func=run)
 
 
@@ -50,15 +61,16 @@ def run(args) -> int:
     optional = [v for v in (args.threads, args.seq) if v is not None]
     if min(args.batch, args.steps, args.rounds, *optional) < 1 or args.warmup < 0:
         raise UserError("--batch, --steps, --rounds, --seq and --threads must be positive, --warmup at least 0")
-    sides = [args.only] if args.only else ["gradcraft", "pytorch"]
-    torch = _check_torch(device) if "pytorch" in sides else None
+    from gradcraft.benchmarks.training import OURS, parse_baselines, select_sides
+    sides = select_sides(args.only, parse_baselines(args.baseline, device))
+    torch = _check_torch(device) if sides != [OURS] else None
     if device == "cpu":
         threads = args.threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
         from gradcraft.benchmarks import limit_threads
         limit_threads(threads)
     elif not is_available("cuda"):
         raise UserError("no usable CUDA device here (CuPy and an NVIDIA GPU are needed); use --device cpu")
-    from gradcraft.benchmarks.training import Setup, compare, report
+    from gradcraft.benchmarks.training import Setup, compare, matmul_flops, report
 
     cfg = preset(args.preset, **({"seq_len": args.seq} if args.seq else {}))
     setup = Setup(device=device, batch=args.batch, steps=args.steps, warmup=args.warmup, tf32=args.tf32,
@@ -67,11 +79,21 @@ def run(args) -> int:
     print(f"batch {args.batch} x {cfg.seq_len}; {args.dtype}; device {device}"
           + (f" ({threads} threads)" if device == "cpu" else f"; tf32 {'on' if args.tf32 else 'off'}"
              + ("; our step replayed as a CUDA graph" if setup.graph else ""))
-          + f"; {args.rounds} round(s) of {args.warmup} + {args.steps} steps per side")
+          + f"; {args.rounds} round(s) of {args.warmup} + {args.steps} steps per side; sides: {', '.join(sides)}")
     if device == "cpu":
         from gradcraft.backend import cpu_native
         print(f"CPU kernels: {cpu_native.status()}")
     print(f"numpy {np.__version__}" + (f", torch {torch.__version__}" if torch is not None else ""))
-    for line in report(compare(cfg, setup, sides, rounds=args.rounds)):
+    # The MFU ceiling, measured through PyTorch. --only gradcraft runs without a usable PyTorch: then
+    # (no torch, or a CPU-only torch on a GPU machine) there is no MFU, and that is all.
+    peak_flops = None
+    if not args.no_mfu:
+        try:
+            peak_flops = matmul_flops(device, args.dtype, args.tf32)
+        except (RuntimeError, AssertionError):
+            if torch is not None:
+                raise
+    results = compare(cfg, setup, sides, rounds=args.rounds, peak_flops=peak_flops)
+    for line in report(results, setup, peak_flops):
         print(line)
     return 0

@@ -43,7 +43,7 @@ def add_parser(subparsers) -> None:
     run.add_argument("--device", help="cpu, cuda or cuda:N (default: cpu)")
     run.add_argument("--dtype", choices=["float32", "bfloat16"], help="bfloat16 = mixed precision (default: float32)")
     run.add_argument("--cuda_graph", choices=["auto", "on", "off"],
-                     help="record the step as a CUDA graph and replay it (default auto: on for cuda without dropout)")
+                     help="record the step as a CUDA graph and replay it (default auto: on for cuda, dropout included)")
     run.add_argument("--nproc", type=int, help="data-parallel processes: one per GPU from --device on "
                                                  "(cuda:0 .. cuda:N-1, NCCL), or CPU processes (default: 1)")
     run.add_argument("--no_progress", action="store_true", help="print lines instead of a progress bar")

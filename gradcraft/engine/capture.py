@@ -8,8 +8,10 @@
 The first `warmup` calls run the step eagerly (compiling kernels, filling the memory pool, creating
 optimizer state); the next one records every kernel into a CUDA graph; every later call replays it.
 The step must read its inputs from tensors whose buffers stay put (write new data into them), keep
-values that change per step in device buffers (the optimizer's lr and step count), and never wait
-for the device inside (no .item()). Where the device cannot capture (the CPU), the step just runs.
+values that change per step in device buffers (the optimizer's lr and step count; a step with
+dropout calls `advance_dropout(device)` first, which moves dropout's counter with a recorded kernel),
+and never wait for the device inside (no .item()). Where the device cannot capture (the CPU), the
+step just runs.
 """
 
 from gradcraft.device import get_backend

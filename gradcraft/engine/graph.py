@@ -3,12 +3,14 @@
 A node names a kernel of the backend contract, the input tensors it reads and
 the attributes it needs (axes, shapes, constants). A node may have several
 outputs (fused backward kernels return several gradients); each output is a
-Tensor that points at (node, index).
+Tensor that points at (node, index). A differentiable node with several outputs
+(flash attention: the output and its softmax statistics) differentiates its
+first output; `saved` holds the others for its gradient rule.
 """
 
 
 class Node:
-    __slots__ = ("op", "inputs", "attrs", "n_outputs", "device", "input_versions", "__weakref__")
+    __slots__ = ("op", "inputs", "attrs", "n_outputs", "device", "input_versions", "saved", "__weakref__")
 
     def __init__(self, op: str, inputs: tuple, attrs: dict, device: str, n_outputs: int = 1):
         self.op = op
@@ -19,6 +21,7 @@ class Node:
         # Versions of the realized inputs when the node was built: if one is later
         # modified in place, recomputing this node would silently use new data.
         self.input_versions = tuple(t._version for t in inputs)
+        self.saved = ()  # outputs 1.. of a differentiable multi-output node, for its gradient rule
 
     def __repr__(self) -> str:
         return f"Node({self.op}, {len(self.inputs)} inputs, {self.attrs})"

@@ -38,6 +38,9 @@ def realize(targets, keep_saved: bool = True) -> None:
             for inp in node.inputs:
                 if inp._buf is None and inp.requires_grad:
                     keep[(id(inp._node), inp._index)] = inp
+            for extra in node.saved:  # what a multi-output node's gradient rule will read
+                if extra._buf is None:
+                    keep[(id(node), extra._index)] = extra
     for t in targets:
         if t._buf is None:
             keep[(id(t._node), t._index)] = t

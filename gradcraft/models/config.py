@@ -10,6 +10,11 @@ from gradcraft.errors import UserError
 @dataclass
 class ModelConfig:
     vocab_size: int = 8192
+    # The training matmuls of the output layer run over a vocabulary padded with zero rows to a
+    # multiple of this (gpt2's 50257 -> 50304): cuBLAS picks much slower kernels for an odd size.
+    # Invisible outside the loss: logits, weights, checkpoints and tokenizers keep vocab_size.
+    # 0 or 1: no padding.
+    vocab_pad_multiple: int = 64
     seq_len: int = 256  # context length
     dim: int = 256
     n_layers: int = 4
@@ -73,10 +78,18 @@ class ModelConfig:
         for name in ("vocab_size", "seq_len", "dim", "n_layers", "n_heads"):
             if getattr(self, name) < 1:
                 bad(f"{name} must be positive")
+        if self.vocab_pad_multiple < 0:
+            bad(f"vocab_pad_multiple must be >= 0 (0 or 1: no padding), got {self.vocab_pad_multiple}")
 
     @property
     def head_dim(self) -> int:
         return self.dim // self.n_heads
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """vocab_size rounded up to a multiple of vocab_pad_multiple (the width of the training logits)."""
+        multiple = max(self.vocab_pad_multiple, 1)
+        return -(-self.vocab_size // multiple) * multiple
 
     def layer_window(self, layer: int) -> int | None:
         """The attention window of a layer (None: full causal attention)."""

@@ -14,7 +14,7 @@ from gradcraft.nn import init
 from gradcraft.nn.layers import Dropout, Embedding, LayerNorm, Linear, RMSNorm
 from gradcraft.nn.module import Module, ModuleList, Parameter
 from gradcraft.ops import elementwise as ew
-from gradcraft.ops.creation import arange, ones
+from gradcraft.ops.creation import arange, ones, zeros
 from gradcraft.ops.function import is_grad_enabled
 from gradcraft.ops.movement import cat
 
@@ -122,31 +122,11 @@ class Attention(Module):
         if window is not None and k.shape[2] > window + T - 1:
             # Keys older than any query's window are never read: drop them before attention.
             k, v = k[:, :, -(window + T - 1):], v[:, :, -(window + T - 1):]
-        # Training keeps the attention weights for the backward pass (no recomputation there).
+        # Training keeps the attention weights for the backward pass where no flash kernel runs.
         save = self.training and is_grad_enabled()
-        if window is not None and T > 2 * window:
-            y = windowed_attention(q, k, v, window, save)
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, window=window, save_weights=save)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, window=window, save_weights=save)
         y = y.transpose(1, 2).reshape(B, T, H * D)  # (B, H, T, D) -> (B, T, C)
         return self.dropout(self.proj(y))
-
-
-def windowed_attention(q, k, v, window: int, save_weights: bool):
-    """Sliding-window causal attention computed block by block: the queries of each block of `window`
-    positions see only the keys from `window - 1` before the block to its end, so the (T, S) blocks
-    wholly outside the window are never computed (O(T w) instead of O(T^2)).
-    q: (B, H, T, D); k, v: (B, Hkv, S, D) whose last T positions are the queries' own."""
-    T, S = q.shape[2], k.shape[2]
-    offset = S - T  # keys before the first query (a KV cache)
-    blocks = []
-    for start in range(0, T, window):
-        end = min(start + window, T)
-        first_key = max(0, offset + start - window + 1)
-        blocks.append(F.scaled_dot_product_attention(q[:, :, start:end], k[:, :, first_key:offset + end],
-                                                     v[:, :, first_key:offset + end], is_causal=True,
-                                                     window=window, save_weights=save_weights))
-    return cat(blocks, dim=2)
 
 
 class MLP(Module):
@@ -266,11 +246,23 @@ class Transformer(Module):
             x = block(x, rope, caches[i] if caches else None)
         x = self.norm(x)
         weight = self.tok_emb.weight if self.lm_head is None else self.lm_head.weight
-        logits = x @ weight.to(x.dtype).mT  # (B, T, V)
+        weight = weight.to(x.dtype)
         if targets is None:
-            return logits
-        loss = F.cross_entropy(logits.reshape(B * T, -1).to(dtypes.float32), targets.reshape(B * T),
-                               label_smoothing=label_smoothing)
+            return x @ weight.mT  # (B, T, V)
+        V, padded = self.config.vocab_size, self.config.padded_vocab_size
+        if padded != V:
+            # cuBLAS picks slow kernels for an odd vocabulary (gpt2's 50257): the three matmuls of
+            # the output layer in a training step run over zero rows up to a round size instead,
+            # and the loss leaves the padding out (valid_classes) rather than copying the logits
+            # without it. Weights, gradients and the logits returned keep the true vocabulary.
+            pad = zeros(padded - V, weight.shape[1], dtype=weight.dtype, device=weight.device)
+            weight = cat([weight, pad])  # (Vp, C): one copy (F.pad would fill, then copy)
+        logits = x @ weight.mT  # (B, T, Vp)
+        # (a float32 loss read from bf16 logits: no float32 copy of the (B T, V) logits)
+        loss = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T), label_smoothing=label_smoothing,
+                               valid_classes=V, dtype=dtypes.float32)
+        if padded != V:
+            logits = logits[..., :V]  # a view
         self.last_losses = {"cross_entropy": loss}
         moe = self.moe_layers()
         if moe and (self.config.moe_balance or self.config.moe_zloss):

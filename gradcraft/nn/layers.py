@@ -60,6 +60,10 @@ class RMSNorm(Module):
 
 
 class Dropout(Module):
+    """F.dropout in training mode, the identity in eval mode. Masks come from the device's dropout
+    state (gradcraft/ops/creation.py): a loop that replays a captured step calls
+    `advance_dropout(device)` at the start of the step, or every replay draws the same masks."""
+
     def __init__(self, p: float = 0.5):
         super().__init__()
         self.p = p

@@ -1,9 +1,30 @@
-"""Creation ops: zeros, ones, full, arange, random tensors, and the global seed.
+"""Creation ops: zeros, ones, full, arange, random tensors, and the random state.
 
 Creation is lazy like every other op. Random ops take a fresh seed from the
 global generator when they are built and store it in the node, so the
 numbers are fixed from that moment: realizing twice (or recomputing a freed
 intermediate) gives the same values.
+
+Dropout is the exception: it runs inside training steps that a GPU records once as a CUDA graph and
+replays, and a seed baked into a recorded kernel would give every replay the same masks. So each
+device holds its dropout state in device memory, an int64 tensor [seed, counter] that the dropout
+kernels read when they run:
+
+- `manual_seed(s)` sets the seed to s (the key of every mask) and the counter to 0;
+- `advance_dropout(device)`, called at the start of each training step inside the step, adds 1 to
+  the counter with a kernel (an in-place assign): recorded in the graph, so every replay moves the
+  counter exactly as an eager step does;
+- each dropout node takes the state tensor as an input, plus a stream id fixed when it is built: its
+  place among the dropout nodes built since the last advance (so the layers of one step, and the
+  micro-batches of one step, get different masks, and a replay, which reuses the recorded ids, draws
+  what the eager step drew).
+
+A mask is a function of (seed, counter, stream, element index) alone (backend/cpu.py `_dropout`,
+kernels/dropout.cu). The backward node reads the same state tensor with the same stream, and the
+forward and backward of a step run after that step's advance and before the next one, so they see
+the same counter and the backward regenerates the forward mask. (A lazy dropout tensor realized
+only after a later advance or manual_seed would read another counter: the engine refuses it as
+"modified in place", as for any other tensor written by `assign`.)
 """
 
 import math
@@ -11,29 +32,102 @@ import math
 import numpy as np
 
 from gradcraft import dtypes
-from gradcraft.device import canonical
+from gradcraft.device import canonical, get_backend
 from gradcraft.errors import UserError
 from gradcraft.ops.function import apply
 
-_seed_source = np.random.default_rng()
+_MASK64 = (1 << 64) - 1
+_seed_source = np.random.default_rng()  # seeds of rand, randn, randint
+_dropout_seed = int(np.random.default_rng().integers(0, 2**63 - 1))  # the key of every dropout mask
+_dropout_states: dict = {}  # device -> _DropoutState
+_restored: dict = {}  # device -> (counter, streams) from set_rng_state, for a state not made yet
 
 
 def manual_seed(seed: int) -> None:
-    """Seed every random op that is built after this call (on every device)."""
-    global _seed_source
+    """Seed every random op that is built after this call (on every device), and dropout's state."""
+    global _seed_source, _dropout_seed
     _seed_source = np.random.default_rng(seed)
+    _dropout_seed = int(seed) & _MASK64
+    _restored.clear()
+    for state in _dropout_states.values():
+        state.set(_dropout_seed, 0, 0)
 
 
 def get_rng_state() -> dict:
-    return _seed_source.bit_generator.state
+    """What `set_rng_state` needs to continue exactly (JSON-serializable): the host generator, the
+    dropout seed, and each device's dropout counter (read back from the device) and stream count."""
+    counters = dict(_restored)
+    counters.update({device: state.get() for device, state in _dropout_states.items()})
+    return {"generator": _seed_source.bit_generator.state, "dropout_seed": _dropout_seed,
+            "dropout": {device: list(value) for device, value in counters.items()}}
 
 
 def set_rng_state(state: dict) -> None:
-    _seed_source.bit_generator.state = state
+    global _dropout_seed
+    if "generator" not in state:  # saved by an older version: the host generator's state alone
+        _seed_source.bit_generator.state = state
+        return
+    _seed_source.bit_generator.state = state["generator"]
+    _dropout_seed = int(state["dropout_seed"])
+    _restored.clear()
+    _restored.update({device: tuple(int(v) for v in value) for device, value in state["dropout"].items()})
+    for device, dropout_state in _dropout_states.items():
+        dropout_state.set(_dropout_seed, *_restored.pop(device, (0, 0)))
 
 
 def next_seed() -> int:
     return int(_seed_source.integers(0, 2**63 - 1))
+
+
+class _DropoutState:
+    """One device's dropout state: `tensor` = int64 [seed, counter] in device memory (its buffer never
+    moves: a captured graph holds its address), and `streams`, the stream ids handed out since the
+    counter last moved."""
+
+    def __init__(self, device: str, seed: int, counter: int, streams: int):
+        from gradcraft.tensor import Tensor
+        self.tensor = Tensor(_words(seed, counter), device=device)
+        self.one_step = Tensor(np.array([0, 1], dtype=np.int64), device=device)  # the seed stays
+        self.streams = streams
+
+    def set(self, seed: int, counter: int, streams: int) -> None:
+        """Overwrite in place (outside any captured step: a host-to-device copy)."""
+        get_backend(self.tensor.device).write(self.tensor._buf, _words(seed, counter))
+        self.tensor._version += 1  # lazy dropout nodes built before now would read other masks: refuse them
+        self.streams = streams
+
+    def get(self) -> tuple:
+        """(counter, streams); waits for the device."""
+        return int(self.tensor.numpy()[1]), self.streams
+
+
+def _words(seed: int, counter: int) -> np.ndarray:
+    return np.array([seed & _MASK64, counter & _MASK64], dtype=np.uint64).view(np.int64)
+
+
+def _dropout_state(device: str) -> _DropoutState:
+    state = _dropout_states.get(device)
+    if state is None:
+        state = _dropout_states[device] = _DropoutState(device, _dropout_seed, *_restored.pop(device, (0, 0)))
+    return state
+
+
+def dropout_stream(device: str):
+    """(the device's [seed, counter] tensor, a fresh stream id) for one dropout node."""
+    state = _dropout_state(device)
+    stream = state.streams
+    state.streams += 1
+    return state.tensor, stream
+
+
+def advance_dropout(device=None) -> None:
+    """Start a new step of dropout masks on `device`: the counter moves on by one and the stream ids
+    start again from 0. Call it once at the start of each training step, inside the step: on a GPU the
+    move is a kernel recorded with the step, so each replay of a captured step draws new masks, the
+    ones the same step run eagerly would draw."""
+    state = _dropout_state(canonical(device))
+    state.tensor.assign(state.tensor + state.one_step).realize()
+    state.streams = 0
 
 
 def _shape(size) -> tuple:

@@ -52,17 +52,25 @@ class enable_grad(no_grad):
         _state.grad_enabled = True
 
 
-def apply(op: str, inputs: tuple, attrs: dict | None, shape, dtype, device=None, n_outputs: int = 1):
+def apply(op: str, inputs: tuple, attrs: dict | None, shape, dtype, device=None, n_outputs: int = 1,
+          saves_outputs: bool = False):
     """Build a node for `op` and return its output Tensor (a tuple when n_outputs > 1).
 
-    For several outputs, `shape` and `dtype` are sequences with one entry per output.
+    For several outputs, `shape` and `dtype` are sequences with one entry per output. Such a node
+    has no gradient unless `saves_outputs`: then its first output is differentiable and the others are
+    what its gradient rule reads (`node.saved`), e.g. flash attention's log-sum-exp.
     """
     from gradcraft.tensor import Tensor
 
     device = device or inputs[0].device
     node = Node(op, tuple(inputs), attrs or {}, device, n_outputs)
-    requires_grad = (n_outputs == 1 and op in GRADIENTS and is_grad_enabled()
-                     and any(t.requires_grad for t in inputs) and dtype.is_floating_point)
+    first_dtype = dtype if n_outputs == 1 else dtype[0]
+    requires_grad = ((n_outputs == 1 or saves_outputs) and op in GRADIENTS and is_grad_enabled()
+                     and any(t.requires_grad for t in inputs) and first_dtype.is_floating_point)
     if n_outputs == 1:
         return Tensor._lazy(node, 0, tuple(shape), dtype, device, requires_grad)
-    return tuple(Tensor._lazy(node, i, tuple(s), d, device, False) for i, (s, d) in enumerate(zip(shape, dtype)))
+    outputs = tuple(Tensor._lazy(node, i, tuple(s), d, device, requires_grad and i == 0)
+                    for i, (s, d) in enumerate(zip(shape, dtype)))
+    if requires_grad:
+        node.saved = outputs[1:]
+    return outputs

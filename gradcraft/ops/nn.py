@@ -10,7 +10,7 @@ import math
 from gradcraft import dtypes
 from gradcraft.errors import UserError
 from gradcraft.ops import elementwise as ew
-from gradcraft.ops.creation import next_seed, ones, zeros
+from gradcraft.ops.creation import dropout_stream, ones, zeros
 from gradcraft.ops.function import apply, gradient
 from gradcraft.ops.reduce import normalize_dim
 from gradcraft.ops.reduce import sum as reduce_sum
@@ -48,8 +48,17 @@ def _log_softmax_grad(node, out, g):
 
 
 def cross_entropy(input, target, weight=None, ignore_index: int = -100, reduction: str = "mean",
-                  label_smoothing: float = 0.0):
-    """F.cross_entropy with class indices: input (N, C) or (N, C, d1, ...), target (N) or (N, d1, ...)."""
+                  label_smoothing: float = 0.0, valid_classes: int | None = None, dtype=None):
+    """F.cross_entropy with class indices: input (N, C) or (N, C, d1, ...), target (N) or (N, d1, ...).
+
+    dtype (as F.softmax's): the loss is computed as if the input were cast to dtype first. For
+    half-precision logits and dtype=float32 the kernels read the logits as they are and return float32
+    losses, the gradient coming back in the logits' dtype: no float32 copy of (N, C) logits.
+
+    valid_classes (not in PyTorch): only the first valid_classes of the C columns are classes; the
+    others (a vocabulary padded for faster matmuls) are left out of the softmax and get a zero
+    gradient, as if the input were sliced to them, without copying it.
+    """
     if weight is not None:
         raise UserError("cross_entropy class weights are not supported")
     if reduction not in ("mean", "sum", "none"):
@@ -57,6 +66,9 @@ def cross_entropy(input, target, weight=None, ignore_index: int = -100, reductio
     if not 0.0 <= label_smoothing <= 1.0:
         raise UserError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
     _float_input(input, "cross_entropy")
+    float_loss = dtype is not None and dtype == dtypes.float32 and input.dtype in (dtypes.bfloat16, dtypes.float16)
+    if dtype is not None and not float_loss:
+        input = ew.cast(input, dtype)
     if target.dtype.kind not in "iu":
         raise UserError(f"cross_entropy targets must be class indices (integers), got {target.dtype.name}")
     logits = input if input.ndim > 1 else input.reshape(1, -1)
@@ -65,11 +77,16 @@ def cross_entropy(input, target, weight=None, ignore_index: int = -100, reductio
         raise UserError(f"cross_entropy: target shape {target.shape} does not match input shape {input.shape} "
                         f"(expected {expected if input.ndim > 1 else ()})")
     classes = logits.shape[1]
+    if valid_classes is not None and not 1 <= valid_classes <= classes:
+        raise UserError(f"cross_entropy: valid_classes must be between 1 and the {classes} classes of the input, "
+                        f"got {valid_classes}")
     if logits.ndim > 2:  # (N, C, d...) -> (N*d..., C)
         logits = logits.permute(0, *range(2, logits.ndim), 1).reshape(-1, classes)
     flat_target = target.reshape(-1).to(dtypes.int64)
-    attrs = {"ignore_index": ignore_index, "label_smoothing": float(label_smoothing)}
-    losses = apply("cross_entropy", (logits, flat_target), attrs, flat_target.shape, logits.dtype)
+    attrs = {"ignore_index": ignore_index, "label_smoothing": float(label_smoothing),
+             "valid_classes": classes if valid_classes is None else int(valid_classes), "float_loss": float_loss}
+    losses = apply("cross_entropy", (logits, flat_target), attrs, flat_target.shape,
+                   dtypes.float32 if float_loss else logits.dtype)
     if reduction == "none":
         return losses.reshape(target.shape)
     total = reduce_sum(losses)
@@ -167,20 +184,25 @@ def _embedding_grad(node, out, g):
 
 
 def dropout(input, p: float = 0.5, training: bool = True):
-    """Zero each element with probability p and scale the rest by 1/(1-p). The mask comes from a seed
-    stored in the node, so the backward pass regenerates exactly the same mask."""
+    """Zero each element with probability p and scale the rest by 1/(1-p).
+
+    The mask is a function of the device's dropout state [seed, counter], read from device memory when
+    the kernel runs, and of this node's stream id (ops/creation.py explains both). The backward node
+    reads the same state with the same stream, so it regenerates exactly the same mask."""
     if not 0.0 <= p <= 1.0:
         raise UserError(f"dropout probability must be in [0, 1], got {p}")
     if not training or p == 0.0:
         return input
     if p == 1.0:
         return ew.mul(input, 0.0)
-    return apply("dropout", (input,), {"seed": next_seed(), "p": float(p)}, input.shape, input.dtype)
+    state, stream = dropout_stream(input.device)
+    return apply("dropout", (input, state), {"p": float(p), "stream": stream}, input.shape, input.dtype)
 
 
 @gradient("dropout")
 def _dropout_grad(node, out, g):
-    return (apply("dropout", (g,), node.attrs, g.shape, g.dtype),)
+    _, state = node.inputs
+    return apply("dropout", (g, state), node.attrs, g.shape, g.dtype), None
 
 
 def rope_frequencies(seq_len: int, head_dim: int, base: float = 10000.0, device=None, start: int = 0):
@@ -213,74 +235,9 @@ def _rope_grad(node, out, g):
     return apply("rope", (g, cos, sin), {"inverse": not node.attrs["inverse"]}, g.shape, g.dtype), None, None
 
 
-# ------------------------------------------------------------------ attention
+# ------------------------------------------------------------------ attention: ops/attention.py
 
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
-                                 scale=None, enable_gqa: bool = False, window: int | None = None,
-                                 save_weights: bool = False):
-    """softmax(q k^T * scale + mask) v, fused, as F.scaled_dot_product_attention.
-
-    query (B, H, T, D), key (B, Hkv, S, D), value (B, Hkv, S, Dv). With H > Hkv (grouped-query
-    attention) each KV head serves H / Hkv query heads. `is_causal` aligns queries with the last T
-    keys (so it also serves decoding with a KV cache; PyTorch aligns to the first T when T != S).
-    `window=w` lets query i see only keys in [i-w+1, i] (sliding-window attention).
-    attn_mask: bool (True = may attend) or additive float, broadcastable to (B, H, T, S).
-
-    save_weights=False: one fused kernel pair that keeps no (T, S) weights for the backward pass and
-    recomputes them there (flash attention's trade). save_weights=True: explicit attention, scores
-    by a matmul, a fused masked softmax, a matmul, with the weights kept for the backward pass
-    (PyTorch's math path): more memory, less compute.
-    """
-    if dropout_p:
-        raise UserError("attention dropout is not supported; apply dropout to the attention output instead")
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        if t.ndim != 4:
-            raise UserError(f"scaled_dot_product_attention: {name} must be (B, H, T, D), got {t.shape}")
-    B, H, T, D = query.shape
-    Hkv, S = key.shape[1], key.shape[2]
-    if key.shape[0] != B or value.shape[:3] != key.shape[:3] or key.shape[3] != D:
-        raise UserError(f"scaled_dot_product_attention: shapes do not fit: q {query.shape}, k {key.shape}, "
-                        f"v {value.shape}")
-    if H % Hkv:
-        raise UserError(f"grouped-query attention needs query heads ({H}) divisible by key/value heads ({Hkv})")
-    if window is not None and window < 1:
-        raise UserError(f"attention window must be >= 1, got {window}")
-    inputs = [query, key, value]
-    if attn_mask is not None:
-        ew.broadcast_shape(attn_mask.shape, (B, H, T, S), "attention mask")
-        inputs.append(attn_mask if attn_mask.dtype == dtypes.bool_ else ew.cast(attn_mask, query.dtype))
-    attrs = {"scale": float(scale if scale is not None else 1.0 / math.sqrt(D)), "causal": bool(is_causal),
-             "window": window}
-    if save_weights:
-        return _explicit_attention(query, key, value, inputs[3:], attrs)
-    return apply("sdpa", tuple(inputs), attrs, (B, H, T, value.shape[3]), query.dtype)
-
-
-def _explicit_attention(query, key, value, mask, attrs):
-    B, H, T, D = query.shape
-    Hkv, S, Dv = key.shape[1], key.shape[2], value.shape[3]
-    G = H // Hkv
-    # Query heads grouped over the key/value head they share: (B, Hkv, G, T, D) @ (B, Hkv, 1, D, S)
-    scores = query.reshape(B, Hkv, G, T, D) @ key.reshape(B, Hkv, 1, S, D).mT  # (B, Hkv, G, T, S)
-    if mask:
-        mask = [mask[0].expand(B, H, T, S).contiguous().reshape(B, Hkv, G, T, S)]
-    weights = apply("masked_softmax", (scores, *mask), attrs, scores.shape, scores.dtype)
-    out = weights @ value.reshape(B, Hkv, 1, S, Dv)  # (B, Hkv, G, T, Dv)
-    return out.reshape(B, H, T, Dv)
-
-
-@gradient("masked_softmax")
-def _masked_softmax_grad(node, out, g):
-    grad = apply("masked_softmax_backward", (out, g), {"scale": node.attrs["scale"]}, g.shape, g.dtype)
-    return (grad,) + (None,) * (len(node.inputs) - 1)
-
-
-@gradient("sdpa")
-def _sdpa_grad(node, out, g):
-    q, k, v, *mask = node.inputs
-    dq, dk, dv = apply("sdpa_backward", (q, k, v, g, *mask), node.attrs, (q.shape, k.shape, v.shape),
-                       (q.dtype, k.dtype, v.dtype), n_outputs=3)
-    return (dq, dk, dv) + (None,) * len(mask)
+from gradcraft.ops.attention import scaled_dot_product_attention  # noqa: E402,F401  (F.* keeps its home here)
 
 
 # ------------------------------------------------------------------ composites

@@ -22,6 +22,7 @@ from gradcraft.distributed import all_reduce_tensors
 from gradcraft.engine.capture import CapturedStep
 from gradcraft.errors import UserError
 from gradcraft.models import ModelConfig, Transformer, describe
+from gradcraft.ops.creation import advance_dropout
 from gradcraft.optim import AdamW, CosineWithWarmup, grad_norm_and_scale
 from gradcraft.optim.schedule import set_lr
 from gradcraft.training import checkpoint as ckpt
@@ -56,7 +57,7 @@ class TrainConfig:
     max_bad_steps: int = 3  # non-finite steps in a row before stopping
     stop_after: int | None = None  # end this session at this step (the schedule still spans `steps`)
     progress: bool = True
-    cuda_graph: str = "auto"  # auto (on for CUDA without dropout), on, off
+    cuda_graph: str = "auto"  # auto (on for CUDA), on, off
     nproc: int = 1  # data-parallel processes: one per GPU from `device` on, or CPU processes
 
     def validate(self) -> None:
@@ -182,7 +183,9 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
         set_lr(opt, lr)
         if rank and mc.dropout:
             # Dropout masks of their own on the other processes, from (seed, rank, step): a resumed run
-            # draws the same ones (rank 0's random state is the one the checkpoints keep).
+            # draws the same ones (rank 0's random state, with its dropout counter, is the one the
+            # checkpoints keep). manual_seed writes the seed into the device's dropout state in place,
+            # so a replayed graph reads it too.
             gc.manual_seed(tc.seed + 7919 * rank + 104729 * step)
         # every process draws the whole step's micro-batches and computes its own share of them
         batches = [sampler.next_batch() for _ in range(accum * world)]
@@ -273,13 +276,16 @@ class GradientStep:
         self.inputs = [(gc.zeros(*shape, dtype=gc.int64, device=tc.device).realize(),
                         gc.zeros(*shape, dtype=gc.int64, device=tc.device).realize()) for _ in range(accum)]
         use_graph = tc.cuda_graph == "on" or (tc.cuda_graph == "auto" and tc.device.startswith("cuda"))
-        if use_graph and model.config.dropout:
-            log("note: no CUDA graph with dropout (its random masks would repeat every replay); running eagerly")
-            use_graph = False
         self.captured = CapturedStep(self._compute, tc.device) if use_graph else None
         self.log = log
 
     def _compute(self):
+        if self.model.config.dropout:
+            # New masks for this step: the dropout counter (in device memory) moves on by one here, by a
+            # kernel that a captured graph records, so each replay draws the masks an eager step would.
+            # The step's forward and backward both run after this and before the next step's move, so
+            # they see one counter value: the backward regenerates the forward's masks.
+            advance_dropout(self.tc.device)
         losses, stats = [], []
         for x, y in self.inputs:
             _, loss = self.model(x, y, label_smoothing=self.tc.label_smoothing, compute_dtype=self.compute_dtype)

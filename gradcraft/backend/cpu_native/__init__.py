@@ -161,27 +161,33 @@ def kernels(reference: dict, empty) -> dict:
                                                             eps, a, b), rows, features, PARTIAL_ROWS)
         return dx, _sum_partials(dweights, norm_shape, empty), _sum_partials(dbiases, norm_shape, empty)
 
-    def cross_entropy(logits, target, ignore_index, label_smoothing):
+    def cross_entropy(logits, target, ignore_index, label_smoothing, valid_classes=None, float_loss=False):
         if not _f32(logits) or logits.ndim != 2:
-            return reference["cross_entropy"](logits, target, ignore_index, label_smoothing)
-        n, classes = logits.shape
+            return reference["cross_entropy"](logits, target, ignore_index, label_smoothing, valid_classes,
+                                              float_loss)
+        n, width = logits.shape
+        classes = width if valid_classes is None else valid_classes
         t = np.ascontiguousarray(target, dtype=np.int64)
         _check_targets(t, classes, ignore_index)
         loss = empty((n,), _F32)
-        _over_rows(lambda a, b: lib.cross_entropy_f32(_ptr(logits), _ptr(t), _ptr(loss), classes, ignore_index,
-                                                      label_smoothing, a, b), n, classes)
+        _over_rows(lambda a, b: lib.cross_entropy_f32(_ptr(logits), _ptr(t), _ptr(loss), classes, width,
+                                                      ignore_index, label_smoothing, a, b), n, classes)
         return loss
 
-    def cross_entropy_backward(logits, target, g, ignore_index, label_smoothing):
+    def cross_entropy_backward(logits, target, g, ignore_index, label_smoothing, valid_classes=None,
+                               float_loss=False):
         if not _f32(logits) or logits.ndim != 2 or g.dtype != _F32:
-            return reference["cross_entropy_backward"](logits, target, g, ignore_index, label_smoothing)
-        n, classes = logits.shape
+            return reference["cross_entropy_backward"](logits, target, g, ignore_index, label_smoothing,
+                                                       valid_classes)
+        n, width = logits.shape
+        classes = width if valid_classes is None else valid_classes
         t = np.ascontiguousarray(target, dtype=np.int64)
         _check_targets(t, classes, ignore_index)
         gs = np.ascontiguousarray(np.broadcast_to(g, (n,)))  # (often a broadcast scalar: the mean's gradient)
         out = empty(logits.shape, _F32)
         _over_rows(lambda a, b: lib.cross_entropy_backward_f32(_ptr(logits), _ptr(t), _ptr(gs), _ptr(out), classes,
-                                                               ignore_index, label_smoothing, a, b), n, classes)
+                                                               width, ignore_index, label_smoothing, a, b),
+                   n, width)
         return out
 
     def masked_softmax(scores, mask=None, *, scale, causal, window):

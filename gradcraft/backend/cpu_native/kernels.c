@@ -298,12 +298,13 @@ void log_softmax_backward_f32(const float *y, const float *g, float *out, i64 n,
     }
 }
 
-/* Per row of `classes` logits: logsumexp(x) - x[target], with label smoothing eps:
+/* Per row of `width` logits of which the first `classes` are classes (the rest, vocabulary
+   padding, are not read): logsumexp(x) - x[target], with label smoothing eps:
    (1 - eps) (lse - x[target]) + eps (lse - mean(x)); rows whose target is ignore_index give 0. */
-void cross_entropy_f32(const float *logits, const int64_t *target, float *loss, i64 classes,
+void cross_entropy_f32(const float *logits, const int64_t *target, float *loss, i64 classes, i64 width,
                        i64 ignore_index, float smoothing, i64 lo, i64 hi) {
     for (i64 r = lo; r < hi; r++) {
-        const float *x = logits + r * classes;
+        const float *x = logits + r * width;
         if (target[r] == ignore_index) {
             loss[r] = 0.0f;
             continue;
@@ -322,16 +323,18 @@ void cross_entropy_f32(const float *logits, const int64_t *target, float *loss, 
     }
 }
 
-/* d loss / d logits = g (softmax(x) - (1 - eps) onehot(target) - eps / C); 0 for ignored rows. */
+/* d loss / d logits = g (softmax(x) - (1 - eps) onehot(target) - eps / C); 0 for ignored rows and
+   for the padding columns [classes, width). */
 void cross_entropy_backward_f32(const float *logits, const int64_t *target, const float *g, float *out,
-                                i64 classes, i64 ignore_index, float smoothing, i64 lo, i64 hi) {
+                                i64 classes, i64 width, i64 ignore_index, float smoothing, i64 lo, i64 hi) {
     for (i64 r = lo; r < hi; r++) {
-        const float *x = logits + r * classes;
-        float *o = out + r * classes;
+        const float *x = logits + r * width;
+        float *o = out + r * width;
         if (target[r] == ignore_index) {
-            memset(o, 0, (size_t)classes * sizeof(float));
+            memset(o, 0, (size_t)width * sizeof(float));
             continue;
         }
+        if (width > classes) memset(o + classes, 0, (size_t)(width - classes) * sizeof(float));
         float m = row_max(x, classes), sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
         for (i64 j = 0; j < classes; j++) {

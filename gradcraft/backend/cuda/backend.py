@@ -15,7 +15,7 @@ import numpy as np
 
 from gradcraft.backend import Backend, slices_tile_one_axis
 from gradcraft.backend.cuda import launch as L
-from gradcraft.backend.cuda import nn, optim
+from gradcraft.backend.cuda import attention, nn, optim
 from gradcraft.backend.cuda.matmul import gemm, matmul
 
 HALF = L.HALF
@@ -354,6 +354,8 @@ class CUDABackend(Backend):
             "rms_norm": nn.rms_norm, "rms_norm_backward": nn.rms_norm_backward,
             "embedding": nn.embedding, "embedding_backward": nn.embedding_backward, "dropout": nn.dropout,
             "rope": nn.rope, "sdpa": nn.sdpa, "sdpa_backward": nn.sdpa_backward,
+            "flash_attention": attention.flash_attention,
+            "flash_attention_backward": attention.flash_attention_backward,
             "masked_softmax": nn.masked_softmax, "masked_softmax_backward": nn.masked_softmax_backward,
         }
         self.check_contract()
@@ -385,6 +387,9 @@ class CUDABackend(Backend):
             cp.cuda.Device().synchronize()
 
     # ------------------------------------------------------------ beyond the contract
+
+    def flash_attention_supported(self, dtype, head_dim: int, value_dim: int) -> bool:
+        return attention.supported(dtype, head_dim, value_dim)
 
     def cross_entropy_with_grad(self, logits, target, ignore_index=-100, label_smoothing=0.0, grad_scale=1.0):
         """(per-row loss, dlogits * grad_scale) in one launch; see nn.cross_entropy_with_grad."""

@@ -1,6 +1,7 @@
 """What every launcher shares: dtype names, output allocation (poisonable for tests), launch shapes."""
 
 import collections
+import functools
 import math
 
 import cupy as cp
@@ -55,6 +56,23 @@ def row_threads(width: int) -> int:
     """Threads for one block per row of `width` values: about 8 values a thread, 32..1024."""
     want = max(32, min(1024, 1 << max(0, math.ceil(math.log2(max(1, -(-width // 8)))))))
     return want
+
+
+def aligned(*arrays, to: int = 16) -> bool:
+    """Whether every array (None: skipped) starts at a multiple of `to` bytes: the vectorised kernels
+    move 16 bytes per access (CuPy's allocations are 256-byte aligned; a view with an offset may not be)."""
+    return all(a is None or a.data.ptr % to == 0 for a in arrays)
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_id: int) -> int:
+    return int(cp.cuda.Device(device_id).attributes["MultiProcessorCount"])  # (a dict of every attribute)
+
+
+def sm_count() -> int:
+    """Streaming multiprocessors of the current device (sizes the grids of kernels that keep per-block
+    partial results)."""
+    return _sm_count(cp.cuda.Device().id)
 
 
 def grid_1d(n: int, threads: int = 256, per_thread: int = 1) -> int:

@@ -30,32 +30,65 @@ def _last_axis(fn, x, axis, *rest):
     return cp.ascontiguousarray(cp.moveaxis(fn(*moved), -1, axis))  # (ndim >= 1 here)
 
 
+# ---------------------------------------------------------------- row kernels: layouts
+
+# Values a thread keeps in registers in the warp and block layouts of the row kernels: the E constants
+# of softmax.cu and norms.cu (keep them equal).
+_SOFTMAX_E = (32, 16)  # SOFTMAX_WARP_E, SOFTMAX_BLOCK_E
+_NORM_FWD_E = (32, 16)  # NORM_FWD_WARP_E, NORM_FWD_BLOCK_E
+_NORM_BWD_E = (32, 16)  # NORM_BWD_WARP_E, NORM_BWD_BLOCK_E
+_WARP_LAYOUT_THREADS = 256  # 8 rows a block (the kernels' __launch_bounds__)
+
+
+def _layout(width, dtype, arrays, warp_e, block_e, max_threads):
+    """How a row kernel takes rows of `width` values: (layout, access, threads).
+
+    layout: "warp" (a row per warp, in registers: width <= 32 * warp_e), "block" (a row per block of
+    ceil(width / block_e) threads, rounded up to a warp, in registers: at most max_threads of them) or
+    "loop" (a row per block of max_threads, re-read from memory); access: "v" (16-byte loads and
+    stores: width a multiple of 16 / itemsize, every array 16-byte aligned) or "s" (one value each)."""
+    per_access = 16 // np.dtype(dtype).itemsize
+    access = "v" if width % per_access == 0 and L.aligned(*arrays) else "s"
+    if width <= 32 * warp_e:
+        return "warp", access, _WARP_LAYOUT_THREADS
+    threads = -(-width // block_e)
+    threads = -(-threads // 32) * 32
+    if threads <= max_threads:
+        return "block", access, threads
+    return "loop", access, max_threads
+
+
+def _row_grid(layout, rows):
+    return -(-rows // (_WARP_LAYOUT_THREADS // 32)) if layout == "warp" else rows
+
+
 # ---------------------------------------------------------------- softmax family
 
 def softmax_rows(x, scale=1.0, mask=None, causal=False, window=None, T=1, S=1, log=False):
     """Row softmax of x (..., C) * scale (+ float32 additive mask of x's shape), attention masking fused."""
     x = _c(x)
+    mask = None if mask is None else _c(mask, np.float32)
     C = x.shape[-1]
     rows = x.size // max(C, 1)
     y = L.empty(x.shape, x.dtype)
     if rows and C:
-        L.run("softmax.cu", f"softmax_fwd_{L.suffix(x.dtype)}", rows, L.row_threads(C),
-              (x, y, i32(C), f64(scale), ptr(None) if mask is None else _c(mask), i32(bool(causal)),
-               i32(window or 0), i32(T), i32(S), i32(bool(log))))
+        layout, access, threads = _layout(C, x.dtype, (x, y, mask), *_SOFTMAX_E, 1024)
+        L.run("softmax.cu", f"softmax_fwd_{layout}_{access}_{L.suffix(x.dtype)}", _row_grid(layout, rows), threads,
+              (x, y, i64(rows), i32(C), f64(scale), ptr(mask), i32(bool(causal)), i32(window or 0), i32(T), i32(S),
+               i32(bool(log))))
     return y
 
 
 def softmax_rows_backward(y, g, scale=1.0, log=False):
+    """dx of y = softmax(x * scale) (scale * y * (g - sum(g * y))) or of y = log_softmax(x) (log)."""
     y, g = _c(y), _c(g, y.dtype)
     C = y.shape[-1]
     rows = y.size // max(C, 1)
     dx = L.empty(y.shape, y.dtype)
     if rows and C:
-        if log:
-            L.run("softmax.cu", f"log_softmax_bwd_{L.suffix(y.dtype)}", rows, L.row_threads(C), (y, g, dx, i32(C)))
-        else:
-            L.run("softmax.cu", f"softmax_bwd_{L.suffix(y.dtype)}", rows, L.row_threads(C),
-                  (y, g, dx, i32(C), f64(scale)))
+        layout, access, threads = _layout(C, y.dtype, (y, g, dx), *_SOFTMAX_E, 1024)
+        L.run("softmax.cu", f"softmax_bwd_{layout}_{access}_{L.suffix(y.dtype)}", _row_grid(layout, rows), threads,
+              (y, g, dx, i64(rows), i32(C), f64(scale), i32(bool(log))))
     return dx
 
 
@@ -78,44 +111,64 @@ def log_softmax_backward(y, g, axis):
 # ---------------------------------------------------------------- cross-entropy
 
 def cross_entropy_with_grad(logits, target, g=None, ignore_index=-100, label_smoothing=0.0, grad_scale=1.0,
-                            want_loss=True, want_grad=True):
-    """Per-row losses and dlogits of (N, C) logits in one launch (either may be skipped).
+                            want_loss=True, want_grad=True, valid_classes=None, float_loss=False):
+    """Per-row losses and dlogits of (N, W) logits in one launch (either may be skipped).
 
-    dlogits is scaled by g[row] (None: 1) times grad_scale, e.g. 1 / count for a mean loss."""
+    dlogits is scaled by g[row] (None: 1) times grad_scale, e.g. 1 / count for a mean loss. Only the
+    first valid_classes columns (None: all W) are classes; the rest are padding, with dlogits 0.
+    float_loss: half-precision logits give float32 losses (and take a float32 g), read as they are."""
     logits, target = _c(logits), _c(target, np.int64)
-    N, C = logits.shape
-    loss = L.empty((N,), logits.dtype) if want_loss else None
-    dlogits = L.empty((N, C), logits.dtype) if want_grad else None
+    N, W = logits.shape
+    C = W if valid_classes is None else valid_classes
+    wide_loss = float_loss and logits.dtype in L.HALF
+    loss_dtype = np.dtype(np.float32) if wide_loss else logits.dtype
+    loss = L.empty((N,), loss_dtype) if want_loss else None
+    dlogits = L.empty((N, W), logits.dtype) if want_grad else None
     if N and C:
-        L.run("cross_entropy.cu", f"cross_entropy_{L.suffix(logits.dtype)}", N, L.row_threads(C),
-              (logits, target, ptr(None) if g is None else _c(g, logits.dtype), ptr(loss), ptr(dlogits), i32(C),
-               i64(ignore_index), f64(label_smoothing), f64(grad_scale)))
+        name = f"cross_entropy_{L.suffix(logits.dtype)}" + ("_f32loss" if wide_loss else "")
+        L.run("cross_entropy.cu", name, N, L.row_threads(C),
+              (logits, target, ptr(None) if g is None else _c(g, loss_dtype), ptr(loss), ptr(dlogits), i32(C),
+               i32(W), i64(ignore_index), f64(label_smoothing), f64(grad_scale)))
     return loss, dlogits
 
 
-def cross_entropy(logits, target, ignore_index, label_smoothing):
-    return cross_entropy_with_grad(logits, target, None, ignore_index, label_smoothing, want_grad=False)[0]
+def cross_entropy(logits, target, ignore_index, label_smoothing, valid_classes=None, float_loss=False):
+    return cross_entropy_with_grad(logits, target, None, ignore_index, label_smoothing, want_grad=False,
+                                   valid_classes=valid_classes, float_loss=float_loss)[0]
 
 
-def cross_entropy_backward(logits, target, g, ignore_index, label_smoothing):
-    return cross_entropy_with_grad(logits, target, g, ignore_index, label_smoothing, want_loss=False)[1]
+def cross_entropy_backward(logits, target, g, ignore_index, label_smoothing, valid_classes=None, float_loss=False):
+    return cross_entropy_with_grad(logits, target, g, ignore_index, label_smoothing, want_loss=False,
+                                   valid_classes=valid_classes, float_loss=float_loss)[1]
 
 
 # ---------------------------------------------------------------- norms
+
+def _norm_params(x, *params):
+    """Norm weight/bias as the kernels read them, flat, and w_acc: in x's dtype as they are (0; what the
+    engine passes), else in the accumulator type (1, a small cast). None stays None."""
+    if all(p is None or p.dtype == x.dtype for p in params):
+        return [None if p is None else L.contiguous(p).reshape(-1) for p in params], 0
+    return [_acc(p, x) for p in params], 1
+
 
 def _norm_forward(x, weight, bias, eps, n_dims, center):
     x = _c(x)
     F = int(np.prod(x.shape[x.ndim - n_dims:]))
     rows = x.size // max(F, 1)
     y = L.empty(x.shape, x.dtype)
-    w, b = _acc(weight, x), _acc(bias, x)  # (named: a temporary's memory could be reused before the launch)
+    (w, b), w_acc = _norm_params(x, weight, bias)  # (named: a temporary's memory could be reused before the launch)
     if rows and F:
-        L.run("norms.cu", f"norm_fwd_{L.suffix(x.dtype)}", rows, L.row_threads(F),
-              (x, ptr(w), ptr(b), y, i32(F), f64(eps), i32(center)))
+        layout, access, threads = _layout(F, x.dtype, (x, y, w, b), *_NORM_FWD_E, 1024)
+        L.run("norms.cu", f"norm_fwd_{layout}_{access}_{L.suffix(x.dtype)}", _row_grid(layout, rows), threads,
+              (x, ptr(w), ptr(b), i32(w_acc), y, i64(rows), i32(F), f64(eps), i32(center)))
     return y
 
 
 def _norm_backward(x, weight, g, eps, n_dims, center):
+    """(dx, dweight, dbias or None without center). Each block of the first kernel leaves its rows'
+    weight/bias gradients in `partial` (blocks, 2, F), float32 (float64 for float64); norm_reduce adds
+    the slices in a fixed order."""
     x = _c(x)
     g = _c(g, x.dtype)
     norm_shape = x.shape[x.ndim - n_dims:]
@@ -123,17 +176,27 @@ def _norm_backward(x, weight, g, eps, n_dims, center):
     rows = x.size // max(F, 1)
     dx = L.empty(x.shape, x.dtype)
     dweight = L.empty(norm_shape, x.dtype)  # cpu.py gives the weight gradients x's dtype
-    dbias = L.empty(norm_shape, x.dtype)
-    blocks = max(1, min(rows, 4 * cp.cuda.Device().attributes["MultiProcessorCount"]))
-    partial = cp.zeros((blocks, 2, F), dtype=np.float64)
-    if rows and F:
-        w = _acc(weight, x)
-        L.run("norms.cu", f"norm_bwd_{L.suffix(x.dtype)}", blocks, min(L.row_threads(F), 256),
-              (x, ptr(w), g, dx, partial, i64(rows), i32(F), f64(eps), i32(center)))
-    for out, offset in ((dweight, 0), (dbias, F)):
-        if F:
-            L.run("reduce.cu", f"sum_partials_{L.suffix(x.dtype)}", L.grid_1d(F), 256,
-                  (partial.reshape(-1)[offset:], out, i32(blocks if rows else 0), i32(F), i64(2 * F)))
+    dbias = L.empty(norm_shape, x.dtype) if center else None
+    if not (rows and F):
+        for out in (dweight, dbias):
+            if out is not None:
+                out.fill(0)
+        return dx, dweight, dbias
+    (w,), w_acc = _norm_params(x, weight)
+    layout, access, threads = _layout(F, x.dtype, (x, g, dx, w), *_NORM_BWD_E, 512)
+    sms = L.sm_count()
+    if layout == "warp":  # 4 rows (warps) a block, about 4 blocks an SM (their registers)
+        threads, blocks = 128, min(-(-rows // 4), 4 * sms)
+    elif layout == "block":
+        blocks = min(rows, sms * max(1, 1024 // threads))
+    else:
+        blocks = min(rows, 2 * sms)
+    partial = cp.empty((blocks, 2, F), dtype=L.acc_dtype(x.dtype))  # (every slice read is written first)
+    L.run("norms.cu", f"norm_bwd_{layout}_{access}_{L.suffix(x.dtype)}", blocks, threads,
+          (x, ptr(w), i32(w_acc), g, dx, partial, i64(rows), i32(F), f64(eps), i32(center)))
+    columns = 2 * F if center else F
+    L.run("norms.cu", f"norm_reduce_{L.suffix(x.dtype)}", -(-columns // 32), 1024,  # 32 columns x 32 groups
+          (partial, dweight, ptr(dbias), i32(blocks), i32(F)))
     return dx, dweight, dbias
 
 
@@ -155,12 +218,23 @@ def rms_norm_backward(x, weight, g, eps, n_dims):
 
 # ---------------------------------------------------------------- activations
 
+def _access(dtype, *arrays, width=None):
+    """"v" where the kernels can move 16 bytes per access (every array 16-byte aligned, and `width`, when
+    given, a multiple of the values per access), else "s"."""
+    per_access = 16 // np.dtype(dtype).itemsize
+    ok = (width is None or width % per_access == 0) and L.aligned(*arrays)
+    return "v" if ok else "s"
+
+
 def _elementwise(kernel, x, *rest, extra=()):
     x = _c(x)
+    rest = [_c(r, x.dtype) for r in rest]
     y = L.empty(x.shape, x.dtype)
     if x.size:
-        L.run("activations.cu", f"{kernel}_{L.suffix(x.dtype)}", L.grid_1d(x.size, 256, 4), 256,
-              (x, *[_c(r, x.dtype) for r in rest], y, i64(x.size), *extra))
+        access = _access(x.dtype, x, *rest, y)
+        units = x.size // (16 // x.dtype.itemsize) if access == "v" else x.size
+        L.run("activations.cu", f"{kernel}_{access}_{L.suffix(x.dtype)}", L.grid_1d(units, 256, 2), 256,
+              (x, *rest, y, i64(x.size), *extra))
     return y
 
 
@@ -185,18 +259,23 @@ def swiglu(h):
     F = h.shape[-1] // 2
     y = L.empty(h.shape[:-1] + (F,), h.dtype)
     if y.size:
-        L.run("activations.cu", f"swiglu_fwd_{L.suffix(h.dtype)}", L.grid_1d(y.size, 256, 4), 256,
-              (h, y, i64(y.size), i64(F)))
+        access = _access(h.dtype, h, y, width=F)
+        units = y.size // (16 // h.dtype.itemsize) if access == "v" else y.size
+        L.run("activations.cu", f"swiglu_fwd_{access}_{L.suffix(h.dtype)}", L.grid_1d(units), 256,
+              (h, y, i64(y.size // F), i64(F)))
     return y
 
 
 def swiglu_backward(h, g):
     h = _c(h)
+    g = _c(g, h.dtype)
     F = h.shape[-1] // 2
     dh = L.empty(h.shape, h.dtype)
-    if dh.size:
-        L.run("activations.cu", f"swiglu_bwd_{L.suffix(h.dtype)}", L.grid_1d(g.size, 256, 4), 256,
-              (h, _c(g, h.dtype), dh, i64(g.size), i64(F)))
+    if g.size:
+        access = _access(h.dtype, h, g, dh, width=F)
+        units = g.size // (16 // h.dtype.itemsize) if access == "v" else g.size
+        L.run("activations.cu", f"swiglu_bwd_{access}_{L.suffix(h.dtype)}", L.grid_1d(units), 256,
+              (h, g, dh, i64(g.size // F), i64(F)))
     return dh
 
 
@@ -220,32 +299,48 @@ def embedding(weight, idx):
     out = L.empty(idx.shape + weight.shape[1:], weight.dtype)
     n = idx.size
     if n and D:
-        size = weight.dtype.itemsize
-        L.run("embedding.cu", f"embedding_fwd_{size}", min(n, 65535 * 8), min(1024, max(32, D)),
-              (weight, idx, out, i64(n), i32(D), i64(weight.shape[0])))
+        row_bytes = D * weight.dtype.itemsize  # copied in the widest unit that divides it and the alignment
+        unit = next(u for u in (16, 8, 4, 2, 1) if row_bytes % u == 0 and L.aligned(weight, out, to=u))
+        L.run("embedding.cu", f"embedding_fwd_{unit}", min(-(-n // 8), 65535 * 8), 256,
+              (weight, idx, out, i64(n), i32(row_bytes // unit), i64(weight.shape[0])))
     return out
 
 
 def embedding_backward(idx, g, num_embeddings):
+    """The table's gradient: a stable sort of the ids, then chunks of 32 sorted positions summed per
+    warp (embedding.cu); every row that no id names stays zero."""
     D = g.shape[-1]
     flat = _c(idx, np.int64).reshape(-1)
     g = _c(g)
     out = cp.zeros((num_embeddings, D), dtype=g.dtype)
     n = flat.size
     if n and D:
-        order = cp.argsort(flat)  # CuPy sorts with a stable radix sort: equal ids keep their order
-        sorted_idx = cp.ascontiguousarray(flat[order])
-        L.run("embedding.cu", f"embedding_bwd_{L.suffix(g.dtype)}", min(n, 65535 * 8), min(1024, max(32, D)),
-              (sorted_idx, order.astype(np.int64, copy=False), g, out, i64(n), i32(D), i64(num_embeddings)))
+        order = cp.argsort(flat).astype(np.int64, copy=False)  # CuPy's sort is stable: equal ids keep their order
+        access = _access(g.dtype, g, out, width=D)
+        vectors = D // (16 // g.dtype.itemsize) if access == "v" else D
+        chunks = -(-n // 32)
+        part = cp.empty((chunks, 2, D), dtype=L.acc_dtype(g.dtype))  # (only the slots a run leaves are read)
+        tasks = chunks * -(-vectors // 32)  # a warp each: 32 positions x 32 accesses of a row
+        grid = min(-(-tasks // 8), 65535 * 8)
+        args = (i64(n), i32(D), i64(num_embeddings))
+        L.run("embedding.cu", f"embedding_bwd_chunk_{access}_{L.suffix(g.dtype)}", grid, 256,
+              (flat, order, g, out, part, *args))
+        L.run("embedding.cu", f"embedding_bwd_join_{access}_{L.suffix(g.dtype)}", grid, 256,
+              (flat, order, out, part, *args))
     return out
 
 
-def dropout(x, seed, p):
+def dropout(x, state=None, *, p, stream=0, seed=None):
+    """state: the int64 device array [seed, counter] that the kernel reads (so a replayed graph sees the
+    counter move); stream: this layer's place in the step. `seed=` without a state (kernel tests and
+    benchmarks) means state [seed, 0]: a host-to-device copy, so never inside a captured step."""
     x = _c(x)
+    if state is None:
+        state = cp.asarray(np.array([seed, 0], dtype=np.uint64).view(np.int64))
     y = L.empty(x.shape, x.dtype)
     if x.size:
         L.run("dropout.cu", f"dropout_{L.suffix(x.dtype)}", L.grid_1d(-(-x.size // 4)), 256,
-              (x, y, i64(x.size), np.uint64(seed), f64(p), f64(1.0 / (1.0 - p))))
+              (x, y, i64(x.size), _c(state, np.int64), np.uint64(stream), f64(p), f64(1.0 / (1.0 - p))))
     return y
 
 
@@ -311,7 +406,11 @@ def masked_softmax(scores, mask=None, *, scale, causal, window):
     additive = None
     if mask is not None:
         m = cp.broadcast_to(mask, scores.shape)
-        additive = cp.ascontiguousarray((cp.where(m, 0.0, -np.inf) if m.dtype == np.bool_ else m).astype(np.float32))
+        if m.dtype == np.bool_:  # one float32 pass (Python floats would make a float64 array first)
+            additive = cp.where(m, np.float32(0), np.float32(-np.inf)).astype(np.float32, copy=False)
+        else:
+            additive = m.astype(np.float32)
+        additive = L.contiguous(additive)
     return softmax_rows(scores, scale, additive, causal, window, T, S)
 
 

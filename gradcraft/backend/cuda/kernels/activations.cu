@@ -1,78 +1,146 @@
 // GELU (erf and tanh forms), SiLU and SwiGLU, forward and backward, over contiguous arrays.
 // Formulas are cpu.py's _gelu, _gelu_backward, _silu, _silu_backward, _swiglu, _swiglu_backward.
+//
+// Memory-bound: each thread moves VEC = 16 / sizeof(T) values per access (`_v` kernels: every pointer
+// 16-byte aligned; SwiGLU also needs F % VEC == 0) or one (`_s` kernels), two accesses in flight per
+// array, over a grid-stride loop; the last n % VEC values of a `_v` launch are done one by one.
+// The tanh forms are written with the sigmoid, 0.5 (1 + tanh(u)) = sigmoid(2u), which needs one
+// exp and one division in float (no cancellation where tanh(u) is near -1).
 #include "common.cuh"
+
+#define SQRT_2_OVER_PI 0.7978845608028654
+#define GELU_C 0.044715
+
+template <typename A> __device__ __forceinline__ A sigmoid(A z) { return fast_div((A)1, (A)1 + fast_exp(-z)); }
 
 template <typename A> __device__ __forceinline__ A gelu_value(A x, int tanh_form) {
     if (tanh_form) {
-        const A k = (A)0.7978845608028654;  // sqrt(2 / pi)
-        return (A)0.5 * x * ((A)1 + ftanh(k * (x + (A)0.044715 * x * x * x)));
+        const A u = (A)SQRT_2_OVER_PI * x * ((A)1 + (A)GELU_C * x * x);
+        return fast_div(x, (A)1 + fast_exp((A)-2 * u));  // x * sigmoid(2u)
     }
     return (A)0.5 * x * ((A)1 + ferf(x * (A)0.7071067811865476));
 }
 
 template <typename A> __device__ __forceinline__ A gelu_slope(A x, int tanh_form) {
     if (tanh_form) {
-        const A k = (A)0.7978845608028654;
-        A t = ftanh(k * (x + (A)0.044715 * x * x * x));
-        return (A)0.5 * ((A)1 + t) + (A)0.5 * x * ((A)1 - t * t) * k * ((A)1 + (A)(3 * 0.044715) * x * x);
+        // d/dx 0.5 x (1 + tanh u) = 0.5 (1 + t) + 0.5 x (1 - t^2) u' with 1 + t = 2s, 1 - t^2 = 4 s (1 - s)
+        const A u = (A)SQRT_2_OVER_PI * x * ((A)1 + (A)GELU_C * x * x);
+        const A du = (A)SQRT_2_OVER_PI * ((A)1 + (A)(3 * GELU_C) * x * x);
+        const A s = sigmoid((A)2 * u), r = sigmoid((A)-2 * u);  // s and 1 - s, each without cancellation
+        return s + (A)2 * x * s * r * du;
     }
-    A cdf = (A)0.5 * ((A)1 + ferf(x * (A)0.7071067811865476));
-    return cdf + x * fexp((A)-0.5 * x * x) * (A)0.3989422804014327;  // 1 / sqrt(2 pi)
+    const A cdf = (A)0.5 * ((A)1 + ferf(x * (A)0.7071067811865476));
+    return cdf + x * fast_exp((A)-0.5 * x * x) * (A)0.3989422804014327;  // 1 / sqrt(2 pi)
 }
 
-template <typename A> __device__ __forceinline__ A sigmoid(A x) { return (A)1 / ((A)1 + fexp(-x)); }
+enum { GELU_FWD, GELU_BWD, SILU_FWD, SILU_BWD };
 
-#define GRID_LOOP(i, n) for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
-
-template <typename T> __device__ void gelu_fwd_body(const T* x, T* y, i64 n, int tanh_form) {
-    typedef typename acc<T>::type A;
-    GRID_LOOP(i, n) y[i] = store<T>(gelu_value<A>(to_float(x[i]), tanh_form));
-}
-template <typename T> __device__ void gelu_bwd_body(const T* x, const T* g, T* dx, i64 n, int tanh_form) {
-    typedef typename acc<T>::type A;
-    GRID_LOOP(i, n) dx[i] = store<T>((A)to_float(g[i]) * gelu_slope<A>(to_float(x[i]), tanh_form));
-}
-template <typename T> __device__ void silu_fwd_body(const T* x, T* y, i64 n) {
-    typedef typename acc<T>::type A;
-    GRID_LOOP(i, n) { A v = to_float(x[i]); y[i] = store<T>(v * sigmoid(v)); }
-}
-template <typename T> __device__ void silu_bwd_body(const T* x, const T* g, T* dx, i64 n) {
-    typedef typename acc<T>::type A;
-    GRID_LOOP(i, n) {
-        A v = to_float(x[i]), s = sigmoid(v);
-        dx[i] = store<T>((A)to_float(g[i]) * s * ((A)1 + v * ((A)1 - s)));
+template <int OP, typename A> __device__ __forceinline__ A activation(A x, A g, int tanh_form) {
+    if constexpr (OP == GELU_FWD) return gelu_value(x, tanh_form);
+    else if constexpr (OP == GELU_BWD) return g * gelu_slope(x, tanh_form);
+    else if constexpr (OP == SILU_FWD) return fast_div(x, (A)1 + fast_exp(-x));  // x * sigmoid(x)
+    else {
+        const A s = sigmoid(x), r = sigmoid(-x);  // silu' = s (1 + x (1 - s))
+        return g * s * ((A)1 + x * r);
     }
 }
 
-// SwiGLU over rows of h = [gate | up] (2F values each): y = silu(gate) * up, (rows, F); n = rows * F.
-template <typename T> __device__ void swiglu_fwd_body(const T* h, T* y, i64 n, i64 F) {
+// y = f(x) or g * f'(x) over n values; g is read only by the backward kernels.
+template <int OP, typename T, int VEC>
+__device__ __forceinline__ void activation_body(const T* __restrict__ x, const T* __restrict__ g, T* __restrict__ y,
+                                                i64 n, int tanh_form) {
     typedef typename acc<T>::type A;
-    GRID_LOOP(i, n) {
-        i64 gate = (i / F) * 2 * F + i % F;
-        A a = to_float(h[gate]);
-        y[i] = store<T>(a * sigmoid(a) * (A)to_float(h[gate + F]));
+    constexpr bool has_g = OP == GELU_BWD || OP == SILU_BWD;
+    constexpr int U = 2;  // accesses in flight per array and thread
+    const i64 nvec = n / VEC;
+    const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x, stride = (i64)gridDim.x * blockDim.x;
+    for (i64 i0 = tid; i0 < nvec; i0 += U * stride) {
+        Frag<T, VEC> xf[U], gf[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const i64 i = i0 + u * stride;
+            if (i < nvec) {
+                xf[u].load(x + i * VEC);
+                if (has_g) gf[u].load(g + i * VEC);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const i64 i = i0 + u * stride;
+            if (i < nvec) {
+                A xv[VEC], gv[VEC];
+                xf[u].get(xv);
+                if (has_g) gf[u].get(gv);
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) xv[e] = activation<OP, A>(xv[e], has_g ? gv[e] : (A)0, tanh_form);
+                store_vals<VEC>(y + i * VEC, xv);
+            }
+        }
     }
-}
-// Its gradient, shaped like h: d gate = g up silu'(gate), d up = g silu(gate).
-template <typename T> __device__ void swiglu_bwd_body(const T* h, const T* g, T* dh, i64 n, i64 F) {
-    typedef typename acc<T>::type A;
-    GRID_LOOP(i, n) {
-        i64 gate = (i / F) * 2 * F + i % F;
-        A a = to_float(h[gate]), up = to_float(h[gate + F]), gi = to_float(g[i]), s = sigmoid(a);
-        dh[gate] = store<T>(gi * up * s * ((A)1 + a * ((A)1 - s)));
-        dh[gate + F] = store<T>(gi * a * s);
+    if (VEC > 1) {  // the last n % VEC values
+        const i64 i = nvec * VEC + tid;
+        if (i < n) y[i] = store<T>(activation<OP, A>((A)to_float(x[i]), has_g ? (A)to_float(g[i]) : (A)0, tanh_form));
     }
 }
 
-#define ACTIVATIONS(NAME, T) \
-    extern "C" __global__ void gelu_fwd_##NAME(const T* x, T* y, i64 n, int tanh_form) { \
-        gelu_fwd_body<T>(x, y, n, tanh_form); } \
-    extern "C" __global__ void gelu_bwd_##NAME(const T* x, const T* g, T* dx, i64 n, int tanh_form) { \
-        gelu_bwd_body<T>(x, g, dx, n, tanh_form); } \
-    extern "C" __global__ void silu_fwd_##NAME(const T* x, T* y, i64 n) { silu_fwd_body<T>(x, y, n); } \
-    extern "C" __global__ void silu_bwd_##NAME(const T* x, const T* g, T* dx, i64 n) { \
-        silu_bwd_body<T>(x, g, dx, n); } \
-    extern "C" __global__ void swiglu_fwd_##NAME(const T* h, T* y, i64 n, i64 F) { swiglu_fwd_body<T>(h, y, n, F); } \
-    extern "C" __global__ void swiglu_bwd_##NAME(const T* h, const T* g, T* dh, i64 n, i64 F) { \
-        swiglu_bwd_body<T>(h, g, dh, n, F); }
+// SwiGLU over rows of h = [gate | up] (2F values each): y = silu(gate) * up, (rows, F); its gradient,
+// shaped like h: d gate = g up silu'(gate), d up = g silu(gate). Thread i of the grid-stride loop takes
+// the VEC values at (row, c) of y; (row, c) advance by the stride without a division per step.
+template <typename T, int VEC, bool BACKWARD>
+__device__ __forceinline__ void swiglu_body(const T* __restrict__ h, const T* __restrict__ g, T* __restrict__ out,
+                                            i64 rows, i64 F) {
+    typedef typename acc<T>::type A;
+    const i64 fv = F / VEC, nvec = rows * fv;
+    const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x, stride = (i64)gridDim.x * blockDim.x;
+    if (tid >= nvec) return;
+    const i64 step_row = stride / fv, step_c = stride % fv;
+    i64 row = tid / fv, c = tid % fv;
+    for (i64 i = tid; i < nvec; i += stride) {
+        const i64 gate = row * 2 * F + c * VEC;
+        Frag<T, VEC> af, uf, gf;
+        af.load(h + gate);
+        uf.load(h + gate + F);
+        if (BACKWARD) gf.load(g + i * VEC);
+        A a[VEC], up[VEC], gv[VEC];
+        af.get(a);
+        uf.get(up);
+        if (BACKWARD) {
+            gf.get(gv);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+                const A s = sigmoid(a[e]), r = sigmoid(-a[e]);
+                const A dgate = gv[e] * up[e] * s * ((A)1 + a[e] * r);
+                up[e] = gv[e] * a[e] * s;
+                a[e] = dgate;
+            }
+            store_vals<VEC>(out + gate, a);
+            store_vals<VEC>(out + gate + F, up);
+        } else {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) a[e] = fast_div(a[e], (A)1 + fast_exp(-a[e])) * up[e];
+            store_vals<VEC>(out + i * VEC, a);
+        }
+        c += step_c;
+        row += step_row;
+        if (c >= fv) {
+            c -= fv;
+            ++row;
+        }
+    }
+}
+
+#define ACTIVATION_KERNELS(NAME, T, V, VEC) \
+    extern "C" __global__ void gelu_fwd_##V##_##NAME(const T* x, T* y, i64 n, int tanh_form) { \
+        activation_body<GELU_FWD, T, VEC>(x, nullptr, y, n, tanh_form); } \
+    extern "C" __global__ void gelu_bwd_##V##_##NAME(const T* x, const T* g, T* dx, i64 n, int tanh_form) { \
+        activation_body<GELU_BWD, T, VEC>(x, g, dx, n, tanh_form); } \
+    extern "C" __global__ void silu_fwd_##V##_##NAME(const T* x, T* y, i64 n) { \
+        activation_body<SILU_FWD, T, VEC>(x, nullptr, y, n, 0); } \
+    extern "C" __global__ void silu_bwd_##V##_##NAME(const T* x, const T* g, T* dx, i64 n) { \
+        activation_body<SILU_BWD, T, VEC>(x, g, dx, n, 0); } \
+    extern "C" __global__ void swiglu_fwd_##V##_##NAME(const T* h, T* y, i64 rows, i64 F) { \
+        swiglu_body<T, VEC, false>(h, nullptr, y, rows, F); } \
+    extern "C" __global__ void swiglu_bwd_##V##_##NAME(const T* h, const T* g, T* dh, i64 rows, i64 F) { \
+        swiglu_body<T, VEC, true>(h, g, dh, rows, F); }
+#define ACTIVATIONS(NAME, T) ACTIVATION_KERNELS(NAME, T, v, vec_width<T>::value) ACTIVATION_KERNELS(NAME, T, s, 1)
 FOR_FLOAT_TYPES(ACTIVATIONS)

@@ -1,17 +1,25 @@
 // Dropout: y = x / (1 - p) where the element's uniform number u >= p, else 0.
-// u comes from philox.cuh keyed by (seed, element index), so the backward pass (the same kernel
-// on the gradient, with the same seed) regenerates the forward mask without storing it.
+//
+// The random state lives in device memory: state = int64 [seed, counter], owned by
+// gradcraft/ops/creation.py. The counter moves on once per training step (a kernel of the step, so a
+// replayed CUDA graph moves it too), and `stream` (a launch constant: the layer's place in the step)
+// tells the dropout layers of one step apart. Element i's number is word i % 4 of
+//     philox_block(i / 4 + 1, counter, stream, 0; key seed, 0)
+// = NumPy's Generator(Philox(counter=[0, counter, stream, 0], key=[seed, 0])).random(), the reference
+// `_dropout` in backend/cpu.py. The mask is a function of (seed, counter, stream, i) alone, so the
+// backward pass (this kernel on the gradient, reading the same state) regenerates the forward mask.
 #include "common.cuh"
 #include "philox.cuh"
 
 // Each thread makes one Philox call and handles the 4 elements it covers.
 template <typename T>
-__device__ void dropout_body(const T* x, T* y, i64 n, u64 seed, double p, double scale) {
+__device__ void dropout_body(const T* x, T* y, i64 n, const i64* state, u64 stream, double p, double scale) {
     typedef typename acc<T>::type A;
     const A s = (A)scale;
+    const u64 seed = (u64)state[0], counter = (u64)state[1];
     i64 groups = (n + 3) / 4;
     for (i64 q = blockIdx.x * (i64)blockDim.x + threadIdx.x; q < groups; q += (i64)gridDim.x * blockDim.x) {
-        u64x4 r = philox4x64((u64)q + 1, seed, 0);
+        u64x4 r = philox4x64_block((u64)q + 1, counter, stream, 0, seed, 0);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
             i64 i = 4 * q + k;
@@ -24,6 +32,7 @@ __device__ void dropout_body(const T* x, T* y, i64 n, u64 seed, double p, double
 }
 
 #define DROPOUT(NAME, T) \
-    extern "C" __global__ void dropout_##NAME(const T* x, T* y, i64 n, u64 seed, double p, double scale) { \
-        dropout_body<T>(x, y, n, seed, p, scale); }
+    extern "C" __global__ void dropout_##NAME(const T* x, T* y, i64 n, const i64* state, u64 stream, double p, \
+                                              double scale) { \
+        dropout_body<T>(x, y, n, state, stream, p, scale); }
 FOR_FLOAT_TYPES(DROPOUT)

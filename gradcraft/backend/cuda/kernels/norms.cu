@@ -1,119 +1,414 @@
-// LayerNorm and RMSNorm over rows of F contiguous features, forward and backward.
+// LayerNorm (center = 1) and RMSNorm (center = 0) over rows of F contiguous features, forward and
+// backward.
 //
-// Forward: one block per row. Weight and bias arrive in the accumulator type (float32, or float64
-// for float64 tensors; NULL = absent).
-// Backward: a grid of G blocks walks the rows (block b takes rows b, b + G, ...), writes dx, and
-// adds each row's weight (and bias) gradient into its own slice of `partial` (G, 2, F) float64,
-// zeroed by the caller; reduce.cu's sum_partials then adds the G slices: deterministic, no atomics.
+// Three layouts, picked by the launcher (nn.py) from F; each comes with VEC = 16 / sizeof(T) (16-byte
+// loads and stores: F a multiple of VEC, 16-byte aligned pointers) or VEC = 1 (any F and alignment):
+//   warp:  one row per warp, the row held in registers (E values a lane): F <= 32 * E;
+//   block: one row per block, in registers (E values a thread):           F <= blockDim * E;
+//   loop:  one row per block, re-read from memory (L1/L2) for each pass:  any F.
+// Weight and bias come in x's dtype (w_acc = 0) or in the accumulator type (w_acc = 1); NULL = absent.
+// The backward writes dx and, per block, its rows' weight and bias gradients in the accumulator type
+// to partial (G, 2, F): summed in registers over the rows each warp or block visits, then over the
+// block's warps in a fixed order. norm_reduce adds the G slices: deterministic, no atomics.
 #include "common.cuh"
 
-template <typename T, typename A>
-__device__ __forceinline__ void row_stats(const T* xr, int F, A eps, bool center, A* scratch, A& mean, A& rstd) {
-    mean = 0;
-    if (center) {
-        A s = 0;
-        for (int j = threadIdx.x; j < F; j += blockDim.x) s += (A)to_float(xr[j]);
-        mean = block_sum(s, scratch) / (A)F;
-    }
-    A q = 0;
-    for (int j = threadIdx.x; j < F; j += blockDim.x) {
-        A d = (A)to_float(xr[j]) - mean;
-        q += d * d;
-    }
-    rstd = (A)1 / fsqrt(block_sum(q, scratch) / (A)F + eps);
+template <typename T, int VEC, typename A>
+__device__ __forceinline__ void load_param(const void* p, int acc_type, i64 j, A* out) {
+    if (acc_type) load_vals<VEC>((const A*)p + j, out);
+    else load_vals<VEC>((const T*)p + j, out);
 }
 
-template <typename T>
-__device__ void norm_fwd_body(const T* x, const typename acc<T>::type* w, const typename acc<T>::type* b, T* y, int F, double eps, int center) {
+// y = (x - mean) * rstd * w + b, row held in registers.
+template <typename T, int VEC, int E, bool WARP>
+__device__ __forceinline__ void norm_fwd_regs(const T* __restrict__ x, const void* w, const void* b, int w_acc,
+                                              T* __restrict__ y, i64 rows, int F, double eps, int center) {
+    typedef typename acc<T>::type A;
+    constexpr int NV = E / VEC;
+    __shared__ A scratch[32];
+    const int lane = WARP ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
+    const int nthr = WARP ? 32 : (int)blockDim.x;
+    const i64 row = WARP ? (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5) : (i64)blockIdx.x;
+    if (row >= rows) return;  // (warp layout: the whole warp; block layout: never, grid = rows)
+    const int nvec = F / VEC;
+    const T* xr = x + row * F;
+    Frag<T, VEC> xf[NV];
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        const int v = k * nthr + lane;
+        if (v < nvec) xf[k].load(xr + (i64)v * VEC);
+    }
+    A mean = 0;
+    if (center) {
+        A s = 0;
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            if (k * nthr + lane < nvec) {
+                A t[VEC];
+                xf[k].get(t);
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) s += t[i];
+            }
+        }
+        mean = row_sum<WARP>(s, scratch) / (A)F;
+    }
+    A q = 0;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        if (k * nthr + lane < nvec) {
+            A t[VEC];
+            xf[k].get(t);
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) q += (t[i] - mean) * (t[i] - mean);
+        }
+    }
+    const A rstd = (A)1 / fsqrt(row_sum<WARP>(q, scratch) / (A)F + (A)eps);
+    T* yr = y + row * F;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        const int v = k * nthr + lane;
+        if (v < nvec) {
+            A t[VEC];
+            xf[k].get(t);
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) t[i] = (t[i] - mean) * rstd;
+            if (w) {
+                A p[VEC];
+                load_param<T, VEC>(w, w_acc, (i64)v * VEC, p);
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) t[i] *= p[i];
+            }
+            if (b) {
+                A p[VEC];
+                load_param<T, VEC>(b, w_acc, (i64)v * VEC, p);
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) t[i] += p[i];
+            }
+            store_vals<VEC>(yr + (i64)v * VEC, t);
+        }
+    }
+}
+
+// The same for rows too long for registers: one block per row, three passes over the row.
+template <typename T, int VEC>
+__device__ __forceinline__ void norm_fwd_loop(const T* __restrict__ x, const void* w, const void* b, int w_acc,
+                                              T* __restrict__ y, i64 rows, int F, double eps, int center) {
     typedef typename acc<T>::type A;
     __shared__ A scratch[32];
     const i64 row = blockIdx.x;
+    const int nvec = F / VEC;
     const T* xr = x + row * F;
-    A mean, rstd;
-    row_stats<T, A>(xr, F, (A)eps, center, scratch, mean, rstd);
-    for (int j = threadIdx.x; j < F; j += blockDim.x) {
-        A v = ((A)to_float(xr[j]) - mean) * rstd;
-        if (w) v = v * w[j];
-        if (b) v = v + b[j];
-        y[row * F + j] = store<T>(v);
+    A mean = 0;
+    if (center) {
+        A s = 0;
+#pragma unroll 4
+        for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+            A t[VEC];
+            load_vals<VEC>(xr + (i64)v * VEC, t);
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) s += t[i];
+        }
+        mean = block_sum(s, scratch) / (A)F;
+    }
+    A q = 0;
+#pragma unroll 4
+    for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+        A t[VEC];
+        load_vals<VEC>(xr + (i64)v * VEC, t);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) q += (t[i] - mean) * (t[i] - mean);
+    }
+    const A rstd = (A)1 / fsqrt(block_sum(q, scratch) / (A)F + (A)eps);
+    T* yr = y + row * F;
+#pragma unroll 4
+    for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+        A t[VEC];
+        load_vals<VEC>(xr + (i64)v * VEC, t);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) t[i] = (t[i] - mean) * rstd;
+        if (w) {
+            A p[VEC];
+            load_param<T, VEC>(w, w_acc, (i64)v * VEC, p);
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) t[i] *= p[i];
+        }
+        if (b) {
+            A p[VEC];
+            load_param<T, VEC>(b, w_acc, (i64)v * VEC, p);
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) t[i] += p[i];
+        }
+        store_vals<VEC>(yr + (i64)v * VEC, t);
     }
 }
 
-// Columns a thread keeps weight/bias gradient sums for in registers; wider rows spill to `partial`.
-#define NORM_BWD_REG_COLS 8
-
-template <typename T>
-__device__ void norm_bwd_body(const T* x, const typename acc<T>::type* w, const T* g, T* dx, double* partial, i64 rows, int F,
-                              double eps, int center) {
+// Backward, rows in registers. A warp (WARP) or block walks rows first, first + step, ...:
+//   xhat = (x - mean) * rstd, dxhat = g * w,
+//   dx = rstd * (dxhat - mean(dxhat) [LayerNorm only] - xhat * mean(dxhat * xhat)),
+// and keeps its columns' sums of g * xhat (weight) and g (bias) in registers.
+template <typename T, int VEC, int E, bool WARP>
+__device__ __forceinline__ void norm_bwd_regs(const T* __restrict__ x, const void* w, int w_acc,
+                                              const T* __restrict__ g, T* __restrict__ dx,
+                                              typename acc<T>::type* __restrict__ partial, i64 rows, int F, double eps,
+                                              int center) {
     typedef typename acc<T>::type A;
+    constexpr int NV = E / VEC;
     __shared__ A scratch[32];
-    double* dw = partial + (i64)blockIdx.x * 2 * F;
-    double* db = dw + F;
-    // Each thread owns the columns threadIdx.x + k * blockDim.x. Summing its rows' weight and bias
-    // gradients in registers, instead of a read-modify-write of global memory for every row, is what
-    // makes this kernel fast (launched with at most 256 threads, so the registers fit).
-    const bool in_registers = F <= NORM_BWD_REG_COLS * (int)blockDim.x;
-    double rw[NORM_BWD_REG_COLS], rb[NORM_BWD_REG_COLS];
+    const int lane = WARP ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
+    const int nthr = WARP ? 32 : (int)blockDim.x;
+    const int warps = blockDim.x >> 5, warp = threadIdx.x >> 5;
+    const i64 first = WARP ? (i64)blockIdx.x * warps + warp : (i64)blockIdx.x;
+    const i64 step = WARP ? (i64)gridDim.x * warps : (i64)gridDim.x;
+    const int nvec = F / VEC;
+    A dw[NV][VEC], db[NV][VEC];
 #pragma unroll
-    for (int k = 0; k < NORM_BWD_REG_COLS; k++) { rw[k] = 0.0; rb[k] = 0.0; }
-    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+    for (int k = 0; k < NV; ++k)
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) { dw[k][i] = 0; db[k][i] = 0; }
+
+    for (i64 row = first; row < rows; row += step) {  // (uniform over the warp or the block)
         const T *xr = x + row * F, *gr = g + row * F;
-        A mean, rstd;
-        row_stats<T, A>(xr, F, (A)eps, center, scratch, mean, rstd);
-        // dxhat = g * w; dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
-        A s1 = 0, s2 = 0;
-        if (in_registers) {
+        Frag<T, VEC> xf[NV], gf[NV];
 #pragma unroll
-            for (int k = 0; k < NORM_BWD_REG_COLS; k++) {
-                const int j = threadIdx.x + k * blockDim.x;
-                if (j < F) {
-                    A xhat = ((A)to_float(xr[j]) - mean) * rstd;
-                    A gv = to_float(gr[j]);
-                    A dxhat = w ? gv * (A)w[j] : gv;
-                    s1 += dxhat;
-                    s2 += dxhat * xhat;
-                    rw[k] += (double)(gv * xhat);
-                    rb[k] += (double)gv;
+        for (int k = 0; k < NV; ++k) {
+            const int v = k * nthr + lane;
+            if (v < nvec) {
+                xf[k].load(xr + (i64)v * VEC);
+                gf[k].load(gr + (i64)v * VEC);
+            }
+        }
+        A mean = 0;
+        if (center) {
+            A s = 0;
+#pragma unroll
+            for (int k = 0; k < NV; ++k) {
+                if (k * nthr + lane < nvec) {
+                    A t[VEC];
+                    xf[k].get(t);
+#pragma unroll
+                    for (int i = 0; i < VEC; ++i) s += t[i];
                 }
             }
-        } else {
-            for (int j = threadIdx.x; j < F; j += blockDim.x) {
-                A xhat = ((A)to_float(xr[j]) - mean) * rstd;
-                A gv = to_float(gr[j]);
-                A dxhat = w ? gv * (A)w[j] : gv;
+            mean = row_sum<WARP>(s, scratch) / (A)F;
+        }
+        A q = 0;
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            if (k * nthr + lane < nvec) {
+                A t[VEC];
+                xf[k].get(t);
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) q += (t[i] - mean) * (t[i] - mean);
+            }
+        }
+        const A rstd = (A)1 / fsqrt(row_sum<WARP>(q, scratch) / (A)F + (A)eps);
+        A s1 = 0, s2 = 0;
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            const int v = k * nthr + lane;
+            if (v < nvec) {
+                A t[VEC], gv[VEC], p[VEC];
+                xf[k].get(t);
+                gf[k].get(gv);
+                if (w) load_param<T, VEC>(w, w_acc, (i64)v * VEC, p);
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) {
+                    const A xhat = (t[i] - mean) * rstd;
+                    const A dxhat = w ? gv[i] * p[i] : gv[i];
+                    s1 += dxhat;
+                    s2 += dxhat * xhat;
+                    dw[k][i] += gv[i] * xhat;
+                    db[k][i] += gv[i];
+                }
+            }
+        }
+        s1 = center ? row_sum<WARP>(s1, scratch) / (A)F : (A)0;
+        s2 = row_sum<WARP>(s2, scratch) / (A)F;
+        T* dxr = dx + row * F;
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            const int v = k * nthr + lane;
+            if (v < nvec) {
+                A t[VEC], gv[VEC], p[VEC];
+                xf[k].get(t);
+                gf[k].get(gv);
+                if (w) load_param<T, VEC>(w, w_acc, (i64)v * VEC, p);
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) {
+                    const A xhat = (t[i] - mean) * rstd;
+                    const A dxhat = w ? gv[i] * p[i] : gv[i];
+                    t[i] = rstd * (dxhat - s1 - xhat * s2);
+                }
+                store_vals<VEC>(dxr + (i64)v * VEC, t);
+            }
+        }
+    }
+
+    A* out = partial + (i64)blockIdx.x * 2 * F;
+    if constexpr (WARP) {
+        // The block's warps add their sums in warp order (every warp holds every column).
+        __shared__ A red[32 * E];  // F <= 32 * E here
+        for (int pass = 0; pass < (center ? 2 : 1); ++pass) {
+            for (int wi = 0; wi < warps; ++wi) {
+                if (warp == wi) {
+#pragma unroll
+                    for (int k = 0; k < NV; ++k) {
+                        const int v = k * 32 + lane;
+                        if (v < nvec) {
+#pragma unroll
+                            for (int i = 0; i < VEC; ++i) {
+                                const A add = pass ? db[k][i] : dw[k][i];
+                                red[v * VEC + i] = wi ? red[v * VEC + i] + add : add;
+                            }
+                        }
+                    }
+                }
+                __syncthreads();
+            }
+            for (int j = threadIdx.x; j < F; j += blockDim.x) out[pass * F + j] = red[j];
+            __syncthreads();  // (red is written again by the next pass)
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            const int v = k * nthr + lane;
+            if (v < nvec) {
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) {
+                    out[v * VEC + i] = dw[k][i];
+                    if (center) out[F + v * VEC + i] = db[k][i];
+                }
+            }
+        }
+    }
+}
+
+// Backward for rows too long for registers: one block per row; each thread owns the same columns in
+// every pass, so its running weight/bias sums live in its block's slice of partial.
+template <typename T, int VEC>
+__device__ __forceinline__ void norm_bwd_loop(const T* __restrict__ x, const void* w, int w_acc,
+                                              const T* __restrict__ g, T* __restrict__ dx,
+                                              typename acc<T>::type* __restrict__ partial, i64 rows, int F, double eps,
+                                              int center) {
+    typedef typename acc<T>::type A;
+    __shared__ A scratch[32];
+    const int nvec = F / VEC;
+    A* out = partial + (i64)blockIdx.x * 2 * F;
+    for (int v = threadIdx.x; v < nvec; v += blockDim.x)
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) { out[v * VEC + i] = 0; out[F + v * VEC + i] = 0; }
+    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T *xr = x + row * F, *gr = g + row * F;
+        A mean = 0;
+        if (center) {
+            A s = 0;
+#pragma unroll 4
+            for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+                A t[VEC];
+                load_vals<VEC>(xr + (i64)v * VEC, t);
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) s += t[i];
+            }
+            mean = block_sum(s, scratch) / (A)F;
+        }
+        A q = 0;
+#pragma unroll 4
+        for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+            A t[VEC];
+            load_vals<VEC>(xr + (i64)v * VEC, t);
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) q += (t[i] - mean) * (t[i] - mean);
+        }
+        const A rstd = (A)1 / fsqrt(block_sum(q, scratch) / (A)F + (A)eps);
+        A s1 = 0, s2 = 0;
+#pragma unroll 2
+        for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+            A t[VEC], gv[VEC], p[VEC];
+            load_vals<VEC>(xr + (i64)v * VEC, t);
+            load_vals<VEC>(gr + (i64)v * VEC, gv);
+            if (w) load_param<T, VEC>(w, w_acc, (i64)v * VEC, p);
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) {
+                const A xhat = (t[i] - mean) * rstd;
+                const A dxhat = w ? gv[i] * p[i] : gv[i];
                 s1 += dxhat;
                 s2 += dxhat * xhat;
-                dw[j] += (double)(gv * xhat);  // each thread owns its columns: no race
-                if (center) db[j] += (double)gv;
+                out[v * VEC + i] += gv[i] * xhat;
+                if (center) out[F + v * VEC + i] += gv[i];
             }
         }
         s1 = center ? block_sum(s1, scratch) / (A)F : (A)0;
         s2 = block_sum(s2, scratch) / (A)F;
-        for (int j = threadIdx.x; j < F; j += blockDim.x) {
-            A xhat = ((A)to_float(xr[j]) - mean) * rstd;
-            A gv = to_float(gr[j]);
-            A dxhat = w ? gv * (A)w[j] : gv;
-            dx[row * F + j] = store<T>(rstd * (dxhat - s1 - xhat * s2));
-        }
-    }
-    if (in_registers) {
+        T* dxr = dx + row * F;
+#pragma unroll 2
+        for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+            A t[VEC], gv[VEC], p[VEC];
+            load_vals<VEC>(xr + (i64)v * VEC, t);
+            load_vals<VEC>(gr + (i64)v * VEC, gv);
+            if (w) load_param<T, VEC>(w, w_acc, (i64)v * VEC, p);
 #pragma unroll
-        for (int k = 0; k < NORM_BWD_REG_COLS; k++) {
-            const int j = threadIdx.x + k * blockDim.x;
-            if (j < F) {
-                dw[j] += rw[k];
-                if (center) db[j] += rb[k];
+            for (int i = 0; i < VEC; ++i) {
+                const A xhat = (t[i] - mean) * rstd;
+                const A dxhat = w ? gv[i] * p[i] : gv[i];
+                t[i] = rstd * (dxhat - s1 - xhat * s2);
             }
+            store_vals<VEC>(dxr + (i64)v * VEC, t);
         }
     }
 }
 
-// center = 1: LayerNorm; center = 0: RMSNorm (no mean, no bias).
+// dw[j] (j < F) and db[j - F] (F <= j < 2F; only with db) = sum over the G slices of partial (G, 2, F).
+// Blocks of 32 columns x (blockDim / 32) groups of slices; the groups' sums are added in group order.
+template <typename T>
+__device__ __forceinline__ void norm_reduce_body(const typename acc<T>::type* __restrict__ partial, T* dw, T* db,
+                                                 int G, int F) {
+    typedef typename acc<T>::type A;
+    __shared__ A part[32][33];
+    const int lane = threadIdx.x & 31, group = threadIdx.x >> 5, groups = blockDim.x >> 5;
+    const i64 j = (i64)blockIdx.x * 32 + lane;
+    const i64 cols = db ? 2 * (i64)F : (i64)F;
+    A s = 0;
+    if (j < cols) {
+#pragma unroll 8
+        for (int r = group; r < G; r += groups) s += partial[(i64)r * 2 * F + j];
+    }
+    part[group][lane] = s;
+    __syncthreads();
+    if (group == 0 && j < cols) {
+        A t = 0;
+        for (int q = 0; q < groups; ++q) t += part[q][lane];
+        if (j < F) dw[j] = store<T>(t);
+        else db[j - F] = store<T>(t);
+    }
+}
+
+// Elements a thread holds in registers: the warp layouts take rows up to 32 * E, the block layouts
+// up to blockDim * E (nn.py's _NORM_* constants must match).
+#define NORM_FWD_WARP_E 32
+#define NORM_FWD_BLOCK_E 16
+#define NORM_BWD_WARP_E 32
+#define NORM_BWD_BLOCK_E 16
+
+#define NORM_FWD_ARGS(T) const T* x, const void* w, const void* b, int w_acc, T* y, i64 rows, int F, double eps, \
+                         int center
+#define NORM_BWD_ARGS(T) const T* x, const void* w, int w_acc, const T* g, T* dx, acc<T>::type* partial, i64 rows, \
+                         int F, double eps, int center
+#define NORM_KERNELS(NAME, T, V, VEC) \
+    extern "C" __global__ void __launch_bounds__(256) norm_fwd_warp_##V##_##NAME(NORM_FWD_ARGS(T)) { \
+        norm_fwd_regs<T, VEC, NORM_FWD_WARP_E, true>(x, w, b, w_acc, y, rows, F, eps, center); } \
+    extern "C" __global__ void __launch_bounds__(1024) norm_fwd_block_##V##_##NAME(NORM_FWD_ARGS(T)) { \
+        norm_fwd_regs<T, VEC, NORM_FWD_BLOCK_E, false>(x, w, b, w_acc, y, rows, F, eps, center); } \
+    extern "C" __global__ void __launch_bounds__(1024) norm_fwd_loop_##V##_##NAME(NORM_FWD_ARGS(T)) { \
+        norm_fwd_loop<T, VEC>(x, w, b, w_acc, y, rows, F, eps, center); } \
+    extern "C" __global__ void __launch_bounds__(128) norm_bwd_warp_##V##_##NAME(NORM_BWD_ARGS(T)) { \
+        norm_bwd_regs<T, VEC, NORM_BWD_WARP_E, true>(x, w, w_acc, g, dx, partial, rows, F, eps, center); } \
+    extern "C" __global__ void __launch_bounds__(512) norm_bwd_block_##V##_##NAME(NORM_BWD_ARGS(T)) { \
+        norm_bwd_regs<T, VEC, NORM_BWD_BLOCK_E, false>(x, w, w_acc, g, dx, partial, rows, F, eps, center); } \
+    extern "C" __global__ void __launch_bounds__(1024) norm_bwd_loop_##V##_##NAME(NORM_BWD_ARGS(T)) { \
+        norm_bwd_loop<T, VEC>(x, w, w_acc, g, dx, partial, rows, F, eps, center); }
 #define NORMS(NAME, T) \
-    extern "C" __global__ void norm_fwd_##NAME(const T* x, const acc<T>::type* w, const acc<T>::type* b, T* y, int F, \
-                                               double eps, int center) { \
-        norm_fwd_body<T>(x, w, b, y, F, eps, center); } \
-    extern "C" __global__ void norm_bwd_##NAME(const T* x, const acc<T>::type* w, const T* g, T* dx, double* partial, \
-                                               i64 rows, int F, double eps, int center) { \
-        norm_bwd_body<T>(x, w, g, dx, partial, rows, F, eps, center); }
+    NORM_KERNELS(NAME, T, v, vec_width<T>::value) \
+    NORM_KERNELS(NAME, T, s, 1) \
+    extern "C" __global__ void __launch_bounds__(1024) norm_reduce_##NAME(const acc<T>::type* partial, T* dw, T* db, \
+                                                                          int G, int F) { \
+        norm_reduce_body<T>(partial, dw, db, G, F); }
 FOR_FLOAT_TYPES(NORMS)

@@ -1,87 +1,273 @@
-// Row softmax and log-softmax, forward and backward; one block per row of C contiguous values.
+// Row softmax and log-softmax, forward and backward, over rows of C contiguous values.
 //
-// The forward also serves attention: the row's scores are x * scale (+ mask), and with `causal`
-// or `window` the row is query i = row % T + (S - T) of a (.., T, S) score matrix (queries are
-// the last T positions, the KV-cache layout of cpu.py's _attention_probs). Keys j > i (causal) or
-// j <= i - window are excluded: probability 0. A row with nothing left is NaN, as in cpu.py.
+// The forward also serves attention: the row's scores are x * scale (+ mask, float32, x's shape), and
+// with `causal` or `window` the row is query i = row % T + (S - T) of a (.., T, S) score matrix
+// (queries are the last T positions, the KV-cache layout of cpu.py's _attention_probs). Keys j > i
+// (causal) or j <= i - window are excluded: probability 0 (log: -inf), and are not read. A row with
+// nothing left is NaN, as in cpu.py.
+//
+// Layouts as in norms.cu, picked by nn.py from C, each with VEC = 16 / sizeof(T) or VEC = 1:
+//   warp:  one row per warp, in registers (E values a lane), C <= 32 * E: max, sum of exps, write;
+//   block: one row per block, in registers, C <= blockDim * E;
+//   loop:  one row per block, two passes over memory: a running max with a sum rescaled to it (online
+//          softmax), then the write.
 #include "common.cuh"
 
-template <typename T>
-__device__ void softmax_fwd_body(const T* x, T* y, int C, double scale_, const float* mask,
-                                 int causal, int window, int T_, int S_, int log_out) {
-    typedef typename acc<T>::type A;
-    __shared__ A scratch[32];
-    const i64 row = blockIdx.x;
-    const T* xr = x + row * C;
-    T* yr = y + row * C;
-    const float* mr = mask ? mask + row * C : 0;
-    const A scale = (A)scale_;
-    int limit = C, first = 0;  // keys first..limit-1 are allowed
-    if (causal || window) {
-        int i = (int)(row % T_) + (S_ - T_);
-        if (causal) limit = min(C, i + 1);
-        if (window) first = max(0, i - window + 1);
-    }
-    // One pass: each thread keeps a running max and a sum rescaled to it (online softmax).
-    A m = neg_inf<A>(), s = 0;
-    for (int j = first + threadIdx.x; j < limit; j += blockDim.x) {
-        A v = (A)to_float(xr[j]) * scale + (mr ? (A)mr[j] : (A)0);
-        if (v > m) { s = (m == neg_inf<A>() ? (A)0 : s * fexp(m - v)) + 1; m = v; }
-        else if (v != neg_inf<A>()) s += fexp(v - m);
-    }
-    A row_max = block_max(m, scratch);
-    s = (m == neg_inf<A>()) ? (A)0 : s * fexp(m - row_max);
-    A total = block_sum(s, scratch);
-    bool empty = row_max == neg_inf<A>();
-    A log_total = flog(total);
-    for (int j = threadIdx.x; j < C; j += blockDim.x) {
-        A out;
-        if (empty) out = quiet_nan<A>();
-        else if (j < first || j >= limit) out = log_out ? neg_inf<A>() : (A)0;
-        else {
-            A v = (A)to_float(xr[j]) * scale + (mr ? (A)mr[j] : (A)0);
-            out = log_out ? v - row_max - log_total : fexp(v - row_max) / total;
+struct RowWindow {
+    int first, limit;  // keys first..limit-1 are allowed
+    __device__ __forceinline__ RowWindow(i64 row, int C, int causal, int window, int T_, int S_) {
+        first = 0;
+        limit = C;
+        if (causal || window) {
+            const int i = (int)(row % T_) + (S_ - T_);
+            if (causal) limit = min(C, i + 1);
+            if (window) first = max(0, i - window + 1);
         }
-        yr[j] = store<T>(out);
+    }
+};
+
+template <typename T, int VEC, int E, bool WARP>
+__device__ __forceinline__ void softmax_fwd_regs(const T* __restrict__ x, T* __restrict__ y, i64 rows, int C,
+                                                 double scale_, const float* __restrict__ mask, int causal,
+                                                 int window, int T_, int S_, int log_out) {
+    typedef typename acc<T>::type A;
+    constexpr int NV = E / VEC;
+    __shared__ A scratch[32];
+    const int lane = WARP ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
+    const int nthr = WARP ? 32 : (int)blockDim.x;
+    const i64 row = WARP ? (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5) : (i64)blockIdx.x;
+    if (row >= rows) return;  // (warp layout: the whole warp; block layout: never, grid = rows)
+    const RowWindow win(row, C, causal, window, T_, S_);
+    const int nvec = C / VEC;
+    const T* xr = x + row * C;
+    const float* mr = mask ? mask + row * C : nullptr;
+    const A scale = (A)scale_;
+    A v[NV][VEC];
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        const int c0 = (k * nthr + lane) * VEC;
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) v[k][i] = neg_inf<A>();
+        // Only vectors that hold an allowed key are read (a causal row reads its first i + 1 keys).
+        if (c0 < nvec * VEC && c0 < win.limit && c0 + VEC > win.first) {
+            Frag<T, VEC> f;
+            f.load(xr + c0);
+            A t[VEC], m[VEC];
+            f.get(t);
+            if (mr) load_vals<VEC>(mr + c0, m);
+#pragma unroll
+            for (int i = 0; i < VEC; ++i)
+                if (c0 + i >= win.first && c0 + i < win.limit) v[k][i] = t[i] * scale + (mr ? m[i] : (A)0);
+        }
+    }
+    A mx = neg_inf<A>();
+#pragma unroll
+    for (int k = 0; k < NV; ++k)
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) mx = fmx(mx, v[k][i]);
+    mx = row_max<WARP>(mx, scratch);
+    T* yr = y + row * C;
+    if (mx == neg_inf<A>()) {  // nothing allowed (or every score -inf): NaN, as 0/0 in cpu.py
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            const int vi = k * nthr + lane;
+            if (vi < nvec) {
+                A t[VEC];
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) t[i] = quiet_nan<A>();
+                store_vals<VEC>(yr + (i64)vi * VEC, t);
+            }
+        }
+        return;  // (uniform: every thread of the row saw the same max)
+    }
+    A s = 0;
+#pragma unroll
+    for (int k = 0; k < NV; ++k)
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+            const A e = fast_exp(v[k][i] - mx);  // 0 for excluded keys
+            s += e;
+            if (!log_out) v[k][i] = e;
+        }
+    const A total = row_sum<WARP>(s, scratch);
+    const A inv = (A)1 / total, log_total = flog(total);
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        const int vi = k * nthr + lane;
+        if (vi < nvec) {
+            A t[VEC];
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) t[i] = log_out ? v[k][i] - mx - log_total : v[k][i] * inv;
+            store_vals<VEC>(yr + (i64)vi * VEC, t);
+        }
     }
 }
 
-// dx = scale * y * (g - sum(g * y))
-template <typename T>
-__device__ void softmax_bwd_body(const T* y, const T* g, T* dx, int C, double scale_) {
+template <typename T, int VEC>
+__device__ __forceinline__ void softmax_fwd_loop(const T* __restrict__ x, T* __restrict__ y, i64 rows, int C,
+                                                 double scale_, const float* __restrict__ mask, int causal,
+                                                 int window, int T_, int S_, int log_out) {
     typedef typename acc<T>::type A;
     __shared__ A scratch[32];
     const i64 row = blockIdx.x;
-    const T *yr = y + row * C, *gr = g + row * C;
-    A dot = 0;
-    for (int j = threadIdx.x; j < C; j += blockDim.x) dot += (A)to_float(yr[j]) * (A)to_float(gr[j]);
-    dot = block_sum(dot, scratch);
-    for (int j = threadIdx.x; j < C; j += blockDim.x) {
-        A yv = to_float(yr[j]);
-        dx[row * C + j] = store<T>(yv * ((A)to_float(gr[j]) - dot) * (A)scale_);
+    const RowWindow win(row, C, causal, window, T_, S_);
+    const int nvec = C / VEC;
+    const T* xr = x + row * C;
+    const float* mr = mask ? mask + row * C : nullptr;
+    const A scale = (A)scale_;
+    // Vectors first_v..end_v-1 hold the allowed keys.
+    const int first_v = win.first / VEC, end_v = min(nvec, (win.limit + VEC - 1) / VEC);
+    A m = neg_inf<A>(), s = 0;  // a running max and the sum of exps rescaled to it
+#pragma unroll 4
+    for (int vi = first_v + threadIdx.x; vi < end_v; vi += blockDim.x) {
+        A t[VEC], mk[VEC];
+        load_vals<VEC>(xr + (i64)vi * VEC, t);
+        if (mr) load_vals<VEC>(mr + (i64)vi * VEC, mk);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+            const int c = vi * VEC + i;
+            if (c < win.first || c >= win.limit) continue;
+            const A val = t[i] * scale + (mr ? mk[i] : (A)0);
+            if (val > m) {
+                s = (m == neg_inf<A>() ? (A)0 : s * fast_exp(m - val)) + 1;
+                m = val;
+            } else if (val != neg_inf<A>()) {
+                s += fast_exp(val - m);  // (NaN scores make the sum NaN: the row comes out NaN)
+            }
+        }
+    }
+    const A mx = block_max(m, scratch);
+    s = (m == neg_inf<A>()) ? s : s * fast_exp(m - mx);  // (s is 0, or NaN after NaN scores)
+    const A total = block_sum(s, scratch);
+    const bool empty = mx == neg_inf<A>();
+    const A inv = (A)1 / total, log_total = flog(total);
+    T* yr = y + row * C;
+#pragma unroll 4
+    for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x) {
+        A out[VEC];
+        const bool any = vi * VEC < win.limit && vi * VEC + VEC > win.first;
+        A t[VEC], mk[VEC];
+        if (!empty && any) {
+            load_vals<VEC>(xr + (i64)vi * VEC, t);
+            if (mr) load_vals<VEC>(mr + (i64)vi * VEC, mk);
+        }
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+            const int c = vi * VEC + i;
+            if (empty) out[i] = quiet_nan<A>();
+            else if (c < win.first || c >= win.limit) out[i] = log_out ? neg_inf<A>() : (A)0;
+            else {
+                const A val = t[i] * scale + (mr ? mk[i] : (A)0);
+                out[i] = log_out ? val - mx - log_total : fast_exp(val - mx) * inv;
+            }
+        }
+        store_vals<VEC>(yr + (i64)vi * VEC, out);
     }
 }
 
-// dx = g - exp(y) * sum(g), for y = log_softmax(x)
-template <typename T>
-__device__ void log_softmax_bwd_body(const T* y, const T* g, T* dx, int C) {
+// Backward of y = softmax(x * scale): dx = scale * y * (g - sum(g * y)); of y = log_softmax(x):
+// dx = g - exp(y) * sum(g) (log_mode).
+template <typename T, int VEC, int E, bool WARP>
+__device__ __forceinline__ void softmax_bwd_regs(const T* __restrict__ y, const T* __restrict__ g, T* __restrict__ dx,
+                                                 i64 rows, int C, double scale_, int log_mode) {
+    typedef typename acc<T>::type A;
+    constexpr int NV = E / VEC;
+    __shared__ A scratch[32];
+    const int lane = WARP ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
+    const int nthr = WARP ? 32 : (int)blockDim.x;
+    const i64 row = WARP ? (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5) : (i64)blockIdx.x;
+    if (row >= rows) return;
+    const int nvec = C / VEC;
+    const T *yr = y + row * C, *gr = g + row * C;
+    Frag<T, VEC> yf[NV], gf[NV];
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        const int vi = k * nthr + lane;
+        if (vi < nvec) {
+            yf[k].load(yr + (i64)vi * VEC);
+            gf[k].load(gr + (i64)vi * VEC);
+        }
+    }
+    A s = 0;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        if (k * nthr + lane < nvec) {
+            A yv[VEC], gv[VEC];
+            yf[k].get(yv);
+            gf[k].get(gv);
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) s += log_mode ? gv[i] : yv[i] * gv[i];
+        }
+    }
+    s = row_sum<WARP>(s, scratch);
+    const A scale = (A)scale_;
+    T* dxr = dx + row * C;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        const int vi = k * nthr + lane;
+        if (vi < nvec) {
+            A yv[VEC], gv[VEC];
+            yf[k].get(yv);
+            gf[k].get(gv);
+#pragma unroll
+            for (int i = 0; i < VEC; ++i)
+                yv[i] = log_mode ? gv[i] - fast_exp(yv[i]) * s : yv[i] * (gv[i] - s) * scale;
+            store_vals<VEC>(dxr + (i64)vi * VEC, yv);
+        }
+    }
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ void softmax_bwd_loop(const T* __restrict__ y, const T* __restrict__ g, T* __restrict__ dx,
+                                                 i64 rows, int C, double scale_, int log_mode) {
     typedef typename acc<T>::type A;
     __shared__ A scratch[32];
     const i64 row = blockIdx.x;
+    const int nvec = C / VEC;
     const T *yr = y + row * C, *gr = g + row * C;
-    A total = 0;
-    for (int j = threadIdx.x; j < C; j += blockDim.x) total += (A)to_float(gr[j]);
-    total = block_sum(total, scratch);
-    for (int j = threadIdx.x; j < C; j += blockDim.x)
-        dx[row * C + j] = store<T>((A)to_float(gr[j]) - fexp((A)to_float(yr[j])) * total);
+    A s = 0;
+#pragma unroll 4
+    for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x) {
+        A yv[VEC], gv[VEC];
+        load_vals<VEC>(yr + (i64)vi * VEC, yv);
+        load_vals<VEC>(gr + (i64)vi * VEC, gv);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) s += log_mode ? gv[i] : yv[i] * gv[i];
+    }
+    s = block_sum(s, scratch);
+    const A scale = (A)scale_;
+    T* dxr = dx + row * C;
+#pragma unroll 4
+    for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x) {
+        A yv[VEC], gv[VEC];
+        load_vals<VEC>(yr + (i64)vi * VEC, yv);
+        load_vals<VEC>(gr + (i64)vi * VEC, gv);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) yv[i] = log_mode ? gv[i] - fast_exp(yv[i]) * s : yv[i] * (gv[i] - s) * scale;
+        store_vals<VEC>(dxr + (i64)vi * VEC, yv);
+    }
 }
 
-#define SOFTMAX(NAME, T) \
-    extern "C" __global__ void softmax_fwd_##NAME(const T* x, T* y, int C, double scale, const float* mask, \
-                                                  int causal, int window, int T_, int S_, int log_out) { \
-        softmax_fwd_body<T>(x, y, C, scale, mask, causal, window, T_, S_, log_out); } \
-    extern "C" __global__ void softmax_bwd_##NAME(const T* y, const T* g, T* dx, int C, double scale) { \
-        softmax_bwd_body<T>(y, g, dx, C, scale); } \
-    extern "C" __global__ void log_softmax_bwd_##NAME(const T* y, const T* g, T* dx, int C) { \
-        log_softmax_bwd_body<T>(y, g, dx, C); }
+// Values a thread holds in registers (nn.py's _SOFTMAX_* constants must match).
+#define SOFTMAX_WARP_E 32
+#define SOFTMAX_BLOCK_E 16
+
+#define SOFTMAX_FWD_ARGS(T) const T* x, T* y, i64 rows, int C, double scale, const float* mask, int causal, \
+                            int window, int T_, int S_, int log_out
+#define SOFTMAX_FWD_CALL x, y, rows, C, scale, mask, causal, window, T_, S_, log_out
+#define SOFTMAX_BWD_ARGS(T) const T* y, const T* g, T* dx, i64 rows, int C, double scale, int log_mode
+#define SOFTMAX_KERNELS(NAME, T, V, VEC) \
+    extern "C" __global__ void __launch_bounds__(256) softmax_fwd_warp_##V##_##NAME(SOFTMAX_FWD_ARGS(T)) { \
+        softmax_fwd_regs<T, VEC, SOFTMAX_WARP_E, true>(SOFTMAX_FWD_CALL); } \
+    extern "C" __global__ void __launch_bounds__(1024) softmax_fwd_block_##V##_##NAME(SOFTMAX_FWD_ARGS(T)) { \
+        softmax_fwd_regs<T, VEC, SOFTMAX_BLOCK_E, false>(SOFTMAX_FWD_CALL); } \
+    extern "C" __global__ void __launch_bounds__(1024) softmax_fwd_loop_##V##_##NAME(SOFTMAX_FWD_ARGS(T)) { \
+        softmax_fwd_loop<T, VEC>(SOFTMAX_FWD_CALL); } \
+    extern "C" __global__ void __launch_bounds__(256) softmax_bwd_warp_##V##_##NAME(SOFTMAX_BWD_ARGS(T)) { \
+        softmax_bwd_regs<T, VEC, SOFTMAX_WARP_E, true>(y, g, dx, rows, C, scale, log_mode); } \
+    extern "C" __global__ void __launch_bounds__(1024) softmax_bwd_block_##V##_##NAME(SOFTMAX_BWD_ARGS(T)) { \
+        softmax_bwd_regs<T, VEC, SOFTMAX_BLOCK_E, false>(y, g, dx, rows, C, scale, log_mode); } \
+    extern "C" __global__ void __launch_bounds__(1024) softmax_bwd_loop_##V##_##NAME(SOFTMAX_BWD_ARGS(T)) { \
+        softmax_bwd_loop<T, VEC>(y, g, dx, rows, C, scale, log_mode); }
+#define SOFTMAX(NAME, T) SOFTMAX_KERNELS(NAME, T, v, vec_width<T>::value) SOFTMAX_KERNELS(NAME, T, s, 1)
 FOR_FLOAT_TYPES(SOFTMAX)

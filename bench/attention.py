@@ -1,0 +1,188 @@
+"""Attention forward + backward: gradcraft's fused scaled_dot_product_attention against PyTorch's.
+
+    python bench/attention.py                       # CUDA, bf16: the causal sweep, a sliding window, GQA
+    python bench/attention.py --device cpu --seqs 64,128 --tokens 256 --width 128 --extra_seq 128 --window 32
+
+Each case runs gradcraft.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
+window=...) on gradcraft tensors (created with requires_grad), realizes the output, then
+out.backward(grad) (the gradients of q, k and v), and synchronizes the device; PyTorch runs
+torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) and .backward(grad) on the
+same values (on CUDA in bf16 that is its flash kernel). Outputs and gradients are first compared
+(relative L2 error of ours against PyTorch's), then both are timed: the median of --repeat calls after
+3 warm-up calls, wall clock between synchronisations (so our graph building and scheduling count).
+
+Shapes (default): the causal sweep over T = 512 ... 8192 at head dims 64 and 128, with B*T = --tokens
+(16384) sequences' tokens and H = --width / D heads (16 at d64, 8 at d128: a 1024-wide model), so
+every T does the same projections' work and attention's cost grows with T. Then, at T = --extra_seq
+(4096): a sliding window (--window 256; PyTorch gets the band as a boolean mask, which rules out its
+flash kernel: it runs the memory-efficient one over the whole causal square) at the first head dim,
+and grouped-query attention (--gqa 16,4: 16 query heads sharing 4 k/v heads; PyTorch: enable_gqa)
+at the last head dim.
+
+FLOPs are counted as FlashAttention's benchmarks count them: forward 4 * B * H * D * (T * T / 2)
+for causal attention (two products over half the (T, T) scores), T * T / 2 replaced by
+T * w - w * w / 2 for a window w; backward 2.5x the forward. Both sides are credited the same
+FLOPs, so the TFLOP/s ratio is the inverse time ratio.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (default: %(default)s)")
+    p.add_argument("--dtype", choices=["bfloat16", "float32"], default=None,
+                   help="default: bfloat16 on CUDA, float32 on the CPU")
+    p.add_argument("--seqs", default="512,1024,2048,4096,8192", help="sequence lengths of the causal sweep")
+    p.add_argument("--dims", default="64,128", help="head dimensions of the causal sweep")
+    p.add_argument("--tokens", type=int, default=16384, help="B * T of every case (default: %(default)s)")
+    p.add_argument("--width", type=int, default=1024, help="H * D of the sweep (default: %(default)s)")
+    p.add_argument("--extra_seq", type=int, default=4096, help="T of the window and GQA cases (0: skip them)")
+    p.add_argument("--window", type=int, default=256, help="window of the sliding-window case")
+    p.add_argument("--gqa", default="16,4", help="query heads,k/v heads of the GQA case")
+    p.add_argument("--repeat", type=int, default=10, help="timed calls per case and side")
+    p.add_argument("--tf32", action="store_true", help="float32 on CUDA: TF32 products on both sides")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads of both sides (default: all cores)")
+    return p.parse_args(argv)
+
+
+def attention_flops(B, H, T, D, window=None) -> float:
+    """Forward + backward FLOPs of causal attention, FlashAttention's way (see the docstring)."""
+    pairs = T * T / 2 if window is None or window >= T else T * window - window * window / 2
+    forward = 4 * B * H * D * pairs
+    return 3.5 * forward  # forward + backward (2.5x forward)
+
+
+def cases(args):
+    """(name, B, H, Hkv, T, D, window) of every case."""
+    out = []
+    for D in (int(d) for d in args.dims.split(",")):
+        for T in (int(t) for t in args.seqs.split(",")):
+            out.append(("causal", max(1, args.tokens // T), args.width // D, args.width // D, T, D, None))
+    if args.extra_seq:
+        T, dims = args.extra_seq, [int(d) for d in args.dims.split(",")]
+        B = max(1, args.tokens // T)
+        out.append((f"window {args.window}", B, args.width // dims[0], args.width // dims[0], T, dims[0], args.window))
+        H, Hkv = (int(h) for h in args.gqa.split(","))
+        out.append((f"gqa {H}/{Hkv}", B, H, Hkv, T, dims[-1], None))
+    return out
+
+
+def rel_err(a, b) -> float:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def median_seconds(fn, repeat: int) -> float:
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def run_case(case, args, dtype, torch, torch_device):
+    """(ours seconds, torch seconds, relative errors of out, dq, dk, dv) of one case."""
+    import gradcraft as gc
+    import gradcraft.nn.functional as F
+
+    name, B, H, Hkv, T, D, window = case
+    device = gc.device.canonical(args.device)
+    backend = gc.device.get_backend(device)
+    gc_dtype = gc.bfloat16 if dtype == "bfloat16" else gc.float32
+    torch_dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
+
+    gc.manual_seed(0)
+    q = gc.randn(B, H, T, D, device=device, dtype=gc_dtype, requires_grad=True).realize()
+    k = gc.randn(B, Hkv, T, D, device=device, dtype=gc_dtype, requires_grad=True).realize()
+    v = gc.randn(B, Hkv, T, D, device=device, dtype=gc_dtype, requires_grad=True).realize()
+    g = gc.randn(B, H, T, D, device=device, dtype=gc_dtype).realize()
+
+    def ours():
+        q.grad = k.grad = v.grad = None  # each call computes fresh gradients (no accumulation)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, window=window)
+        out.realize()  # the forward kernel (the backward recomputes the weights, it does not read out)
+        out.backward(g)  # the backward kernel: q.grad, k.grad, v.grad realized
+        backend.synchronize()
+        return out
+
+    # PyTorch gets the very same values (bf16 values are exact in float32 on the way over)
+    def to_torch(t, grad=True):
+        x = torch.tensor(np.asarray(t.numpy(), dtype=np.float32), device=torch_device, dtype=torch_dtype)
+        return x.requires_grad_(grad)
+    tq, tk, tv, tg = to_torch(q), to_torch(k), to_torch(v), to_torch(g, grad=False)
+    mask = None
+    if window is not None:
+        i = torch.arange(T, device=torch_device)
+        mask = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - window)  # (T, T) True = may attend
+
+    def theirs():
+        tq.grad = tk.grad = tv.grad = None
+        if mask is None:
+            out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=True, enable_gqa=H != Hkv)
+        else:
+            out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=mask, enable_gqa=H != Hkv)
+        out.backward(tg)
+        if torch_device.type == "cuda":
+            torch.cuda.synchronize(torch_device)
+        return out
+
+    out, tout = ours(), theirs()
+    errors = [rel_err(out.numpy(), tout.detach().float().cpu().numpy())]
+    for ours_t, torch_t in ((q, tq), (k, tk), (v, tv)):
+        errors.append(rel_err(ours_t.grad.numpy(), torch_t.grad.float().cpu().numpy()))
+    del out, tout
+    return median_seconds(ours, args.repeat), median_seconds(theirs, args.repeat), errors
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.threads:
+        from gradcraft.benchmarks import limit_threads
+        limit_threads(args.threads)
+    import torch
+
+    import gradcraft as gc
+
+    device = gc.device.canonical(args.device)
+    if device.startswith("cuda"):
+        if not gc.device.is_available("cuda"):
+            sys.exit("error: no usable CUDA device here (CuPy and an NVIDIA GPU are needed); use --device cpu")
+        from gradcraft.backend import cuda as gc_cuda
+        gc_cuda.set_tf32(args.tf32)
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
+    torch_device = torch.device(device)
+    # a relative error above this means the two did not compute the same attention
+    tolerance = 3e-2 if dtype == "bfloat16" else (5e-3 if args.tf32 else 1e-4)
+    print(f"attention forward + backward; device {device}; {dtype}; torch {torch.__version__}; "
+          f"median of {args.repeat} calls after 3")
+    print(f"{'case':12s} {'B':>3s} {'H':>3s} {'Hkv':>3s} {'T':>5s} {'D':>4s} {'ours ms':>9s} {'torch ms':>9s} "
+          f"{'ours TF/s':>9s} {'torch TF/s':>10s} {'ratio':>6s}  rel. error out / dq / dk / dv")
+    worst = 0.0
+    for case in cases(args):
+        name, B, H, Hkv, T, D, window = case
+        ours_s, torch_s, errors = run_case(case, args, dtype, torch, torch_device)
+        flops = attention_flops(B, H, T, D, window)
+        worst = max(worst, *errors)
+        print(f"{name:12s} {B:3d} {H:3d} {Hkv:3d} {T:5d} {D:4d} {1e3 * ours_s:9.3f} {1e3 * torch_s:9.3f} "
+              f"{flops / ours_s / 1e12:9.3g} {flops / torch_s / 1e12:10.3g} {torch_s / ours_s:5.2f}x  "
+              + " / ".join(f"{e:.1e}" for e in errors))
+    print(f"ratio = our TFLOP/s / PyTorch's; worst relative error {worst:.1e} "
+          + ("(agree)" if worst <= tolerance else f"MISMATCH: above {tolerance:g}"))
+    return 0 if worst <= tolerance else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""Flash attention kernel by kernel: forward, dq and dk/dv times and TFLOP/s on the GPU.
+
+    python bench/attention_kernels.py                 # causal, B*T = 16384, 1024 wide, T 512..8192
+    python bench/attention_kernels.py --seqs 1024 --dims 64 --heads 12 --batch 16   # gpt2-124m's layer
+
+Each kernel is launched through the backend (no engine, no Python graph) and timed with CUDA events:
+the median of --repeat launches after 3, inputs bf16. FLOPs as FlashAttention counts them for causal
+attention: forward 2 products, dq 3, dk/dv 4 (the backward recomputes the scores in both kernels),
+each 2 * B * H * D * T * T / 2. PyTorch's SDPA forward and forward+backward are timed beside them.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seqs", default="512,1024,2048,4096,8192")
+    p.add_argument("--dims", default="64,128")
+    p.add_argument("--tokens", type=int, default=16384, help="B * T (when --batch is not given)")
+    p.add_argument("--width", type=int, default=1024, help="H * D (when --heads is not given)")
+    p.add_argument("--batch", type=int, default=None)
+    p.add_argument("--heads", type=int, default=None)
+    p.add_argument("--repeat", type=int, default=20)
+    args = p.parse_args(argv)
+
+    import cupy as cp
+    import numpy as np
+    import torch
+
+    from gradcraft.backend.cuda import attention
+
+    def timed(fn) -> float:
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(args.repeat):
+            start, end = cp.cuda.Event(), cp.cuda.Event()
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(cp.cuda.get_elapsed_time(start, end) * 1e-3)
+        return statistics.median(times)
+
+    def timed_torch(fn) -> float:
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(args.repeat):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e-3)
+        return statistics.median(times)
+
+    print(f"{'T':>5s} {'D':>4s} {'B':>3s} {'H':>3s} | {'fwd':>13s} {'dot':>6s} {'dq':>13s} {'dkdv':>13s} | "
+          f"{'torch fwd':>13s} {'torch f+b':>13s}   (ms and TFLOP/s)")
+    for D in (int(d) for d in args.dims.split(",")):
+        for T in (int(t) for t in args.seqs.split(",")):
+            B = args.batch or max(1, args.tokens // T)
+            H = args.heads or args.width // D
+            rng = cp.random.default_rng(0)
+            q, k, v, g = (rng.standard_normal((B, H, T, D), dtype=np.float32).astype("bfloat16") for _ in range(4))
+            attrs = {"scale": D ** -0.5, "causal": True, "window": None}
+            out, lse = attention.flash_attention(q, k, v, **attrs)
+            unit = 2 * B * H * D * T * T / 2  # one product over the causal half
+            t_fwd = timed(lambda: attention.flash_attention(q, k, v, **attrs))
+            t_all = timed(lambda: attention.flash_attention_backward(q, k, v, out, lse, g, **attrs))
+            # the backward's kernels one at a time, through the launcher's own pieces
+            grads = [cp.empty_like(a) for a in (q, k, v)]
+            launches = attention.backward_launches(q, k, v, out, lse, g, *grads, **attrs)
+            t_parts = {name: timed(launch) for name, launch in launches.items()}
+            tq, tk, tv, tg = (torch.as_tensor(a, device="cuda").requires_grad_(True) for a in (
+                q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), g.astype(np.float32)))
+            tq, tk, tv, tg = (x.detach().to(torch.bfloat16).requires_grad_(True) for x in (tq, tk, tv, tg))
+            sdpa = torch.nn.functional.scaled_dot_product_attention
+            tt_fwd = timed_torch(lambda: sdpa(tq, tk, tv, is_causal=True))
+            tt_all = timed_torch(lambda: sdpa(tq, tk, tv, is_causal=True).backward(tg))
+
+            def cell(seconds, products):
+                return f"{seconds * 1e3:6.3f} {products * unit / seconds / 1e12:5.0f}T"
+            print(f"{T:5d} {D:4d} {B:3d} {H:3d} | {cell(t_fwd, 2)} {t_parts['dot'] * 1e3:6.3f} "
+                  f"{cell(t_parts['dq'], 3)} {cell(t_parts['dkdv'], 4)} | {cell(tt_fwd, 2)} {cell(tt_all, 7)}"
+                  f"   ours f+b {cell(t_fwd + t_all, 9)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Flash attention on the GPU: launchers for kernels/flash_attention.cu.
+
+`flash_attention` returns the attention output and the rows' log-sum-exp (float32), which is all the
+backward pass keeps; `flash_attention_backward` recomputes the probabilities tile by tile from it.
+The NumPy references are `_flash_attention` and `_flash_attention_backward` in backend/cpu.py.
+"""
+
+import functools
+
+import cupy as cp
+import numpy as np
+
+from gradcraft.backend.cuda import compiler
+from gradcraft.backend.cuda import launch as L
+
+FILE = "flash_attention.cu"
+HEAD_DIMS = (32, 48, 64, 96, 128)
+THREADS = 128
+_PAD = 8  # u16 elements of padding per shared-memory row (as FA_PAD in the kernel file)
+_DEFAULT_SHARED = 48 * 1024
+
+
+def supported(dtype, head_dim: int, value_dim: int) -> bool:
+    """Whether the tensor-core kernels take this case (bf16/fp16, one of HEAD_DIMS, dv = d)."""
+    return np.dtype(dtype) in L.HALF and head_dim == value_dim and head_dim in HEAD_DIMS
+
+
+def _name(kind: str, dtype, head_dim: int) -> str:
+    return f"flash_{kind}_{L.suffix(dtype)}_d{head_dim}"
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(name: str, device_id: int, shared: int):
+    fn = compiler.function(FILE, name, device_id)
+    if shared > _DEFAULT_SHARED:  # a block may use more than 48 KB only when asked for
+        fn.max_dynamic_shared_size_bytes = shared
+    return fn
+
+
+def _launch(name, grid, shared, args, threads=THREADS):
+    _kernel(name, cp.cuda.Device().id, shared)(grid, (threads,), args, shared_mem=shared)
+
+
+def _rows(a):
+    """a with its last axis contiguous and 16-byte aligned rows (the kernels load 16 bytes at a time),
+    and its strides over the first three axes in elements."""
+    item = a.itemsize
+    if a.strides[-1] != item or a.data.ptr % 16 or any(s % 16 for s in a.strides[:-1]):
+        a = cp.ascontiguousarray(a)
+    return a, [L.i64(s // item) for s in a.strides[:3]]
+
+
+def _shape_args(q, k, scale, causal, window):
+    H, Hkv, T, S = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
+    return [L.i32(H), L.i32(Hkv), L.i32(T), L.i32(S), np.float32(scale), L.i32(bool(causal)), L.i32(window or 0)]
+
+
+def flash_attention(q, k, v, *, scale, causal, window):
+    B, H, T, D = q.shape
+    out = L.empty((B, H, T, D), q.dtype)
+    lse = L.empty((B, H, T), np.float32)
+    if out.size == 0:
+        return out, lse
+    (q, qs), (k, ks), (v, vs) = _rows(q), _rows(k), _rows(v)
+    shared = (128 + 2 * (32 if D >= 128 else 64)) * (D + _PAD) * 2  # query, key, value tiles (FWD_BLOCK_*)
+    _launch(_name("fwd", q.dtype, D), (-(-T // 128), B * H), shared,
+            (q, k, v, out, lse, *qs, *ks, *vs, *_shape_args(q, k, scale, causal, window)))
+    return out, lse
+
+
+def flash_attention_backward(q, k, v, out, lse, g, *, scale, causal, window):
+    dq, dk, dv = L.empty(q.shape, q.dtype), L.empty(k.shape, k.dtype), L.empty(v.shape, v.dtype)
+    if q.size == 0 or k.size == 0:  # nothing attends: every gradient is zero
+        for a in (dq, dk, dv):
+            a.fill(0)
+        return dq, dk, dv
+    for launch in backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window).values():
+        launch()
+    return dq, dk, dv
+
+
+def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window) -> dict:
+    """The backward's three kernels as callables, in order (bench/attention_kernels.py times each):
+    dot: dvec = rowsum(dO * O), the softmax gradient's correction term; dq: a block per query tile;
+    dkdv: a block per key tile, over the query tiles of every query head sharing its KV head.
+    (Adding dq up with atomics inside the dk/dv kernel, FlashAttention-2's way, measured 4% slower
+    in total at gpt2-124m's shapes on an H200: the atomics cost more than the recomputation.)"""
+    B, H, T, D = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    (q, qs), (k, ks), (v, vs), (g, gs) = _rows(q), _rows(k), _rows(v), _rows(g)
+    out, lse = L.contiguous(out), L.contiguous(lse)
+    rows = B * H * T
+    dvec = L.empty((B, H, T), np.float32)
+    common = (*qs, *ks, *vs, *gs, *_shape_args(q, k, scale, causal, window))
+    block_n = 64 if D <= 96 else 32  # keys per tile of the dq kernel
+    block_m = 64 if D <= 64 else 32  # queries per tile of the dk/dv kernel
+    dkdv_shared = (2 * 64 + 2 * block_m) * (D + _PAD) * 2 + 2 * block_m * 4
+    return {
+        "dot": lambda: _launch(f"flash_bwd_dot_{L.suffix(q.dtype)}", (-(-rows * 8 // 256),), 0,
+                               (out, g, dvec, *gs, L.i32(H), L.i32(T), L.i32(D), L.i64(rows)), threads=256),
+        "dq": lambda: _launch(_name("bwd_dq", q.dtype, D), (-(-T // 64), B * H), 2 * max(64, block_n) * (D + _PAD) * 2,
+                              (q, k, v, g, lse, dvec, dq, *common)),
+        "dkdv": lambda: _launch(_name("bwd_dkdv", q.dtype, D), (-(-S // 64), B * Hkv), dkdv_shared,
+                                (q, k, v, g, lse, dvec, dk, dv, *common)),
+    }

@@ -1,0 +1,605 @@
+// Flash attention on tensor cores: softmax(q k^T * scale + causal/window mask) v, forward and backward,
+// without ever storing the (T, S) matrix (Dao, "FlashAttention-2", 2023).
+//
+// Layouts: q (B, H, T, D), k and v (B, Hkv, S, D), any strides over (B, heads, positions) but the last
+// axis contiguous and rows 16-byte aligned (the Python side copies otherwise). Query head h reads key/value
+// head h / (H / Hkv) (grouped-query attention). The causal mask aligns the T queries with the last T of
+// the S keys: query i sees key j when j <= i + S - T (and j > i + S - T - window with a window).
+// Outputs are contiguous: o (B, H, T, D), lse (B, H, T) = log sum_j exp(scale q_i.k_j) in float32, kept
+// for the backward pass, and dq, dk, dv in the inputs' shapes.
+//
+// Every kernel runs 4 warps; a warp owns 16 rows (queries, or keys in the dk/dv kernel) and sweeps tiles
+// of the other side that the block stages in shared memory with cp.async. Products use
+// mma.sync.m16n8k16 (bf16 or fp16 in, float32 accumulate); a product's float32 result tile is laid out
+// in registers exactly as the next product's A operand wants it, so the probabilities P never leave
+// registers. Softmax runs in base 2 on scores pre-multiplied by scale * log2(e).
+//
+// Kernel names: flash_{fwd,bwd_dq,bwd_dkdv}_{bf16,f16}_d{32,48,64,96,128}, flash_bwd_dot_{bf16,f16}.
+#include "common.cuh"
+
+#define FA_THREADS 128
+#define FA_PAD 8  // u16 elements of padding per shared-memory row: ldmatrix rows land in distinct banks
+
+// ---------------------------------------------------------------- PTX wrappers
+
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+    u32 a;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// 16 bytes from global to shared memory, asynchronously; `bytes` = 0 writes zeros (rows past the end).
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldsm4(u32* r, u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm4t(u32* r, u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+// c (16x8, float32) += a (16x16) b (16x8)
+template <bool BF16> __device__ __forceinline__ void mma(float* c, const u32* a, u32 b0, u32 b1);
+template <> __device__ __forceinline__ void mma<true>(float* c, const u32* a, u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <> __device__ __forceinline__ void mma<false>(float* c, const u32* a, u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats rounded to one register of two 16-bit values, `lo` in the low half (the lower column).
+template <bool BF16> __device__ __forceinline__ u32 pack2(float lo, float hi);
+template <> __device__ __forceinline__ u32 pack2<true>(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+template <> __device__ __forceinline__ u32 pack2<false>(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// 2^x in one instruction (exp2f adds range handling the softmax does not need); 2^-inf = 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+template <bool BF16> __device__ __forceinline__ float load16(u16 bits) {
+    if (BF16) return __uint_as_float(((u32)bits) << 16);
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
+    return f;
+}
+
+// ---------------------------------------------------------------- tiles and fragments
+
+// ROWS rows of D values from global rows row0.. (stride `stride` elements) into shared rows of D + FA_PAD.
+template <int D, int ROWS>
+__device__ __forceinline__ void load_tile(u16* s, const u16* g, i64 stride, int row0, int rows) {
+    constexpr int CHUNKS = D / 8, LD = D + FA_PAD;
+    for (int idx = threadIdx.x; idx < ROWS * CHUNKS; idx += FA_THREADS) {
+        int r = idx / CHUNKS, c = idx - r * CHUNKS, row = row0 + r;
+        bool ok = row >= 0 && row < rows;
+        cp_async16(smem_u32(s + r * LD + c * 8), ok ? g + (i64)row * stride + c * 8 : g, ok ? 16 : 0);
+    }
+}
+
+// The A operand (16x16) at rows r0.., columns c0.. of a row-major shared matrix.
+template <int LD> __device__ __forceinline__ void load_a(u32* a, const u16* s, int r0, int c0) {
+    int l = threadIdx.x & 31;
+    ldsm4(a, smem_u32(s + (r0 + (l & 15)) * LD + c0 + (l >> 4) * 8));
+}
+// B operands of the n-tiles n0.. and n0+8.. at k-step k0, from a matrix stored [n][k] (b[0..1]: first
+// tile, b[2..3]: second).
+template <int LD> __device__ __forceinline__ void load_b_nk(u32* b, const u16* s, int n0, int k0) {
+    int l = threadIdx.x & 31;
+    ldsm4(b, smem_u32(s + (n0 + (l & 7) + ((l >> 4) << 3)) * LD + k0 + ((l >> 3) & 1) * 8));
+}
+// The same from a matrix stored [k][n] (a transposing load).
+template <int LD> __device__ __forceinline__ void load_b_kn(u32* b, const u16* s, int k0, int n0) {
+    int l = threadIdx.x & 31;
+    ldsm4t(b, smem_u32(s + (k0 + (l & 7) + (((l >> 3) & 1) << 3)) * LD + n0 + (l >> 4) * 8));
+}
+
+// acc (16 x N) += A (16 x D, fragments in registers) times B^T, B stored [N][D] in shared memory.
+template <bool BF16, int D, int N>
+__device__ __forceinline__ void gemm_rows(float (*acc)[4], const u32 (*af)[4], const u16* sb) {
+    constexpr int LD = D + FA_PAD;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+        for (int np = 0; np < N / 16; ++np) {
+            u32 b[4];
+            load_b_nk<LD>(b, sb, np * 16, kk * 16);
+            mma<BF16>(acc[2 * np], af[kk], b[0], b[1]);
+            mma<BF16>(acc[2 * np + 1], af[kk], b[2], b[3]);
+        }
+}
+// The same with A read from shared memory (rows r0.. of a [rows][D] matrix).
+template <bool BF16, int D, int N>
+__device__ __forceinline__ void gemm_rows_s(float (*acc)[4], const u16* sa, int r0, const u16* sb) {
+    constexpr int LD = D + FA_PAD;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        u32 a[4];
+        load_a<LD>(a, sa, r0, kk * 16);
+#pragma unroll
+        for (int np = 0; np < N / 16; ++np) {
+            u32 b[4];
+            load_b_nk<LD>(b, sb, np * 16, kk * 16);
+            mma<BF16>(acc[2 * np], a, b[0], b[1]);
+            mma<BF16>(acc[2 * np + 1], a, b[2], b[3]);
+        }
+    }
+}
+// out (16 x D) += P (16 x K, float32 result tiles, rounded here) times V, V stored [K][D] in shared memory.
+template <bool BF16, int K, int D>
+__device__ __forceinline__ void gemm_pv(float (*out)[4], float (*p)[4], const u16* sv) {
+    constexpr int LD = D + FA_PAD;
+#pragma unroll
+    for (int kk = 0; kk < K / 16; ++kk) {
+        u32 a[4] = {pack2<BF16>(p[2 * kk][0], p[2 * kk][1]), pack2<BF16>(p[2 * kk][2], p[2 * kk][3]),
+                    pack2<BF16>(p[2 * kk + 1][0], p[2 * kk + 1][1]), pack2<BF16>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+        for (int np = 0; np < D / 16; ++np) {
+            u32 b[4];
+            load_b_kn<LD>(b, sv, kk * 16, np * 16);
+            mma<BF16>(out[2 * np], a, b[0], b[1]);
+            mma<BF16>(out[2 * np + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+template <int N> __device__ __forceinline__ void zero(float (*acc)[4]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+}
+
+// Which (query i, key j) pairs are visible.
+struct Mask {
+    int T, S, off, causal, window;
+    __device__ __forceinline__ bool ok(int i, int j) const {
+        return i < T && j < S && (!causal || j <= i + off) && (window <= 0 || j > i + off - window);
+    }
+    // Keys [lo, hi) that queries [i0, i1) may see.
+    __device__ __forceinline__ int key_lo(int i0) const { return window > 0 ? max(0, i0 + off - window + 1) : 0; }
+    __device__ __forceinline__ int key_hi(int i1) const { return causal ? min(S, i1 + off) : S; }
+    // Queries [lo, hi) that may see keys [j0, j1).
+    __device__ __forceinline__ int query_lo(int j0) const { return causal ? max(0, j0 - off) : 0; }
+    __device__ __forceinline__ int query_hi(int j1) const { return window > 0 ? min(T, j1 - 1 - off + window) : T; }
+    // True when every pair of the tile is visible (no per-element test needed).
+    __device__ __forceinline__ bool full(int i0, int i1, int j0, int j1) const {
+        return i1 <= T && j1 <= S && (!causal || j1 - 1 <= i0 + off) && (window <= 0 || j0 > i1 - 1 + off - window);
+    }
+};
+
+#define LOG2E 1.4426950408889634f
+#define FWD_BLOCK_M 128  // queries per block of the forward kernel
+#define FWD_BLOCK_N(D) ((D) >= 128 ? 32 : 64)  // keys per tile of the forward kernel (registers allow)
+#define FWD_Q_IN_REGS(D) ((D) <= 64)
+#define LN2 0.6931471805599453f
+
+// ---------------------------------------------------------------- forward
+// A block owns 128 queries: warp w the rows w*16.. and 64 + w*16.. (two 16-row tiles, so each key and
+// value fragment read from shared memory feeds four products: ldmatrix bandwidth, not the tensor
+// cores, is what limits a warp with one tile). Queries stay in registers where they fit (d <= 64).
+
+template <bool BF16, int D>
+__device__ __forceinline__ void flash_fwd(const u16* __restrict__ q, const u16* __restrict__ k,
+                                          const u16* __restrict__ v, u16* __restrict__ o, float* __restrict__ lse,
+                                          i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh,
+                                          i64 vst, int H, int Hkv, int T, int S, float scale, int causal,
+                                          int window) {
+    constexpr int BM = FWD_BLOCK_M, BN = FWD_BLOCK_N(D), LD = D + FA_PAD, KS = D / 16, NT = BN / 8, DT = D / 8;
+    constexpr bool Q_IN_REGS = FWD_Q_IN_REGS(D);
+    extern __shared__ __align__(16) u16 smem[];
+    u16* sq = smem;
+    u16* sk = sq + BM * LD;
+    u16* sv = sk + BN * LD;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
+    const int m0 = (gridDim.x - 1 - blockIdx.x) * BM;  // the longest causal rows start first
+    const int b = blockIdx.y / H, h = blockIdx.y - b * H, hk = h / (H / Hkv);
+    const u16* kb = k + b * ksb + hk * ksh;
+    const u16* vb = v + b * vsb + hk * vsh;
+    const Mask mask{T, S, S - T, causal, window};
+    const int t_begin = mask.key_lo(m0) / BN, key_end = mask.key_hi(m0 + BM);
+    const int t_end = key_end > 0 ? (key_end + BN - 1) / BN : 0;
+
+    load_tile<D, BM>(sq, q + b * qsb + h * qsh, qst, m0, T);
+    if (t_begin < t_end) load_tile<D, BN>(sk, kb, kst, t_begin * BN, S);
+    cp_commit();
+    u32 qf[Q_IN_REGS ? 2 : 1][Q_IN_REGS ? KS : 1][4];
+    if (Q_IN_REGS) {
+        cp_wait<0>();
+        __syncthreads();
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int kk = 0; kk < KS; ++kk) load_a<LD>(qf[Q_IN_REGS ? mt : 0][Q_IN_REGS ? kk : 0], sq, mt * 64 + warp * 16, kk * 16);
+    }
+
+    float acc[2][DT][4];
+    zero<DT>(acc[0]);
+    zero<DT>(acc[1]);
+    float row_max[2][2], row_sum[2][2];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) row_max[mt][0] = row_max[mt][1] = neg_inf<float>(), row_sum[mt][0] = row_sum[mt][1] = 0.f;
+    const float scale2 = scale * LOG2E;
+
+    for (int t = t_begin; t < t_end; ++t) {
+        const int n0 = t * BN;
+        load_tile<D, BN>(sv, vb, vst, n0, S);
+        cp_commit();
+        cp_wait<1>();  // the key tile (and the query tile) have landed
+        __syncthreads();
+        float s[2][NT][4];
+        zero<NT>(s[0]);
+        zero<NT>(s[1]);
+#pragma unroll
+        for (int kk = 0; kk < KS; ++kk) {
+            u32 a[2][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+                if (Q_IN_REGS) {
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) a[mt][i] = qf[Q_IN_REGS ? mt : 0][Q_IN_REGS ? kk : 0][i];
+                } else {
+                    load_a<LD>(a[mt], sq, mt * 64 + warp * 16, kk * 16);
+                }
+            }
+#pragma unroll
+            for (int np = 0; np < NT / 2; ++np) {
+                u32 bf[4];
+                load_b_nk<LD>(bf, sk, np * 16, kk * 16);
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt) {
+                    mma<BF16>(s[mt][2 * np], a[mt], bf[0], bf[1]);
+                    mma<BF16>(s[mt][2 * np + 1], a[mt], bf[2], bf[3]);
+                }
+            }
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+            const int row0 = m0 + mt * 64 + warp * 16 + g;  // this thread's rows: row0 and row0 + 8
+            const int tile_m0 = m0 + mt * 64 + warp * 16;
+            if (!mask.full(tile_m0, tile_m0 + 16, n0, n0 + BN)) {
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        if (!mask.ok(row0 + (e >> 1) * 8, n0 + nt * 8 + 2 * tq + (e & 1))) s[mt][nt][e] = neg_inf<float>();
+            }
+            // Online softmax: rescale what was summed so far to the new row maximum. Scores stay
+            // unscaled (scale > 0 keeps the maximum where it is); each exponent is one fma and one ex2.
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                float mx = neg_inf<float>();
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+                mx = fmaxf(mx * scale2, row_max[mt][r]);
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float base = mx == neg_inf<float>() ? 0.f : mx;  // a row with nothing visible yet
+                const float alpha = fast_exp2(row_max[mt][r] - base);
+                row_max[mt][r] = mx;
+                row_sum[mt][r] *= alpha;
+#pragma unroll
+                for (int dt = 0; dt < DT; ++dt) {
+                    acc[mt][dt][2 * r] *= alpha;
+                    acc[mt][dt][2 * r + 1] *= alpha;
+                }
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    float p0 = fast_exp2(fmaf(s[mt][nt][2 * r], scale2, -base));
+                    float p1 = fast_exp2(fmaf(s[mt][nt][2 * r + 1], scale2, -base));
+                    s[mt][nt][2 * r] = p0;
+                    s[mt][nt][2 * r + 1] = p1;
+                    row_sum[mt][r] += p0 + p1;
+                }
+            }
+        }
+        cp_wait<0>();  // the value tile has landed, and (after the barrier) every warp is done with sk
+        __syncthreads();
+        if (t + 1 < t_end) load_tile<D, BN>(sk, kb, kst, n0 + BN, S);
+        cp_commit();
+        // acc += P V, both row tiles per value fragment
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+            u32 a[2][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+                a[mt][0] = pack2<BF16>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                a[mt][1] = pack2<BF16>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                a[mt][2] = pack2<BF16>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                a[mt][3] = pack2<BF16>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
+#pragma unroll
+            for (int np = 0; np < DT / 2; ++np) {
+                u32 bf[4];
+                load_b_kn<LD>(bf, sv, kk * 16, np * 16);
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt) {
+                    mma<BF16>(acc[mt][2 * np], a[mt], bf[0], bf[1]);
+                    mma<BF16>(acc[mt][2 * np + 1], a[mt], bf[2], bf[3]);
+                }
+            }
+        }
+        __syncthreads();  // every warp is done with sv before the next value tile
+    }
+    cp_wait<0>();
+
+    const i64 out_row = ((i64)b * H + h) * T;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float l = row_sum[mt][r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const int row = m0 + mt * 64 + warp * 16 + g + r * 8;
+            if (row >= T) continue;
+            const float inv = l > 0.f ? 1.f / l : 0.f;  // rows that see no key come out as zeros
+            u32* orow = (u32*)(o + (out_row + row) * D);
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt)
+                orow[dt * 4 + tq] = pack2<BF16>(acc[mt][dt][2 * r] * inv, acc[mt][dt][2 * r + 1] * inv);
+            if (tq == 0) lse[out_row + row] = l > 0.f ? (row_max[mt][r] + log2f(l)) * LN2 : neg_inf<float>();
+        }
+}
+
+// ---------------------------------------------------------------- backward
+// dvec_i = sum_d do_i,d * o_i,d (8 threads per row); then dq (a block per query tile, sweeping key tiles)
+// and dk, dv (a block per key tile, sweeping the query tiles of every query head sharing it): each
+// recomputes P = exp(scale q.k - lse) and dS = P * (dP - dvec) with dP = do v^T, so no atomics are needed.
+
+// 8 lanes per row, 16-byte loads (rows are 16-byte aligned and d is a multiple of 8).
+template <bool BF16>
+__device__ __forceinline__ void flash_bwd_dot(const u16* __restrict__ o, const u16* __restrict__ dout,
+                                              float* __restrict__ dvec, i64 dsb, i64 dsh, i64 dst, int H, int T,
+                                              int D, i64 rows) {
+    const i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 3;
+    const int part = threadIdx.x & 7;
+    const bool active = row < rows;
+    float sum = 0.f;
+    if (active) {
+        const i64 i = row % T, bh = row / T, b = bh / H, h = bh - b * H;
+        const uint4* orow = (const uint4*)(o + row * D);
+        const uint4* drow = (const uint4*)(dout + b * dsb + h * dsh + i * dst);
+        for (int c = part; c < D / 8; c += 8) {
+            const uint4 x = orow[c], y = drow[c];
+            const u32 xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                sum += load16<BF16>((u16)(xs[j] & 0xffffu)) * load16<BF16>((u16)(ys[j] & 0xffffu)) +
+                       load16<BF16>((u16)(xs[j] >> 16)) * load16<BF16>((u16)(ys[j] >> 16));
+        }
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+    if (active && part == 0) dvec[row] = sum;
+}
+
+template <bool BF16, int D>
+__device__ __forceinline__ void flash_bwd_dq(const u16* __restrict__ q, const u16* __restrict__ k,
+                                             const u16* __restrict__ v, const u16* __restrict__ dout,
+                                             const float* __restrict__ lse, const float* __restrict__ dvec,
+                                             u16* __restrict__ dq, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh,
+                                             i64 kst, i64 vsb, i64 vsh, i64 vst, i64 dsb, i64 dsh, i64 dst, int H,
+                                             int Hkv, int T, int S, float scale, int causal, int window) {
+    constexpr int BM = 64, BN = D <= 96 ? 64 : 32, LD = D + FA_PAD, KS = D / 16, NT = BN / 8, DT = D / 8;
+    extern __shared__ __align__(16) u16 smem[];
+    u16* sk = smem;
+    u16* sv = smem + BN * LD;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
+    const int m0 = (gridDim.x - 1 - blockIdx.x) * BM;
+    const int b = blockIdx.y / H, h = blockIdx.y - b * H, hk = h / (H / Hkv);
+    const u16* kb = k + b * ksb + hk * ksh;
+    const u16* vb = v + b * vsb + hk * vsh;
+    const Mask mask{T, S, S - T, causal, window};
+    const int t_begin = mask.key_lo(m0) / BN, key_end = mask.key_hi(m0 + BM);
+    const int t_end = key_end > 0 ? (key_end + BN - 1) / BN : 0;
+
+    // The query and output-gradient tiles pass through shared memory (2 * BM rows) into registers.
+    load_tile<D, BM>(smem, q + b * qsb + h * qsh, qst, m0, T);
+    load_tile<D, BM>(smem + BM * LD, dout + b * dsb + h * dsh, dst, m0, T);
+    cp_commit();
+    cp_wait<0>();
+    __syncthreads();
+    u32 qf[KS][4], df[KS][4];
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk) {
+        load_a<LD>(qf[kk], smem, warp * 16, kk * 16);
+        load_a<LD>(df[kk], smem + BM * LD, warp * 16, kk * 16);
+    }
+    const i64 bh_row = ((i64)b * H + h) * T;
+    const int row0 = m0 + warp * 16 + g;
+    float lse2[2], dv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = row0 + r * 8;
+        lse2[r] = row < T ? lse[bh_row + row] * LOG2E : 0.f;
+        dv[r] = row < T ? dvec[bh_row + row] : 0.f;
+    }
+    __syncthreads();
+
+    float acc[DT][4];
+    zero<DT>(acc);
+    const float scale2 = scale * LOG2E;
+    for (int t = t_begin; t < t_end; ++t) {
+        const int n0 = t * BN;
+        load_tile<D, BN>(sk, kb, kst, n0, S);
+        load_tile<D, BN>(sv, vb, vst, n0, S);
+        cp_commit();
+        cp_wait<0>();
+        __syncthreads();
+        float s[NT][4], dp[NT][4];
+        zero<NT>(s);
+        zero<NT>(dp);
+        gemm_rows<BF16, D, BN>(s, qf, sk);
+        gemm_rows<BF16, D, BN>(dp, df, sv);
+        const bool full = mask.full(m0, m0 + BM, n0, n0 + BN);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = e >> 1;
+                float p = fast_exp2(fmaf(s[nt][e], scale2, -lse2[r]));
+                if (!full && !mask.ok(row0 + r * 8, n0 + nt * 8 + 2 * tq + (e & 1))) p = 0.f;
+                s[nt][e] = p * (dp[nt][e] - dv[r]);  // dS (unscaled)
+            }
+        gemm_pv<BF16, BN, D>(acc, s, sk);  // dq += dS k
+        __syncthreads();
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = row0 + r * 8;
+        if (row >= T) continue;
+        u32* out = (u32*)(dq + (bh_row + row) * D);
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) out[dt * 4 + tq] = pack2<BF16>(acc[dt][2 * r] * scale, acc[dt][2 * r + 1] * scale);
+    }
+}
+
+template <bool BF16, int D>
+__device__ __forceinline__ void flash_bwd_dkdv(const u16* __restrict__ q, const u16* __restrict__ k,
+                                               const u16* __restrict__ v, const u16* __restrict__ dout,
+                                               const float* __restrict__ lse, const float* __restrict__ dvec,
+                                               u16* __restrict__ dk, u16* __restrict__ dvo, i64 qsb, i64 qsh,
+                                               i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,
+                                               i64 dsb, i64 dsh, i64 dst, int H, int Hkv, int T, int S,
+                                               float scale, int causal, int window) {
+    constexpr int BN = 64, BM = D <= 64 ? 64 : 32, LD = D + FA_PAD, MT = BM / 8, DT = D / 8;
+    extern __shared__ __align__(16) u16 smem[];
+    u16* sk = smem;
+    u16* sv = sk + BN * LD;
+    u16* sq = sv + BN * LD;
+    u16* sd = sq + BM * LD;
+    float* s_lse = (float*)(sd + BM * LD);
+    float* s_dvec = s_lse + BM;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
+    const int n0 = blockIdx.x * BN;
+    const int b = blockIdx.y / Hkv, hk = blockIdx.y - b * Hkv, G = H / Hkv;
+    const Mask mask{T, S, S - T, causal, window};
+    const int q_begin = mask.query_lo(n0) / BM, query_end = mask.query_hi(n0 + BN);
+    const int t_end = query_end > 0 ? (query_end + BM - 1) / BM : 0;
+
+    load_tile<D, BN>(sk, k + b * ksb + hk * ksh, kst, n0, S);
+    load_tile<D, BN>(sv, v + b * vsb + hk * vsh, vst, n0, S);
+    cp_commit();
+
+    float dk_acc[DT][4], dv_acc[DT][4];
+    zero<DT>(dk_acc);
+    zero<DT>(dv_acc);
+    const float scale2 = scale * LOG2E;
+    const int key0 = n0 + warp * 16 + g;  // this thread's keys: key0 and key0 + 8
+    for (int hg = 0; hg < G; ++hg) {
+        const int h = hk * G + hg;
+        const u16* qb = q + b * qsb + h * qsh;
+        const u16* db = dout + b * dsb + h * dsh;
+        const i64 bh_row = ((i64)b * H + h) * T;
+        for (int t = q_begin; t < t_end; ++t) {
+            const int m0 = t * BM;
+            load_tile<D, BM>(sq, qb, qst, m0, T);
+            load_tile<D, BM>(sd, db, dst, m0, T);
+            cp_commit();
+            if (threadIdx.x < BM) {
+                const int row = m0 + threadIdx.x;
+                s_lse[threadIdx.x] = row < T ? lse[bh_row + row] * LOG2E : 0.f;
+                s_dvec[threadIdx.x] = row < T ? dvec[bh_row + row] : 0.f;
+            }
+            cp_wait<0>();
+            __syncthreads();
+            // Transposed scores and output-gradient products: rows are this warp's keys, columns queries.
+            float st[MT][4], dpt[MT][4];
+            zero<MT>(st);
+            zero<MT>(dpt);
+            gemm_rows_s<BF16, D, BM>(st, sk, warp * 16, sq);
+            gemm_rows_s<BF16, D, BM>(dpt, sv, warp * 16, sd);
+            const bool full = mask.full(m0, m0 + BM, n0, n0 + BN);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int col = mt * 8 + 2 * tq + (e & 1);
+                    float p = fast_exp2(fmaf(st[mt][e], scale2, -s_lse[col]));
+                    if (!full && !mask.ok(m0 + col, key0 + (e >> 1) * 8)) p = 0.f;
+                    st[mt][e] = p;
+                    dpt[mt][e] = p * (dpt[mt][e] - s_dvec[col]);  // dS^T (unscaled)
+                }
+            gemm_pv<BF16, BM, D>(dv_acc, st, sd);   // dv += P^T do
+            gemm_pv<BF16, BM, D>(dk_acc, dpt, sq);  // dk += dS^T q
+            __syncthreads();
+        }
+    }
+    cp_wait<0>();  // (when no query tile was swept, the key/value loads are still to be retired)
+    const i64 bh_key = ((i64)b * Hkv + hk) * S;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int key = key0 + r * 8;
+        if (key >= S) continue;
+        u32* outk = (u32*)(dk + (bh_key + key) * D);
+        u32* outv = (u32*)(dvo + (bh_key + key) * D);
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+            outk[dt * 4 + tq] = pack2<BF16>(dk_acc[dt][2 * r] * scale, dk_acc[dt][2 * r + 1] * scale);
+            outv[dt * 4 + tq] = pack2<BF16>(dv_acc[dt][2 * r], dv_acc[dt][2 * r + 1]);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- extern "C" entry points
+
+#define FA_FWD(NAME, BF, D)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_fwd_##NAME##_d##D(                          \
+        const u16* q, const u16* k, const u16* v, u16* o, float* lse, i64 qsb, i64 qsh, i64 qst, i64 ksb,        \
+        i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst, int H, int Hkv, int T, int S, float scale, int causal,      \
+        int window) {                                                                                           \
+        flash_fwd<BF, D>(q, k, v, o, lse, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, H, Hkv, T, S, scale,    \
+                         causal, window);                                                                       \
+    }
+#define FA_BWD(NAME, BF, D)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq_##NAME##_d##D(                       \
+        const u16* q, const u16* k, const u16* v, const u16* dout, const float* lse, const float* dvec, u16* dq, \
+        i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst, i64 dsb, i64 dsh,      \
+        i64 dst, int H, int Hkv, int T, int S, float scale, int causal, int window) {                          \
+        flash_bwd_dq<BF, D>(q, k, v, dout, lse, dvec, dq, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, dsb, dsh, \
+                            dst, H, Hkv, T, S, scale, causal, window);                                          \
+    }                                                                                                           \
+    extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dkdv_##NAME##_d##D(                     \
+        const u16* q, const u16* k, const u16* v, const u16* dout, const float* lse, const float* dvec, u16* dk, \
+        u16* dv, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst, i64 dsb,      \
+        i64 dsh, i64 dst, int H, int Hkv, int T, int S, float scale, int causal, int window) {                 \
+        flash_bwd_dkdv<BF, D>(q, k, v, dout, lse, dvec, dk, dv, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst,   \
+                              dsb, dsh, dst, H, Hkv, T, S, scale, causal, window);                              \
+    }
+#define FA_ALL(NAME, BF) \
+    FA_FWD(NAME, BF, 32) FA_FWD(NAME, BF, 48) FA_FWD(NAME, BF, 64) FA_FWD(NAME, BF, 96) FA_FWD(NAME, BF, 128) \
+    FA_BWD(NAME, BF, 32) FA_BWD(NAME, BF, 48) FA_BWD(NAME, BF, 64) FA_BWD(NAME, BF, 96) FA_BWD(NAME, BF, 128)
+
+FA_ALL(bf16, true)
+FA_ALL(f16, false)
+
+extern "C" __global__ void flash_bwd_dot_bf16(const u16* o, const u16* dout, float* dvec, i64 dsb, i64 dsh, i64 dst,
+                                              int H, int T, int D, i64 rows) {
+    flash_bwd_dot<true>(o, dout, dvec, dsb, dsh, dst, H, T, D, rows);
+}
+extern "C" __global__ void flash_bwd_dot_f16(const u16* o, const u16* dout, float* dvec, i64 dsb, i64 dsh, i64 dst,
+                                             int H, int T, int D, i64 rows) {
+    flash_bwd_dot<false>(o, dout, dvec, dsb, dsh, dst, H, T, D, rows);
+}

@@ -140,6 +140,17 @@ def cases(dtype):
 
     seed = 1234
     keep = run("dropout", cp.ones_like(big), seed=seed, p=0.1)
+
+    # gpt2-124m's loss at training size whatever --dtype: (16384, 50304) bf16 logits, 50257 classes; the
+    # padding is -inf so that PyTorch, which reads every column, computes the same losses
+    V, VP = 50257, 50304
+    gpt_logits = rng.standard_normal((16384, VP), dtype=np.float32)
+    gpt_logits[:, V:] = -np.inf
+    gpt_logits = gpt_logits.astype("bfloat16")
+    gpt_target = rng.integers(0, V, size=16384).astype(np.int64)
+    gpt_g = cp.full(16384, 1 / 16384, np.float32)
+    tx.update(gpt_logits=torch_of(gpt_logits), gpt_target=torch_of(gpt_target))
+    gpt_ce = dict(ignore_index=-100, label_smoothing=0.0, valid_classes=V, float_loss=True)
     return [
         ("layer_norm fwd", 2 * x.nbytes, lambda: run("layer_norm", x, w, b, eps=1e-5, n_dims=1), layer_norm_composite,
          lambda: F.layer_norm(tx["x"], (width,), tx["w"], tx["b"], 1e-5)),
@@ -160,6 +171,10 @@ def cases(dtype):
          lambda: F.cross_entropy(tx["logits"].float(), tx["target"], reduction="none")),
         ("ce loss+grad 1 pass", 2 * logits.nbytes,
          lambda: B.cross_entropy_with_grad(logits, target)[1], None, None),
+        ("ce 16384x50304 fwd", gpt_logits.nbytes, lambda: run("cross_entropy", gpt_logits, gpt_target, **gpt_ce),
+         None, lambda: F.cross_entropy(tx["gpt_logits"], tx["gpt_target"], reduction="none")),
+        ("ce 16384x50304 bwd", 2 * gpt_logits.nbytes,
+         lambda: run("cross_entropy_backward", gpt_logits, gpt_target, gpt_g, **gpt_ce), None, None),
         ("gelu tanh fwd", 2 * big.nbytes, lambda: run("gelu", big, approximate="tanh"), gelu_composite,
          lambda: F.gelu(tx["big"], approximate="tanh")),
         ("gelu tanh bwd", 3 * big.nbytes, lambda: run("gelu_backward", big, g_big, approximate="tanh"), None,
@@ -180,6 +195,9 @@ def cases(dtype):
          lambda: torch.ops.aten.embedding_dense_backward(tx["g_emb"], tx["idx"], 50257, -1, False)),
         ("dropout p=0.1", 2 * big.nbytes, lambda: run("dropout", big, seed=seed, p=0.1),
          lambda: run("mul", big, keep), None),
+        ("binary add", 3 * big.nbytes, lambda: run("add", big, g_big), None, lambda: tx["big"] + tx["g_big"]),
+        ("bias add (3072,)", 2 * big.nbytes + g_big[0].nbytes, lambda: run("add", big, g_big[0]), None,
+         lambda: tx["big"] + tx["g_big"][0]),
     ]
 
 

@@ -476,6 +476,153 @@ def test_sdpa(gpu, case, dtype):
     check(gpu, "sdpa_backward", q, k, v, g, *extra, **attrs)
 
 
+# ---------------------------------------------------------------- cross-entropy: vectorised and scalar kernels
+
+# (N, C, W): the gpt2 padded vocabulary (C odd: a scalar tail after the 16-byte vectors), short rows,
+# rows of one 16-byte access, C below W with a partial vector of classes, wide rows of several batches.
+CE_SHAPES = [(5, 50257, 50304), (9, 1, 1), (9, 7, 7), (9, 8, 8), (6, 1000, 1000), (5, 8200, 8200),
+             (6, 997, 1000), (5, 8193, 8200), (4, 3, 8)]
+
+
+def _ce_inputs(N, C, W, dtype, float_loss, r):
+    logits = randn((N, W), dtype, r, scale=2)
+    logits[:, C:] = 50  # padding that would dominate the softmax if it were read
+    if N > 2:
+        logits[1] = randn((W,), dtype, r, scale=2, shift=30)  # a shifted row: the online max moves
+        logits[1, C:] = 50
+        logits[2, C - 1] = 12  # the row's max in the last class (the scalar tail when C is odd)
+    target = r.integers(0, C, size=N).astype(np.int64)
+    target[::3] = -100  # ignored rows
+    if N > 2:
+        target[2] = C - 1
+    g_dtype = np.float32 if float_loss and np.dtype(dtype) in (BF16, np.dtype(np.float16)) else dtype
+    return logits, target, randn((N,), g_dtype, r)
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.float16, np.float32])
+@pytest.mark.parametrize("N,C,W", CE_SHAPES)
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("float_loss", [False, True])
+def test_cross_entropy_vectorised(gpu, N, C, W, smoothing, float_loss, dtype):
+    """Every width through the 16-byte kernels (W a multiple of 16 / itemsize) or the scalar ones, and
+    again from misaligned logits (scalar kernels); poisoned outputs: the padding must be written 0."""
+    logits, target, g = _ce_inputs(N, C, W, dtype, float_loss, rng())
+    attrs = dict(ignore_index=-100, label_smoothing=smoothing, valid_classes=C, float_loss=float_loss)
+    check_both_alignments(gpu, "cross_entropy", logits, target, **attrs)
+    check_both_alignments(gpu, "cross_entropy_backward", logits, target, g, **attrs)
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.float32])
+def test_cross_entropy_vectorised_one_launch(gpu, dtype):
+    """Loss and dlogits in one launch on the padded gpt2 vocabulary, scaled for a mean."""
+    import cupy as cp
+    from gradcraft.backend.cuda import nn as cuda_nn
+    N, C, W = 33, 50257, 50304
+    logits, target, _ = _ce_inputs(N, C, W, dtype, True, rng())
+    loss, dlogits = cuda_nn.cross_entropy_with_grad(cp.asarray(logits), cp.asarray(target), None, -100, 0.1, 1 / N,
+                                                    valid_classes=C, float_loss=True)
+    attrs = {"ignore_index": -100, "label_smoothing": 0.1, "valid_classes": C, "float_loss": True}
+    close(cp.asnumpy(loss), cpu().reference_kernels["cross_entropy"](logits, target, **attrs), what="loss")
+    g = np.full(N, 1 / N, np.float32 if np.dtype(dtype) == BF16 else dtype)
+    expected = cpu().reference_kernels["cross_entropy_backward"](logits, target, g, **attrs)
+    close(cp.asnumpy(dlogits), expected, what="dlogits")
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.float32])
+def test_cross_entropy_vectorised_bad_target(gpu, dtype):
+    """A target outside [0, C) that is not ignore_index: NaN loss and gradient on its row only."""
+    import cupy as cp
+    from gradcraft.backend.cuda import nn as cuda_nn
+    r = rng()
+    N, C, W = 4, 50257, 50304
+    logits = randn((N, W), dtype, r, scale=2)
+    target = np.array([5, C, -100, 7], np.int64)
+    loss, dlogits = cuda_nn.cross_entropy_with_grad(cp.asarray(logits), cp.asarray(target), valid_classes=C)
+    loss, dlogits = cp.asnumpy(loss).astype(np.float64), cp.asnumpy(dlogits).astype(np.float64)
+    assert np.isnan(loss[1]) and np.isnan(dlogits[1, :C]).all()
+    assert np.isfinite(loss[[0, 2, 3]]).all() and loss[2] == 0 and np.isfinite(dlogits[[0, 2, 3]]).all()
+    assert (dlogits[2] == 0).all() and (dlogits[:, C:][[0, 2, 3]] == 0).all()
+
+
+# ---------------------------------------------------------------- binary ops: 16-byte and one-value kernels
+
+BINARY_OPS = ("add", "sub", "mul", "div", "maximum", "minimum")
+# (a's shape, b's shape): same shape (a multiple of 8 values; odd sizes, with a ragged tail; fewer values
+# than one 16-byte access), a bias repeated along a's leading axes (b_n % 8 == 0, over one or two trailing
+# axes; b_n % 8 != 0, where float64's 2 values an access may still fit), one value (0-d and (1,)).
+BINARY_CASES = [((64, 96), (64, 96)), ((1001, 3), (1001, 3)), ((3, 7, 13), (3, 7, 13)), ((5,), (5,)),
+                ((37, 64), (64,)), ((9, 5, 24), (5, 24)), ((16, 3, 40), (40,)), ((41, 50), (50,)),
+                ((333, 3), (3,)), ((17, 9), (9,)), ((1001, 3), ()), ((7,), (1,))]
+
+
+def _record_launches(monkeypatch):
+    """The names of the kernels the CUDA launchers run, in order (a list that fills as they run)."""
+    from gradcraft.backend.cuda import launch
+    launched, run = [], launch.run
+
+    def recording(file, kernel, *args, **kwargs):
+        launched.append(kernel)
+        return run(file, kernel, *args, **kwargs)
+
+    monkeypatch.setattr(launch, "run", recording)
+    return launched
+
+
+def _binary_kernels_agree(gpu, launched, a, b, *, a_misaligned=False, b_misaligned=False):
+    """Every binary op on the GPU (a, b as given or as misaligned copies) against the CPU; returns the
+    kernels each op launched."""
+    kernels = []
+    for op in BINARY_OPS:
+        expected = np.asarray(cpu().reference_kernels[op](a, b))
+        args = [misaligned(gpu, x) if moved else gpu.from_numpy(x)
+                for x, moved in ((a, a_misaligned), (b, b_misaligned))]
+        launched.clear()
+        got = gpu.run(op, args, {})
+        close(gpu.to_numpy(got), expected, what=f"{op} {a.dtype} {a.shape} {b.shape} "
+                                                f"(misaligned a: {a_misaligned}, b: {b_misaligned})")
+        kernels.append(list(launched))
+    return kernels
+
+
+@pytest.mark.parametrize("dtype", HALF_AND_ALL, ids=lambda d: np.dtype(d).name)
+def test_binary_vector_kernels(gpu, dtype, monkeypatch):
+    """The 16-byte kernels (same shape, bias, one value) where sizes and pointers allow, the one-value
+    kernel otherwise (a ragged bias, a misaligned a or b), each against the CPU, outputs poisoned."""
+    from gradcraft.backend.cuda import launch
+    launched = _record_launches(monkeypatch)
+    dtype = np.dtype(dtype)
+    sfx, vec = launch.suffix(dtype), 16 // dtype.itemsize
+    r = rng()
+    for a_shape, b_shape in BINARY_CASES:
+        a = randn(a_shape, dtype, r)
+        b = np.asarray(randn(b_shape, dtype, r, shift=3), dtype=dtype)  # (away from 0: div)
+        n, b_n = a.size, b.size
+        vector = b_n in (1, n) or b_n % vec == 0
+        for op, ran in zip(BINARY_OPS, _binary_kernels_agree(gpu, launched, a, b)):
+            assert ran == [f"{op}_v_{sfx}" if vector else f"{op}_{sfx}"], (a_shape, b_shape, ran)
+        for op, ran in zip(BINARY_OPS, _binary_kernels_agree(gpu, launched, a, b, a_misaligned=True)):
+            assert ran == [f"{op}_{sfx}"], (a_shape, b_shape, ran)
+        for op, ran in zip(BINARY_OPS, _binary_kernels_agree(gpu, launched, a, b, b_misaligned=True)):
+            assert ran == [f"{op}_v_{sfx}" if b_n == 1 else f"{op}_{sfx}"], (a_shape, b_shape, ran)
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+def test_binary_vector_kernels_grid_stride(gpu, dtype, monkeypatch):
+    """One SM's worth of blocks (16 x 256 threads), so each thread takes many accesses: the bias index
+    advanced by the stride, wrapping around b, and the ragged tail after the loop."""
+    from gradcraft.backend.cuda import launch
+    launched = _record_launches(monkeypatch)
+    monkeypatch.setattr(launch, "sm_count", lambda: 1)
+    dtype = np.dtype(dtype)
+    r = rng()
+    for a_shape, b_shape in [((257, 776), (776,)), ((131, 3, 104), (3, 104)), ((257, 777), (257, 777)),
+                             ((300, 1001), ())]:
+        a = randn(a_shape, dtype, r)
+        b = np.asarray(randn(b_shape, dtype, r, shift=3), dtype=dtype)
+        for op, ran in zip(BINARY_OPS, _binary_kernels_agree(gpu, launched, a, b)):
+            assert ran == [f"{op}_v_{launch.suffix(dtype)}"], (a_shape, b_shape, ran)
+
+
 # ---------------------------------------------------------------- flash attention (tensor cores)
 
 # (B, H, Hkv, T, S, D, causal, window): tile-aligned and ragged sizes, GQA ratios 1/2/4, windows that

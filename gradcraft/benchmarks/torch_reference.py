@@ -73,9 +73,13 @@ def _sdpa(q, k, v, band=None):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=band)
 
 
-def forward(cfg, params: dict, idx: torch.Tensor, with_aux: bool = False, attention: str = "explicit"):
+def forward(cfg, params: dict, idx: torch.Tensor, with_aux: bool = False, attention: str = "explicit",
+            dropout: float = 0.0):
     """Logits (B, T, V); with_aux, also the sum of the mixture-of-experts auxiliary losses.
-    attention: "explicit" (written out; the tests' oracle) or "sdpa" (F.scaled_dot_product_attention)."""
+    attention: "explicit" (written out; the tests' oracle) or "sdpa" (F.scaled_dot_product_attention).
+    dropout: training-mode dropout where gradcraft's Transformer puts it (after the embeddings and
+    after each block's attention and MLP projections); 0 for the oracle."""
+    drop = (lambda t: F.dropout(t, dropout, training=True)) if dropout else (lambda t: t)  # noqa: E731
     if attention not in ("explicit", "sdpa"):
         raise ValueError(f"attention must be 'explicit' or 'sdpa', got {attention!r}")
     P = params
@@ -84,6 +88,7 @@ def forward(cfg, params: dict, idx: torch.Tensor, with_aux: bool = False, attent
     x = P["tok_emb.weight"][idx]
     if cfg.positions == "learned":
         x = x + P["pos_emb.weight"][:T]
+    x = drop(x)
     mask = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
     aux = 0.0
     for i in range(cfg.n_layers):
@@ -108,7 +113,7 @@ def forward(cfg, params: dict, idx: torch.Tensor, with_aux: bool = False, attent
             att = att.masked_fill(~layer_mask, float("-inf")).softmax(-1)
             y = att @ v
         y = y.transpose(1, 2).reshape(B, T, H * D)
-        x = x + y @ p("attn.proj.weight").T + (p("attn.proj.bias") if cfg.bias else 0)
+        x = x + drop(y @ p("attn.proj.weight").T + (p("attn.proj.bias") if cfg.bias else 0))
         h = _norm(cfg, x, p("norm2.weight"), p("norm2.bias"))
         if cfg.ffn_pattern and cfg.ffn_pattern[i] == "M":
             out, layer_aux = _moe(cfg, P, f"blocks.{i}.mlp.", h)
@@ -122,7 +127,7 @@ def forward(cfg, params: dict, idx: torch.Tensor, with_aux: bool = False, attent
             gate, up = h.chunk(2, dim=-1)
             beta = p("mlp.beta")
             h = (gate * torch.sigmoid(beta * gate) if beta is not None else F.silu(gate)) * up
-        x = x + h @ p("mlp.proj.weight").T + (p("mlp.proj.bias") if cfg.bias else 0)
+        x = x + drop(h @ p("mlp.proj.weight").T + (p("mlp.proj.bias") if cfg.bias else 0))
     x = _norm(cfg, x, P["norm.weight"], P.get("norm.bias"))
     head = P["tok_emb.weight"] if cfg.tie_embeddings else P["lm_head.weight"]
     logits = x @ head.T

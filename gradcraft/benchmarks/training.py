@@ -106,6 +106,7 @@ def run_ours(cfg, weights, setup: Setup, n_steps: int):
     import gradcraft as gc
     from gradcraft.engine.capture import CapturedStep
     from gradcraft.models import Transformer
+    from gradcraft.ops.creation import advance_dropout
     from gradcraft.optim import AdamW, grad_norm_and_scale
 
     if setup.device.startswith("cuda"):
@@ -127,6 +128,8 @@ def run_ours(cfg, weights, setup: Setup, n_steps: int):
     compute_dtype = gc.bfloat16 if setup.dtype == "bfloat16" else None
 
     def step():
+        if cfg.dropout:
+            advance_dropout(device)  # new masks every step, replayed steps included (as the trainer does)
         _, loss = model(x_in, y_in, compute_dtype=compute_dtype)
         loss.backward()
         opt.step(grad_scale=grad_norm_and_scale(model.parameters(), 1.0), prepare=False)
@@ -172,7 +175,8 @@ def run_torch(cfg, weights, setup: Setup, n_steps: int, baseline: str = "eager")
 
     def forward_and_loss(params, x, y):
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=setup.dtype == "bfloat16"):
-            logits, aux = torch_reference.forward(cfg, params, x, with_aux=True, attention=attention)
+            logits, aux = torch_reference.forward(cfg, params, x, with_aux=True, attention=attention,
+                                                  dropout=cfg.dropout)
             return torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size).float(), y.reshape(-1)) + aux
 
     if baseline == "compile":

@@ -41,6 +41,17 @@ def _launch(name, grid, shared, args, threads=THREADS):
     _kernel(name, cp.cuda.Device().id, shared)(grid, (threads,), args, shared_mem=shared)
 
 
+def _seq_major(shape, dtype):
+    """An output of shape (B, heads, T, D) laid out as (B, T, heads, D): the model's next step,
+    transposing back to (B, T, heads * D), is then a view, not a copy."""
+    B, heads, T, D = shape
+    return L.empty((B, T, heads, D), dtype).transpose(0, 2, 1, 3)
+
+
+def _strides(a):
+    return [L.i64(s // a.itemsize) for s in a.strides[:3]]
+
+
 def _rows(a):
     """a with its last axis contiguous and 16-byte aligned rows (the kernels load 16 bytes at a time),
     and its strides over the first three axes in elements."""
@@ -57,19 +68,19 @@ def _shape_args(q, k, scale, causal, window):
 
 def flash_attention(q, k, v, *, scale, causal, window):
     B, H, T, D = q.shape
-    out = L.empty((B, H, T, D), q.dtype)
+    out = _seq_major((B, H, T, D), q.dtype)
     lse = L.empty((B, H, T), np.float32)
     if out.size == 0:
         return out, lse
     (q, qs), (k, ks), (v, vs) = _rows(q), _rows(k), _rows(v)
     shared = (128 + 2 * (32 if D >= 128 else 64)) * (D + _PAD) * 2  # query, key, value tiles (FWD_BLOCK_*)
     _launch(_name("fwd", q.dtype, D), (-(-T // 128), B * H), shared,
-            (q, k, v, out, lse, *qs, *ks, *vs, *_shape_args(q, k, scale, causal, window)))
+            (q, k, v, out, lse, *qs, *ks, *vs, *_strides(out), *_shape_args(q, k, scale, causal, window)))
     return out, lse
 
 
 def flash_attention_backward(q, k, v, out, lse, g, *, scale, causal, window):
-    dq, dk, dv = L.empty(q.shape, q.dtype), L.empty(k.shape, k.dtype), L.empty(v.shape, v.dtype)
+    dq, dk, dv = _seq_major(q.shape, q.dtype), _seq_major(k.shape, k.dtype), _seq_major(v.shape, v.dtype)
     if q.size == 0 or k.size == 0:  # nothing attends: every gradient is zero
         for a in (dq, dk, dv):
             a.fill(0)
@@ -87,19 +98,21 @@ def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window) -
     in total at gpt2-124m's shapes on an H200: the atomics cost more than the recomputation.)"""
     B, H, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
-    (q, qs), (k, ks), (v, vs), (g, gs) = _rows(q), _rows(k), _rows(v), _rows(g)
-    out, lse = L.contiguous(out), L.contiguous(lse)
+    (q, qs), (k, ks), (v, vs), (g, gs), (out, os) = _rows(q), _rows(k), _rows(v), _rows(g), _rows(out)
+    lse = L.contiguous(lse)
+    if dk.strides != dv.strides:  # the dk/dv kernel writes both through one set of strides
+        raise ValueError("flash attention: dk and dv must share a layout")
     rows = B * H * T
     dvec = L.empty((B, H, T), np.float32)
-    common = (*qs, *ks, *vs, *gs, *_shape_args(q, k, scale, causal, window))
+    shape = _shape_args(q, k, scale, causal, window)
     block_n = 64 if D <= 96 else 32  # keys per tile of the dq kernel
     block_m = 64 if D <= 64 else 32  # queries per tile of the dk/dv kernel
     dkdv_shared = (2 * 64 + 2 * block_m) * (D + _PAD) * 2 + 2 * block_m * 4
     return {
         "dot": lambda: _launch(f"flash_bwd_dot_{L.suffix(q.dtype)}", (-(-rows * 8 // 256),), 0,
-                               (out, g, dvec, *gs, L.i32(H), L.i32(T), L.i32(D), L.i64(rows)), threads=256),
+                               (out, g, dvec, *os, *gs, L.i32(H), L.i32(T), L.i32(D), L.i64(rows)), threads=256),
         "dq": lambda: _launch(_name("bwd_dq", q.dtype, D), (-(-T // 64), B * H), 2 * max(64, block_n) * (D + _PAD) * 2,
-                              (q, k, v, g, lse, dvec, dq, *common)),
+                              (q, k, v, g, lse, dvec, dq, *qs, *ks, *vs, *gs, *_strides(dq), *shape)),
         "dkdv": lambda: _launch(_name("bwd_dkdv", q.dtype, D), (-(-S // 64), B * Hkv), dkdv_shared,
-                                (q, k, v, g, lse, dvec, dk, dv, *common)),
+                                (q, k, v, g, lse, dvec, dk, dv, *qs, *ks, *vs, *gs, *_strides(dk), *shape)),
     }

@@ -34,20 +34,42 @@ def _sigmoid(w):
 
 
 _FAST_BINARY = {"add", "sub", "mul", "div", "maximum", "minimum"}
+_BINARY_UNROLL = 2  # 16-byte accesses in flight per array and thread (elementwise.cu's U)
+
+
+def _binary_one_pass(name, a, b):
+    """elementwise.cu over contiguous a and b of one float dtype, b's values repeating along a's leading
+    axes (b_n = b.size divides n = a.size: a's own shape, a bias, or one value). The `_v` kernel moves
+    16 bytes per access where a, out (and b, unless it is one value) are 16-byte aligned and a repeated
+    b's size is a multiple of the values per access; the one-value kernel otherwise."""
+    out = L.empty(a.shape, a.dtype)
+    n, b_n = a.size, b.size
+    if not n:
+        return out
+    sfx = L.suffix(a.dtype)
+    per_access = 16 // a.dtype.itemsize
+    if b_n == 1:
+        vector = L.aligned(a, out)
+    else:
+        vector = (b_n == n or (b_n % per_access == 0 and b_n < 2 ** 31)) and L.aligned(a, b, out)
+    if vector:
+        # A grid-stride loop over n // per_access accesses; at most 16 blocks of 256 an SM: several waves
+        # at the 4..6 blocks an SM these kernels' registers allow, so a last partial wave costs little.
+        blocks = min(L.grid_1d(n // per_access, 256, _BINARY_UNROLL), 16 * L.sm_count())
+        L.run("elementwise.cu", f"{name}_v_{sfx}", blocks, 256, (a, b, out, L.i64(n), L.i64(b_n)))
+    else:
+        L.run("elementwise.cu", f"{name}_{sfx}", L.grid_1d(n, 256, 4), 256, (a, b, out, L.i64(n), L.i64(b_n)))
+    return out
 
 
 def _binary(name, fn):
     def kernel(a, b):
-        if (name in _FAST_BINARY and a.dtype in HALF and b.dtype == a.dtype and a.flags.c_contiguous
+        if (name in _FAST_BINARY and a.dtype in L.FLOAT and b.dtype == a.dtype and a.flags.c_contiguous
                 and b.flags.c_contiguous and b.ndim <= a.ndim and b.size
                 and (b.size == 1 or a.shape[a.ndim - b.ndim:] == b.shape)):
-            # One pass for the common half-precision cases: same shape, a bias along the last axes,
-            # or times a scalar (b's values repeat along a's leading axes).
-            out = L.empty(a.shape, a.dtype)
-            if a.size:
-                L.run("elementwise.cu", f"{name}_{L.suffix(a.dtype)}", L.grid_1d(a.size, 256, 4), 256,
-                      (a, b, out, L.i64(a.size), L.i64(b.size)))
-            return out
+            # One pass for the common cases: same shape, a bias along the last axes, or times a
+            # scalar (b's values repeat along a's leading axes).
+            return _binary_one_pass(name, a, b)
         wa, wb = L.wide(a), L.wide(b)
         out = fn(wa, wb)
         return L.finish(out, a.dtype) if a.dtype in HALF else out

@@ -125,11 +125,28 @@ def cross_entropy_with_grad(logits, target, g=None, ignore_index=-100, label_smo
     loss = L.empty((N,), loss_dtype) if want_loss else None
     dlogits = L.empty((N, W), logits.dtype) if want_grad else None
     if N and C:
-        name = f"cross_entropy_{L.suffix(logits.dtype)}" + ("_f32loss" if wide_loss else "")
-        L.run("cross_entropy.cu", name, N, L.row_threads(C),
-              (logits, target, ptr(None) if g is None else _c(g, loss_dtype), ptr(loss), ptr(dlogits), i32(C),
-               i32(W), i64(ignore_index), f64(label_smoothing), f64(grad_scale)))
+        g = None if g is None else _c(g, loss_dtype)  # (named: kept alive through the launch)
+        access, threads = _ce_layout(W, logits.dtype, (logits, dlogits))
+        name = f"cross_entropy_{access}_{L.suffix(logits.dtype)}" + ("_f32loss" if wide_loss else "")
+        L.run("cross_entropy.cu", name, N, threads,
+              (logits, target, ptr(g), ptr(loss), ptr(dlogits), i32(C), i32(W), i64(ignore_index),
+               f64(label_smoothing), f64(grad_scale)))
     return loss, dlogits
+
+
+_CE_THREADS = 512  # CE_THREADS of cross_entropy.cu (its __launch_bounds__; keep equal)
+
+
+def _ce_layout(width, dtype, arrays):
+    """Access ("v": 16-byte loads and stores, width a multiple of 16 / itemsize and the rows 16-byte
+    aligned; "s": one value each) and threads (a block per row, about 8 accesses a thread, 32..512)."""
+    per_access = 16 // np.dtype(dtype).itemsize
+    access = "v" if width % per_access == 0 and L.aligned(*arrays) else "s"
+    accesses = width // per_access if access == "v" else width
+    threads = 32
+    while threads < _CE_THREADS and threads * 8 < accesses:
+        threads *= 2
+    return access, threads
 
 
 def cross_entropy(logits, target, ignore_index, label_smoothing, valid_classes=None, float_loss=False):

@@ -5,8 +5,9 @@
 // axis contiguous and rows 16-byte aligned (the Python side copies otherwise). Query head h reads key/value
 // head h / (H / Hkv) (grouped-query attention). The causal mask aligns the T queries with the last T of
 // the S keys: query i sees key j when j <= i + S - T (and j > i + S - T - window with a window).
-// Outputs are contiguous: o (B, H, T, D), lse (B, H, T) = log sum_j exp(scale q_i.k_j) in float32, kept
-// for the backward pass, and dq, dk, dv in the inputs' shapes.
+// Outputs: o (B, H, T, D) and dq, dk, dv (the inputs' shapes) written through strides (the launcher lays
+// them out as (B, T, H, D), so that the model's transpose back to (B, T, H * D) is free), and
+// lse (B, H, T) = log sum_j exp(scale q_i.k_j) in float32, contiguous, kept for the backward pass.
 //
 // Every kernel runs 4 warps; a warp owns 16 rows (queries, or keys in the dk/dv kernel) and sweeps tiles
 // of the other side that the block stages in shared memory with cp.async. Products use
@@ -203,8 +204,8 @@ template <bool BF16, int D>
 __device__ __forceinline__ void flash_fwd(const u16* __restrict__ q, const u16* __restrict__ k,
                                           const u16* __restrict__ v, u16* __restrict__ o, float* __restrict__ lse,
                                           i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh,
-                                          i64 vst, int H, int Hkv, int T, int S, float scale, int causal,
-                                          int window) {
+                                          i64 vst, i64 osb, i64 osh, i64 ost, int H, int Hkv, int T, int S,
+                                          float scale, int causal, int window) {
     constexpr int BM = FWD_BLOCK_M, BN = FWD_BLOCK_N(D), LD = D + FA_PAD, KS = D / 16, NT = BN / 8, DT = D / 8;
     constexpr bool Q_IN_REGS = FWD_Q_IN_REGS(D);
     extern __shared__ __align__(16) u16 smem[];
@@ -354,7 +355,7 @@ __device__ __forceinline__ void flash_fwd(const u16* __restrict__ q, const u16* 
             const int row = m0 + mt * 64 + warp * 16 + g + r * 8;
             if (row >= T) continue;
             const float inv = l > 0.f ? 1.f / l : 0.f;  // rows that see no key come out as zeros
-            u32* orow = (u32*)(o + (out_row + row) * D);
+            u32* orow = (u32*)(o + b * osb + h * osh + row * ost);
 #pragma unroll
             for (int dt = 0; dt < DT; ++dt)
                 orow[dt * 4 + tq] = pack2<BF16>(acc[mt][dt][2 * r] * inv, acc[mt][dt][2 * r + 1] * inv);
@@ -370,15 +371,15 @@ __device__ __forceinline__ void flash_fwd(const u16* __restrict__ q, const u16* 
 // 8 lanes per row, 16-byte loads (rows are 16-byte aligned and d is a multiple of 8).
 template <bool BF16>
 __device__ __forceinline__ void flash_bwd_dot(const u16* __restrict__ o, const u16* __restrict__ dout,
-                                              float* __restrict__ dvec, i64 dsb, i64 dsh, i64 dst, int H, int T,
-                                              int D, i64 rows) {
+                                              float* __restrict__ dvec, i64 osb, i64 osh, i64 ost, i64 dsb, i64 dsh,
+                                              i64 dst, int H, int T, int D, i64 rows) {
     const i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 3;
     const int part = threadIdx.x & 7;
     const bool active = row < rows;
     float sum = 0.f;
     if (active) {
         const i64 i = row % T, bh = row / T, b = bh / H, h = bh - b * H;
-        const uint4* orow = (const uint4*)(o + row * D);
+        const uint4* orow = (const uint4*)(o + b * osb + h * osh + i * ost);
         const uint4* drow = (const uint4*)(dout + b * dsb + h * dsh + i * dst);
         for (int c = part; c < D / 8; c += 8) {
             const uint4 x = orow[c], y = drow[c];
@@ -400,8 +401,9 @@ __device__ __forceinline__ void flash_bwd_dq(const u16* __restrict__ q, const u1
                                              const u16* __restrict__ v, const u16* __restrict__ dout,
                                              const float* __restrict__ lse, const float* __restrict__ dvec,
                                              u16* __restrict__ dq, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh,
-                                             i64 kst, i64 vsb, i64 vsh, i64 vst, i64 dsb, i64 dsh, i64 dst, int H,
-                                             int Hkv, int T, int S, float scale, int causal, int window) {
+                                             i64 kst, i64 vsb, i64 vsh, i64 vst, i64 dsb, i64 dsh, i64 dst,
+                                             i64 gsb, i64 gsh, i64 gst, int H, int Hkv, int T, int S, float scale,
+                                             int causal, int window) {
     constexpr int BM = 64, BN = D <= 96 ? 64 : 32, LD = D + FA_PAD, KS = D / 16, NT = BN / 8, DT = D / 8;
     extern __shared__ __align__(16) u16 smem[];
     u16* sk = smem;
@@ -470,7 +472,7 @@ __device__ __forceinline__ void flash_bwd_dq(const u16* __restrict__ q, const u1
     for (int r = 0; r < 2; ++r) {
         const int row = row0 + r * 8;
         if (row >= T) continue;
-        u32* out = (u32*)(dq + (bh_row + row) * D);
+        u32* out = (u32*)(dq + b * gsb + h * gsh + row * gst);
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt) out[dt * 4 + tq] = pack2<BF16>(acc[dt][2 * r] * scale, acc[dt][2 * r + 1] * scale);
     }
@@ -482,8 +484,8 @@ __device__ __forceinline__ void flash_bwd_dkdv(const u16* __restrict__ q, const 
                                                const float* __restrict__ lse, const float* __restrict__ dvec,
                                                u16* __restrict__ dk, u16* __restrict__ dvo, i64 qsb, i64 qsh,
                                                i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,
-                                               i64 dsb, i64 dsh, i64 dst, int H, int Hkv, int T, int S,
-                                               float scale, int causal, int window) {
+                                               i64 dsb, i64 dsh, i64 dst, i64 gsb, i64 gsh, i64 gst, int H, int Hkv,
+                                               int T, int S, float scale, int causal, int window) {
     constexpr int BN = 64, BM = D <= 64 ? 64 : 32, LD = D + FA_PAD, MT = BM / 8, DT = D / 8;
     extern __shared__ __align__(16) u16 smem[];
     u16* sk = smem;
@@ -548,13 +550,13 @@ __device__ __forceinline__ void flash_bwd_dkdv(const u16* __restrict__ q, const 
         }
     }
     cp_wait<0>();  // (when no query tile was swept, the key/value loads are still to be retired)
-    const i64 bh_key = ((i64)b * Hkv + hk) * S;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int key = key0 + r * 8;
         if (key >= S) continue;
-        u32* outk = (u32*)(dk + (bh_key + key) * D);
-        u32* outv = (u32*)(dvo + (bh_key + key) * D);
+        const i64 at = b * gsb + hk * gsh + key * gst;  // dk and dv share one layout
+        u32* outk = (u32*)(dk + at);
+        u32* outv = (u32*)(dvo + at);
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt) {
             outk[dt * 4 + tq] = pack2<BF16>(dk_acc[dt][2 * r] * scale, dk_acc[dt][2 * r + 1] * scale);
@@ -568,25 +570,26 @@ __device__ __forceinline__ void flash_bwd_dkdv(const u16* __restrict__ q, const 
 #define FA_FWD(NAME, BF, D)                                                                                    \
     extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_fwd_##NAME##_d##D(                          \
         const u16* q, const u16* k, const u16* v, u16* o, float* lse, i64 qsb, i64 qsh, i64 qst, i64 ksb,        \
-        i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst, int H, int Hkv, int T, int S, float scale, int causal,      \
-        int window) {                                                                                           \
-        flash_fwd<BF, D>(q, k, v, o, lse, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, H, Hkv, T, S, scale,    \
-                         causal, window);                                                                       \
+        i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst, i64 osb, i64 osh, i64 ost, int H, int Hkv, int T, int S,    \
+        float scale, int causal, int window) {                                                                  \
+        flash_fwd<BF, D>(q, k, v, o, lse, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, osb, osh, ost, H, Hkv, T, \
+                         S, scale, causal, window);                                                             \
     }
 #define FA_BWD(NAME, BF, D)                                                                                    \
     extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq_##NAME##_d##D(                       \
         const u16* q, const u16* k, const u16* v, const u16* dout, const float* lse, const float* dvec, u16* dq, \
         i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst, i64 dsb, i64 dsh,      \
-        i64 dst, int H, int Hkv, int T, int S, float scale, int causal, int window) {                          \
+        i64 dst, i64 gsb, i64 gsh, i64 gst, int H, int Hkv, int T, int S, float scale, int causal, int window) { \
         flash_bwd_dq<BF, D>(q, k, v, dout, lse, dvec, dq, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, dsb, dsh, \
-                            dst, H, Hkv, T, S, scale, causal, window);                                          \
+                            dst, gsb, gsh, gst, H, Hkv, T, S, scale, causal, window);                           \
     }                                                                                                           \
     extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dkdv_##NAME##_d##D(                     \
         const u16* q, const u16* k, const u16* v, const u16* dout, const float* lse, const float* dvec, u16* dk, \
         u16* dv, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst, i64 dsb,      \
-        i64 dsh, i64 dst, int H, int Hkv, int T, int S, float scale, int causal, int window) {                 \
+        i64 dsh, i64 dst, i64 gsb, i64 gsh, i64 gst, int H, int Hkv, int T, int S, float scale, int causal,     \
+        int window) {                                                                                           \
         flash_bwd_dkdv<BF, D>(q, k, v, dout, lse, dvec, dk, dv, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst,   \
-                              dsb, dsh, dst, H, Hkv, T, S, scale, causal, window);                              \
+                              dsb, dsh, dst, gsb, gsh, gst, H, Hkv, T, S, scale, causal, window);               \
     }
 #define FA_ALL(NAME, BF) \
     FA_FWD(NAME, BF, 32) FA_FWD(NAME, BF, 48) FA_FWD(NAME, BF, 64) FA_FWD(NAME, BF, 96) FA_FWD(NAME, BF, 128) \
@@ -595,11 +598,11 @@ __device__ __forceinline__ void flash_bwd_dkdv(const u16* __restrict__ q, const 
 FA_ALL(bf16, true)
 FA_ALL(f16, false)
 
-extern "C" __global__ void flash_bwd_dot_bf16(const u16* o, const u16* dout, float* dvec, i64 dsb, i64 dsh, i64 dst,
-                                              int H, int T, int D, i64 rows) {
-    flash_bwd_dot<true>(o, dout, dvec, dsb, dsh, dst, H, T, D, rows);
+extern "C" __global__ void flash_bwd_dot_bf16(const u16* o, const u16* dout, float* dvec, i64 osb, i64 osh, i64 ost,
+                                              i64 dsb, i64 dsh, i64 dst, int H, int T, int D, i64 rows) {
+    flash_bwd_dot<true>(o, dout, dvec, osb, osh, ost, dsb, dsh, dst, H, T, D, rows);
 }
-extern "C" __global__ void flash_bwd_dot_f16(const u16* o, const u16* dout, float* dvec, i64 dsb, i64 dsh, i64 dst,
-                                             int H, int T, int D, i64 rows) {
-    flash_bwd_dot<false>(o, dout, dvec, dsb, dsh, dst, H, T, D, rows);
+extern "C" __global__ void flash_bwd_dot_f16(const u16* o, const u16* dout, float* dvec, i64 osb, i64 osh, i64 ost,
+                                             i64 dsb, i64 dsh, i64 dst, int H, int T, int D, i64 rows) {
+    flash_bwd_dot<false>(o, dout, dvec, osb, osh, ost, dsb, dsh, dst, H, T, D, rows);
 }

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# On a machine with an NVIDIA GPU and PyTorch: the training and attention benchmarks of BENCHMARK.md,
+# side by side with PyTorch (explicit attention, SDPA + fused AdamW, torch.compile), one run each.
+#   bash scripts/gpu_bench.sh [OUT_DIR]      (logs and JSON results go to OUT_DIR, default ./out/bench)
+#   ONLY="gpt2 attention" bash scripts/gpu_bench.sh      (a subset: gpt2 mallmoc mallmoc_tf32 fp32
+#                                                          dropout attention)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+OUT_DIR=${1:-out/bench}
+mkdir -p "$OUT_DIR"
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1
+ONLY=${ONLY:-gpt2 mallmoc mallmoc_tf32 fp32 dropout attention}
+want() { [[ " $ONLY " == *" $1 "* ]]; }
+run() {  # name, then the command; the table (the last lines) is printed, the whole log kept
+    local name=$1; shift
+    echo "== $name: $*"
+    timeout 420 "$@" > "$OUT_DIR/$name.log" 2>&1
+    local status=$?
+    grep -v "^\s*$" "$OUT_DIR/$name.log" | tail -12
+    [ $status = 0 ] || echo "!! $name exited with $status"
+}
+T="$PY bench/train_gpt.py --device cuda --graph --steps 10 --warmup 3 --json $OUT_DIR/train.json"
+want gpt2 && run gpt2 $T --label "gpt2-124m bf16" --preset gpt2-124m --batch 16 --seq 1024 --bf16 --baseline sdpa,compile
+want mallmoc && run mallmoc $T --label "mallmoc bf16" --preset mallmoc --batch 16 --seq 512 --bf16 --baseline sdpa,compile
+want dropout && run dropout $T --label "6x384 dropout 0.2 bf16" --preset gpt2-124m --batch 64 --seq 256 --bf16 \
+    --set n_layers=6 --set dim=384 --set n_heads=6 --set vocab_size=256 --set dropout=0.2 --baseline sdpa,compile
+want mallmoc_tf32 && run mallmoc_tf32 $T --label "mallmoc TF32" --preset mallmoc --batch 16 --seq 512 --tf32 --baseline sdpa
+want fp32 && run fp32 $T --label "mallmoc fp32" --preset mallmoc --batch 16 --seq 512 --baseline eager
+want attention && run attention $PY bench/attention.py --repeat 10
+true

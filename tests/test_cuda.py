@@ -623,6 +623,18 @@ def test_binary_vector_kernels_grid_stride(gpu, dtype, monkeypatch):
             assert ran == [f"{op}_v_{launch.suffix(dtype)}"], (a_shape, b_shape, ran)
 
 
+@pytest.mark.parametrize("dtype", [BF16, np.float32])
+@pytest.mark.parametrize("widths", [(16, 8, 8), (24, 24, 24), (5, 3, 8)])  # 16-byte rows, and not (CuPy's copy)
+def test_put_slices_along_the_last_axis(gpu, dtype, widths):
+    """The q/k/v gradients into the qkv projection's: slices tiling the last axis, copied by rows."""
+    r = rng()
+    B, T = 3, 7
+    edges = np.cumsum((0,) + widths)
+    specs = [((0, B, 1), (0, T, 1), (int(a), int(b), 1)) for a, b in zip(edges, edges[1:])]
+    gs = [randn((B, T, w), dtype, r) for w in widths]
+    check(gpu, "put_slices", *gs, specs=specs, shape=(B, T, int(edges[-1])))
+
+
 # ---------------------------------------------------------------- flash attention (tensor cores)
 
 # (B, H, Hkv, T, S, D, causal, window): tile-aligned and ragged sizes, GQA ratios 1/2/4, windows that

@@ -103,3 +103,14 @@ __device__ __forceinline__ void binary_vec_body(const T* a, const T* b, T* y, i6
 #define BINARY(NAME, T) BINARY_OP(NAME, T, add, 0) BINARY_OP(NAME, T, sub, 1) BINARY_OP(NAME, T, mul, 2) \
     BINARY_OP(NAME, T, div, 3) BINARY_OP(NAME, T, maximum, 4) BINARY_OP(NAME, T, minimum, 5)
 FOR_FLOAT_TYPES(BINARY)
+
+// dst[r, :] = src[r, :] for `rows` rows of `vecs` 16-byte vectors: src contiguous, dst rows
+// `dst_vecs` vectors apart (a slice of a wider output along its last axis: put_slices' copies).
+extern "C" __global__ void copy_rows_16(const uint4* __restrict__ src, uint4* __restrict__ dst, i64 rows, i64 vecs,
+                                        i64 dst_vecs) {
+    const i64 n = rows * vecs;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        const i64 r = i / vecs;
+        dst[r * dst_vecs + (i - r * vecs)] = src[i];
+    }
+}

@@ -23,8 +23,31 @@ def canonical(device) -> str:
         return "cuda:0"
     kind, _, index = name.partition(":")
     if kind not in _BACKEND_MODULES or (index and not index.isdigit()) or (kind == "cpu" and index not in ("", "0")):
-        raise UserError(f"unknown device {name!r}; use 'cpu', 'cuda' or 'cuda:N'")
+        raise UserError(f"unknown device {name!r}; {_device_hint(name)}")
     return "cpu" if kind == "cpu" else f"{kind}:{int(index or 0)}"
+
+
+def _device_hint(name: str) -> str:
+    """What to write instead of a wrong device string (the common slips get a suggestion of their own)."""
+    from gradcraft import dtypes
+    plain = "use cpu, cuda or cuda:N"
+    lowered = name.lower().strip()
+    if lowered in ("cpu", "cuda") or lowered.startswith("cuda:"):
+        return f"device names are lower case: did you mean {lowered!r}? ({plain})"
+    if lowered in ("gpu", "nvidia", "gpu:0") or lowered.startswith("gpu:"):
+        return f"an NVIDIA GPU is 'cuda' (or 'cuda:N'); {plain}"
+    if lowered in ("fp16", "bf16", "fp32", "half") or isinstance(getattr(dtypes, lowered, None), dtypes.DType):
+        return f"{name!r} is a number type, not a device (the precision flag is --dtype); {plain}"
+    return plain
+
+
+def parse_device(name, require_available: bool = True) -> str:
+    """The device named on a command line, canonical ("cpu", "cuda:N"), checked: a wrong name or a
+    CUDA device this machine cannot use is a UserError (one line), raised before any work starts."""
+    device = canonical(name)
+    if require_available and device != "cpu" and not is_available(device):
+        raise UserError(f"device {device} is not usable here (CuPy and an NVIDIA GPU are needed); use --device cpu")
+    return device
 
 
 def get_backend(device: str):

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The main job, end to end on this machine's CPU (or GPU with DEVICE=cuda):
-#   1. set up .venv
+#   1. set up .venv (gradcraft with the plot and serve extras)
 #   2. tokenize the Python standard library's .py files (a corpus every machine has)
 #   3. train the `demo` preset for a few minutes
 #   4. print completions of a few code prompts
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup_venv.sh
+bash scripts/setup_venv.sh plot,serve   # the loss plot (matplotlib) and `gradcraft serve` (fastapi, uvicorn)
 GC=.venv/bin/gradcraft
 STDLIB=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
 DATA=data/stdlib

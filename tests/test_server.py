@@ -20,11 +20,14 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(trained_run):
+def served(trained_run, tmp_path_factory):
+    """A running `gradcraft serve` (body limit 100 kB); yields its URL and its stderr (the access log) file."""
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "gradcraft.cli.main", "serve", "--model_dir",
-                             str(trained_run / "run"), "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log_path = tmp_path_factory.mktemp("serve") / "stderr.txt"
+    with open(log_path, "w") as log:  # a file, not a pipe: a full pipe would block the server's logging
+        proc = subprocess.Popen([sys.executable, "-m", "gradcraft.cli.main", "serve", "--model_dir",
+                                 str(trained_run / "run"), "--port", str(port), "--max_body_bytes", "100000"],
+                                stdout=subprocess.DEVNULL, stderr=log, text=True)
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
         try:
@@ -32,11 +35,16 @@ def server(trained_run):
             break
         except OSError:
             if proc.poll() is not None:
-                raise AssertionError(proc.stderr.read())
+                raise AssertionError(log_path.read_text())
             time.sleep(0.1)
-    yield url
+    yield url, log_path
     proc.terminate()
     proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def server(served):
+    return served[0]
 
 
 def post(url, payload, raw: bytes | None = None):
@@ -77,7 +85,32 @@ def test_200_requests_from_16_clients_each_equal_the_single_answer(server):
     assert all(status == 200 and text == single[case] for case, status, text in results)
 
 
-def test_streaming_equals_non_streaming(server):
+def get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=60) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def is_openai_error(text: str) -> bool:
+    error = json.loads(text)["error"]
+    return set(error) == {"message", "type", "param", "code"} and isinstance(error["message"], str)
+
+
+def raw_request(url, head: bytes, body: bytes = b"") -> tuple[int, str]:
+    """Send bytes on a fresh connection; returns the status and the body of the answer."""
+    host, port = url.rsplit("/", 1)[-1].split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(head + body)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head_part, _, rest = data.partition(b"\r\n\r\n")
+    return int(head_part.split()[1]), rest.decode()
+
+
+def test_streaming_equals_non_streaming_and_reports_the_real_token_count(server):
     payload = {"prompt": "def ", "max_tokens": 12, "temperature": 0.9, "seed": 5}
     _, plain = post(server, payload)
     _, streamed = post(server, dict(payload, stream=True))
@@ -85,21 +118,233 @@ def test_streaming_equals_non_streaming(server):
     assert events[-1] == "[DONE]"
     text = "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1])
     assert text == json.loads(plain)["choices"][0]["text"]
+    usage = json.loads(events[-2])["usage"]
+    assert usage == json.loads(plain)["usage"]
+    assert usage["completion_tokens"] > 0
 
 
-@pytest.mark.parametrize("payload,raw", [
-    (None, b"{not json"),
-    ({"prompt": 123, "max_tokens": 5}, None),
-    ({"prompt": "a", "max_tokens": "many"}, None),
-    ({"prompt": "a", "max_tokens": 0}, None),
-    ({"prompt": "a", "max_tokens": 100000}, None),
-    ({"prompt": "", "max_tokens": 5}, None),
-    ({"prompt": "word " * 500, "max_tokens": 5}, None),
-    ({"max_tokens": 5}, None),
-    ({"prompt": "a", "temperature": -1}, None),
+@pytest.mark.parametrize("payload,raw,status", [
+    (None, b"{not json", 400),
+    ({"prompt": 123, "max_tokens": 5}, None, 422),
+    ({"prompt": "a", "max_tokens": "many"}, None, 422),
+    ({"prompt": "a", "max_tokens": 5.0}, None, 422),
+    ({"prompt": "a", "max_tokens": True}, None, 422),
+    ({"prompt": "a", "max_tokens": 0}, None, 422),
+    ({"prompt": "a", "max_tokens": 100000}, None, 422),
+    ({"prompt": "", "max_tokens": 5}, None, 422),
+    ({"prompt": "word " * 500, "max_tokens": 5}, None, 400),
+    ({"max_tokens": 5}, None, 422),
+    ([1, 2], None, 422),
+    ({"prompt": "a", "temperature": -1}, None, 422),
+    (None, b'{"prompt": "a", "temperature": NaN}', 422),
+    (None, b'{"prompt": "a", "temperature": Infinity}', 422),
+    (None, b'{"prompt": "a", "top_p": NaN}', 422),
+    ({"prompt": "a", "temperature": 1e-310}, None, 422),
+    ({"prompt": "a", "temperature": 1e9}, None, 422),
+    ({"prompt": "a", "top_p": 0}, None, 422),
+    ({"prompt": "a", "top_p": 1.5}, None, 422),
+    ({"prompt": "a", "top_p": -0.1}, None, 422),
+    ({"prompt": "a", "top_k": 0}, None, 422),
+    ({"prompt": "a", "seed": -1}, None, 422),
+    ({"prompt": "a", "seed": 2**70}, None, 422),
+    ({"prompt": "a", "seed": 1.5}, None, 422),
+    ({"prompt": "a", "stop": ["a", "b", "c", "d", "e"]}, None, 422),
+    ({"prompt": "a", "stop": "x" * 1000}, None, 422),
+    ({"prompt": "a", "stop": [1]}, None, 422),
+    ({"prompt": "a", "stream": "yes"}, None, 422),
+    (None, b'{"prompt": "\\ud800"}', 422),
 ])
-def test_bad_requests_get_a_4xx_with_a_json_error_and_the_server_keeps_serving(server, payload, raw):
-    status, text = post(server, payload, raw)
-    assert 400 <= status < 500
-    assert "message" in json.loads(text)["error"]
+def test_bad_requests_get_an_openai_error_and_the_server_keeps_serving(server, payload, raw, status):
+    got, text = post(server, payload, raw)
+    assert got == status, text
+    assert is_openai_error(text)
     assert post(server, {"prompt": "def ", "max_tokens": 2})[0] == 200
+
+
+def test_edge_values_that_are_valid_are_served(server):
+    for extra in ({"temperature": 0}, {"temperature": 1e-6}, {"top_p": 1}, {"top_p": 1e-300}, {"seed": 2**63 - 1},
+                  {"seed": 0}, {"top_k": 10**6}, {"stop": ["a", "b", "c", "d"]}, {"temperature": None}):
+        status, text = post(server, dict({"prompt": "def ", "max_tokens": 3, "temperature": 1.0}, **extra))
+        assert status == 200, (extra, text)
+
+
+def test_unknown_paths_and_methods_and_docs_answer_in_openai_error_shape(server):
+    for path in ("/nope", "/docs", "/openapi.json", "/redoc"):  # the docs are off unless --docs
+        status, text = get(server + path)
+        assert status == 404 and is_openai_error(text)
+    req = urllib.request.Request(server + "/health", method="DELETE")
+    try:
+        urllib.request.urlopen(req, timeout=10)
+        raise AssertionError("DELETE /health should be refused")
+    except urllib.error.HTTPError as e:
+        assert e.code == 405 and is_openai_error(e.read().decode())
+
+
+def test_bodies_over_the_limit_get_a_413(server):
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    status, text = raw_request(server, head + b"Content-Length: 2000000\r\nConnection: close\r\n\r\n")
+    assert status == 413 and is_openai_error(text)
+    chunk = b"x" * 10000  # a chunked body declares no length: counted as it arrives
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(11))
+    status, text = raw_request(server, head + b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n", chunks)
+    assert status == 413 and is_openai_error(text)
+    assert post(server, {"prompt": "def ", "max_tokens": 2})[0] == 200
+
+
+def test_a_prompt_too_long_by_its_bytes_alone_is_refused(server):
+    status, text = post(server, {"prompt": "x" * 90000, "max_tokens": 2})
+    assert status == 400 and json.loads(text)["error"]["code"] == "context_length_exceeded"
+    assert "bytes" in json.loads(text)["error"]["message"]  # refused by its length, before encoding
+
+
+def test_the_access_log_has_one_line_per_request(served):
+    url, log_path = served
+    post(url, {"prompt": "def ", "max_tokens": 3, "seed": 123456})
+    get(url + "/nope-for-the-log")
+    time.sleep(0.3)
+    lines = log_path.read_text().splitlines()
+    assert any("GET /nope-for-the-log 404" in line for line in lines)
+    completions = [line for line in lines if "POST /v1/completions 200" in line]
+    assert completions and "prompt_tokens=" in completions[-1] and "completion_tokens=3" in completions[-1]
+    assert all("Traceback" not in line for line in lines)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_abandoned_requests_free_the_engine_within_a_second(served, stream):
+    url, log_path = served
+    host, port = url.rsplit("/", 1)[-1].split(":")
+    payload = json.dumps({"prompt": "def ", "max_tokens": 23, "temperature": 1.0, "stream": stream}).encode()
+    request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))
+    before = log_path.read_text().count("cancelled (client disconnected)")
+    sockets = []
+    for _ in range(200):  # without cancelling, these 200 generations would run to the end (seconds)
+        s = socket.create_connection((host, int(port)), timeout=10)
+        s.sendall(request)
+        sockets.append(s)
+    for s in sockets:
+        s.close()
+    start = time.perf_counter()
+    assert post(url, {"prompt": "def ", "max_tokens": 5})[0] == 200
+    assert time.perf_counter() - start < 1.0
+    time.sleep(0.5)
+    assert log_path.read_text().count("cancelled (client disconnected)") - before >= 150
+
+
+def serve_cli(*flags, timeout=60):
+    return subprocess.run([sys.executable, "-m", "gradcraft.cli.main", "serve", *flags], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_serve_refuses_a_bad_device_or_port_with_one_error_line(trained_run):
+    model = ["--model_dir", str(trained_run / "run")]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        in_use = str(taken.getsockname()[1])
+        for flags in (["--device", "gpu"], ["--port", "99999"], ["--port", "0"], ["--port", in_use],
+                      ["--max_body_bytes", "0"]):
+            result = serve_cli(*model, *flags)
+            assert result.returncode == 2, (flags, result.stderr)
+            assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, (flags, result.stderr)
+            assert "serving" not in result.stdout
+
+
+def test_serve_help_describes_the_command():
+    out = serve_cli("--help").stdout
+    assert "OpenAI-compatible" in out and "--max_body_bytes" in out and "--docs" in out
+    listing = subprocess.run([sys.executable, "-m", "gradcraft.cli.main", "--help"], capture_output=True,
+                             text=True).stdout
+    assert "serve" in listing
+
+
+def test_docs_are_served_with_the_docs_flag(trained_run):
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gradcraft.cli.main", "serve", "--model_dir",
+                             str(trained_run / "run"), "--port", str(port), "--docs"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(url + "/health", timeout=1)
+                break
+            except OSError:
+                assert proc.poll() is None
+                time.sleep(0.1)
+        assert get(url + "/docs")[0] == 200
+        assert "/v1/completions" in json.loads(get(url + "/openapi.json")[1])["paths"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+class _SlowGenerator:
+    """A stand-in for TextGenerator: one piece of text every 10 ms for up to 10 s, recording how each run ended."""
+
+    def __init__(self):
+        self.model = type("M", (), {"config": type("C", (), {"seq_len": 1000})()})()
+        self.tokenizer = None
+        self.runs = []  # (prompt, pieces emitted, how it ended)
+        self.last_token_counts = [0]
+
+    def encode_prompt(self, prompt):
+        return list(prompt.encode())
+
+    def complete(self, prompts, params, on_text=None):
+        emitted = 0
+        try:
+            for _ in range(1000):
+                time.sleep(0.01)
+                on_text(0, "x")
+                emitted += 1
+                if emitted >= params.max_tokens:
+                    break
+        except BaseException:
+            self.runs.append((prompts[0], emitted, "stopped"))
+            raise
+        self.runs.append((prompts[0], emitted, "finished"))
+        self.last_token_counts = [emitted]
+        return ["x" * emitted], ["length"]
+
+
+@pytest.fixture()
+def slow_server():
+    import threading
+
+    import uvicorn
+
+    from gradcraft.inference.server import bind, create_app
+    generator = _SlowGenerator()
+    sock = bind("127.0.0.1", _free_port())
+    server = uvicorn.Server(uvicorn.Config(create_app(generator, "slow"), log_level="error"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(url + "/health", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield url, generator
+    server.should_exit = True
+    thread.join(timeout=10)
+    sock.close()
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_running_generation_stops_when_its_client_disconnects(slow_server, stream):
+    url, generator = slow_server
+    host, port = url.rsplit("/", 1)[-1].split(":")
+    payload = json.dumps({"prompt": "long", "max_tokens": 999, "stream": stream}).encode()
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))
+        time.sleep(0.3)  # the generation is under way (it would take 10 s)
+    start = time.perf_counter()
+    status, text = post(url, {"prompt": "next", "max_tokens": 3})
+    assert status == 200 and json.loads(text)["choices"][0]["text"] == "xxx"
+    assert time.perf_counter() - start < 1.0
+    assert generator.runs[0][0] == "long" and generator.runs[0][2] == "stopped" and generator.runs[0][1] < 100
+    assert generator.runs[1] == ("next", 3, "finished")

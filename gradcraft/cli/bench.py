@@ -23,18 +23,19 @@ def add_parser(subparsers) -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: %(default)s)")
     p.add_argument("--steps", type=int, default=5, help="timed steps per round and side (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default: %(default)s)")
-    p.add_argument("--rounds", type=int, default=1, help="alternate the two sides this many times (default: 1)")
+    p.add_argument("--rounds", type=int, default=1, help="alternate the two sides this many times (default: %(default)s)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for both sides (default: all cores)")
-    p.add_argument("--tf32", action="store_true", help="TF32 matrix products on CUDA, both sides")
+    p.add_argument("--tf32", action="store_true", help="TF32 matrix products on CUDA, both sides (default: off)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
-                   help="bfloat16: mixed precision on both sides (ours as `train --dtype bfloat16`, PyTorch autocast)")
+                   help="bfloat16: mixed precision on both sides (ours as `train --dtype bfloat16`, PyTorch autocast) "
+                        "(default: %(default)s)")
     p.add_argument("--cuda_graph", choices=["on", "off"], default="on",
-                   help="replay our step as a CUDA graph, as `gradcraft train` does (default: on)")
+                   help="replay our step as a CUDA graph, as `gradcraft train` does (default: %(default)s)")
     p.add_argument("--baseline", action="append", default=[], metavar="eager|sdpa|compile",
                    help="PyTorch side(s), comma-separated or repeated (default: all three on CUDA, eager on the "
                         "CPU, where torch.compile takes minutes)")
     p.add_argument("--only", choices=["gradcraft", "ours", "pytorch", "torch"],
-                   help="gradcraft (= ours): our side alone; pytorch (= torch): the baselines alone")
+                   help="gradcraft (= ours): our side alone; pytorch (= torch): the baselines alone (default: both)")
     p.add_argument("--no_mfu", action="store_true", help="skip the matmul-rate measurement (and MFU)")
     p.set_defaults(func=run)
 
@@ -54,10 +55,10 @@ def _check_torch(device: str):
 def run(args) -> int:
     import numpy as np
 
-    from gradcraft.device import canonical, is_available
+    from gradcraft.device import is_available, parse_device
     from gradcraft.models import Transformer, describe, preset
 
-    device = canonical(args.device)
+    device = parse_device(args.device, require_available=False)  # the check below says more
     optional = [v for v in (args.threads, args.seq) if v is not None]
     if min(args.batch, args.steps, args.rounds, *optional) < 1 or args.warmup < 0:
         raise UserError("--batch, --steps, --rounds, --seq and --threads must be positive, --warmup at least 0")

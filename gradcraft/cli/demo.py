@@ -6,10 +6,10 @@ import time
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("demo", help="train a small MLP on sin(x) with the engine, as a smoke test")
-    p.add_argument("--steps", type=int, default=1000)
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--lr", type=float, default=0.02)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, default=1000, help="SGD steps")
+    p.add_argument("--hidden", type=int, default=64, help="hidden units of the MLP")
+    p.add_argument("--lr", type=float, default=0.02, help="learning rate")
+    p.add_argument("--seed", type=int, default=0, help="random seed")
     p.set_defaults(func=run)
 
 

@@ -10,24 +10,31 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("generate", help="generate text from a trained model",
                               description="Greedy by default; --temp enables sampling (with --top_k/--top_p). "
                                           "With no --prompt and no piped input, opens an interactive session.")
-    p.add_argument("--model_dir", help="a training run: takes the tokenizer, config and weights from it")
-    p.add_argument("--vocab", help="tokenizer file (gradcraft, HF tokenizer.json or .tiktoken)")
-    p.add_argument("--config", help="model config.json")
-    p.add_argument("--weights", help="model.safetensors")
-    p.add_argument("--prompt", help="one prompt; the completion is printed and the command exits")
-    p.add_argument("--max_tokens", type=int, default=512)
-    p.add_argument("--temp", type=float, default=None, help="sampling temperature (unset: greedy)")
-    p.add_argument("--top_k", type=int, default=20)
-    p.add_argument("--top_p", type=float, default=None)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--model_dir", help="a training run: takes the tokenizer, config and weights from it "
+                                       "(default: none; then give --vocab, --config and --weights)")
+    p.add_argument("--vocab", help="tokenizer file (gradcraft, HF tokenizer.json or .tiktoken) (default: the one of "
+                                   "--model_dir)")
+    p.add_argument("--config", help="model config.json (default: the one in --model_dir)")
+    p.add_argument("--weights", help="model.safetensors (default: the one in --model_dir)")
+    p.add_argument("--prompt", help="one prompt; the completion is printed and the command exits (default: none: "
+                                    "read piped input, or open an interactive session)")
+    p.add_argument("--max_tokens", type=int, default=512, help="tokens to generate at most")
+    p.add_argument("--temp", type=float, default=None, help="sampling temperature (default: none: greedy)")
+    p.add_argument("--top_k", type=int, default=20, help="sample among the k most likely tokens (with --temp)")
+    p.add_argument("--top_p", type=float, default=None,
+                   help="sample among the most likely tokens holding this much probability (default: none: off)")
+    p.add_argument("--seed", type=int, default=None, help="random seed of the sampling (default: none: a fresh one)")
+    p.add_argument("--stop", action="append", default=[], help="stop string, repeatable (default: none)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.set_defaults(func=run)
 
 
 def load(args):
+    from gradcraft.device import parse_device
     from gradcraft.inference.text import TextGenerator, check_tokenizer, load_model, paths_from_model_dir
     from gradcraft.tokenizer import Tokenizer
+
+    device = parse_device(args.device)
 
     vocab, config, weights = args.vocab, args.config, args.weights
     if args.model_dir:
@@ -39,7 +46,7 @@ def load(args):
     if not os.path.exists(vocab):
         raise UserError(f"tokenizer file {vocab} does not exist; pass --vocab")
     tokenizer = Tokenizer.load(vocab)
-    model, metadata = load_model(config, weights, args.device)
+    model, metadata = load_model(config, weights, device)
     check_tokenizer(tokenizer, model.config, metadata, vocab)
     return TextGenerator(model, tokenizer)
 

@@ -2,13 +2,16 @@
 
 Each subcommand module exposes `add_parser(subparsers)` (which registers its
 flags and sets `func`) and a `run(args)` that does the work. A `UserError`
-raised anywhere becomes one line on stderr and exit status 2.
+raised anywhere, an argparse mistake, or a missing optional dependency
+(matplotlib, fastapi: the `plot` and `serve` extras) becomes one line
+`error: ...` on stderr and exit status 2. Every `--some_flag` also answers to
+`--some-flag` (cli/common.py adds the aliases after all commands are built).
 """
 
-import argparse
 import importlib
 import sys
 
+from gradcraft.cli.common import Parser, add_dash_aliases, check_dependencies, missing_dependency_message, version
 from gradcraft.errors import UserError
 
 # subcommand name -> module under gradcraft.cli
@@ -19,26 +22,41 @@ SUBCOMMANDS = {
     "generate": "generate",
     "serve": "serve",
     "bench": "bench",
+    "export": "export",
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gradcraft", description="Train and run small language models with the gradcraft engine.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+def build_parser() -> Parser:
+    parser = Parser(prog="gradcraft", description="Train and run small language models with the gradcraft engine. "
+                                                   "Every --flag_name may also be spelled --flag-name.")
+    parser.add_argument("--version", action="version", version=f"gradcraft {version()}",
+                        help="print the installed version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
+    parser.subcommands = sub.choices
     for module_name in SUBCOMMANDS.values():
         module = importlib.import_module(f"gradcraft.cli.{module_name}")
         module.add_parser(sub)
+    add_dash_aliases(parser)
     return parser
 
 
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # reported by the subcommand's parser, so that the line points at its --help
+        parser.subcommands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
+        check_dependencies(args.command)
         result = args.func(args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as e:
+        message = missing_dependency_message(e.name)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -8,7 +8,11 @@ vocabulary is learned on a sample of about --sample_mb MB of the training
 documents, unless --vocab_path already exists: then it is reused (pass
 --retrain to learn a new one). Nothing is written until everything has
 succeeded: token files and the tokenizer are written to temp files and
-renamed into place at the end.
+renamed into place at the end. A run without --val_fraction removes the
+validation file an earlier run left next to --output_path (saying so): it was
+cut from another corpus or split, and `gradcraft train` would evaluate on it.
+It is derived data (the same command with --val_fraction remakes it), so
+removing it loses nothing; refusing would only make the user delete it by hand.
 """
 
 from __future__ import annotations
@@ -32,18 +36,20 @@ def add_parser(subparsers):
         description="Learn a byte-level BPE vocabulary from text files and encode them into a token file "
                     "(see docs/tokenizer.md).")
     p.add_argument("--data_dir", default=DEFAULT_DATA_DIR, help="folder of input files, read recursively (default: %(default)s)")
-    p.add_argument("--exclude", default="", help="folder names to skip, comma separated, e.g. site-packages,tests")
+    p.add_argument("--exclude", default="", help="folder names to skip, comma separated, e.g. site-packages,tests "
+                                                 "(default: none)")
     p.add_argument("--ext", default=".txt", help="file name ending(s) to read, comma separated, e.g. .py or .txt,.md (default: %(default)s)")
     p.add_argument("--output_path", default=DEFAULT_OUTPUT, help="token file to write (default: %(default)s)")
     p.add_argument("--vocab_path", default=None, help="tokenizer file to write, or to reuse if it exists (default: tokenizer.json next to --output_path)")
-    p.add_argument("--retrain", action="store_true", help="learn a new vocabulary even if --vocab_path exists")
+    p.add_argument("--retrain", action="store_true", help="learn a new vocabulary even if --vocab_path exists (default: reuse it)")
     p.add_argument("--vocab_size", type=int, default=8192, help="ids in all: 256 bytes + merges + special tokens (default: %(default)s)")
     p.add_argument("--sample_mb", type=float, default=200, help="MB of text used to learn the vocabulary (default: %(default)s)")
     p.add_argument("--pattern", choices=["gpt2", "gpt4", "none"], default="gpt4", help="pre-tokenization split pattern (default: %(default)s)")
     p.add_argument("--special_tokens", default="<|endoftext|>", help="comma-separated special tokens; the first separates documents (default: %(default)s)")
-    p.add_argument("--val_fraction", type=float, default=0.0, help="fraction of documents held out into <output stem>.val<suffix> (default: %(default)s)")
+    p.add_argument("--val_fraction", type=float, default=0.0, help="fraction of documents held out into <output stem>.val<suffix>; "
+                   "0 also removes such a file left by an earlier run (default: %(default)s)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes (default: CPU count, %(default)s)")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true", help="no progress bars (default: show them)")
     p.set_defaults(func=run)
     return p
 
@@ -162,7 +168,8 @@ def run(args) -> int:
         from gradcraft.tokenizer.train import check_vocab_size
         check_vocab_size(args.vocab_size, special_tokens)
     check_writable(args.output_path, "output")
-    if args.val_fraction > 0:
+    stale_val = args.val_fraction == 0 and os.path.exists(val_path)
+    if args.val_fraction > 0 or stale_val:
         check_writable(val_path, "validation output")
     if not reuse:
         check_writable(vocab_path, "vocabulary")
@@ -215,6 +222,8 @@ def run(args) -> int:
         for tmp, path in pending:
             os.replace(tmp, path)
         pending = []
+        if stale_val:
+            os.unlink(val_path)
     except OSError as e:
         raise UserError(f"cannot read or write {e.filename or 'a file'}: {e.strerror}") from None
     finally:
@@ -230,10 +239,16 @@ def run(args) -> int:
     n_tokens = sum(counts.values())
     print(f"{len(files)} files ({len(docs)} non-empty documents), {total_bytes / 1e6:.2f} MB -> {n_tokens:,} tokens, "
           f"{total_bytes / max(n_tokens, 1):.2f} bytes/token")
+    if not reuse and tok.vocab_size < args.vocab_size:
+        print(f"note: the vocabulary has {tok.vocab_size} ids, fewer than --vocab_size {args.vocab_size}: the "
+              f"{sample / 1e6:.2f} MB sample had no more pairs to merge (more text, or a smaller --vocab_size)")
     print(f"vocabulary: {tok.vocab_size} ids, pattern {tok.pattern_name}, fingerprint {tok.fingerprint}, "
           f"{'reused' if reuse else f'learned on {sample / 1e6:.2f} MB'}: {vocab_path}")
     for path, n in counts.items():
         print(f"wrote {path}: {n:,} tokens ({dtype.name})")
+    if stale_val:
+        print(f"removed {val_path}, the validation split of an earlier run (this run has none: --val_fraction 0), "
+              "so that `gradcraft train` does not evaluate on it")
     print(f"time: {elapsed:.1f} s (vocabulary {t_learn:.1f} s, encoding {elapsed - t_learn:.1f} s, "
           f"{total_bytes / 1e6 / max(elapsed - t_learn, 1e-9):.1f} MB/s on {workers} worker{'s' * (workers > 1)})")
     return 0

@@ -3,8 +3,37 @@
 import dataclasses
 import json
 import os
+import sys
 
 from gradcraft.errors import UserError
+
+# --flag -> help, for the training flags (their defaults are TrainConfig's, shown by `training_help`)
+TRAIN_HELP = {
+    "steps": "optimizer steps in the whole run; the schedule ends at this step",
+    "batch_size": "sequences per micro-batch",
+    "target_batch": "sequences per optimizer step, all processes (a multiple of --batch_size x --nproc)",
+    "max_lr": "peak learning rate, reached after warmup",
+    "min_lr": "learning rate at the end of the cosine decay",
+    "warmup_steps": "steps of linear warmup",
+    "beta1": "AdamW beta1",
+    "beta2": "AdamW beta2",
+    "weight_decay": "AdamW weight decay (not on norms, biases, embeddings)",
+    "grad_clip": "clip the global gradient norm to this (0: no clipping)",
+    "label_smoothing": "label smoothing of the cross-entropy",
+    "print_every": "print a line every N steps (without a progress bar)",
+    "checkpoint_every": "write a checkpoint every N steps (and at the end)",
+    "keep_checkpoints": "checkpoints kept (the newest)",
+    "eval_every": "evaluate on the validation split every N steps (0: at the end only)",
+    "eval_batches": "batches per evaluation",
+    "seed": "random seed (weights, batches, dropout)",
+    "max_bad_steps": "stop after this many non-finite steps in a row",
+    "stop_after": "end this session at step N while the schedule still spans --steps (then --resume)",
+    "sampling": "random: windows anywhere; sequential: each window once per epoch, shuffled",
+    "device": "cpu, cuda or cuda:N",
+    "dtype": "bfloat16 = mixed precision (fp32 master weights)",
+    "cuda_graph": "record the step as a CUDA graph and replay it (auto: on for cuda)",
+    "nproc": "data-parallel processes: one per GPU from --device on (NCCL), or CPU processes",
+}
 
 # flag -> ModelConfig field (the architecture; saved in model_dir/config.json)
 ARCH_FLAGS = {"vocab_size": "vocab_size", "seq_len": "seq_len", "embed_dim": "dim", "num_heads": "n_heads",
@@ -12,42 +41,56 @@ ARCH_FLAGS = {"vocab_size": "vocab_size", "seq_len": "seq_len", "embed_dim": "di
 
 
 def add_parser(subparsers) -> None:
+    from gradcraft.models.config import ModelConfig
+    from gradcraft.training.trainer import TrainConfig
+
     p = subparsers.add_parser("train", help="train a model on a token file",
                               description="Train a decoder-only transformer. Flags override the preset; with "
                                           "--resume, unset flags keep the values of the interrupted run.")
     p.add_argument("--dataset", default="data/tokens.bin", help="token file from `gradcraft tokenize` (default: %(default)s)")
-    p.add_argument("--model_dir", default="runs/demo", help="where checkpoints, logs and weights go (default: %(default)s)")
+    p.add_argument("--model_dir", default="runs/demo", help="where checkpoints, logs and weights go; a folder holding "
+                   "another run is refused without --resume or --overwrite (default: %(default)s)")
     p.add_argument("--preset", default=None, help="named architecture (default: demo); see docs/training.md")
     p.add_argument("--resume", action="store_true", help="continue from the newest intact checkpoint in --model_dir")
-    arch = p.add_argument_group("architecture (override the preset)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="delete the run already in --model_dir (its checkpoints, logs, weights) and start a new one")
+    arch = p.add_argument_group("architecture (override the preset; default: the preset's value)")
     arch.add_argument("--vocab_size", type=int, help="must equal the dataset's vocabulary (default: taken from it)")
-    arch.add_argument("--seq_len", type=int)
-    arch.add_argument("--embed_dim", type=int)
-    arch.add_argument("--num_heads", type=int)
-    arch.add_argument("--num_layers", type=int)
-    arch.add_argument("--num_kv_heads", type=int)
-    arch.add_argument("--ffn_dim", type=int)
-    arch.add_argument("--dropout", type=float)
+    defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+    for flag, kind, what in (("seq_len", int, "context length in tokens"), ("embed_dim", int, "model width"),
+                             ("num_heads", int, "attention heads"), ("num_layers", int, "transformer blocks"),
+                             ("num_kv_heads", int, "key/value heads (grouped-query attention)"),
+                             ("ffn_dim", int, "MLP hidden width"), ("dropout", float, "dropout probability")):
+        arch.add_argument(f"--{flag}", type=kind, help=f"{what} (default: the preset's)")
     moe = p.add_argument_group("mixture of experts (loss coefficients; may change on --resume)")
-    moe.add_argument("--moe_balance", type=float, help="load-balancing loss coefficient (default 0.01)")
-    moe.add_argument("--moe_zloss", type=float, help="router z-loss coefficient (default 0.001)")
-    run = p.add_argument_group("training")
+    moe.add_argument("--moe_balance", type=float,
+                     help=f"load-balancing loss coefficient (default: {defaults['moe_balance']})")
+    moe.add_argument("--moe_zloss", type=float, help=f"router z-loss coefficient (default: {defaults['moe_zloss']})")
+    run = p.add_argument_group("training (default: TrainConfig's value; with --resume: the run's)")
+    train_defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     for name, kind in (("steps", int), ("batch_size", int), ("target_batch", int), ("max_lr", float),
                        ("min_lr", float), ("warmup_steps", int), ("beta1", float), ("beta2", float),
                        ("weight_decay", float), ("grad_clip", float), ("label_smoothing", float),
                        ("print_every", int), ("checkpoint_every", int), ("keep_checkpoints", int),
                        ("eval_every", int), ("eval_batches", int), ("seed", int), ("max_bad_steps", int),
                        ("stop_after", int)):
-        run.add_argument(f"--{name}", type=kind)
-    run.add_argument("--sampling", choices=["random", "sequential"])
-    run.add_argument("--device", help="cpu, cuda or cuda:N (default: cpu)")
-    run.add_argument("--dtype", choices=["float32", "bfloat16"], help="bfloat16 = mixed precision (default: float32)")
-    run.add_argument("--cuda_graph", choices=["auto", "on", "off"],
-                     help="record the step as a CUDA graph and replay it (default auto: on for cuda, dropout included)")
-    run.add_argument("--nproc", type=int, help="data-parallel processes: one per GPU from --device on "
-                                                 "(cuda:0 .. cuda:N-1, NCCL), or CPU processes (default: 1)")
+        run.add_argument(f"--{name}", type=kind, help=training_help(name, train_defaults))
+    run.add_argument("--sampling", choices=["random", "sequential"], help=training_help("sampling", train_defaults))
+    run.add_argument("--device", help=training_help("device", train_defaults))
+    run.add_argument("--dtype", choices=["float32", "bfloat16"], help=training_help("dtype", train_defaults))
+    run.add_argument("--cuda_graph", choices=["auto", "on", "off"], help=training_help("cuda_graph", train_defaults))
+    run.add_argument("--nproc", type=int, help=training_help("nproc", train_defaults))
     run.add_argument("--no_progress", action="store_true", help="print lines instead of a progress bar")
     p.set_defaults(func=run_train)
+
+
+def training_help(name: str, defaults: dict) -> str:
+    """A training flag's help with its default; the flags themselves default to None so that a
+    --resume can tell "not given" (keep the run's value) from "given"."""
+    default = defaults[name]
+    if default is None:
+        default = {"target_batch": "--batch_size x --nproc", "stop_after": "none: run to --steps"}[name]
+    return f"{TRAIN_HELP[name]} (default: {default})"
 
 
 def _read_json(path):
@@ -62,8 +105,9 @@ def build_configs(args):
     """(TrainConfig, ModelConfig) from the flags, the preset, and (with --resume) the saved run."""
     from gradcraft.data.tokenfile import read_token_header
     from gradcraft.models.config import ModelConfig, preset
-    from gradcraft.training.trainer import TrainConfig
+    from gradcraft.training.trainer import TrainConfig, check_model_dir
 
+    check_model_dir(args.model_dir, args.resume, args.overwrite)
     if not os.path.exists(args.dataset):
         raise UserError(f"dataset {args.dataset} does not exist; make one with `gradcraft tokenize`")
     header = read_token_header(args.dataset)
@@ -100,16 +144,27 @@ def build_configs(args):
         train_values.pop("stop_after", None)  # a resumed run goes on to --steps unless told otherwise
     if args.no_progress:
         train_values["progress"] = False
-    from gradcraft.device import canonical
-    train_values["device"] = canonical(train_values.get("device") or "cpu")
+    from gradcraft.device import parse_device
+    # with --nproc > 1, gradcraft.distributed checks the GPUs and names all it needs
+    train_values["device"] = parse_device(train_values.get("device") or "cpu",
+                                          require_available=(train_values.get("nproc") or 1) == 1)
     return TrainConfig(**train_values), model_config
 
 
 def run_train(args) -> int:
-    from gradcraft.training.trainer import train_processes
+    from gradcraft.training.trainer import interrupted_message, train_processes
 
     train_config, model_config = build_configs(args)
-    summary = train_processes(train_config, model_config, resume=args.resume)
+    try:
+        summary = train_processes(train_config, model_config, resume=args.resume, overwrite=args.overwrite)
+    except KeyboardInterrupt:
+        print(f"\n{interrupted_message(train_config)}", file=sys.stderr)
+        return 130
+    if summary.get("finished"):
+        print(f"nothing to do: the run in {train_config.model_dir} is at step {summary['step']} and --steps is "
+              f"{summary['steps']}" + (f" (--stop_after {train_config.stop_after})" if train_config.stop_after else "")
+              + "; pass a larger --steps to train it further")
+        return 0
     print(f"trained {summary['step']} steps; final loss {summary['loss']:.4f}; "
           f"peak memory {summary['peak_bytes'] / 2**20:,.0f} MiB; "
           f"{summary['tokens_per_s']:,.0f} tokens/s; weights in {os.path.join(train_config.model_dir, 'model.safetensors')}")

@@ -1,6 +1,6 @@
 """Batches of (input, target) windows from a token array, with state that checkpoints can save.
 
-    sampler = RandomWindows(tokens, seq_len=256, batch_size=8, seed=0)
+    sampler = RandomWindows(tokens, seq_len=256, batch_size=8, seed=0)   # vocab_size=V: check every id < V
     x, y = sampler.next_batch()        # int64 arrays (8, 256); y is x shifted by one token
     state = sampler.state_dict()       # restore with load_state_dict(state) to continue exactly
 
@@ -20,11 +20,22 @@ def _check_length(tokens, seq_len: int, what: str = "dataset") -> None:
                         f"{seq_len + 2} (seq_len + 2): use more data or a smaller --seq_len")
 
 
+def _check_vocab(tokens, vocab_size, what: str = "the dataset") -> None:
+    """With vocab_size (the model's), every id must be below it: one chunked pass over the tokens,
+    a one-line UserError otherwise (instead of an IndexError in the embedding mid-training).
+    read_token_file already checks against the file's own recorded vocabulary; this covers files
+    that record none (vocabulary 0) and models with a smaller vocabulary."""
+    if vocab_size is not None:
+        from gradcraft.data.tokenfile import check_token_ids
+        check_token_ids(tokens, int(vocab_size), what, "the model's vocabulary")
+
+
 class RandomWindows:
     kind = "random"
 
-    def __init__(self, tokens, seq_len: int, batch_size: int, seed: int = 0):
+    def __init__(self, tokens, seq_len: int, batch_size: int, seed: int = 0, vocab_size: int | None = None):
         _check_length(tokens, seq_len)
+        _check_vocab(tokens, vocab_size)
         self.tokens, self.seq_len, self.batch_size = tokens, seq_len, batch_size
         self.rng = np.random.default_rng(seed)
 
@@ -42,8 +53,9 @@ class RandomWindows:
 class SequentialEpochs:
     kind = "sequential"
 
-    def __init__(self, tokens, seq_len: int, batch_size: int, seed: int = 0):
+    def __init__(self, tokens, seq_len: int, batch_size: int, seed: int = 0, vocab_size: int | None = None):
         _check_length(tokens, seq_len)
+        _check_vocab(tokens, vocab_size)
         self.tokens, self.seq_len, self.batch_size, self.seed = tokens, seq_len, batch_size, seed
         self.n_windows = (len(tokens) - 1) // seq_len
         self.epoch, self.position = 0, 0
@@ -78,9 +90,10 @@ def _gather(tokens, starts, seq_len):
     return windows[:, :-1], windows[:, 1:]
 
 
-def eval_batches(tokens, seq_len: int, batch_size: int, max_batches: int):
+def eval_batches(tokens, seq_len: int, batch_size: int, max_batches: int, vocab_size: int | None = None):
     """Fixed, evenly spaced windows of a held-out split (the same every evaluation)."""
     _check_length(tokens, seq_len, "validation split")
+    _check_vocab(tokens, vocab_size, "the validation split")
     n = min(max_batches * batch_size, (len(tokens) - 1) // seq_len)
     starts = np.linspace(0, len(tokens) - seq_len - 1, num=max(n, 1)).astype(np.int64)
     for i in range(0, len(starts), batch_size):

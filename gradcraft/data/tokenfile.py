@@ -106,27 +106,65 @@ def read_token_header(path) -> TokenFileHeader:
         raise UserError(f"{path} is not a gradcraft token file (bad magic)")
     if len(raw) < HEADER_BYTES:
         raise UserError(f"{path} is truncated: the header needs {HEADER_BYTES} bytes, file holds {len(raw)}")
-    _, version, itemsize, count, vocab_size, _, fp = _HEADER.unpack(raw)
+    _, version, itemsize, count, vocab_size, reserved, fp = _HEADER.unpack(raw)
     if version != VERSION:
         raise UserError(f"{path} has token file format version {version}; this gradcraft reads version "
                         f"{VERSION} (re-run `gradcraft tokenize` or upgrade gradcraft)")
     if itemsize not in _DTYPES:
         raise UserError(f"{path} has a damaged header (token size {itemsize} bytes; expected 2 or 4)")
+    if reserved != 0:
+        raise UserError(f"{path} has a damaged header (reserved field is {reserved}, expected 0)")
+    try:
+        fingerprint = fp.rstrip(b"\0").decode("ascii")
+    except UnicodeDecodeError:
+        raise UserError(f"{path} has a damaged header (the tokenizer fingerprint is not ASCII)") from None
     held = (size - HEADER_BYTES) // itemsize
     if size - HEADER_BYTES != count * itemsize:
         what = "truncated" if held < count else "longer than its header says"
         raise UserError(f"{path} is {what}: header says {count} tokens, file holds {held}"
                         + (" (and a partial token)" if (size - HEADER_BYTES) % itemsize else ""))
-    return TokenFileHeader(version, _DTYPES[itemsize], count, vocab_size,
-                           fp.rstrip(b"\0").decode("ascii", "replace"))
+    return TokenFileHeader(version, _DTYPES[itemsize], count, vocab_size, fingerprint)
 
 
-def read_token_file(path) -> tuple[np.ndarray, TokenFileHeader]:
+def read_token_file(path, *, check_ids: bool = True) -> tuple[np.ndarray, TokenFileHeader]:
     """(tokens, header): the tokens memory-mapped read-only, 1-D, dtype uint16
     or uint32. Raises UserError with one line if the file is missing, is not a
-    token file, has an unknown version, or its size disagrees with its header."""
+    token file, has an unknown version, its size disagrees with its header, or
+    (check_ids, when the header records a vocabulary) it holds an id >= the
+    vocabulary size: a model would index its embedding out of range."""
     header = read_token_header(path)
     if header.count == 0:  # mmap cannot map zero bytes
         return np.zeros(0, dtype=header.dtype), header
-    tokens = np.memmap(os.fspath(path), dtype=header.dtype, mode="r", offset=HEADER_BYTES, shape=(header.count,))
+    try:
+        tokens = np.memmap(os.fspath(path), dtype=header.dtype, mode="r", offset=HEADER_BYTES,
+                           shape=(header.count,))
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot map token file {os.fspath(path)}: {getattr(e, 'strerror', None) or e}") from None
+    if check_ids and header.vocab_size:
+        check_token_ids(tokens, header.vocab_size, os.fspath(path), "its header's vocabulary")
     return tokens, header
+
+
+CHECK_CHUNK = 1 << 24  # tokens per step of check_token_ids: 32-64 MB of the file at a time
+
+
+def max_token_id(tokens, chunk: int = CHECK_CHUNK) -> int:
+    """The largest id in a (memory-mapped) token array, read `chunk` tokens at a
+    time so memory stays bounded whatever the file size; -1 if empty."""
+    top = -1
+    for i in range(0, len(tokens), chunk):
+        top = max(top, int(np.max(tokens[i:i + chunk])))
+    return top
+
+
+def check_token_ids(tokens, vocab_size: int, path: str = "the dataset", against: str = "the vocabulary",
+                    chunk: int = CHECK_CHUNK) -> None:
+    """UserError (one line: the file, the first bad id and where, the vocabulary)
+    if any id is >= vocab_size. One pass over the file, `chunk` tokens at a time."""
+    for i in range(0, len(tokens), chunk):
+        part = np.asarray(tokens[i:i + chunk])
+        if part.size and int(part.max()) >= vocab_size:
+            pos = int(np.argmax(part >= vocab_size))
+            raise UserError(f"{path} holds token id {int(part[pos])} at position {i + pos}, but {against} has "
+                            f"{vocab_size} ids (0..{vocab_size - 1}): the file is damaged or was made with "
+                            f"another tokenizer (re-run `gradcraft tokenize`)")

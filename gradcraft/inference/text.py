@@ -19,13 +19,26 @@ def _need(path: str, what: str) -> str:
     return path
 
 
+# Names in a run folder, newest first: gradcraft's own files under names of their own, then the
+# names older run folders used. A folder HF can open holds HF's config.json/model.safetensors/
+# tokenizer.json; gradcraft reads those too (converting the weights), but prefers its own.
+CONFIG_NAMES = ("gradcraft_config.json", "config.json")
+WEIGHTS_NAMES = ("gradcraft_model.safetensors", "model.safetensors")
+TOKENIZER_NAMES = ("gradcraft_tokenizer.json", "tokenizer.json")
+
+
 def paths_from_model_dir(model_dir: str) -> tuple[str, str, str]:
-    """(tokenizer, config, weights) of a training run. The tokenizer is looked for in the run's
-    train_config.json dataset folder (where `gradcraft tokenize` put it) or the run folder itself."""
+    """(tokenizer, config, weights) of a training run. The tokenizer is the run folder's own copy (made
+    at the start of training); for older runs, the one in the run's train_config.json dataset folder
+    (where `gradcraft tokenize` put it)."""
     _need(model_dir, "model directory")
-    config = os.path.join(model_dir, "config.json")
-    weights = os.path.join(model_dir, "model.safetensors")
-    candidates = [os.path.join(model_dir, "tokenizer.json")]
+
+    def first(names):
+        paths = [os.path.join(model_dir, n) for n in names]
+        return next((p for p in paths if os.path.exists(p)), paths[-1])
+
+    config, weights = first(CONFIG_NAMES), first(WEIGHTS_NAMES)
+    candidates = [os.path.join(model_dir, n) for n in TOKENIZER_NAMES]
     train_config = os.path.join(model_dir, "train_config.json")
     if os.path.exists(train_config):
         with open(train_config) as f:
@@ -36,12 +49,19 @@ def paths_from_model_dir(model_dir: str) -> tuple[str, str, str]:
 
 
 def load_model(config_path: str, weights_path: str, device: str = "cpu") -> tuple[Transformer, dict]:
-    """The model with its weights, and the weights' metadata (tokenizer fingerprint)."""
+    """The model with its weights, and the weights' metadata (tokenizer fingerprint).
+
+    Reads gradcraft's config and weights, or Hugging Face's (config.json with a model_type, weights
+    in the HF layout, as `gradcraft export --format hf` writes them)."""
+    from gradcraft.models.hf import config_from_hf, from_hf_state, is_hf_config, is_hf_state
+
     with open(_need(config_path, "config")) as f:
         try:
-            config = ModelConfig.from_dict(json.load(f))
-        except (ValueError, TypeError) as e:
-            raise UserError(f"{config_path} is not a gradcraft model config ({e})") from None
+            data = json.load(f)
+            hf = isinstance(data, dict) and is_hf_config(data)
+            config = config_from_hf(data) if hf else ModelConfig.from_dict(data)
+        except (ValueError, TypeError, KeyError) as e:
+            raise UserError(f"{config_path} is not a model config gradcraft reads ({e})") from None
     _need(weights_path, "weights file")
     try:
         with safe_open(weights_path, "numpy") as f:
@@ -51,8 +71,10 @@ def load_model(config_path: str, weights_path: str, device: str = "cpu") -> tupl
         raise UserError(f"{weights_path} is not a readable safetensors file ({e})") from None
     model = Transformer(config)
     try:
+        if is_hf_state(weights):
+            weights = from_hf_state(config, weights)
         model.load_state_dict(weights)
-    except UserError as e:
+    except (UserError, ValueError) as e:
         raise UserError(f"{weights_path} does not fit {config_path}: {str(e).removeprefix('weights do not match the model: ')}") from None
     if device != "cpu":
         model.to(device)

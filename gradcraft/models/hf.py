@@ -5,16 +5,17 @@ layer), Ministral (per-layer sliding/full attention) and Mixtral (mixture of exp
 no capacity limit). Our model
 fuses q/k/v into one matrix and gate/up into another; HF keeps them apart, and
 GPT-2's Conv1D stores weights as (in, out). This module does those
-conversions and nothing else, so a checkpoint trained here loads in
-transformers and the reverse.
+conversions (and writes the tokenizer's `tokenizer.json` + `tokenizer_config.json` for
+`AutoTokenizer`), so a checkpoint trained here loads in transformers and the reverse.
 """
 
 import json
 import os
 
 import numpy as np
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load_file, save
 
+from gradcraft.atomic import atomic_file, write_json, write_text
 from gradcraft.errors import UserError
 from gradcraft.models.config import ModelConfig
 from gradcraft.models.transformer import Transformer
@@ -199,12 +200,63 @@ def from_hf_state(cfg: ModelConfig, hf: dict) -> dict:
     return {k: np.ascontiguousarray(v) for k, v in ours.items()}
 
 
-def export_hf(model: Transformer, directory: str) -> None:
-    """Write `config.json` and `model.safetensors` that transformers' from_pretrained() loads."""
+def hf_family(cfg: ModelConfig) -> str | None:
+    """The Hugging Face family of this architecture, or None when transformers has no class for it."""
+    try:
+        return family_of(cfg)
+    except UserError:
+        return None
+
+
+def export_hf(model: Transformer, directory: str, metadata: dict | None = None) -> None:
+    """Write `config.json` and `model.safetensors` that transformers' from_pretrained() loads.
+
+    `metadata` (strings) joins the safetensors header, e.g. the tokenizer fingerprint."""
     os.makedirs(directory, exist_ok=True)
-    with open(os.path.join(directory, "config.json"), "w") as f:
-        json.dump(hf_config(model.config), f, indent=2)
-    save_file(to_hf_state(model), os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+    config = hf_config(model.config)  # raises UserError first for an architecture HF has no class for
+    write_json(os.path.join(directory, "config.json"), config)
+    with atomic_file(os.path.join(directory, "model.safetensors")) as f:
+        f.write(save(to_hf_state(model), metadata={**(metadata or {}), "format": "pt"}))
+
+
+def is_hf_config(config: dict) -> bool:
+    """A Hugging Face config.json (it names its model_type); gradcraft's own config has no such key."""
+    return "model_type" in config
+
+
+def is_hf_state(weights: dict) -> bool:
+    """Weights in the Hugging Face layout rather than ours (our names start with tok_emb/blocks/norm)."""
+    return "tok_emb.weight" not in weights
+
+
+def hf_tokenizer_files(tok, seq_len: int | None = None) -> dict | None:
+    """{file name: JSON document} of the tokenizer as `AutoTokenizer.from_pretrained` reads it
+    (`tokenizer.json` + `tokenizer_config.json`), or None when HF would encode differently than we
+    do (a tiktoken-style vocabulary whose merges HF would apply as rules): then write none."""
+    from gradcraft.tokenizer import from_hf_json, to_hf_json
+    doc = to_hf_json(tok)
+    try:
+        if from_hf_json(json.loads(json.dumps(doc))).fingerprint != tok.fingerprint:
+            return None
+    except UserError:
+        return None
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
+              "add_prefix_space": False}
+    if seq_len:
+        config["model_max_length"] = seq_len
+    if tok.eot_id is not None:
+        config.update(eos_token="<|endoftext|>", bos_token="<|endoftext|>", unk_token="<|endoftext|>")
+    return {"tokenizer.json": doc, "tokenizer_config.json": config}
+
+
+def write_hf_tokenizer(tok, directory: str, seq_len: int | None = None) -> bool:
+    """Write the tokenizer's HF files into `directory`; False (nothing written) when HF cannot express it."""
+    files = hf_tokenizer_files(tok, seq_len)
+    if files is None:
+        return False
+    for name, doc in files.items():
+        write_text(os.path.join(directory, name), json.dumps(doc, ensure_ascii=False, indent=1) + "\n")
+    return True
 
 
 def import_hf(directory: str) -> Transformer:

@@ -59,12 +59,60 @@ class LinearWithWarmup(_WarmupThenDecay):
         return 1.0 - progress
 
 
-SCHEDULES = {"cosine": CosineWithWarmup, "constant": Constant, "linear": LinearWithWarmup}
+@dataclass
+class Rescaled:
+    """A schedule resumed with another total: `base` up to `from_step`, then base's decay shape from
+    base(from_step) down to base.min_lr at total_steps (held after). The learning rate never jumps:
+    at from_step both pieces give base(from_step)."""
+
+    base: dict  # the state_dict of the schedule the run followed until from_step
+    from_step: int
+    total_steps: int
+
+    def __post_init__(self):
+        self._base = from_state_dict(self.base)
+        self._start_lr = self._base(self.from_step)
+
+    def __call__(self, step: int) -> float:
+        if step < self.from_step:
+            return self._base(step)
+        progress = min(1.0, (step - self.from_step) / max(1, self.total_steps - self.from_step))
+        return self._base.min_lr + self._base.decay(progress) * (self._start_lr - self._base.min_lr)
+
+    @property
+    def min_lr(self) -> float:
+        return self._base.min_lr
+
+    def decay(self, progress: float) -> float:
+        return self._base.decay(progress)
+
+    def state_dict(self) -> dict:
+        return {"kind": "rescaled", "base": self.base, "from_step": self.from_step, "total_steps": self.total_steps}
+
+
+SCHEDULES = {"cosine": CosineWithWarmup, "constant": Constant, "linear": LinearWithWarmup, "rescaled": Rescaled}
 
 
 def from_state_dict(state: dict):
     state = dict(state)
     return SCHEDULES[state.pop("kind")](**state)
+
+
+def with_total_steps(schedule, step: int, total_steps: int):
+    """`schedule` (resumed at `step`) changed to end its decay at `total_steps`, without a jump.
+
+    - the same total: the schedule itself;
+    - a constant schedule: unchanged;
+    - still in warmup (step <= warmup_steps): the warmup goes on as before (it does not depend on
+      the total) and the decay then spans the new total;
+    - otherwise the remaining decay is stretched (or squeezed): from the current learning rate
+      schedule(step), same shape, down to min_lr at total_steps.
+    """
+    if getattr(schedule, "total_steps", total_steps) == total_steps or isinstance(schedule, Constant):
+        return schedule
+    if isinstance(schedule, _WarmupThenDecay) and step <= schedule.warmup_steps:
+        return type(schedule)(schedule.max_lr, schedule.min_lr, schedule.warmup_steps, total_steps)
+    return Rescaled(schedule.state_dict(), step, total_steps)
 
 
 def set_lr(optimizer, lr: float) -> None:

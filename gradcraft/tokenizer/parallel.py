@@ -1,9 +1,13 @@
 """Counting and encoding big inputs on several processes, in bounded memory.
 
-Files are cut into chunks of about `CHUNK_BYTES` at safe boundaries (after a
-newline, before a visible ASCII character: no gpt2/gpt4 piece spans such a
-point, see pretokenize.CHUNKABLE), so chunks encode independently to exactly
-the tokens of a single pass. Workers read their chunk from disk themselves:
+Files are cut into chunks of `CHUNK_BYTES` to 2 * `CHUNK_BYTES` at safe
+boundaries (after a newline before a visible ASCII character, else between a
+visible ASCII character and a space: no gpt2/gpt4 piece spans such a point,
+see pretokenize.next_cut), so chunks encode independently to exactly the
+tokens of a single pass, and one huge line costs no more memory than many
+short ones. Only a window of 1 MB with neither point (one giant "word") is cut
+anywhere (at a UTF-8 character boundary), the one case where the tokens next
+to the cut can differ from a single pass. Workers read their chunk from disk themselves:
 only (path, start, end) goes to a worker and only token arrays come back.
 
 At most `2 * workers` tasks are in flight, so memory stays bounded whatever
@@ -15,7 +19,6 @@ from __future__ import annotations
 import mmap
 import multiprocessing as mp
 import os
-import re
 import signal
 import sys
 from collections import Counter, deque
@@ -24,15 +27,18 @@ from itertools import chain
 import numpy as np
 
 from gradcraft.tokenizer.bpe import CACHE_ENTRIES
-from gradcraft.tokenizer.pretokenize import CHUNKABLE, compile_pattern, resolve_pattern, special_regex
+from gradcraft.tokenizer.pretokenize import (CHUNKABLE, compile_pattern, next_cut, resolve_pattern, special_regex,
+                                             split_text)
 
 CHUNK_BYTES = 1 << 20
-_BOUNDARY = re.compile(rb"\n[!-~]")
 
 
 def plan_chunks(paths, pattern: str, chunk_bytes: int | None = None) -> list[tuple[int, str, int, int]]:
     """[(document index, path, start, end)] covering every file in order;
-    each file is one document."""
+    each file is one document. With gpt2/gpt4, every chunk holds at most
+    2 * chunk_bytes bytes, whatever the line lengths (pretokenize.next_cut:
+    after a newline, else before a space, else a hard cut), so counting,
+    sampling and encoding work in bounded memory."""
     chunk_bytes = chunk_bytes or CHUNK_BYTES
     chunkable = resolve_pattern(pattern)[0] in CHUNKABLE
     chunks = []
@@ -46,11 +52,38 @@ def plan_chunks(paths, pattern: str, chunk_bytes: int | None = None) -> list[tup
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             start = 0
             while start < size:
-                m = _BOUNDARY.search(mm, start + chunk_bytes) if start + chunk_bytes < size else None
-                end = m.start() + 1 if m else size
+                end = next_cut(mm, start, size, chunk_bytes, hard=True)
                 chunks.append((doc, path, start, end))
                 start = end
     return chunks
+
+
+def sample_chunks(chunks, budget_bytes: int, seed: int = 0, chunk_bytes: int | None = None) -> list:
+    """A seeded random sample of `chunks` holding at most about `budget_bytes`
+    bytes: whole chunks in a shuffled order while they fit, then the first part
+    of one more chunk, cut at a next_cut point, so the sample is budget_bytes
+    (to within one cut window) instead of budget + a whole chunk. In input order."""
+    import random
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
+    order = list(range(len(chunks)))
+    random.Random(seed).shuffle(order)
+    picked, size = [], 0
+    for i in order:
+        if size >= budget_bytes:
+            break
+        doc, path, start, end = chunks[i]
+        left = budget_bytes - size
+        if end - start > left:
+            with open(path, "rb") as f:
+                f.seek(start)
+                head = f.read(min(end - start, left + chunk_bytes))
+            end = start + next_cut(head, 0, len(head), max(left // 2, 1), hard=True)
+            if end <= start:
+                continue
+        picked.append((doc, path, start, end))
+        size += end - start
+    picked.sort()
+    return picked
 
 
 def read_chunk(path: str, start: int, end: int) -> str:
@@ -164,17 +197,8 @@ def _task_bytes(task) -> int:
 
 
 def _split_text(text: str, pattern, step: int) -> list[str]:
-    """Cut an in-memory text at safe boundaries (or not at all)."""
-    if resolve_pattern(pattern)[0] not in CHUNKABLE:
-        return [text]
-    boundary = re.compile(r"\n[!-~]")
-    parts, start = [], 0
-    while start < len(text):
-        m = boundary.search(text, start + step) if start + step < len(text) else None
-        end = m.start() + 1 if m else len(text)
-        parts.append(text[start:end])
-        start = end
-    return parts
+    """Cut an in-memory text at exact boundaries (or not at all): pretokenize.split_text."""
+    return split_text(text, pattern, step) or [text]
 
 
 # ----------------------------------------------------------------- encoding

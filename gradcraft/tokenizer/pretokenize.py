@@ -48,6 +48,84 @@ ASCII_PATTERNS = {
 # be encoded in independent chunks with exactly the tokens of one pass.
 CHUNKABLE = {"gpt2", "gpt4"}
 
+# Where a long text may be cut into chunks that are pre-tokenized on their own
+# (bounded memory on any input; docs/tokenizer.md, "Long lines"), best first:
+#
+#   LINE_CUT   right after a newline between two visible ASCII characters
+#              (a line that ends in "x\n", a next line that starts with "y"):
+#              no gpt2/gpt4 piece spans it. (A newline after whitespace is
+#              not a cut point: gpt2's `\s+(?!\S)` leaves the last newline of
+#              "\n\n" + "y" to a piece of its own, which a chunk ending in
+#              "\n\n" would not.)
+#   SPACE_CUT  right after a visible ASCII character (! to ~) that is followed
+#              by a space: for gpt2/gpt4 the piece holding a non-whitespace
+#              character ends there (a space only ever starts a piece or
+#              extends a whitespace run), and no alternative looks further
+#              than one character past that piece, so the pieces on both
+#              sides are exactly those of one pass. This is what splits one
+#              huge line (minified code, a JSON dump) into chunks.
+#   hard cut   only when neither occurs in a whole window (one "word" of
+#              megabytes, or megabytes without an ASCII space): at a UTF-8
+#              character boundary. The piece that spans it becomes two pieces,
+#              so the tokens next to that one cut can differ from one pass;
+#              the bytes decode back exactly all the same.
+#
+# Special-token strings are not looked at: one that holds "\n" + a visible
+# character, or a visible character + " ", can be cut in two (the default
+# <|endoftext|> cannot).
+LINE_CUT = r"(?<=[!-~])\n[!-~]"
+SPACE_CUT = r"[!-~] "
+_CUT_RX = {str: (re.compile(LINE_CUT), re.compile(SPACE_CUT)),
+           bytes: (re.compile(LINE_CUT.encode()), re.compile(SPACE_CUT.encode()))}
+
+
+def next_cut(buf, start: int, size: int, step: int, *, hard: bool = True) -> int:
+    """End of the chunk of `buf` (str, bytes or mmap; `size` long) that starts
+    at `start`: the first LINE_CUT in [start + step, start + 2 * step), else the
+    first SPACE_CUT there, else (hard) a hard cut at start + 2 * step, so a
+    chunk never exceeds 2 * step; with hard=False the first LINE_CUT or
+    SPACE_CUT further on (exact, unbounded), else the end.
+
+    >>> next_cut("aa bb\\ncc dd", 0, 11, 3)
+    6
+    >>> next_cut("aaaa bbbb", 0, 9, 2)
+    4
+    """
+    lo = start + step
+    if lo >= size:
+        return size
+    hi = min(size, lo + step)
+    rxs = _CUT_RX[str if isinstance(buf, str) else bytes]
+    for rx in rxs:
+        m = rx.search(buf, lo, min(size, hi + 1))
+        if m:
+            return m.start() + 1
+    if hi >= size:
+        return size
+    if hard:
+        cut = hi
+        if not isinstance(buf, str):  # not inside a UTF-8 sequence (continuation bytes are 10xxxxxx)
+            while cut > hi - 3 and buf[cut] & 0xC0 == 0x80:
+                cut -= 1
+        return cut
+    found = [m.start() + 1 for m in (rx.search(buf, hi) for rx in rxs) if m]
+    return min(found) if found else size
+
+
+def split_text(text: str, pattern, step: int, *, hard: bool = False) -> list[str]:
+    """Cut an in-memory text into parts of about `step` characters at the
+    points of `next_cut` (only for CHUNKABLE patterns; others: one part).
+    hard=False (the default) keeps the exact result of one pass whatever the
+    input; hard=True bounds every part to 2 * step characters."""
+    if resolve_pattern(pattern)[0] not in CHUNKABLE or len(text) <= step:
+        return [text] if text else []
+    parts, start = [], 0
+    while start < len(text):
+        end = next_cut(text, start, len(text), step, hard=hard)
+        parts.append(text[start:end])
+        start = end
+    return parts
+
 
 def resolve_pattern(pattern: str | None) -> tuple[str, str | None]:
     """Name or regex -> (name, regex). Unknown names are taken as regexes.

@@ -27,7 +27,9 @@ from collections import Counter, defaultdict
 
 from gradcraft.errors import UserError
 from gradcraft.tokenizer.bpe import Tokenizer, piece_bytes
-from gradcraft.tokenizer.pretokenize import compile_pattern, special_regex, split_pieces, split_special
+from gradcraft.tokenizer.pretokenize import compile_pattern, special_regex, split_pieces, split_special, split_text
+
+COUNT_PART = 1 << 20  # characters counted at a time by train() on one process
 
 
 def count_pieces(text: str, compiled, special_finder=None) -> Counter:
@@ -161,6 +163,9 @@ def train(texts, vocab_size: int, pattern: str = "gpt4", special_tokens=("<|endo
         compiled, finder = compile_pattern(pattern), special_regex(special_tokens)
         counts = Counter()
         for t in texts:
-            counts.update(count_pieces(t, compiled, finder))
+            # A long text is counted in parts cut at exact points only (split_text), so for ordinary
+            # text the list of pieces holds about COUNT_PART characters' worth, not the whole text.
+            for part in split_text(t, pattern, COUNT_PART):
+                counts.update(count_pieces(part, compiled, finder))
     pairs = learn_merges(counts, n_merges, progress=progress)
     return tokenizer_from_merges(pairs, pattern, special_tokens)

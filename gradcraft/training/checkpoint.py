@@ -151,3 +151,58 @@ def load_checkpoint(path: str, model, optimizer) -> dict:
     except (IndexError, KeyError) as e:
         raise UserError(f"checkpoint {path} does not match the model's parameters ({e})") from None
     return state
+
+
+# ------------------------------------------------------------------ the run folder's tokenizer
+
+RUN_TOKENIZER = "gradcraft_tokenizer.json"
+
+
+def dataset_tokenizer_path(dataset: str) -> str:
+    """Where `gradcraft tokenize` puts the tokenizer by default: tokenizer.json next to the token file."""
+    return os.path.join(os.path.dirname(os.path.abspath(dataset)), "tokenizer.json")
+
+
+def copy_tokenizer(model_dir: str, dataset: str, fingerprint: str, seq_len: int | None = None, log=None) -> str | None:
+    """Put the dataset's tokenizer into the run folder, so that the folder alone generates, serves and
+    exports (from any directory, after the folder or the data moved). Returns the copy's path, or None.
+
+    The copy is ours (`gradcraft_tokenizer.json`, exact, fingerprinted) plus, when HF can express it,
+    `tokenizer.json` + `tokenizer_config.json` for `transformers.AutoTokenizer`. A tokenizer whose
+    fingerprint differs from the token file's header did not make these tokens: it is not copied."""
+    from gradcraft.models.hf import write_hf_tokenizer
+    from gradcraft.tokenizer import load_tokenizer, save_tokenizer
+
+    log = log or (lambda msg: print(msg, file=sys.stderr))
+    target = os.path.join(model_dir, RUN_TOKENIZER)
+    if os.path.exists(target):
+        if not fingerprint or _fingerprint_of(target)[:16] == fingerprint:
+            return target  # a resumed run: copied when it started
+        for name in (RUN_TOKENIZER, "tokenizer.json", "tokenizer_config.json"):  # another data set's: stale
+            if os.path.exists(os.path.join(model_dir, name)):
+                os.remove(os.path.join(model_dir, name))
+    source = dataset_tokenizer_path(dataset)
+    if not os.path.exists(source):
+        log(f"note: no tokenizer at {source}; the run folder will not hold one (generate with --vocab)")
+        return None
+    try:
+        tok = load_tokenizer(source)
+    except UserError as e:
+        log(f"warning: the tokenizer next to the dataset is unreadable ({e}); not copied into the run folder")
+        return None
+    if fingerprint and tok.fingerprint != fingerprint:
+        log(f"warning: {source} (fingerprint {tok.fingerprint}) is not the tokenizer that made {dataset} "
+            f"({fingerprint}); not copied into the run folder (generate with --vocab)")
+        return None
+    write_hf_tokenizer(tok, model_dir, seq_len)
+    save_tokenizer(tok, target)  # last: its presence says the copy is complete
+    return target
+
+
+def _fingerprint_of(path: str) -> str:
+    """The fingerprint a gradcraft tokenizer file declares ("" when unreadable), without rebuilding it."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return str(json.load(f).get("fingerprint", ""))
+    except (OSError, ValueError, AttributeError):
+        return ""

@@ -8,6 +8,8 @@ evaluate -> checkpoint.
 import json
 import math
 import os
+import shlex
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -24,7 +26,7 @@ from gradcraft.errors import UserError
 from gradcraft.models import ModelConfig, Transformer, describe
 from gradcraft.ops.creation import advance_dropout
 from gradcraft.optim import AdamW, CosineWithWarmup, grad_norm_and_scale
-from gradcraft.optim.schedule import set_lr
+from gradcraft.optim.schedule import from_state_dict, set_lr, with_total_steps
 from gradcraft.training import checkpoint as ckpt
 from gradcraft.training.log import CSVLog, plot_loss
 from safetensors.numpy import save_file
@@ -73,6 +75,108 @@ class TrainConfig:
             raise UserError(f"--dtype must be float32 or bfloat16, got {self.dtype!r}")
 
 
+# What a run writes into its --model_dir. `--overwrite` removes exactly these (nothing else in the
+# folder), so list every new file a run writes here. A folder "holds a run" when it has a checkpoint
+# or final weights: a run stopped before its first checkpoint has nothing to resume, so the same
+# command may start it again.
+RUN_FILES = ("config.json", "train_config.json", "checkpoints", "model.safetensors", "training_log.csv", "loss.png",
+             "gradcraft_tokenizer.json", "tokenizer.json", "tokenizer_config.json")
+
+
+def check_model_dir(model_dir: str, resume: bool, overwrite: bool) -> None:
+    """Refuse a --model_dir that would mix two runs: one that is a file, one that holds another run
+    (unless --resume continues it or --overwrite replaces it), or --resume where there is no run."""
+    if resume and overwrite:
+        raise UserError("--resume continues the run in --model_dir and --overwrite deletes it: give one of them")
+    if os.path.exists(model_dir) and not os.path.isdir(model_dir):
+        raise UserError(f"--model_dir {model_dir} is a file, not a folder; give a new or existing folder")
+    checkpoints = ckpt.list_checkpoints(os.path.join(model_dir, "checkpoints"))
+    weights = os.path.exists(os.path.join(model_dir, "model.safetensors"))
+    if (checkpoints or weights) and not resume and not overwrite:
+        what = f"checkpoints up to step {int(os.path.basename(checkpoints[-1])[5:])}" if checkpoints else "weights"
+        raise UserError(f"{model_dir} already holds a run ({what}); pass --resume to continue it, "
+                        "--overwrite to replace it, or choose another --model_dir")
+
+
+def clear_run(model_dir: str, log) -> None:
+    """Delete the run files of RUN_FILES from model_dir (for --overwrite); other files stay."""
+    removed = []
+    for name in RUN_FILES:
+        path = os.path.join(model_dir, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        elif os.path.exists(path):
+            os.unlink(path)
+        else:
+            continue
+        removed.append(name)
+    if removed:
+        log(f"--overwrite: removed the earlier run's {', '.join(removed)} from {model_dir}")
+
+
+def estimate_memory_bytes(tc: TrainConfig, mc: ModelConfig) -> int:
+    """A lower bound on the memory one process of this run needs: fp32 weights, gradients and two
+    AdamW moments (16 bytes a parameter), plus the largest activations of one micro-batch: the
+    logits and their gradient, and, where attention is computed explicitly (the CPU), three
+    (batch, heads, seq_len, seq_len) matrices: the scores, the attention weights and their gradient,
+    which one layer's backward holds at once. The real peak is higher; this is for refusing a run
+    that cannot fit before anything is allocated."""
+    dim, layers, heads = mc.dim, mc.n_layers, mc.n_heads
+    ffn = mc.ffn_dim
+    params = mc.vocab_size * dim * (1 if mc.tie_embeddings else 2) + layers * (4 * dim * dim + 3 * dim * ffn)
+    if mc.positions == "learned":
+        params += mc.seq_len * dim
+    B, T = tc.batch_size, mc.seq_len
+    activations = 2 * B * T * mc.vocab_size * 4 + layers * B * T * (4 * dim + 2 * ffn) * 4
+    if not tc.device.startswith("cuda"):  # flash attention on CUDA never holds the T x T scores
+        activations += 3 * B * heads * T * T * 4
+    return 16 * params + activations
+
+
+def available_memory_bytes(device: str) -> int | None:
+    """The machine's RAM (CPU) or the GPU's memory, or None when unknown."""
+    try:
+        if device.startswith("cuda"):
+            import cupy
+            with cupy.cuda.Device(int(device.partition(":")[2] or 0)):
+                return int(cupy.cuda.runtime.memGetInfo()[1])
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except Exception:
+        return None
+
+
+def check_memory(tc: TrainConfig, mc: ModelConfig) -> None:
+    need, have = estimate_memory_bytes(tc, mc), available_memory_bytes(tc.device)
+    if have is not None and need > have:
+        where = "this machine's RAM" if tc.device == "cpu" else f"{tc.device}'s memory"
+        raise UserError(f"this run needs at least {_gib(need)} but {where} is {_gib(have)} (--seq_len {mc.seq_len}, "
+                        f"--batch_size {tc.batch_size}, {describe_size(mc)}); lower --seq_len or --batch_size, "
+                        "or pick a smaller model")
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**40:,.2f} TiB" if n >= 2**40 else f"{n / 2**30:,.1f} GiB"
+
+
+def describe_size(mc: ModelConfig) -> str:
+    return f"dim {mc.dim}, {mc.n_layers} layers, vocabulary {mc.vocab_size}"
+
+
+def resume_command(tc: TrainConfig) -> str:
+    """The command that continues this run (the rest of its settings are in train_config.json)."""
+    return f"gradcraft train --dataset {shlex.quote(tc.dataset)} --model_dir {shlex.quote(tc.model_dir)} --resume"
+
+
+def interrupted_message(tc: TrainConfig) -> str:
+    """What to say after Ctrl-C: the newest checkpoint's step and how to go on from it."""
+    paths = ckpt.list_checkpoints(os.path.join(tc.model_dir, "checkpoints"))
+    if not paths:
+        return f"interrupted before the first checkpoint (every --checkpoint_every {tc.checkpoint_every} steps): " \
+               "nothing to resume; run the same command again"
+    step = int(os.path.basename(paths[-1])[5:])
+    return f"interrupted: the newest checkpoint holds step {step} ({paths[-1]}); resume with: {resume_command(tc)}"
+
+
 def val_path_for(dataset: str) -> str:
     """data/tokens.bin -> data/tokens.val.bin (the split `gradcraft tokenize --val_fraction` writes)."""
     stem, suffix = os.path.splitext(dataset)
@@ -111,11 +215,14 @@ def _param_groups(model, weight_decay):
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, group=None) -> dict:
+def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, group=None,
+          overwrite: bool = False) -> dict:
     """Run training; returns a summary (final step, last loss, tokens/s).
 
     group: this process's place among data-parallel processes (gradcraft/distributed.py), or None.
-    Each process computes its share of a step's micro-batches; rank 0 alone logs and writes files."""
+    Each process computes its share of a step's micro-batches; rank 0 alone logs and writes files.
+    overwrite: first delete the RUN_FILES of an earlier run in tc.model_dir (after the dataset checks).
+    A resumed run that has nothing left to do returns {"finished": True, "step": ...} at once."""
     rank, world = (group.rank, group.world) if group is not None else (0, 1)
     main = rank == 0
     log = log or (lambda msg: print(msg, file=sys.stderr))
@@ -124,6 +231,10 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
     tc.validate()
     tokens, header, val_tokens = load_dataset(tc.dataset)
     if header.vocab_size and header.vocab_size != mc.vocab_size:
+        if resume:
+            raise UserError(f"the dataset {tc.dataset} has a vocabulary of {header.vocab_size} but the run in "
+                            f"{tc.model_dir} was trained with {mc.vocab_size}: it was made with another tokenizer; "
+                            "resume with the run's own dataset, or train into a new --model_dir")
         raise UserError(f"--vocab_size {mc.vocab_size} differs from the dataset's tokenizer vocabulary "
                         f"({header.vocab_size}); leave --vocab_size unset to take it from the dataset")
     sampler = SAMPLERS[tc.sampling](tokens, mc.seq_len, tc.batch_size, seed=tc.seed)
@@ -140,6 +251,8 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
     opt = AdamW(_param_groups(model, tc.weight_decay), lr=tc.max_lr, betas=(tc.beta1, tc.beta2),
                 weight_decay=tc.weight_decay)
     schedule = CosineWithWarmup(tc.max_lr, tc.min_lr, tc.warmup_steps, tc.steps)
+    if overwrite and main:  # after every check of the data and the model: a mistake deletes nothing
+        clear_run(tc.model_dir, log)
     if main:
         os.makedirs(tc.model_dir, exist_ok=True)
 
@@ -151,16 +264,25 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
         state = ckpt.load_checkpoint(path, model, opt)
         if state.get("tokenizer_fingerprint") and header.fingerprint and \
                 state["tokenizer_fingerprint"] != header.fingerprint:
-            raise UserError(f"the dataset was made with a different tokenizer ({header.fingerprint}) than the "
-                            f"checkpoint ({state['tokenizer_fingerprint']})")
+            raise UserError(f"the dataset {tc.dataset} was made with a different tokenizer ({header.fingerprint}) "
+                            f"than the run in {tc.model_dir} ({state['tokenizer_fingerprint']}); resume with the "
+                            "run's own dataset, or train into a new --model_dir")
         start_step = state["step"]
+        end = min(tc.steps, tc.stop_after) if tc.stop_after else tc.steps
+        if start_step >= end:
+            if main and not os.path.exists(os.path.join(tc.model_dir, "model.safetensors")):
+                save_weights(model, os.path.join(tc.model_dir, "model.safetensors"), header.fingerprint)
+            return {"finished": True, "step": start_step, "steps": tc.steps}
         sampler.load_state_dict(state["sampler"])
         gc.set_rng_state(state["rng"])
         log(f"resuming from {path} (step {start_step})")
+        schedule = _resumed_schedule(state.get("schedule"), schedule, start_step, log)
     if main:
         write_json(os.path.join(tc.model_dir, "config.json"), mc.to_dict())
         # the batch per step as resolved, so that a --resume with another --nproc keeps it
         write_json(os.path.join(tc.model_dir, "train_config.json"), asdict(replace(tc, target_batch=per_step)))
+        # the tokenizer travels with the run folder (checked against the token file's fingerprint)
+        ckpt.copy_tokenizer(tc.model_dir, tc.dataset, header.fingerprint, mc.seq_len, log)
 
     log(f"model: {describe(model)}")
     log(f"data: {len(tokens):,} tokens; {tc.batch_size} x {accum} sequences of {mc.seq_len} per step"
@@ -240,22 +362,52 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
         return {"step": end_step, "loss": last_loss, "tokens_per_s": tok_per_s}
     csv_log.close()
     save_weights(model, os.path.join(tc.model_dir, "model.safetensors"), header.fingerprint)
-    plot_loss(os.path.join(tc.model_dir, "training_log.csv"), os.path.join(tc.model_dir, "loss.png"))
+    try:
+        plot_loss(os.path.join(tc.model_dir, "training_log.csv"), os.path.join(tc.model_dir, "loss.png"))
+    except ModuleNotFoundError as e:
+        if e.name.split(".")[0] != "matplotlib":
+            raise
+        log("note: no loss.png: matplotlib is not installed (pip install 'gradcraft[plot]'); "
+            "the losses are in training_log.csv")
     memory = gc.device.get_backend(tc.device).memory_info()
     return {"step": end_step, "loss": last_loss, "tokens_per_s": tok_per_s, "peak_bytes": memory["reserved_bytes"]}
 
 
-def train_processes(tc: TrainConfig, mc: ModelConfig, resume: bool = False) -> dict:
-    """`train` on tc.nproc data-parallel processes (one per GPU from tc.device on); rank 0's summary."""
+def _resumed_schedule(saved_state, fresh, step: int, log):
+    """The schedule a resumed run follows from `step` (docs/training.md, "Starting, resuming,
+    stopping"): the saved one, its decay re-fitted to a new --steps without a jump
+    (with_total_steps); or `fresh`, built from the flags, when --max_lr, --min_lr or --warmup_steps
+    were changed on purpose."""
+    if not saved_state:
+        return fresh
+    saved = from_state_dict(saved_state)
+    base = from_state_dict(saved.base) if hasattr(saved, "base") else saved
+    if (base.max_lr, base.min_lr, base.warmup_steps) != (fresh.max_lr, fresh.min_lr, fresh.warmup_steps):
+        log(f"schedule: new learning-rate settings from step {step}: {saved(step):.3g} becomes {fresh(step):.3g}")
+        return fresh
+    schedule = with_total_steps(saved, step, fresh.total_steps)
+    if schedule is not saved:
+        log(f"schedule: --steps {saved.total_steps} -> {fresh.total_steps}: the learning rate goes on from "
+            f"{saved(step):.3g} at step {step} and reaches --min_lr {fresh.min_lr:.3g} at step {fresh.total_steps}")
+    return schedule
+
+
+def train_processes(tc: TrainConfig, mc: ModelConfig, resume: bool = False, overwrite: bool = False) -> dict:
+    """`train` on tc.nproc data-parallel processes (one per GPU from tc.device on); rank 0's summary.
+
+    The command-line entry: before any process starts, it refuses a --model_dir that holds another
+    run (check_model_dir) and a run that cannot fit in memory (check_memory)."""
     tc.validate()  # here, before any process starts
+    check_model_dir(tc.model_dir, resume, overwrite)
+    check_memory(tc, mc)
     if tc.nproc == 1:
-        return train(tc, mc, resume)
+        return train(tc, mc, resume, overwrite=overwrite)
     from gradcraft.distributed import launch
-    return launch(_train_rank, tc.nproc, tc.device, tc, mc, resume)
+    return launch(_train_rank, tc.nproc, tc.device, tc, mc, resume, overwrite)
 
 
-def _train_rank(group, device, tc, mc, resume):
-    return train(replace(tc, device=device), mc, resume, group=group)
+def _train_rank(group, device, tc, mc, resume, overwrite=False):
+    return train(replace(tc, device=device), mc, resume, group=group, overwrite=overwrite)
 
 
 class GradientStep:

@@ -245,8 +245,33 @@ def _check_targets(target, classes: int, ignore_index: int) -> None:
                          f"is out of range for {classes} classes")
 
 
+def check_optimizer_state(params, grads, exp_avgs, exp_avg_sqs, what: str = "adamw_step") -> None:
+    """Every list equally long and, per parameter k, grad/exp_avg/exp_avg_sq holding exactly as many
+    elements as params[k]; optimizer states floating point. The kernels (C, NumPy chunks, CUDA)
+    walk params[k].size elements of all four: a state of another size (a damaged or foreign
+    checkpoint) would read or write out of bounds. Raises UserError naming the tensor."""
+    from gradcraft.errors import UserError
+
+    lists = {"grads": grads, "exp_avgs": exp_avgs, "exp_avg_sqs": exp_avg_sqs}
+    for name, arrays in lists.items():
+        if len(arrays) != len(params):
+            raise UserError(f"{what}: {len(params)} parameters but {len(arrays)} {name}")
+    for k, p in enumerate(params):
+        n = int(p.size)
+        for name, arrays in lists.items():
+            a = arrays[k]
+            if int(a.size) != n:
+                raise UserError(f"{what}: {name[:-1]} of parameter {k} has {int(a.size)} elements {tuple(a.shape)}, "
+                                f"the parameter has {n} {tuple(p.shape)} (a damaged or mismatched optimizer state?)")
+            if name != "grads" and a.dtype.kind != "f" and a.dtype.name != "bfloat16":
+                raise UserError(f"{what}: {name[:-1]} of parameter {k} has dtype {a.dtype}; optimizer states "
+                                f"must be floating point")
+
+
 def adamw_update(p, g, m, v, *, scale, step_size, bc2_sqrt, decay, beta1, beta2, eps) -> bool:
-    """One parameter's AdamW update in C; False (nothing done) when it needs the NumPy kernel."""
+    """One parameter's AdamW update in C; False (nothing done) when it needs the NumPy kernel.
+    The C kernel walks p.size elements of all four arrays, so sizes are checked first (UserError)."""
+    check_optimizer_state([p], [g], [m], [v], "adamw_update")
     lib = library()
     if lib is None or not _f32(p, g, m, v):
         return False

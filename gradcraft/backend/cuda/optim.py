@@ -18,16 +18,19 @@ tables depend only on the tensors' addresses and sizes, so they are built once a
 import cupy as cp
 import numpy as np
 
+from gradcraft.backend.cpu_native import check_optimizer_state
 from gradcraft.backend.cuda import launch as L
+from gradcraft.errors import UserError
 
 CHUNK = 65536  # kernels/multi_tensor.cuh
 _CODES = {np.dtype(np.float32): 0, np.dtype("bfloat16"): 1, np.dtype(np.float16): 2}
 
 
 def _check(arrays, what):
-    for a in arrays:
+    for k, a in enumerate(arrays):
         if a.dtype not in _CODES or not a.flags.c_contiguous:
-            raise TypeError(f"{what}: need contiguous float32/bfloat16/float16 arrays, got {a.dtype} {a.shape}")
+            raise UserError(f"{what}[{k}]: need contiguous float32/bfloat16/float16 arrays, got {a.dtype} {a.shape}"
+                            f"{'' if a.flags.c_contiguous else ' (not contiguous)'}")
 
 
 # Every table below goes through launch.constant: cached, and copied in a way CUDA-graph capture records.
@@ -58,12 +61,15 @@ def adamw_step(params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1=0.9, beta
                weight_decay=0.01, grad_scale=None) -> None:
     _check(params, "adamw_step params")
     _check(grads, "adamw_step grads")
+    # Sizes, dtypes and layout the kernel assumes, checked before the launch: a state of another size
+    # (a damaged checkpoint) would make it write out of bounds. One UserError line naming the tensor.
+    check_optimizer_state(params, grads, exp_avgs, exp_avg_sqs, "adamw_step")
+    for k, a in enumerate((*exp_avgs, *exp_avg_sqs)):
+        if a.dtype != np.float32 or not a.flags.c_contiguous:
+            name = "exp_avg" if k < len(exp_avgs) else "exp_avg_sq"
+            raise UserError(f"adamw_step: {name} of parameter {k % max(len(exp_avgs), 1)} must be a contiguous "
+                            f"float32 array, got {a.dtype}{'' if a.flags.c_contiguous else ' (not contiguous)'}")
     sizes = tuple(int(p.size) for p in params)
-    for group in (grads, exp_avgs, exp_avg_sqs):
-        if tuple(int(a.size) for a in group) != sizes:
-            raise ValueError("adamw_step: params, grads and optimizer states must have the same sizes")
-    if any(m.dtype != np.float32 for m in (*exp_avgs, *exp_avg_sqs)):
-        raise TypeError("adamw_step: optimizer states must be float32")
     chunk_tensor, chunk_start, n_chunks = _table(sizes, cp.cuda.Device().id)
     if not n_chunks:
         return

@@ -1,0 +1,90 @@
+"""`gradcraft export`: a trained run as a folder for other tools.
+
+    gradcraft export --model_dir runs/x --format hf --out hf/x           # opens in HF transformers as-is
+    gradcraft export --model_dir runs/x --format safetensors --out w/x   # gradcraft's own layout
+
+--format hf writes `config.json` + `model.safetensors` in the Hugging Face layout (GPT-2 and LLaMA
+families, and Mistral/Ministral/Mixtral: gradcraft/models/hf.py) and, when HF can express the
+tokenizer, `tokenizer.json` + `tokenizer_config.json` for `AutoTokenizer`. An architecture that HF has
+no class for is refused rather than written as a config HF would misread.
+--format safetensors writes gradcraft's `config.json`, `model.safetensors` (our parameter names, the
+tokenizer fingerprint in the metadata) and `gradcraft_tokenizer.json`: a folder `generate --model_dir`
+reads. Both formats keep float32 weights and the true vocabulary size.
+"""
+
+import os
+
+from gradcraft.errors import UserError
+
+FORMATS = ("hf", "safetensors")
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("export", help="write a trained model as a Hugging Face or safetensors folder",
+                              description="Export a run folder's final weights, config and tokenizer.")
+    p.add_argument("--model_dir", required=True, help="a training run (or any folder `generate` reads)")
+    p.add_argument("--format", required=True, help="hf (transformers' layout) or safetensors (gradcraft's)")
+    p.add_argument("--out", required=True, help="a new or empty folder to write")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from gradcraft.inference.text import check_tokenizer, load_model, paths_from_model_dir
+    from gradcraft.tokenizer import Tokenizer
+
+    if args.format not in FORMATS:
+        raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {args.format!r}")
+    out = args.out
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UserError(f"--out {out} is a file; give a new or empty folder")
+    if os.path.isdir(out) and os.listdir(out):
+        raise UserError(f"--out {out} is not empty; give a new or empty folder")
+    vocab, config, weights = paths_from_model_dir(args.model_dir)
+    model, metadata = load_model(config, weights)
+    tokenizer = None
+    if os.path.exists(vocab):
+        tokenizer = Tokenizer.load(vocab)
+        check_tokenizer(tokenizer, model.config, metadata, vocab)
+    if args.format == "hf":
+        written = _export_hf(model, tokenizer, metadata, out)
+    else:
+        written = _export_safetensors(model, tokenizer, metadata, out)
+    print(f"wrote {', '.join(written)} to {out}")
+    if tokenizer is None:
+        print(f"note: no tokenizer found for {args.model_dir}; the export holds the model only")
+    return 0
+
+
+def _export_hf(model, tokenizer, metadata, out) -> list:
+    from gradcraft.models.hf import export_hf, family_of, write_hf_tokenizer
+
+    cfg = model.config
+    family_of(cfg)  # refuse an architecture HF has no class for, before creating anything
+    if "M" in cfg.ffn_pattern and cfg.capacity_factor:
+        raise UserError(f"this model's experts have a capacity limit (capacity_factor {cfg.capacity_factor}) that "
+                        "HF's Mixtral lacks, so transformers would compute other outputs; export --format safetensors")
+    fingerprint = metadata.get("tokenizer_fingerprint", "")
+    export_hf(model, out, metadata={"tokenizer_fingerprint": fingerprint} if fingerprint else None)
+    written = ["config.json", "model.safetensors"]
+    if tokenizer is not None:
+        if write_hf_tokenizer(tokenizer, out, model.config.seq_len):
+            written += ["tokenizer.json", "tokenizer_config.json"]
+        else:
+            print("note: HF would encode with this tokenizer differently; no tokenizer.json written")
+    return written
+
+
+def _export_safetensors(model, tokenizer, metadata, out) -> list:
+    from gradcraft.atomic import write_json
+    from gradcraft.training.checkpoint import RUN_TOKENIZER
+    from gradcraft.training.trainer import save_weights
+
+    os.makedirs(out, exist_ok=True)
+    write_json(os.path.join(out, "config.json"), model.config.to_dict())
+    fingerprint = metadata.get("tokenizer_fingerprint") or (tokenizer.fingerprint if tokenizer else "")
+    save_weights(model, os.path.join(out, "model.safetensors"), fingerprint)
+    written = ["config.json", "model.safetensors"]
+    if tokenizer is not None:
+        tokenizer.save(os.path.join(out, RUN_TOKENIZER))
+        written.append(RUN_TOKENIZER)
+    return written

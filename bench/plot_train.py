@@ -43,7 +43,7 @@ def plot(runs, out: str, title: str | None = None) -> None:
     try:
         import matplotlib
     except ImportError:
-        sys.exit("error: plotting needs matplotlib (pip install matplotlib)")
+        sys.exit("error: plotting needs matplotlib: pip install gradcraft[plot] (or matplotlib)")
     matplotlib.use("Agg")  # a file, no display
     import matplotlib.pyplot as plt
 

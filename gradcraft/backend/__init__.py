@@ -9,6 +9,8 @@ backward kernels marked (multi). Kernels never modify their inputs, except
 CUDA kernels are tested against.
 """
 
+from gradcraft.errors import UserError
+
 KERNELS = {
     # elementwise unary (a) -> same shape
     "neg", "exp", "log", "sqrt", "rsqrt", "abs", "sin", "cos", "tanh", "sigmoid", "relu", "gelu", "silu",
@@ -44,6 +46,27 @@ KERNELS = {
     # mixture of experts: tokens to their experts' rows and back; slot (N, k) gives each assignment's row
     "moe_permute", "moe_permute_backward", "moe_unpermute", "moe_unpermute_backward",  # unpermute bwd: (dy, dw)
 }
+
+
+def check_optimizer_state(params, grads, exp_avgs, exp_avg_sqs, what: str = "adamw_step") -> None:
+    """Every list equally long and, per parameter k, grad/exp_avg/exp_avg_sq holding exactly as many
+    elements as params[k]; optimizer states floating point. The kernels (C, NumPy chunks, CUDA)
+    walk params[k].size elements of all four: a state of another size (a damaged or foreign
+    checkpoint) would read or write out of bounds. Raises UserError naming the tensor."""
+    lists = {"grads": grads, "exp_avgs": exp_avgs, "exp_avg_sqs": exp_avg_sqs}
+    for name, arrays in lists.items():
+        if len(arrays) != len(params):
+            raise UserError(f"{what}: {len(params)} parameters but {len(arrays)} {name}")
+    for k, p in enumerate(params):
+        n = int(p.size)
+        for name, arrays in lists.items():
+            a = arrays[k]
+            if int(a.size) != n:
+                raise UserError(f"{what}: {name[:-1]} of parameter {k} has {int(a.size)} elements {tuple(a.shape)}, "
+                                f"the parameter has {n} {tuple(p.shape)} (a damaged or mismatched optimizer state?)")
+            if name != "grads" and a.dtype.kind != "f" and a.dtype.name != "bfloat16":
+                raise UserError(f"{what}: {name[:-1]} of parameter {k} has dtype {a.dtype}; optimizer states "
+                                f"must be floating point")
 
 
 class Backend:

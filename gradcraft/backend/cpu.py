@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from gradcraft.backend import Backend, cpu_native, slices_tile_one_axis
+from gradcraft.backend import Backend, check_optimizer_state, cpu_native, slices_tile_one_axis
 from gradcraft.backend.cpu_threads import (_BLOCK, _CE_BLOCK, _MAP_BLOCK, _into, _map, _parallel,  # noqa: F401
                                            _rowwise, num_threads, set_num_threads)
 from gradcraft.engine.memory import CPUPool, stats
@@ -1080,7 +1080,7 @@ class CPUBackend(Backend):
 
 def _adamw_step(params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1, beta2, eps, weight_decay,
                 grad_scale=None) -> None:
-    cpu_native.check_optimizer_state(params, grads, exp_avgs, exp_avg_sqs)  # before any write: UserError
+    check_optimizer_state(params, grads, exp_avgs, exp_avg_sqs)  # before any write: UserError
     lr, step = float(lr_step[0]), float(lr_step[1])
     consts = dict(scale=float(grad_scale[0]) if grad_scale is not None else 1.0,
                   step_size=lr / (1.0 - beta1 ** step), bc2_sqrt=math.sqrt(1.0 - beta2 ** step),

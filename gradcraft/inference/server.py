@@ -425,15 +425,27 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is when a line is logged, not when the server started (a test
+    harness swaps and closes its stderr; the access log must not write to a closed file)."""
+
+    @property
+    def stream(self):
+        import sys
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+
 def serve(generator, model_name: str, host: str = "127.0.0.1", port: int = 8000, *, sock: socket.socket | None = None,
           max_body_bytes: int = MAX_BODY_BYTES, docs: bool = False, access_log: bool = True) -> None:
     """Serve until interrupted. sock: an already bound socket (see bind); else host:port is bound here."""
-    import sys
-
     import uvicorn
 
     if access_log and not log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
         log.addHandler(handler)
         log.setLevel(logging.INFO)

@@ -2,10 +2,8 @@
 
 softmax, log_softmax, cross_entropy, layer_norm, rms_norm, embedding, dropout,
 rotary embedding and scaled dot-product attention. The composites built from
-them (linear, one_hot, mse_loss) are here too.
+them (linear, one_hot, mse_loss) are here too. Attention lives in ops/attention.py.
 """
-
-import math
 
 from gradcraft import dtypes
 from gradcraft.errors import UserError

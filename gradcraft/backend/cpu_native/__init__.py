@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from gradcraft.backend import check_optimizer_state
 from gradcraft.backend.cpu_native.compiler import library, status  # noqa: F401
 from gradcraft.backend.cpu_threads import _PARALLEL_MIN, _parallel, num_threads
 
@@ -243,29 +244,6 @@ def _check_targets(target, classes: int, ignore_index: int) -> None:
     if valid.size and (valid.min() < 0 or valid.max() >= classes):
         raise IndexError(f"cross_entropy: target {int(valid.max() if valid.max() >= classes else valid.min())} "
                          f"is out of range for {classes} classes")
-
-
-def check_optimizer_state(params, grads, exp_avgs, exp_avg_sqs, what: str = "adamw_step") -> None:
-    """Every list equally long and, per parameter k, grad/exp_avg/exp_avg_sq holding exactly as many
-    elements as params[k]; optimizer states floating point. The kernels (C, NumPy chunks, CUDA)
-    walk params[k].size elements of all four: a state of another size (a damaged or foreign
-    checkpoint) would read or write out of bounds. Raises UserError naming the tensor."""
-    from gradcraft.errors import UserError
-
-    lists = {"grads": grads, "exp_avgs": exp_avgs, "exp_avg_sqs": exp_avg_sqs}
-    for name, arrays in lists.items():
-        if len(arrays) != len(params):
-            raise UserError(f"{what}: {len(params)} parameters but {len(arrays)} {name}")
-    for k, p in enumerate(params):
-        n = int(p.size)
-        for name, arrays in lists.items():
-            a = arrays[k]
-            if int(a.size) != n:
-                raise UserError(f"{what}: {name[:-1]} of parameter {k} has {int(a.size)} elements {tuple(a.shape)}, "
-                                f"the parameter has {n} {tuple(p.shape)} (a damaged or mismatched optimizer state?)")
-            if name != "grads" and a.dtype.kind != "f" and a.dtype.name != "bfloat16":
-                raise UserError(f"{what}: {name[:-1]} of parameter {k} has dtype {a.dtype}; optimizer states "
-                                f"must be floating point")
 
 
 def adamw_update(p, g, m, v, *, scale, step_size, bc2_sqrt, decay, beta1, beta2, eps) -> bool:

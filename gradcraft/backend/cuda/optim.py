@@ -18,7 +18,7 @@ tables depend only on the tensors' addresses and sizes, so they are built once a
 import cupy as cp
 import numpy as np
 
-from gradcraft.backend.cpu_native import check_optimizer_state
+from gradcraft.backend import check_optimizer_state
 from gradcraft.backend.cuda import launch as L
 from gradcraft.errors import UserError
 

@@ -163,7 +163,7 @@ def _subparsers(parser):
     return action.choices
 
 
-OWN_COMMANDS = ["demo", "tokenize", "train", "generate", "bench"]  # serve and export: their owners' tests
+OWN_COMMANDS = ["demo", "tokenize", "train", "generate", "bench", "serve", "export"]
 
 
 @pytest.mark.parametrize("command", OWN_COMMANDS)

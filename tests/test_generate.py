@@ -159,7 +159,7 @@ def test_cli_generates_and_rejects_mismatched_files(trained_run, tmp_path):
     _one_line(_generate("--vocab", str(tmp_path / "same_size.json"), "--config", str(run / "config.json"),
                         "--weights", str(run / "model.safetensors"), "--prompt", "a"), "not the one the weights")
     # weights that do not fit the config
-    cfg = json.loads((run / "config.json").read_text())
+    cfg = json.loads((run / "gradcraft_config.json").read_text())
     cfg["dim"] = 64
     (tmp_path / "big.json").write_text(json.dumps(cfg))
     _one_line(_generate("--vocab", str(trained_run / "tokenizer.json"), "--config", str(tmp_path / "big.json"),

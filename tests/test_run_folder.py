@@ -146,12 +146,124 @@ def test_safetensors_export_generates_the_same_text(runs, tmp_path):
 
 def test_new_layout_names_are_read_first(runs, tmp_path):
     """gradcraft_config.json / gradcraft_model.safetensors (our files beside HF's) win over config.json."""
+    from gradcraft.inference.text import load_model
+    from gradcraft.training.trainer import save_weights
     run = tmp_path / "renamed"
     shutil.copytree(runs / "llama", run)
-    os.rename(run / "config.json", run / "gradcraft_config.json")
-    os.rename(run / "model.safetensors", run / "gradcraft_model.safetensors")
-    (run / "config.json").write_text("{}")  # something else under the old name: not read
+    model, metadata = load_model(str(run / "gradcraft_config.json"), str(run / "model.safetensors"))
+    save_weights(model, str(run / "gradcraft_model.safetensors"), metadata["tokenizer_fingerprint"])
+    (run / "config.json").write_text("{}")  # something else under HF's names: not read
+    (run / "model.safetensors").write_bytes(b"not weights")
     assert _generate(run, cwd=tmp_path) == _generate(runs / "llama", cwd=tmp_path)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_run_folder_opens_in_transformers_as_is(runs, family):
+    """The run folder itself, as `gradcraft train` leaves it: AutoModelForCausalLM gives our logits
+    (float32, CPU) and AutoTokenizer our ids; gradcraft's config sits beside HF's, the weights once."""
+    import torch
+    import transformers
+    run = runs / family
+    expected = "GPT2LMHeadModel" if family == "gpt2" else "LlamaForCausalLM"
+    assert json.loads((run / "config.json").read_text())["architectures"] == [expected]
+    assert "model_type" not in json.loads((run / "gradcraft_config.json").read_text())
+    assert not (run / "gradcraft_model.safetensors").exists()  # no second copy of the weights
+
+    from gradcraft.tokenizer import Tokenizer
+    text = TEXT + "<|endoftext|>x = 3"
+    ids = Tokenizer.load(run / "gradcraft_tokenizer.json").encode(text, allowed_special="all")
+    assert transformers.AutoTokenizer.from_pretrained(str(run))(text)["input_ids"] == ids
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(run), attn_implementation="eager",
+                                                           torch_dtype=torch.float32).eval()
+    assert type(hf).__name__ == expected
+    with torch.no_grad():
+        theirs = hf(torch.tensor([ids[:20]])).logits.numpy()
+    np.testing.assert_allclose(_our_logits(run, ids[:20]), theirs, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_run_folder_weights_read_back_bit_exact(runs, family):
+    """HF's layout is the only copy of the final weights: what the loader converts back is exactly
+    the trained model (the last checkpoint holds it in our layout), in float32."""
+    from safetensors.numpy import load_file
+    from gradcraft.data.tokenfile import read_token_header
+    from gradcraft.inference.text import load_model, paths_from_model_dir
+    from gradcraft.training import checkpoint as ckpt
+    run = runs / family
+    _, config, weights = paths_from_model_dir(str(run))
+    assert os.path.basename(config) == "gradcraft_config.json" and os.path.basename(weights) == "model.safetensors"
+    model, metadata = load_model(config, weights)
+    assert metadata["tokenizer_fingerprint"] == read_token_header(str(runs / "data" / "tokens.bin")).fingerprint
+    trained = load_file(os.path.join(ckpt.list_checkpoints(str(run / "checkpoints"))[-1], "model.safetensors"))
+    ours = ckpt.weights_to_numpy(model)
+    assert sorted(ours) == sorted(trained)
+    for name, value in ours.items():
+        assert value.dtype == np.float32 and np.array_equal(value, trained[name]), name
+
+
+def test_hf_layout_round_trip_is_bit_exact_for_every_family_hf_computes():
+    from gradcraft.models import Transformer
+    from gradcraft.models.hf import from_hf_state, hf_exact_family, to_hf_state
+    from test_models import FAMILIES as MODEL_FAMILIES, randomize, small_config
+    checked = 0
+    for family in sorted(MODEL_FAMILIES):
+        cfg = small_config(family)
+        if hf_exact_family(cfg) is None:
+            continue
+        model = Transformer(cfg)
+        randomize(model, seed=3)
+        ours = {k: v.numpy() for k, v in model.state_dict().items()}
+        back = from_hf_state(cfg, to_hf_state(model))
+        assert sorted(back) == sorted(ours)
+        for name in ours:
+            assert np.array_equal(back[name], ours[name]), (family, name)
+        checked += 1
+    assert checked >= 2
+
+
+def test_old_run_folder_layout_still_generates_and_resumes(runs, tmp_path):
+    """A run folder from before gradcraft_config.json: gradcraft's config.json and model.safetensors."""
+    from safetensors.numpy import load_file
+    from gradcraft.inference.text import load_model
+    from gradcraft.models.hf import is_hf_config, is_hf_state
+    from gradcraft.training.trainer import save_weights
+    old = tmp_path / "old"
+    shutil.copytree(runs / "llama", old)
+    ours = json.loads((old / "gradcraft_config.json").read_text())
+    model, metadata = load_model(str(old / "gradcraft_config.json"), str(old / "model.safetensors"))
+    os.replace(old / "gradcraft_config.json", old / "config.json")
+    save_weights(model, str(old / "model.safetensors"), metadata["tokenizer_fingerprint"])
+    assert not is_hf_state(load_file(str(old / "model.safetensors")))
+    assert _generate(old, cwd=tmp_path) == _generate(runs / "llama", cwd=tmp_path)
+
+    proc = _cli("train", "--dataset", str(runs / "data" / "tokens.bin"), "--model_dir", str(old), "--resume",
+                "--steps", "32", "--no_progress")
+    assert proc.returncode == 0, proc.stderr
+    assert "resuming from" in proc.stderr and "step 30" in proc.stderr
+    # the resumed run leaves the new layout
+    assert json.loads((old / "gradcraft_config.json").read_text()) == ours
+    assert is_hf_config(json.loads((old / "config.json").read_text()))
+    assert is_hf_state(load_file(str(old / "model.safetensors")))
+    _generate(old, cwd=tmp_path)
+
+
+def test_a_family_hf_lacks_has_no_config_json_and_still_generates(runs, tmp_path):
+    """Learned-beta SwiGLU with learned positions: transformers has no class for it, so the run folder
+    holds no config.json (HF refuses it) and keeps its weights in gradcraft_model.safetensors."""
+    import transformers
+    run = tmp_path / "k2"
+    tokens = str(runs / "data" / "tokens.bin")
+    assert main(["train", "--dataset", tokens, "--model_dir", str(run), "--preset", "k2-83m", "--ffn_dim", "64",
+                 *SMALL]) == 0
+    assert not (run / "config.json").exists() and not (run / "model.safetensors").exists()
+    assert (run / "gradcraft_config.json").exists() and (run / "gradcraft_model.safetensors").exists()
+    _generate(run, cwd=tmp_path)
+    with pytest.raises((OSError, ValueError), match="config.json"):  # "Unrecognized model ... config.json"
+        transformers.AutoModelForCausalLM.from_pretrained(str(run))
+    assert main(["train", "--dataset", tokens, "--model_dir", str(run), "--resume", "--steps", "32",
+                 "--no_progress"]) == 0
+    assert not (run / "config.json").exists() and (run / "gradcraft_model.safetensors").exists()
+    _generate(run, cwd=tmp_path)
 
 
 def test_export_refuses_bad_input_with_one_line(runs, tmp_path):
@@ -166,7 +278,7 @@ def test_export_refuses_bad_input_with_one_line(runs, tmp_path):
     # an architecture HF has no class for (learned-beta SwiGLU, learned positions): refused, nothing written
     odd = tmp_path / "odd"
     odd.mkdir()
-    cfg = json.loads((runs / "llama" / "config.json").read_text())
+    cfg = json.loads((runs / "llama" / "gradcraft_config.json").read_text())
     cfg.update(learned_beta=True, positions="learned")
     (odd / "config.json").write_text(json.dumps(cfg))
     from gradcraft.models import ModelConfig, Transformer
@@ -177,7 +289,7 @@ def test_export_refuses_bad_input_with_one_line(runs, tmp_path):
     assert not (tmp_path / "c").exists()
     assert _cli("export", "--model_dir", str(odd), "--format", "safetensors", "--out", str(tmp_path / "d")).returncode == 0
     # mixture-of-experts with a capacity limit: HF's Mixtral has none, so it would compute other outputs
-    cfg = json.loads((runs / "llama" / "config.json").read_text())
+    cfg = json.loads((runs / "llama" / "gradcraft_config.json").read_text())
     cfg.update(ffn_pattern="M", n_experts=2, experts_per_token=1, capacity_factor=1.25)
     (odd / "config.json").write_text(json.dumps(cfg))
     save_weights(Transformer(ModelConfig.from_dict(cfg)), str(odd / "model.safetensors"))

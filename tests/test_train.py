@@ -27,7 +27,8 @@ def test_training_writes_every_output_and_learns(dataset, tmp_path):
     out = tmp_path / "run"
     run("--dataset", dataset, "--model_dir", str(out), "--steps", "30", "--checkpoint_every", "10",
         "--eval_every", "10", "--keep_checkpoints", "2", "--target_batch", "8", *TINY)
-    for name in ("config.json", "train_config.json", "model.safetensors", "training_log.csv", "loss.png"):
+    for name in ("gradcraft_config.json", "config.json", "train_config.json", "model.safetensors", "training_log.csv",
+                 "loss.png"):
         assert (out / name).exists(), name
     assert sorted(os.listdir(out / "checkpoints")) == ["step_00000020", "step_00000030"]  # the last 2 kept
     rows = read_log(str(out / "training_log.csv"))

@@ -273,5 +273,5 @@ def test_training_with_padding_resumes_exactly_and_matches_no_padding(odd_datase
     unpadded = _train(odd_dataset, tmp_path / "unpadded", 1)
     np.testing.assert_allclose(np.array(straight)[:, 1:].astype(float), np.array(unpadded)[:, 1:].astype(float),
                                rtol=1e-4)
-    weights = load_file(str(tmp_path / "straight" / "model.safetensors"))
-    assert weights["tok_emb.weight"].shape[0] == V
+    weights = load_file(str(tmp_path / "straight" / "model.safetensors"))  # GPT-2: in Hugging Face's layout
+    assert weights["transformer.wte.weight"].shape[0] == V

@@ -22,9 +22,11 @@ FORMATS = ("hf", "safetensors")
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("export", help="write a trained model as a Hugging Face or safetensors folder",
                               description="Export a run folder's final weights, config and tokenizer.")
-    p.add_argument("--model_dir", required=True, help="a training run (or any folder `generate` reads)")
-    p.add_argument("--format", required=True, help="hf (transformers' layout) or safetensors (gradcraft's)")
-    p.add_argument("--out", required=True, help="a new or empty folder to write")
+    p.add_argument("--model_dir", required=True, help="a training run (or any folder `generate` reads); required, "
+                                                      "no default")
+    p.add_argument("--format", required=True, help="hf (transformers' layout) or safetensors (gradcraft's); "
+                                                   "required, no default")
+    p.add_argument("--out", required=True, help="a new or empty folder to write; required, no default")
     p.set_defaults(func=run)
 
 

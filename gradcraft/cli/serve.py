@@ -15,10 +15,12 @@ def add_parser(subparsers) -> None:
 
     p = subparsers.add_parser("serve", help="serve a model over HTTP (OpenAI-compatible /v1/completions)",
                               description=DESCRIPTION)
-    p.add_argument("--model_dir", help="a training run: takes the tokenizer, config and weights from it")
-    p.add_argument("--vocab", help="tokenizer file (gradcraft, HF tokenizer.json or .tiktoken)")
-    p.add_argument("--config", help="model config.json")
-    p.add_argument("--weights", help="model.safetensors")
+    p.add_argument("--model_dir", help="a training run: takes the tokenizer, config and weights from it "
+                                       "(default: none; give it, or --vocab, --config and --weights)")
+    p.add_argument("--vocab", help="tokenizer file (gradcraft, HF tokenizer.json or .tiktoken) "
+                                   "(default: the one in --model_dir)")
+    p.add_argument("--config", help="model config.json (default: the one in --model_dir)")
+    p.add_argument("--weights", help="model.safetensors (default: the one in --model_dir)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="TCP port, 1-65535 (default: %(default)s)")
     p.add_argument("--name", default=None, help="model name reported by /v1/models (default: the model_dir name)")

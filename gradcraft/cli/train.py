@@ -33,9 +33,11 @@ TRAIN_HELP = {
     "dtype": "bfloat16 = mixed precision (fp32 master weights)",
     "cuda_graph": "record the step as a CUDA graph and replay it (auto: on for cuda)",
     "nproc": "data-parallel processes: one per GPU from --device on (NCCL), or CPU processes",
+    "log": "logs to write, a comma list of csv, jsonl (events.jsonl), tensorboard (needs `pip install "
+           "tensorboard`); training_log.csv is always written",
 }
 
-# flag -> ModelConfig field (the architecture; saved in model_dir/config.json)
+# flag -> ModelConfig field (the architecture; saved in model_dir/gradcraft_config.json)
 ARCH_FLAGS = {"vocab_size": "vocab_size", "seq_len": "seq_len", "embed_dim": "dim", "num_heads": "n_heads",
               "num_layers": "n_layers", "num_kv_heads": "n_kv_heads", "ffn_dim": "ffn_dim", "dropout": "dropout"}
 
@@ -80,6 +82,7 @@ def add_parser(subparsers) -> None:
     run.add_argument("--dtype", choices=["float32", "bfloat16"], help=training_help("dtype", train_defaults))
     run.add_argument("--cuda_graph", choices=["auto", "on", "off"], help=training_help("cuda_graph", train_defaults))
     run.add_argument("--nproc", type=int, help=training_help("nproc", train_defaults))
+    run.add_argument("--log", help=training_help("log", train_defaults))
     run.add_argument("--no_progress", action="store_true", help="print lines instead of a progress bar")
     p.set_defaults(func=run_train)
 
@@ -114,7 +117,10 @@ def build_configs(args):
     given_arch = {field: getattr(args, flag) for flag, field in ARCH_FLAGS.items() if getattr(args, flag) is not None}
 
     if args.resume:
-        config_path = os.path.join(args.model_dir, "config.json")
+        # gradcraft's own config; older run folders kept it as config.json (now Hugging Face's)
+        config_path = os.path.join(args.model_dir, "gradcraft_config.json")
+        if not os.path.exists(config_path):
+            config_path = os.path.join(args.model_dir, "config.json")
         if not os.path.exists(config_path):
             raise UserError(f"--resume: {config_path} does not exist; nothing to resume in {args.model_dir}")
         saved = _read_json(config_path)
@@ -167,5 +173,10 @@ def run_train(args) -> int:
         return 0
     print(f"trained {summary['step']} steps; final loss {summary['loss']:.4f}; "
           f"peak memory {summary['peak_bytes'] / 2**20:,.0f} MiB; "
-          f"{summary['tokens_per_s']:,.0f} tokens/s; weights in {os.path.join(train_config.model_dir, 'model.safetensors')}")
+          f"{summary['tokens_per_s']:,.0f} tokens/s; weights in {_final_weights(train_config.model_dir)}")
     return 0
+
+
+def _final_weights(model_dir: str) -> str:
+    from gradcraft.inference.text import paths_from_model_dir
+    return paths_from_model_dir(model_dir)[2]

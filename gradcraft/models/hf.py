@@ -208,15 +208,25 @@ def hf_family(cfg: ModelConfig) -> str | None:
         return None
 
 
+def hf_exact_family(cfg: ModelConfig) -> str | None:
+    """The Hugging Face family that computes what this model computes, or None: transformers has no
+    class for the architecture, or its experts have a capacity limit that HF's Mixtral lacks."""
+    family = hf_family(cfg)
+    if family == "mixtral" and cfg.capacity_factor:
+        return None
+    return family
+
+
 def export_hf(model: Transformer, directory: str, metadata: dict | None = None) -> None:
     """Write `config.json` and `model.safetensors` that transformers' from_pretrained() loads.
 
-    `metadata` (strings) joins the safetensors header, e.g. the tokenizer fingerprint."""
+    `metadata` (strings) joins the safetensors header, e.g. the tokenizer fingerprint. The weights
+    go first, config.json last: a new folder has a config.json only once its weights are complete."""
     os.makedirs(directory, exist_ok=True)
     config = hf_config(model.config)  # raises UserError first for an architecture HF has no class for
-    write_json(os.path.join(directory, "config.json"), config)
     with atomic_file(os.path.join(directory, "model.safetensors")) as f:
         f.write(save(to_hf_state(model), metadata={**(metadata or {}), "format": "pt"}))
+    write_json(os.path.join(directory, "config.json"), config)
 
 
 def is_hf_config(config: dict) -> bool:

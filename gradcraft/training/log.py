@@ -1,8 +1,11 @@
-"""The training log: `training_log.csv` (one row per step) and a loss-curve PNG drawn from it."""
+"""The training logs: `training_log.csv` (one row per step), `events.jsonl` (one JSON object per
+event), an optional TensorBoard event file, and a loss-curve PNG drawn from the CSV."""
 
 import csv
+import json
 import math
 import os
+import time
 
 from gradcraft.atomic import write_text
 
@@ -28,6 +31,150 @@ class CSVLog:
 
     def close(self) -> None:
         self.file.close()
+
+
+# The writers `--log` may name; csv is always on.
+LOG_KINDS = ("csv", "jsonl", "tensorboard")
+TENSORBOARD_MISSING = "--log tensorboard needs the tensorboard package: pip install tensorboard"
+
+
+def parse_log_kinds(spec: str) -> list:
+    """--log "jsonl,tensorboard" -> the writers to use, csv always among them; a bad name is a UserError."""
+    from gradcraft.errors import UserError
+
+    kinds = [k.strip() for k in (spec or "").split(",") if k.strip()]
+    bad = [k for k in kinds if k not in LOG_KINDS]
+    if bad:
+        raise UserError(f"--log: unknown log {bad[0]!r}; give a comma list of {', '.join(LOG_KINDS)}")
+    return ["csv"] + [k for k in LOG_KINDS[1:] if k in kinds]
+
+
+def check_tensorboard() -> None:
+    """A UserError naming `pip install tensorboard` when the tensorboard package is missing."""
+    from gradcraft.errors import UserError
+
+    try:
+        import tensorboard.summary.writer.event_file_writer  # noqa: F401
+    except ImportError:
+        raise UserError(TENSORBOARD_MISSING) from None
+
+
+class JSONLLog:
+    """`events.jsonl`: one JSON object a line (`"event"`: start, step, eval or end; each has `"step"`).
+
+    Line-buffered and flushed per event, so a crash loses at most the line being written. On resume
+    the events after the resumed step are dropped (they are redone), as CSVLog drops its rows, and
+    so is a last line a crash cut short."""
+
+    def __init__(self, path: str, resume_step: int | None = None):
+        self.path = path
+        self.t0 = time.time()
+        lines = []
+        if resume_step is not None and os.path.exists(path):
+            lines = [json.dumps(e) for e in read_events(path) if int(e.get("step", 0)) <= resume_step]
+        write_text(path, "".join(line + "\n" for line in lines))
+        self.file = open(path, "a", buffering=1)
+
+    def write(self, event: str, step: int, **values) -> None:
+        now = time.time()
+        record = {"event": event, "step": step, "time": round(now, 3), "elapsed": round(now - self.t0, 3)}
+        record.update((k, _json_value(v)) for k, v in values.items())
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def read_events(path: str) -> list:
+    """The events of an events.jsonl; a line that does not parse (cut short by a crash) is skipped."""
+    events = []
+    with open(path) as f:
+        for line in f:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                events.append(event)
+    return events
+
+
+def _json_value(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no NaN or Infinity
+    if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
+        return _json_value(value.item())  # a numpy scalar
+    return value
+
+
+class TensorBoardLog:
+    """Scalars in a TensorBoard event file under `<model_dir>/tensorboard/`, written with the
+    tensorboard package's own writer (no torch, no tensorflow). On resume a SessionLog START just after the
+    resumed step makes TensorBoard drop the scalars a previous session wrote after that step."""
+
+    def __init__(self, log_dir: str, resume_step: int | None = None):
+        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+        from tensorboard.compat.proto.summary_pb2 import Summary
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        self.Event, self.Summary = Event, Summary
+        os.makedirs(log_dir, exist_ok=True)
+        self.writer = EventFileWriter(log_dir, flush_secs=10)
+        if resume_step is not None:
+            # TensorBoard keeps the points before this event's step and drops those at it and after
+            self.writer.add_event(Event(wall_time=time.time(), step=resume_step + 1,
+                                        session_log=SessionLog(status=SessionLog.START)))
+
+    def scalars(self, step: int, values: dict) -> None:
+        values = {k: float(v) for k, v in values.items() if v is not None and math.isfinite(float(v))}
+        if values:
+            summary = self.Summary(value=[self.Summary.Value(tag=k, simple_value=v) for k, v in values.items()])
+            self.writer.add_event(self.Event(wall_time=time.time(), step=step, summary=summary))
+
+    def flush(self) -> None:
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class RunLogs:
+    """The run's logs together: the CSV always, events.jsonl and TensorBoard as `--log` names them."""
+
+    def __init__(self, model_dir: str, kinds, resume_step: int | None = None, extra_columns=()):
+        self.csv = CSVLog(os.path.join(model_dir, "training_log.csv"), resume_step=resume_step,
+                          extra_columns=extra_columns)
+        self.jsonl = JSONLLog(os.path.join(model_dir, "events.jsonl"), resume_step) if "jsonl" in kinds else None
+        self.tb = TensorBoardLog(os.path.join(model_dir, "tensorboard"), resume_step) \
+            if "tensorboard" in kinds else None
+
+    def start(self, step: int, resumed: bool, config: dict, model: dict) -> None:
+        if self.jsonl:
+            self.jsonl.write("start", step, resumed=resumed, config=config, model=model)
+
+    def append(self, row: dict) -> None:
+        """One step's row (the CSV's columns); its val_loss, when set, is also an eval event."""
+        self.csv.append(row)
+        step = row["step"]
+        if self.jsonl:
+            self.jsonl.write("step", step, **{k: v for k, v in row.items() if k not in ("step", "val_loss")})
+            if row.get("val_loss") is not None:
+                self.jsonl.write("eval", step, val_loss=row["val_loss"])
+        if self.tb:
+            self.tb.scalars(step, {"train/loss": row["loss"], "train/lr": row["lr"],
+                                   "train/grad_norm": row["grad_norm"], "val/loss": row.get("val_loss")})
+
+    def end(self, step: int, status: str, **values) -> None:
+        if self.jsonl:
+            self.jsonl.write("end", step, status=status, **values)
+
+    def close(self) -> None:
+        self.csv.close()
+        if self.jsonl:
+            self.jsonl.close()
+        if self.tb:
+            self.tb.close()
 
 
 def _fmt(value):

@@ -28,7 +28,7 @@ from gradcraft.ops.creation import advance_dropout
 from gradcraft.optim import AdamW, CosineWithWarmup, grad_norm_and_scale
 from gradcraft.optim.schedule import from_state_dict, set_lr, with_total_steps
 from gradcraft.training import checkpoint as ckpt
-from gradcraft.training.log import CSVLog, plot_loss
+from gradcraft.training.log import RunLogs, check_tensorboard, parse_log_kinds, plot_loss
 from safetensors.numpy import save_file
 
 
@@ -61,6 +61,7 @@ class TrainConfig:
     progress: bool = True
     cuda_graph: str = "auto"  # auto (on for CUDA), on, off
     nproc: int = 1  # data-parallel processes: one per GPU from `device` on, or CPU processes
+    log: str = "csv,jsonl"  # the logs written: a comma list of csv (always on), jsonl, tensorboard
 
     def validate(self) -> None:
         if self.batch_size < 1 or self.steps < 1 or self.nproc < 1:
@@ -73,14 +74,22 @@ class TrainConfig:
             raise UserError(f"--sampling must be one of {', '.join(SAMPLERS)}, got {self.sampling!r}")
         if self.dtype not in ("float32", "bfloat16"):
             raise UserError(f"--dtype must be float32 or bfloat16, got {self.dtype!r}")
+        if "tensorboard" in parse_log_kinds(self.log):
+            check_tensorboard()  # before anything is trained or written
 
 
 # What a run writes into its --model_dir. `--overwrite` removes exactly these (nothing else in the
 # folder), so list every new file a run writes here. A folder "holds a run" when it has a checkpoint
 # or final weights: a run stopped before its first checkpoint has nothing to resume, so the same
 # command may start it again.
-RUN_FILES = ("config.json", "train_config.json", "checkpoints", "model.safetensors", "training_log.csv", "loss.png",
-             "gradcraft_tokenizer.json", "tokenizer.json", "tokenizer_config.json")
+RUN_FILES = ("gradcraft_config.json", "config.json", "train_config.json", "checkpoints", "model.safetensors",
+             "gradcraft_model.safetensors", "training_log.csv", "loss.png",
+             "events.jsonl", "tensorboard", "gradcraft_tokenizer.json", "tokenizer.json", "tokenizer_config.json")
+
+
+# The final weights: Hugging Face's model.safetensors (older run folders: gradcraft's), or
+# gradcraft_model.safetensors for an architecture HF has no class for (see save_run_weights).
+FINAL_WEIGHTS = ("gradcraft_model.safetensors", "model.safetensors")
 
 
 def check_model_dir(model_dir: str, resume: bool, overwrite: bool) -> None:
@@ -91,7 +100,7 @@ def check_model_dir(model_dir: str, resume: bool, overwrite: bool) -> None:
     if os.path.exists(model_dir) and not os.path.isdir(model_dir):
         raise UserError(f"--model_dir {model_dir} is a file, not a folder; give a new or existing folder")
     checkpoints = ckpt.list_checkpoints(os.path.join(model_dir, "checkpoints"))
-    weights = os.path.exists(os.path.join(model_dir, "model.safetensors"))
+    weights = any(os.path.exists(os.path.join(model_dir, name)) for name in FINAL_WEIGHTS)
     if (checkpoints or weights) and not resume and not overwrite:
         what = f"checkpoints up to step {int(os.path.basename(checkpoints[-1])[5:])}" if checkpoints else "weights"
         raise UserError(f"{model_dir} already holds a run ({what}); pass --resume to continue it, "
@@ -270,15 +279,15 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
         start_step = state["step"]
         end = min(tc.steps, tc.stop_after) if tc.stop_after else tc.steps
         if start_step >= end:
-            if main and not os.path.exists(os.path.join(tc.model_dir, "model.safetensors")):
-                save_weights(model, os.path.join(tc.model_dir, "model.safetensors"), header.fingerprint)
+            if main and not any(os.path.exists(os.path.join(tc.model_dir, n)) for n in FINAL_WEIGHTS):
+                save_run_weights(model, tc.model_dir, header.fingerprint)
             return {"finished": True, "step": start_step, "steps": tc.steps}
         sampler.load_state_dict(state["sampler"])
         gc.set_rng_state(state["rng"])
         log(f"resuming from {path} (step {start_step})")
         schedule = _resumed_schedule(state.get("schedule"), schedule, start_step, log)
     if main:
-        write_json(os.path.join(tc.model_dir, "config.json"), mc.to_dict())
+        write_json(os.path.join(tc.model_dir, "gradcraft_config.json"), mc.to_dict())
         # the batch per step as resolved, so that a --resume with another --nproc keeps it
         write_json(os.path.join(tc.model_dir, "train_config.json"), asdict(replace(tc, target_batch=per_step)))
         # the tokenizer travels with the run folder (checked against the token file's fingerprint)
@@ -287,8 +296,11 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
     log(f"model: {describe(model)}")
     log(f"data: {len(tokens):,} tokens; {tc.batch_size} x {accum} sequences of {mc.seq_len} per step"
         + (f" on each of {world} processes" if world > 1 else "") + f"; device {tc.device}, {tc.dtype}")
-    csv_log = CSVLog(os.path.join(tc.model_dir, "training_log.csv"), resume_step=start_step if resume else None,
-                     extra_columns=list(_moe_stats(model, names_only=True))) if main else None
+    run_log = RunLogs(tc.model_dir, parse_log_kinds(tc.log), resume_step=start_step if resume else None,
+                      extra_columns=list(_moe_stats(model, names_only=True))) if main else None
+    if main:
+        run_log.start(start_step, resumed=resume, config=asdict(replace(tc, target_batch=per_step)),
+                      model=mc.to_dict())
     peak = peak_flops(tc.device, tc.dtype)
     flops_per_token = model.flops_per_token()
     tokens_per_step = per_step * mc.seq_len
@@ -319,8 +331,9 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
             log(f"warning: step {step + 1}: loss {step_loss} / grad norm {norm_value} is not finite; "
                 "skipped the update")
             if bad_steps >= tc.max_bad_steps:
-                if csv_log:
-                    csv_log.close()
+                if run_log:
+                    run_log.end(step, "stopped: the loss was not finite", bad_steps=bad_steps)
+                    run_log.close()
                 where = f"the last good checkpoint is {last_good_ckpt}" if last_good_ckpt else "no checkpoint was written"
                 raise UserError(f"the loss was not finite for {bad_steps} steps in a row (last at step {step + 1}); "
                                 f"stopped: {where}. Try a lower --max_lr")
@@ -339,7 +352,7 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
         if val_tokens is not None and ((tc.eval_every and done % tc.eval_every == 0) or done == tc.steps):
             val_loss = evaluate(model, val_tokens, mc.seq_len, tc.batch_size, tc.eval_batches, tc.device,
                                 compute_dtype)
-        csv_log.append({"step": done, "loss": step_loss, "grad_norm": norm_value, "lr": lr,
+        run_log.append({"step": done, "loss": step_loss, "grad_norm": norm_value, "lr": lr,
                         "tokens_per_s": round(tok_per_s, 1), "val_loss": val_loss, **moe_sums})
         if bar is not None:
             postfix = {"loss": f"{step_loss:.4f}", "lr": f"{lr:.2e}", "tok/s": f"{tok_per_s:,.0f}"}
@@ -360,8 +373,10 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
         bar.close()
     if not main:
         return {"step": end_step, "loss": last_loss, "tokens_per_s": tok_per_s}
-    csv_log.close()
-    save_weights(model, os.path.join(tc.model_dir, "model.safetensors"), header.fingerprint)
+    run_log.end(end_step, "finished" if end_step == tc.steps else "stopped (--stop_after)", loss=last_loss,
+                tokens_per_s=round(tok_per_s, 1))
+    run_log.close()
+    save_run_weights(model, tc.model_dir, header.fingerprint)
     try:
         plot_loss(os.path.join(tc.model_dir, "training_log.csv"), os.path.join(tc.model_dir, "loss.png"))
     except ModuleNotFoundError as e:
@@ -531,6 +546,29 @@ def save_weights(model, path: str, fingerprint: str = "") -> None:
     with open(tmp, "rb+") as f:
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def save_run_weights(model, model_dir: str, fingerprint: str = "") -> str:
+    """The final weights in the run folder; returns their path. For an architecture transformers
+    computes exactly, Hugging Face's config.json + model.safetensors (HF's layout, fp32, which
+    gradcraft's loader converts back exactly with gradcraft_config.json), so the run folder opens in
+    AutoModelForCausalLM as is; otherwise gradcraft_model.safetensors in our layout and no
+    config.json, so that HF refuses the folder. The other layout's files (an older run folder's,
+    resumed) are removed after the new ones are written."""
+    from gradcraft.models.hf import export_hf, hf_exact_family
+
+    metadata = {"tokenizer_fingerprint": fingerprint or "", "config": json.dumps(model.config.to_dict())}
+    if hf_exact_family(model.config) is not None:
+        export_hf(model, model_dir, metadata)
+        written, stale = "model.safetensors", ("gradcraft_model.safetensors",)
+    else:
+        save_weights(model, os.path.join(model_dir, "gradcraft_model.safetensors"), fingerprint)
+        written, stale = "gradcraft_model.safetensors", ("model.safetensors", "config.json")
+    for name in stale:
+        path = os.path.join(model_dir, name)
+        if os.path.exists(path):
+            os.unlink(path)
+    return os.path.join(model_dir, written)
 
 
 def _progress(tc: TrainConfig, start: int):

@@ -158,14 +158,37 @@ def build_configs(args):
 
 
 def run_train(args) -> int:
-    from gradcraft.training.trainer import interrupted_message, train_processes
+    from gradcraft.training import checkpoint as ckpt
+    from gradcraft.training.runlock import Terminated, lock_run_folder, release_run_folder, sigterm_as_interrupt
+    from gradcraft.training.trainer import check_memory, interrupted_message, train_processes
 
-    train_config, model_config = build_configs(args)
-    try:
-        summary = train_processes(train_config, model_config, resume=args.resume, overwrite=args.overwrite)
-    except KeyboardInterrupt:
-        print(f"\n{interrupted_message(train_config)}", file=sys.stderr)
-        return 130
+    train_config, lock, locked, created = None, None, False, False
+    with sigterm_as_interrupt():
+        try:
+            # The run folder's lock comes before anything is written into it: a folder that exists is
+            # locked first (so a second train on a running folder is told who holds it); a new one
+            # after the flags and the dataset are checked (a mistyped command creates no folder).
+            if os.path.isdir(args.model_dir):
+                lock, locked = lock_run_folder(args.model_dir), True
+            train_config, model_config = build_configs(args)
+            if not locked:
+                train_config.validate()  # the checks train_processes makes first, before the folder exists
+                check_memory(train_config, model_config)
+                created = not os.path.exists(train_config.model_dir)
+                lock, locked = lock_run_folder(train_config.model_dir), True
+            summary = train_processes(train_config, model_config, resume=args.resume, overwrite=args.overwrite)
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Terminated): the same clear stop
+            code = 143 if isinstance(e, Terminated) else 130
+            if train_config is None:
+                print("\n" + ("terminated" if code == 143 else "interrupted"), file=sys.stderr)
+                return code
+            if locked:
+                ckpt.remove_temporaries(train_config.model_dir)  # ours: we hold the folder's lock
+            print(f"\n{interrupted_message(train_config)}", file=sys.stderr)
+            return code
+        finally:
+            # a folder this command created and left empty (a run refused before it wrote anything) goes
+            release_run_folder(lock, train_config.model_dir if created else None)
     if summary.get("finished"):
         print(f"nothing to do: the run in {train_config.model_dir} is at step {summary['step']} and --steps is "
               f"{summary['steps']}" + (f" (--stop_after {train_config.stop_after})" if train_config.stop_after else "")

@@ -54,6 +54,20 @@ def save_checkpoint(model_dir: str, step: int, model, optimizer, state: dict, ke
     tmp = os.path.join(root, f".tmp-step_{step:08d}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
+    try:
+        _write_checkpoint(tmp, model, optimizer, state, step)
+    except BaseException:  # Ctrl-C, SIGTERM, a full disk: no half-written folder left behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if os.path.exists(final):  # the same step again after a resume: replace it
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    fsync_dir(root)
+    _prune(root, keep)
+    return final
+
+
+def _write_checkpoint(tmp: str, model, optimizer, state: dict, step: int) -> None:
     save_file(weights_to_numpy(model), os.path.join(tmp, "model.safetensors"))
     opt_state = optimizer.state_dict()
     tensors, scalars = {}, {}
@@ -76,21 +90,41 @@ def save_checkpoint(model_dir: str, step: int, model, optimizer, state: dict, ke
         f.flush()
         os.fsync(f.fileno())
     fsync_dir(tmp)
-    if os.path.exists(final):  # the same step again after a resume: replace it
-        shutil.rmtree(final)
-    os.rename(tmp, final)
-    fsync_dir(root)
-    _prune(root, keep)
-    return final
 
 
 def _prune(root: str, keep: int) -> None:
     steps = list_checkpoints(root)
     for path in steps[:-keep] if keep > 0 else []:
         shutil.rmtree(path, ignore_errors=True)
-    for name in os.listdir(root):  # leftovers of writes killed half-way
+    # leftovers of writes killed half-way (SIGKILL, power loss); never another live run's: `gradcraft train`
+    # holds the run folder's lock (runlock.py) while it writes here
+    for name in os.listdir(root):
         if name.startswith(".tmp-") and not name.endswith(f"-{os.getpid()}"):
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def remove_temporaries(model_dir: str) -> list:
+    """Remove every temporary a run leaves when it is stopped half-way through a write: the
+    checkpoints' `.tmp-step_*` folders, atomic writes' `.tmp-*` files, the final weights' and the
+    plot's temporaries. Only for the holder of the run folder's lock (gradcraft/training/runlock.py):
+    no other process can be writing them. Returns what was removed."""
+    removed = []
+    for folder in (os.path.join(model_dir, "checkpoints"), model_dir):
+        if not os.path.isdir(folder):
+            continue
+        for name in os.listdir(folder):
+            if not (name.startswith(".tmp-") or name.endswith((".safetensors.tmp", ".tmp.png"))):
+                continue
+            path = os.path.join(folder, name)
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    continue
+            removed.append(path)
+    return removed
 
 
 def list_checkpoints(root: str) -> list:

@@ -1,0 +1,109 @@
+"""One `gradcraft train` per run folder, and SIGTERM handled like Ctrl-C.
+
+The lock is an OS file lock (fcntl.flock, exclusive, non-blocking) on
+`<model_dir>/.lock`, which holds the holder's PID. The OS releases it when the
+process ends, however it ends, so a crashed run never leaves a stale lock; the
+file itself stays (removing it would let a third process lock a new file
+while a second one still holds the old). Where fcntl is missing (Windows),
+there is no lock and no error.
+"""
+
+import contextlib
+import os
+import signal
+import threading
+
+from gradcraft.errors import UserError
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+
+LOCK_NAME = ".lock"
+
+
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread by SIGTERM: the train command handles it like Ctrl-C (exit 143)."""
+
+
+def _holder(fd: int) -> str:
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        text = os.read(fd, 64).decode("ascii", "replace").strip()
+    except OSError:
+        return ""
+    return text if text.isdigit() else ""
+
+
+def lock_run_folder(model_dir: str):
+    """Take the run folder's lock (creating the folder); returns an fd to release with
+    release_run_folder, or None where the OS has no flock. Another live holder: a UserError naming
+    its PID, and nothing is written."""
+    if fcntl is None:
+        return None
+    path = os.path.join(model_dir, LOCK_NAME)
+    if os.path.isdir(model_dir) and os.path.exists(path):
+        # a folder another run may hold: probe without writing anything (no create, no truncate)
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError as e:
+            raise UserError(f"cannot open the run folder's lock {path}: {e.strerror}") from None
+    else:
+        try:
+            os.makedirs(model_dir, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise UserError(f"cannot create the run folder's lock {path}: {e.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        pid = _holder(fd)
+        os.close(fd)
+        who = f"process {pid}" if pid else "another process"
+        raise UserError(f"{model_dir} is in use by {who} (another `gradcraft train` on this folder); "
+                        "wait for it to end, or stop it, or choose another --model_dir") from None
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def release_run_folder(fd, remove_if_empty: str | None = None) -> None:
+    """Release the lock. remove_if_empty: the run folder, when the caller created it; if it holds
+    nothing but .lock (the run stopped before writing anything), the folder is removed."""
+    if fd is None:
+        return
+    if remove_if_empty is not None:
+        try:
+            if os.listdir(remove_if_empty) == [LOCK_NAME]:
+                os.unlink(os.path.join(remove_if_empty, LOCK_NAME))
+                os.rmdir(remove_if_empty)
+        except OSError:
+            pass
+    try:
+        os.ftruncate(fd, 0)  # no PID of a process that no longer holds the folder
+    except OSError:
+        pass
+    os.close(fd)  # closing releases the flock
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """Within the block, SIGTERM raises Terminated (once) in the main thread; the previous handler
+    is restored afterwards. Off the main thread (where signal.signal raises) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired = []
+
+    def handler(signum, frame):
+        if not fired:  # a second SIGTERM during the cleanup does not cut the cleanup short
+            fired.append(signum)
+            raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

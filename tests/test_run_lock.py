@@ -1,0 +1,161 @@
+"""Issue 19: one `gradcraft train` per run folder (an OS lock on <model_dir>/.lock), and SIGTERM
+handled like Ctrl-C (the newest checkpoint and the resume command, no temporaries left, exit 143)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gradcraft.training.log import read_log
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="fcntl.flock and SIGTERM are POSIX")
+
+TINY = ["--preset", "toy-v0", "--embed_dim", "32", "--num_heads", "2", "--num_layers", "2", "--seq_len", "16",
+        "--batch_size", "4", "--warmup_steps", "2", "--no_progress", "--max_lr", "3e-3"]
+
+
+def _train(dataset, out, *flags, **kwargs):
+    return subprocess.Popen([sys.executable, "-m", "gradcraft.cli.main", "train", "--dataset", dataset,
+                             "--model_dir", str(out), *TINY, *flags],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def _wait_for(path, proc, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline and not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    assert path.exists()
+
+
+def _listing(folder):
+    return sorted((os.path.relpath(os.path.join(d, n), folder), os.path.getmtime(os.path.join(d, n)))
+                  for d, dirs, files in os.walk(folder) for n in dirs + files if n != ".lock")
+
+
+def test_a_second_train_on_a_running_folder_is_refused_and_the_first_finishes(dataset, tmp_path):
+    out = tmp_path / "run"
+    first = _train(dataset, out, "--steps", "500", "--checkpoint_every", "50", "--print_every", "50")
+    try:
+        _wait_for(out / "checkpoints" / "step_00000050", first)
+        assert (out / ".lock").read_text().strip() == str(first.pid)
+        seconds = [_train(dataset, out, "--steps", "500", *flags) for flags in ([], ["--resume"], ["--overwrite"])]
+        for second in seconds:
+            _, err = second.communicate(timeout=60)
+            assert second.returncode == 2, err
+            lines = err.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith("error: ") and f"process {first.pid}" in lines[0], err
+        assert first.poll() is None  # refused while the first was running
+        _, err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0, err
+    assert "error" not in err and "Traceback" not in err
+    from gradcraft.inference.text import load_model, paths_from_model_dir
+    _, config_path, weights_path = paths_from_model_dir(str(out))
+    load_model(config_path, weights_path)  # the final weights load
+    rows = read_log(str(out / "training_log.csv"))
+    assert [int(r["step"]) for r in rows] == list(range(1, 501))  # continuous: the second wrote nothing
+    assert not [n for n in os.listdir(out / "checkpoints") if n.startswith(".tmp-")]
+
+    # released at the end: a --resume (to a larger --steps) takes the lock and goes on
+    again = _train(dataset, out, "--steps", "510", "--resume")
+    _, err = again.communicate(timeout=120)
+    assert again.returncode == 0, err
+    assert [int(r["step"]) for r in read_log(str(out / "training_log.csv"))] == list(range(1, 511))
+
+
+def test_a_refused_train_writes_nothing(dataset, tmp_path):
+    """While a process holds the lock, a second train changes nothing in the folder, not even .lock."""
+    from gradcraft.training.runlock import lock_run_folder, release_run_folder
+    out = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                               "from gradcraft.training.runlock import lock_run_folder\n"
+                               f"fd = lock_run_folder({str(out)!r}); print('locked', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        before = _listing(out), (out / ".lock").read_text(), os.path.getmtime(out / ".lock")
+        second = _train(dataset, out, "--steps", "5")
+        _, err = second.communicate(timeout=60)
+        assert second.returncode == 2 and err.count("\n") == 1 and f"process {holder.pid}" in err, err
+        assert (_listing(out), (out / ".lock").read_text(), os.path.getmtime(out / ".lock")) == before
+    finally:
+        holder.kill()
+        holder.wait()
+    # the OS released the killed holder's lock: no stale lock
+    fd = lock_run_folder(str(out))
+    assert (out / ".lock").read_text().strip() == str(os.getpid())
+    release_run_folder(fd)
+
+
+def test_sigterm_stops_like_ctrl_c_and_the_run_resumes(dataset, tmp_path):
+    out = tmp_path / "run"
+    proc = _train(dataset, out, "--steps", "100000", "--checkpoint_every", "1")
+    try:
+        _wait_for(out / "checkpoints" / "step_00000003", proc)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("interrupted: the newest checkpoint holds step "), err
+    assert last.endswith(f"resume with: gradcraft train --dataset {dataset} --model_dir {out} --resume")
+    step = int(last.split("holds step ")[1].split()[0])
+    assert (out / "checkpoints" / f"step_{step:08d}").exists()
+    leftovers = [n for d in (out, out / "checkpoints") for n in os.listdir(d)
+                 if n.startswith(".tmp-") or n.endswith(".tmp")]
+    assert leftovers == []
+
+    again = _train(dataset, out, "--resume", "--steps", str(step + 3))
+    _, err = again.communicate(timeout=120)
+    assert again.returncode == 0, err
+    assert f"(step {step})" in err
+    assert int(read_log(str(out / "training_log.csv"))[-1]["step"]) == step + 3
+
+
+def test_the_sigterm_handler_is_restored_and_skipped_off_the_main_thread():
+    import threading
+    from gradcraft.training.runlock import sigterm_as_interrupt
+    before = signal.getsignal(signal.SIGTERM)
+    with sigterm_as_interrupt():
+        assert signal.getsignal(signal.SIGTERM) is not before
+    assert signal.getsignal(signal.SIGTERM) is before
+    errors = []
+
+    def other():
+        try:
+            with sigterm_as_interrupt():
+                pass
+        except Exception as e:  # signal.signal off the main thread would raise ValueError
+            errors.append(e)
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert errors == []
+
+
+def test_without_fcntl_there_is_no_lock(tmp_path, monkeypatch):
+    from gradcraft.training import runlock
+    monkeypatch.setattr(runlock, "fcntl", None)
+    assert runlock.lock_run_folder(str(tmp_path / "run")) is None
+    assert not (tmp_path / "run").exists()
+    runlock.release_run_folder(None)
+
+
+def test_remove_temporaries_takes_the_leftovers_of_a_stopped_write(tmp_path):
+    from gradcraft.training.checkpoint import remove_temporaries
+    (tmp_path / "checkpoints" / ".tmp-step_00000004-123").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "step_00000003").mkdir()
+    for name in (".tmp-abc.json", "gradcraft_model.safetensors.tmp", "loss.png.tmp.png", ".lock", "notes.txt"):
+        (tmp_path / name).write_text("x")
+    remove_temporaries(str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == [".lock", "checkpoints", "notes.txt"]
+    assert os.listdir(tmp_path / "checkpoints") == ["step_00000003"]

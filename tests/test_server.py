@@ -19,24 +19,44 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _wait_healthy(url, check_alive=lambda: None, tries=300, pause=0.1) -> None:
+    """Poll url/health until it answers; check_alive() raises when the server died first."""
+    for _ in range(tries):
+        try:
+            urllib.request.urlopen(url + "/health", timeout=1)
+            return
+        except OSError:
+            check_alive()
+            time.sleep(pause)
+    raise AssertionError(f"{url} never answered /health")
+
+
+def _serve(trained_run, *flags, log_path=None):
+    """`gradcraft serve` of the trained run on a free port, its stderr into log_path (a file, not a
+    pipe: a full pipe would block the server's logging): (process, URL), once /health answers."""
+    port = _free_port()
+    stderr = open(log_path, "w") if log_path else subprocess.DEVNULL
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "gradcraft.cli.main", "serve", "--model_dir",
+                                 str(trained_run / "run"), "--port", str(port), *flags],
+                                stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+    finally:
+        if log_path:
+            stderr.close()
+    url = f"http://127.0.0.1:{port}"
+
+    def check_alive():
+        if proc.poll() is not None:
+            raise AssertionError(log_path.read_text() if log_path else f"serve exited with {proc.returncode}")
+    _wait_healthy(url, check_alive)
+    return proc, url
+
+
 @pytest.fixture(scope="module")
 def served(trained_run, tmp_path_factory):
     """A running `gradcraft serve` (body limit 100 kB); yields its URL and its stderr (the access log) file."""
-    port = _free_port()
     log_path = tmp_path_factory.mktemp("serve") / "stderr.txt"
-    with open(log_path, "w") as log:  # a file, not a pipe: a full pipe would block the server's logging
-        proc = subprocess.Popen([sys.executable, "-m", "gradcraft.cli.main", "serve", "--model_dir",
-                                 str(trained_run / "run"), "--port", str(port), "--max_body_bytes", "100000"],
-                                stdout=subprocess.DEVNULL, stderr=log, text=True)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            urllib.request.urlopen(url + "/health", timeout=1)
-            break
-        except OSError:
-            if proc.poll() is not None:
-                raise AssertionError(log_path.read_text())
-            time.sleep(0.1)
+    proc, url = _serve(trained_run, "--max_body_bytes", "100000", log_path=log_path)
     yield url, log_path
     proc.terminate()
     proc.wait(timeout=10)
@@ -259,19 +279,8 @@ def test_serve_help_describes_the_command():
 
 
 def test_docs_are_served_with_the_docs_flag(trained_run):
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "gradcraft.cli.main", "serve", "--model_dir",
-                             str(trained_run / "run"), "--port", str(port), "--docs"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, url = _serve(trained_run, "--docs")
     try:
-        url = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(url + "/health", timeout=1)
-                break
-            except OSError:
-                assert proc.poll() is None
-                time.sleep(0.1)
         assert get(url + "/docs")[0] == 200
         assert "/v1/completions" in json.loads(get(url + "/openapi.json")[1])["paths"]
     finally:
@@ -321,12 +330,7 @@ def slow_server():
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(url + "/health", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.05)
+    _wait_healthy(url, tries=100, pause=0.05)
     yield url, generator
     server.should_exit = True
     thread.join(timeout=10)

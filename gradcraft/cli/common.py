@@ -85,6 +85,16 @@ class Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """--model_dir, or --vocab, --config and --weights: where generate and serve find a model."""
+    parser.add_argument("--model_dir", help="a training run: takes the tokenizer, config and weights from it "
+                                            "(default: none; then give --vocab, --config and --weights)")
+    parser.add_argument("--vocab", help="tokenizer file (gradcraft, HF tokenizer.json or .tiktoken) "
+                                        "(default: the one in --model_dir)")
+    parser.add_argument("--config", help="model config.json (default: the one in --model_dir)")
+    parser.add_argument("--weights", help="model.safetensors (default: the one in --model_dir)")
+
+
 def add_dash_aliases(parser: argparse.ArgumentParser) -> None:
     """Give every `--some_flag` of `parser` and its subcommands the alias `--some-flag`.
 

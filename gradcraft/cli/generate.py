@@ -3,6 +3,7 @@
 import os
 import sys
 
+from gradcraft.cli.common import add_model_arguments
 from gradcraft.errors import UserError
 
 
@@ -10,12 +11,7 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("generate", help="generate text from a trained model",
                               description="Greedy by default; --temp enables sampling (with --top_k/--top_p). "
                                           "With no --prompt and no piped input, opens an interactive session.")
-    p.add_argument("--model_dir", help="a training run: takes the tokenizer, config and weights from it "
-                                       "(default: none; then give --vocab, --config and --weights)")
-    p.add_argument("--vocab", help="tokenizer file (gradcraft, HF tokenizer.json or .tiktoken) (default: the one of "
-                                   "--model_dir)")
-    p.add_argument("--config", help="model config.json (default: the one in --model_dir)")
-    p.add_argument("--weights", help="model.safetensors (default: the one in --model_dir)")
+    add_model_arguments(p)
     p.add_argument("--prompt", help="one prompt; the completion is printed and the command exits (default: none: "
                                     "read piped input, or open an interactive session)")
     p.add_argument("--max_tokens", type=int, default=512, help="tokens to generate at most")

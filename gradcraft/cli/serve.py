@@ -2,6 +2,7 @@
 
 import os
 
+from gradcraft.cli.common import add_model_arguments
 from gradcraft.cli.generate import load
 from gradcraft.errors import UserError
 
@@ -15,12 +16,7 @@ def add_parser(subparsers) -> None:
 
     p = subparsers.add_parser("serve", help="serve a model over HTTP (OpenAI-compatible /v1/completions)",
                               description=DESCRIPTION)
-    p.add_argument("--model_dir", help="a training run: takes the tokenizer, config and weights from it "
-                                       "(default: none; give it, or --vocab, --config and --weights)")
-    p.add_argument("--vocab", help="tokenizer file (gradcraft, HF tokenizer.json or .tiktoken) "
-                                   "(default: the one in --model_dir)")
-    p.add_argument("--config", help="model config.json (default: the one in --model_dir)")
-    p.add_argument("--weights", help="model.safetensors (default: the one in --model_dir)")
+    add_model_arguments(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="TCP port, 1-65535 (default: %(default)s)")
     p.add_argument("--name", default=None, help="model name reported by /v1/models (default: the model_dir name)")

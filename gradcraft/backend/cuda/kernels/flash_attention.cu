@@ -183,6 +183,12 @@ struct Mask {
     // Queries [lo, hi) that may see keys [j0, j1).
     __device__ __forceinline__ int query_lo(int j0) const { return causal ? max(0, j0 - off) : 0; }
     __device__ __forceinline__ int query_hi(int j1) const { return window > 0 ? min(T, j1 - 1 - off + window) : T; }
+    // Tiles [begin, end) of `bn` keys holding every key that queries [i0, i1) may see.
+    __device__ __forceinline__ void key_tiles(int i0, int i1, int bn, int& begin, int& end) const {
+        const int hi = key_hi(i1);
+        begin = key_lo(i0) / bn;
+        end = hi > 0 ? (hi + bn - 1) / bn : 0;
+    }
     // True when every pair of the tile is visible (no per-element test needed).
     __device__ __forceinline__ bool full(int i0, int i1, int j0, int j1) const {
         return i1 <= T && j1 <= S && (!causal || j1 - 1 <= i0 + off) && (window <= 0 || j0 > i1 - 1 + off - window);
@@ -218,8 +224,8 @@ __device__ __forceinline__ void flash_fwd(const u16* __restrict__ q, const u16* 
     const u16* kb = k + b * ksb + hk * ksh;
     const u16* vb = v + b * vsb + hk * vsh;
     const Mask mask{T, S, S - T, causal, window};
-    const int t_begin = mask.key_lo(m0) / BN, key_end = mask.key_hi(m0 + BM);
-    const int t_end = key_end > 0 ? (key_end + BN - 1) / BN : 0;
+    int t_begin, t_end;
+    mask.key_tiles(m0, m0 + BM, BN, t_begin, t_end);
 
     load_tile<D, BM>(sq, q + b * qsb + h * qsh, qst, m0, T);
     if (t_begin < t_end) load_tile<D, BN>(sk, kb, kst, t_begin * BN, S);
@@ -414,8 +420,8 @@ __device__ __forceinline__ void flash_bwd_dq(const u16* __restrict__ q, const u1
     const u16* kb = k + b * ksb + hk * ksh;
     const u16* vb = v + b * vsb + hk * vsh;
     const Mask mask{T, S, S - T, causal, window};
-    const int t_begin = mask.key_lo(m0) / BN, key_end = mask.key_hi(m0 + BM);
-    const int t_end = key_end > 0 ? (key_end + BN - 1) / BN : 0;
+    int t_begin, t_end;
+    mask.key_tiles(m0, m0 + BM, BN, t_begin, t_end);
 
     // The query and output-gradient tiles pass through shared memory (2 * BM rows) into registers.
     load_tile<D, BM>(smem, q + b * qsb + h * qsh, qst, m0, T);

@@ -55,15 +55,19 @@ def imported(k2_files, tmp_path_factory):
     return run
 
 
-def test_imported_logits_equal_k2_numpy(k2_files, imported):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_imported_logits_equal_k2_numpy(k2_files, imported, device):
     import gradcraft as gc
+    from gradcraft.device import is_available
     from gradcraft.inference.text import load_model, paths_from_model_dir
 
+    if not is_available(device):
+        pytest.skip("needs CuPy and an NVIDIA GPU")
     vocab, config, weights = paths_from_model_dir(str(imported))
-    model, metadata = load_model(config, weights)
+    model, metadata = load_model(config, weights, device=device)
     model.eval()
     ids = np.random.default_rng(1).integers(0, k2_files["header"]["vocab_size"], size=(2, 24))
-    ours = model(gc.tensor(ids)).numpy()
+    ours = model(gc.tensor(ids, device=device)).numpy()
     theirs = ref.forward(k2_files["header"], k2_files["params"], ids)
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5 * np.abs(theirs).max())
     from gradcraft.tokenizer import load_tokenizer

@@ -179,7 +179,8 @@ def test_tokenize_and_resume_from_k2_step(k2_files, imported, tmp_path, capsys):
     assert status == 0, err
     assert f"(step {step})" in err
     train_config = json.loads((run / "train_config.json").read_text())
-    assert (train_config["label_smoothing"], train_config["sampling"], train_config["grad_clip"]) == (0.05, "random", 1.0)
+    recipe = (train_config["label_smoothing"], train_config["sampling"], train_config["grad_clip"])
+    assert recipe == (0.05, "random", 1.0)
     assert json.loads((run / "gradcraft_config.json").read_text())["dropout"] == 0.1
     assert os.path.isdir(run / "checkpoints" / f"step_{step + 2:08d}")
     lrs = [float(line.split(",")[3]) for line in (run / "training_log.csv").read_text().splitlines()[1:]]

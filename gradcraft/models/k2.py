@@ -192,7 +192,8 @@ def export_k2(model, tokenizer, step: int, out: str) -> list:
     from gradcraft.tokenizer.k2 import is_k2_tokenizer, write_k2_tokenizer
     check_k2_config(model.config)
     if tokenizer is not None and tokenizer.vocab_size > model.config.vocab_size:
-        raise UserError(f"the tokenizer has {tokenizer.vocab_size} ids, more than the model's {model.config.vocab_size}")
+        raise UserError(f"the tokenizer has {tokenizer.vocab_size} ids, more than the model's "
+                        f"{model.config.vocab_size}")
     os.makedirs(out, exist_ok=True)
     state = {name: t.numpy() for name, t in model.state_dict().items()}
     write_tfckpt(os.path.join(out, "latest.ckpt"), model.config, state, step)

@@ -10,13 +10,15 @@ no class for is refused rather than written as a config HF would misread.
 --format safetensors writes gradcraft's `config.json`, `model.safetensors` (our parameter names, the
 tokenizer fingerprint in the metadata) and `gradcraft_tokenizer.json`: a folder `generate --model_dir`
 reads. Both formats keep float32 weights and the true vocabulary size.
+--format k2 writes K2's `latest.ckpt` (TFCKPT1) and, for K2's tokenizer, `tokenizer.bbpe` + `vocab.json`
++ `merges.txt` (gradcraft/models/k2.py, docs/k2.md).
 """
 
 import os
 
 from gradcraft.errors import UserError
 
-FORMATS = ("hf", "safetensors")
+FORMATS = ("hf", "safetensors", "k2")
 
 
 def add_parser(subparsers) -> None:
@@ -24,7 +26,7 @@ def add_parser(subparsers) -> None:
                               description="Export a run folder's final weights, config and tokenizer.")
     p.add_argument("--model_dir", required=True, help="a training run (or any folder `generate` reads); required, "
                                                       "no default")
-    p.add_argument("--format", required=True, help="hf (transformers' layout) or safetensors (gradcraft's); "
+    p.add_argument("--format", required=True, help="hf (transformers' layout), safetensors (gradcraft's) or k2 (K2's latest.ckpt); "
                                                    "required, no default")
     p.add_argument("--out", required=True, help="a new or empty folder to write; required, no default")
     p.set_defaults(func=run)
@@ -49,6 +51,9 @@ def run(args) -> int:
         check_tokenizer(tokenizer, model.config, metadata, vocab)
     if args.format == "hf":
         written = _export_hf(model, tokenizer, metadata, out)
+    elif args.format == "k2":
+        from gradcraft.models.k2 import export_k2, run_step
+        written = export_k2(model, tokenizer, run_step(args.model_dir, model.config), out)
     else:
         written = _export_safetensors(model, tokenizer, metadata, out)
     print(f"wrote {', '.join(written)} to {out}")

@@ -23,6 +23,7 @@ SUBCOMMANDS = {
     "serve": "serve",
     "bench": "bench",
     "export": "export",
+    "import": "import_cmd",
 }
 
 

@@ -135,11 +135,11 @@ class MLP(Module):
         self.kind = cfg.mlp
         self.approximate = cfg.gelu_approximate
         if cfg.mlp == "gelu":
-            self.fc = Linear(cfg.dim, cfg.ffn_dim, bias=cfg.bias)
+            self.fc = Linear(cfg.dim, cfg.ffn_dim, bias=cfg.mlp_bias)
         else:  # SwiGLU: gate and up projections in one matmul
-            self.fc = Linear(cfg.dim, 2 * cfg.ffn_dim, bias=cfg.bias)
+            self.fc = Linear(cfg.dim, 2 * cfg.ffn_dim, bias=cfg.mlp_bias)
             self.beta = Parameter(ones(1), no_decay=True) if cfg.learned_beta else None
-        self.proj = Linear(cfg.ffn_dim, cfg.dim, bias=cfg.bias)
+        self.proj = Linear(cfg.ffn_dim, cfg.dim, bias=cfg.mlp_bias)
         self.ffn_dim = cfg.ffn_dim
         self.dropout = Dropout(cfg.dropout)
 

@@ -10,7 +10,8 @@ Our format (JSON, documented in docs/tokenizer.md):
      "special_tokens": {"<|endoftext|>": N-1},
      "extra_tokens": {}, "whole_piece": false}
 
-`load_tokenizer` reads any of the three kinds and tells them apart by content.
+`load_tokenizer` reads any of the three kinds and tells them apart by content; it also reads
+K2's `tokenizer.bbpe`, `merges.txt` or `vocab.json` (tokenizer/k2.py).
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ def load_tokenizer(path, pattern: str | None = None, special_tokens=None) -> Tok
         raise UserError(f"tokenizer file {path} not found") from None
     except OSError as e:
         raise UserError(f"cannot read tokenizer file {path}: {e.strerror}") from None
+    if raw[:6] == b"BBPEV1" or raw.startswith(b"#version") or os.path.basename(path) == "vocab.json":
+        from gradcraft.tokenizer.k2 import load_k2_tokenizer  # K2's tokenizer.bbpe, merges.txt or vocab.json
+        return load_k2_tokenizer(path)
     if raw.lstrip()[:1] != b"{":
         return from_tiktoken(_parse_rank_file(raw, path), pattern=pattern or "gpt4",
                              special_tokens=special_tokens)
@@ -71,8 +75,9 @@ def _from_ours(doc: dict, path: str) -> Tokenizer:
         raise UserError(f"{path} has tokenizer format version {version}; this gradcraft reads "
                         f"version {FORMAT_VERSION} (upgrade gradcraft)")
     try:
-        tok = _rebuild({k: doc[k] for k in ("pattern", "byte_ids", "merges", "special_tokens",
-                                             "merge_mode", "extra_tokens", "whole_piece")})
+        tok = _rebuild({**{k: doc[k] for k in ("pattern", "byte_ids", "merges", "special_tokens",
+                                               "merge_mode", "extra_tokens", "whole_piece")},
+                        "split_specials": bool(doc.get("split_specials", False))})
     except (KeyError, TypeError, ValueError) as e:
         raise UserError(f"{path} is a damaged gradcraft tokenizer file ({type(e).__name__}: {e})") from None
     if doc.get("fingerprint") != tok.full_fingerprint:

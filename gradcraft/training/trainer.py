@@ -26,7 +26,7 @@ from gradcraft.errors import UserError
 from gradcraft.models import ModelConfig, Transformer, describe
 from gradcraft.ops.creation import advance_dropout
 from gradcraft.optim import AdamW, CosineWithWarmup, grad_norm_and_scale
-from gradcraft.optim.schedule import from_state_dict, set_lr, with_total_steps
+from gradcraft.optim.schedule import Shifted, from_state_dict, set_lr, with_total_steps
 from gradcraft.training import checkpoint as ckpt
 from gradcraft.training.log import RunLogs, check_tensorboard, parse_log_kinds, plot_loss
 from safetensors.numpy import save_file
@@ -398,6 +398,9 @@ def _resumed_schedule(saved_state, fresh, step: int, log):
     saved = from_state_dict(saved_state)
     base = from_state_dict(saved.base) if hasattr(saved, "base") else saved
     if (base.max_lr, base.min_lr, base.warmup_steps) != (fresh.max_lr, fresh.min_lr, fresh.warmup_steps):
+        if isinstance(saved, Shifted):  # an imported run (docs/k2.md): the new settings, still from its start
+            fresh = Shifted(replace(fresh, total_steps=max(1, fresh.total_steps - saved.offset)).state_dict(),
+                            saved.offset)
         log(f"schedule: new learning-rate settings from step {step}: {saved(step):.3g} becomes {fresh(step):.3g}")
         return fresh
     schedule = with_total_steps(saved, step, fresh.total_steps)

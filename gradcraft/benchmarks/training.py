@@ -166,7 +166,7 @@ def run_torch(cfg, weights, setup: Setup, n_steps: int, baseline: str = "eager")
     # The vocabulary rows padded with zeros to the width our model trains with (gpt2's 50257 -> 50304,
     # as nanoGPT users do): cuBLAS then runs its fast GEMMs for the output layer on both sides. The
     # padded logits are sliced off before the loss, so the losses are the unpadded model's.
-    V, padded_v = cfg.vocab_size, cfg.padded_vocab_size()
+    V, padded_v = cfg.vocab_size, cfg.padded_vocab_size
 
     def pad_vocab(name, w):
         if name in ("tok_emb.weight", "lm_head.weight") and w.shape[0] == V < padded_v:

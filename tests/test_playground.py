@@ -11,11 +11,12 @@ import json
 import os
 import re
 import shutil
+import time
 import urllib.request
 
 import pytest
 from browser import Browser, find_chromium
-from test_server import _serve, get, post
+from test_server import _serve, get, post, slow_server  # noqa: F401 (a fixture)
 
 WIDE, PHONE = (1280, 900), (390, 844)  # a laptop window; an iPhone 12-14 sized one
 
@@ -213,3 +214,30 @@ def test_the_page_is_self_contained_and_no_ui_turns_it_off(served, trained_run):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_stop_and_escape_stop_a_running_generation_and_the_server_cancels_it(slow_server, browser):
+    """Against the server app with a slow stand-in generator (one "x" per 10 ms for up to 10 s): the page
+    stops streaming, keeps what came, and the server's generation ends early (the client went away)."""
+    url, generator = slow_server
+    page = open_playground(browser, url)
+    assert text(page, "#model-params") == "—"  # this generator tells no parameter count: shown as unknown
+    stops = [lambda: page.evaluate("document.getElementById('stop-button').click()"),
+             lambda: page.press("Escape", "Escape", 27)]
+    for i, stop in enumerate(stops):
+        fill_request(page, f"long {i}", {"max_tokens": "999"})
+        page.press("Enter", "Enter", 13, modifiers=4)  # Cmd+Enter, as on a Mac
+        page.wait_for("document.getElementById('completion').textContent.length >= 5")
+        assert page.evaluate("document.getElementById('stop-button').disabled") is False
+        stop()
+        assert page.wait_for("document.body.dataset.state === 'stopped'")
+        shown = text(page, "#completion")
+        assert set(shown) == {"x"} and len(shown) < 999
+        assert text(page, "#stats").endswith("stopped")
+        for _ in range(100):
+            if len(generator.runs) > i:
+                break
+            time.sleep(0.02)
+        assert generator.runs[i][0] == f"long {i}" and generator.runs[i][2] == "stopped"
+        assert len(shown) <= generator.runs[i][1] < 500
+    assert page.problems() == []

@@ -42,6 +42,7 @@ def browser(tmp_path_factory):
 
 
 def save_screenshot(page, path, name):
+    page.evaluate("document.activeElement && document.activeElement.blur()")  # no focus ring in the picture
     page.screenshot(path / name)
     assert (path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     if os.environ.get("PLAYGROUND_SCREENSHOT_DIR"):
@@ -106,20 +107,23 @@ def test_the_page_streams_the_apis_answer_for_the_same_request(served, browser, 
 
 def test_a_bad_parameter_shows_the_apis_error_in_the_page(served, browser):
     page = open_playground(browser, served)
-    cases = [("def ", {"top_p": "5"}, {"top_p": 5}),
-             ("def ", {"max_tokens": "2.5"}, {"max_tokens": 2.5}),
-             ("def ", {"temperature": "hot"}, {"temperature": "hot"}),
-             ("def " * 40, {}, {})]  # longer than the 24-token context
-    for prompt, typed, request in cases:
+    cases = [("def ", {"top_p": "5"}, {"top_p": 5}, "top_p"),
+             ("def ", {"max_tokens": "2.5"}, {"max_tokens": 2.5}, "max_tokens"),
+             ("def ", {"temperature": "hot"}, {"temperature": "hot"}, "temperature"),
+             ("def " * 40, {}, {}, "prompt")]  # longer than the 24-token context
+    for prompt, typed, request, field in cases:
         fill_request(page, prompt, typed)
         assert submit_and_wait(page) == "error"
         status, answer = post(served, dict(request, prompt=prompt, stream=True))
         assert status in (400, 422)
         assert text(page, "#error") == f"HTTP {status}: {json.loads(answer)['error']['message']}"
         assert page.evaluate("document.getElementById('error').hidden") is False
+        invalid = page.evaluate("[...document.querySelectorAll('[aria-invalid=true]')].map(e => e.id)")
+        assert invalid == [field] == [json.loads(answer)["error"]["param"]]
     fill_request(page, "def ", {"max_tokens": "3"})  # a good request afterwards clears the error
     assert submit_and_wait(page) == "done"
     assert page.evaluate("document.getElementById('error').hidden") is True
+    assert page.evaluate("document.querySelectorAll('[aria-invalid]').length") == 0
     assert page.problems() == []
 
 

@@ -138,6 +138,12 @@ def test_the_page_shows_the_model_and_offers_chat_only_when_the_server_has_it(se
     # the default max_tokens (64) is brought within this model's context
     assert page.evaluate("document.getElementById('max_tokens').value") == str(min(64, card["context_length"]))
 
+    # fields filled from the address
+    linked = browser.open(served + "/?prompt=def%20f&max_tokens=7&seed=42&stop=x&stop=%5Cn")
+    linked.wait_for("document.body.dataset.state === 'idle'")
+    assert linked.evaluate("['prompt', 'max_tokens', 'seed', 'stop'].map(id => document.getElementById(id).value)") \
+        == ["def f", "7", "42", "x\n\\n"]
+
     has_chat = get(served + "/v1/chat/completions")[0] != 404
     assert page.evaluate("document.getElementById('mode-chat').disabled") is (not has_chat)
     if not has_chat:

@@ -158,7 +158,7 @@ class Page:
 
     def fill(self, selector: str, text: str) -> None:
         """Focus the field, select what is in it, and type text over it (as keyboard input events)."""
-        self.evaluate(f"(() => {{ const el = document.querySelector({json.dumps(selector)}); el.focus(); el.select(); }})()")
+        self.evaluate(f"(el => {{ el.focus(); el.select(); }})(document.querySelector({json.dumps(selector)}))")
         if text:
             self.call("Input.insertText", text=text)
         else:

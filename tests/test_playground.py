@@ -171,7 +171,9 @@ CONTRAST = """(() => {
     return [255, 255, 255];
   };
   const seen = [];
-  for (const el of document.querySelectorAll('h1, h2, dt, dd, label, legend, .hint, #stats, #output-prompt, #completion, button:not(:disabled), textarea, input:not([type=radio]), summary')) {
+  const text = 'h1, h2, dt, dd, label, legend, .hint, #stats, #output-prompt, #completion, summary, ' +
+               'button:not(:disabled), textarea, input:not([type=radio])';
+  for (const el of document.querySelectorAll(text)) {
     if (!el.offsetParent) continue;  // not shown
     seen.push([el.id || el.tagName, rgb(getComputedStyle(el).color).slice(0, 3), background(el)]);
   }

@@ -7,7 +7,8 @@ from gradcraft.cli.generate import load
 from gradcraft.errors import UserError
 
 DESCRIPTION = ("Serve a trained model over HTTP: OpenAI-compatible POST /v1/completions (streaming with "
-               "\"stream\": true), GET /v1/models, GET /health, and a browser playground at GET / (off with --no_ui). Requests run one at a time in arrival order; "
+               "\"stream\": true), GET /v1/models, GET /health, and a browser playground at GET / (off with "
+               "--no_ui). Requests run one at a time in arrival order; "
                "a request whose client disconnects is cancelled. One access-log line per request goes to stderr.")
 
 

@@ -7,7 +7,8 @@ from gradcraft.cli.generate import load
 from gradcraft.errors import UserError
 
 DESCRIPTION = ("Serve a trained model over HTTP: OpenAI-compatible POST /v1/completions (streaming with "
-               "\"stream\": true), GET /v1/models and GET /health. Requests run one at a time in arrival order; "
+               "\"stream\": true), GET /v1/models, GET /health, and a browser playground at GET / (off with "
+               "--no_ui). Requests run one at a time in arrival order; "
                "a request whose client disconnects is cancelled. One access-log line per request goes to stderr.")
 
 
@@ -24,6 +25,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--max_body_bytes", type=int, default=MAX_BODY_BYTES,
                    help="largest request body accepted; larger ones get a 413 (default: %(default)s)")
     p.add_argument("--docs", action="store_true", help="also serve the API docs at /docs and /openapi.json")
+    p.add_argument("--no_ui", action="store_true", help="do not serve the browser playground at / (a 404 there)")
     p.set_defaults(func=run)
 
 
@@ -45,8 +47,9 @@ def run(args) -> int:
         generator = load(args)
         name = args.name or os.path.basename(os.path.normpath(args.model_dir or os.path.dirname(args.weights)))
         print(f"serving {name} on http://{args.host}:{args.port} (POST /v1/completions, GET /v1/models, "
-              f"GET /health{', /docs' if args.docs else ''})", flush=True)
-        serve(generator, name, args.host, args.port, sock=sock, max_body_bytes=args.max_body_bytes, docs=args.docs)
+              f"GET /health{', /docs' if args.docs else ''}{'' if args.no_ui else '; playground at /'})", flush=True)
+        serve(generator, name, args.host, args.port, sock=sock, max_body_bytes=args.max_body_bytes, docs=args.docs,
+              ui=not args.no_ui)
     finally:
         sock.close()
     return 0

@@ -2,8 +2,9 @@
 
     POST /v1/completions   {"prompt": "...", "max_tokens": 64, "temperature": 0.8, "top_k": 40, "top_p": 0.95,
                             "stop": ["\\n\\n"], "seed": 1, "stream": false}
-    GET  /v1/models
+    GET  /v1/models        the model's name, parameter count, context length and tokenizer
     GET  /health
+    GET  /                 the browser playground (static/playground.html; off with ui=False)
 
 The model is loaded once. Requests are served one at a time, in arrival order,
 by a single generation worker thread (`_Engine`), so concurrent requests can
@@ -228,11 +229,38 @@ def _max_token_bytes(tokenizer) -> int | None:
     return max(len(b) for b in table.values())
 
 
-def create_app(generator, model_name: str, *, max_body_bytes: int = MAX_BODY_BYTES, docs: bool = False):
-    """The ASGI app. docs: serve /docs and /openapi.json (off by default)."""
+def model_card(generator, model_name: str, context: int) -> dict:
+    """The model's /v1/models entry: OpenAI's fields, then gradcraft's (additive) facts about it, each
+    only when the generator's model and tokenizer can tell it."""
+    card = {"id": model_name, "object": "model", "owned_by": "gradcraft", "context_length": context}
+    count = getattr(generator.model, "num_parameters", None)
+    if count is not None:
+        card["parameters"] = count()
+    tokenizer = getattr(generator, "tokenizer", None)
+    if getattr(tokenizer, "vocab_size", None) is not None:
+        card["tokenizer"] = {"type": "bpe", "vocab_size": tokenizer.vocab_size,
+                             "pattern": getattr(tokenizer, "pattern_name", None),
+                             "fingerprint": getattr(tokenizer, "fingerprint", None)}
+    return card
+
+
+def playground_page() -> bytes:
+    """The browser playground: one self-contained HTML file shipped in the package."""
+    from importlib.resources import files
+    return (files("gradcraft.inference") / "static" / "playground.html").read_bytes()
+
+
+# The page loads nothing from anywhere but this server (no CDN): the browser enforces it.
+PLAYGROUND_CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                  "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'")
+
+
+def create_app(generator, model_name: str, *, max_body_bytes: int = MAX_BODY_BYTES, docs: bool = False,
+               ui: bool = True):
+    """The ASGI app. docs: serve /docs and /openapi.json (off by default). ui: serve the playground at /."""
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, StreamingResponse
+    from fastapi.responses import JSONResponse, Response, StreamingResponse
     from pydantic import BaseModel, Field, field_validator
     from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -343,10 +371,19 @@ def create_app(generator, model_name: str, *, max_body_bytes: int = MAX_BODY_BYT
     def health():
         return {"status": "ok"}
 
+    card = model_card(generator, model_name, context)
+
     @app.get("/v1/models")
     def models():
-        return {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "gradcraft",
-                                            "context_length": context}]}
+        return {"object": "list", "data": [card]}
+
+    if ui:
+        page = playground_page()  # read now: a broken install fails at start, not on the first visit
+
+        @app.get("/", include_in_schema=False)
+        def playground():
+            return Response(page, media_type="text/html; charset=utf-8",
+                            headers={"Content-Security-Policy": PLAYGROUND_CSP, "Cache-Control": "no-cache"})
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request):
@@ -440,7 +477,7 @@ class _StderrHandler(logging.StreamHandler):
 
 
 def serve(generator, model_name: str, host: str = "127.0.0.1", port: int = 8000, *, sock: socket.socket | None = None,
-          max_body_bytes: int = MAX_BODY_BYTES, docs: bool = False, access_log: bool = True) -> None:
+          max_body_bytes: int = MAX_BODY_BYTES, docs: bool = False, ui: bool = True, access_log: bool = True) -> None:
     """Serve until interrupted. sock: an already bound socket (see bind); else host:port is bound here."""
     import uvicorn
 
@@ -451,6 +488,6 @@ def serve(generator, model_name: str, host: str = "127.0.0.1", port: int = 8000,
         log.setLevel(logging.INFO)
         log.propagate = False
     sock = sock or bind(host, port)
-    app = create_app(generator, model_name, max_body_bytes=max_body_bytes, docs=docs)
+    app = create_app(generator, model_name, max_body_bytes=max_body_bytes, docs=docs, ui=ui)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
     uvicorn.Server(config).run(sockets=[sock])

@@ -320,7 +320,11 @@ def long_server(trained_run):
     from gradcraft.tokenizer import Tokenizer
     tokenizer = Tokenizer.load(paths_from_model_dir(str(trained_run / "run"))[0])
     model = Transformer(ModelConfig(vocab_size=tokenizer.vocab_size, seq_len=4096, dim=32, n_layers=1, n_heads=2))
-    url, app, stop = start_in_process(TextGenerator(model, tokenizer), slots=2)
+
+    class WithoutEndOfText(TextGenerator):  # random weights would end at <|endoftext|> now and then
+        def stop_ids(self):
+            return ()
+    url, app, stop = start_in_process(WithoutEndOfText(model, tokenizer), slots=2)
     yield url, app.scheduler
     stop()
 

@@ -206,10 +206,11 @@ def test_the_openai_client_talks_to_the_server(chat_api):
                                        stream=True)
     pieces = [(c.choices[0].index, c.choices[0].text) for c in stream if c.choices]
     assert "".join(t for i, t in pieces if i == 0) == answer.choices[0].text
-    chat = client.chat.completions.create(model="run", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+    chat = client.chat.completions.create(model="run", messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                                          seed=4)
     assert chat.choices[0].message.role == "assistant" and chat.usage.completion_tokens >= 0
     chunks = list(client.chat.completions.create(model="run", messages=[{"role": "user", "content": "hi"}],
-                                                 max_tokens=4, stream=True))
+                                                 max_tokens=4, seed=4, stream=True))
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == chat.choices[0].message.content
 
 

@@ -16,15 +16,20 @@ One thread owns the model. Each turn of its loop:
   3. runs one decoding step for every running sequence at once and samples each one's next token.
 
 The KV cache is `slots` rows of fixed buffers (Transformer.slot_caches), allocated once: memory
-does not grow with traffic. Each row holds one sequence at its own position; a step always runs
-over all the rows (free rows ride along and their outputs are dropped), so every step has the same
-shapes: a CUDA device replays it as one captured graph (engine/capture.py), the CPU just runs it.
+does not grow with traffic. Each row holds one sequence at its own position; a sequence takes the
+lowest free row. A step runs over the first `bucket` rows, the smallest of 2, 4, 8, ... (and
+`slots`) that holds every running sequence (free rows inside ride along; their outputs are
+dropped): each bucket reads views of the same buffers, and its step has the same shapes every
+time, so a CUDA device captures one graph per bucket and replays it (engine/capture.py); the CPU
+just runs it.
 
 Why an answer never depends on the traffic: a prompt is prefilled alone, in chunks whose bounds
-depend only on its own length; the decoding step computes each row from that row alone with the
-same shapes whatever the other rows hold (no capacity limit on experts, see MoE's `dropless`); and
-each sequence samples with its own NumPy generator seeded from its own seed. So an answer under load
-equals the same request served alone, token for token (tests/test_scheduler.py).
+depend only on its own length; the decoding step computes each row from that row alone whatever
+the other rows hold (no capacity limit on experts, see MoE's `dropless`); and each sequence samples
+with its own NumPy generator seeded from its own seed. So an answer under load equals the same
+request served alone, token for token (tests/test_scheduler.py). (Buckets start at 2 rows: on the
+CPU, BLAS computes a one-row product by another method, rounding differently. On a GPU, cuBLAS may
+pick another kernel for another bucket, so there an answer is equal up to rounding.)
 """
 
 import threading
@@ -115,7 +120,7 @@ class Scheduler:
             self.caches = model.slot_caches(slots)
         self.position = self.caches[0].position  # (slots,) int64, shared by every layer's cache
         self.ids = gc.zeros(slots, 1, dtype=gc.int64, device=self.device).realize()
-        self.step = CapturedStep(self._decode_step, self.device)
+        self.buckets = {}  # rows -> _Bucket, made on first use
         self.waiting: deque = deque()
         self.prefilling: list = []
         self.running: dict = {}  # slot -> Sequence
@@ -171,8 +176,8 @@ class Scheduler:
                 seq.error = self.failure
                 self._finish(seq, ERROR)
         finally:
-            if self.step is not None:
-                self.step.close()
+            for bucket in self.buckets.values():
+                bucket.close()
 
     def _turn(self) -> bool:
         with self.wake:
@@ -284,10 +289,14 @@ class Scheduler:
 
     # ------------------------------------------------------------------ decode
 
-    def _decode_step(self):
-        logits = self.model(self.ids, caches=self.caches, position=self.position)[:, -1].float()  # (slots, V)
-        gc.realize(logits, *[t for c in self.caches for t in c.tensors()])
-        return logits
+    def _bucket(self) -> "_Bucket":
+        """The step over the fewest rows (2, 4, 8, ..., or all) that holds every running sequence."""
+        rows = min(2, self.slots)
+        while rows <= max(self.running):
+            rows = min(2 * rows, self.slots)
+        if rows not in self.buckets:
+            self.buckets[rows] = _Bucket(self, rows)
+        return self.buckets[rows]
 
     def _decode(self) -> None:
         ids = np.zeros((self.slots, 1), dtype=np.int64)
@@ -296,13 +305,7 @@ class Scheduler:
             ids[slot, 0], positions[slot] = seq.last, seq.position
         gc.realize(self.ids.assign(gc.tensor(ids, device=self.device)),
                    self.position.assign(gc.tensor(positions, device=self.device)))
-        try:
-            logits = self.step() if self.step is not None else self._decode_step()
-        except UserError:  # the step cannot be captured here: run it eagerly (same results, slower)
-            self.step.close()
-            self.step = None
-            logits = self._decode_step()
-        rows = logits.numpy()
+        rows = self._bucket()().numpy()
         self.steps += 1
         for slot, seq in list(self.running.items()):
             seq.position += 1
@@ -326,3 +329,37 @@ class Scheduler:
             self._finish(seq, StopReason.LENGTH)
         elif seq.position >= self.context:  # the next token would sit past the trained context
             self._finish(seq, StopReason.CONTEXT)
+
+
+class _Bucket:
+    """The decoding step over the first `rows` slots: views of the scheduler's buffers (writes go
+    through to them), and the step captured as a CUDA graph where the device can."""
+
+    def __init__(self, scheduler: Scheduler, rows: int):
+        self.model = scheduler.model
+        self.ids = scheduler.ids[:rows].realize()
+        position = scheduler.position[:rows].realize()
+        self.caches = [type(c)(c.k[:rows].realize(), c.v[:rows].realize(), position, c.window)
+                       for c in scheduler.caches]
+        self.position = position
+        self.captured = CapturedStep(self._step, scheduler.device)
+
+    def _step(self):
+        logits = self.model(self.ids, caches=self.caches, position=self.position)[:, -1].float()  # (rows, V)
+        gc.realize(logits, *[t for c in self.caches for t in c.tensors()])
+        return logits
+
+    def __call__(self):
+        if self.captured is None:
+            return self._step()
+        try:
+            return self.captured()
+        except UserError:  # the step cannot be captured here: run it eagerly (same results, slower)
+            self.captured.close()
+            self.captured = None
+            return self._step()
+
+    def close(self) -> None:
+        if self.captured is not None:
+            self.captured.close()
+            self.captured = None

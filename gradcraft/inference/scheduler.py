@@ -140,6 +140,7 @@ class Scheduler:
         for seq in seqs:
             if not seq.prompt or len(seq.prompt) >= self.context:
                 raise UserError(f"a prompt must have 1 to {self.context - 1} tokens, got {len(seq.prompt)}")
+            seq.params.validate(self.context)
         with self.wake:
             if self.closed:
                 raise SchedulerClosed(self.failure or "the scheduler is closed")
@@ -239,7 +240,11 @@ class Scheduler:
         budget = self.prefill_chunk
         for seq in list(self.prefilling):
             while budget > 0 and seq.reason is None and seq.prefilled < len(seq.prompt):
-                budget -= self._prefill_chunk(seq)
+                try:
+                    budget -= self._prefill_chunk(seq)
+                except Exception as e:  # noqa: BLE001 (this prompt failed, e.g. out of memory: the others go on)
+                    seq.error = f"generation failed: {e}"
+                    self._finish(seq, ERROR)
             if budget <= 0:
                 break
 

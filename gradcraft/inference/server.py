@@ -390,7 +390,7 @@ def create_app(generator, model_name: str, *, max_body_bytes: int = MAX_BODY_BYT
             cancel.set()  # a no-op when all ended; stops the rest when this handler is cancelled or fails
         return texts, reasons, entries
 
-    def failure(reasons, state):
+    def failure(reasons, state, choices=()):
         """The error answer for choices that did not end normally, or None."""
         if CANCELLED in reasons:
             state["gc_outcome"] = "cancelled"
@@ -399,7 +399,8 @@ def create_app(generator, model_name: str, *, max_body_bytes: int = MAX_BODY_BYT
             return error(503, f"the request did not finish within the server's limit of {request_timeout:g} s "
                               "(--request_timeout)", kind="server_error", code="timeout")
         if ERROR in reasons:
-            return error(500, scheduler.failure or "generation failed", kind="server_error")
+            failed = next((c.seq.error for c in choices if c.seq.error), None)
+            return error(500, failed or scheduler.failure or "generation failed", kind="server_error")
         return None
 
     def stream_events(choices, events, state, chunk, last_chunk):
@@ -418,7 +419,7 @@ def create_app(generator, model_name: str, *, max_body_bytes: int = MAX_BODY_BYT
                     if reason in (CANCELLED, TIMEOUT, ERROR):
                         if reason == CANCELLED:
                             return
-                        message = failure([reason], state).body.decode()
+                        message = failure([reason], state, choices).body.decode()
                         yield f"data: {message}\n\n"  # the status line has gone out: the error goes in the stream
                         break
                     body = last_chunk(index, reason, piece, entries)
@@ -467,7 +468,7 @@ def create_app(generator, model_name: str, *, max_body_bytes: int = MAX_BODY_BYT
             return stream_events(choices, events, state, lambda i, piece, e: body(i, piece, None, e),
                                  lambda i, reason, piece, e: body(i, piece, reason, e))
         texts, reasons, entries = await collect(choices, events, state)
-        refused = failure(reasons, state)
+        refused = failure(reasons, state, choices)
         if refused is not None:
             return refused
         completion = sum(c.seq.generated for c in choices)
@@ -510,7 +511,7 @@ def create_app(generator, model_name: str, *, max_body_bytes: int = MAX_BODY_BYT
             return stream_events(choices, events, state, piece_chunk,
                                  lambda i, reason, piece, e: chunk(i, piece, e, reason, first=i not in greeted))
         texts, reasons, entries = await collect(choices, events, state)
-        refused = failure(reasons, state)
+        refused = failure(reasons, state, choices)
         if refused is not None:
             return refused
         completion = sum(c.seq.generated for c in choices)

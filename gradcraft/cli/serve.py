@@ -2,7 +2,7 @@
 
 import os
 
-from gradcraft.cli.common import add_model_arguments
+from gradcraft.cli.common import add_model_arguments, port, positive_int
 from gradcraft.cli.generate import load
 from gradcraft.errors import UserError
 
@@ -18,10 +18,10 @@ def add_parser(subparsers) -> None:
                               description=DESCRIPTION)
     add_model_arguments(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s, this machine only)")
-    p.add_argument("--port", type=int, default=8000, help="TCP port, 1-65535 (default: %(default)s)")
+    p.add_argument("--port", type=port, default=8000, help="TCP port, 1-65535 (default: %(default)s)")
     p.add_argument("--name", default=None, help="model name reported by /v1/models (default: the model_dir name)")
     p.add_argument("--device", default="cpu", help="'cpu', 'cuda' or 'cuda:N' (default: %(default)s)")
-    p.add_argument("--max_body_bytes", type=int, default=MAX_BODY_BYTES,
+    p.add_argument("--max_body_bytes", type=positive_int, default=MAX_BODY_BYTES,
                    help="largest request body accepted; larger ones get a 413 (default: %(default)s)")
     p.add_argument("--docs", action="store_true", help="also serve the API docs at /docs and /openapi.json")
     p.set_defaults(func=run)

@@ -136,19 +136,30 @@ def list_checkpoints(root: str) -> list:
 
 
 def verify(path: str) -> str | None:
-    """None when the checkpoint is intact, else why not."""
+    """None when the checkpoint is intact, else why not: a manifest or state.json that is missing
+    or fails its schema (training/runfiles.py), or a file that does not match its checksum."""
+    from gradcraft.training.runfiles import check_manifest, check_state
     manifest_path = os.path.join(path, "manifest.json")
+    if not os.path.exists(manifest_path):
+        return "its manifest is missing"
     try:
-        with open(manifest_path) as f:
-            manifest = json.load(f)
-    except (OSError, ValueError):
-        return "its manifest is missing or unreadable"
+        manifest = check_manifest(manifest_path, FILES)
+    except UserError as e:
+        return f"its manifest is unusable: {str(e).removeprefix(manifest_path + ': ')}"
     for name in FILES:
         file = os.path.join(path, name)
         if not os.path.exists(file):
             return f"{name} is missing"
-        if _sha256(file) != manifest.get(name):
+        try:
+            digest = _sha256(file)
+        except OSError as e:
+            return f"{name} is unreadable ({e.strerror})"
+        if digest != manifest[name]:
             return f"{name} does not match its checksum (truncated or corrupted)"
+    try:
+        check_state(os.path.join(path, "state.json"))
+    except UserError as e:
+        return str(e)
     return None
 
 
@@ -164,11 +175,19 @@ def latest_checkpoint(model_dir: str, log=None) -> str | None:
 
 
 def load_checkpoint(path: str, model, optimizer) -> dict:
-    """Load weights and optimizer state in place; returns the saved state dict (step, rng, sampler...)."""
-    with open(os.path.join(path, "state.json")) as f:
-        state = json.load(f)
-    model.load_state_dict(load_file(os.path.join(path, "model.safetensors")))
-    tensors = load_file(os.path.join(path, "optimizer.safetensors"))
+    """Load weights and optimizer state in place; returns the saved state dict (step, rng, sampler...),
+    checked against its schema (training/runfiles.py)."""
+    from gradcraft.training.runfiles import check_state
+    state = check_state(os.path.join(path, "state.json"))
+    try:
+        weights = load_file(os.path.join(path, "model.safetensors"))
+        tensors = load_file(os.path.join(path, "optimizer.safetensors"))
+    except Exception as e:  # safetensors raises its own error types for damaged files
+        raise UserError(f"checkpoint {path} holds an unreadable safetensors file ({e})") from None
+    try:
+        model.load_state_dict(weights)
+    except (ValueError, KeyError) as e:
+        raise UserError(f"checkpoint {path} does not match the model ({e})") from None
     per_param: dict = {}
     for key, value in tensors.items():
         index, name = key.split(".", 1)
@@ -182,7 +201,7 @@ def load_checkpoint(path: str, model, optimizer) -> dict:
             g["betas"] = tuple(g["betas"])
     try:
         optimizer.load_state_dict({"state": per_param, "param_groups": groups})
-    except (IndexError, KeyError) as e:
+    except (IndexError, KeyError, ValueError, TypeError) as e:
         raise UserError(f"checkpoint {path} does not match the model's parameters ({e})") from None
     return state
 
@@ -235,8 +254,9 @@ def copy_tokenizer(model_dir: str, dataset: str, fingerprint: str, seq_len: int 
 
 def _fingerprint_of(path: str) -> str:
     """The fingerprint a gradcraft tokenizer file declares ("" when unreadable), without rebuilding it."""
+    from gradcraft.validation import MAX_TOKENIZER_BYTES, read_json
     try:
-        with open(path, encoding="utf-8") as f:
-            return str(json.load(f).get("fingerprint", ""))
-    except (OSError, ValueError, AttributeError):
+        doc = read_json(path, MAX_TOKENIZER_BYTES)
+    except UserError:
         return ""
+    return str(doc.get("fingerprint", "")) if isinstance(doc, dict) else ""

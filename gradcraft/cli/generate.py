@@ -103,11 +103,21 @@ def interactive(generator, params) -> None:
 def run(args) -> int:
     params = params_from(args)
     params.validate(0)
+    # `<&-` and `>&-` leave Python without sys.stdin / sys.stdout (None)
+    if sys.stdout is None:
+        raise UserError("stdout is closed, so the completion has nowhere to go; run without >&-")
+    if args.prompt is None and sys.stdin is None:
+        raise UserError("no --prompt and stdin is closed; pass --prompt, or pipe the prompt in")
     generator = load(args)
     if args.prompt is not None:
         stream(generator, args.prompt, params)
     elif not sys.stdin.isatty():
-        stream(generator, sys.stdin.read(), params)
+        try:
+            prompt = sys.stdin.read()
+        except UnicodeDecodeError as e:
+            raise UserError(f"the piped prompt is not valid text in {sys.stdin.encoding} ({e.reason}); "
+                            "pipe UTF-8 text") from None
+        stream(generator, prompt, params)
     else:
         interactive(generator, params)
     return 0

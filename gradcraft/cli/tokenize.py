@@ -149,6 +149,17 @@ def encode_documents(tok, chunks, sep_id, workers, dtype, bar):
 
 
 def run(args) -> int:
+    """Tokenize under a lock on the output's folder (the nearest one that exists), so that two
+    `gradcraft tokenize` never mix their token files and tokenizer in one folder."""
+    from gradcraft.training.runlock import lock_directory
+    folder = os.path.dirname(os.path.abspath(args.output_path))
+    while not os.path.isdir(folder):
+        folder = os.path.dirname(folder)
+    with lock_directory(folder, "tokenize"):
+        return tokenize(args)
+
+
+def tokenize(args) -> int:
     from gradcraft.data.tokenfile import dtype_for_vocab, write_token_file
     from gradcraft.tokenizer.formats import load_tokenizer, save_tokenizer
     from gradcraft.tokenizer.parallel import plan_chunks

@@ -180,6 +180,10 @@ def run_train(args) -> int:
                 created = not os.path.exists(train_config.model_dir)
                 lock, locked = lock_run_folder(train_config.model_dir), True
             summary = train_processes(train_config, model_config, resume=args.resume, overwrite=args.overwrite)
+        except (UserError, OSError):  # a full disk, a damaged file...: one line (cli/main.py), no temporaries
+            if locked:
+                ckpt.remove_temporaries(args.model_dir)  # ours: we hold the folder's lock
+            raise
         except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Terminated): the same clear stop
             code = 143 if isinstance(e, Terminated) else 130
             if train_config is None:

@@ -23,7 +23,7 @@ import sys
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from gradcraft.atomic import fsync_dir
+from gradcraft.atomic import fsync_dir, is_storage_error, usual_mode, write_failure
 from gradcraft.errors import UserError
 
 FILES = ("model.safetensors", "optimizer.safetensors", "state.json")
@@ -48,27 +48,35 @@ def weights_to_numpy(model) -> dict:
 
 
 def save_checkpoint(model_dir: str, step: int, model, optimizer, state: dict, keep: int = 3) -> str:
+    """Write a checkpoint atomically (see the module's docstring); returns its folder. A failed write
+    (Ctrl-C, SIGTERM, a full disk, a read-only folder) leaves no temporary folder and the previous
+    checkpoints as they were; a storage error becomes one UserError line."""
     root = os.path.join(model_dir, "checkpoints")
-    os.makedirs(root, exist_ok=True)
     final = os.path.join(root, f"step_{step:08d}")
     tmp = os.path.join(root, f".tmp-step_{step:08d}-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
     try:
-        _write_checkpoint(tmp, model, optimizer, state, step)
-    except BaseException:  # Ctrl-C, SIGTERM, a full disk: no half-written folder left behind
+        os.makedirs(root, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        _write_checkpoint(tmp, model, optimizer, state, step)
+        if os.path.exists(final):  # the same step again after a resume: replace it
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        fsync_dir(root)
+    except BaseException as e:  # no half-written folder left behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        if is_storage_error(e):
+            raise write_failure(final, e) from None
+        if type(e).__name__ == "SafetensorError":  # safetensors reports the OS error inside its own
+            raise UserError(f"cannot write {final}: {e}; check the free space and the folder") from None
         raise
-    if os.path.exists(final):  # the same step again after a resume: replace it
-        shutil.rmtree(final)
-    os.rename(tmp, final)
-    fsync_dir(root)
     _prune(root, keep)
     return final
 
 
 def _write_checkpoint(tmp: str, model, optimizer, state: dict, step: int) -> None:
     save_file(weights_to_numpy(model), os.path.join(tmp, "model.safetensors"))
+    usual_mode(os.path.join(tmp, "model.safetensors"))  # safetensors writes 0600; the rest of the folder is 0644
     opt_state = optimizer.state_dict()
     tensors, scalars = {}, {}
     for index, entry in opt_state["state"].items():
@@ -78,6 +86,7 @@ def _write_checkpoint(tmp: str, model, optimizer, state: dict, step: int) -> Non
             else:
                 scalars[f"{index}.{key}"] = value
     save_file(tensors, os.path.join(tmp, "optimizer.safetensors"))
+    usual_mode(os.path.join(tmp, "optimizer.safetensors"))
     full_state = dict(state, step=step, optimizer={"scalars": scalars, "param_groups": opt_state["param_groups"]})
     with open(os.path.join(tmp, "state.json"), "w") as f:
         json.dump(full_state, f)
@@ -157,9 +166,11 @@ def verify(path: str) -> str | None:
         if digest != manifest[name]:
             return f"{name} does not match its checksum (truncated or corrupted)"
     try:
-        check_state(os.path.join(path, "state.json"))
+        state = check_state(os.path.join(path, "state.json"))
     except UserError as e:
         return str(e)
+    if state["step"] != int(os.path.basename(path)[5:]):
+        return f"its state.json holds step {state['step']}, not the step its folder is named for"
     return None
 
 

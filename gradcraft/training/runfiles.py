@@ -95,7 +95,9 @@ def read_train_config(path: str, flag_types: dict) -> dict:
     `train` flags that set them (flag_types: field -> Value)."""
     from gradcraft.training.trainer import TrainConfig
     fields = dataclass_fields(TrainConfig)
-    fields.update({name: kind for name, kind in flag_types.items() if name in fields})
+    for name, kind in flag_types.items():
+        if name in fields:  # the flag's range; null where the field may be None (target_batch, stop_after)
+            fields[name] = kind.or_null() if fields[name].optional else kind
     hint = f"{EDITED}; fix or delete it (the flags of the resumed command are then used)"
     return check_fields(read_json(path, hint=hint), path, fields, allow_unknown=False, hint=hint)
 

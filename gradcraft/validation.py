@@ -169,9 +169,11 @@ def parse_json(raw: bytes, path: str, hint: str = ""):
         raise UserError(f"{path} is nested too deeply to be a file gradcraft wrote{tail}") from None
 
 
-def read_json(path: str, max_bytes: int = MAX_JSON_BYTES, hint: str = ""):
-    """Read and parse a JSON file whose size is at most max_bytes (checked before reading)."""
+def read_json(path: str, max_bytes: int | None = None, hint: str = ""):
+    """Read and parse a JSON file whose size is at most max_bytes (default MAX_JSON_BYTES), checked
+    before reading."""
     tail = f"; {hint}" if hint else ""
+    max_bytes = MAX_JSON_BYTES if max_bytes is None else max_bytes
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size

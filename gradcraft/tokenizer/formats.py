@@ -43,12 +43,12 @@ def load_tokenizer(path, pattern: str | None = None, special_tokens=None) -> Tok
 
     `pattern` and `special_tokens` are only used for tiktoken rank files,
     which carry neither (default: gpt4 pattern, no special tokens)."""
-    from gradcraft.validation import MAX_TOKENIZER_BYTES, parse_json
+    from gradcraft import validation
     path = os.fspath(path)
     try:
         with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size > MAX_TOKENIZER_BYTES:
-                raise UserError(f"tokenizer file {path} is larger than {MAX_TOKENIZER_BYTES >> 20} MiB; "
+            if os.fstat(f.fileno()).st_size > validation.MAX_TOKENIZER_BYTES:
+                raise UserError(f"tokenizer file {path} is larger than {validation.MAX_TOKENIZER_BYTES:,} bytes; "
                                 "no tokenizer is that large: check the path")
             raw = f.read()
     except FileNotFoundError:
@@ -58,7 +58,7 @@ def load_tokenizer(path, pattern: str | None = None, special_tokens=None) -> Tok
     if raw.lstrip()[:1] != b"{":
         return from_tiktoken(_parse_rank_file(raw, path), pattern=pattern or "gpt4",
                              special_tokens=special_tokens)
-    doc = parse_json(raw, path)  # also refuses JSON nested too deeply to parse
+    doc = validation.parse_json(raw, path)  # also refuses JSON nested too deeply to parse
     if not isinstance(doc, dict):
         raise UserError(f"{path} holds a JSON {type(doc).__name__}, not a tokenizer object")
     if doc.get("format") == FORMAT_NAME:

@@ -65,7 +65,10 @@ def read_model_config(path: str):
         check_fields(config.to_dict(), path, model_config_fields(), hint=hint)
         return config
     check_fields(data, path, model_config_fields(), allow_unknown=False, hint=f"{EDITED}; {hint}")
-    return ModelConfig.from_dict(data)
+    try:
+        return ModelConfig.from_dict(data)  # the checks across fields (dim divisible by n_heads, ...)
+    except UserError as e:
+        raise UserError(f"{path}: {e}; {EDITED}; {hint}") from None
 
 
 def parameter_count(config) -> int:

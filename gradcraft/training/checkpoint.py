@@ -54,22 +54,26 @@ def save_checkpoint(model_dir: str, step: int, model, optimizer, state: dict, ke
     root = os.path.join(model_dir, "checkpoints")
     final = os.path.join(root, f"step_{step:08d}")
     tmp = os.path.join(root, f".tmp-step_{step:08d}-{os.getpid()}")
+    replaced = os.path.join(root, f".tmp-old-step_{step:08d}-{os.getpid()}")
     try:
         os.makedirs(root, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
         _write_checkpoint(tmp, model, optimizer, state, step)
-        if os.path.exists(final):  # the same step again after a resume: replace it
-            shutil.rmtree(final)
+        if os.path.exists(final):  # the same step again after a resume: replace it (renames are atomic)
+            os.rename(final, replaced)
         os.rename(tmp, final)
         fsync_dir(root)
     except BaseException as e:  # no half-written folder left behind
         shutil.rmtree(tmp, ignore_errors=True)
+        if os.path.exists(replaced) and not os.path.exists(final):
+            os.rename(replaced, final)  # stopped between the two renames: the old one goes back
         if is_storage_error(e):
             raise write_failure(final, e) from None
         if type(e).__name__ == "SafetensorError":  # safetensors reports the OS error inside its own
             raise UserError(f"cannot write {final}: {e}; check the free space and the folder") from None
         raise
+    shutil.rmtree(replaced, ignore_errors=True)
     _prune(root, keep)
     return final
 
@@ -101,10 +105,19 @@ def _write_checkpoint(tmp: str, model, optimizer, state: dict, step: int) -> Non
     fsync_dir(tmp)
 
 
+def _remove_checkpoint(path: str) -> None:
+    """Delete a checkpoint folder so that a kill half-way never leaves a `step_*` folder with files
+    missing: it is renamed to a temporary name first (atomic), then deleted (a killed deletion is a
+    `.tmp-*` leftover, which the next run removes)."""
+    doomed = os.path.join(os.path.dirname(path), f".tmp-old-{os.path.basename(path)}-{os.getpid()}")
+    os.rename(path, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
 def _prune(root: str, keep: int) -> None:
     steps = list_checkpoints(root)
     for path in steps[:-keep] if keep > 0 else []:
-        shutil.rmtree(path, ignore_errors=True)
+        _remove_checkpoint(path)
     # leftovers of writes killed half-way (SIGKILL, power loss); never another live run's: `gradcraft train`
     # holds the run folder's lock (runlock.py) while it writes here
     for name in os.listdir(root):

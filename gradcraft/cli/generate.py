@@ -18,7 +18,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--prompt", help="one prompt; the completion is printed and the command exits (default: none: "
                                     "read piped input, or open an interactive session)")
     p.add_argument("--max_tokens", type=positive_int, default=512, help="tokens to generate at most")
-    p.add_argument("--temp", type=Value(float, low=0, high=MAX_TEMPERATURE, not_between=(0, MIN_TEMPERATURE)), default=None, help="sampling temperature (default: none: greedy)")
+    p.add_argument("--temp", type=Value(float, low=0, high=MAX_TEMPERATURE, not_between=(0, MIN_TEMPERATURE)),
+                   default=None, help="sampling temperature, 0 (greedy) or 1e-6 to 100 (default: none: greedy)")
     p.add_argument("--top_k", type=positive_int, default=20, help="sample among the k most likely tokens (with --temp)")
     p.add_argument("--top_p", type=Value(float, low=0, high=1, low_open=True), default=None,
                    help="sample among the most likely tokens holding this much probability (default: none: off)")

@@ -130,11 +130,10 @@ def estimate_memory_bytes(tc: TrainConfig, mc: ModelConfig) -> int:
     (batch, heads, seq_len, seq_len) matrices: the scores, the attention weights and their gradient,
     which one layer's backward holds at once. The real peak is higher; this is for refusing a run
     that cannot fit before anything is allocated."""
+    from gradcraft.training.runfiles import parameter_count
     dim, layers, heads = mc.dim, mc.n_layers, mc.n_heads
     ffn = mc.ffn_dim
-    params = mc.vocab_size * dim * (1 if mc.tie_embeddings else 2) + layers * (4 * dim * dim + 3 * dim * ffn)
-    if mc.positions == "learned":
-        params += mc.seq_len * dim
+    params = parameter_count(mc)
     B, T = tc.batch_size, mc.seq_len
     activations = 2 * B * T * mc.vocab_size * 4 + layers * B * T * (4 * dim + 2 * ffn) * 4
     if not tc.device.startswith("cuda"):  # flash attention on CUDA never holds the T x T scores

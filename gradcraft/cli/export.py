@@ -15,8 +15,11 @@ reads. Both formats keep float32 weights and the true vocabulary size.
 """
 
 import os
+import shutil
 
+from gradcraft.atomic import write_failure
 from gradcraft.errors import UserError
+from gradcraft.training.runlock import lock_directory
 
 FORMATS = ("hf", "safetensors", "k2")
 
@@ -49,17 +52,38 @@ def run(args) -> int:
     if os.path.exists(vocab):
         tokenizer = Tokenizer.load(vocab)
         check_tokenizer(tokenizer, model.config, metadata, vocab)
-    if args.format == "hf":
-        written = _export_hf(model, tokenizer, metadata, out)
-    elif args.format == "k2":
-        from gradcraft.models.k2 import export_k2, run_step
-        written = export_k2(model, tokenizer, run_step(args.model_dir, model.config), out)
-    else:
-        written = _export_safetensors(model, tokenizer, metadata, out)
+    created = not os.path.exists(out)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        raise write_failure(out, e) from None
+    with lock_directory(out, "export"):  # two exports into one folder would mix their files
+        if os.listdir(out):
+            raise UserError(f"--out {out} is not empty; give a new or empty folder")
+        try:
+            if args.format == "hf":
+                written = _export_hf(model, tokenizer, metadata, out)
+            elif args.format == "k2":
+                from gradcraft.models.k2 import export_k2, run_step
+                written = export_k2(model, tokenizer, run_step(args.model_dir, model.config), out)
+            else:
+                written = _export_safetensors(model, tokenizer, metadata, out)
+        except BaseException:  # a full disk, Ctrl-C: no half export left (the folder was empty)
+            _empty(out, remove=created)
+            raise
     print(f"wrote {', '.join(written)} to {out}")
     if tokenizer is None:
         print(f"note: no tokenizer found for {args.model_dir}; the export holds the model only")
     return 0
+
+
+def _empty(folder: str, remove: bool) -> None:
+    """Delete what an export wrote into `folder` (empty before it), and the folder if it made it."""
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.unlink(path)
+    if remove:
+        os.rmdir(folder)
 
 
 def _export_hf(model, tokenizer, metadata, out) -> list:

@@ -3,7 +3,7 @@
 import os
 import sys
 
-from gradcraft.cli.common import add_model_arguments
+from gradcraft.cli.common import add_model_arguments, non_negative_int, port, positive_float, positive_int
 from gradcraft.cli.generate import load
 from gradcraft.errors import UserError
 
@@ -22,10 +22,10 @@ def add_parser(subparsers) -> None:
                               description=DESCRIPTION)
     add_model_arguments(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s, this machine only)")
-    p.add_argument("--port", type=int, default=8000, help="TCP port, 1-65535 (default: %(default)s)")
+    p.add_argument("--port", type=port, default=8000, help="TCP port, 1-65535 (default: %(default)s)")
     p.add_argument("--name", default=None, help="model name reported by /v1/models (default: the model_dir name)")
     p.add_argument("--device", default="cpu", help="'cpu', 'cuda' or 'cuda:N' (default: %(default)s)")
-    p.add_argument("--max_body_bytes", type=int, default=MAX_BODY_BYTES,
+    p.add_argument("--max_body_bytes", type=positive_int, default=MAX_BODY_BYTES,
                    help="largest request body accepted; larger ones get a 413 (default: %(default)s)")
     p.add_argument("--docs", action="store_true", help="also serve the API docs at /docs and /openapi.json")
     p.add_argument("--no_ui", action="store_true", help="do not serve the browser playground at / (a 404 there)")
@@ -37,13 +37,13 @@ def add_batching_arguments(p) -> None:
     """Continuous batching, limits and access (inference/scheduler.py, inference/server.py)."""
     from gradcraft.inference.server import MAX_QUEUE, REQUEST_TIMEOUT, SLOTS
 
-    p.add_argument("--max_batch", type=int, default=SLOTS,
+    p.add_argument("--max_batch", type=positive_int, default=SLOTS,
                    help="sequences decoded together: the KV cache's slots, allocated once (default: %(default)s)")
-    p.add_argument("--max_queue", type=int, default=MAX_QUEUE,
+    p.add_argument("--max_queue", type=non_negative_int, default=MAX_QUEUE,
                    help="sequences that may wait for a slot; more get a 429 (default: %(default)s)")
-    p.add_argument("--prefill_chunk", type=int, default=256,
+    p.add_argument("--prefill_chunk", type=positive_int, default=256,
                    help="prompt tokens prefilled between two decoding steps (default: %(default)s)")
-    p.add_argument("--request_timeout", type=float, default=REQUEST_TIMEOUT,
+    p.add_argument("--request_timeout", type=positive_float, default=REQUEST_TIMEOUT,
                    help="seconds a request may take, waiting included; later, a 503 (default: %(default)s)")
     p.add_argument("--api_key", default=None,
                    help="require 'Authorization: Bearer <key>' on /v1/ (default: the GRADCRAFT_API_KEY "

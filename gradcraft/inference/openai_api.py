@@ -21,14 +21,14 @@ import uuid
 
 from pydantic import BaseModel, Field, field_validator
 
+from gradcraft.inference.generate import MAX_TEMPERATURE, MIN_TEMPERATURE
+
 MAX_PROMPT_CHARS = 1_000_000
 MAX_PROMPTS = 64  # prompts in one /v1/completions request (a list)
 MAX_CHOICES = 16  # n
 MAX_LOGPROBS = 5  # as OpenAI (completions); chat's top_logprobs allows 20
 MAX_STOP_STRINGS = 4  # as OpenAI
 MAX_STOP_CHARS = 256
-MIN_TEMPERATURE = 1e-6  # a positive temperature below this overflows logits / T (0 means greedy)
-MAX_TEMPERATURE = 100.0
 MAX_TOP_K = 2**31 - 1
 MAX_SEED = 2**63 - 1  # (choice i of a request samples with seed + i: NumPy takes any size)
 CHAT_ROLES = ("system", "user", "assistant")

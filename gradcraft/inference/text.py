@@ -2,7 +2,6 @@
 together), and generate text with streaming that never splits a multi-byte character."""
 
 import codecs
-import json
 import os
 
 from safetensors import safe_open
@@ -40,10 +39,11 @@ def paths_from_model_dir(model_dir: str) -> tuple[str, str, str]:
     config, weights = first(CONFIG_NAMES), first(WEIGHTS_NAMES)
     candidates = [os.path.join(model_dir, n) for n in TOKENIZER_NAMES]
     train_config = os.path.join(model_dir, "train_config.json")
-    if os.path.exists(train_config):
-        with open(train_config) as f:
-            dataset = json.load(f).get("dataset", "")
-        candidates.append(os.path.join(os.path.dirname(dataset), "tokenizer.json"))
+    if os.path.exists(train_config) and not any(os.path.exists(c) for c in candidates):
+        from gradcraft.validation import Value, check_fields, read_json
+        doc = check_fields(read_json(train_config), train_config, {"dataset": Value(str)},
+                           hint="the file was damaged or edited by hand; pass --vocab")
+        candidates.append(os.path.join(os.path.dirname(doc.get("dataset", "")), "tokenizer.json"))
     vocab = next((c for c in candidates if os.path.exists(c)), candidates[-1])
     return vocab, config, weights
 
@@ -53,15 +53,11 @@ def load_model(config_path: str, weights_path: str, device: str = "cpu") -> tupl
 
     Reads gradcraft's config and weights, or Hugging Face's (config.json with a model_type, weights
     in the HF layout, as `gradcraft export --format hf` writes them)."""
-    from gradcraft.models.hf import config_from_hf, from_hf_state, is_hf_config, is_hf_state
+    from gradcraft.models.hf import from_hf_state, is_hf_state
+    from gradcraft.training.runfiles import check_model_fits, read_model_config
 
-    with open(_need(config_path, "config")) as f:
-        try:
-            data = json.load(f)
-            hf = isinstance(data, dict) and is_hf_config(data)
-            config = config_from_hf(data) if hf else ModelConfig.from_dict(data)
-        except (ValueError, TypeError, KeyError) as e:
-            raise UserError(f"{config_path} is not a model config gradcraft reads ({e})") from None
+    config = read_model_config(_need(config_path, "config"))  # every field checked
+    check_model_fits(config, config_path)  # before a byte of the model is allocated
     _need(weights_path, "weights file")
     try:
         with safe_open(weights_path, "numpy") as f:

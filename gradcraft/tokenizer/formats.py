@@ -44,9 +44,13 @@ def load_tokenizer(path, pattern: str | None = None, special_tokens=None) -> Tok
 
     `pattern` and `special_tokens` are only used for tiktoken rank files,
     which carry neither (default: gpt4 pattern, no special tokens)."""
+    from gradcraft import validation
     path = os.fspath(path)
     try:
         with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size > validation.MAX_TOKENIZER_BYTES:
+                raise UserError(f"tokenizer file {path} is larger than {validation.MAX_TOKENIZER_BYTES:,} bytes; "
+                                "no tokenizer is that large: check the path")
             raw = f.read()
     except FileNotFoundError:
         raise UserError(f"tokenizer file {path} not found") from None
@@ -58,14 +62,17 @@ def load_tokenizer(path, pattern: str | None = None, special_tokens=None) -> Tok
     if raw.lstrip()[:1] != b"{":
         return from_tiktoken(_parse_rank_file(raw, path), pattern=pattern or "gpt4",
                              special_tokens=special_tokens)
-    try:
-        doc = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{path} is not valid JSON ({e})") from None
+    doc = validation.parse_json(raw, path)  # also refuses JSON nested too deeply to parse
+    if not isinstance(doc, dict):
+        raise UserError(f"{path} holds a JSON {type(doc).__name__}, not a tokenizer object")
     if doc.get("format") == FORMAT_NAME:
         return _from_ours(doc, path)
     if isinstance(doc.get("model"), dict):
-        return from_hf_json(doc, source=path)
+        try:
+            return from_hf_json(doc, source=path)
+        except (AttributeError, TypeError, KeyError, ValueError, IndexError, MemoryError) as e:
+            # a field of the wrong type or shape somewhere in the HF document
+            raise UserError(f"{path} is a damaged HF tokenizer.json ({type(e).__name__}: {e})") from None
     raise UserError(f"{path} is neither a gradcraft tokenizer nor an HF tokenizer.json")
 
 
@@ -78,7 +85,7 @@ def _from_ours(doc: dict, path: str) -> Tokenizer:
         tok = _rebuild({**{k: doc[k] for k in ("pattern", "byte_ids", "merges", "special_tokens",
                                                "merge_mode", "extra_tokens", "whole_piece")},
                         "split_specials": bool(doc.get("split_specials", False))})
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, MemoryError) as e:
         raise UserError(f"{path} is a damaged gradcraft tokenizer file ({type(e).__name__}: {e})") from None
     if doc.get("fingerprint") != tok.full_fingerprint:
         raise UserError(f"{path} does not match its fingerprint: the file was edited or damaged")

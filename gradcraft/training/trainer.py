@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 import gradcraft as gc
-from gradcraft.atomic import write_json
+from gradcraft.atomic import is_storage_error, usual_mode, write_failure, write_json
 from gradcraft.data.sampler import SAMPLERS, eval_batches
 from gradcraft.data.tokenfile import read_token_file
 from gradcraft.distributed import all_reduce_tensors
@@ -130,11 +130,10 @@ def estimate_memory_bytes(tc: TrainConfig, mc: ModelConfig) -> int:
     (batch, heads, seq_len, seq_len) matrices: the scores, the attention weights and their gradient,
     which one layer's backward holds at once. The real peak is higher; this is for refusing a run
     that cannot fit before anything is allocated."""
+    from gradcraft.training.runfiles import parameter_count
     dim, layers, heads = mc.dim, mc.n_layers, mc.n_heads
     ffn = mc.ffn_dim
-    params = mc.vocab_size * dim * (1 if mc.tie_embeddings else 2) + layers * (4 * dim * dim + 3 * dim * ffn)
-    if mc.positions == "learned":
-        params += mc.seq_len * dim
+    params = parameter_count(mc)
     B, T = tc.batch_size, mc.seq_len
     activations = 2 * B * T * mc.vocab_size * 4 + layers * B * T * (4 * dim + 2 * ffn) * 4
     if not tc.device.startswith("cuda"):  # flash attention on CUDA never holds the T x T scores
@@ -544,11 +543,21 @@ def evaluate(model, tokens, seq_len, batch_size, max_batches, device, compute_dt
 def save_weights(model, path: str, fingerprint: str = "") -> None:
     """The final weights, atomically, with the tokenizer fingerprint in the safetensors metadata."""
     tmp = path + ".tmp"
-    save_file(ckpt.weights_to_numpy(model), tmp, metadata={"tokenizer_fingerprint": fingerprint or "",
-                                                           "config": json.dumps(model.config.to_dict())})
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        save_file(ckpt.weights_to_numpy(model), tmp, metadata={"tokenizer_fingerprint": fingerprint or "",
+                                                               "config": json.dumps(model.config.to_dict())})
+        usual_mode(tmp)  # safetensors writes 0600; the rest of the run folder is 0644
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:  # a full disk, a read-only folder, Ctrl-C: no temp file left, the old file kept
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        if is_storage_error(e):
+            raise write_failure(path, e) from None
+        if type(e).__name__ == "SafetensorError":
+            raise UserError(f"cannot write {path}: {e}; check the free space and the folder") from None
+        raise
 
 
 def save_run_weights(model, model_dir: str, fingerprint: str = "") -> str:

@@ -79,8 +79,9 @@ class TCPGroup:
             if array is not done:
                 array[...] = done
 
-    def reduce_scatter(self, flat: np.ndarray) -> np.ndarray:
-        """The sum over the processes of flat (its length a multiple of world): this rank's slice."""
+    def reduce_scatter(self, flat: np.ndarray, out=None, stream=None) -> np.ndarray:
+        """The sum over the processes of flat (its length a multiple of world): this rank's slice
+        (a new array; out and stream are NCCLGroup's, unused here)."""
         shard = flat.size // self.world
         if flat.size != shard * self.world:
             raise ValueError(f"reduce_scatter: {flat.size} elements do not split into {self.world} shards")

@@ -66,14 +66,14 @@ class NCCLGroup:
         finally:
             nccl.groupEnd()
 
-    def reduce_scatter(self, flat):
+    def reduce_scatter(self, flat, out=None, stream=None):
         """The sum over the processes of the contiguous 1-d `flat` (length a multiple of world):
-        this rank's slice, a new array (on the current stream)."""
+        this rank's slice, into `out` (or a new array), on `stream` (default: the current one)."""
         self._check_types([flat], "reduce-scatter")
         shard = flat.size // self.world
-        out = cp.empty(shard, flat.dtype)
+        out = cp.empty(shard, flat.dtype) if out is None else out
         self.comm.reduceScatter(flat.data.ptr, out.data.ptr, shard, self._types[flat.dtype], self._sum,
-                                cp.cuda.get_current_stream().ptr)
+                                (stream or cp.cuda.get_current_stream()).ptr)
         return out
 
     def all_gather(self, shard, flat) -> None:

@@ -150,8 +150,8 @@ def main():
     results = {}
     for world in (1, args.nproc):
         if world == 1:
-            from gradcraft.distributed import PipeGroup
-            results[("gradcraft", 1)] = ours(PipeGroup(0, 1, []), "cuda:0", cfg, weights, args)
+            from gradcraft.distributed import TCPGroup
+            results[("gradcraft", 1)] = ours(TCPGroup(0, 1, []), "cuda:0", cfg, weights, args)
         else:
             results[("gradcraft", world)] = launch(ours, world, "cuda", cfg, weights, args)
         results[("pytorch", world)] = run_torch(cfg, weights, args, world)

@@ -76,7 +76,7 @@ class TrainConfig:
         if self.batch_size < 1 or self.steps < 1 or self.nproc < 1 or self.nnodes < 1:
             raise UserError("--batch_size, --steps, --nproc and --nnodes must be positive")
         if not self.bucket_mb > 0:
-            raise UserError(f"--bucket_mb {self.bucket_mb} must be positive (megabytes of gradients per bucket)")
+            raise UserError(f"--bucket_mb {self.bucket_mb:g} must be positive (megabytes of gradients per bucket)")
         target = self.target_batch or self.batch_size * self.world
         if target % (self.batch_size * self.world):
             per_step = f"--batch_size {self.batch_size}" + (f" x --nproc {self.nproc}" if self.nproc > 1 else "") \
@@ -502,8 +502,11 @@ class GradientStep:
 
     def __init__(self, model, opt, tc, accum, seq_len, compute_dtype, log, group=None, buckets=None):
         self.model, self.opt, self.tc, self.accum, self.compute_dtype = model, opt, tc, accum, compute_dtype
-        self.group, self.buckets = group, buckets
+        self.group = group
         self.world = group.world if group is not None else 1
+        if buckets is None and self.world > 1:
+            buckets = GradientBuckets(group, model.parameters(), tc.bucket_mb * 2**20)
+        self.buckets = buckets
         self.backend = gc.device.get_backend(tc.device)
         shape = (tc.batch_size, seq_len)
         self.inputs = [(gc.zeros(*shape, dtype=gc.int64, device=tc.device).realize(),

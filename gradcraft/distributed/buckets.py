@@ -64,6 +64,7 @@ class GradientBuckets:
         self.laid_out = False
         self._open: dict = {}  # dtype -> the bucket being filled (first step only)
         self._next = 0  # the first bucket not issued yet
+        self._got: set[int] = set()  # id(param) of the gradients that arrived in this backward
         self._cuda = None
         self._thread = None
 

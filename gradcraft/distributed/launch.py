@@ -11,6 +11,7 @@ master (gradcraft/distributed/rendezvous.py): on the CPU the rendezvous's connec
 TCPGroup, on GPUs rank 0 sends NCCL's unique id through them and NCCL connects the ranks.
 """
 
+import dataclasses
 import multiprocessing as mp
 import multiprocessing.connection
 import os
@@ -116,7 +117,7 @@ def launch(fn, nproc: int, device: str, *args, topology: Topology | None = None,
     topology = topology or Topology(nproc=nproc)
     topology.check()
     if topology.master_port is None:  # one host: a rendezvous port of its own
-        topology = Topology(**{**topology.__dict__, "master_port": rendezvous.free_port(topology.master_addr)})
+        topology = dataclasses.replace(topology, master_port=rendezvous.free_port(topology.master_addr))
     check_devices(topology, device)
     nproc = topology.nproc
     context = mp.get_context("spawn")  # a forked CUDA context is unusable in the child

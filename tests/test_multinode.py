@@ -21,7 +21,7 @@ from gradcraft.errors import UserError
 from test_distributed import rows
 from test_train import TINY, run
 
-COMMON = ["--steps", "6", "--target_batch", "8", "--checkpoint_every", "3", *TINY]
+COMMON = ["--steps", "4", "--target_batch", "8", "--checkpoint_every", "2", *TINY]
 
 
 def train_command(*args):
@@ -81,7 +81,7 @@ def test_two_launchers_as_two_nodes_equal_one_process(dataset, one_process, tmp_
 
 
 def test_torchrun_environment_with_zero_then_resume_on_one_process(dataset, one_process, tmp_path):
-    """Two ranks started as torchrun starts them (one per "node"), with ZeRO-1, stopped after step 3;
+    """Two ranks started as torchrun starts them (one per "node"), with ZeRO-1, stopped after step 2;
     resumed as one plain process from the gathered checkpoint: the same run as the reference."""
     port = rendezvous.free_port()
     folder = tmp_path / "env"
@@ -90,7 +90,7 @@ def test_torchrun_environment_with_zero_then_resume_on_one_process(dataset, one_
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         procs.append(start("--dataset", dataset, "--model_dir", str(folder), "--zero", "--bucket_mb", "0.01",
-                           "--rdzv_timeout", "60", "--stop_after", "3", *COMMON, env=env))
+                           "--rdzv_timeout", "60", "--stop_after", "2", *COMMON, env=env))
     results = [finish(p) for p in procs]
     assert all(code == 0 for code, _, _ in results), "".join(err for _, _, err in results)
     assert "ZeRO-1: AdamW state" in results[1][2] and "MiB saved per process" in results[1][2]
@@ -101,15 +101,15 @@ def test_torchrun_environment_with_zero_then_resume_on_one_process(dataset, one_
 
 
 def test_zero_equals_plain_data_parallel(dataset, tmp_path):
-    common = ["--dataset", dataset, "--nproc", "2", "--steps", "4", "--checkpoint_every", "4", "--bucket_mb", "0.005",
+    common = ["--dataset", dataset, "--nproc", "2", "--steps", "3", "--checkpoint_every", "3", "--bucket_mb", "0.005",
               *TINY]
     run("--model_dir", str(tmp_path / "plain"), *common)
     run("--model_dir", str(tmp_path / "zero"), "--zero", *common)
     same_rows(tmp_path / "zero", tmp_path / "plain", rtol=1e-5)
     assert_same_weights(tmp_path / "plain", tmp_path / "zero", rtol=1e-5)
     # the sharded moments, gathered into the checkpoint, are the unsharded ones
-    plain = load_file(str(tmp_path / "plain" / "checkpoints" / "step_00000004" / "optimizer.safetensors"))
-    zero = load_file(str(tmp_path / "zero" / "checkpoints" / "step_00000004" / "optimizer.safetensors"))
+    plain = load_file(str(tmp_path / "plain" / "checkpoints" / "step_00000003" / "optimizer.safetensors"))
+    zero = load_file(str(tmp_path / "zero" / "checkpoints" / "step_00000003" / "optimizer.safetensors"))
     assert sorted(plain) == sorted(zero) and len(plain) > 4
     for key in plain:
         np.testing.assert_allclose(zero[key], plain[key], rtol=1e-4, atol=1e-9, err_msg=key)

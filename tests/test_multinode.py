@@ -257,3 +257,24 @@ def test_buckets_are_summed_while_backward_runs():
         # the first bucket went out while most gradients were still to come, and the count only grows
         assert step[len(step) // 2] >= 1 and step == sorted(step)
     assert issued[1][-1] == n_buckets  # laid out: the last bucket goes as its last gradient arrives
+
+
+def test_peer_watch_tells_a_death_from_a_normal_end():
+    """The GPU groups' lifeline (NCCL would wait for a dead process forever): a connection closed
+    after "bye" is a normal end; one closed without it, a death."""
+    from gradcraft.distributed.watch import PeerWatch
+
+    for peer_says_bye in (True, False):
+        ours, theirs = socket.socketpair()
+        lost = threading.Event()
+        messages = []
+        watch = PeerWatch([ours], rank=1, on_lost=lambda m: (messages.append(m), lost.set()))
+        other = PeerWatch([theirs], rank=0, on_lost=lambda m: None)
+        if peer_says_bye:
+            other.done()
+        other.close()
+        watch._thread.join(5)  # it stops watching once the peer has gone, either way
+        assert not watch._thread.is_alive() and lost.is_set() is not peer_says_bye
+        assert messages == ([] if peer_says_bye else
+                            ["rank 0 left the job (its connection closed without finishing); see that process's error"])
+        watch.close()

@@ -17,11 +17,12 @@ Global rank 0 writes the logs and checkpoints. docs/distributed.md is the user's
     rendezvous.py   how the processes find each other (TCP at the master, with a timeout)
     tcp.py          the CPU process group (sockets)
     launch.py       starting a node's processes; join_group
+    watch.py        a GPU job's processes notice one that dies (NCCL would wait for it forever)
     buckets.py      gradient buckets reduced while backward runs
     zero.py         ZeRO-1: the optimizer state sharded over the processes
 """
 
-from gradcraft.distributed.launch import join_group, launch
+from gradcraft.distributed.launch import finished, join_group, launch
 from gradcraft.distributed.tcp import TCPGroup
 from gradcraft.distributed.topology import Topology
 
@@ -32,4 +33,4 @@ def all_reduce_tensors(group, tensors) -> None:
         group.all_reduce([t._buf for t in tensors])
 
 
-__all__ = ["TCPGroup", "Topology", "all_reduce_tensors", "join_group", "launch"]
+__all__ = ["TCPGroup", "Topology", "all_reduce_tensors", "finished", "join_group", "launch"]

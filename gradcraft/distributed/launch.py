@@ -3,6 +3,7 @@
     launch(fn, nproc, device, *args)                  # one host: nproc processes
     launch(fn, nproc, device, *args, topology=t)      # this node's share of a multi-node job
     join_group(topology, rank, device)                # a process started by torchrun (no launch)
+    finished(group)                                   # done: its going is no failure (GPU groups)
 
 launch runs fn(group, device_of_this_rank, *args) in the node's processes (spawned fresh) and
 returns the result of the node's first rank (global rank 0's on node 0); an error in any process
@@ -21,6 +22,7 @@ import traceback
 from gradcraft.distributed import rendezvous
 from gradcraft.distributed.tcp import PeerLost, TCPGroup
 from gradcraft.distributed.topology import Topology
+from gradcraft.distributed.watch import PeerWatch
 from gradcraft.errors import UserError
 
 
@@ -58,8 +60,12 @@ def rendezvous_port(topology: Topology) -> int:
     return port
 
 
-def join_group(topology: Topology, rank: int, device: str, signature: str = ""):
-    """This process's place in the group: a TCPGroup on the CPU, an NCCLGroup on a GPU."""
+def join_group(topology: Topology, rank: int, device: str, signature: str = "", on_lost=None):
+    """This process's place in the group: a TCPGroup on the CPU, an NCCLGroup on a GPU.
+
+    On a GPU the rendezvous's connections then watch the other processes (watch.py): on_lost(message)
+    is called if one dies (default: print `error: message` and exit with status 2). Call
+    finished(group) when this process is done."""
     world = topology.world
     addr, port = topology.master_addr, rendezvous_port(topology)
     if not device.startswith("cuda"):
@@ -76,17 +82,36 @@ def join_group(topology: Topology, rank: int, device: str, signature: str = ""):
     else:
         sock, answer = rendezvous.join(addr, port, rank, world, signature, topology.timeout)
         connections, uid = [sock], tuple(answer["nccl_id"])
-    for sock in connections:  # NCCL has its own connections now
-        sock.close()
-    return NCCLGroup(rank, world, uid, int(device.partition(":")[2] or 0))
+    group = NCCLGroup(rank, world, uid, int(device.partition(":")[2] or 0))
+    # NCCL has its own connections now; ours stay open to notice a process that dies
+    group.watch = PeerWatch(connections, rank, on_lost or _exit_with_error)
+    return group
+
+
+def finished(group) -> None:
+    """This process is done with the group (its last collective has run): not a failure to others."""
+    watch = getattr(group, "watch", None)
+    if watch is not None:
+        watch.done()
+
+
+def _exit_with_error(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    os._exit(2)
 
 
 def _run_rank(topology, local_rank, device, signature, fn, args, result_pipe):
     code = 0
     rank = topology.node_rank * topology.nproc + local_rank
+    def lost(message):  # (on the watching thread: a GPU process of the job died; NCCL would wait forever)
+        result_pipe.send(("lost", message))
+        result_pipe.close()
+        os._exit(2)
+
     try:
-        group = join_group(topology, rank, device, signature)
+        group = join_group(topology, rank, device, signature, on_lost=lost)
         result = fn(group, device, *args)
+        finished(group)
         result_pipe.send(("ok", result if local_rank == 0 else None))
     except PeerLost as e:  # the consequence of another rank's failure: reported only if nothing else is
         result_pipe.send(("lost", str(e)))

@@ -468,7 +468,7 @@ def train_processes(tc: TrainConfig, mc: ModelConfig, resume: bool = False, over
     check_memory(tc, mc)
     if topology is None and tc.nproc == 1:
         return train(tc, mc, resume, overwrite=overwrite)
-    from gradcraft.distributed import join_group, launch
+    from gradcraft.distributed import finished, join_group, launch
     from gradcraft.distributed.launch import check_devices, rank_device
     signature = job_signature(tc)
     if topology is not None and topology.started_by == "environment":  # torchrun: this process is one rank
@@ -476,6 +476,7 @@ def train_processes(tc: TrainConfig, mc: ModelConfig, resume: bool = False, over
         device = rank_device(tc.device, topology.local_rank)
         group = join_group(topology, topology.rank, device, signature)
         summary = train(replace(tc, device=device), mc, resume, group=group, overwrite=overwrite)
+        finished(group)
         return dict(summary, hard_exit=device.startswith("cuda"))  # (see launch._run_rank: NCCL at exit)
     return launch(_train_rank, tc.nproc, tc.device, tc, mc, resume, overwrite, topology=topology, signature=signature)
 

@@ -28,7 +28,7 @@ def add_distributed_arguments(parser) -> None:
                                                        f"many MB, while backward runs (default: {bucket_default:g})")
     group.add_argument("--zero", action="store_true", default=None,
                        help="ZeRO-1: each process keeps the AdamW state of 1/world of the weights (prints the "
-                            "memory saved); checkpoints stay whole")
+                            "memory saved); checkpoints stay whole (default: off)")
 
 
 def topology_from_args(args, environ=None):

@@ -5,7 +5,8 @@ PyTorch DistributedDataParallel, both over NCCL, same model and per-GPU batch, i
 
 For each side, on 1 GPU and on N GPUs: ms/step and tokens/s (all GPUs together), the scaling
 (N-GPU tokens/s / 1-GPU tokens/s) and the ratio ours / PyTorch. Ours is the trainer's GradientStep
-(micro-batch forward and backward, the NCCL all-reduce of the gradients, the global norm) replayed
+(micro-batch forward and backward with the gradients' NCCL all-reduces issued bucket by bucket on a
+second stream as backward produces them (--bucket_mb of TrainConfig), the global norm) replayed
 as a CUDA graph, then AdamW: what `gradcraft train --device cuda --nproc N` runs. PyTorch's side is
 gradcraft/benchmarks/torch_reference.py wrapped in DDP (bucketed all-reduce overlapping the backward pass), eager.
 Both start from the same weights; the first losses of rank 0 are printed for both.
@@ -150,8 +151,8 @@ def main():
     results = {}
     for world in (1, args.nproc):
         if world == 1:
-            from gradcraft.distributed import PipeGroup
-            results[("gradcraft", 1)] = ours(PipeGroup(0, 1, []), "cuda:0", cfg, weights, args)
+            from gradcraft.distributed import TCPGroup
+            results[("gradcraft", 1)] = ours(TCPGroup(0, 1, []), "cuda:0", cfg, weights, args)
         else:
             results[("gradcraft", world)] = launch(ours, world, "cuda", cfg, weights, args)
         results[("pytorch", world)] = run_torch(cfg, weights, args, world)

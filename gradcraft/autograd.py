@@ -32,7 +32,9 @@ def _topological(root) -> list:
     return order
 
 
-def backward(root, gradient=None, realize_now: bool = True) -> None:
+def backward(root, gradient=None, realize_now: bool = True, on_grad_ready=None) -> None:
+    """on_grad_ready(leaf, buffer): called for each leaf as soon as its gradient's last kernel has
+    been issued, while the rest of the backward still runs (see realize's on_ready)."""
     if not root.requires_grad:
         raise UserError("backward() called on a tensor that does not require grad (no input had requires_grad=True, "
                         "or it was computed under no_grad)")
@@ -71,7 +73,16 @@ def backward(root, gradient=None, realize_now: bool = True) -> None:
                     grads[id(inp)] = merged if merged is not None else ew.add(previous, grad)
 
     if realize_now:
-        realize([leaf.grad for leaf in leaves] + [root], keep_saved=False)
+        hook = None
+        if on_grad_ready is not None:
+            owners: dict[int, list] = {}
+            for leaf in leaves:
+                owners.setdefault(id(leaf.grad), []).append(leaf)
+
+            def hook(target, buffer):
+                for leaf in owners.get(id(target), ()):
+                    on_grad_ready(leaf, buffer)
+        realize([leaf.grad for leaf in leaves] + [root], keep_saved=False, on_ready=hook)
         release_graph(order)
 
 

@@ -159,14 +159,15 @@ class Tensor:
 
     # ------------------------------------------------------------ autograd
 
-    def backward(self, gradient=None, realize: bool = True) -> None:
+    def backward(self, gradient=None, realize: bool = True, on_grad_ready=None) -> None:
         """Accumulate d(self)/d(leaf) into `.grad` of every leaf that requires grad.
 
         With realize=False the gradients stay lazy, so the caller can fold them
-        (and the optimizer update) into one schedule.
+        (and the optimizer update) into one schedule. on_grad_ready(leaf, buffer) is called as
+        each leaf's gradient is issued, during the backward (data parallelism's buckets).
         """
         from gradcraft.autograd import backward
-        backward(self, gradient, realize)
+        backward(self, gradient, realize, on_grad_ready)
 
     def detach(self) -> "Tensor":
         """The same values, cut from the gradient graph (shares the buffer once realized)."""

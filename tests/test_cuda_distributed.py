@@ -54,3 +54,25 @@ def test_more_processes_than_gpus_is_one_line(dataset, tmp_path):
     proc = run("--dataset", dataset, "--model_dir", str(tmp_path / "x"), "--device", "cuda", "--nproc", "64", *TINY,
                check=False)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "needs GPUs cuda:0..cuda:63" in proc.stderr
+
+
+def test_two_nodes_of_one_gpu_equal_one_node_of_two(dataset, tmp_path):
+    """Two launchers on this host as two nodes (cuda:0 and cuda:1), NCCL's id through the rendezvous,
+    against one launcher with two GPUs; then ZeRO-1 on the GPUs (captured step) against plain."""
+    import subprocess
+    import sys
+    from gradcraft.distributed.rendezvous import free_port
+
+    common = ["--dataset", dataset, "--steps", "8", "--target_batch", "8", "--bucket_mb", "0.01", *TINY]
+    run("--model_dir", str(tmp_path / "one_node"), "--device", "cuda", "--nproc", "2", *common)
+    port = str(free_port())
+    procs = [subprocess.Popen([sys.executable, "-m", "gradcraft.cli.main", "train", "--model_dir",
+                               str(tmp_path / "two_nodes"), "--device", f"cuda:{rank}", "--nnodes", "2",
+                               "--node_rank", str(rank), "--master_port", port, "--rdzv_timeout", "120", *common],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (1, 0)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    np.testing.assert_allclose(rows(tmp_path / "two_nodes"), rows(tmp_path / "one_node"), rtol=1e-4)
+    run("--model_dir", str(tmp_path / "zero"), "--device", "cuda", "--nproc", "2", "--zero", *common)
+    np.testing.assert_allclose(rows(tmp_path / "zero"), rows(tmp_path / "one_node"), rtol=1e-4)

@@ -1,4 +1,4 @@
-"""Data-parallel training (`gradcraft train --nproc N`) on CPU processes joined by pipes.
+"""Data-parallel training (`gradcraft train --nproc N`) on CPU processes joined by TCP sockets.
 
 Two processes with one micro-batch each must train like one process accumulating two: the same
 batches in the same order, gradients summed in another order (so equal to float32 rounding, not
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import gradcraft as gc
-from gradcraft.distributed import PipeGroup, launch
+from gradcraft.distributed import TCPGroup, launch
 from gradcraft.errors import UserError
 from gradcraft.training.log import read_log
 from test_train import TINY, one_line_error, run
@@ -78,11 +78,22 @@ def _big_result(group, device):
     return np.arange(1 << 20, dtype=np.int64)  # 8 MB: far more than a pipe's buffer
 
 
-def test_pipe_group_sums_and_errors_stop_every_process():
+def test_tcp_group_sums_and_errors_stop_every_process():
     assert launch(_sums, 3, "cpu") == [6.0] * 4
     with pytest.raises(UserError, match="rank 1 cannot go on"):
         launch(_fails_on_rank_1, 2, "cpu")
     assert launch(_big_result, 2, "cpu").sum() == (1 << 20) * ((1 << 20) - 1) // 2
+    assert launch(_scatter_and_gather, 3, "cpu") == ([0.0, 6.0], [0.0, 6.0, 12.0, 18.0, 24.0, 30.0])
+
+
+def _scatter_and_gather(group, device):
+    """reduce_scatter: each rank's slice of the sum; all_gather: the slices back in rank order."""
+    flat = np.arange(6, dtype=np.float32) * (group.rank + 1)  # sum: 6 x arange(6)
+    mine = group.reduce_scatter(flat)
+    assert mine.tolist() == [6.0 * (2 * group.rank), 6.0 * (2 * group.rank + 1)]
+    gathered = np.zeros(6, np.float32)
+    group.all_gather(mine, gathered)
+    return mine.tolist(), gathered.tolist()
 
 
 @pytest.mark.skipif(gc.device.is_available("cuda"), reason="this machine has a GPU")
@@ -92,7 +103,7 @@ def test_cuda_processes_without_a_gpu_one_line(dataset, tmp_path):
 
 
 def test_single_process_group_is_a_no_op():
-    group = PipeGroup(0, 1, [])
+    group = TCPGroup(0, 1, [])
     a = np.ones(3)
     group.all_reduce([a])
     assert a.tolist() == [1.0, 1.0, 1.0]

@@ -33,7 +33,7 @@ TRAIN_HELP = {
     "device": "cpu, cuda or cuda:N",
     "dtype": "bfloat16 = mixed precision (fp32 master weights)",
     "cuda_graph": "record the step as a CUDA graph and replay it (auto: on for cuda)",
-    "nproc": "data-parallel processes: one per GPU from --device on (NCCL), or CPU processes",
+    "nproc": "data-parallel processes on this machine: one per GPU from --device on (NCCL), or CPU processes",
     "log": "logs to write, a comma list of csv, jsonl (events.jsonl), tensorboard (needs `pip install "
            "tensorboard`); training_log.csv is always written",
 }
@@ -92,6 +92,8 @@ def add_parser(subparsers) -> None:
     run.add_argument("--nproc", type=positive_int, help=training_help("nproc", train_defaults))
     run.add_argument("--log", help=training_help("log", train_defaults))
     run.add_argument("--no_progress", action="store_true", help="print lines instead of a progress bar")
+    from gradcraft.cli.launch_flags import add_distributed_arguments
+    add_distributed_arguments(p)  # --nnodes, --node_rank, --master_addr, --master_port, --zero...
     # on --resume, the saved train_config.json is checked against the flags' own ranges
     p.set_defaults(func=run_train, flag_types={a.dest: a.type for a in p._actions if isinstance(a.type, Value)})
 
@@ -164,22 +166,28 @@ def run_train(args) -> int:
     from gradcraft.training import checkpoint as ckpt
     from gradcraft.training.runlock import Terminated, lock_run_folder, release_run_folder, sigterm_as_interrupt
     from gradcraft.training.trainer import check_memory, interrupted_message, train_processes
+    from gradcraft.cli.launch_flags import is_writer, topology_from_args
 
     train_config, lock, locked, created = None, None, False, False
+    topology = topology_from_args(args)  # several machines, or torchrun's environment; None: this host
+    if topology is not None:
+        args.nproc, args.nnodes = topology.nproc, topology.nnodes
+    writer = is_writer(topology)  # only global rank 0's command locks and writes the run folder
     with sigterm_as_interrupt():
         try:
             # The run folder's lock comes before anything is written into it: a folder that exists is
             # locked first (so a second train on a running folder is told who holds it); a new one
             # after the flags and the dataset are checked (a mistyped command creates no folder).
-            if os.path.isdir(args.model_dir):
+            if os.path.isdir(args.model_dir) and writer:
                 lock, locked = lock_run_folder(args.model_dir), True
             train_config, model_config = build_configs(args)
-            if not locked:
+            if not locked and writer:
                 train_config.validate()  # the checks train_processes makes first, before the folder exists
                 check_memory(train_config, model_config)
                 created = not os.path.exists(train_config.model_dir)
                 lock, locked = lock_run_folder(train_config.model_dir), True
-            summary = train_processes(train_config, model_config, resume=args.resume, overwrite=args.overwrite)
+            summary = train_processes(train_config, model_config, resume=args.resume, overwrite=args.overwrite,
+                                      topology=topology)
         except (UserError, OSError):  # a full disk, a damaged file...: one line (cli/main.py), no temporaries
             if locked:
                 ckpt.remove_temporaries(args.model_dir)  # ours: we hold the folder's lock
@@ -191,7 +199,7 @@ def run_train(args) -> int:
                 return code
             if locked:
                 ckpt.remove_temporaries(train_config.model_dir)  # ours: we hold the folder's lock
-            print(f"\n{interrupted_message(train_config)}", file=sys.stderr)
+            print(f"\n{interrupted_message(train_config)}" if writer else "\ninterrupted", file=sys.stderr)
             return code
         finally:
             # a folder this command created and left empty (a run refused before it wrote anything) goes
@@ -201,9 +209,15 @@ def run_train(args) -> int:
               f"{summary['steps']}" + (f" (--stop_after {train_config.stop_after})" if train_config.stop_after else "")
               + "; pass a larger --steps to train it further")
         return 0
+    where = f"weights in {_final_weights(train_config.model_dir)}" if summary.get("writer", True) else \
+        "rank 0 on node 0 wrote the run"
     print(f"trained {summary['step']} steps; final loss {summary['loss']:.4f}; "
           f"peak memory {summary['peak_bytes'] / 2**20:,.0f} MiB; "
-          f"{summary['tokens_per_s']:,.0f} tokens/s; weights in {_final_weights(train_config.model_dir)}")
+          f"{summary['tokens_per_s']:,.0f} tokens/s; {where}")
+    if summary.get("hard_exit"):  # a torchrun rank on a GPU: skip the teardown that can hang (launch._run_rank)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 

@@ -19,12 +19,19 @@ from gradcraft.engine.schedule import schedule
 DEBUG = int(os.environ.get("GRADCRAFT_DEBUG", "0") or 0)
 
 
-def realize(targets, keep_saved: bool = True) -> None:
+def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
     """Compute every target tensor's buffer.
 
     keep_saved: also keep buffers of realized intermediates that require grad,
     because a later `.backward()` reads them (PyTorch's saved tensors).
+    on_ready: called as on_ready(target, buffer) for each target as soon as the kernel that
+    computes it has been issued (already realized targets: first), while the rest of the schedule
+    still runs: data parallelism starts summing a bucket of gradients there.
     """
+    if on_ready is not None:
+        for t in targets:
+            if t._buf is not None:
+                on_ready(t, t._buf)
     order, readers = schedule(targets)
     if not order:
         return
@@ -45,6 +52,11 @@ def realize(targets, keep_saved: bool = True) -> None:
         if t._buf is None:
             keep[(id(t._node), t._index)] = t
 
+    watched: dict[int, list] = {}  # id(node) -> the targets it computes, for on_ready
+    if on_ready is not None:
+        for t in targets:
+            if t._buf is None:
+                watched.setdefault(id(t._node), []).append(t)
     values: dict[tuple, object] = {}
     backends: dict[str, object] = {}
     for step, node in enumerate(order):
@@ -65,6 +77,9 @@ def realize(targets, keep_saved: bool = True) -> None:
             key = (node_id, index)
             if readers.get(key, 0) or key in target_keys or key in keep:
                 values[key] = value
+        if watched and node_id in watched:
+            for t in watched.pop(node_id):
+                on_ready(t, outputs[t._index])
         del outputs, value
         # Inputs read for the last time: drop them (and recycle their memory) unless kept.
         for inp in node.inputs:

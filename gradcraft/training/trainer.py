@@ -21,6 +21,8 @@ from gradcraft.atomic import is_storage_error, usual_mode, write_failure, write_
 from gradcraft.data.sampler import SAMPLERS, eval_batches
 from gradcraft.data.tokenfile import read_token_file
 from gradcraft.distributed import all_reduce_tensors
+from gradcraft.distributed.buckets import GradientBuckets
+from gradcraft.distributed.zero import ZeroAdamW
 from gradcraft.engine.capture import CapturedStep
 from gradcraft.errors import UserError
 from gradcraft.models import ModelConfig, Transformer, describe
@@ -60,15 +62,25 @@ class TrainConfig:
     stop_after: int | None = None  # end this session at this step (the schedule still spans `steps`)
     progress: bool = True
     cuda_graph: str = "auto"  # auto (on for CUDA), on, off
-    nproc: int = 1  # data-parallel processes: one per GPU from `device` on, or CPU processes
+    nproc: int = 1  # data-parallel processes per node: one per GPU from `device` on, or CPU processes
+    nnodes: int = 1  # nodes of this session (set by the launch, never saved: a run may resume on others)
+    bucket_mb: float = 25.0  # gradients summed over the processes in buckets of this size, during backward
+    zero: bool = False  # ZeRO-1: each process keeps the AdamW state of 1/world of the weights
     log: str = "csv,jsonl"  # the logs written: a comma list of csv (always on), jsonl, tensorboard
 
+    @property
+    def world(self) -> int:
+        return self.nproc * self.nnodes
+
     def validate(self) -> None:
-        if self.batch_size < 1 or self.steps < 1 or self.nproc < 1:
-            raise UserError("--batch_size, --steps and --nproc must be positive")
-        target = self.target_batch or self.batch_size * self.nproc
-        if target % (self.batch_size * self.nproc):
-            per_step = f"--batch_size {self.batch_size}" + (f" x --nproc {self.nproc}" if self.nproc > 1 else "")
+        if self.batch_size < 1 or self.steps < 1 or self.nproc < 1 or self.nnodes < 1:
+            raise UserError("--batch_size, --steps, --nproc and --nnodes must be positive")
+        if not self.bucket_mb > 0:
+            raise UserError(f"--bucket_mb {self.bucket_mb:g} must be positive (megabytes of gradients per bucket)")
+        target = self.target_batch or self.batch_size * self.world
+        if target % (self.batch_size * self.world):
+            per_step = f"--batch_size {self.batch_size}" + (f" x --nproc {self.nproc}" if self.nproc > 1 else "") \
+                + (f" x --nnodes {self.nnodes}" if self.nnodes > 1 else "")
             raise UserError(f"--target_batch {target} is not a multiple of {per_step}")
         if self.sampling not in SAMPLERS:
             raise UserError(f"--sampling must be one of {', '.join(SAMPLERS)}, got {self.sampling!r}")
@@ -246,8 +258,8 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
         raise UserError(f"--vocab_size {mc.vocab_size} differs from the dataset's tokenizer vocabulary "
                         f"({header.vocab_size}); leave --vocab_size unset to take it from the dataset")
     sampler = SAMPLERS[tc.sampling](tokens, mc.seq_len, tc.batch_size, seed=tc.seed)
-    if world != tc.nproc:
-        raise ValueError(f"TrainConfig.nproc is {tc.nproc} but the process group has {world} processes")
+    if world != tc.world:
+        raise ValueError(f"TrainConfig asks for {tc.world} processes but the process group has {world}")
     per_step = tc.target_batch or tc.batch_size * world  # sequences per optimizer step, all processes
     accum = per_step // (tc.batch_size * world)  # micro-batches per process and step
 
@@ -258,6 +270,12 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
     compute_dtype = gc.bfloat16 if tc.dtype == "bfloat16" else gc.float32
     opt = AdamW(_param_groups(model, tc.weight_decay), lr=tc.max_lr, betas=(tc.beta1, tc.beta2),
                 weight_decay=tc.weight_decay)
+    # gradients summed during backward, bucket by bucket (gradcraft/distributed/buckets.py)
+    buckets = GradientBuckets(group, model.parameters(), tc.bucket_mb * 2**20, scatter=tc.zero) if world > 1 else None
+    if tc.zero and world > 1:
+        opt = ZeroAdamW(opt, buckets, group, log)
+    elif tc.zero:
+        log("note: --zero shards the optimizer state over processes; with one process it changes nothing")
     schedule = CosineWithWarmup(tc.max_lr, tc.min_lr, tc.warmup_steps, tc.steps)
     if overwrite and main:  # after every check of the data and the model: a mistake deletes nothing
         clear_run(tc.model_dir, log)
@@ -288,17 +306,17 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
     if main:
         write_json(os.path.join(tc.model_dir, "gradcraft_config.json"), mc.to_dict())
         # the batch per step as resolved, so that a --resume with another --nproc keeps it
-        write_json(os.path.join(tc.model_dir, "train_config.json"), asdict(replace(tc, target_batch=per_step)))
+        write_json(os.path.join(tc.model_dir, "train_config.json"), saved_train_config(tc, per_step))
         # the tokenizer travels with the run folder (checked against the token file's fingerprint)
         ckpt.copy_tokenizer(tc.model_dir, tc.dataset, header.fingerprint, mc.seq_len, log)
 
     log(f"model: {describe(model)}")
     log(f"data: {len(tokens):,} tokens; {tc.batch_size} x {accum} sequences of {mc.seq_len} per step"
-        + (f" on each of {world} processes" if world > 1 else "") + f"; device {tc.device}, {tc.dtype}")
+        + (f" on each of {world} processes" + (f" ({tc.nnodes} nodes)" if tc.nnodes > 1 else "") if world > 1 else "") + f"; device {tc.device}, {tc.dtype}")
     run_log = RunLogs(tc.model_dir, parse_log_kinds(tc.log), resume_step=start_step if resume else None,
                       extra_columns=list(_moe_stats(model, names_only=True))) if main else None
     if main:
-        run_log.start(start_step, resumed=resume, config=asdict(replace(tc, target_batch=per_step)),
+        run_log.start(start_step, resumed=resume, config=saved_train_config(tc, per_step),
                       model=mc.to_dict())
     peak = peak_flops(tc.device, tc.dtype)
     flops_per_token = model.flops_per_token()
@@ -309,7 +327,7 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
     model.train()
 
     end_step = min(tc.steps, tc.stop_after) if tc.stop_after else tc.steps
-    runner = GradientStep(model, opt, tc, accum, mc.seq_len, compute_dtype, log, group)
+    runner = GradientStep(model, opt, tc, accum, mc.seq_len, compute_dtype, log, group, buckets)
     for step in range(start_step, end_step):
         t0 = time.perf_counter()
         lr = schedule(step)
@@ -346,6 +364,9 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
         done = step + 1
 
         val_loss = None
+        checkpoint_due = done % tc.checkpoint_every == 0 or done == end_step
+        # ZeRO-1: the full optimizer state is gathered from every process (all take part), rank 0 saves it
+        saved_opt = _GatheredState(opt.state_dict()) if checkpoint_due and isinstance(opt, ZeroAdamW) else opt
         if not main:
             continue
         if val_tokens is not None and ((tc.eval_every and done % tc.eval_every == 0) or done == tc.steps):
@@ -362,16 +383,20 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
         elif done % tc.print_every == 0 or done == end_step:
             log(f"step {done}/{tc.steps} loss {step_loss:.4f} lr {lr:.2e} {tok_per_s:,.0f} tok/s"
                 + (f" val {val_loss:.4f}" if val_loss is not None else ""))
-        if done % tc.checkpoint_every == 0 or done == end_step:
+        if checkpoint_due:
             last_good_ckpt = ckpt.save_checkpoint(
-                tc.model_dir, done, model, opt, keep=tc.keep_checkpoints,
+                tc.model_dir, done, model, saved_opt, keep=tc.keep_checkpoints,
                 state={"sampler": sampler.state_dict(), "rng": gc.get_rng_state(), "schedule": schedule.state_dict(),
                        "tokenizer_fingerprint": header.fingerprint, "vocab_size": mc.vocab_size})
 
     if bar is not None:
         bar.close()
+    if buckets is not None:
+        buckets.close()
     if not main:
-        return {"step": end_step, "loss": last_loss, "tokens_per_s": tok_per_s}
+        memory = gc.device.get_backend(tc.device).memory_info()
+        return {"step": end_step, "loss": last_loss, "tokens_per_s": tok_per_s, "peak_bytes": memory["reserved_bytes"],
+                "writer": False}
     run_log.end(end_step, "finished" if end_step == tc.steps else "stopped (--stop_after)", loss=last_loss,
                 tokens_per_s=round(tok_per_s, 1))
     run_log.close()
@@ -385,6 +410,26 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
             "the losses are in training_log.csv")
     memory = gc.device.get_backend(tc.device).memory_info()
     return {"step": end_step, "loss": last_loss, "tokens_per_s": tok_per_s, "peak_bytes": memory["reserved_bytes"]}
+
+
+def saved_train_config(tc: TrainConfig, per_step: int) -> dict:
+    """train_config.json: the settings a --resume keeps, with the batch per step as resolved (so that
+    a resume on another --nproc keeps it). Not the node count (a run may resume on other nodes) nor
+    --zero (checkpoints are whole either way)."""
+    values = asdict(replace(tc, target_batch=per_step))
+    for launch_setting in ("nnodes", "zero"):  # this session's, given again to a resume that wants them
+        values.pop(launch_setting)
+    return values
+
+
+class _GatheredState:
+    """A sharded optimizer's full state, gathered for rank 0's checkpoint."""
+
+    def __init__(self, state: dict):
+        self.state = state
+
+    def state_dict(self) -> dict:
+        return self.state
 
 
 def _resumed_schedule(saved_state, fresh, step: int, log):
@@ -409,18 +454,40 @@ def _resumed_schedule(saved_state, fresh, step: int, log):
     return schedule
 
 
-def train_processes(tc: TrainConfig, mc: ModelConfig, resume: bool = False, overwrite: bool = False) -> dict:
-    """`train` on tc.nproc data-parallel processes (one per GPU from tc.device on); rank 0's summary.
+def train_processes(tc: TrainConfig, mc: ModelConfig, resume: bool = False, overwrite: bool = False,
+                    topology=None) -> dict:
+    """`train` on tc.nproc data-parallel processes (one per GPU from tc.device on); the summary of
+    this node's first process (rank 0's on node 0).
 
-    The command-line entry: before any process starts, it refuses a --model_dir that holds another
-    run (check_model_dir) and a run that cannot fit in memory (check_memory)."""
+    topology (gradcraft.distributed.Topology): a multi-node job, or this process as one rank started
+    by torchrun (started_by "environment"); None: this host alone. The command-line entry: before any
+    process starts, it refuses a --model_dir that holds another run (check_model_dir) and a run that
+    cannot fit in memory (check_memory); only node 0, which writes, checks the folder."""
     tc.validate()  # here, before any process starts
-    check_model_dir(tc.model_dir, resume, overwrite)
+    writer = topology is None or topology.node_rank == 0
+    if writer:
+        check_model_dir(tc.model_dir, resume, overwrite)
     check_memory(tc, mc)
-    if tc.nproc == 1:
+    if topology is None and tc.nproc == 1:
         return train(tc, mc, resume, overwrite=overwrite)
-    from gradcraft.distributed import launch
-    return launch(_train_rank, tc.nproc, tc.device, tc, mc, resume, overwrite)
+    from gradcraft.distributed import finished, join_group, launch
+    from gradcraft.distributed.launch import check_devices, rank_device
+    signature = job_signature(tc)
+    if topology is not None and topology.started_by == "environment":  # torchrun: this process is one rank
+        check_devices(replace(topology, nproc=topology.local_rank + 1), tc.device)
+        device = rank_device(tc.device, topology.local_rank)
+        group = join_group(topology, topology.rank, device, signature)
+        summary = train(replace(tc, device=device), mc, resume, group=group, overwrite=overwrite)
+        finished(group)
+        return dict(summary, hard_exit=device.startswith("cuda"))  # (see launch._run_rank: NCCL at exit)
+    return launch(_train_rank, tc.nproc, tc.device, tc, mc, resume, overwrite, topology=topology, signature=signature)
+
+
+def job_signature(tc: TrainConfig) -> str:
+    """What every rank must agree on, compared at the rendezvous: the settings that shape the step."""
+    keys = ("steps", "batch_size", "target_batch", "seed", "sampling", "dtype", "nproc", "nnodes", "zero",
+            "bucket_mb", "max_lr", "grad_clip")
+    return ",".join(f"{k}={getattr(tc, k)}" for k in keys)
 
 
 def _train_rank(group, device, tc, mc, resume, overwrite=False):
@@ -436,10 +503,13 @@ class GradientStep:
     that the loss and the norm are finite.
     """
 
-    def __init__(self, model, opt, tc, accum, seq_len, compute_dtype, log, group=None):
+    def __init__(self, model, opt, tc, accum, seq_len, compute_dtype, log, group=None, buckets=None):
         self.model, self.opt, self.tc, self.accum, self.compute_dtype = model, opt, tc, accum, compute_dtype
         self.group = group
         self.world = group.world if group is not None else 1
+        if buckets is None and self.world > 1:
+            buckets = GradientBuckets(group, model.parameters(), tc.bucket_mb * 2**20)
+        self.buckets = buckets
         self.backend = gc.device.get_backend(tc.device)
         shape = (tc.batch_size, seq_len)
         self.inputs = [(gc.zeros(*shape, dtype=gc.int64, device=tc.device).realize(),
@@ -456,7 +526,12 @@ class GradientStep:
             # they see one counter value: the backward regenerates the forward's masks.
             advance_dropout(self.tc.device)
         losses, stats = [], []
-        for x, y in self.inputs:
+        for i, (x, y) in enumerate(self.inputs):
+            # the last micro-batch's backward completes the gradients: its buckets are summed over the
+            # processes as backward produces them (the earlier ones only accumulate, as DDP's no_sync)
+            summing = self.buckets is not None and i == self.accum - 1
+            if summing:
+                self.buckets.start()
             _, loss = self.model(x, y, label_smoothing=self.tc.label_smoothing, compute_dtype=self.compute_dtype)
             logged = {"loss": self.model.last_losses["cross_entropy"], **_moe_stats(self.model)}
             if len(logged) > 1:
@@ -465,21 +540,18 @@ class GradientStep:
             # `loss` the root, which the backward schedule realizes: its value is read afterwards, never
             # recomputed. Summed over the micro-batches and processes, the gradient is that of the mean loss.
             seed = 1.0 / (self.accum * self.world)
-            loss.backward(gc.full(loss.shape, seed, dtype=loss.dtype, device=loss.device))
+            loss.backward(gc.full(loss.shape, seed, dtype=loss.dtype, device=loss.device),
+                          on_grad_ready=self.buckets.ready if summing else None)
             losses.append(logged.pop("loss"))
             stats.append(logged)
-        if self.world > 1:
-            self._sum_over_processes(losses, stats)
+        if self.buckets is not None:
+            self.buckets.finish()  # the last buckets, and .grad pointed at the sums
+            # the logged values too (a few scalars)
+            all_reduce_tensors(self.group, [t.realize() for t in losses] + [t.realize() for s in stats
+                                                                            for t in s.values()])
+        if isinstance(self.opt, ZeroAdamW):
+            return losses, stats, self.opt.grad_norm_and_scale(self.tc.grad_clip)
         return losses, stats, grad_norm_and_scale(self.model.parameters(), self.tc.grad_clip)
-
-    def _sum_over_processes(self, losses, stats) -> None:
-        """Sum the gradients and the logged values over the data-parallel processes, in place."""
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        for p in params:
-            if not p.grad.realize()._buf.flags.c_contiguous:
-                p.grad = p.grad.contiguous().realize()
-        logged = [t.realize() for t in losses] + [t.realize() for s in stats for t in s.values()]
-        all_reduce_tensors(self.group, [p.grad for p in params] + logged)
 
     @property
     def replaying(self) -> bool:

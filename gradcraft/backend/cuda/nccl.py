@@ -18,6 +18,11 @@ def _nccl():
     return nccl
 
 
+def check_nccl() -> None:
+    """Raise the one-line error now (in the launcher) if CuPy has no NCCL."""
+    _nccl()
+
+
 def available_devices() -> int:
     return cp.cuda.runtime.getDeviceCount()
 
@@ -42,13 +47,17 @@ class NCCLGroup:
             self._types[cp.dtype(ml_dtypes.bfloat16)] = nccl.NCCL_BFLOAT16
         self._sum = nccl.NCCL_SUM
 
-    def all_reduce(self, arrays) -> None:
-        """Sum each (contiguous) array over the processes, in place, on the current stream."""
-        nccl = _nccl()
+    def _check_types(self, arrays, what: str) -> None:
         missing = {str(a.dtype) for a in arrays if a.dtype not in self._types}
-        if missing:  # (before the group starts: a failure inside it would leave the other ranks waiting)
-            raise TypeError(f"NCCL all-reduce: no NCCL type for {', '.join(sorted(missing))}")
-        stream = cp.cuda.get_current_stream().ptr
+        if missing:  # (before a group starts: a failure inside it would leave the other ranks waiting)
+            raise TypeError(f"NCCL {what}: no NCCL type for {', '.join(sorted(missing))}")
+
+    def all_reduce(self, arrays, stream=None) -> None:
+        """Sum each (contiguous) array over the processes, in place, on `stream` (default: the current
+        one; inside a graph capture, a stream that takes part in the capture)."""
+        nccl = _nccl()
+        self._check_types(arrays, "all-reduce")
+        stream = (stream or cp.cuda.get_current_stream()).ptr
         nccl.groupStart()  # one launch for all the arrays
         try:
             for a in arrays:
@@ -56,6 +65,22 @@ class NCCLGroup:
                     self.comm.allReduce(a.data.ptr, a.data.ptr, a.size, self._types[a.dtype], self._sum, stream)
         finally:
             nccl.groupEnd()
+
+    def reduce_scatter(self, flat, out=None, stream=None):
+        """The sum over the processes of the contiguous 1-d `flat` (length a multiple of world):
+        this rank's slice, into `out` (or a new array), on `stream` (default: the current one)."""
+        self._check_types([flat], "reduce-scatter")
+        shard = flat.size // self.world
+        out = cp.empty(shard, flat.dtype) if out is None else out
+        self.comm.reduceScatter(flat.data.ptr, out.data.ptr, shard, self._types[flat.dtype], self._sum,
+                                (stream or cp.cuda.get_current_stream()).ptr)
+        return out
+
+    def all_gather(self, shard, flat) -> None:
+        """flat (world x shard.size, contiguous) = every rank's shard in rank order (current stream)."""
+        self._check_types([shard], "all-gather")
+        self.comm.allGather(shard.data.ptr, flat.data.ptr, shard.size, self._types[shard.dtype],
+                            cp.cuda.get_current_stream().ptr)
 
     def close(self) -> None:
         self.comm.destroy()

@@ -778,6 +778,48 @@ def test_flash_attention_dropout_op_matches_explicit(gpu, window):
         assert rel_err(got, expected) < 1.5e-2
 
 
+@pytest.mark.parametrize("dtype", [np.float32, BF16, np.float16])
+@pytest.mark.parametrize("chunk_rows", [None, 7])
+def test_linear_cross_entropy_kernel(gpu, dtype, chunk_rows):
+    """The fused output layer + loss against its NumPy reference: loss sum, dx, dw; ignored rows,
+    smoothing, padded classes, one chunk or several."""
+    r = rng()
+    N, C, V = 45, 64, 136
+    x, w = randn((N, C), dtype, r), randn((V, C), dtype, r, scale=0.2)
+    t = r.integers(0, 130, N)
+    t[[0, 9]] = -100
+    itemsize = np.dtype(dtype).itemsize
+    attrs = {"ignore_index": -100, "label_smoothing": 0.1, "valid_classes": 130,
+             "chunk_bytes": (chunk_rows or N) * V * itemsize}
+    (total, dx, dw), (rtotal, rdx, rdw) = both(gpu, "linear_cross_entropy", x, w, t, **attrs)
+    assert dx.dtype == dtype and dw.dtype == dtype and total.dtype == np.float32
+    np.testing.assert_allclose(float(total), float(rtotal), rtol=2e-3 if dtype != np.float32 else 1e-4)
+    limit = 1e-2 if dtype == BF16 else (3e-3 if dtype == np.float16 else 1e-4)
+    assert rel_err(dx, rdx) < limit and rel_err(dw, rdw) < limit
+
+
+def test_model_step_with_the_fused_loss_equals_the_plain_one(gpu, monkeypatch):
+    """bf16 gpt2-style model with a padded vocabulary on CUDA: the fused output layer + loss gives the
+    loss and gradients of the matmul + cross_entropy path."""
+    from gradcraft.models import Transformer, preset
+    cfg = preset("gpt2-124m", vocab_size=1000, seq_len=64, n_layers=2, dim=128, n_heads=4)
+    gc.manual_seed(0)
+    model = Transformer(cfg).to("cuda")
+    r = rng()
+    x = gc.tensor(r.integers(0, 1000, (4, 64)), device="cuda")
+    y = gc.tensor(r.integers(0, 1000, (4, 64)), device="cuda")
+    results = {}
+    for fused in (True, False):
+        monkeypatch.setattr(type(gpu), "fused_linear_cross_entropy", lambda self, dtype, f=fused: f)
+        model.zero_grad()
+        _, loss = model(x, y, compute_dtype=gc.bfloat16, label_smoothing=0.05)
+        loss.backward()
+        results[fused] = (loss.item(), {n: p.grad.numpy().copy() for n, p in model.named_parameters()})
+    assert abs(results[True][0] - results[False][0]) < 2e-3
+    for name, g in results[True][1].items():
+        assert rel_err(g, results[False][1][name]) < 3e-2, name
+
+
 # ---------------------------------------------------------------- primitives with their own CUDA paths
 
 @pytest.mark.parametrize("dtype", FLOATS + [np.float64, np.float16])

@@ -146,12 +146,12 @@ def test_native_kernels_match_numpy_with_valid_classes(smoothing):
 def test_padded_model_equals_unpadded_model(family, monkeypatch):
     padded, plain = padded_and_unpadded(family)
     widths = []
-    real_cross_entropy = F.cross_entropy
+    real_linear_cross_entropy = F.linear_cross_entropy
 
-    def recording_cross_entropy(logits, *args, **kwargs):
-        widths.append(logits.shape[-1])
-        return real_cross_entropy(logits, *args, **kwargs)
-    monkeypatch.setattr(F, "cross_entropy", recording_cross_entropy)
+    def recording_linear_cross_entropy(x, weight, *args, **kwargs):
+        widths.append(weight.shape[0])  # the classes of the output layer + loss
+        return real_linear_cross_entropy(x, weight, *args, **kwargs)
+    monkeypatch.setattr(F, "linear_cross_entropy", recording_linear_cross_entropy)
 
     rng = np.random.default_rng(1)
     idx = rng.integers(0, V, (3, 10))
@@ -163,7 +163,7 @@ def test_padded_model_equals_unpadded_model(family, monkeypatch):
         loss.backward()
         results.append((logits.numpy(), loss.item(), model(gc.tensor(idx)).numpy(),
                         {name: p.grad.numpy() for name, p in model.named_parameters()}))
-    assert widths == [128, V]  # the padded model's loss did run over the padded logits
+    assert widths == [128, V]  # the padded model's loss did run over the padded vocabulary
     (logits, loss, inference, grads), (ref_logits, ref_loss, ref_inference, ref_grads) = results
     assert logits.shape == inference.shape == (3, 10, V)
     np.testing.assert_allclose(logits, ref_logits, rtol=1e-6, atol=1e-6)
@@ -206,7 +206,8 @@ def test_checkpoint_round_trip_keeps_the_true_vocabulary(tmp_path):
     idx = gc.tensor(np.random.default_rng(6).integers(0, V, (2, 9)))
     padded(idx, idx)[1].backward()
     opt.step()
-    path = ckpt.save_checkpoint(str(tmp_path), 1, padded, opt, state={})
+    state = {"sampler": {"kind": "random"}, "rng": gc.get_rng_state()}  # what the trainer saves, at least
+    path = ckpt.save_checkpoint(str(tmp_path), 1, padded, opt, state=state)
     weights = load_file(f"{path}/model.safetensors")
     assert weights["tok_emb.weight"].shape == weights["lm_head.weight"].shape == (V, 32)
     for model in (Transformer(config("llama")), plain):  # into a padded model and an unpadded one

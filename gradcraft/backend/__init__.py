@@ -36,6 +36,7 @@ KERNELS = {
     # fused neural-network ops and their fused gradients
     "softmax", "softmax_backward", "log_softmax", "log_softmax_backward",
     "cross_entropy", "cross_entropy_backward",
+    "linear_cross_entropy",  # (multi) (x, w, target) -> (sum of the rows' losses, dx, dw): logits never whole
     "layer_norm", "layer_norm_backward",  # backward (multi): dx, dweight, dbias
     "rms_norm", "rms_norm_backward",  # backward (multi): dx, dweight
     "embedding", "embedding_backward", "dropout", "rope",
@@ -108,6 +109,11 @@ class Backend:
     def flash_attention_supported(self, dtype, head_dim: int, value_dim: int) -> bool:
         """Whether this device's flash-attention kernels are the fast way for this case (else attention
         takes the explicit or recomputing path)."""
+        return False
+
+    def fused_linear_cross_entropy(self, dtype) -> bool:
+        """Whether F.linear_cross_entropy should take this device's fused kernel (logits never whole)
+        rather than a matmul and cross_entropy."""
         return False
 
     def write(self, array, values) -> None:

@@ -596,6 +596,33 @@ def _cross_entropy(logits, target, ignore_index, label_smoothing, valid_classes=
     return _finish(loss, np.dtype(np.float32) if float_loss and logits.dtype in _HALF else logits.dtype)
 
 
+def _linear_cross_entropy(x, w, target, *, ignore_index=-100, label_smoothing=0.0, valid_classes=None,
+                          chunk_bytes=256 << 20):
+    """Reference of the fused output layer + loss (cuda/nn.py linear_cross_entropy): the sum over rows
+    of cross_entropy(x @ w^T, target) and its gradients dx and dw, chunk by chunk of rows, so the
+    (N, V) logits are never held whole. Logits and dlogits are rounded to x's dtype as the unfused
+    path's would be; dw is summed over the chunks in the accumulator type."""
+    n, c = x.shape
+    v = w.shape[0]
+    wide = np.float64 if x.dtype == np.float64 else np.float32
+    wx, ww = _wide(x).astype(wide, copy=False), _wide(w).astype(wide, copy=False)
+    rows = max(1, min(n, chunk_bytes // max(v * x.dtype.itemsize, 1)))
+    total = np.zeros((), wide)
+    dx = np.empty((n, c), wide)
+    dw = np.zeros((v, c), wide)
+    ones = np.ones(rows, wide)
+    for start in range(0, n, rows):
+        end = min(n, start + rows)
+        logits = _finish(wx[start:end] @ ww.T, x.dtype)
+        losses = _cross_entropy(logits, target[start:end], ignore_index, label_smoothing, valid_classes, True)
+        total += _wide(losses).astype(wide).sum()
+        dlogits = _wide(_cross_entropy_backward(logits, target[start:end], ones[:end - start], ignore_index,
+                                                label_smoothing, valid_classes, True)).astype(wide, copy=False)
+        dx[start:end] = dlogits @ ww
+        dw += dlogits.T @ wx[start:end]
+    return total, _finish(dx, x.dtype), _finish(dw, w.dtype)
+
+
 def _cross_entropy_backward(logits, target, g, ignore_index, label_smoothing, valid_classes=None, float_loss=False):
     """d loss / d logits = g * (softmax(x) - (1 - eps) onehot(target) - eps / C), block by block of
     rows on several threads; g / sum(exp) scales each row in the same pass as the normalization.
@@ -1060,6 +1087,7 @@ class CPUBackend(Backend):
             "softmax": _softmax, "softmax_backward": _softmax_backward,
             "log_softmax": _log_softmax, "log_softmax_backward": _log_softmax_backward,
             "cross_entropy": _cross_entropy, "cross_entropy_backward": _cross_entropy_backward,
+            "linear_cross_entropy": _linear_cross_entropy,
             "layer_norm": _layer_norm, "layer_norm_backward": _layer_norm_backward,
             "rms_norm": _rms_norm, "rms_norm_backward": _rms_norm_backward,
             "embedding": _embedding, "embedding_backward": _embedding_backward, "dropout": _dropout,

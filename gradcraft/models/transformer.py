@@ -303,10 +303,13 @@ class Transformer(Module):
             # without it. Weights, gradients and the logits returned keep the true vocabulary.
             pad = zeros(padded - V, weight.shape[1], dtype=weight.dtype, device=weight.device)
             weight = cat([weight, pad])  # (Vp, C): one copy (F.pad would fill, then copy)
+        # The output layer and the loss in one op: where the device has the fused kernel, the (B T, Vp)
+        # logits are never held whole (they and their gradient are computed chunk by chunk in the
+        # forward pass); the float32 loss is read from bf16 logits either way. The logits returned are
+        # lazy: computed only if the caller reads them.
+        loss = F.linear_cross_entropy(x.reshape(B * T, -1), weight, targets.reshape(B * T),
+                                      label_smoothing=label_smoothing, valid_classes=V)
         logits = x @ weight.mT  # (B, T, Vp)
-        # (a float32 loss read from bf16 logits: no float32 copy of the (B T, V) logits)
-        loss = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T), label_smoothing=label_smoothing,
-                               valid_classes=V, dtype=dtypes.float32)
         if padded != V:
             logits = logits[..., :V]  # a view
         self.last_losses = {"cross_entropy": loss}

@@ -94,6 +94,64 @@ def cross_entropy(input, target, weight=None, ignore_index: int = -100, reductio
     return ew.div(total, ew.cast(count, total.dtype))
 
 
+def linear_cross_entropy(input, weight, target, ignore_index: int = -100, reduction: str = "mean",
+                         label_smoothing: float = 0.0, valid_classes: int | None = None):
+    """cross_entropy(input @ weight^T, target) with float32 losses: an output layer and its loss in one
+    op. input (N, C), weight (V, C), target (N,) class indices; reduction "mean" or "sum";
+    valid_classes as in cross_entropy (a vocabulary padded with rows the classes leave out).
+
+    Where the device has a fused kernel (backend `fused_linear_cross_entropy`), the (N, V) logits are
+    never held whole: chunk by chunk of rows the kernel computes the logits, the losses and their
+    gradient, and the gradients of input and weight, all in the forward pass; the backward pass only
+    scales them. With a 50k vocabulary that is the largest tensor of a small model's training step,
+    twice (logits and their gradient). Elsewhere (and with no gradient to compute): the matmul and
+    cross_entropy, the same numbers.
+    """
+    if reduction not in ("mean", "sum"):
+        raise UserError(f"linear_cross_entropy reduction must be 'mean' or 'sum', got {reduction!r}")
+    if input.ndim != 2 or weight.ndim != 2 or input.shape[1] != weight.shape[1]:
+        raise UserError(f"linear_cross_entropy: input (N, C) and weight (V, C) do not fit: {input.shape}, "
+                        f"{weight.shape}")
+    if target.shape != input.shape[:1]:
+        raise UserError(f"linear_cross_entropy: target shape {target.shape} does not match input {input.shape}")
+    from gradcraft.device import get_backend
+    from gradcraft.ops.function import is_grad_enabled
+    wants_grad = is_grad_enabled() and (input.requires_grad or weight.requires_grad)
+    fused = (wants_grad and weight.dtype == input.dtype
+             and get_backend(input.device).fused_linear_cross_entropy(input.dtype.np))
+    if not fused:
+        return cross_entropy(input @ weight.mT, target, ignore_index=ignore_index, reduction=reduction,
+                             label_smoothing=label_smoothing, valid_classes=valid_classes, dtype=dtypes.float32)
+    _float_input(input, "linear_cross_entropy")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise UserError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+    classes = weight.shape[0]
+    if valid_classes is not None and not 1 <= valid_classes <= classes:
+        raise UserError(f"linear_cross_entropy: valid_classes must be between 1 and the {classes} rows of the "
+                        f"weight, got {valid_classes}")
+    if target.dtype.kind not in "iu":
+        raise UserError(f"cross_entropy targets must be class indices (integers), got {target.dtype.name}")
+    flat_target = target.to(dtypes.int64)
+    attrs = {"ignore_index": ignore_index, "label_smoothing": float(label_smoothing),
+             "valid_classes": classes if valid_classes is None else int(valid_classes)}
+    acc = dtypes.float64 if input.dtype == dtypes.float64 else dtypes.float32
+    total, _, _ = apply("linear_cross_entropy", (input, weight, flat_target), attrs,
+                        ((), input.shape, weight.shape), (acc, input.dtype, weight.dtype), n_outputs=3,
+                        saves_outputs=True)
+    if reduction == "sum":
+        return total
+    count = reduce_sum(ew.ne(flat_target, ignore_index))
+    return ew.div(total, ew.cast(count, total.dtype))
+
+
+@gradient("linear_cross_entropy")
+def _linear_cross_entropy_grad(node, out, g):
+    # The kernel computed the gradients of the loss sum in the forward pass; scale them by g (a
+    # scalar) in g's precision, then back to each input's dtype.
+    dx, dw = node.saved
+    return tuple(ew.cast(ew.mul(ew.cast(d, g.dtype), g), d.dtype) for d in (dx, dw)) + (None,)
+
+
 @gradient("cross_entropy")
 def _cross_entropy_grad(node, out, g):
     logits, target = node.inputs

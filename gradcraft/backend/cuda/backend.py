@@ -394,6 +394,7 @@ class CUDABackend(Backend):
             "softmax": nn.softmax, "softmax_backward": nn.softmax_backward,
             "log_softmax": nn.log_softmax, "log_softmax_backward": nn.log_softmax_backward,
             "cross_entropy": nn.cross_entropy, "cross_entropy_backward": nn.cross_entropy_backward,
+            "linear_cross_entropy": nn.linear_cross_entropy,
             "layer_norm": nn.layer_norm, "layer_norm_backward": nn.layer_norm_backward,
             "rms_norm": nn.rms_norm, "rms_norm_backward": nn.rms_norm_backward,
             "embedding": nn.embedding, "embedding_backward": nn.embedding_backward, "dropout": nn.dropout,
@@ -432,6 +433,9 @@ class CUDABackend(Backend):
             cp.cuda.Device().synchronize()
 
     # ------------------------------------------------------------ beyond the contract
+
+    def fused_linear_cross_entropy(self, dtype) -> bool:
+        return np.dtype(dtype) in (np.dtype(np.float32), *L.HALF)
 
     def flash_attention_supported(self, dtype, head_dim: int, value_dim: int) -> bool:
         return attention.supported(dtype, head_dim, value_dim)

@@ -66,18 +66,27 @@ def _operand(a: cp.ndarray, batch: tuple):
     return a, layout[0], layout[1], stride
 
 
-def gemm(a: cp.ndarray, b: cp.ndarray, out_dtype=None, allow_tf32: bool = True) -> cp.ndarray:
-    """a (..., M, K) @ b (..., K, N) for float32/float16/bfloat16 operands of one dtype, ndim >= 2."""
+def gemm(a: cp.ndarray, b: cp.ndarray, out_dtype=None, allow_tf32: bool = True, out: cp.ndarray | None = None,
+         accumulate: bool = False) -> cp.ndarray:
+    """a (..., M, K) @ b (..., K, N) for float32/float16/bfloat16 operands of one dtype, ndim >= 2.
+    out: a C-contiguous array of the result's shape to write into (its dtype is the result's);
+    accumulate: add the product to what out holds (cuBLAS's beta = 1)."""
     M, K = a.shape[-2:]
     N = b.shape[-1]
     batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
     count = int(np.prod(batch, dtype=np.int64))
-    out_dtype = np.dtype(out_dtype or a.dtype)
-    out = L.empty(batch + (M, N), out_dtype)
+    if out is None:
+        out_dtype = np.dtype(out_dtype or a.dtype)
+        out = L.empty(batch + (M, N), out_dtype)
+    else:
+        out_dtype = out.dtype
+        if out.shape != batch + (M, N) or not out.flags.c_contiguous:
+            raise ValueError(f"gemm: out must be C-contiguous of shape {batch + (M, N)}, got {out.shape}")
     if out.size == 0:
         return out
     if K == 0:
-        out.fill(0)
+        if not accumulate:
+            out.fill(0)
         return out
     a, a_t, lda, stride_a = _operand(a, batch)
     b, b_t, ldb, stride_b = _operand(b, batch)
@@ -93,7 +102,8 @@ def gemm(a: cp.ndarray, b: cp.ndarray, out_dtype=None, allow_tf32: bool = True) 
         handle, int(b_t), int(a_t), N, M, K, _ONE.ctypes.data,
         b.data.ptr, _CUDA_TYPE[b.dtype], ldb, stride_b,
         a.data.ptr, _CUDA_TYPE[a.dtype], lda, stride_a,
-        _ZERO.ctypes.data, out.data.ptr, _CUDA_TYPE[out_dtype], N, M * N, count, compute, -1),
+        (_ONE if accumulate else _ZERO).ctypes.data, out.data.ptr, _CUDA_TYPE[out_dtype], N, M * N, count, compute,
+        -1),
         "cublasGemmStridedBatchedEx")
     return out
 

@@ -111,19 +111,22 @@ def log_softmax_backward(y, g, axis):
 # ---------------------------------------------------------------- cross-entropy
 
 def cross_entropy_with_grad(logits, target, g=None, ignore_index=-100, label_smoothing=0.0, grad_scale=1.0,
-                            want_loss=True, want_grad=True, valid_classes=None, float_loss=False):
+                            want_loss=True, want_grad=True, valid_classes=None, float_loss=False, loss_out=None,
+                            dlogits_out=None):
     """Per-row losses and dlogits of (N, W) logits in one launch (either may be skipped).
 
     dlogits is scaled by g[row] (None: 1) times grad_scale, e.g. 1 / count for a mean loss. Only the
     first valid_classes columns (None: all W) are classes; the rest are padding, with dlogits 0.
-    float_loss: half-precision logits give float32 losses (and take a float32 g), read as they are."""
+    float_loss: half-precision logits give float32 losses (and take a float32 g), read as they are.
+    loss_out, dlogits_out: contiguous arrays to write into; dlogits_out may be logits itself (each
+    element is read before it is written)."""
     logits, target = _c(logits), _c(target, np.int64)
     N, W = logits.shape
     C = W if valid_classes is None else valid_classes
     wide_loss = float_loss and logits.dtype in L.HALF
     loss_dtype = np.dtype(np.float32) if wide_loss else logits.dtype
-    loss = L.empty((N,), loss_dtype) if want_loss else None
-    dlogits = L.empty((N, W), logits.dtype) if want_grad else None
+    loss = (L.empty((N,), loss_dtype) if loss_out is None else loss_out) if want_loss else None
+    dlogits = (L.empty((N, W), logits.dtype) if dlogits_out is None else dlogits_out) if want_grad else None
     if N and C:
         g = None if g is None else _c(g, loss_dtype)  # (named: kept alive through the launch)
         access, threads = _ce_layout(W, logits.dtype, (logits, dlogits))
@@ -135,6 +138,39 @@ def cross_entropy_with_grad(logits, target, g=None, ignore_index=-100, label_smo
 
 
 _CE_THREADS = 512  # CE_THREADS of cross_entropy.cu (its __launch_bounds__; keep equal)
+
+LCE_CHUNK_BYTES = 256 << 20  # logits of one chunk of rows of the linear cross-entropy
+
+
+def linear_cross_entropy(x, w, target, *, ignore_index=-100, label_smoothing=0.0, valid_classes=None,
+                         chunk_bytes=LCE_CHUNK_BYTES):
+    """The sum over rows of cross_entropy(x @ w^T, target), and its gradients dx (N, C) and dw (V, C),
+    without ever holding the (N, V) logits: chunk by chunk of rows, the logits (cuBLAS, in x's dtype),
+    the losses and dlogits in one kernel (dlogits written over the logits), then dx = dlogits w and
+    dw += dlogits^T x (accumulated in float32, rounded to w's dtype at the end). Returns (float32 loss
+    sum (), dx, dw). The reference is `_linear_cross_entropy` in backend/cpu.py."""
+    from gradcraft.backend.cuda.matmul import gemm
+    x, w, target = _c(x), _c(w), _c(target, np.int64)
+    N, C = x.shape
+    V = w.shape[0]
+    rows = max(1, min(N, chunk_bytes // max(V * x.itemsize, 1)))
+    acc = np.float64 if x.dtype == np.float64 else np.float32
+    losses = L.empty((N,), acc)
+    dx = L.empty((N, C), x.dtype)
+    dw = L.empty((V, C), acc)
+    if N == 0:
+        dw.fill(0)
+    for start in range(0, N, rows):
+        end = min(N, start + rows)
+        xc = x[start:end]
+        logits = gemm(xc, w.T)  # (n, V)
+        cross_entropy_with_grad(logits, target[start:end], None, ignore_index, label_smoothing,
+                                valid_classes=valid_classes, float_loss=True, loss_out=losses[start:end],
+                                dlogits_out=logits)
+        gemm(logits, w, out=dx[start:end])
+        gemm(logits.T, xc, out=dw, accumulate=start > 0)
+        del logits
+    return losses.sum(), dx, dw.astype(w.dtype, copy=False)
 
 
 def _ce_layout(width, dtype, arrays):

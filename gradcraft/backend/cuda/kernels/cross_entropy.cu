@@ -91,6 +91,9 @@ __device__ __forceinline__ void cross_entropy_body(const T* logits, const i64* t
     const int tid = threadIdx.x, bs = blockDim.x;
     const int nv = C / VEC;  // whole vectors of classes
     const int c0 = nv * VEC;  // the scalar tail [c0, C): fewer than VEC values
+    // The target's logit, read before any thread writes: dlogits may be the logits' own buffer (the
+    // linear cross-entropy writes each chunk's gradient in place of its logits).
+    const A x_target = (loss && tid == 0 && t >= 0 && t < C) ? (A)to_float(xr[t]) : (A)0;
 
     // Pass 1: per thread, the running max m, the sum s of exp(x - m) and the plain sum (smoothing).
     A m = neg_inf<A>(), s = 0, sum_x = 0;
@@ -154,7 +157,7 @@ __device__ __forceinline__ void cross_entropy_body(const T* logits, const i64* t
         A out = 0;
         if (valid && !in_range) out = quiet_nan<A>();
         else if (valid) {
-            out = -((A)to_float(xr[t]) - lse);
+            out = -(x_target - lse);
             if (ls != (A)0) out = ((A)1 - ls) * out - ls * (sum_x / (A)C - lse);
         }
         loss[row] = store<LT>(out);

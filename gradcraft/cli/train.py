@@ -17,7 +17,9 @@ TRAIN_HELP = {
     "warmup_steps": "steps of linear warmup",
     "beta1": "AdamW beta1",
     "beta2": "AdamW beta2",
-    "weight_decay": "AdamW weight decay (not on norms, biases, embeddings)",
+    "weight_decay": "AdamW weight decay, on every weight of 2+ dimensions (none on norms, biases, vectors)",
+    "decay_embeddings": "true: the embeddings (and a tied output layer) are decayed too, as in nanoGPT; "
+                        "false: not",
     "grad_clip": "clip the global gradient norm to this (0: no clipping)",
     "label_smoothing": "label smoothing of the cross-entropy",
     "print_every": "print a line every N steps (without a progress bar)",
@@ -39,7 +41,8 @@ TRAIN_HELP = {
 
 # flag -> ModelConfig field (the architecture; saved in model_dir/gradcraft_config.json)
 ARCH_FLAGS = {"vocab_size": "vocab_size", "seq_len": "seq_len", "embed_dim": "dim", "num_heads": "n_heads",
-              "num_layers": "n_layers", "num_kv_heads": "n_kv_heads", "ffn_dim": "ffn_dim", "dropout": "dropout"}
+              "num_layers": "n_layers", "num_kv_heads": "n_kv_heads", "ffn_dim": "ffn_dim", "dropout": "dropout",
+              "attn_dropout": "attn_dropout", "resid_dropout": "resid_dropout", "embd_dropout": "embd_dropout"}
 
 
 def add_parser(subparsers) -> None:
@@ -64,6 +67,10 @@ def add_parser(subparsers) -> None:
                              ("num_kv_heads", int, "key/value heads (grouped-query attention)"),
                              ("ffn_dim", int, "MLP hidden width"), ("dropout", float, "dropout probability")):
         arch.add_argument(f"--{flag}", type=kind, help=f"{what} (default: the preset's)")
+    for flag, where in (("attn_dropout", "on the attention weights"),
+                        ("resid_dropout", "on the residual branch after each attention/MLP projection"),
+                        ("embd_dropout", "after the embeddings")):
+        arch.add_argument(f"--{flag}", type=float, help=f"dropout probability {where} (default: --dropout)")
     moe = p.add_argument_group("mixture of experts (loss coefficients; may change on --resume)")
     moe.add_argument("--moe_balance", type=float,
                      help=f"load-balancing loss coefficient (default: {defaults['moe_balance']})")
@@ -77,6 +84,8 @@ def add_parser(subparsers) -> None:
                        ("eval_every", int), ("eval_batches", int), ("seed", int), ("max_bad_steps", int),
                        ("stop_after", int)):
         run.add_argument(f"--{name}", type=kind, help=training_help(name, train_defaults))
+    run.add_argument("--decay_embeddings", choices=["true", "false"],
+                     help=training_help("decay_embeddings", train_defaults))
     run.add_argument("--sampling", choices=["random", "sequential"], help=training_help("sampling", train_defaults))
     run.add_argument("--device", help=training_help("device", train_defaults))
     run.add_argument("--dtype", choices=["float32", "bfloat16"], help=training_help("dtype", train_defaults))
@@ -91,6 +100,8 @@ def training_help(name: str, defaults: dict) -> str:
     """A training flag's help with its default; the flags themselves default to None so that a
     --resume can tell "not given" (keep the run's value) from "given"."""
     default = defaults[name]
+    if isinstance(default, bool):
+        default = str(default).lower()  # as the flag is written
     if default is None:
         default = {"target_batch": "--batch_size x --nproc", "stop_after": "none: run to --steps"}[name]
     return f"{TRAIN_HELP[name]} (default: {default})"
@@ -123,13 +134,12 @@ def build_configs(args):
             config_path = os.path.join(args.model_dir, "config.json")
         if not os.path.exists(config_path):
             raise UserError(f"--resume: {config_path} does not exist; nothing to resume in {args.model_dir}")
-        saved = _read_json(config_path)
-        for flag, field in ARCH_FLAGS.items():
-            value = getattr(args, flag)
-            if value is not None and saved.get(field) != value:
-                raise UserError(f"--resume: --{flag} {value} differs from {saved.get(field)} in {config_path}; "
+        model_config = ModelConfig.from_dict(_read_json(config_path))
+        for flag, field in ARCH_FLAGS.items():  # (against the resolved config: older runs lack some fields)
+            value, saved = getattr(args, flag), getattr(model_config, field)
+            if value is not None and saved != value:
+                raise UserError(f"--resume: --{flag} {value} differs from {saved} in {config_path}; "
                                 "drop the flag, or train into a new --model_dir")
-        model_config = ModelConfig.from_dict(saved)
         train_values = _read_json(os.path.join(args.model_dir, "train_config.json")) \
             if os.path.exists(os.path.join(args.model_dir, "train_config.json")) else {}
     else:
@@ -145,7 +155,7 @@ def build_configs(args):
     for name in fields:
         value = getattr(args, name, None)
         if value is not None and name not in ("dataset", "model_dir"):
-            train_values[name] = value
+            train_values[name] = value == "true" if name == "decay_embeddings" else value
     if args.stop_after is None:
         train_values.pop("stop_after", None)  # a resumed run goes on to --steps unless told otherwise
     if args.no_progress:

@@ -163,6 +163,15 @@ def latest_checkpoint(model_dir: str, log=None) -> str | None:
     return None
 
 
+def read_state(path: str) -> dict:
+    """A checkpoint's state.json (step, optimizer scalars and groups, schedule, RNG, sampler...)."""
+    try:
+        with open(os.path.join(path, "state.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read the checkpoint {path}: {e}") from None
+
+
 def load_checkpoint(path: str, model, optimizer) -> dict:
     """Load weights and optimizer state in place; returns the saved state dict (step, rng, sampler...)."""
     with open(os.path.join(path, "state.json")) as f:

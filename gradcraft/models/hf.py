@@ -275,7 +275,8 @@ def write_hf_tokenizer(tok, directory: str, seq_len: int | None = None) -> bool:
 
 
 def import_hf(directory: str) -> Transformer:
-    """Build our model from a Hugging Face model directory (config.json + model.safetensors)."""
+    """Build our model from a Hugging Face model directory (config.json + model.safetensors), in eval
+    mode as `from_pretrained` returns it (the config's dropouts act only after `model.train()`)."""
     config_path = os.path.join(directory, "config.json")
     weights_path = os.path.join(directory, "model.safetensors")
     for path in (config_path, weights_path):
@@ -286,4 +287,4 @@ def import_hf(directory: str) -> Transformer:
         cfg = config_from_hf(json.load(f))
     model = Transformer(cfg)
     model.load_state_dict(from_hf_state(cfg, load_file(weights_path)))
-    return model
+    return model.eval()

@@ -258,3 +258,24 @@ def test_training_prints_the_split_and_a_resume_keeps_the_checkpoints_split(tmp_
     straight, _ = _train(tmp_path, "straight", cfg, decay_embeddings=False)
     for name in straight:  # the same run as one that never decayed its embeddings
         np.testing.assert_array_equal(resumed[name], straight[name], err_msg=name)
+
+
+def test_cli_flags_reach_the_config_and_the_optimizer(dataset, tmp_path, capsys):
+    from gradcraft.cli.main import main
+    out = tmp_path / "run"
+    common = ["train", "--dataset", dataset, "--model_dir", str(out), "--preset", "toy-v0", "--embed_dim", "32",
+              "--num_heads", "2", "--num_layers", "2", "--seq_len", "16", "--batch_size", "4", "--no_progress"]
+    assert main([*common, "--steps", "2", "--dropout", "0.2", "--attn_dropout", "0", "--embd_dropout", "0.05",
+                 "--decay_embeddings", "false", "--checkpoint_every", "1"]) == 0
+    err = capsys.readouterr().err
+    saved = json.loads((out / "gradcraft_config.json").read_text())
+    assert (saved["dropout"], saved["attn_dropout"], saved["resid_dropout"], saved["embd_dropout"]) == (0.2, 0, 0.2, 0.05)
+    assert json.loads((out / "train_config.json").read_text())["decay_embeddings"] is False
+    assert "weight decay 0.1 on 8 tensors" in err and "(embeddings not decayed)" in err  # 4 matrices a layer
+    hf = json.loads((out / "config.json").read_text())  # a LLaMA-family run folder: HF's attention_dropout
+    assert hf["attention_dropout"] == 0
+    assert main([*common, "--steps", "3", "--resume", "--attn_dropout", "0.1"]) == 2
+    assert "--attn_dropout 0.1 differs from 0" in capsys.readouterr().err
+    assert main([*common, "--steps", "3", "--resume", "--decay_embeddings", "true"]) == 2
+    assert "--decay_embeddings true splits the parameters differently" in capsys.readouterr().err
+    assert main([*common, "--steps", "3", "--resume"]) == 0  # the run's own settings

@@ -718,6 +718,66 @@ def test_flash_attention_op_matches_explicit(gpu, window):
         assert rel_err(got, expected) < 1.5e-2
 
 
+DROPOUT_CASES = [(2, 4, 2, 100, 100, 64, True, None), (1, 2, 2, 77, 77, 128, True, None),
+                 (1, 2, 1, 130, 130, 48, True, 40), (1, 3, 3, 33, 90, 64, True, None), (1, 2, 2, 70, 61, 32, False, None)]
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.float16])
+@pytest.mark.parametrize("case", DROPOUT_CASES, ids=lambda c: "B{}H{}kv{}T{}S{}D{}{}w{}".format(*c[:6], "c" * c[6], c[7]))
+def test_flash_attention_dropout(gpu, case, dtype):
+    """The dropout kernels draw backend/philox.py's mask: output and the three gradients equal the NumPy
+    reference with the same state and stream (a different mask would be far off)."""
+    B, H, Hkv, T, S, D, causal, window = case
+    r = rng()
+    q, k, v = randn((B, H, T, D), dtype, r), randn((B, Hkv, S, D), dtype, r), randn((B, Hkv, S, D), dtype, r)
+    g = randn((B, H, T, D), dtype, r)
+    state = np.array([int(r.integers(0, 2**62)), int(r.integers(0, 2**31))], dtype=np.int64)
+    attrs = {"scale": 1 / np.sqrt(D), "causal": causal, "window": window, "dropout_p": 0.3,
+             "stream": int(r.integers(0, 50))}
+    (out, lse), (ref_out, ref_lse) = both(gpu, "flash_attention", q, k, v, state, **attrs)
+    limit = 1e-2 if dtype == BF16 else 2e-3
+    assert rel_err(out, ref_out) < limit
+    visible = np.isfinite(ref_lse)
+    np.testing.assert_allclose(lse[visible], ref_lse[visible], rtol=1e-3, atol=1e-3)  # lse is undropped
+    got, expected = both(gpu, "flash_attention_backward", q, k, v, ref_out, ref_lse, g, state, **attrs)
+    for name, a, e in zip(("dq", "dk", "dv"), got, expected):
+        assert rel_err(a, e) < 2 * limit, name
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_attention_dropout_kernel(gpu, dtype):
+    """The explicit path's dropout: the same mask as the NumPy reference, blocks at offsets included."""
+    r = rng()
+    state = np.array([int(r.integers(0, 2**62)), 5], dtype=np.int64)
+    x = randn((2, 3, 2, 13, 21), dtype, r)
+    check(gpu, "attention_dropout", x, state, p=0.4, stream=2, T=13, S=21, i0=0, j0=0)
+    check(gpu, "attention_dropout", x[..., :7, :9].copy(), state, p=0.1, stream=0, T=40, S=50, i0=20, j0=13)
+
+
+@pytest.mark.parametrize("window", [None, 24])
+def test_flash_attention_dropout_op_matches_explicit(gpu, window):
+    """Through the op layer, with dropout: bf16 flash kernels against the float32 explicit path, each
+    run at the same dropout counter and stream (so with the same mask)."""
+    from gradcraft.ops.attention import sdpa_kernel
+    from gradcraft.ops.creation import advance_dropout
+    r = rng()
+    B, H, Hkv, T, D = 2, 4, 2, 97, 64
+    data = [r.standard_normal(s) for s in ((B, H, T, D), (B, Hkv, T, D), (B, Hkv, T, D))]
+    g = r.standard_normal((B, H, T, D))
+    results = {}
+    for dtype, mode in ((gc.bfloat16, "auto"), (gc.float32, "math")):
+        gc.manual_seed(1234)
+        advance_dropout("cuda")
+        leaves = [gc.tensor(x, dtype=dtype, device="cuda", requires_grad=True) for x in data]
+        with sdpa_kernel(mode):
+            y = gF.scaled_dot_product_attention(*leaves, is_causal=True, window=window, dropout_p=0.2)
+        assert (y._node.op == "flash_attention") == (mode == "auto")
+        y.backward(gc.tensor(g, dtype=dtype, device="cuda"))
+        results[mode] = [y.float().numpy()] + [t.grad.float().numpy() for t in leaves]
+    for got, expected in zip(results["auto"], results["math"]):
+        assert rel_err(got, expected) < 1.5e-2
+
+
 # ---------------------------------------------------------------- primitives with their own CUDA paths
 
 @pytest.mark.parametrize("dtype", FLOATS + [np.float64, np.float16])

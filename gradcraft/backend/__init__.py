@@ -39,8 +39,10 @@ KERNELS = {
     "layer_norm", "layer_norm_backward",  # backward (multi): dx, dweight, dbias
     "rms_norm", "rms_norm_backward",  # backward (multi): dx, dweight
     "embedding", "embedding_backward", "dropout", "rope",
+    "attention_dropout",  # (weights, state) with backend/philox.py's mask: the explicit path's dropout
     "sdpa", "sdpa_backward",  # backward (multi): dq, dk, dv
-    # flash attention (multi): (q, k, v) -> (out, log-sum-exp per query); backward (q, k, v, out, lse, g) -> dq, dk, dv
+    # flash attention (multi): (q, k, v[, dropout state]) -> (out, log-sum-exp per query);
+    # backward (q, k, v, out, lse, g[, state]) -> dq, dk, dv
     "flash_attention", "flash_attention_backward",
     "masked_softmax", "masked_softmax_backward",  # attention weights from scores (explicit attention)
     # mixture of experts: tokens to their experts' rows and back; slot (N, k) gives each assignment's row

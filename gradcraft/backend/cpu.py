@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from gradcraft.backend import Backend, check_optimizer_state, cpu_native, slices_tile_one_axis
+from gradcraft.backend import Backend, check_optimizer_state, cpu_native, philox, slices_tile_one_axis
 from gradcraft.backend.cpu_threads import (_BLOCK, _CE_BLOCK, _MAP_BLOCK, _into, _map, _parallel,  # noqa: F401
                                            _rowwise, num_threads, set_num_threads)
 from gradcraft.engine.memory import CPUPool, stats
@@ -776,6 +776,13 @@ def _dropout(x, state=None, *, p, stream=0, seed=None):
     return _finish(np.where(keep, w * (1.0 / (1.0 - p)), 0.0).astype(w.dtype), x.dtype)
 
 
+def _attention_dropout(x, state, *, p, stream, T, S, i0=0, j0=0):
+    """Attention weights x (..., t, s) of queries i0.. and keys j0.. of a (B, H, T, S) attention, dropped
+    with the flash kernels' mask (backend/philox.py) and scaled; the explicit path's dropout."""
+    return _finish(philox.attention_dropout(_wide(x), state, p=p, stream=stream, T=T, S=S, i0=i0, j0=j0),
+                   x.dtype)
+
+
 def _rope(x, cos, sin, inverse):
     """Rotate pairs (x[..., i], x[..., i + D/2]) by the angles whose cos/sin are given as (T, D/2).
 
@@ -936,26 +943,32 @@ def _flash_scores(q, k, scale, causal, window):
     return s
 
 
-def _flash_attention(q, k, v, *, scale, causal, window):
+def _flash_attention(q, k, v, state=None, *, scale, causal, window, dropout_p=0.0, stream=0):
     """Reference of the CUDA flash-attention kernel: (output, log-sum-exp of each query's scaled scores).
-    A query that sees no key gets zeros and a log-sum-exp of -inf (the kernel's rule)."""
+    A query that sees no key gets zeros and a log-sum-exp of -inf (the kernel's rule). With dropout_p,
+    the normalised weights are dropped with backend/philox.py's mask (the log-sum-exp is not)."""
     B, H, T, D = q.shape
     s = _flash_scores(q, k, scale, causal, window)
     top = s.max(axis=-1, keepdims=True) if s.shape[-1] else np.full(s.shape[:-1] + (1,), -np.inf, s.dtype)
     top = np.where(np.isfinite(top), top, 0)
     e = np.exp(s - top)
     sums = e.sum(axis=-1, keepdims=True)
+    if dropout_p:
+        e = philox.attention_dropout(e, state, p=dropout_p, stream=stream, T=T, S=k.shape[2])
     out = np.matmul(e, _wide(v)[:, :, None]) / np.where(sums > 0, sums, 1)
     with np.errstate(divide="ignore"):
         lse = np.where(sums > 0, np.log(sums) + top, -np.inf)
     return _finish(out.reshape(B, H, T, v.shape[-1]), q.dtype), lse.reshape(B, H, T).astype(s.dtype)
 
 
-def _flash_attention_backward(q, k, v, out, lse, g, *, scale, causal, window):
+def _flash_attention_backward(q, k, v, out, lse, g, state=None, *, scale, causal, window, dropout_p=0.0,
+                              stream=0):
     """Reference of the CUDA kernels: p = exp(scores - lse) recomputed, dvec = rowsum(g * out),
-    ds = p (g v^T - dvec) scale; dq = ds k, dk = ds^T q and dv = p^T g summed over each KV head's group."""
+    ds = p (g v^T - dvec) scale; dq = ds k, dk = ds^T q and dv = p^T g summed over each KV head's group.
+    With dropout (mask m, scaled): dv = (p m)^T g and ds = p ((g v^T) m - dvec) scale; dvec is still
+    rowsum(g * out), as out already holds the dropped weights."""
     B, H, T, D = q.shape
-    Hkv = k.shape[1]
+    Hkv, S = k.shape[1], k.shape[2]
     G = H // Hkv
     s = _flash_scores(q, k, scale, causal, window)
     lse = lse.reshape(B, Hkv, G, T, 1).astype(s.dtype)
@@ -963,10 +976,15 @@ def _flash_attention_backward(q, k, v, out, lse, g, *, scale, causal, window):
         p = np.where(np.isfinite(lse), np.exp(s - np.where(np.isfinite(lse), lse, 0)), 0)
     gw = _wide(g).reshape(B, Hkv, G, T, -1)
     dvec = (gw * _wide(out).reshape(gw.shape)).sum(axis=-1, keepdims=True)
-    ds = p * (np.matmul(gw, _wide(v)[:, :, None].swapaxes(-1, -2)) - dvec) * s.dtype.type(scale)
+    dp = np.matmul(gw, _wide(v)[:, :, None].swapaxes(-1, -2))
+    pd = p
+    if dropout_p:
+        dp = philox.attention_dropout(dp, state, p=dropout_p, stream=stream, T=T, S=S)
+        pd = philox.attention_dropout(p, state, p=dropout_p, stream=stream, T=T, S=S)
+    ds = p * (dp - dvec) * s.dtype.type(scale)
     dq = np.matmul(ds, _wide(k)[:, :, None]).reshape(q.shape)
     dk = np.matmul(ds.swapaxes(-1, -2), _wide(q).reshape(B, Hkv, G, T, D)).sum(axis=2)
-    dv = np.matmul(p.swapaxes(-1, -2), gw).sum(axis=2)
+    dv = np.matmul(pd.swapaxes(-1, -2), gw).sum(axis=2)
     return _finish(dq, q.dtype), _finish(dk, k.dtype), _finish(dv, v.dtype)
 
 
@@ -1045,6 +1063,7 @@ class CPUBackend(Backend):
             "layer_norm": _layer_norm, "layer_norm_backward": _layer_norm_backward,
             "rms_norm": _rms_norm, "rms_norm_backward": _rms_norm_backward,
             "embedding": _embedding, "embedding_backward": _embedding_backward, "dropout": _dropout,
+            "attention_dropout": _attention_dropout,
             "rope": _rope, "sdpa": _sdpa, "sdpa_backward": _sdpa_backward,
             "flash_attention": _flash_attention, "flash_attention_backward": _flash_attention_backward,
             "masked_softmax": _masked_softmax, "masked_softmax_backward": _masked_softmax_backward,

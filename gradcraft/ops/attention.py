@@ -21,6 +21,7 @@ from gradcraft import dtypes
 from gradcraft.device import get_backend
 from gradcraft.errors import UserError
 from gradcraft.ops import elementwise as ew
+from gradcraft.ops.creation import dropout_stream
 from gradcraft.ops.function import apply, gradient
 
 _choice = threading.local()
@@ -67,14 +68,18 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     keys (so it also serves decoding with a KV cache; PyTorch aligns to the first T when T != S).
     `window=w` lets query i see only keys in [i-w+1, i] (sliding-window attention).
     attn_mask: bool (True = may attend) or additive float, broadcastable to (B, H, T, S).
+    dropout_p: drop each attention weight with this probability (as PyTorch, whenever it is > 0: pass
+    0.0 in evaluation). The mask is a function of the device's dropout state and this call's place in
+    the step (ops/creation.py), drawn inside the flash kernels tile by tile (backend/philox.py), so the
+    backward pass regenerates it; p is applied in steps of 2^-16.
 
     Flash attention runs wherever the device has a kernel for the case (see the module docstring).
     Otherwise save_weights=False: one fused kernel pair that keeps no (T, S) weights for the backward
-    pass and recomputes them there; save_weights=True: explicit attention, with the weights kept for
-    the backward pass (PyTorch's math path): more memory, less compute.
+    pass and recomputes them there; save_weights=True (and always with dropout): explicit attention,
+    with the weights kept for the backward pass (PyTorch's math path): more memory, less compute.
     """
-    if dropout_p:
-        raise UserError("attention dropout is not supported; apply dropout to the attention output instead")
+    if not 0.0 <= dropout_p < 1.0:
+        raise UserError(f"scaled_dot_product_attention: dropout_p must be in [0, 1), got {dropout_p}")
     for name, t in (("query", query), ("key", key), ("value", value)):
         if t.ndim != 4:
             raise UserError(f"scaled_dot_product_attention: {name} must be (B, H, T, D), got {t.shape}")
@@ -92,41 +97,68 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
                         f"{query.dtype.name}, {key.dtype.name}, {value.dtype.name}")
     attrs = {"scale": float(scale if scale is not None else 1.0 / math.sqrt(D)), "causal": bool(is_causal),
              "window": window}
+    drop = None
+    if dropout_p:
+        state, stream = dropout_stream(query.device)
+        drop = _Dropout(state, float(dropout_p), stream, T, S)
+    return _attend(query, key, value, attn_mask, attrs, save_weights, drop)
+
+
+class _Dropout:
+    """Attention dropout of one call: the device's state tensor, p, the stream id, and the whole
+    attention's (T, S), which number the mask's elements (sub-blocks keep the whole's numbering)."""
+
+    def __init__(self, state, p: float, stream: int, T: int, S: int):
+        self.state, self.p, self.stream, self.T, self.S = state, p, stream, T, S
+
+    def attrs(self, i0: int = 0, j0: int = 0) -> dict:
+        return {"p": self.p, "stream": self.stream, "T": self.T, "S": self.S, "i0": i0, "j0": j0}
+
+
+def _attend(query, key, value, attn_mask, attrs, save_weights: bool, drop, i0: int = 0, j0: int = 0):
+    """Attention of queries i0.. and keys j0.. of the whole (drop numbers its mask by them)."""
+    B, H, T, D = query.shape
+    S = key.shape[2]
+    window = attrs["window"]
     if _use_flash(query, value, attn_mask is not None):
         stats_dtype = dtypes.float64 if query.dtype == dtypes.float64 else dtypes.float32  # the accumulator's
-        out, _ = apply("flash_attention", (query, key, value), attrs, ((B, H, T, value.shape[3]), (B, H, T)),
+        inputs, flash_attrs = (query, key, value), attrs
+        if drop is not None:
+            inputs += (drop.state,)
+            flash_attrs = {**attrs, "dropout_p": drop.p, "stream": drop.stream}
+        out, _ = apply("flash_attention", inputs, flash_attrs, ((B, H, T, value.shape[3]), (B, H, T)),
                        (query.dtype, stats_dtype), n_outputs=2, saves_outputs=True)
         return out
-    if window is not None and attn_mask is None and is_causal and T > 2 * window:
-        return _windowed_blocks(query, key, value, window, scale, save_weights)
+    if window is not None and attn_mask is None and attrs["causal"] and T > 2 * window:
+        return _windowed_blocks(query, key, value, attrs, save_weights, drop, i0, j0)
     inputs = [query, key, value]
     if attn_mask is not None:
         ew.broadcast_shape(attn_mask.shape, (B, H, T, S), "attention mask")
         inputs.append(attn_mask if attn_mask.dtype == dtypes.bool_ else ew.cast(attn_mask, query.dtype))
-    if save_weights:
-        return _explicit_attention(query, key, value, inputs[3:], attrs)
+    if save_weights or drop is not None:
+        return _explicit_attention(query, key, value, inputs[3:], attrs, drop, i0, j0)
     return apply("sdpa", tuple(inputs), attrs, (B, H, T, value.shape[3]), query.dtype)
 
 
-def _windowed_blocks(q, k, v, window: int, scale, save_weights: bool):
+def _windowed_blocks(q, k, v, attrs, save_weights: bool, drop, i0: int, j0: int):
     """Sliding-window causal attention without a flash kernel, block by block: the queries of each block
     of `window` positions see only the keys from `window - 1` before the block to its end, so the
     (T, S) blocks wholly outside the window are never computed (O(T w) instead of O(T^2)).
     q: (B, H, T, D); k, v: (B, Hkv, S, D) whose last T positions are the queries' own."""
     from gradcraft.ops.movement import cat
+    window = attrs["window"]
     T, S = q.shape[2], k.shape[2]
     offset = S - T  # keys before the first query (a KV cache)
     blocks = []
     for start in range(0, T, window):
         end = min(start + window, T)
         first_key = max(0, offset + start - window + 1)
-        blocks.append(scaled_dot_product_attention(q[:, :, start:end], k[:, :, first_key:offset + end],
-                                                   v[:, :, first_key:offset + end], is_causal=True, scale=scale,
-                                                   window=window, save_weights=save_weights))
+        blocks.append(_attend(q[:, :, start:end], k[:, :, first_key:offset + end], v[:, :, first_key:offset + end],
+                              None, attrs, save_weights, drop, i0 + start, j0 + first_key))
     return cat(blocks, dim=2)
 
 
-def _explicit_attention(query, key, value, mask, attrs):
+def _explicit_attention(query, key, value, mask, attrs, drop=None, i0: int = 0, j0: int = 0):
     B, H, T, D = query.shape
     Hkv, S, Dv = key.shape[1], key.shape[2], value.shape[3]
     G = H // Hkv
@@ -135,8 +167,15 @@ def _explicit_attention(query, key, value, mask, attrs):
     if mask:
         mask = [mask[0].expand(B, H, T, S).contiguous().reshape(B, Hkv, G, T, S)]
     weights = apply("masked_softmax", (scores, *mask), attrs, scores.shape, scores.dtype)
+    if drop is not None:  # (B, Hkv, G) flattens to the B * H head rows in order
+        weights = apply("attention_dropout", (weights, drop.state), drop.attrs(i0, j0), weights.shape, weights.dtype)
     out = weights @ value.reshape(B, Hkv, 1, S, Dv)  # (B, Hkv, G, T, Dv)
     return out.reshape(B, H, T, Dv)
+
+
+@gradient("attention_dropout")
+def _attention_dropout_grad(node, out, g):
+    return apply("attention_dropout", (g, node.inputs[1]), node.attrs, g.shape, g.dtype), None
 
 
 @gradient("masked_softmax")
@@ -155,7 +194,8 @@ def _sdpa_grad(node, out, g):
 
 @gradient("flash_attention")
 def _flash_attention_grad(node, out, g):
-    q, k, v = node.inputs
+    q, k, v, *state = node.inputs  # state: the dropout state, with dropout
     lse = node.saved[0]
-    return apply("flash_attention_backward", (q, k, v, out, lse, g), node.attrs, (q.shape, k.shape, v.shape),
-                 (q.dtype, k.dtype, v.dtype), n_outputs=3)
+    grads = apply("flash_attention_backward", (q, k, v, out, lse, g, *state), node.attrs,
+                  (q.shape, k.shape, v.shape), (q.dtype, k.dtype, v.dtype), n_outputs=3)
+    return tuple(grads) + (None,) * len(state)

@@ -10,6 +10,7 @@ import functools
 import cupy as cp
 import numpy as np
 
+from gradcraft.backend import philox
 from gradcraft.backend.cuda import compiler
 from gradcraft.backend.cuda import launch as L
 
@@ -25,8 +26,17 @@ def supported(dtype, head_dim: int, value_dim: int) -> bool:
     return np.dtype(dtype) in L.HALF and head_dim == value_dim and head_dim in HEAD_DIMS
 
 
-def _name(kind: str, dtype, head_dim: int) -> str:
-    return f"flash_{kind}_{L.suffix(dtype)}_d{head_dim}"
+def _name(kind: str, dtype, head_dim: int, dropout: bool = False) -> str:
+    return f"flash_{kind}_{'dropout_' if dropout else ''}{L.suffix(dtype)}_d{head_dim}"
+
+
+def _dropout_args(state, dropout_p, stream):
+    """The kernels' dropout arguments: the device's [seed, counter] (read when the kernel runs, so a
+    replayed graph draws new masks), the stream id, backend/philox.py's 16-bit threshold and scale."""
+    if not dropout_p:
+        return [L.ptr(None), np.uint32(0), np.uint32(0), np.float32(1.0)]
+    return [L.contiguous(state), np.uint32(stream), np.uint32(philox.threshold(dropout_p)),
+            np.float32(philox.keep_scale(dropout_p))]
 
 
 @functools.lru_cache(maxsize=None)
@@ -66,7 +76,7 @@ def _shape_args(q, k, scale, causal, window):
     return [L.i32(H), L.i32(Hkv), L.i32(T), L.i32(S), np.float32(scale), L.i32(bool(causal)), L.i32(window or 0)]
 
 
-def flash_attention(q, k, v, *, scale, causal, window):
+def flash_attention(q, k, v, state=None, *, scale, causal, window, dropout_p=0.0, stream=0):
     B, H, T, D = q.shape
     out = _seq_major((B, H, T, D), q.dtype)
     lse = L.empty((B, H, T), np.float32)
@@ -74,26 +84,30 @@ def flash_attention(q, k, v, *, scale, causal, window):
         return out, lse
     (q, qs), (k, ks), (v, vs) = _rows(q), _rows(k), _rows(v)
     shared = (128 + 2 * (32 if D >= 128 else 64)) * (D + _PAD) * 2  # query, key, value tiles (FWD_BLOCK_*)
-    _launch(_name("fwd", q.dtype, D), (-(-T // 128), B * H), shared,
-            (q, k, v, out, lse, *qs, *ks, *vs, *_strides(out), *_shape_args(q, k, scale, causal, window)))
+    _launch(_name("fwd", q.dtype, D, bool(dropout_p)), (-(-T // 128), B * H), shared,
+            (q, k, v, out, lse, *qs, *ks, *vs, *_strides(out), *_shape_args(q, k, scale, causal, window),
+             *_dropout_args(state, dropout_p, stream)))
     return out, lse
 
 
-def flash_attention_backward(q, k, v, out, lse, g, *, scale, causal, window):
+def flash_attention_backward(q, k, v, out, lse, g, state=None, *, scale, causal, window, dropout_p=0.0, stream=0):
     dq, dk, dv = _seq_major(q.shape, q.dtype), _seq_major(k.shape, k.dtype), _seq_major(v.shape, v.dtype)
     if q.size == 0 or k.size == 0:  # nothing attends: every gradient is zero
         for a in (dq, dk, dv):
             a.fill(0)
         return dq, dk, dv
-    for launch in backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window).values():
+    for launch in backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window,
+                                    _dropout_args(state, dropout_p, stream)).values():
         launch()
     return dq, dk, dv
 
 
-def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window) -> dict:
+def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, dropout=None) -> dict:
     """The backward's three kernels as callables, in order (bench/attention_kernels.py times each):
     dot: dvec = rowsum(dO * O), the softmax gradient's correction term; dq: a block per query tile;
     dkdv: a block per key tile, over the query tiles of every query head sharing its KV head.
+    `dropout`: _dropout_args (None: no dropout). dq double-buffers its key/value tiles, dk/dv its
+    query/output-gradient tiles (and their lse/dvec), hence the shared-memory sizes below.
     (Adding dq up with atomics inside the dk/dv kernel, FlashAttention-2's way, measured 4% slower
     in total at gpt2-124m's shapes on an H200: the atomics cost more than the recomputation.)"""
     B, H, T, D = q.shape
@@ -105,14 +119,18 @@ def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window) -
     rows = B * H * T
     dvec = L.empty((B, H, T), np.float32)
     shape = _shape_args(q, k, scale, causal, window)
+    drop = dropout or _dropout_args(None, 0.0, 0)
+    with_dropout = dropout is not None and int(drop[2]) > 0
     block_n = 64 if D <= 96 else 32  # keys per tile of the dq kernel
     block_m = 64 if D <= 64 else 32  # queries per tile of the dk/dv kernel
-    dkdv_shared = (2 * 64 + 2 * block_m) * (D + _PAD) * 2 + 2 * block_m * 4
+    row_bytes = (D + _PAD) * 2
+    dq_shared = max(2 * 64, 2 * 2 * block_n) * row_bytes  # staging of q/dO, then two key/value buffers
+    dkdv_shared = (2 * 64 + 2 * 2 * block_m) * row_bytes + 2 * 2 * block_m * 4
     return {
         "dot": lambda: _launch(f"flash_bwd_dot_{L.suffix(q.dtype)}", (-(-rows * 8 // 256),), 0,
                                (out, g, dvec, *os, *gs, L.i32(H), L.i32(T), L.i32(D), L.i64(rows)), threads=256),
-        "dq": lambda: _launch(_name("bwd_dq", q.dtype, D), (-(-T // 64), B * H), 2 * max(64, block_n) * (D + _PAD) * 2,
-                              (q, k, v, g, lse, dvec, dq, *qs, *ks, *vs, *gs, *_strides(dq), *shape)),
-        "dkdv": lambda: _launch(_name("bwd_dkdv", q.dtype, D), (-(-S // 64), B * Hkv), dkdv_shared,
-                                (q, k, v, g, lse, dvec, dk, dv, *qs, *ks, *vs, *gs, *_strides(dk), *shape)),
+        "dq": lambda: _launch(_name("bwd_dq", q.dtype, D, with_dropout), (-(-T // 64), B * H), dq_shared,
+                              (q, k, v, g, lse, dvec, dq, *qs, *ks, *vs, *gs, *_strides(dq), *shape, *drop)),
+        "dkdv": lambda: _launch(_name("bwd_dkdv", q.dtype, D, with_dropout), (-(-S // 64), B * Hkv), dkdv_shared,
+                                (q, k, v, g, lse, dvec, dk, dv, *qs, *ks, *vs, *gs, *_strides(dk), *shape, *drop)),
     }

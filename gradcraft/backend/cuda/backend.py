@@ -397,6 +397,7 @@ class CUDABackend(Backend):
             "layer_norm": nn.layer_norm, "layer_norm_backward": nn.layer_norm_backward,
             "rms_norm": nn.rms_norm, "rms_norm_backward": nn.rms_norm_backward,
             "embedding": nn.embedding, "embedding_backward": nn.embedding_backward, "dropout": nn.dropout,
+            "attention_dropout": nn.attention_dropout,
             "rope": nn.rope, "sdpa": nn.sdpa, "sdpa_backward": nn.sdpa_backward,
             "flash_attention": attention.flash_attention,
             "flash_attention_backward": attention.flash_attention_backward,

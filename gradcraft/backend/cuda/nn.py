@@ -361,6 +361,21 @@ def dropout(x, state=None, *, p, stream=0, seed=None):
     return y
 
 
+def attention_dropout(x, state, *, p, stream, T, S, i0=0, j0=0):
+    """The explicit attention path's dropout: x (..., t, s) weights of queries i0.. and keys j0.. of a
+    (B, H, T, S) attention, dropped with the flash kernels' mask (backend/philox.py) and scaled."""
+    from gradcraft.backend import philox
+    x = _c(x)
+    y = L.empty(x.shape, x.dtype)
+    if x.size:
+        t, s = x.shape[-2], x.shape[-1]
+        L.run("dropout.cu", f"attention_dropout_{L.suffix(x.dtype)}", L.grid_1d(x.size), 256,
+              (x, y, i64(x.size), L.i32(t), L.i32(s), L.i32(T), L.i32(S), L.i32(i0), L.i32(j0),
+               _c(state, np.int64), np.uint32(stream), np.uint32(philox.threshold(p)),
+               np.float32(philox.keep_scale(p))))
+    return y
+
+
 # ---------------------------------------------------------------- attention
 
 def _attention_probs(q, k, mask, scale, causal, window):

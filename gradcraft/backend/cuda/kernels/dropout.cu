@@ -36,3 +36,27 @@ __device__ void dropout_body(const T* x, T* y, i64 n, const i64* state, u64 stre
                                               double scale) { \
         dropout_body<T>(x, y, n, state, stream, p, scale); }
 FOR_FLOAT_TYPES(DROPOUT)
+
+// Attention-weight dropout on the explicit path: x (rows, t, s) holds the weights of queries i0..i0+t and
+// keys j0..j0+s of a (B, H, T, S) attention (rows = B * H); the mask is the flash kernels' (philox.cuh
+// AttnDropout, backend/philox.py), so both paths drop the same weights. One Philox call per element:
+// this path is the reference and the fallback, not the fast one.
+template <typename T>
+__device__ void attention_dropout_body(const T* x, T* y, i64 n, int t, int s, int Tq, int S, int i0, int j0,
+                                       const i64* state, u32 stream, u32 threshold, float scale) {
+    typedef typename acc<T>::type A;
+    const AttnDropout d = attn_dropout(state, stream, threshold, scale);
+    const i64 groups = (S + 7) / 8;
+    for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < n; idx += (i64)gridDim.x * blockDim.x) {
+        const i64 col = idx % s, r = idx / s, i = r % t, bh = r / t, j = j0 + col;
+        const bool keep = (d.keep8((u64)((bh * Tq + i0 + i) * groups + j / 8)) >> (j & 7)) & 1u;
+        y[idx] = store<T>(keep ? (A)to_float(x[idx]) * (A)scale : (A)0);
+    }
+}
+
+#define ATTENTION_DROPOUT(NAME, T) \
+    extern "C" __global__ void attention_dropout_##NAME(const T* x, T* y, i64 n, int t, int s, int Tq, int S, \
+                                                        int i0, int j0, const i64* state, u32 stream, \
+                                                        u32 threshold, float scale) { \
+        attention_dropout_body<T>(x, y, n, t, s, Tq, S, i0, j0, state, stream, threshold, scale); }
+FOR_FLOAT_TYPES(ATTENTION_DROPOUT)

@@ -15,8 +15,10 @@
 // in registers exactly as the next product's A operand wants it, so the probabilities P never leave
 // registers. Softmax runs in base 2 on scores pre-multiplied by scale * log2(e).
 //
-// Kernel names: flash_{fwd,bwd_dq,bwd_dkdv}_{bf16,f16}_d{32,48,64,96,128}, flash_bwd_dot_{bf16,f16}.
+// Kernel names: flash_{fwd,bwd_dq,bwd_dkdv}_[dropout_]{bf16,f16}_d{32,48,64,96,128}, flash_bwd_dot_{bf16,f16}.
+// The dropout_ kernels drop attention weights with Philox masks (philox.cuh AttnDropout, backend/philox.py).
 #include "common.cuh"
+#include "philox.cuh"
 
 #define FA_THREADS 128
 #define FA_PAD 8  // u16 elements of padding per shared-memory row: ldmatrix rows land in distinct banks
@@ -195,6 +197,54 @@ struct Mask {
     }
 };
 
+// Attention dropout of a warp's 16 x (8 NT) result tile whose rows are queries (16 from `row0`, a
+// global head-row index bh * T + i) and columns keys (8-key groups from `group0`): the lanes draw the
+// tile's 2 NT masks of 8 keys, one each per pair of column tiles, and pass each thread its bits.
+template <int NT>
+__device__ __forceinline__ void drop_rows(float (*s)[4], const AttnDropout& drop, i64 row0, i64 groups, int group0) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+        const u32 bits = drop.keep8((u64)((row0 + (lane & 15)) * groups + group0 + 2 * np + (lane >> 4)));
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const u32 top = __shfl_sync(0xffffffffu, bits, g + 16 * half) >> (2 * tq);
+            const u32 bottom = __shfl_sync(0xffffffffu, bits, g + 8 + 16 * half) >> (2 * tq);
+            float* c = s[2 * np + half];
+            c[0] = (top & 1u) ? c[0] * drop.scale : 0.f;
+            c[1] = (top & 2u) ? c[1] * drop.scale : 0.f;
+            c[2] = (bottom & 1u) ? c[2] * drop.scale : 0.f;
+            c[3] = (bottom & 2u) ? c[3] * drop.scale : 0.f;
+        }
+    }
+}
+
+// The same for a transposed tile (the dk/dv kernel's): rows are 16 keys (two 8-key groups from
+// `group0`), columns queries (8 MT, global head-row indices from `row0`).
+template <int MT>
+__device__ __forceinline__ void drop_cols(float (*s)[4], const AttnDropout& drop, i64 row0, i64 groups, i64 group0) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int mp = 0; mp < MT / 2; ++mp) {
+        // lane: query (lane & 7) of column tile 2 mp + (lane >> 4), key group (lane >> 3) & 1
+        const u32 bits = drop.keep8((u64)((row0 + (2 * mp + (lane >> 4)) * 8 + (lane & 7)) * groups + group0 +
+                                          ((lane >> 3) & 1)));
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int src = 16 * half + 2 * tq;
+            const u32 k0q0 = __shfl_sync(0xffffffffu, bits, src) >> g;
+            const u32 k0q1 = __shfl_sync(0xffffffffu, bits, src + 1) >> g;
+            const u32 k1q0 = __shfl_sync(0xffffffffu, bits, src + 8) >> g;
+            const u32 k1q1 = __shfl_sync(0xffffffffu, bits, src + 9) >> g;
+            float* c = s[2 * mp + half];
+            c[0] = (k0q0 & 1u) ? c[0] * drop.scale : 0.f;
+            c[1] = (k0q1 & 1u) ? c[1] * drop.scale : 0.f;
+            c[2] = (k1q0 & 1u) ? c[2] * drop.scale : 0.f;
+            c[3] = (k1q1 & 1u) ? c[3] * drop.scale : 0.f;
+        }
+    }
+}
+
 #define LOG2E 1.4426950408889634f
 #define FWD_BLOCK_M 128  // queries per block of the forward kernel
 #define FWD_BLOCK_N(D) ((D) >= 128 ? 32 : 64)  // keys per tile of the forward kernel (registers allow)
@@ -206,12 +256,12 @@ struct Mask {
 // value fragment read from shared memory feeds four products: ldmatrix bandwidth, not the tensor
 // cores, is what limits a warp with one tile). Queries stay in registers where they fit (d <= 64).
 
-template <bool BF16, int D>
+template <bool BF16, int D, bool DROP>
 __device__ __forceinline__ void flash_fwd(const u16* __restrict__ q, const u16* __restrict__ k,
                                           const u16* __restrict__ v, u16* __restrict__ o, float* __restrict__ lse,
                                           i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh,
                                           i64 vst, i64 osb, i64 osh, i64 ost, int H, int Hkv, int T, int S,
-                                          float scale, int causal, int window) {
+                                          float scale, int causal, int window, const AttnDropout drop) {
     constexpr int BM = FWD_BLOCK_M, BN = FWD_BLOCK_N(D), LD = D + FA_PAD, KS = D / 16, NT = BN / 8, DT = D / 8;
     constexpr bool Q_IN_REGS = FWD_Q_IN_REGS(D);
     extern __shared__ __align__(16) u16 smem[];
@@ -319,6 +369,7 @@ __device__ __forceinline__ void flash_fwd(const u16* __restrict__ q, const u16* 
                     row_sum[mt][r] += p0 + p1;
                 }
             }
+            if (DROP) drop_rows<NT>(s[mt], drop, ((i64)b * H + h) * T + tile_m0, (S + 7) / 8, n0 / 8);
         }
         cp_wait<0>();  // the value tile has landed, and (after the barrier) every warp is done with sk
         __syncthreads();
@@ -402,18 +453,17 @@ __device__ __forceinline__ void flash_bwd_dot(const u16* __restrict__ o, const u
     if (active && part == 0) dvec[row] = sum;
 }
 
-template <bool BF16, int D>
+// A block per 64-query tile; key/value tiles double-buffered (the next pair loads while this one is used).
+template <bool BF16, int D, bool DROP>
 __device__ __forceinline__ void flash_bwd_dq(const u16* __restrict__ q, const u16* __restrict__ k,
                                              const u16* __restrict__ v, const u16* __restrict__ dout,
                                              const float* __restrict__ lse, const float* __restrict__ dvec,
                                              u16* __restrict__ dq, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh,
                                              i64 kst, i64 vsb, i64 vsh, i64 vst, i64 dsb, i64 dsh, i64 dst,
                                              i64 gsb, i64 gsh, i64 gst, int H, int Hkv, int T, int S, float scale,
-                                             int causal, int window) {
+                                             int causal, int window, const AttnDropout drop) {
     constexpr int BM = 64, BN = D <= 96 ? 64 : 32, LD = D + FA_PAD, KS = D / 16, NT = BN / 8, DT = D / 8;
     extern __shared__ __align__(16) u16 smem[];
-    u16* sk = smem;
-    u16* sv = smem + BN * LD;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
     const int m0 = (gridDim.x - 1 - blockIdx.x) * BM;
     const int b = blockIdx.y / H, h = blockIdx.y - b * H, hk = h / (H / Hkv);
@@ -444,23 +494,33 @@ __device__ __forceinline__ void flash_bwd_dq(const u16* __restrict__ q, const u1
         lse2[r] = row < T ? lse[bh_row + row] * LOG2E : 0.f;
         dv[r] = row < T ? dvec[bh_row + row] : 0.f;
     }
-    __syncthreads();
+    __syncthreads();  // the staging area becomes the key/value buffers
 
+    // buffer i: keys at smem + i * 2 * BN * LD, values right after
+    auto issue = [&](int t) {
+        u16* sk = smem + ((t - t_begin) & 1) * 2 * BN * LD;
+        load_tile<D, BN>(sk, kb, kst, t * BN, S);
+        load_tile<D, BN>(sk + BN * LD, vb, vst, t * BN, S);
+        cp_commit();
+    };
+    if (t_begin < t_end) issue(t_begin);
     float acc[DT][4];
     zero<DT>(acc);
     const float scale2 = scale * LOG2E;
     for (int t = t_begin; t < t_end; ++t) {
         const int n0 = t * BN;
-        load_tile<D, BN>(sk, kb, kst, n0, S);
-        load_tile<D, BN>(sv, vb, vst, n0, S);
-        cp_commit();
-        cp_wait<0>();
+        if (t + 1 < t_end) issue(t + 1);
+        else cp_commit();  // an empty group keeps the count: wait<1> below always means "tile t landed"
+        cp_wait<1>();
         __syncthreads();
+        const u16* sk = smem + ((t - t_begin) & 1) * 2 * BN * LD;
+        const u16* sv = sk + BN * LD;
         float s[NT][4], dp[NT][4];
         zero<NT>(s);
         zero<NT>(dp);
         gemm_rows<BF16, D, BN>(s, qf, sk);
         gemm_rows<BF16, D, BN>(dp, df, sv);
+        if (DROP) drop_rows<NT>(dp, drop, bh_row + m0 + warp * 16, (S + 7) / 8, n0 / 8);  // dP of the kept weights
         const bool full = mask.full(m0, m0 + BM, n0, n0 + BN);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
@@ -472,8 +532,9 @@ __device__ __forceinline__ void flash_bwd_dq(const u16* __restrict__ q, const u1
                 s[nt][e] = p * (dp[nt][e] - dv[r]);  // dS (unscaled)
             }
         gemm_pv<BF16, BN, D>(acc, s, sk);  // dq += dS k
-        __syncthreads();
+        __syncthreads();  // every warp is done with this buffer before it is loaded again
     }
+    cp_wait<0>();
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int row = row0 + r * 8;
@@ -484,76 +545,116 @@ __device__ __forceinline__ void flash_bwd_dq(const u16* __restrict__ q, const u1
     }
 }
 
-template <bool BF16, int D>
+// The dk/dv kernel keeps its key and value fragments in registers where they fit (d <= 64).
+#define DKDV_KV_IN_REGS(D) ((D) <= 64)
+
+// A block per 64-key tile, sweeping the query tiles of every query head that shares its KV head; the
+// query/output-gradient tiles (and their lse/dvec) double-buffered across that whole sweep.
+template <bool BF16, int D, bool DROP>
 __device__ __forceinline__ void flash_bwd_dkdv(const u16* __restrict__ q, const u16* __restrict__ k,
                                                const u16* __restrict__ v, const u16* __restrict__ dout,
                                                const float* __restrict__ lse, const float* __restrict__ dvec,
                                                u16* __restrict__ dk, u16* __restrict__ dvo, i64 qsb, i64 qsh,
                                                i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,
                                                i64 dsb, i64 dsh, i64 dst, i64 gsb, i64 gsh, i64 gst, int H, int Hkv,
-                                               int T, int S, float scale, int causal, int window) {
-    constexpr int BN = 64, BM = D <= 64 ? 64 : 32, LD = D + FA_PAD, MT = BM / 8, DT = D / 8;
+                                               int T, int S, float scale, int causal, int window,
+                                               const AttnDropout drop) {
+    constexpr int BN = 64, BM = D <= 64 ? 64 : 32, LD = D + FA_PAD, MT = BM / 8, DT = D / 8, KS = D / 16;
+    constexpr bool KV_IN_REGS = DKDV_KV_IN_REGS(D);
     extern __shared__ __align__(16) u16 smem[];
     u16* sk = smem;
     u16* sv = sk + BN * LD;
-    u16* sq = sv + BN * LD;
-    u16* sd = sq + BM * LD;
-    float* s_lse = (float*)(sd + BM * LD);
-    float* s_dvec = s_lse + BM;
+    u16* sqd = sv + BN * LD;  // two buffers of [query tile | output-gradient tile]
+    float* s_stats = (float*)(sqd + 2 * 2 * BM * LD);  // two buffers of [lse | dvec]
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
     const int n0 = blockIdx.x * BN;
     const int b = blockIdx.y / Hkv, hk = blockIdx.y - b * Hkv, G = H / Hkv;
     const Mask mask{T, S, S - T, causal, window};
     const int q_begin = mask.query_lo(n0) / BM, query_end = mask.query_hi(n0 + BN);
     const int t_end = query_end > 0 ? (query_end + BM - 1) / BM : 0;
+    const int tiles = t_end > q_begin ? t_end - q_begin : 0, total = G * tiles;
 
     load_tile<D, BN>(sk, k + b * ksb + hk * ksh, kst, n0, S);
     load_tile<D, BN>(sv, v + b * vsb + hk * vsh, vst, n0, S);
     cp_commit();
+    // Sweep step `it` = (query head hk * G + it / tiles, query tile q_begin + it % tiles), in buffer it & 1.
+    auto issue = [&](int it) {
+        const int hg = it / tiles, m0 = (q_begin + it - hg * tiles) * BM, h = hk * G + hg;
+        u16* bq = sqd + (it & 1) * 2 * BM * LD;
+        load_tile<D, BM>(bq, q + b * qsb + h * qsh, qst, m0, T);
+        load_tile<D, BM>(bq + BM * LD, dout + b * dsb + h * dsh, dst, m0, T);
+        cp_commit();
+        if (threadIdx.x < BM) {  // plain loads: visible after the barrier that follows the wait
+            const int row = m0 + threadIdx.x;
+            const i64 bh_row = ((i64)b * H + h) * T;
+            float* st = s_stats + (it & 1) * 2 * BM;
+            st[threadIdx.x] = row < T ? lse[bh_row + row] * LOG2E : 0.f;
+            st[BM + threadIdx.x] = row < T ? dvec[bh_row + row] : 0.f;
+        }
+    };
+    if (total > 0) issue(0);
 
     float dk_acc[DT][4], dv_acc[DT][4];
     zero<DT>(dk_acc);
     zero<DT>(dv_acc);
+    u32 kf[KV_IN_REGS ? KS : 1][4], vf[KV_IN_REGS ? KS : 1][4];
     const float scale2 = scale * LOG2E;
     const int key0 = n0 + warp * 16 + g;  // this thread's keys: key0 and key0 + 8
-    for (int hg = 0; hg < G; ++hg) {
-        const int h = hk * G + hg;
-        const u16* qb = q + b * qsb + h * qsh;
-        const u16* db = dout + b * dsb + h * dsh;
-        const i64 bh_row = ((i64)b * H + h) * T;
-        for (int t = q_begin; t < t_end; ++t) {
-            const int m0 = t * BM;
-            load_tile<D, BM>(sq, qb, qst, m0, T);
-            load_tile<D, BM>(sd, db, dst, m0, T);
-            cp_commit();
-            if (threadIdx.x < BM) {
-                const int row = m0 + threadIdx.x;
-                s_lse[threadIdx.x] = row < T ? lse[bh_row + row] * LOG2E : 0.f;
-                s_dvec[threadIdx.x] = row < T ? dvec[bh_row + row] : 0.f;
+    for (int it = 0; it < total; ++it) {
+        const int hg = it / tiles, m0 = (q_begin + it - hg * tiles) * BM, h = hk * G + hg;
+        if (it + 1 < total) issue(it + 1);
+        else cp_commit();
+        cp_wait<1>();  // this step's tiles (and, the first time, the key/value tiles) have landed
+        __syncthreads();
+        if (KV_IN_REGS && it == 0) {
+#pragma unroll
+            for (int kk = 0; kk < KS; ++kk) {
+                load_a<LD>(kf[KV_IN_REGS ? kk : 0], sk, warp * 16, kk * 16);
+                load_a<LD>(vf[KV_IN_REGS ? kk : 0], sv, warp * 16, kk * 16);
             }
-            cp_wait<0>();
-            __syncthreads();
-            // Transposed scores and output-gradient products: rows are this warp's keys, columns queries.
-            float st[MT][4], dpt[MT][4];
-            zero<MT>(st);
-            zero<MT>(dpt);
+        }
+        const u16* sq = sqd + (it & 1) * 2 * BM * LD;
+        const u16* sd = sq + BM * LD;
+        const float* s_lse = s_stats + (it & 1) * 2 * BM;
+        const float* s_dvec = s_lse + BM;
+        // Transposed scores and output-gradient products: rows are this warp's keys, columns queries.
+        float st[MT][4], dpt[MT][4];
+        zero<MT>(st);
+        zero<MT>(dpt);
+        if (KV_IN_REGS) {
+            gemm_rows<BF16, D, BM>(st, kf, sq);
+            gemm_rows<BF16, D, BM>(dpt, vf, sd);
+        } else {
             gemm_rows_s<BF16, D, BM>(st, sk, warp * 16, sq);
             gemm_rows_s<BF16, D, BM>(dpt, sv, warp * 16, sd);
-            const bool full = mask.full(m0, m0 + BM, n0, n0 + BN);
+        }
+        const bool full = mask.full(m0, m0 + BM, n0, n0 + BN);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int col = mt * 8 + 2 * tq + (e & 1);
+                float p = fast_exp2(fmaf(st[mt][e], scale2, -s_lse[col]));
+                if (!full && !mask.ok(m0 + col, key0 + (e >> 1) * 8)) p = 0.f;
+                st[mt][e] = p;
+            }
+        if (DROP) {  // dv takes the kept weights, dS the gradient of the kept weights
+            const i64 row0 = ((i64)b * H + h) * T + m0, groups = (S + 7) / 8, group0 = (n0 + warp * 16) / 8;
+            drop_cols<MT>(dpt, drop, row0, groups, group0);
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int col = mt * 8 + 2 * tq + (e & 1);
-                    float p = fast_exp2(fmaf(st[mt][e], scale2, -s_lse[col]));
-                    if (!full && !mask.ok(m0 + col, key0 + (e >> 1) * 8)) p = 0.f;
-                    st[mt][e] = p;
-                    dpt[mt][e] = p * (dpt[mt][e] - s_dvec[col]);  // dS^T (unscaled)
-                }
-            gemm_pv<BF16, BM, D>(dv_acc, st, sd);   // dv += P^T do
-            gemm_pv<BF16, BM, D>(dk_acc, dpt, sq);  // dk += dS^T q
-            __syncthreads();
+                for (int e = 0; e < 4; ++e) dpt[mt][e] = st[mt][e] * (dpt[mt][e] - s_dvec[mt * 8 + 2 * tq + (e & 1)]);
+            drop_cols<MT>(st, drop, row0, groups, group0);
+        } else {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) dpt[mt][e] = st[mt][e] * (dpt[mt][e] - s_dvec[mt * 8 + 2 * tq + (e & 1)]);
         }
+        gemm_pv<BF16, BM, D>(dv_acc, st, sd);   // dv += P^T do
+        gemm_pv<BF16, BM, D>(dk_acc, dpt, sq);  // dk += dS^T q
+        __syncthreads();  // every warp is done with this buffer before it is loaded again
     }
     cp_wait<0>();  // (when no query tile was swept, the key/value loads are still to be retired)
 #pragma unroll
@@ -573,33 +674,43 @@ __device__ __forceinline__ void flash_bwd_dkdv(const u16* __restrict__ q, const 
 
 // ---------------------------------------------------------------- extern "C" entry points
 
-#define FA_FWD(NAME, BF, D)                                                                                    \
-    extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_fwd_##NAME##_d##D(                          \
+// Every entry point takes the dropout arguments (state = the device's int64 [seed, counter], the node's
+// stream, the 16-bit threshold and the kept weights' scale); the kernels without "dropout" in their
+// name ignore them.
+#define FA_DROP_ARGS const i64 *drop_state, u32 drop_stream, u32 drop_threshold, float drop_scale
+#define FA_DROP attn_dropout(drop_state, drop_stream, drop_threshold, drop_scale)
+#define FA_FWD(NAME, BF, D, DROP, TAG)                                                                         \
+    extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_fwd_##TAG##NAME##_d##D(                     \
         const u16* q, const u16* k, const u16* v, u16* o, float* lse, i64 qsb, i64 qsh, i64 qst, i64 ksb,        \
         i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst, i64 osb, i64 osh, i64 ost, int H, int Hkv, int T, int S,    \
-        float scale, int causal, int window) {                                                                  \
-        flash_fwd<BF, D>(q, k, v, o, lse, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, osb, osh, ost, H, Hkv, T, \
-                         S, scale, causal, window);                                                             \
+        float scale, int causal, int window, FA_DROP_ARGS) {                                                    \
+        flash_fwd<BF, D, DROP>(q, k, v, o, lse, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, osb, osh, ost, H,  \
+                               Hkv, T, S, scale, causal, window, FA_DROP);                                      \
     }
-#define FA_BWD(NAME, BF, D)                                                                                    \
-    extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq_##NAME##_d##D(                       \
+#define FA_BWD(NAME, BF, D, DROP, TAG)                                                                         \
+    extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq_##TAG##NAME##_d##D(                  \
         const u16* q, const u16* k, const u16* v, const u16* dout, const float* lse, const float* dvec, u16* dq, \
         i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst, i64 dsb, i64 dsh,      \
-        i64 dst, i64 gsb, i64 gsh, i64 gst, int H, int Hkv, int T, int S, float scale, int causal, int window) { \
-        flash_bwd_dq<BF, D>(q, k, v, dout, lse, dvec, dq, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, dsb, dsh, \
-                            dst, gsb, gsh, gst, H, Hkv, T, S, scale, causal, window);                           \
+        i64 dst, i64 gsb, i64 gsh, i64 gst, int H, int Hkv, int T, int S, float scale, int causal, int window,  \
+        FA_DROP_ARGS) {                                                                                         \
+        flash_bwd_dq<BF, D, DROP>(q, k, v, dout, lse, dvec, dq, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst,   \
+                                  dsb, dsh, dst, gsb, gsh, gst, H, Hkv, T, S, scale, causal, window, FA_DROP);  \
     }                                                                                                           \
-    extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dkdv_##NAME##_d##D(                     \
+    extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dkdv_##TAG##NAME##_d##D(                \
         const u16* q, const u16* k, const u16* v, const u16* dout, const float* lse, const float* dvec, u16* dk, \
         u16* dv, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst, i64 dsb,      \
         i64 dsh, i64 dst, i64 gsb, i64 gsh, i64 gst, int H, int Hkv, int T, int S, float scale, int causal,     \
-        int window) {                                                                                           \
-        flash_bwd_dkdv<BF, D>(q, k, v, dout, lse, dvec, dk, dv, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst,   \
-                              dsb, dsh, dst, gsb, gsh, gst, H, Hkv, T, S, scale, causal, window);               \
+        int window, FA_DROP_ARGS) {                                                                             \
+        flash_bwd_dkdv<BF, D, DROP>(q, k, v, dout, lse, dvec, dk, dv, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh,  \
+                                    vst, dsb, dsh, dst, gsb, gsh, gst, H, Hkv, T, S, scale, causal, window,     \
+                                    FA_DROP);                                                                   \
     }
-#define FA_ALL(NAME, BF) \
-    FA_FWD(NAME, BF, 32) FA_FWD(NAME, BF, 48) FA_FWD(NAME, BF, 64) FA_FWD(NAME, BF, 96) FA_FWD(NAME, BF, 128) \
-    FA_BWD(NAME, BF, 32) FA_BWD(NAME, BF, 48) FA_BWD(NAME, BF, 64) FA_BWD(NAME, BF, 96) FA_BWD(NAME, BF, 128)
+#define FA_DIMS(NAME, BF, DROP, TAG)                                                                           \
+    FA_FWD(NAME, BF, 32, DROP, TAG) FA_FWD(NAME, BF, 48, DROP, TAG) FA_FWD(NAME, BF, 64, DROP, TAG)            \
+    FA_FWD(NAME, BF, 96, DROP, TAG) FA_FWD(NAME, BF, 128, DROP, TAG)                                           \
+    FA_BWD(NAME, BF, 32, DROP, TAG) FA_BWD(NAME, BF, 48, DROP, TAG) FA_BWD(NAME, BF, 64, DROP, TAG)            \
+    FA_BWD(NAME, BF, 96, DROP, TAG) FA_BWD(NAME, BF, 128, DROP, TAG)
+#define FA_ALL(NAME, BF) FA_DIMS(NAME, BF, false, ) FA_DIMS(NAME, BF, true, dropout_)
 
 FA_ALL(bf16, true)
 FA_ALL(f16, false)

@@ -348,7 +348,9 @@ def main(argv=None) -> int:
         print(f"error: the corpus holds {len(data):,} bytes, too few for --seq_len {args.seq_len}; raise --corpus_mb",
               file=sys.stderr)
         return 2
-    drop = f"dropout {args.dropout}" + (f" (attention {args.attn_dropout})" if args.attn_dropout != args.dropout else "")
+    drop = f"dropout {args.dropout}"
+    if args.attn_dropout != args.dropout:
+        drop += f" (attention {args.attn_dropout})"
     title = (f"{args.layers} layers, dim {args.dim}, {args.heads} heads, context {args.seq_len}, {drop}, "
              f"{args.batch} x {args.seq_len} bytes x {args.steps} steps, lr {args.lr:g}->{args.min_lr:g}, "
              f"wd {args.weight_decay:g}, {args.dtype}, {args.device}")

@@ -29,6 +29,7 @@ import json
 import os
 import sys
 import sysconfig
+import textwrap
 import time
 
 import numpy as np
@@ -323,14 +324,15 @@ def plot(results: list, path: str, title: str) -> None:
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4))
     for i, r in enumerate(results):
-        steps = [row[0] for row in r["curve"]]
-        ax.plot(steps, [row[1] for row in r["curve"]], color="tab:blue", alpha=0.8,
+        curve = r["curve"][1:] if len(r["curve"]) > 2 else r["curve"]  # (the untrained step 0 would flatten it)
+        steps = [row[0] for row in curve]
+        ax.plot(steps, [row[1] for row in curve], color="tab:blue", alpha=0.8, marker=".",
                 label="gradcraft" if i == 0 else None)
-        ax.plot(steps, [row[2] for row in r["curve"]], color="tab:orange", alpha=0.8, linestyle="--",
-                label="PyTorch (nanoGPT model)" if i == 0 else None)
+        ax.plot(steps, [row[2] for row in curve], color="tab:orange", alpha=0.8, linestyle="--", marker=".",
+                label="PyTorch (nanoGPT's model)" if i == 0 else None)
     ax.set_xlabel("step")
     ax.set_ylabel("validation loss (nats/byte)")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(textwrap.fill(title + f"; seeds {', '.join(str(r['seed']) for r in results)}", 90), fontsize=8)
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -17,6 +17,8 @@ class Parameter(Tensor):
     """A realized leaf tensor that requires grad. (Which parameters get weight decay is decided in
     one place, gradcraft/optim/weight_decay.py.)"""
 
+    __slots__ = ()
+
     def __init__(self, data, requires_grad: bool = True):
         if isinstance(data, Tensor):
             data = data.realize()

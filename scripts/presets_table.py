@@ -27,6 +27,8 @@ def _other(c) -> str:
     notes = []
     if c.learned_beta:
         notes.append("learned Swish beta")
+    if c.mlp_bias != c.bias:
+        notes.append("MLP biases" if c.mlp_bias else "no MLP biases")
     if c.attention_pattern:
         notes.append(f"attention {c.attention_pattern}, window {c.window}")
     if c.ffn_pattern and "M" in c.ffn_pattern:

@@ -11,3 +11,19 @@ fi
 spec="."
 [ -n "$extras" ] && spec=".[$extras]"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e "$spec"
+
+# The playground's browser test (tests/test_playground.py) drives a headless Chromium. Install Debian's
+# package where none is on PATH and apt-get can run (as root, or through sudo without a password);
+# elsewhere the test skips and says why.
+if [[ ",$extras," == *",test,"* ]] && ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null \
+   && ! command -v google-chrome >/dev/null && command -v apt-get >/dev/null; then
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo -n"
+  if [ -z "$sudo" ] || sudo -n true 2>/dev/null; then
+    echo "installing chromium (for the browser test of the playground)"
+    { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null; } \
+      || echo "note: could not install chromium; tests/test_playground.py will be skipped"
+  else
+    echo "note: no chromium and no root to install it (apt-get install chromium); tests/test_playground.py will be skipped"
+  fi
+fi

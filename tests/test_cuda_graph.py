@@ -147,6 +147,32 @@ def test_decoding_replays_one_graph_per_token(family):
     assert len(backend._graph_memory) == graphs  # each generation releases its graph and memory
 
 
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not gc.is_available("cuda"), reason="needs an NVIDIA GPU with CuPy")
+@pytest.mark.parametrize("family", ["gpt", "hybrid_window", "moe_window"])
+def test_continuous_batching_replays_one_graph_per_bucket(family):
+    """The scheduler on CUDA: each bucket's decoding step is captured and replayed, and the greedy
+    answers under load are the CPU scheduler's (up to rounding: the same tokens on these models)."""
+    from test_scheduler import PROMPTS, make_model, served
+
+    from gradcraft.inference.generate import SamplingParams
+    from gradcraft.inference.scheduler import Scheduler
+    requests = [(PROMPTS[i % len(PROMPTS)], SamplingParams(max_tokens=12)) for i in range(6)]
+    cpu = Scheduler(make_model(family), slots=4)
+    try:
+        expected = served(cpu, requests)
+    finally:
+        cpu.close()
+    model = make_model(family)
+    model.to("cuda")
+    scheduler = Scheduler(model, slots=4)
+    try:
+        assert served(scheduler, requests) == expected
+        assert any(b.captured is not None and b.captured.graph is not None for b in scheduler.buckets.values())
+    finally:
+        scheduler.close()
+
 # ------------------------------------------------------------------ dropout inside the captured step
 
 def _reference_mask(n, seed, counter, stream, p):

@@ -168,10 +168,10 @@ def _nanogpt_lists(cfg: ModelConfig) -> tuple[list, list]:
             decay += [b + "mlp.gate_up", b + "mlp.down", b + "mlp.router.weight"]
             continue
         decay.append(b + "mlp.fc.weight")
-        keep += [b + "mlp.fc.bias"] if cfg.bias else []
+        keep += [b + "mlp.fc.bias"] if cfg.mlp_bias else []
         keep += [b + "mlp.beta"] if cfg.learned_beta else []
         decay.append(b + "mlp.proj.weight")
-        keep += [b + "mlp.proj.bias"] if cfg.bias else []
+        keep += [b + "mlp.proj.bias"] if cfg.mlp_bias else []
     keep += ["norm." + n for n in norm]
     if not cfg.tie_embeddings:
         decay.append("lm_head.weight")

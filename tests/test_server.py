@@ -288,67 +288,64 @@ def test_docs_are_served_with_the_docs_flag(trained_run):
         proc.wait(timeout=10)
 
 
-class _SlowGenerator:
-    """A stand-in for TextGenerator: one piece of text every 10 ms for up to 10 s, recording how each run ended."""
-
-    def __init__(self):
-        self.model = type("M", (), {"config": type("C", (), {"seq_len": 1000})()})()
-        self.tokenizer = None
-        self.runs = []  # (prompt, pieces emitted, how it ended)
-        self.last_token_counts = [0]
-
-    def encode_prompt(self, prompt):
-        return list(prompt.encode())
-
-    def complete(self, prompts, params, on_text=None):
-        emitted = 0
-        try:
-            for _ in range(1000):
-                time.sleep(0.01)
-                on_text(0, "x")
-                emitted += 1
-                if emitted >= params.max_tokens:
-                    break
-        except BaseException:
-            self.runs.append((prompts[0], emitted, "stopped"))
-            raise
-        self.runs.append((prompts[0], emitted, "finished"))
-        self.last_token_counts = [emitted]
-        return ["x" * emitted], ["length"]
-
-
-@pytest.fixture()
-def slow_server():
+def start_in_process(generator, name="test", **options):
+    """create_app(generator) served by uvicorn on a thread: (URL, app, stop function)."""
     import threading
 
     import uvicorn
 
     from gradcraft.inference.server import bind, create_app
-    generator = _SlowGenerator()
+    app = create_app(generator, name, **options)
     sock = bind("127.0.0.1", _free_port())
-    server = uvicorn.Server(uvicorn.Config(create_app(generator, "slow"), log_level="error"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="error"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     _wait_healthy(url, tries=100, pause=0.05)
-    yield url, generator
-    server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+
+    def stop():
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+        app.scheduler.close()
+    return url, app, stop
+
+
+@pytest.fixture()
+def long_server(trained_run):
+    """A model with a context of 4096 tokens (random weights, the trained run's tokenizer): a request
+    for 4000 tokens runs for seconds."""
+    from gradcraft.inference.text import TextGenerator, paths_from_model_dir
+    from gradcraft.models import ModelConfig, Transformer
+    from gradcraft.tokenizer import Tokenizer
+    tokenizer = Tokenizer.load(paths_from_model_dir(str(trained_run / "run"))[0])
+    model = Transformer(ModelConfig(vocab_size=tokenizer.vocab_size, seq_len=4096, dim=32, n_layers=1, n_heads=2))
+
+    class WithoutEndOfText(TextGenerator):  # random weights would end at <|endoftext|> now and then
+        def stop_ids(self):
+            return ()
+    url, app, stop = start_in_process(WithoutEndOfText(model, tokenizer), slots=2)
+    yield url, app.scheduler
+    stop()
 
 
 @pytest.mark.parametrize("stream", [True, False])
-def test_a_running_generation_stops_when_its_client_disconnects(slow_server, stream):
-    url, generator = slow_server
+def test_a_running_generation_stops_when_its_client_disconnects(long_server, stream):
+    url, scheduler = long_server
     host, port = url.rsplit("/", 1)[-1].split(":")
-    payload = json.dumps({"prompt": "long", "max_tokens": 999, "stream": stream}).encode()
+    payload = json.dumps({"prompt": "def ", "max_tokens": 4000, "temperature": 1.0, "seed": 1,
+                          "stream": stream}).encode()
     with socket.create_connection((host, int(port)), timeout=10) as s:
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))
-        time.sleep(0.3)  # the generation is under way (it would take 10 s)
+        deadline = time.monotonic() + 10
+        while scheduler.steps < 20 and time.monotonic() < deadline:  # the generation is under way
+            time.sleep(0.01)
+        assert scheduler.load()["running"] == 1
     start = time.perf_counter()
-    status, text = post(url, {"prompt": "next", "max_tokens": 3})
-    assert status == 200 and json.loads(text)["choices"][0]["text"] == "xxx"
-    assert time.perf_counter() - start < 1.0
-    assert generator.runs[0][0] == "long" and generator.runs[0][2] == "stopped" and generator.runs[0][1] < 100
-    assert generator.runs[1] == ("next", 3, "finished")
+    while scheduler.load()["running"] and time.perf_counter() - start < 5:
+        time.sleep(0.01)
+    assert time.perf_counter() - start < 1.0  # its slot is free within a second
+    assert scheduler.steps < 1000
+    status, text = post(url, {"prompt": "def ", "max_tokens": 3, "temperature": 0})
+    assert status == 200 and json.loads(text)["usage"]["completion_tokens"] <= 3

@@ -7,6 +7,7 @@ loss under torch.compile). Default: all three on CUDA, eager on the CPU."""
 
 import os
 
+from gradcraft.cli.common import non_negative_int, positive_int
 from gradcraft.errors import UserError
 
 
@@ -18,13 +19,13 @@ def add_parser(subparsers) -> None:
                     "ratios. PyTorch baselines: eager (explicit attention), sdpa (scaled_dot_product_attention, "
                     "fused AdamW on CUDA), compile (sdpa under torch.compile).")
     p.add_argument("--preset", default="demo", help="model to train (default: %(default)s); see docs/training.md")
-    p.add_argument("--batch", type=int, default=16, help="sequences per step (default: %(default)s)")
-    p.add_argument("--seq", type=int, default=None, help="sequence length (default: the preset's context)")
+    p.add_argument("--batch", type=positive_int, default=16, help="sequences per step (default: %(default)s)")
+    p.add_argument("--seq", type=positive_int, default=None, help="sequence length (default: the preset's context)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: %(default)s)")
-    p.add_argument("--steps", type=int, default=5, help="timed steps per round and side (default: %(default)s)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default: %(default)s)")
-    p.add_argument("--rounds", type=int, default=1, help="alternate the two sides this many times (default: %(default)s)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for both sides (default: all cores)")
+    p.add_argument("--steps", type=positive_int, default=5, help="timed steps per round and side (default: %(default)s)")
+    p.add_argument("--warmup", type=non_negative_int, default=2, help="untimed steps first (default: %(default)s)")
+    p.add_argument("--rounds", type=positive_int, default=1, help="alternate the two sides this many times (default: %(default)s)")
+    p.add_argument("--threads", type=positive_int, default=None, help="CPU threads for both sides (default: all cores)")
     p.add_argument("--tf32", action="store_true", help="TF32 matrix products on CUDA, both sides (default: off)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                    help="bfloat16: mixed precision on both sides (ours as `train --dtype bfloat16`, PyTorch autocast) "

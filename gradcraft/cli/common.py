@@ -7,12 +7,28 @@ the messages for optional dependencies.
   lists each flag once (its dashed alias is not repeated).
 - `add_dash_aliases(parser)` makes `--model-dir` an alias of `--model_dir`, for every flag of every
   subcommand, so a new flag gets its alias without anyone remembering to add it.
+- The range-checked flag types (`positive_int`, `non_negative_float`, `probability`, `port`, ...):
+  give every numeric flag one as its `type=`, where the flag is defined, so that `--steps -1` is
+  refused while parsing with one line (`argument --steps: must be an integer >= 1, got '-1'`).
+  tests/test_cli_flags.py checks that every numeric flag of every subcommand has one.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+
+from gradcraft.validation import Value
+
+# Range-checked argparse types (gradcraft/validation.py): a string in, the value or one error line out.
+positive_int = Value(int, low=1)
+non_negative_int = Value(int, low=0)
+positive_float = Value(float, low=0, low_open=True)
+non_negative_float = Value(float, low=0)
+probability = Value(float, low=0, high=1)  # 0 and 1 included
+fraction = Value(float, low=0, high=1, high_open=True)  # [0, 1): dropout, label smoothing, AdamW betas
+seed = Value(int, low=0, high=2**63 - 1)
+port = Value(int, low=1, high=65535)
 
 # importable module -> (the extra that installs it, what needs it)
 OPTIONAL_MODULES = {"matplotlib": ("plot", "the loss plot"),

@@ -3,13 +3,15 @@
 import math
 import time
 
+from gradcraft.cli.common import positive_float, positive_int, seed
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("demo", help="train a small MLP on sin(x) with the engine, as a smoke test")
-    p.add_argument("--steps", type=int, default=1000, help="SGD steps")
-    p.add_argument("--hidden", type=int, default=64, help="hidden units of the MLP")
-    p.add_argument("--lr", type=float, default=0.02, help="learning rate")
-    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--steps", type=positive_int, default=1000, help="SGD steps")
+    p.add_argument("--hidden", type=positive_int, default=64, help="hidden units of the MLP")
+    p.add_argument("--lr", type=positive_float, default=0.02, help="learning rate")
+    p.add_argument("--seed", type=seed, default=0, help="random seed")
     p.set_defaults(func=run)
 
 

@@ -10,13 +10,18 @@ no class for is refused rather than written as a config HF would misread.
 --format safetensors writes gradcraft's `config.json`, `model.safetensors` (our parameter names, the
 tokenizer fingerprint in the metadata) and `gradcraft_tokenizer.json`: a folder `generate --model_dir`
 reads. Both formats keep float32 weights and the true vocabulary size.
+--format k2 writes K2's `latest.ckpt` (TFCKPT1) and, for K2's tokenizer, `tokenizer.bbpe` + `vocab.json`
++ `merges.txt` (gradcraft/models/k2.py, docs/k2.md).
 """
 
 import os
+import shutil
 
+from gradcraft.atomic import write_failure
 from gradcraft.errors import UserError
+from gradcraft.training.runlock import lock_directory
 
-FORMATS = ("hf", "safetensors")
+FORMATS = ("hf", "safetensors", "k2")
 
 
 def add_parser(subparsers) -> None:
@@ -24,7 +29,7 @@ def add_parser(subparsers) -> None:
                               description="Export a run folder's final weights, config and tokenizer.")
     p.add_argument("--model_dir", required=True, help="a training run (or any folder `generate` reads); required, "
                                                       "no default")
-    p.add_argument("--format", required=True, help="hf (transformers' layout) or safetensors (gradcraft's); "
+    p.add_argument("--format", required=True, help="hf (transformers' layout), safetensors (gradcraft's) or k2 (K2's latest.ckpt); "
                                                    "required, no default")
     p.add_argument("--out", required=True, help="a new or empty folder to write; required, no default")
     p.set_defaults(func=run)
@@ -47,14 +52,38 @@ def run(args) -> int:
     if os.path.exists(vocab):
         tokenizer = Tokenizer.load(vocab)
         check_tokenizer(tokenizer, model.config, metadata, vocab)
-    if args.format == "hf":
-        written = _export_hf(model, tokenizer, metadata, out)
-    else:
-        written = _export_safetensors(model, tokenizer, metadata, out)
+    created = not os.path.exists(out)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        raise write_failure(out, e) from None
+    with lock_directory(out, "export"):  # two exports into one folder would mix their files
+        if os.listdir(out):
+            raise UserError(f"--out {out} is not empty; give a new or empty folder")
+        try:
+            if args.format == "hf":
+                written = _export_hf(model, tokenizer, metadata, out)
+            elif args.format == "k2":
+                from gradcraft.models.k2 import export_k2, run_step
+                written = export_k2(model, tokenizer, run_step(args.model_dir, model.config), out)
+            else:
+                written = _export_safetensors(model, tokenizer, metadata, out)
+        except BaseException:  # a full disk, Ctrl-C: no half export left (the folder was empty)
+            _empty(out, remove=created)
+            raise
     print(f"wrote {', '.join(written)} to {out}")
     if tokenizer is None:
         print(f"note: no tokenizer found for {args.model_dir}; the export holds the model only")
     return 0
+
+
+def _empty(folder: str, remove: bool) -> None:
+    """Delete what an export wrote into `folder` (empty before it), and the folder if it made it."""
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.unlink(path)
+    if remove:
+        os.rmdir(folder)
 
 
 def _export_hf(model, tokenizer, metadata, out) -> list:

@@ -3,23 +3,27 @@
 import os
 import sys
 
-from gradcraft.cli.common import add_model_arguments
+from gradcraft.cli.common import add_model_arguments, positive_int, seed
 from gradcraft.errors import UserError
 
 
 def add_parser(subparsers) -> None:
+    from gradcraft.inference.generate import MAX_TEMPERATURE, MIN_TEMPERATURE
+    from gradcraft.validation import Value
+
     p = subparsers.add_parser("generate", help="generate text from a trained model",
                               description="Greedy by default; --temp enables sampling (with --top_k/--top_p). "
                                           "With no --prompt and no piped input, opens an interactive session.")
     add_model_arguments(p)
     p.add_argument("--prompt", help="one prompt; the completion is printed and the command exits (default: none: "
                                     "read piped input, or open an interactive session)")
-    p.add_argument("--max_tokens", type=int, default=512, help="tokens to generate at most")
-    p.add_argument("--temp", type=float, default=None, help="sampling temperature (default: none: greedy)")
-    p.add_argument("--top_k", type=int, default=20, help="sample among the k most likely tokens (with --temp)")
-    p.add_argument("--top_p", type=float, default=None,
+    p.add_argument("--max_tokens", type=positive_int, default=512, help="tokens to generate at most")
+    p.add_argument("--temp", type=Value(float, low=0, high=MAX_TEMPERATURE, not_between=(0, MIN_TEMPERATURE)),
+                   default=None, help="sampling temperature, 0 (greedy) or 1e-6 to 100 (default: none: greedy)")
+    p.add_argument("--top_k", type=positive_int, default=20, help="sample among the k most likely tokens (with --temp)")
+    p.add_argument("--top_p", type=Value(float, low=0, high=1, low_open=True), default=None,
                    help="sample among the most likely tokens holding this much probability (default: none: off)")
-    p.add_argument("--seed", type=int, default=None, help="random seed of the sampling (default: none: a fresh one)")
+    p.add_argument("--seed", type=seed, default=None, help="random seed of the sampling (default: none: a fresh one)")
     p.add_argument("--stop", action="append", default=[], help="stop string, repeatable (default: none)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.set_defaults(func=run)
@@ -100,11 +104,21 @@ def interactive(generator, params) -> None:
 def run(args) -> int:
     params = params_from(args)
     params.validate(0)
+    # `<&-` and `>&-` leave Python without sys.stdin / sys.stdout (None)
+    if sys.stdout is None:
+        raise UserError("stdout is closed, so the completion has nowhere to go; run without >&-")
+    if args.prompt is None and sys.stdin is None:
+        raise UserError("no --prompt and stdin is closed; pass --prompt, or pipe the prompt in")
     generator = load(args)
     if args.prompt is not None:
         stream(generator, args.prompt, params)
     elif not sys.stdin.isatty():
-        stream(generator, sys.stdin.read(), params)
+        try:
+            prompt = sys.stdin.read()
+        except UnicodeDecodeError as e:
+            raise UserError(f"the piped prompt is not valid text in {sys.stdin.encoding} ({e.reason}); "
+                            "pipe UTF-8 text") from None
+        stream(generator, prompt, params)
     else:
         interactive(generator, params)
     return 0

@@ -3,15 +3,20 @@
 Each subcommand module exposes `add_parser(subparsers)` (which registers its
 flags and sets `func`) and a `run(args)` that does the work. A `UserError`
 raised anywhere, an argparse mistake, or a missing optional dependency
-(matplotlib, fastapi: the `plot` and `serve` extras) becomes one line
-`error: ...` on stderr and exit status 2. Every `--some_flag` also answers to
+(matplotlib, fastapi: the `plot` and `serve` extras), or an error of the storage
+that no command turned into a UserError (a full disk, a read-only folder, no
+permission: gradcraft/atomic.py) becomes one line `error: ...` on stderr and
+exit status 2. A closed pipe on stdout (`gradcraft generate ... | head -c 10`)
+ends the command quietly with status 141, as SIGPIPE ends other tools. Every `--some_flag` also answers to
 `--some-flag` (cli/common.py adds the aliases after all commands are built).
 """
 
 import importlib
+import os
 import sys
 
 from gradcraft.cli.common import Parser, add_dash_aliases, check_dependencies, missing_dependency_message, version
+from gradcraft.atomic import is_storage_error
 from gradcraft.errors import UserError
 
 # subcommand name -> module under gradcraft.cli
@@ -23,6 +28,7 @@ SUBCOMMANDS = {
     "serve": "serve",
     "bench": "bench",
     "export": "export",
+    "import": "import_cmd",
 }
 
 
@@ -61,7 +67,26 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        _discard_stdout()
+        return 141  # 128 + SIGPIPE: what `yes | head` reports
+    except OSError as e:
+        if not is_storage_error(e):
+            raise
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"error: {where}{e.strerror}; check the folder, its permissions and the free space", file=sys.stderr)
+        return 2
     return int(result or 0)
+
+
+def _discard_stdout() -> None:
+    """After the reader of stdout went away: point stdout at /dev/null, so that the interpreter's
+    final flush of what is still buffered does not fail again (and print a traceback) at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, AttributeError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

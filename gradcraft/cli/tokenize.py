@@ -23,6 +23,7 @@ import random
 import sys
 import time
 
+from gradcraft.cli.common import fraction, positive_float, positive_int
 from gradcraft.errors import UserError
 
 DEFAULT_DATA_DIR = os.path.join("data", "raw_data")
@@ -42,13 +43,13 @@ def add_parser(subparsers):
     p.add_argument("--output_path", default=DEFAULT_OUTPUT, help="token file to write (default: %(default)s)")
     p.add_argument("--vocab_path", default=None, help="tokenizer file to write, or to reuse if it exists (default: tokenizer.json next to --output_path)")
     p.add_argument("--retrain", action="store_true", help="learn a new vocabulary even if --vocab_path exists (default: reuse it)")
-    p.add_argument("--vocab_size", type=int, default=8192, help="ids in all: 256 bytes + merges + special tokens (default: %(default)s)")
-    p.add_argument("--sample_mb", type=float, default=200, help="MB of text used to learn the vocabulary (default: %(default)s)")
+    p.add_argument("--vocab_size", type=positive_int, default=8192, help="ids in all: 256 bytes + merges + special tokens (default: %(default)s)")
+    p.add_argument("--sample_mb", type=positive_float, default=200, help="MB of text used to learn the vocabulary (default: %(default)s)")
     p.add_argument("--pattern", choices=["gpt2", "gpt4", "none"], default="gpt4", help="pre-tokenization split pattern (default: %(default)s)")
     p.add_argument("--special_tokens", default="<|endoftext|>", help="comma-separated special tokens; the first separates documents (default: %(default)s)")
-    p.add_argument("--val_fraction", type=float, default=0.0, help="fraction of documents held out into <output stem>.val<suffix>; "
+    p.add_argument("--val_fraction", type=fraction, default=0.0, help="fraction of documents held out into <output stem>.val<suffix>; "
                    "0 also removes such a file left by an earlier run (default: %(default)s)")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes (default: CPU count, %(default)s)")
+    p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="worker processes (default: CPU count, %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bars (default: show them)")
     p.set_defaults(func=run)
     return p
@@ -148,6 +149,17 @@ def encode_documents(tok, chunks, sep_id, workers, dtype, bar):
 
 
 def run(args) -> int:
+    """Tokenize under a lock on the output's folder (the nearest one that exists), so that two
+    `gradcraft tokenize` never mix their token files and tokenizer in one folder."""
+    from gradcraft.training.runlock import lock_directory
+    folder = os.path.dirname(os.path.abspath(args.output_path))
+    while not os.path.isdir(folder):
+        folder = os.path.dirname(folder)
+    with lock_directory(folder, "tokenize"):
+        return tokenize(args)
+
+
+def tokenize(args) -> int:
     from gradcraft.data.tokenfile import dtype_for_vocab, write_token_file
     from gradcraft.tokenizer.formats import load_tokenizer, save_tokenizer
     from gradcraft.tokenizer.parallel import plan_chunks

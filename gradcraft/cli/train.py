@@ -1,11 +1,12 @@
 """`gradcraft train`: train a decoder on a token file; checkpoints, exact resume, CSV log, loss plot."""
 
 import dataclasses
-import json
 import os
 import sys
 
+from gradcraft.cli.common import fraction, non_negative_float, non_negative_int, positive_float, positive_int, seed
 from gradcraft.errors import UserError
+from gradcraft.validation import Value
 
 # --flag -> help, for the training flags (their defaults are TrainConfig's, shown by `training_help`)
 TRAIN_HELP = {
@@ -39,6 +40,16 @@ TRAIN_HELP = {
            "tensorboard`); training_log.csv is always written",
 }
 
+# the numeric training flags -> their range-checked types (cli/common.py)
+TRAINING_FLAGS = {
+    "steps": positive_int, "batch_size": positive_int, "target_batch": positive_int, "max_lr": positive_float,
+    "min_lr": non_negative_float, "warmup_steps": non_negative_int, "beta1": fraction, "beta2": fraction,
+    "weight_decay": non_negative_float, "grad_clip": non_negative_float, "label_smoothing": fraction,
+    "print_every": positive_int, "checkpoint_every": positive_int, "keep_checkpoints": positive_int,
+    "eval_every": non_negative_int, "eval_batches": positive_int, "seed": seed, "max_bad_steps": positive_int,
+    "stop_after": positive_int,
+}
+
 # flag -> ModelConfig field (the architecture; saved in model_dir/gradcraft_config.json)
 ARCH_FLAGS = {"vocab_size": "vocab_size", "seq_len": "seq_len", "embed_dim": "dim", "num_heads": "n_heads",
               "num_layers": "n_layers", "num_kv_heads": "n_kv_heads", "ffn_dim": "ffn_dim", "dropout": "dropout",
@@ -60,29 +71,26 @@ def add_parser(subparsers) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="delete the run already in --model_dir (its checkpoints, logs, weights) and start a new one")
     arch = p.add_argument_group("architecture (override the preset; default: the preset's value)")
-    arch.add_argument("--vocab_size", type=int, help="must equal the dataset's vocabulary (default: taken from it)")
+    arch.add_argument("--vocab_size", type=positive_int, help="must equal the dataset's vocabulary (default: taken from it)")
     defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
-    for flag, kind, what in (("seq_len", int, "context length in tokens"), ("embed_dim", int, "model width"),
-                             ("num_heads", int, "attention heads"), ("num_layers", int, "transformer blocks"),
-                             ("num_kv_heads", int, "key/value heads (grouped-query attention)"),
-                             ("ffn_dim", int, "MLP hidden width"), ("dropout", float, "dropout probability")):
+    for flag, kind, what in (("seq_len", positive_int, "context length in tokens"),
+                             ("embed_dim", positive_int, "model width"),
+                             ("num_heads", positive_int, "attention heads"),
+                             ("num_layers", positive_int, "transformer blocks"),
+                             ("num_kv_heads", positive_int, "key/value heads (grouped-query attention)"),
+                             ("ffn_dim", positive_int, "MLP hidden width"), ("dropout", fraction, "dropout probability")):
         arch.add_argument(f"--{flag}", type=kind, help=f"{what} (default: the preset's)")
     for flag, where in (("attn_dropout", "on the attention weights"),
                         ("resid_dropout", "on the residual branch after each attention/MLP projection"),
                         ("embd_dropout", "after the embeddings")):
-        arch.add_argument(f"--{flag}", type=float, help=f"dropout probability {where} (default: --dropout)")
+        arch.add_argument(f"--{flag}", type=fraction, help=f"dropout probability {where} (default: --dropout)")
     moe = p.add_argument_group("mixture of experts (loss coefficients; may change on --resume)")
-    moe.add_argument("--moe_balance", type=float,
+    moe.add_argument("--moe_balance", type=non_negative_float,
                      help=f"load-balancing loss coefficient (default: {defaults['moe_balance']})")
-    moe.add_argument("--moe_zloss", type=float, help=f"router z-loss coefficient (default: {defaults['moe_zloss']})")
+    moe.add_argument("--moe_zloss", type=non_negative_float, help=f"router z-loss coefficient (default: {defaults['moe_zloss']})")
     run = p.add_argument_group("training (default: TrainConfig's value; with --resume: the run's)")
     train_defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-    for name, kind in (("steps", int), ("batch_size", int), ("target_batch", int), ("max_lr", float),
-                       ("min_lr", float), ("warmup_steps", int), ("beta1", float), ("beta2", float),
-                       ("weight_decay", float), ("grad_clip", float), ("label_smoothing", float),
-                       ("print_every", int), ("checkpoint_every", int), ("keep_checkpoints", int),
-                       ("eval_every", int), ("eval_batches", int), ("seed", int), ("max_bad_steps", int),
-                       ("stop_after", int)):
+    for name, kind in TRAINING_FLAGS.items():
         run.add_argument(f"--{name}", type=kind, help=training_help(name, train_defaults))
     run.add_argument("--decay_embeddings", choices=["true", "false"],
                      help=training_help("decay_embeddings", train_defaults))
@@ -90,10 +98,11 @@ def add_parser(subparsers) -> None:
     run.add_argument("--device", help=training_help("device", train_defaults))
     run.add_argument("--dtype", choices=["float32", "bfloat16"], help=training_help("dtype", train_defaults))
     run.add_argument("--cuda_graph", choices=["auto", "on", "off"], help=training_help("cuda_graph", train_defaults))
-    run.add_argument("--nproc", type=int, help=training_help("nproc", train_defaults))
+    run.add_argument("--nproc", type=positive_int, help=training_help("nproc", train_defaults))
     run.add_argument("--log", help=training_help("log", train_defaults))
     run.add_argument("--no_progress", action="store_true", help="print lines instead of a progress bar")
-    p.set_defaults(func=run_train)
+    # on --resume, the saved train_config.json is checked against the flags' own ranges
+    p.set_defaults(func=run_train, flag_types={a.dest: a.type for a in p._actions if isinstance(a.type, Value)})
 
 
 def training_help(name: str, defaults: dict) -> str:
@@ -107,18 +116,11 @@ def training_help(name: str, defaults: dict) -> str:
     return f"{TRAIN_HELP[name]} (default: {default})"
 
 
-def _read_json(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot read {path}: {e}") from None
-
-
 def build_configs(args):
     """(TrainConfig, ModelConfig) from the flags, the preset, and (with --resume) the saved run."""
     from gradcraft.data.tokenfile import read_token_header
-    from gradcraft.models.config import ModelConfig, preset
+    from gradcraft.models.config import preset
+    from gradcraft.training.runfiles import read_model_config, read_train_config
     from gradcraft.training.trainer import TrainConfig, check_model_dir
 
     check_model_dir(args.model_dir, args.resume, args.overwrite)
@@ -134,14 +136,16 @@ def build_configs(args):
             config_path = os.path.join(args.model_dir, "config.json")
         if not os.path.exists(config_path):
             raise UserError(f"--resume: {config_path} does not exist; nothing to resume in {args.model_dir}")
-        model_config = ModelConfig.from_dict(_read_json(config_path))
-        for flag, field in ARCH_FLAGS.items():  # (against the resolved config: older runs lack some fields)
-            value, saved = getattr(args, flag), getattr(model_config, field)
-            if value is not None and saved != value:
-                raise UserError(f"--resume: --{flag} {value} differs from {saved} in {config_path}; "
+        model_config = read_model_config(config_path)  # every field checked (training/runfiles.py)
+        saved = model_config.to_dict()
+        for flag, field in ARCH_FLAGS.items():
+            value = getattr(args, flag)
+            if value is not None and saved.get(field) != value:
+                raise UserError(f"--resume: --{flag} {value} differs from {saved.get(field)} in {config_path}; "
                                 "drop the flag, or train into a new --model_dir")
-        train_values = _read_json(os.path.join(args.model_dir, "train_config.json")) \
-            if os.path.exists(os.path.join(args.model_dir, "train_config.json")) else {}
+        train_config_path = os.path.join(args.model_dir, "train_config.json")
+        train_values = read_train_config(train_config_path, args.flag_types) \
+            if os.path.exists(train_config_path) else {}
     else:
         if header.vocab_size and "vocab_size" not in given_arch:
             given_arch["vocab_size"] = header.vocab_size
@@ -187,6 +191,10 @@ def run_train(args) -> int:
                 created = not os.path.exists(train_config.model_dir)
                 lock, locked = lock_run_folder(train_config.model_dir), True
             summary = train_processes(train_config, model_config, resume=args.resume, overwrite=args.overwrite)
+        except (UserError, OSError):  # a full disk, a damaged file...: one line (cli/main.py), no temporaries
+            if locked:
+                ckpt.remove_temporaries(args.model_dir)  # ours: we hold the folder's lock
+            raise
         except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Terminated): the same clear stop
             code = 143 if isinstance(e, Terminated) else 130
             if train_config is None:

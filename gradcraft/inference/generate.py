@@ -17,6 +17,9 @@ import gradcraft as gc
 from gradcraft.engine.capture import CapturedStep
 from gradcraft.errors import UserError
 
+MIN_TEMPERATURE = 1e-6  # a positive temperature below this overflows logits / T (0 means greedy)
+MAX_TEMPERATURE = 100.0
+
 
 @dataclass
 class SamplingParams:

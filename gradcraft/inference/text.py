@@ -2,7 +2,6 @@
 together), and generate text with streaming that never splits a multi-byte character."""
 
 import codecs
-import json
 import os
 
 from safetensors import safe_open
@@ -40,10 +39,11 @@ def paths_from_model_dir(model_dir: str) -> tuple[str, str, str]:
     config, weights = first(CONFIG_NAMES), first(WEIGHTS_NAMES)
     candidates = [os.path.join(model_dir, n) for n in TOKENIZER_NAMES]
     train_config = os.path.join(model_dir, "train_config.json")
-    if os.path.exists(train_config):
-        with open(train_config) as f:
-            dataset = json.load(f).get("dataset", "")
-        candidates.append(os.path.join(os.path.dirname(dataset), "tokenizer.json"))
+    if os.path.exists(train_config) and not any(os.path.exists(c) for c in candidates):
+        from gradcraft.validation import Value, check_fields, read_json
+        doc = check_fields(read_json(train_config), train_config, {"dataset": Value(str)},
+                           hint="the file was damaged or edited by hand; pass --vocab")
+        candidates.append(os.path.join(os.path.dirname(doc.get("dataset", "")), "tokenizer.json"))
     vocab = next((c for c in candidates if os.path.exists(c)), candidates[-1])
     return vocab, config, weights
 
@@ -53,15 +53,11 @@ def load_model(config_path: str, weights_path: str, device: str = "cpu") -> tupl
 
     Reads gradcraft's config and weights, or Hugging Face's (config.json with a model_type, weights
     in the HF layout, as `gradcraft export --format hf` writes them)."""
-    from gradcraft.models.hf import config_from_hf, from_hf_state, is_hf_config, is_hf_state
+    from gradcraft.models.hf import from_hf_state, is_hf_state
+    from gradcraft.training.runfiles import check_model_fits, read_model_config
 
-    with open(_need(config_path, "config")) as f:
-        try:
-            data = json.load(f)
-            hf = isinstance(data, dict) and is_hf_config(data)
-            config = config_from_hf(data) if hf else ModelConfig.from_dict(data)
-        except (ValueError, TypeError, KeyError) as e:
-            raise UserError(f"{config_path} is not a model config gradcraft reads ({e})") from None
+    config = read_model_config(_need(config_path, "config"))  # every field checked
+    check_model_fits(config, config_path)  # before a byte of the model is allocated
     _need(weights_path, "weights file")
     try:
         with safe_open(weights_path, "numpy") as f:
@@ -112,36 +108,58 @@ class TextGenerator:
         Stop strings end a completion; the returned text stops before them.
         """
         params.stop_ids = self.stop_ids()
-        decoders = [codecs.getincrementaldecoder("utf-8")(errors="replace") for _ in prompts]
-        texts = [""] * len(prompts)
-        stopped = [False] * len(prompts)
-        emitted = [0] * len(prompts)
+        streams = [TextStream(self.tokenizer, params.stop_strings) for _ in prompts]
 
         def on_token(i, token):
-            texts[i] += decoders[i].decode(self.tokenizer.decode_bytes([token]))
-            visible, hit = _cut_at_stop(texts[i], params.stop_strings)
-            if hit:
-                stopped[i] = True
-            # hold back a tail that could still become a stop string
-            hold = 0 if hit else max(_longest(params.stop_strings) - 1, 0)
-            safe = max(emitted[i], len(visible) - hold)
-            if on_text is not None and safe > emitted[i]:
-                on_text(i, visible[emitted[i]:safe])
-            emitted[i] = max(emitted[i], safe)
-            return not hit
+            piece, stopped = streams[i].push(token)
+            if on_text is not None and piece:
+                on_text(i, piece)
+            return not stopped
 
         ids, reasons = generate(self.model, [self.encode_prompt(p) for p in prompts], params, on_token)
         self.last_token_counts = [len(i) for i in ids]
-        results = []
-        for i in range(len(prompts)):
-            texts[i] += decoders[i].decode(b"", final=True)
-            visible, _ = _cut_at_stop(texts[i], params.stop_strings)
-            if on_text is not None and len(visible) > emitted[i]:
-                on_text(i, visible[emitted[i]:])
-            results.append(visible)
-            if stopped[i]:
+        for i, stream in enumerate(streams):
+            piece = stream.finish()
+            if on_text is not None and piece:
+                on_text(i, piece)
+            if stream.stopped:
                 reasons[i] = "stop"
-        return results, reasons
+        return [stream.visible for stream in streams], reasons
+
+
+class TextStream:
+    """Token ids in, text out, as a client should see it: only whole UTF-8 characters, cut before the
+    first stop string, and a tail that could still become a stop string held back until it cannot.
+
+        stream = TextStream(tokenizer, ("\n\n",))
+        piece, stopped = stream.push(token_id)   # the text that became final; stop when `stopped`
+        piece = stream.finish()                  # what was held back, once generation ends
+    """
+
+    def __init__(self, tokenizer, stop_strings=()):
+        self.tokenizer, self.stops = tokenizer, tuple(s for s in stop_strings if s)
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.text = ""  # everything decoded so far
+        self.visible = ""  # the text before the first stop string
+        self.emitted = 0  # characters of `visible` handed out
+        self.stopped = False
+
+    def push(self, token: int) -> tuple[str, bool]:
+        self.text += self.decoder.decode(self.tokenizer.decode_bytes([token]))
+        return self._advance(final=False), self.stopped
+
+    def finish(self) -> str:
+        self.text += self.decoder.decode(b"", final=True)
+        return self._advance(final=True)
+
+    def _advance(self, final: bool) -> str:
+        self.visible, hit = _cut_at_stop(self.text, self.stops)
+        self.stopped = self.stopped or hit
+        hold = 0 if hit or final else max(_longest(self.stops) - 1, 0)
+        safe = max(self.emitted, len(self.visible) - hold)
+        piece = self.visible[self.emitted:safe]
+        self.emitted = safe
+        return piece
 
 
 def _cut_at_stop(text: str, stops) -> tuple[str, bool]:

@@ -32,6 +32,7 @@ class ModelConfig:
     positions: str = "learned"  # learned | rope
     rope_base: float = 10000.0
     bias: bool = True
+    mlp_bias: bool | None = None  # biases in the MLP's two linears; None: = bias (K2: attention without, MLP with)
     tie_embeddings: bool = True
     # Dropout probabilities, where GPT-2 and nanoGPT put them: after the embeddings (embd), on the
     # attention weights (attn) and on the residual branch after each attention/MLP output projection
@@ -54,6 +55,8 @@ class ModelConfig:
     def __post_init__(self):
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
+        if self.mlp_bias is None:
+            self.mlp_bias = self.bias
         if self.ffn_dim is None:
             self.ffn_dim = 4 * self.dim if self.mlp == "gelu" else 64 * -(-int(8 * self.dim / 3) // 64)
         for name in DROPOUT_FIELDS[1:]:
@@ -152,8 +155,10 @@ PRESETS = {
                       **{**LLAMA, "tie_embeddings": True}),
     "llama-110m": dict(vocab_size=32000, seq_len=1024, dim=768, n_layers=12, n_heads=12, ffn_dim=2048,
                        **{**LLAMA, "tie_embeddings": True}),
+    # K2 (pstaykov/transformer, docs/k2.md): RMSNorm eps 1e-5, SwiGLU gate * sigmoid(beta * gate) * value with
+    # a learned beta per layer, biases in the MLP only, learned positions, untied head; 82.9M parameters
     "k2-83m": dict(vocab_size=32000, seq_len=256, dim=512, n_layers=12, n_heads=8, ffn_dim=2026, learned_beta=True,
-                   norm="rmsnorm", norm_eps=1e-6, mlp="swiglu", positions="learned", bias=False,
+                   norm="rmsnorm", norm_eps=1e-5, mlp="swiglu", positions="learned", bias=False, mlp_bias=True,
                    tie_embeddings=False),
     # the v1 "tiny state of the art": hybrid sliding-window/global attention, GQA, MoE (about 99M)
     "toy-v1": dict(vocab_size=32000, seq_len=1024, dim=576, n_layers=14, n_heads=12, n_kv_heads=3, ffn_dim=1536,

@@ -22,6 +22,9 @@ from gradcraft.models.transformer import Transformer
 
 
 def family_of(cfg: ModelConfig) -> str:
+    if cfg.mlp_bias != cfg.bias:
+        raise UserError("this architecture (biases in the MLP but not in attention, or the reverse) has no Hugging "
+                        "Face equivalent")
     if (cfg.norm, cfg.mlp, cfg.positions) == ("layernorm", "gelu", "learned") and cfg.bias and cfg.n_kv_heads == cfg.n_heads:
         return "gpt2"
     if (cfg.norm, cfg.mlp, cfg.positions) == ("rmsnorm", "swiglu", "rope") and not cfg.bias and not cfg.learned_beta:

@@ -75,7 +75,10 @@ class MoE(Module):
             return n_tokens  # top-k experts are distinct: an expert sees each token at most once
         return max(1, math.ceil(self.capacity_factor * n_tokens * self.top_k / self.n_experts))
 
-    def forward(self, x):
+    def forward(self, x, dropless: bool = False):
+        """dropless: every expert takes all of its tokens, sized without reading counts on the host
+        (capacity N: each expert's buffer has a row per token). Decoding uses it: a token's output
+        then never depends on the other tokens of the batch."""
         B, T, C = x.shape
         N, E, K = B * T, self.n_experts, self.top_k
         xf = x.reshape(N, C)
@@ -91,7 +94,10 @@ class MoE(Module):
         with no_grad():
             onehot = F.one_hot(flat_expert, E)  # (A, E)
             position = (onehot.cumsum(0) * onehot).sum(-1) - 1  # rank of each assignment within its expert
-            cap = self.capacity(N) if self.capacity_factor else max(1, int(onehot.sum(0).max().item()))
+            if dropless:
+                cap = N
+            else:
+                cap = self.capacity(N) if self.capacity_factor else max(1, int(onehot.sum(0).max().item()))
             kept = position < cap
             slot = (flat_expert * cap + position).masked_fill(kept.logical_not(), E * cap).reshape(N, K)
         self.aux["kept_fraction"] = kept.float().mean()

@@ -58,37 +58,81 @@ class KVCache:
 
 
 class StaticKVCache:
-    """Keys and values of the whole context in fixed buffers, (B, Hkv, L, D) each, written in place at
-    `position` (a one-element int64 tensor that the caller advances between steps). Every decoding
+    """Keys and values in fixed buffers, (B, Hkv, L, D) each, written in place at `position` (an
+    int64 tensor the caller advances between steps: one element shared by every row, or (B,), one
+    position per row, as a server batching requests of different lengths needs). Every decoding
     step then has the same shapes and reads and writes the same buffers, so a CUDA graph captured
-    from one step replays all the others (inference/generate.py). Attention reads all L positions,
-    masked to the filled ones. For one new token per step, and layers without a window."""
+    from one step replays all the others (inference/generate.py, inference/scheduler.py). Attention
+    reads all L positions, masked to the filled ones. For one new token per step.
 
-    def __init__(self, k, v, position):
-        self.k, self.v, self.position = k, v, position
+    A sliding-window layer (`window=w`) keeps a ring of L = w positions: position p lives at p % w,
+    so the buffer always holds exactly the keys the window can see, however long the sequence."""
+
+    def __init__(self, k, v, position, window: int | None = None):
+        self.k, self.v, self.position, self.window = k, v, position, window
         self.writes = []
 
     @classmethod
     def from_cache(cls, cache: KVCache, length: int, position):
-        """The contents of a (prefilled) KVCache, padded to `length` positions."""
-        pad = (0, 0, 0, length - cache.k.shape[2])
-        return cls(F.pad(cache.k, pad).realize(), F.pad(cache.v, pad).realize(), position)
+        """The contents of a (prefilled) KVCache, padded to `length` positions (a windowed cache:
+        arranged as the ring of its window)."""
+        k, v = ring_layout(cache) if cache.window is not None else (cache.k, cache.v)
+        size = cache.window if cache.window is not None else length
+        pad = (0, 0, 0, size - k.shape[2])
+        return cls(F.pad(k, pad).realize(), F.pad(v, pad).realize(), position, cache.window)
+
+    def _rows(self):
+        """(B', 1) positions: one row per sequence, or one row shared by all."""
+        return self.position.reshape(-1, 1)
+
+    def _slot_of(self, position):
+        """Where `position` is stored: itself, or position % window in a ring."""
+        if self.window is None:
+            return position
+        # No integer remainder among the tensor ops: p - w * trunc(p / w), in float64 (exact far past
+        # any context length).
+        quotient = (position.to(dtypes.float64) / self.window).to(dtypes.int64)
+        return position - quotient * self.window
 
     def extend(self, k, v):
         """Write this step's keys/values (B, Hkv, 1, D) at `position`; returns the written buffers
         (realize `tensors()` with the step). Attention reads the writes themselves, so each layer's
         new full-size contents are freed right after being written, not at the end of the step."""
-        slots = arange(self.k.shape[2], device=self.k.device)
-        here = (slots == self.position).reshape(1, 1, -1, 1)
+        slots = arange(self.k.shape[2], device=self.k.device).reshape(1, -1)
+        here = (slots == self._slot_of(self._rows())).reshape(-1, 1, self.k.shape[2], 1)
         self.writes = [self.k.assign(ew.where(here, k, self.k)), self.v.assign(ew.where(here, v, self.v))]
         return tuple(self.writes)
 
     def visible(self):
-        """(1, 1, 1, L) bool: the positions written so far, this step's included."""
-        return (arange(self.k.shape[2], device=self.k.device) <= self.position).reshape(1, 1, 1, -1)
+        """(B', 1, 1, L) bool: the positions written so far, this step's included. (A ring is full
+        once the position reaches its size: every slot then holds one of the window's positions.)"""
+        slots = arange(self.k.shape[2], device=self.k.device).reshape(1, -1)
+        return (slots <= self._rows()).reshape(-1, 1, 1, self.k.shape[2])
 
     def tensors(self) -> list:
         return self.writes
+
+
+def ring_layout(cache: KVCache):
+    """A windowed KVCache's keys and values (the last min(seen, w) positions, oldest first) moved to
+    their ring slots: position p at p % w."""
+    held, shift = cache.k.shape[2], (cache.seen - cache.k.shape[2]) % cache.window
+    if held < cache.window or shift == 0:
+        return cache.k, cache.v  # not wrapped yet: position p is already at index p
+
+    def roll(t):  # index i holds position seen - held + i, which belongs at (shift + i) % w
+        return cat([t[:, :, held - shift:], t[:, :, :held - shift]], dim=2)
+    return roll(cache.k), roll(cache.v)
+
+
+def _rotate(x, rope):
+    """Rotary embedding of x (B, H, T, D). rope: (cos, sin) of the T positions, (T, D/2), or, when
+    decoding one token per row at per-row positions, (B, D/2): the rows then take the kernel's
+    position axis (B and T swap around the call)."""
+    cos, sin = rope
+    if x.shape[2] == 1 and cos.shape[0] == x.shape[0] and x.shape[0] != 1:
+        return F.rotary_embedding(x.transpose(0, 2), cos, sin).transpose(0, 2)
+    return F.rotary_embedding(x, cos, sin)
 
 
 class Attention(Module):
@@ -110,9 +154,7 @@ class Attention(Module):
         k = qkv[..., H * D:(H + Hkv) * D].reshape(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
         v = qkv[..., (H + Hkv) * D:].reshape(B, T, Hkv, D).transpose(1, 2)
         if rope is not None:
-            cos, sin = rope
-            q = F.rotary_embedding(q, cos, sin)
-            k = F.rotary_embedding(k, cos, sin)
+            q, k = _rotate(q, rope), _rotate(k, rope)
         if isinstance(cache, StaticKVCache):
             k, v = cache.extend(k, v)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=cache.visible())
@@ -137,11 +179,11 @@ class MLP(Module):
         self.kind = cfg.mlp
         self.approximate = cfg.gelu_approximate
         if cfg.mlp == "gelu":
-            self.fc = Linear(cfg.dim, cfg.ffn_dim, bias=cfg.bias)
+            self.fc = Linear(cfg.dim, cfg.ffn_dim, bias=cfg.mlp_bias)
         else:  # SwiGLU: gate and up projections in one matmul
-            self.fc = Linear(cfg.dim, 2 * cfg.ffn_dim, bias=cfg.bias)
+            self.fc = Linear(cfg.dim, 2 * cfg.ffn_dim, bias=cfg.mlp_bias)
             self.beta = Parameter(ones(1)) if cfg.learned_beta else None
-        self.proj = Linear(cfg.ffn_dim, cfg.dim, bias=cfg.bias)
+        self.proj = Linear(cfg.ffn_dim, cfg.dim, bias=cfg.mlp_bias)
         self.ffn_dim = cfg.ffn_dim
         self.dropout = Dropout(cfg.resid_dropout)
 
@@ -173,6 +215,10 @@ class Block(Module):
 
     def forward(self, x, rope=None, cache=None):
         x = x + self.attn(self.norm1(x), rope, cache)
+        if isinstance(self.mlp, MoE) and isinstance(cache, StaticKVCache):
+            # Decoding through fixed buffers: no capacity limit, so a sequence's tokens never depend
+            # on what else is in the batch, and no routing count is read on the host.
+            return x + self.mlp(self.norm2(x), dropless=True)
         return x + self.mlp(self.norm2(x))
 
 
@@ -276,14 +322,15 @@ class Transformer(Module):
         return logits, loss
 
     def _forward_at(self, idx, caches, position, compute_dtype):
-        """One token per sequence at the device-held `position`, through StaticKVCaches: logits (B, 1, V)."""
+        """One token per sequence at the device-held `position` ((1,) or (B,)), through
+        StaticKVCaches: logits (B, 1, V)."""
         x = self.tok_emb(idx)  # (B, 1, C)
         rope = None
         if self.pos_emb is not None:
-            x = x + self.pos_emb(position)
+            x = x + self.pos_emb(position).reshape(-1, 1, x.shape[2])  # (B' 1, C)
         else:
             cos, sin = self.rope_tables(0, self.config.seq_len, idx.device)
-            rope = (cos[position], sin[position])  # (1, D/2): gathered on the device
+            rope = (cos[position], sin[position])  # (B', D/2): gathered on the device
         if compute_dtype is not None:
             x = x.to(compute_dtype)
         for block, cache in zip(self.blocks, caches):
@@ -292,14 +339,25 @@ class Transformer(Module):
         weight = self.tok_emb.weight if self.lm_head is None else self.lm_head.weight
         return x @ weight.to(x.dtype).mT
 
-    def static_caches(self, caches: list, position) -> list | None:
-        """StaticKVCaches holding what prefilled KVCaches hold, for decoding at `position`; None for
-        models they cannot serve (sliding windows, mixture-of-experts layers, whose routing reads
-        counts on the host)."""
-        cfg = self.config
-        if any(cfg.layer_window(i) for i in range(cfg.n_layers)) or self.moe_layers():
-            return None
-        return [StaticKVCache.from_cache(c, cfg.seq_len, position) for c in caches]
+    def static_caches(self, caches: list, position) -> list:
+        """StaticKVCaches holding what prefilled KVCaches hold, for decoding at `position` (rings
+        for sliding-window layers)."""
+        return [StaticKVCache.from_cache(c, self.config.seq_len, position) for c in caches]
+
+    def slot_caches(self, slots: int) -> list:
+        """Zeroed StaticKVCaches of `slots` rows (a ring of the window for sliding-window layers),
+        each row a sequence at its own position (the (slots,) int64 `position` they share, set with
+        `cache.position = ...` or written in place). A server allocates them once."""
+        cfg, device = self.config, self.tok_emb.weight.device
+        position = zeros(slots, dtype=dtypes.int64, device=device).realize()
+        out = []
+        for i in range(cfg.n_layers):
+            window = cfg.layer_window(i)
+            shape = (slots, cfg.n_kv_heads, window or cfg.seq_len, cfg.head_dim)
+            k = zeros(*shape, dtype=self.tok_emb.weight.dtype, device=device).realize()
+            v = zeros(*shape, dtype=self.tok_emb.weight.dtype, device=device).realize()
+            out.append(StaticKVCache(k, v, position, window))
+        return out
 
     def moe_layers(self) -> list:
         """(layer index, MoE module) of every mixture-of-experts layer."""

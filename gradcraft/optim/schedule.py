@@ -90,7 +90,37 @@ class Rescaled:
         return {"kind": "rescaled", "base": self.base, "from_step": self.from_step, "total_steps": self.total_steps}
 
 
-SCHEDULES = {"cosine": CosineWithWarmup, "constant": Constant, "linear": LinearWithWarmup, "rescaled": Rescaled}
+@dataclass
+class Shifted:
+    """`base` started at `offset` instead of 0: a run that goes on from another trainer's step
+    (an imported K2 checkpoint, docs/k2.md) warms up again from there with fresh optimizer moments."""
+
+    base: dict  # the state_dict of a warmup-then-decay schedule, counted from `offset`
+    offset: int
+
+    def __post_init__(self):
+        self._base = from_state_dict(self.base)
+
+    def __call__(self, step: int) -> float:
+        return self._base(max(0, step - self.offset))
+
+    @property
+    def total_steps(self) -> int:
+        return self.offset + self._base.total_steps
+
+    @property
+    def min_lr(self) -> float:
+        return self._base.min_lr
+
+    def decay(self, progress: float) -> float:
+        return self._base.decay(progress)
+
+    def state_dict(self) -> dict:
+        return {"kind": "shifted", "base": self.base, "offset": self.offset}
+
+
+SCHEDULES = {"cosine": CosineWithWarmup, "constant": Constant, "linear": LinearWithWarmup, "rescaled": Rescaled,
+             "shifted": Shifted}
 
 
 def from_state_dict(state: dict):
@@ -112,6 +142,9 @@ def with_total_steps(schedule, step: int, total_steps: int):
         return schedule
     if isinstance(schedule, _WarmupThenDecay) and step <= schedule.warmup_steps:
         return type(schedule)(schedule.max_lr, schedule.min_lr, schedule.warmup_steps, total_steps)
+    if isinstance(schedule, Shifted) and step <= schedule.offset + schedule._base.warmup_steps:
+        base = with_total_steps(schedule._base, step - schedule.offset, total_steps - schedule.offset)
+        return Shifted(base.state_dict(), schedule.offset)
     return Rescaled(schedule.state_dict(), step, total_steps)
 
 

@@ -102,10 +102,13 @@ class Tokenizer:
     extra_tokens    {id: bytes} for tokens no merge produces (only in imports)
     whole_piece     look the whole piece up in the vocabulary first (tiktoken,
                     HF `ignore_merges`)
+    split_specials  special-token strings in any text become their ids unless the
+                    caller says otherwise (K2's tokenizer, tokenizer/k2.py); default:
+                    only those the caller allows
     """
 
     def __init__(self, *, pattern="gpt2", byte_ids=None, merges=(), special_tokens=None,
-                 merge_mode="merges", extra_tokens=None, whole_piece=False):
+                 merge_mode="merges", extra_tokens=None, whole_piece=False, split_specials=False):
         if merge_mode not in ("merges", "ranks"):
             raise ValueError(f"merge_mode must be 'merges' or 'ranks', not {merge_mode!r}")
         self.pattern_name, self.pattern = resolve_pattern(pattern)
@@ -117,6 +120,7 @@ class Tokenizer:
         self.merge_mode = merge_mode
         self.extra_tokens = {int(i): bytes(b) for i, b in (extra_tokens or {}).items()}
         self.whole_piece = bool(whole_piece)
+        self.split_specials = bool(split_specials)
         self._build()
 
     # ----------------------------------------------------------------- tables
@@ -169,6 +173,8 @@ class Tokenizer:
             "merge_mode": self.merge_mode,
             "extra_tokens": {str(i): b.hex() for i, b in sorted(self.extra_tokens.items())},
             "whole_piece": self.whole_piece,
+            # only when set, so that every other tokenizer keeps its fingerprint
+            **({"split_specials": True} if self.split_specials else {}),
         }
 
     @property
@@ -252,10 +258,13 @@ class Tokenizer:
             self._cache.clear()
         return list(chain.from_iterable(map(self._cache.__getitem__, split_pieces(text, self._compiled))))
 
-    def encode(self, text: str, allowed_special=()) -> list[int]:
+    def encode(self, text: str, allowed_special=None) -> list[int]:
         """Encode text. Special-token strings found in the text become their
         special ids only if listed in `allowed_special` ("all" for every one);
-        otherwise they are encoded as ordinary text, like any other string."""
+        otherwise they are encoded as ordinary text, like any other string.
+        Unset: none, or all for a tokenizer with `split_specials` (K2's)."""
+        if allowed_special is None:
+            allowed_special = "all" if self.split_specials else ()
         if allowed_special == "all":
             allowed = set(self.special_tokens)
         else:
@@ -274,7 +283,7 @@ class Tokenizer:
                 out.extend(self.encode_ordinary(chunk))
         return out
 
-    def encode_bytes(self, data: bytes, allowed_special=()) -> list[int]:
+    def encode_bytes(self, data: bytes, allowed_special=None) -> list[int]:
         """Encode raw bytes, valid UTF-8 or not; `decode_bytes` gives them back.
 
         Invalid bytes are carried through the regex as lone surrogates

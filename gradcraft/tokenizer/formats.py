@@ -10,7 +10,8 @@ Our format (JSON, documented in docs/tokenizer.md):
      "special_tokens": {"<|endoftext|>": N-1},
      "extra_tokens": {}, "whole_piece": false}
 
-`load_tokenizer` reads any of the three kinds and tells them apart by content.
+`load_tokenizer` reads any of the three kinds and tells them apart by content; it also reads
+K2's `tokenizer.bbpe`, `merges.txt` or `vocab.json` (tokenizer/k2.py).
 """
 
 from __future__ import annotations
@@ -43,25 +44,35 @@ def load_tokenizer(path, pattern: str | None = None, special_tokens=None) -> Tok
 
     `pattern` and `special_tokens` are only used for tiktoken rank files,
     which carry neither (default: gpt4 pattern, no special tokens)."""
+    from gradcraft import validation
     path = os.fspath(path)
     try:
         with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size > validation.MAX_TOKENIZER_BYTES:
+                raise UserError(f"tokenizer file {path} is larger than {validation.MAX_TOKENIZER_BYTES:,} bytes; "
+                                "no tokenizer is that large: check the path")
             raw = f.read()
     except FileNotFoundError:
         raise UserError(f"tokenizer file {path} not found") from None
     except OSError as e:
         raise UserError(f"cannot read tokenizer file {path}: {e.strerror}") from None
+    if raw[:6] == b"BBPEV1" or raw.startswith(b"#version") or os.path.basename(path) == "vocab.json":
+        from gradcraft.tokenizer.k2 import load_k2_tokenizer  # K2's tokenizer.bbpe, merges.txt or vocab.json
+        return load_k2_tokenizer(path)
     if raw.lstrip()[:1] != b"{":
         return from_tiktoken(_parse_rank_file(raw, path), pattern=pattern or "gpt4",
                              special_tokens=special_tokens)
-    try:
-        doc = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{path} is not valid JSON ({e})") from None
+    doc = validation.parse_json(raw, path)  # also refuses JSON nested too deeply to parse
+    if not isinstance(doc, dict):
+        raise UserError(f"{path} holds a JSON {type(doc).__name__}, not a tokenizer object")
     if doc.get("format") == FORMAT_NAME:
         return _from_ours(doc, path)
     if isinstance(doc.get("model"), dict):
-        return from_hf_json(doc, source=path)
+        try:
+            return from_hf_json(doc, source=path)
+        except (AttributeError, TypeError, KeyError, ValueError, IndexError, MemoryError) as e:
+            # a field of the wrong type or shape somewhere in the HF document
+            raise UserError(f"{path} is a damaged HF tokenizer.json ({type(e).__name__}: {e})") from None
     raise UserError(f"{path} is neither a gradcraft tokenizer nor an HF tokenizer.json")
 
 
@@ -71,9 +82,10 @@ def _from_ours(doc: dict, path: str) -> Tokenizer:
         raise UserError(f"{path} has tokenizer format version {version}; this gradcraft reads "
                         f"version {FORMAT_VERSION} (upgrade gradcraft)")
     try:
-        tok = _rebuild({k: doc[k] for k in ("pattern", "byte_ids", "merges", "special_tokens",
-                                             "merge_mode", "extra_tokens", "whole_piece")})
-    except (KeyError, TypeError, ValueError) as e:
+        tok = _rebuild({**{k: doc[k] for k in ("pattern", "byte_ids", "merges", "special_tokens",
+                                               "merge_mode", "extra_tokens", "whole_piece")},
+                        "split_specials": bool(doc.get("split_specials", False))})
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, MemoryError) as e:
         raise UserError(f"{path} is a damaged gradcraft tokenizer file ({type(e).__name__}: {e})") from None
     if doc.get("fingerprint") != tok.full_fingerprint:
         raise UserError(f"{path} does not match its fingerprint: the file was edited or damaged")

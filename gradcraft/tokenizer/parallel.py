@@ -213,7 +213,10 @@ def _encode_init(tokenizer, dtype, in_worker=False):
 
 
 def encode_text_array(tokenizer, text: str, dtype) -> np.ndarray:
-    """Ordinary-text encoding straight into a NumPy array."""
+    """Ordinary-text encoding straight into a NumPy array (special tokens too, for a tokenizer that
+    finds them in any text: K2's)."""
+    if tokenizer.split_specials:
+        return np.array(tokenizer.encode(text), dtype=dtype)
     if len(tokenizer._cache) > CACHE_ENTRIES:
         tokenizer._cache.clear()
     pieces = tokenizer._compiled.findall(text) if tokenizer._compiled is not None else ([text] if text else [])

@@ -8,6 +8,10 @@ cannot). Three named patterns are built in:
     gpt4   the cl100k_base pattern of tiktoken: case-insensitive contractions,
            digits in groups of at most three, newlines kept apart
     none   no split: each text (each document) is one piece
+    k2     the hand-written pre-tokenizer of K2's tokenizer (tokenizer/k2.py, docs/k2.md): a
+           contraction ' + one or two letters, letter runs, digits in groups of at most three,
+           whitespace runs that leave their last character to a piece of its own, any other
+           character alone; "letter" and "whitespace" are K2's own code-point tables
 
 Any other string is taken as a regex (the `regex` module's syntax, which has
 `\\p{L}` classes and possessive quantifiers, like the Oniguruma regexes that
@@ -30,6 +34,15 @@ PATTERNS = {
     "gpt2": r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
     "gpt4": r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+""",
     "none": None,
+    # K2's letters (code-point ranges of its unicode_utils), digits and whitespace, in its rule order
+    "k2": (r"""(?s)'[a-zA-Z\u00aa-\u02af\u0370-\u04ff\u0590-\u08ff\u0900-\u0dff\u1e00-\u1eff\u3040-\u30ff"""
+           r"""\u3400-\u9fff\uac00-\ud7a3\uf900-\ufaff]{1,2}"""
+           r"""|[a-zA-Z\u00aa-\u02af\u0370-\u04ff\u0590-\u08ff\u0900-\u0dff\u1e00-\u1eff\u3040-\u30ff"""
+           r"""\u3400-\u9fff\uac00-\ud7a3\uf900-\ufaff]+"""
+           r"""|[0-9\uff10-\uff19]{1,3}"""
+           r"""|[ \t\n\r\v\f\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+\Z"""
+           r"""|[ \t\n\r\v\f\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+"""
+           r"""(?=[ \t\n\r\v\f\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000])|."""),
 }
 
 # The same patterns for pure-ASCII text, written for the standard `re` module
@@ -40,13 +53,14 @@ PATTERNS = {
 ASCII_PATTERNS = {
     "gpt2": r"""'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\t-\r A-Za-z0-9]+|[\t-\r ]+(?![^\t-\r ])|[\t-\r ]+""",
     "gpt4": r"""'(?i:[sdmt]|ll|ve|re)|[^\r\nA-Za-z0-9]?+[A-Za-z]+|[0-9]{1,3}| ?[^\t-\r A-Za-z0-9]++[\r\n]*|[\t-\r ]*[\r\n]|[\t-\r ]+(?![^\t-\r ])|[\t-\r ]+""",
+    "k2": r"""(?s)'[a-zA-Z]{1,2}|[a-zA-Z]+|[0-9]{1,3}|[ \t\n\r\v\f]+\Z|[ \t\n\r\v\f]+(?=[ \t\n\r\v\f])|.""",
 }
 
 # Patterns for which a cut right after "\n", before a visible ASCII character,
 # never falls inside a piece: no alternative of these patterns can span a
 # newline followed by a letter, digit or punctuation mark. That lets big files
 # be encoded in independent chunks with exactly the tokens of one pass.
-CHUNKABLE = {"gpt2", "gpt4"}
+CHUNKABLE = {"gpt2", "gpt4", "k2"}
 
 # Where a long text may be cut into chunks that are pre-tokenized on their own
 # (bounded memory on any input; docs/tokenizer.md, "Long lines"), best first:
@@ -160,7 +174,10 @@ class Splitter:
 
 def compile_pattern(pattern: str | None) -> Splitter | None:
     """A `Splitter`, or None for the `none` pattern."""
-    _, rx = resolve_pattern(pattern)
+    name, rx = resolve_pattern(pattern)
+    if name == "k2":
+        from gradcraft.tokenizer.k2 import K2Splitter  # K2 reads bytes its own way (see there)
+        return K2Splitter(rx)
     return None if rx is None else Splitter(rx)
 
 

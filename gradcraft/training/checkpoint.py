@@ -23,7 +23,7 @@ import sys
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from gradcraft.atomic import fsync_dir
+from gradcraft.atomic import fsync_dir, is_storage_error, usual_mode, write_failure
 from gradcraft.errors import UserError
 
 FILES = ("model.safetensors", "optimizer.safetensors", "state.json")
@@ -48,27 +48,39 @@ def weights_to_numpy(model) -> dict:
 
 
 def save_checkpoint(model_dir: str, step: int, model, optimizer, state: dict, keep: int = 3) -> str:
+    """Write a checkpoint atomically (see the module's docstring); returns its folder. A failed write
+    (Ctrl-C, SIGTERM, a full disk, a read-only folder) leaves no temporary folder and the previous
+    checkpoints as they were; a storage error becomes one UserError line."""
     root = os.path.join(model_dir, "checkpoints")
-    os.makedirs(root, exist_ok=True)
     final = os.path.join(root, f"step_{step:08d}")
     tmp = os.path.join(root, f".tmp-step_{step:08d}-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
+    replaced = os.path.join(root, f".tmp-old-step_{step:08d}-{os.getpid()}")
     try:
-        _write_checkpoint(tmp, model, optimizer, state, step)
-    except BaseException:  # Ctrl-C, SIGTERM, a full disk: no half-written folder left behind
+        os.makedirs(root, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        _write_checkpoint(tmp, model, optimizer, state, step)
+        if os.path.exists(final):  # the same step again after a resume: replace it (renames are atomic)
+            os.rename(final, replaced)
+        os.rename(tmp, final)
+        fsync_dir(root)
+    except BaseException as e:  # no half-written folder left behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        if os.path.exists(replaced) and not os.path.exists(final):
+            os.rename(replaced, final)  # stopped between the two renames: the old one goes back
+        if is_storage_error(e):
+            raise write_failure(final, e) from None
+        if type(e).__name__ == "SafetensorError":  # safetensors reports the OS error inside its own
+            raise UserError(f"cannot write {final}: {e}; check the free space and the folder") from None
         raise
-    if os.path.exists(final):  # the same step again after a resume: replace it
-        shutil.rmtree(final)
-    os.rename(tmp, final)
-    fsync_dir(root)
+    shutil.rmtree(replaced, ignore_errors=True)
     _prune(root, keep)
     return final
 
 
 def _write_checkpoint(tmp: str, model, optimizer, state: dict, step: int) -> None:
     save_file(weights_to_numpy(model), os.path.join(tmp, "model.safetensors"))
+    usual_mode(os.path.join(tmp, "model.safetensors"))  # safetensors writes 0600; the rest of the folder is 0644
     opt_state = optimizer.state_dict()
     tensors, scalars = {}, {}
     for index, entry in opt_state["state"].items():
@@ -78,6 +90,7 @@ def _write_checkpoint(tmp: str, model, optimizer, state: dict, step: int) -> Non
             else:
                 scalars[f"{index}.{key}"] = value
     save_file(tensors, os.path.join(tmp, "optimizer.safetensors"))
+    usual_mode(os.path.join(tmp, "optimizer.safetensors"))
     full_state = dict(state, step=step, optimizer={"scalars": scalars, "param_groups": opt_state["param_groups"]})
     with open(os.path.join(tmp, "state.json"), "w") as f:
         json.dump(full_state, f)
@@ -92,10 +105,19 @@ def _write_checkpoint(tmp: str, model, optimizer, state: dict, step: int) -> Non
     fsync_dir(tmp)
 
 
+def _remove_checkpoint(path: str) -> None:
+    """Delete a checkpoint folder so that a kill half-way never leaves a `step_*` folder with files
+    missing: it is renamed to a temporary name first (atomic), then deleted (a killed deletion is a
+    `.tmp-*` leftover, which the next run removes)."""
+    doomed = os.path.join(os.path.dirname(path), f".tmp-old-{os.path.basename(path)}-{os.getpid()}")
+    os.rename(path, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
 def _prune(root: str, keep: int) -> None:
     steps = list_checkpoints(root)
     for path in steps[:-keep] if keep > 0 else []:
-        shutil.rmtree(path, ignore_errors=True)
+        _remove_checkpoint(path)
     # leftovers of writes killed half-way (SIGKILL, power loss); never another live run's: `gradcraft train`
     # holds the run folder's lock (runlock.py) while it writes here
     for name in os.listdir(root):
@@ -136,19 +158,32 @@ def list_checkpoints(root: str) -> list:
 
 
 def verify(path: str) -> str | None:
-    """None when the checkpoint is intact, else why not."""
+    """None when the checkpoint is intact, else why not: a manifest or state.json that is missing
+    or fails its schema (training/runfiles.py), or a file that does not match its checksum."""
+    from gradcraft.training.runfiles import check_manifest, check_state
     manifest_path = os.path.join(path, "manifest.json")
+    if not os.path.exists(manifest_path):
+        return "its manifest is missing"
     try:
-        with open(manifest_path) as f:
-            manifest = json.load(f)
-    except (OSError, ValueError):
-        return "its manifest is missing or unreadable"
+        manifest = check_manifest(manifest_path, FILES)
+    except UserError as e:
+        return f"its manifest is unusable: {str(e).removeprefix(manifest_path + ': ')}"
     for name in FILES:
         file = os.path.join(path, name)
         if not os.path.exists(file):
             return f"{name} is missing"
-        if _sha256(file) != manifest.get(name):
+        try:
+            digest = _sha256(file)
+        except OSError as e:
+            return f"{name} is unreadable ({e.strerror})"
+        if digest != manifest[name]:
             return f"{name} does not match its checksum (truncated or corrupted)"
+    try:
+        state = check_state(os.path.join(path, "state.json"))
+    except UserError as e:
+        return str(e)
+    if state["step"] != int(os.path.basename(path)[5:]):
+        return f"its state.json holds step {state['step']}, not the step its folder is named for"
     return None
 
 
@@ -164,20 +199,25 @@ def latest_checkpoint(model_dir: str, log=None) -> str | None:
 
 
 def read_state(path: str) -> dict:
-    """A checkpoint's state.json (step, optimizer scalars and groups, schedule, RNG, sampler...)."""
-    try:
-        with open(os.path.join(path, "state.json")) as f:
-            return json.load(f)
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot read the checkpoint {path}: {e}") from None
+    """A checkpoint's state.json, checked (step, optimizer scalars and groups, schedule, RNG, sampler...)."""
+    from gradcraft.training.runfiles import check_state
+    return check_state(os.path.join(path, "state.json"))
 
 
 def load_checkpoint(path: str, model, optimizer) -> dict:
-    """Load weights and optimizer state in place; returns the saved state dict (step, rng, sampler...)."""
-    with open(os.path.join(path, "state.json")) as f:
-        state = json.load(f)
-    model.load_state_dict(load_file(os.path.join(path, "model.safetensors")))
-    tensors = load_file(os.path.join(path, "optimizer.safetensors"))
+    """Load weights and optimizer state in place; returns the saved state dict (step, rng, sampler...),
+    checked against its schema (training/runfiles.py)."""
+    from gradcraft.training.runfiles import check_state
+    state = check_state(os.path.join(path, "state.json"))
+    try:
+        weights = load_file(os.path.join(path, "model.safetensors"))
+        tensors = load_file(os.path.join(path, "optimizer.safetensors"))
+    except Exception as e:  # safetensors raises its own error types for damaged files
+        raise UserError(f"checkpoint {path} holds an unreadable safetensors file ({e})") from None
+    try:
+        model.load_state_dict(weights)
+    except (ValueError, KeyError) as e:
+        raise UserError(f"checkpoint {path} does not match the model ({e})") from None
     per_param: dict = {}
     for key, value in tensors.items():
         index, name = key.split(".", 1)
@@ -191,7 +231,7 @@ def load_checkpoint(path: str, model, optimizer) -> dict:
             g["betas"] = tuple(g["betas"])
     try:
         optimizer.load_state_dict({"state": per_param, "param_groups": groups})
-    except (IndexError, KeyError) as e:
+    except (IndexError, KeyError, ValueError, TypeError) as e:
         raise UserError(f"checkpoint {path} does not match the model's parameters ({e})") from None
     return state
 
@@ -244,8 +284,9 @@ def copy_tokenizer(model_dir: str, dataset: str, fingerprint: str, seq_len: int 
 
 def _fingerprint_of(path: str) -> str:
     """The fingerprint a gradcraft tokenizer file declares ("" when unreadable), without rebuilding it."""
+    from gradcraft.validation import MAX_TOKENIZER_BYTES, read_json
     try:
-        with open(path, encoding="utf-8") as f:
-            return str(json.load(f).get("fingerprint", ""))
-    except (OSError, ValueError, AttributeError):
+        doc = read_json(path, MAX_TOKENIZER_BYTES)
+    except UserError:
         return ""
+    return str(doc.get("fingerprint", "")) if isinstance(doc, dict) else ""

@@ -89,6 +89,31 @@ def release_run_folder(fd, remove_if_empty: str | None = None) -> None:
 
 
 @contextlib.contextmanager
+def lock_directory(folder: str, command: str):
+    """Hold an exclusive OS lock on the folder itself (flock on its directory descriptor, so nothing
+    is written into it) for the block: for the commands that write several files into a folder of
+    their own output (`tokenize` into its output folder, `export` into --out), so that two of them
+    cannot interleave their files. A second one is refused with one line; no lock where the OS has
+    no flock."""
+    if fcntl is None:
+        yield
+        return
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError as e:
+        raise UserError(f"cannot open the folder {folder}: {e.strerror}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise UserError(f"{folder} is in use by another `gradcraft {command}` writing into it; wait for it "
+                            "to end, or write elsewhere") from None
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+@contextlib.contextmanager
 def sigterm_as_interrupt():
     """Within the block, SIGTERM raises Terminated (once) in the main thread; the previous handler
     is restored afterwards. Off the main thread (where signal.signal raises) it does nothing."""

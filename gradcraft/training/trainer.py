@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 import gradcraft as gc
-from gradcraft.atomic import write_json
+from gradcraft.atomic import is_storage_error, usual_mode, write_failure, write_json
 from gradcraft.data.sampler import SAMPLERS, eval_batches
 from gradcraft.data.tokenfile import read_token_file
 from gradcraft.distributed import all_reduce_tensors
@@ -26,7 +26,7 @@ from gradcraft.errors import UserError
 from gradcraft.models import ModelConfig, Transformer, describe
 from gradcraft.ops.creation import advance_dropout
 from gradcraft.optim import AdamW, CosineWithWarmup, grad_norm_and_scale
-from gradcraft.optim.schedule import from_state_dict, set_lr, with_total_steps
+from gradcraft.optim.schedule import Shifted, from_state_dict, set_lr, with_total_steps
 from gradcraft.optim.weight_decay import describe_decay, weight_decay_groups
 from gradcraft.training import checkpoint as ckpt
 from gradcraft.training.log import RunLogs, check_tensorboard, parse_log_kinds, plot_loss
@@ -132,11 +132,10 @@ def estimate_memory_bytes(tc: TrainConfig, mc: ModelConfig) -> int:
     (batch, heads, seq_len, seq_len) matrices: the scores, the attention weights and their gradient,
     which one layer's backward holds at once. The real peak is higher; this is for refusing a run
     that cannot fit before anything is allocated."""
+    from gradcraft.training.runfiles import parameter_count
     dim, layers, heads = mc.dim, mc.n_layers, mc.n_heads
     ffn = mc.ffn_dim
-    params = mc.vocab_size * dim * (1 if mc.tie_embeddings else 2) + layers * (4 * dim * dim + 3 * dim * ffn)
-    if mc.positions == "learned":
-        params += mc.seq_len * dim
+    params = parameter_count(mc)
     B, T = tc.batch_size, mc.seq_len
     activations = 2 * B * T * mc.vocab_size * 4 + layers * B * T * (4 * dim + 2 * ffn) * 4
     if not tc.device.startswith("cuda"):  # flash attention on CUDA never holds the T x T scores
@@ -421,6 +420,9 @@ def _resumed_schedule(saved_state, fresh, step: int, log):
     saved = from_state_dict(saved_state)
     base = from_state_dict(saved.base) if hasattr(saved, "base") else saved
     if (base.max_lr, base.min_lr, base.warmup_steps) != (fresh.max_lr, fresh.min_lr, fresh.warmup_steps):
+        if isinstance(saved, Shifted):  # an imported run (docs/k2.md): the new settings, still from its start
+            fresh = Shifted(replace(fresh, total_steps=max(1, fresh.total_steps - saved.offset)).state_dict(),
+                            saved.offset)
         log(f"schedule: new learning-rate settings from step {step}: {saved(step):.3g} becomes {fresh(step):.3g}")
         return fresh
     schedule = with_total_steps(saved, step, fresh.total_steps)
@@ -564,11 +566,21 @@ def evaluate(model, tokens, seq_len, batch_size, max_batches, device, compute_dt
 def save_weights(model, path: str, fingerprint: str = "") -> None:
     """The final weights, atomically, with the tokenizer fingerprint in the safetensors metadata."""
     tmp = path + ".tmp"
-    save_file(ckpt.weights_to_numpy(model), tmp, metadata={"tokenizer_fingerprint": fingerprint or "",
-                                                           "config": json.dumps(model.config.to_dict())})
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        save_file(ckpt.weights_to_numpy(model), tmp, metadata={"tokenizer_fingerprint": fingerprint or "",
+                                                               "config": json.dumps(model.config.to_dict())})
+        usual_mode(tmp)  # safetensors writes 0600; the rest of the run folder is 0644
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:  # a full disk, a read-only folder, Ctrl-C: no temp file left, the old file kept
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        if is_storage_error(e):
+            raise write_failure(path, e) from None
+        if type(e).__name__ == "SafetensorError":
+            raise UserError(f"cannot write {path}: {e}; check the free space and the folder") from None
+        raise
 
 
 def save_run_weights(model, model_dir: str, fingerprint: str = "") -> str:

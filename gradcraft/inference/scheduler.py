@@ -1,0 +1,370 @@
+"""Continuous batching: many sequences decoded together, each joining and leaving on its own.
+
+    scheduler = Scheduler(model, slots=8, max_queue=64)
+    seq = Sequence(prompt_ids, SamplingParams(max_tokens=50, temperature=0.8, seed=1),
+                   on_token=lambda seq, token, logprobs: print(token), on_finish=lambda seq, reason: ...)
+    scheduler.submit([seq])          # returns at once; callbacks run on the scheduler's thread
+
+One thread owns the model. Each turn of its loop:
+  1. drops the sequences whose client went away (`seq.cancel` set) or whose deadline passed, freeing
+     their slots;
+  2. gives waiting sequences the free slots (lowest first) and prefills them, a chunk of at most
+     `prefill_chunk` prompt tokens at a time and about that many tokens per turn in all, so a long
+     prompt never stalls the running sequences for long (prefill interleaved with decoding);
+     a sequence whose prompt is done has its keys/values copied into its slot, and its first token
+     sampled;
+  3. runs one decoding step for every running sequence at once and samples each one's next token.
+
+The KV cache is `slots` rows of fixed buffers (Transformer.slot_caches), allocated once: memory
+does not grow with traffic. Each row holds one sequence at its own position; a sequence takes the
+lowest free row. A step runs over the first `bucket` rows, the smallest of 2, 4, 8, ... (and
+`slots`) that holds every running sequence (free rows inside ride along; their outputs are
+dropped): each bucket reads views of the same buffers, and its step has the same shapes every
+time, so a CUDA device captures one graph per bucket and replays it (engine/capture.py); the CPU
+just runs it.
+
+Why an answer never depends on the traffic: a prompt is prefilled alone, in chunks whose bounds
+depend only on its own length; the decoding step computes each row from that row alone whatever
+the other rows hold (no capacity limit on experts, see MoE's `dropless`); and each sequence samples
+with its own NumPy generator seeded from its own seed. So an answer under load equals the same
+request served alone, token for token (tests/test_scheduler.py). (Buckets start at 2 rows: on the
+CPU, BLAS computes a one-row product by another method, rounding differently. On a GPU, cuBLAS may
+pick another kernel for another bucket, so there an answer is equal up to rounding.)
+"""
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import gradcraft as gc
+from gradcraft.engine.capture import CapturedStep
+from gradcraft.errors import UserError
+from gradcraft.inference.generate import SamplingParams, StopReason, sample_next
+
+CANCELLED = "cancelled"  # the client went away (no answer is sent)
+TIMEOUT = "timeout"  # the sequence's deadline passed
+ERROR = "error"  # the model failed; `seq.error` says how
+
+
+class QueueFull(Exception):
+    """The waiting line is full: try again later (the server answers 429)."""
+
+
+class SchedulerClosed(Exception):
+    """The scheduler has stopped (the server answers 503)."""
+
+
+@dataclass
+class TokenLogprob:
+    """A token's log-probability under the model (logits at temperature 1), and the `top` most
+    likely tokens at that position as (id, log-probability), most likely first."""
+    token: int
+    logprob: float | None
+    top: list = field(default_factory=list)
+
+
+def token_logprob(row: np.ndarray, token: int, top: int) -> TokenLogprob:
+    logits = row.astype(np.float64)
+    shifted = logits - logits.max()
+    logprobs = shifted - np.log(np.exp(shifted).sum())
+    best = []
+    if top:
+        ids = np.argpartition(-logprobs, min(top, len(logprobs) - 1))[:top]
+        best = [(int(i), float(logprobs[i])) for i in sorted(ids, key=lambda i: (-logprobs[i], i))]
+    return TokenLogprob(int(token), float(logprobs[token]), best)
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One sequence to generate. on_token(seq, token, logprob) is called for every token produced
+    (logprob a TokenLogprob when `logprobs` is not None, else None) and returns False to stop there
+    (a stop string); on_finish(seq, reason) once at the end: a StopReason, CANCELLED, TIMEOUT or ERROR.
+    Both run on the scheduler's thread: keep them short. prompt_logprobs: also report each prompt
+    token's log-probability (`seq.prompt_logprobs_out`, None for the first) before on_finish."""
+    prompt: list
+    params: SamplingParams
+    on_token: object = None
+    on_finish: object = None
+    logprobs: int | None = None
+    prompt_logprobs: bool = False
+    deadline: float | None = None  # time.monotonic() after which the sequence is dropped
+    cancel: threading.Event = field(default_factory=threading.Event)
+    # the scheduler's state
+    slot: int | None = None
+    generated: int = 0
+    reason: str | None = None
+    error: str | None = None
+    prompt_logprobs_out: list = field(default_factory=list)
+
+    def __post_init__(self):
+        self.rng = np.random.default_rng(self.params.seed)
+        self.prefilled = 0  # prompt tokens already run through the model
+        self.caches = None  # the growing caches of the prefill, until copied into the slot
+        self.position = 0  # where the next fed token sits
+        self.last = 0  # the token fed at the next step
+
+
+class Scheduler:
+    def __init__(self, model, slots: int = 8, max_queue: int = 64, prefill_chunk: int = 256):
+        if slots < 1 or max_queue < 0 or prefill_chunk < 1:
+            raise UserError(f"slots and prefill_chunk must be at least 1 and max_queue at least 0 "
+                            f"(got {slots}, {prefill_chunk}, {max_queue})")
+        model.eval()
+        self.model, self.slots, self.max_queue, self.prefill_chunk = model, slots, max_queue, prefill_chunk
+        self.context = model.config.seq_len
+        self.device = model.tok_emb.weight.device
+        with gc.no_grad():
+            self.caches = model.slot_caches(slots)
+        self.position = self.caches[0].position  # (slots,) int64, shared by every layer's cache
+        self.ids = gc.zeros(slots, 1, dtype=gc.int64, device=self.device).realize()
+        self.buckets = {}  # rows -> _Bucket, made on first use
+        self.waiting: deque = deque()
+        self.prefilling: list = []
+        self.running: dict = {}  # slot -> Sequence
+        self.free = list(range(slots))
+        self.steps = 0  # decoding steps run (for tests and stats)
+        self.closed = False
+        self.failure = None
+        self.wake = threading.Condition()
+        self.thread = threading.Thread(target=self._run, name="gradcraft-scheduler", daemon=True)
+        self.thread.start()
+
+    # ------------------------------------------------------------------ the public side
+
+    def submit(self, seqs: list) -> None:
+        """Queue sequences (all or none). Raises QueueFull when the waiting line cannot take them,
+        SchedulerClosed after close() or a failure of the loop."""
+        for seq in seqs:
+            if not seq.prompt or len(seq.prompt) >= self.context:
+                raise UserError(f"a prompt must have 1 to {self.context - 1} tokens, got {len(seq.prompt)}")
+            seq.params.validate(self.context)
+        with self.wake:
+            if self.closed:
+                raise SchedulerClosed(self.failure or "the scheduler is closed")
+            if len(self.waiting) + len(seqs) > self.max_queue:
+                raise QueueFull(f"{len(self.waiting)} requests are waiting (the limit is {self.max_queue})")
+            self.waiting.extend(seqs)
+            self.wake.notify()
+
+    def load(self) -> dict:
+        with self.wake:
+            return {"waiting": len(self.waiting), "running": len(self.running) + len(self.prefilling),
+                    "slots": self.slots}
+
+    def close(self) -> None:
+        with self.wake:
+            self.closed = True
+            self.wake.notify()
+        self.thread.join(timeout=10)
+
+    # ------------------------------------------------------------------ the loop
+
+    def _run(self) -> None:
+        try:
+            with gc.no_grad():
+                while self._turn():
+                    pass
+        except Exception as e:  # noqa: BLE001 (every sequence hears of it; new requests get 503)
+            self.failure = f"generation failed: {e}"
+            with self.wake:
+                self.closed = True
+                pending = list(self.waiting) + self.prefilling + list(self.running.values())
+                self.waiting.clear()
+            for seq in pending:
+                seq.error = self.failure
+                self._finish(seq, ERROR)
+        finally:
+            for bucket in self.buckets.values():
+                bucket.close()
+
+    def _turn(self) -> bool:
+        with self.wake:
+            while not (self.closed or self.waiting or self.prefilling or self.running):
+                self.wake.wait()
+            if self.closed:
+                pending = list(self.waiting)
+                self.waiting.clear()
+            else:
+                pending = []
+                while self.waiting and self.free:
+                    seq = self.waiting.popleft()
+                    if seq.cancel.is_set() or self._expired(seq):
+                        pending.append(seq)
+                        continue
+                    seq.slot = self.free.pop(self.free.index(min(self.free)))
+                    self.prefilling.append(seq)
+            expired = [s for s in self.waiting if s.cancel.is_set() or self._expired(s)]
+            for seq in expired:
+                self.waiting.remove(seq)
+        for seq in pending + expired:
+            self._finish(seq, CANCELLED if seq.cancel.is_set() or self.closed else TIMEOUT)
+        if self.closed:
+            for seq in self.prefilling + list(self.running.values()):
+                self._finish(seq, CANCELLED)
+            return False
+        for seq in self.prefilling + list(self.running.values()):
+            if seq.cancel.is_set() or self._expired(seq):
+                self._finish(seq, CANCELLED if seq.cancel.is_set() else TIMEOUT)
+        self._prefill_some()
+        if self.running:
+            self._decode()
+        return True
+
+    @staticmethod
+    def _expired(seq) -> bool:
+        return seq.deadline is not None and time.monotonic() > seq.deadline
+
+    def _finish(self, seq, reason: str) -> None:
+        if seq.reason is not None:
+            return
+        seq.reason, seq.caches = reason, None
+        if seq in self.prefilling:
+            self.prefilling.remove(seq)
+        if seq.slot is not None:
+            self.running.pop(seq.slot, None)
+            self.free.append(seq.slot)
+            seq.slot = None
+        if seq.on_finish is not None:
+            try:
+                seq.on_finish(seq, reason)
+            except Exception:  # noqa: BLE001 (a listener's failure must not stop the other sequences)
+                pass
+
+    # ------------------------------------------------------------------ prefill
+
+    def _prefill_some(self) -> None:
+        """Prefill chunks, oldest sequence first, until about `prefill_chunk` tokens ran this turn."""
+        budget = self.prefill_chunk
+        for seq in list(self.prefilling):
+            while budget > 0 and seq.reason is None and seq.prefilled < len(seq.prompt):
+                try:
+                    budget -= self._prefill_chunk(seq)
+                except Exception as e:  # noqa: BLE001 (this prompt failed, e.g. out of memory: the others go on)
+                    seq.error = f"generation failed: {e}"
+                    self._finish(seq, ERROR)
+            if budget <= 0:
+                break
+
+    def _prefill_chunk(self, seq) -> int:
+        """Run the next chunk of seq's prompt (bounds at multiples of prefill_chunk: they depend on the
+        prompt alone); when the prompt is done, move the sequence into its slot. Returns the tokens run."""
+        start = seq.prefilled
+        chunk = seq.prompt[start:start - start % self.prefill_chunk + self.prefill_chunk]
+        if seq.caches is None:
+            seq.caches = self.model.new_caches()
+        ids = gc.tensor(np.array([chunk], dtype=np.int64), device=self.device)
+        logits = self.model(ids, caches=seq.caches, start=start)  # (1, T, V)
+        seq.prefilled += len(chunk)
+        done = seq.prefilled == len(seq.prompt)
+        if seq.prompt_logprobs:
+            rows = logits[0].float()
+            gc.realize(rows, *[t for c in seq.caches for t in c.tensors()])
+            rows = rows.numpy()
+            if start == 0:
+                seq.prompt_logprobs_out.append(None)
+            for i, token in enumerate(seq.prompt[start + 1:seq.prefilled + (0 if done else 1)]):
+                seq.prompt_logprobs_out.append(token_logprob(rows[i], token, seq.logprobs or 0))
+            last = rows[-1]
+        else:
+            last = logits[:, -1].float()
+            gc.realize(last, *[t for c in seq.caches for t in c.tensors()])
+            last = last.numpy()[0]
+        if done:
+            self._enter_slot(seq)
+            self._emit(seq, last)
+        return len(chunk)
+
+    def _enter_slot(self, seq) -> None:
+        """Copy the prefilled keys/values into row seq.slot of the fixed caches."""
+        rows = gc.arange(self.slots, device=self.device).reshape(-1, 1, 1, 1)
+        mine = rows == seq.slot
+        writes = []
+        for prefilled, cache in zip(seq.caches, self.caches):
+            filled = type(cache).from_cache(prefilled, self.context, None)  # (1, Hkv, L, D), padded or a ring
+            writes.append(cache.k.assign(gc.where(mine, filled.k, cache.k)))
+            writes.append(cache.v.assign(gc.where(mine, filled.v, cache.v)))
+        gc.realize(*writes)
+        seq.caches = None
+        seq.position = len(seq.prompt)
+        self.prefilling.remove(seq)
+        self.running[seq.slot] = seq
+
+    # ------------------------------------------------------------------ decode
+
+    def _bucket(self) -> "_Bucket":
+        """The step over the fewest rows (2, 4, 8, ..., or all) that holds every running sequence."""
+        rows = min(2, self.slots)
+        while rows <= max(self.running):
+            rows = min(2 * rows, self.slots)
+        if rows not in self.buckets:
+            self.buckets[rows] = _Bucket(self, rows)
+        return self.buckets[rows]
+
+    def _decode(self) -> None:
+        ids = np.zeros((self.slots, 1), dtype=np.int64)
+        positions = np.zeros(self.slots, dtype=np.int64)
+        for slot, seq in self.running.items():
+            ids[slot, 0], positions[slot] = seq.last, seq.position
+        gc.realize(self.ids.assign(gc.tensor(ids, device=self.device)),
+                   self.position.assign(gc.tensor(positions, device=self.device)))
+        rows = self._bucket()().numpy()
+        self.steps += 1
+        for slot, seq in list(self.running.items()):
+            seq.position += 1
+            self._emit(seq, rows[slot])
+
+    def _emit(self, seq, row: np.ndarray) -> None:
+        """Sample seq's next token from its logits row and hand it on; finish the sequence when it ends."""
+        token = sample_next(row, seq.params, seq.rng)
+        if token in seq.params.stop_ids:
+            return self._finish(seq, StopReason.STOP)
+        seq.generated += 1
+        seq.last = token
+        logprob = None if seq.logprobs is None else token_logprob(row, token, seq.logprobs)
+        try:
+            keep_going = seq.on_token is None or seq.on_token(seq, token, logprob) is not False
+        except Exception:  # noqa: BLE001 (the listener is gone: drop the sequence, keep serving)
+            return self._finish(seq, CANCELLED)
+        if not keep_going:
+            self._finish(seq, StopReason.STOP)
+        elif seq.generated >= seq.params.max_tokens:
+            self._finish(seq, StopReason.LENGTH)
+        elif seq.position >= self.context:  # the next token would sit past the trained context
+            self._finish(seq, StopReason.CONTEXT)
+
+
+class _Bucket:
+    """The decoding step over the first `rows` slots: views of the scheduler's buffers (writes go
+    through to them), and the step captured as a CUDA graph where the device can."""
+
+    def __init__(self, scheduler: Scheduler, rows: int):
+        self.model = scheduler.model
+        self.ids = scheduler.ids[:rows].realize()
+        position = scheduler.position[:rows].realize()
+        self.caches = [type(c)(c.k[:rows].realize(), c.v[:rows].realize(), position, c.window)
+                       for c in scheduler.caches]
+        self.position = position
+        self.captured = CapturedStep(self._step, scheduler.device)
+
+    def _step(self):
+        logits = self.model(self.ids, caches=self.caches, position=self.position)[:, -1].float()  # (rows, V)
+        gc.realize(logits, *[t for c in self.caches for t in c.tensors()])
+        return logits
+
+    def __call__(self):
+        if self.captured is None:
+            return self._step()
+        try:
+            return self.captured()
+        except UserError:  # the step cannot be captured here: run it eagerly (same results, slower)
+            self.captured.close()
+            self.captured = None
+            return self._step()
+
+    def close(self) -> None:
+        if self.captured is not None:
+            self.captured.close()
+            self.captured = None

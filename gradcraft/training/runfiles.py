@@ -1,0 +1,137 @@
+"""The schemas of the JSON files in a run folder, and their checked readers.
+
+Every JSON file gradcraft reads back goes through gradcraft/validation.py: its size and nesting are
+bounded before parsing, and its fields are checked for type and range against the schemas here,
+so a damaged or hand-edited file is one `error:` line naming the file and the field (or, for a
+checkpoint, a fallback to the previous one) instead of a traceback or a silently wrong run:
+
+    gradcraft_config.json / config.json   MODEL_CONFIG_FIELDS (unknown fields refused); HF's config.json
+    train_config.json                     the TrainConfig fields, ranges of the `train` flags
+    checkpoints/*/state.json              STATE_FIELDS (step >= 0, sampler, rng, optimizer, ...)
+    checkpoints/*/manifest.json           one sha256 per checkpoint file
+"""
+
+import os
+
+from gradcraft.errors import UserError
+from gradcraft.validation import Value, check_fields, dataclass_fields, read_json
+
+EDITED = "the file was damaged or edited by hand"
+
+_positive = Value(int, low=1)
+_non_negative = Value(int, low=0)
+_non_negative_float = Value(float, low=0)
+
+# ModelConfig's fields with their ranges (the types alone come from the dataclass)
+MODEL_CONFIG_RANGES = {
+    "vocab_size": _positive, "vocab_pad_multiple": _non_negative, "seq_len": _positive, "dim": _positive,
+    "n_layers": _positive, "n_heads": _positive, "n_kv_heads": Value(int, low=1, optional=True),
+    "ffn_dim": Value(int, low=1, optional=True), "norm": Value(str, choices=("layernorm", "rmsnorm")),
+    "norm_eps": Value(float, low=0, low_open=True), "mlp": Value(str, choices=("gelu", "swiglu")),
+    "gelu_approximate": Value(str, choices=("tanh", "none")), "positions": Value(str, choices=("learned", "rope")),
+    "rope_base": Value(float, low=0, low_open=True), "dropout": Value(float, low=0, high=1, high_open=True),
+    "attn_dropout": Value(float, low=0, high=1, high_open=True, optional=True),
+    "resid_dropout": Value(float, low=0, high=1, high_open=True, optional=True),
+    "embd_dropout": Value(float, low=0, high=1, high_open=True, optional=True),
+    "init_std": _non_negative_float, "window": _non_negative, "n_experts": _positive,
+    "experts_per_token": _positive, "capacity_factor": Value(float, low=0, optional=True),
+    "moe_balance": _non_negative_float, "moe_zloss": _non_negative_float,
+}
+
+STATE_FIELDS = {
+    "step": _non_negative, "sampler": Value(dict), "rng": Value(dict), "schedule": Value(dict, optional=True),
+    "optimizer": Value(dict), "tokenizer_fingerprint": Value(str, optional=True), "vocab_size": _positive,
+}
+SAMPLER_FIELDS = {"kind": Value(str), "epoch": _non_negative, "position": _non_negative, "rng": Value(dict)}
+OPTIMIZER_FIELDS = {"scalars": Value(dict), "param_groups": Value(list)}
+_SHA256 = Value(str)
+
+
+def model_config_fields() -> dict:
+    from gradcraft.models.config import ModelConfig
+    return {**dataclass_fields(ModelConfig), **MODEL_CONFIG_RANGES}
+
+
+def read_model_config(path: str):
+    """The ModelConfig in `path`: gradcraft's (every field checked, unknown ones refused) or Hugging
+    Face's config.json (converted, then checked the same way)."""
+    from gradcraft.models.config import ModelConfig
+    from gradcraft.models.hf import config_from_hf, is_hf_config
+
+    data = read_json(path, hint=f"{EDITED}; give the config.json the model was saved with")
+    hint = "give the config.json the model was saved with"
+    if isinstance(data, dict) and is_hf_config(data):
+        try:
+            config = config_from_hf(data)
+        except (ValueError, TypeError, KeyError, ArithmeticError, AttributeError) as e:
+            raise UserError(f"{path} is not a Hugging Face config gradcraft reads ({type(e).__name__}: {e})") from None
+        check_fields(config.to_dict(), path, model_config_fields(), hint=hint)
+        return config
+    check_fields(data, path, model_config_fields(), allow_unknown=False, hint=f"{EDITED}; {hint}")
+    try:
+        return ModelConfig.from_dict(data)  # the checks across fields (dim divisible by n_heads, ...)
+    except UserError as e:
+        raise UserError(f"{path}: {e}; {EDITED}; {hint}") from None
+
+
+def parameter_count(config) -> int:
+    """The parameters of a model with this config (the dense estimate; MoE layers count one expert)."""
+    dim, ffn = config.dim, config.ffn_dim or 4 * config.dim
+    count = config.vocab_size * dim * (1 if config.tie_embeddings else 2) + config.n_layers * (4 * dim * dim + 3 * dim * ffn)
+    if config.positions == "learned":
+        count += config.seq_len * dim
+    return count
+
+
+def check_model_fits(config, path: str) -> None:
+    """Refuse, before allocating anything, a config whose float32 weights exceed this machine's RAM."""
+    need = 4 * parameter_count(config)
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return
+    if need > have:
+        raise UserError(f"{path} describes a model of {parameter_count(config):,} parameters ({need / 2**30:,.1f} GiB "
+                        f"of weights), more than this machine's {have / 2**30:,.1f} GiB of RAM; {EDITED}, or the "
+                        "model is too large for this machine")
+
+
+def read_train_config(path: str, flag_types: dict) -> dict:
+    """train_config.json as a dict of TrainConfig fields: types from the dataclass, ranges from the
+    `train` flags that set them (flag_types: field -> Value)."""
+    from gradcraft.training.trainer import TrainConfig
+    fields = dataclass_fields(TrainConfig)
+    for name, kind in flag_types.items():
+        if name in fields:  # the flag's range; null where the field may be None (target_batch, stop_after)
+            fields[name] = kind.or_null() if fields[name].optional else kind
+    hint = f"{EDITED}; fix or delete it (the flags of the resumed command are then used)"
+    return check_fields(read_json(path, hint=hint), path, fields, allow_unknown=False, hint=hint)
+
+
+def check_state(path: str) -> dict:
+    """A checkpoint's state.json, checked: a UserError naming the field otherwise."""
+    doc = read_json(path, hint=EDITED)
+    check_fields(doc, path, STATE_FIELDS, required=("step", "sampler", "rng", "optimizer"), hint=EDITED)
+    check_fields(doc["sampler"], f"{path} (sampler)", SAMPLER_FIELDS, required=("kind",), hint=EDITED)
+    check_fields(doc["optimizer"], f"{path} (optimizer)", OPTIMIZER_FIELDS, required=tuple(OPTIMIZER_FIELDS),
+                 hint=EDITED)
+    for i, group in enumerate(doc["optimizer"]["param_groups"]):
+        check_fields(group, f"{path} (optimizer param_groups[{i}])", {"lr": Value(float, low=0),
+                     "weight_decay": Value(float, low=0), "eps": Value(float, low=0, low_open=True),
+                     "betas": Value(list), "names": Value(list, optional=True)}, hint=EDITED)
+    for key in doc["optimizer"]["scalars"]:
+        index, _, name = key.partition(".")
+        if not (index.isdigit() and name):
+            raise UserError(f"{path}: optimizer scalar {key!r} is not '<parameter index>.<name>'; {EDITED}")
+    return doc
+
+
+def check_manifest(path: str, names) -> dict:
+    """A checkpoint's manifest.json: an object with a sha256 (64 hex digits) for each of `names`."""
+    doc = read_json(path, hint=EDITED)
+    check_fields(doc, path, {name: _SHA256 for name in names}, required=tuple(names), hint=EDITED)
+    for name in names:
+        digest = doc[name]
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise UserError(f"{path}: field {name!r} is not a sha256 digest; {EDITED}")
+    return doc

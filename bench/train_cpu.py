@@ -38,13 +38,11 @@ def our_step(cfg, weights, args):
     import gradcraft as gc
     from gradcraft.models import Transformer
     from gradcraft.optim import AdamW, grad_norm_and_scale
+    from gradcraft.optim.weight_decay import weight_decay_groups
 
     model = Transformer(cfg)
     model.load_state_dict(weights)
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    rest = [p for p in model.parameters() if p.ndim < 2]
-    opt = AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=3e-4,
-                betas=(0.9, 0.95))
+    opt = AdamW(weight_decay_groups(model, 0.1), lr=3e-4, betas=(0.9, 0.95))
     data = np.random.default_rng(0).integers(0, cfg.vocab_size, size=(args.batch, cfg.seq_len + 1))
 
     def step():

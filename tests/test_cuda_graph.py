@@ -20,7 +20,7 @@ def _training(device, graph, steps=6, name="toy-v0", **over):
     y_in = gc.zeros(4, cfg.seq_len, dtype=gc.int64, device=device).realize()
 
     def step():
-        if cfg.dropout:
+        if cfg.uses_dropout:
             advance_dropout(device)  # new masks each step; recorded, so each replay moves the counter too
         _, loss = model(x_in, y_in)
         loss.backward()

@@ -30,9 +30,10 @@ def _loss_torch(params, x):
 @pytest.mark.parametrize("clip", ["none", "functional", "fused"])
 def test_adamw_matches_torch(fused, clip):
     (w0, b0), x = _problem()
-    w, b = Parameter(gc.tensor(w0)), Parameter(gc.tensor(b0), no_decay=True)
+    w, b = Parameter(gc.tensor(w0)), Parameter(gc.tensor(b0))
     tw, tb = torch.tensor(w0, requires_grad=True), torch.tensor(b0, requires_grad=True)
-    opt = AdamW([w, b], lr=0.01, betas=(0.9, 0.95), weight_decay=0.1, fused=fused)
+    opt = AdamW([{"params": [w], "weight_decay": 0.1}, {"params": [b], "weight_decay": 0.0}], lr=0.01,
+                betas=(0.9, 0.95), fused=fused)
     topt = torch.optim.AdamW([{"params": [tw], "weight_decay": 0.1}, {"params": [tb], "weight_decay": 0.0}],
                              lr=0.01, betas=(0.9, 0.95))
     for step in range(6):

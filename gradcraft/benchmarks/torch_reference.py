@@ -58,7 +58,7 @@ def _moe(cfg, P, prefix, h):
     return y.reshape(B, T, C), cfg.moe_balance * balance + cfg.moe_zloss * z
 
 
-def _sdpa(q, k, v, band=None):
+def _sdpa(q, k, v, band=None, dropout_p=0.0):
     """Causal attention through F.scaled_dot_product_attention: q (B, H, T, D), k and v (B, Hkv, T, D).
     band: the (T, T) boolean mask of a sliding-window layer (True = may attend), or None."""
     H, Hkv = q.shape[1], k.shape[1]
@@ -69,17 +69,21 @@ def _sdpa(q, k, v, band=None):
     if H != Hkv and not flash:
         k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)
     if band is None:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=H != k.shape[1])
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=band)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=H != k.shape[1],
+                                              dropout_p=dropout_p)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=band, dropout_p=dropout_p)
 
 
 def forward(cfg, params: dict, idx: torch.Tensor, with_aux: bool = False, attention: str = "explicit",
-            dropout: float = 0.0):
+            train: bool = False):
     """Logits (B, T, V); with_aux, also the sum of the mixture-of-experts auxiliary losses.
     attention: "explicit" (written out; the tests' oracle) or "sdpa" (F.scaled_dot_product_attention).
-    dropout: training-mode dropout where gradcraft's Transformer puts it (after the embeddings and
-    after each block's attention and MLP projections); 0 for the oracle."""
-    drop = (lambda t: F.dropout(t, dropout, training=True)) if dropout else (lambda t: t)  # noqa: E731
+    train: training-mode dropout at the config's rates where gradcraft's Transformer (and GPT-2) puts
+    it: after the embeddings (embd_dropout), on the attention weights (attn_dropout), after each
+    block's attention and MLP projections (resid_dropout); False for the oracle."""
+    def dropper(p):
+        return (lambda t: F.dropout(t, p, training=True)) if train and p else (lambda t: t)
+    drop_embd, drop_attn, drop = dropper(cfg.embd_dropout), dropper(cfg.attn_dropout), dropper(cfg.resid_dropout)
     if attention not in ("explicit", "sdpa"):
         raise ValueError(f"attention must be 'explicit' or 'sdpa', got {attention!r}")
     P = params
@@ -88,7 +92,7 @@ def forward(cfg, params: dict, idx: torch.Tensor, with_aux: bool = False, attent
     x = P["tok_emb.weight"][idx]
     if cfg.positions == "learned":
         x = x + P["pos_emb.weight"][:T]
-    x = drop(x)
+    x = drop_embd(x)
     mask = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
     aux = 0.0
     for i in range(cfg.n_layers):
@@ -106,11 +110,11 @@ def forward(cfg, params: dict, idx: torch.Tensor, with_aux: bool = False, attent
         if local:
             layer_mask = mask & ~torch.ones(T, T, dtype=torch.bool, device=idx.device).tril(-cfg.window)
         if attention == "sdpa":
-            y = _sdpa(q, k, v, layer_mask if local else None)
+            y = _sdpa(q, k, v, layer_mask if local else None, dropout_p=cfg.attn_dropout if train else 0.0)
         else:
             k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)
             att = (q @ k.transpose(-1, -2)) / math.sqrt(D)
-            att = att.masked_fill(~layer_mask, float("-inf")).softmax(-1)
+            att = drop_attn(att.masked_fill(~layer_mask, float("-inf")).softmax(-1))
             y = att @ v
         y = y.transpose(1, 2).reshape(B, T, H * D)
         x = x + drop(y @ p("attn.proj.weight").T + (p("attn.proj.bias") if cfg.bias else 0))

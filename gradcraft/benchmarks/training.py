@@ -108,6 +108,7 @@ def run_ours(cfg, weights, setup: Setup, n_steps: int):
     from gradcraft.models import Transformer
     from gradcraft.ops.creation import advance_dropout
     from gradcraft.optim import AdamW, grad_norm_and_scale
+    from gradcraft.optim.weight_decay import weight_decay_groups
 
     if setup.device.startswith("cuda"):
         from gradcraft.backend import cuda as gc_cuda
@@ -115,10 +116,7 @@ def run_ours(cfg, weights, setup: Setup, n_steps: int):
     model = Transformer(cfg)
     model.load_state_dict(weights)
     model.to(setup.device)
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    rest = [p for p in model.parameters() if p.ndim < 2]
-    opt = AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=3e-4,
-                betas=(0.9, 0.95))
+    opt = AdamW(weight_decay_groups(model, 0.1), lr=3e-4, betas=(0.9, 0.95))
     device = gc.device.canonical(setup.device)
     backend = gc.device.get_backend(device)
     # Inputs live in fixed buffers that each step overwrites (what graph replay needs).
@@ -128,7 +126,7 @@ def run_ours(cfg, weights, setup: Setup, n_steps: int):
     compute_dtype = gc.bfloat16 if setup.dtype == "bfloat16" else None
 
     def step():
-        if cfg.dropout:
+        if cfg.uses_dropout:
             advance_dropout(device)  # new masks every step, replayed steps included (as the trainer does)
         _, loss = model(x_in, y_in, compute_dtype=compute_dtype)
         loss.backward()
@@ -186,7 +184,7 @@ def run_torch(cfg, weights, setup: Setup, n_steps: int, baseline: str = "eager")
     def forward_and_loss(params, x, y):
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=setup.dtype == "bfloat16"):
             logits, aux = torch_reference.forward(cfg, params, x, with_aux=True, attention=attention,
-                                                  dropout=cfg.dropout)
+                                                  train=True)
             logits = logits[..., :V].reshape(-1, V).float()
             return torch.nn.functional.cross_entropy(logits, y.reshape(-1)) + aux
 

@@ -77,7 +77,8 @@ def write_run_folder(model_dir: str, model, tokenizer, step: int) -> None:
     from gradcraft.optim.schedule import Shifted
     from gradcraft.tokenizer import save_tokenizer
     from gradcraft.training import checkpoint as ckpt
-    from gradcraft.training.trainer import TrainConfig, _param_groups, save_run_weights
+    from gradcraft.optim.weight_decay import weight_decay_groups
+    from gradcraft.training.trainer import TrainConfig, save_run_weights
 
     os.makedirs(model_dir, exist_ok=True)
     recipe = TrainConfig(dataset="", model_dir=model_dir, steps=step + MORE_STEPS, **K2_RECIPE)
@@ -86,7 +87,7 @@ def write_run_folder(model_dir: str, model, tokenizer, step: int) -> None:
     write_json(os.path.join(model_dir, "gradcraft_config.json"), cfg.to_dict())
     write_json(os.path.join(model_dir, "train_config.json"), asdict(recipe))
     gc.manual_seed(recipe.seed)
-    optimizer = AdamW(_param_groups(model, recipe.weight_decay), lr=recipe.max_lr,
+    optimizer = AdamW(weight_decay_groups(model, recipe.weight_decay, recipe.decay_embeddings), lr=recipe.max_lr,
                       betas=(recipe.beta1, recipe.beta2), weight_decay=recipe.weight_decay)
     schedule = Shifted(CosineWithWarmup(recipe.max_lr, recipe.min_lr, recipe.warmup_steps, MORE_STEPS).state_dict(),
                        step)

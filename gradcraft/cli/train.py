@@ -18,7 +18,9 @@ TRAIN_HELP = {
     "warmup_steps": "steps of linear warmup",
     "beta1": "AdamW beta1",
     "beta2": "AdamW beta2",
-    "weight_decay": "AdamW weight decay (not on norms, biases, embeddings)",
+    "weight_decay": "AdamW weight decay, on every weight of 2+ dimensions (none on norms, biases, vectors)",
+    "decay_embeddings": "true: the embeddings (and a tied output layer) are decayed too, as in nanoGPT; "
+                        "false: not",
     "grad_clip": "clip the global gradient norm to this (0: no clipping)",
     "label_smoothing": "label smoothing of the cross-entropy",
     "print_every": "print a line every N steps (without a progress bar)",
@@ -50,7 +52,8 @@ TRAINING_FLAGS = {
 
 # flag -> ModelConfig field (the architecture; saved in model_dir/gradcraft_config.json)
 ARCH_FLAGS = {"vocab_size": "vocab_size", "seq_len": "seq_len", "embed_dim": "dim", "num_heads": "n_heads",
-              "num_layers": "n_layers", "num_kv_heads": "n_kv_heads", "ffn_dim": "ffn_dim", "dropout": "dropout"}
+              "num_layers": "n_layers", "num_kv_heads": "n_kv_heads", "ffn_dim": "ffn_dim", "dropout": "dropout",
+              "attn_dropout": "attn_dropout", "resid_dropout": "resid_dropout", "embd_dropout": "embd_dropout"}
 
 
 def add_parser(subparsers) -> None:
@@ -77,6 +80,10 @@ def add_parser(subparsers) -> None:
                              ("num_kv_heads", positive_int, "key/value heads (grouped-query attention)"),
                              ("ffn_dim", positive_int, "MLP hidden width"), ("dropout", fraction, "dropout probability")):
         arch.add_argument(f"--{flag}", type=kind, help=f"{what} (default: the preset's)")
+    for flag, where in (("attn_dropout", "on the attention weights"),
+                        ("resid_dropout", "on the residual branch after each attention/MLP projection"),
+                        ("embd_dropout", "after the embeddings")):
+        arch.add_argument(f"--{flag}", type=fraction, help=f"dropout probability {where} (default: --dropout)")
     moe = p.add_argument_group("mixture of experts (loss coefficients; may change on --resume)")
     moe.add_argument("--moe_balance", type=non_negative_float,
                      help=f"load-balancing loss coefficient (default: {defaults['moe_balance']})")
@@ -85,6 +92,8 @@ def add_parser(subparsers) -> None:
     train_defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     for name, kind in TRAINING_FLAGS.items():
         run.add_argument(f"--{name}", type=kind, help=training_help(name, train_defaults))
+    run.add_argument("--decay_embeddings", choices=["true", "false"],
+                     help=training_help("decay_embeddings", train_defaults))
     run.add_argument("--sampling", choices=["random", "sequential"], help=training_help("sampling", train_defaults))
     run.add_argument("--device", help=training_help("device", train_defaults))
     run.add_argument("--dtype", choices=["float32", "bfloat16"], help=training_help("dtype", train_defaults))
@@ -102,6 +111,8 @@ def training_help(name: str, defaults: dict) -> str:
     """A training flag's help with its default; the flags themselves default to None so that a
     --resume can tell "not given" (keep the run's value) from "given"."""
     default = defaults[name]
+    if isinstance(default, bool):
+        default = str(default).lower()  # as the flag is written
     if default is None:
         default = {"target_batch": "--batch_size x --nproc", "stop_after": "none: run to --steps"}[name]
     return f"{TRAIN_HELP[name]} (default: {default})"
@@ -150,7 +161,7 @@ def build_configs(args):
     for name in fields:
         value = getattr(args, name, None)
         if value is not None and name not in ("dataset", "model_dir"):
-            train_values[name] = value
+            train_values[name] = value == "true" if name == "decay_embeddings" else value
     if args.stop_after is None:
         train_values.pop("stop_after", None)  # a resumed run goes on to --steps unless told otherwise
     if args.no_progress:

@@ -52,8 +52,7 @@ class ZeroAdamW:
                 if a >= b:
                     continue
                 view = param._buf.reshape(-1)[a - offset:b - offset]  # shares the weights' memory
-                piece = Parameter(Tensor._from_buffer(view, param.dtype, param.device),
-                                  no_decay=getattr(param, "no_decay", False))
+                piece = Parameter(Tensor._from_buffer(view, param.dtype, param.device))  # decay: its group's
                 self.pieces.append((piece, param, bucket, a - lo, a - offset, b - a))
                 per_group[group_of[id(param)]].append(piece)
         groups = [dict({k: v for k, v in g.items() if k != "params" and not k.startswith("_")}, params=pieces)

@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 from gradcraft.errors import UserError
 
 
+DROPOUT_FIELDS = ("dropout", "attn_dropout", "resid_dropout", "embd_dropout")
+
+
 @dataclass
 class ModelConfig:
     vocab_size: int = 8192
@@ -31,7 +34,13 @@ class ModelConfig:
     bias: bool = True
     mlp_bias: bool | None = None  # biases in the MLP's two linears; None: = bias (K2: attention without, MLP with)
     tie_embeddings: bool = True
+    # Dropout probabilities, where GPT-2 and nanoGPT put them: after the embeddings (embd), on the
+    # attention weights (attn) and on the residual branch after each attention/MLP output projection
+    # (resid). Each of the three defaults (None) to `dropout`. `model.eval()` turns all off.
     dropout: float = 0.0
+    attn_dropout: float | None = None
+    resid_dropout: float | None = None
+    embd_dropout: float | None = None
     init_std: float = 0.02
     attention_pattern: str = ""  # per layer, L (local, sliding window) or G (global); "" = all global
     window: int = 0  # sliding-window size of local layers
@@ -50,6 +59,9 @@ class ModelConfig:
             self.mlp_bias = self.bias
         if self.ffn_dim is None:
             self.ffn_dim = 4 * self.dim if self.mlp == "gelu" else 64 * -(-int(8 * self.dim / 3) // 64)
+        for name in DROPOUT_FIELDS[1:]:
+            if getattr(self, name) is None:
+                setattr(self, name, self.dropout)
         self.validate()
 
     def validate(self) -> None:
@@ -81,8 +93,16 @@ class ModelConfig:
         for name in ("vocab_size", "seq_len", "dim", "n_layers", "n_heads"):
             if getattr(self, name) < 1:
                 bad(f"{name} must be positive")
+        for name in DROPOUT_FIELDS:
+            if not 0.0 <= getattr(self, name) < 1.0:
+                bad(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if self.vocab_pad_multiple < 0:
             bad(f"vocab_pad_multiple must be >= 0 (0 or 1: no padding), got {self.vocab_pad_multiple}")
+
+    @property
+    def uses_dropout(self) -> bool:
+        """Whether training draws any dropout mask (the trainer then moves the masks on every step)."""
+        return any(getattr(self, name) for name in DROPOUT_FIELDS)
 
     @property
     def head_dim(self) -> int:

@@ -54,14 +54,16 @@ def hf_config(cfg: ModelConfig) -> dict:
                 "n_positions": cfg.seq_len, "n_embd": cfg.dim, "n_layer": cfg.n_layers, "n_head": cfg.n_heads,
                 "n_inner": cfg.ffn_dim, "layer_norm_epsilon": cfg.norm_eps,
                 "activation_function": "gelu_new" if cfg.gelu_approximate == "tanh" else "gelu",
-                "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout, "attn_pdrop": 0.0,
+                "resid_pdrop": cfg.resid_dropout, "embd_pdrop": cfg.embd_dropout, "attn_pdrop": cfg.attn_dropout,
                 "tie_word_embeddings": cfg.tie_embeddings, "initializer_range": cfg.init_std}
     out = {"architectures": [ARCHITECTURES[family]], "model_type": family, "vocab_size": cfg.vocab_size, "hidden_size": cfg.dim,
            "intermediate_size": cfg.ffn_dim, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
            "num_key_value_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim, "max_position_embeddings": cfg.seq_len,
            "rms_norm_eps": cfg.norm_eps, "rope_theta": cfg.rope_base, "hidden_act": "silu",
            "tie_word_embeddings": cfg.tie_embeddings, "attention_bias": False, "mlp_bias": False,
-           "initializer_range": cfg.init_std}
+           "initializer_range": cfg.init_std,
+           # HF's LLaMA family has attention-weight dropout only (none after the embeddings or projections)
+           "attention_dropout": cfg.attn_dropout}
     if family in ("mistral", "ministral", "mixtral"):
         out["sliding_window"] = cfg.window if "L" in cfg.attention_pattern else None
     if family == "ministral":
@@ -80,7 +82,9 @@ def config_from_hf(hf: dict) -> ModelConfig:
                            n_layers=hf["n_layer"], n_heads=hf["n_head"], ffn_dim=hf.get("n_inner") or 4 * hf["n_embd"],
                            norm="layernorm", norm_eps=hf.get("layer_norm_epsilon", 1e-5), mlp="gelu",
                            gelu_approximate="tanh" if act in ("gelu_new", "gelu_pytorch_tanh") else "none",
-                           positions="learned", bias=True, tie_embeddings=hf.get("tie_word_embeddings", True))
+                           positions="learned", bias=True, tie_embeddings=hf.get("tie_word_embeddings", True),
+                           dropout=hf.get("resid_pdrop", 0.0), attn_dropout=hf.get("attn_pdrop", 0.0),
+                           resid_dropout=hf.get("resid_pdrop", 0.0), embd_dropout=hf.get("embd_pdrop", 0.0))
     if kind in ("llama", "mistral", "ministral", "mixtral"):
         n_layers = hf["num_hidden_layers"]
         pattern, window, moe = "", 0, {}
@@ -97,7 +101,8 @@ def config_from_hf(hf: dict) -> ModelConfig:
                            ffn_dim=hf["intermediate_size"], norm="rmsnorm", norm_eps=hf.get("rms_norm_eps", 1e-6),
                            mlp="swiglu", positions="rope", rope_base=hf.get("rope_theta", 10000.0), bias=False,
                            tie_embeddings=hf.get("tie_word_embeddings", False), attention_pattern=pattern,
-                           window=window, **moe)
+                           window=window, attn_dropout=hf.get("attention_dropout", 0.0), resid_dropout=0.0,
+                           embd_dropout=0.0, **moe)
     raise UserError(f"unsupported Hugging Face model_type {kind!r}; gpt2, llama, mistral, ministral and mixtral "
                     "can be imported")
 
@@ -273,7 +278,8 @@ def write_hf_tokenizer(tok, directory: str, seq_len: int | None = None) -> bool:
 
 
 def import_hf(directory: str) -> Transformer:
-    """Build our model from a Hugging Face model directory (config.json + model.safetensors)."""
+    """Build our model from a Hugging Face model directory (config.json + model.safetensors), in eval
+    mode as `from_pretrained` returns it (the config's dropouts act only after `model.train()`)."""
     config_path = os.path.join(directory, "config.json")
     weights_path = os.path.join(directory, "model.safetensors")
     for path in (config_path, weights_path):
@@ -284,4 +290,4 @@ def import_hf(directory: str) -> Transformer:
         cfg = config_from_hf(json.load(f))
     model = Transformer(cfg)
     model.load_state_dict(from_hf_state(cfg, load_file(weights_path)))
-    return model
+    return model.eval()

@@ -143,7 +143,8 @@ class Attention(Module):
         # q, k and v in one matmul: (C) -> (H + 2 Hkv) * D
         self.qkv = Linear(cfg.dim, (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim, bias=cfg.bias)
         self.proj = Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=cfg.bias)
-        self.dropout = Dropout(cfg.dropout)
+        self.attn_dropout = cfg.attn_dropout  # on the attention weights, inside the attention op
+        self.dropout = Dropout(cfg.resid_dropout)  # on the residual branch, after the projection
 
     def forward(self, x, rope=None, cache: KVCache | None = None):
         B, T, C = x.shape
@@ -166,7 +167,8 @@ class Attention(Module):
             k, v = k[:, :, -(window + T - 1):], v[:, :, -(window + T - 1):]
         # Training keeps the attention weights for the backward pass where no flash kernel runs.
         save = self.training and is_grad_enabled()
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, window=window, save_weights=save)
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_dropout if self.training else 0.0,
+                                           is_causal=True, window=window, save_weights=save)
         y = y.transpose(1, 2).reshape(B, T, H * D)  # (B, H, T, D) -> (B, T, C)
         return self.dropout(self.proj(y))
 
@@ -180,10 +182,10 @@ class MLP(Module):
             self.fc = Linear(cfg.dim, cfg.ffn_dim, bias=cfg.mlp_bias)
         else:  # SwiGLU: gate and up projections in one matmul
             self.fc = Linear(cfg.dim, 2 * cfg.ffn_dim, bias=cfg.mlp_bias)
-            self.beta = Parameter(ones(1), no_decay=True) if cfg.learned_beta else None
+            self.beta = Parameter(ones(1)) if cfg.learned_beta else None
         self.proj = Linear(cfg.ffn_dim, cfg.dim, bias=cfg.mlp_bias)
         self.ffn_dim = cfg.ffn_dim
-        self.dropout = Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.resid_dropout)
 
     def forward(self, x):
         h = self.fc(x)
@@ -226,7 +228,7 @@ class Transformer(Module):
         self.config = cfg
         self.tok_emb = Embedding(cfg.vocab_size, cfg.dim)
         self.pos_emb = Embedding(cfg.seq_len, cfg.dim) if cfg.positions == "learned" else None
-        self.drop = Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.embd_dropout)
         self.blocks = ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
         self.norm = make_norm(cfg)
         self.lm_head = None if cfg.tie_embeddings else Linear(cfg.dim, cfg.vocab_size, bias=False)

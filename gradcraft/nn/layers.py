@@ -14,7 +14,7 @@ class Linear(Module):
         self.in_features, self.out_features = in_features, out_features
         self.weight = Parameter(zeros(out_features, in_features, device=device, dtype=dtype))
         init.kaiming_uniform_linear_(self.weight, in_features)
-        self.bias = Parameter(zeros(out_features, device=device, dtype=dtype), no_decay=True) if bias else None
+        self.bias = Parameter(zeros(out_features, device=device, dtype=dtype)) if bias else None
         if bias:
             init.kaiming_uniform_linear_(self.bias, in_features)
 
@@ -28,7 +28,7 @@ class Embedding(Module):
     def __init__(self, num_embeddings: int, embedding_dim: int, device=None, dtype=None):
         super().__init__()
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        self.weight = Parameter(zeros(num_embeddings, embedding_dim, device=device, dtype=dtype), no_decay=True)
+        self.weight = Parameter(zeros(num_embeddings, embedding_dim, device=device, dtype=dtype))
         init.normal_(self.weight)
 
     def forward(self, idx):
@@ -40,8 +40,8 @@ class LayerNorm(Module):
         super().__init__()
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         self.eps = eps
-        self.weight = Parameter(ones(self.normalized_shape, device=device, dtype=dtype), no_decay=True)
-        self.bias = Parameter(zeros(self.normalized_shape, device=device, dtype=dtype), no_decay=True) if bias else None
+        self.weight = Parameter(ones(self.normalized_shape, device=device, dtype=dtype))
+        self.bias = Parameter(zeros(self.normalized_shape, device=device, dtype=dtype)) if bias else None
 
     def forward(self, x):
         bias = self.bias.to(x.dtype) if self.bias is not None else None
@@ -53,7 +53,7 @@ class RMSNorm(Module):
         super().__init__()
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         self.eps = eps
-        self.weight = Parameter(ones(self.normalized_shape, device=device, dtype=dtype), no_decay=True)
+        self.weight = Parameter(ones(self.normalized_shape, device=device, dtype=dtype))
 
     def forward(self, x):
         return F.rms_norm(x, self.normalized_shape, self.weight.to(x.dtype), self.eps)

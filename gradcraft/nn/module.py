@@ -14,12 +14,12 @@ from gradcraft.tensor import Tensor
 
 
 class Parameter(Tensor):
-    """A realized leaf tensor that requires grad. `no_decay=True` exempts it from weight decay
-    (norm gains, biases, embeddings by default)."""
+    """A realized leaf tensor that requires grad. (Which parameters get weight decay is decided in
+    one place, gradcraft/optim/weight_decay.py.)"""
 
-    __slots__ = ("no_decay",)
+    __slots__ = ()
 
-    def __init__(self, data, requires_grad: bool = True, no_decay: bool = False):
+    def __init__(self, data, requires_grad: bool = True):
         if isinstance(data, Tensor):
             data = data.realize()
             self._init(data.shape, data.dtype, data.device, False)
@@ -27,7 +27,6 @@ class Parameter(Tensor):
         else:
             super().__init__(data)
         self.requires_grad = requires_grad
-        self.no_decay = no_decay
 
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()

@@ -118,7 +118,8 @@ class SGD(Optimizer):
 class AdamW(Optimizer):
     """Adam with decoupled weight decay (Loshchilov & Hutter), PyTorch's formula and defaults.
 
-    Parameters flagged `no_decay` (norm gains, biases, embeddings by default) get no weight decay.
+    Each group is decayed by its own `weight_decay`, as in PyTorch (which parameters should be:
+    gradcraft/optim/weight_decay.py).
     Moments are float32 whatever the parameters' dtype. `fused` (the default where the device has
     the multi-tensor kernel) updates every parameter of a group in one kernel launch instead of a
     dozen graph nodes per parameter; both paths compute the same formula.
@@ -188,7 +189,7 @@ class AdamW(Optimizer):
                                                                        dtype=np.float32))
 
     def _fused_step(self, grad_scale) -> None:
-        """Device side: one multi-tensor launch per group (and weight-decay setting)."""
+        """Device side: one multi-tensor launch per group."""
         for gi, group in enumerate(self.param_groups):
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
@@ -203,18 +204,10 @@ class AdamW(Optimizer):
                     g = g.to(p.dtype).contiguous().realize()
                 grads.append(g._buf)
             beta1, beta2 = group["betas"]
-            decay = group["weight_decay"]
-            # Parameters flagged no_decay in a decaying group get their own launch.
-            for subset, wd in ((lambda p: not getattr(p, "no_decay", False), decay),
-                               (lambda p: getattr(p, "no_decay", False), 0.0)):
-                chosen = [i for i, p in enumerate(params) if subset(p)]
-                if not chosen:
-                    continue
-                backend.adamw_step([params[i]._buf for i in chosen], [grads[i] for i in chosen],
-                                   [states[i]["exp_avg"]._buf for i in chosen],
-                                   [states[i]["exp_avg_sq"]._buf for i in chosen], lr_step._buf,
-                                   beta1=beta1, beta2=beta2, eps=group["eps"], weight_decay=wd,
-                                   grad_scale=grad_scale._buf[1:] if grad_scale is not None else None)
+            backend.adamw_step([p._buf for p in params], grads, [s["exp_avg"]._buf for s in states],
+                               [s["exp_avg_sq"]._buf for s in states], lr_step._buf,
+                               beta1=beta1, beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"],
+                               grad_scale=grad_scale._buf[1:] if grad_scale is not None else None)
             for p, state in zip(params, states):
                 for t in (p, state["exp_avg"], state["exp_avg_sq"]):
                     t._version += 1
@@ -225,7 +218,7 @@ class AdamW(Optimizer):
         beta1, beta2 = group["betas"]
         step = state["step"]
         lr = group["lr"]
-        decay = 0.0 if getattr(p, "no_decay", False) else group["weight_decay"]
+        decay = group["weight_decay"]
         # Step-dependent numbers go through device scalars, not kernel constants. A group's parameters
         # share them: all of a group's parameters are updated on the same steps (one with no gradient
         # on some step would count its own steps, as in PyTorch, through a plain constant instead).

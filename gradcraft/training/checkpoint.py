@@ -198,6 +198,12 @@ def latest_checkpoint(model_dir: str, log=None) -> str | None:
     return None
 
 
+def read_state(path: str) -> dict:
+    """A checkpoint's state.json, checked (step, optimizer scalars and groups, schedule, RNG, sampler...)."""
+    from gradcraft.training.runfiles import check_state
+    return check_state(os.path.join(path, "state.json"))
+
+
 def load_checkpoint(path: str, model, optimizer) -> dict:
     """Load weights and optimizer state in place; returns the saved state dict (step, rng, sampler...),
     checked against its schema (training/runfiles.py)."""

@@ -30,6 +30,9 @@ MODEL_CONFIG_RANGES = {
     "norm_eps": Value(float, low=0, low_open=True), "mlp": Value(str, choices=("gelu", "swiglu")),
     "gelu_approximate": Value(str, choices=("tanh", "none")), "positions": Value(str, choices=("learned", "rope")),
     "rope_base": Value(float, low=0, low_open=True), "dropout": Value(float, low=0, high=1, high_open=True),
+    "attn_dropout": Value(float, low=0, high=1, high_open=True, optional=True),
+    "resid_dropout": Value(float, low=0, high=1, high_open=True, optional=True),
+    "embd_dropout": Value(float, low=0, high=1, high_open=True, optional=True),
     "init_std": _non_negative_float, "window": _non_negative, "n_experts": _positive,
     "experts_per_token": _positive, "capacity_factor": Value(float, low=0, optional=True),
     "moe_balance": _non_negative_float, "moe_zloss": _non_negative_float,
@@ -115,7 +118,7 @@ def check_state(path: str) -> dict:
     for i, group in enumerate(doc["optimizer"]["param_groups"]):
         check_fields(group, f"{path} (optimizer param_groups[{i}])", {"lr": Value(float, low=0),
                      "weight_decay": Value(float, low=0), "eps": Value(float, low=0, low_open=True),
-                     "betas": Value(list)}, hint=EDITED)
+                     "betas": Value(list), "names": Value(list, optional=True)}, hint=EDITED)
     for key in doc["optimizer"]["scalars"]:
         index, _, name = key.partition(".")
         if not (index.isdigit() and name):

@@ -29,6 +29,7 @@ from gradcraft.models import ModelConfig, Transformer, describe
 from gradcraft.ops.creation import advance_dropout
 from gradcraft.optim import AdamW, CosineWithWarmup, grad_norm_and_scale
 from gradcraft.optim.schedule import Shifted, from_state_dict, set_lr, with_total_steps
+from gradcraft.optim.weight_decay import describe_decay, weight_decay_groups
 from gradcraft.training import checkpoint as ckpt
 from gradcraft.training.log import RunLogs, check_tensorboard, parse_log_kinds, plot_loss
 from safetensors.numpy import save_file
@@ -46,7 +47,8 @@ class TrainConfig:
     warmup_steps: int = 100
     beta1: float = 0.9
     beta2: float = 0.95
-    weight_decay: float = 0.1
+    weight_decay: float = 0.1  # on every weight of 2+ dimensions (gradcraft/optim/weight_decay.py)
+    decay_embeddings: bool = True  # False: the embeddings (and a tied head) are not decayed either
     grad_clip: float = 1.0
     label_smoothing: float = 0.0
     print_every: int = 10
@@ -229,10 +231,28 @@ def peak_flops(device: str, dtype: str) -> float | None:
     return None
 
 
-def _param_groups(model, weight_decay):
-    decay = [p for p in model.parameters() if not p.no_decay and p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.no_decay or p.ndim < 2]
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+def _decay_groups(model, tc: TrainConfig, checkpoint: str | None, log):
+    """(tc, the optimizer's parameter groups) by the weight-decay rule (gradcraft/optim/weight_decay.py).
+
+    A resumed run keeps the split its checkpoint was written with, because the AdamW moments are
+    stored by position in the groups: a checkpoint from before embeddings were decayed (its groups
+    carry no names) goes on with --decay_embeddings false; one whose split differs from the flags'
+    is refused."""
+    groups = weight_decay_groups(model, tc.weight_decay, tc.decay_embeddings)
+    if checkpoint is None:
+        return tc, groups
+    saved = [g.get("names") for g in ckpt.read_state(checkpoint)["optimizer"]["param_groups"]]
+    if saved[0] is None:
+        old = weight_decay_groups(model, tc.weight_decay, decay_embeddings=False)
+        if tc.decay_embeddings and [g["names"] for g in old] != [g["names"] for g in groups]:
+            log("note: this run's checkpoints come from before embeddings were decayed: it goes on without "
+                "decaying them (--decay_embeddings false)")
+        return replace(tc, decay_embeddings=False), old
+    if saved != [g["names"] for g in groups]:
+        raise UserError(f"--resume: --decay_embeddings {str(tc.decay_embeddings).lower()} splits the parameters "
+                        f"differently from the checkpoint {checkpoint} ({len(saved[0])} decayed tensors there, "
+                        f"{len(groups[0]['names'])} here); drop the flag, or train into a new --model_dir")
+    return tc, groups
 
 
 def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, group=None,
@@ -268,8 +288,13 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
     if tc.device != "cpu":
         model.to(tc.device)
     compute_dtype = gc.bfloat16 if tc.dtype == "bfloat16" else gc.float32
-    opt = AdamW(_param_groups(model, tc.weight_decay), lr=tc.max_lr, betas=(tc.beta1, tc.beta2),
-                weight_decay=tc.weight_decay)
+    checkpoint = None
+    if resume:
+        checkpoint = ckpt.latest_checkpoint(tc.model_dir, log)
+        if checkpoint is None:
+            raise UserError(f"no usable checkpoint in {tc.model_dir}/checkpoints; start without --resume")
+    tc, groups = _decay_groups(model, tc, checkpoint, log)
+    opt = AdamW(groups, lr=tc.max_lr, betas=(tc.beta1, tc.beta2), weight_decay=tc.weight_decay)
     # gradients summed during backward, bucket by bucket (gradcraft/distributed/buckets.py)
     buckets = GradientBuckets(group, model.parameters(), tc.bucket_mb * 2**20, scatter=tc.zero) if world > 1 else None
     if tc.zero and world > 1:
@@ -284,10 +309,7 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
 
     start_step = 0
     if resume:
-        path = ckpt.latest_checkpoint(tc.model_dir, log)
-        if path is None:
-            raise UserError(f"no usable checkpoint in {tc.model_dir}/checkpoints; start without --resume")
-        state = ckpt.load_checkpoint(path, model, opt)
+        state = ckpt.load_checkpoint(checkpoint, model, opt)
         if state.get("tokenizer_fingerprint") and header.fingerprint and \
                 state["tokenizer_fingerprint"] != header.fingerprint:
             raise UserError(f"the dataset {tc.dataset} was made with a different tokenizer ({header.fingerprint}) "
@@ -301,7 +323,7 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
             return {"finished": True, "step": start_step, "steps": tc.steps}
         sampler.load_state_dict(state["sampler"])
         gc.set_rng_state(state["rng"])
-        log(f"resuming from {path} (step {start_step})")
+        log(f"resuming from {checkpoint} (step {start_step})")
         schedule = _resumed_schedule(state.get("schedule"), schedule, start_step, log)
     if main:
         write_json(os.path.join(tc.model_dir, "gradcraft_config.json"), mc.to_dict())
@@ -311,6 +333,7 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
         ckpt.copy_tokenizer(tc.model_dir, tc.dataset, header.fingerprint, mc.seq_len, log)
 
     log(f"model: {describe(model)}")
+    log(describe_decay(groups) + ("" if tc.decay_embeddings else " (embeddings not decayed)"))
     log(f"data: {len(tokens):,} tokens; {tc.batch_size} x {accum} sequences of {mc.seq_len} per step"
         + (f" on each of {world} processes" + (f" ({tc.nnodes} nodes)" if tc.nnodes > 1 else "") if world > 1 else "") + f"; device {tc.device}, {tc.dtype}")
     run_log = RunLogs(tc.model_dir, parse_log_kinds(tc.log), resume_step=start_step if resume else None,
@@ -332,7 +355,7 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
         t0 = time.perf_counter()
         lr = schedule(step)
         set_lr(opt, lr)
-        if rank and mc.dropout:
+        if rank and mc.uses_dropout:
             # Dropout masks of their own on the other processes, from (seed, rank, step): a resumed run
             # draws the same ones (rank 0's random state, with its dropout counter, is the one the
             # checkpoints keep). manual_seed writes the seed into the device's dropout state in place,
@@ -519,7 +542,7 @@ class GradientStep:
         self.log = log
 
     def _compute(self):
-        if self.model.config.dropout:
+        if self.model.config.uses_dropout:
             # New masks for this step: the dropout counter (in device memory) moves on by one here, by a
             # kernel that a captured graph records, so each replay draws the masks an eager step would.
             # The step's forward and backward both run after this and before the next step's move, so

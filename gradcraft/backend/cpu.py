@@ -597,7 +597,7 @@ def _cross_entropy(logits, target, ignore_index, label_smoothing, valid_classes=
 
 
 def _linear_cross_entropy(x, w, target, *, ignore_index=-100, label_smoothing=0.0, valid_classes=None,
-                          chunk_bytes=256 << 20):
+                          chunk_bytes=1 << 30):
     """Reference of the fused output layer + loss (cuda/nn.py linear_cross_entropy): the sum over rows
     of cross_entropy(x @ w^T, target) and its gradients dx and dw, chunk by chunk of rows, so the
     (N, V) logits are never held whole. Logits and dlogits are rounded to x's dtype as the unfused
@@ -606,7 +606,7 @@ def _linear_cross_entropy(x, w, target, *, ignore_index=-100, label_smoothing=0.
     v = w.shape[0]
     wide = np.float64 if x.dtype == np.float64 else np.float32
     wx, ww = _wide(x).astype(wide, copy=False), _wide(w).astype(wide, copy=False)
-    rows = max(1, min(n, chunk_bytes // max(v * x.dtype.itemsize, 1)))
+    rows = max(1, min(n, chunk_bytes // max(v * x.dtype.itemsize, 1)))  # (the CUDA kernel's chunks differ: same sums)
     total = np.zeros((), wide)
     dx = np.empty((n, c), wide)
     dw = np.zeros((v, c), wide)

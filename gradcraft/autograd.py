@@ -7,11 +7,20 @@ graph; it is realized at the end in a single schedule, together with `loss`
 itself, and every intermediate is freed after its last reader.
 """
 
+import weakref
+
 from gradcraft.engine.realize import realize
-from gradcraft.errors import UserError
+from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops.function import GRADIENTS, no_grad
+from gradcraft.ops.inplace import MODIFIED_SAVED
 from gradcraft.ops.movement import merge_slice_gradients
+
+
+# Tensors whose graph a backward pass has freed (PyTorch: a second backward needs retain_graph=True).
+_FREED: "weakref.WeakSet" = weakref.WeakSet()
+_SECOND_BACKWARD = ("trying to backward through the graph a second time (its intermediate results were freed by the "
+                    "first backward); pass retain_graph=True to the first backward() if you need to")
 
 
 def _topological(root) -> list:
@@ -28,11 +37,18 @@ def _topological(root) -> list:
         seen.add(id(t))
         stack.append((t, True))
         if t._node is not None:
-            stack.extend((inp, False) for inp in t._node.inputs if inp.requires_grad and id(inp) not in seen)
+            for inp in t._node.inputs:
+                if inp.requires_grad:
+                    if id(inp) not in seen:
+                        stack.append((inp, False))
+                elif _FREED and inp._node is None and inp.dtype.is_floating_point and inp in _FREED:
+                    raise RuntimeError_(_SECOND_BACKWARD)
     return order
 
 
-def backward(root, gradient=None, realize_now: bool = True) -> None:
+def backward(root, gradient=None, realize_now: bool = True, retain_graph: bool = False) -> None:
+    if not root.requires_grad and root in _FREED:
+        raise RuntimeError_(_SECOND_BACKWARD)
     if not root.requires_grad:
         raise UserError("backward() called on a tensor that does not require grad (no input had requires_grad=True, "
                         "or it was computed under no_grad)")
@@ -59,6 +75,10 @@ def backward(root, gradient=None, realize_now: bool = True) -> None:
                 t.grad = ew.cast(g, t.dtype)
                 leaves.append(t)
                 continue
+            if MODIFIED_SAVED and t._node in MODIFIED_SAVED:
+                raise RuntimeError_(f"one of the variables needed for gradient computation has been modified by an "
+                                    f"inplace operation (an input of {t._node.op}); clone it before the in-place "
+                                    f"operation, or do the operation out of place")
             rule = GRADIENTS[t._node.op]
             for inp, grad in zip(t._node.inputs, rule(t._node, t, g)):
                 if grad is None or not inp.requires_grad:
@@ -71,8 +91,9 @@ def backward(root, gradient=None, realize_now: bool = True) -> None:
                     grads[id(inp)] = merged if merged is not None else ew.add(previous, grad)
 
     if realize_now:
-        realize([leaf.grad for leaf in leaves] + [root], keep_saved=False)
-        release_graph(order)
+        realize([leaf.grad for leaf in leaves] + [root], keep_saved=retain_graph)
+        if not retain_graph:
+            release_graph(order)
 
 
 def release_graph(order) -> None:
@@ -82,3 +103,4 @@ def release_graph(order) -> None:
             t._node.saved = ()  # (saved outputs point back at their node: drop the cycle now)
             t._node = None
             t._requires_grad = False
+            _FREED.add(t)

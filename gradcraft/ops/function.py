@@ -9,6 +9,7 @@ rule serves every device, and the gradient graph is lazy like the forward one.
 """
 
 import threading
+import weakref
 
 from gradcraft.engine.graph import Node
 
@@ -64,6 +65,7 @@ def apply(op: str, inputs: tuple, attrs: dict | None, shape, dtype, device=None,
 
     device = device or inputs[0].device
     node = Node(op, tuple(inputs), attrs or {}, device, n_outputs)
+    _register_reader(node, inputs)
     first_dtype = dtype if n_outputs == 1 else dtype[0]
     requires_grad = ((n_outputs == 1 or saves_outputs) and op in GRADIENTS and is_grad_enabled()
                      and any(t.requires_grad for t in inputs) and first_dtype.is_floating_point)
@@ -74,3 +76,23 @@ def apply(op: str, inputs: tuple, attrs: dict | None, shape, dtype, device=None,
     if requires_grad:
         node.saved = outputs[1:]
     return outputs
+
+
+def _register_reader(node, inputs) -> None:
+    """Remember (weakly) that `node` reads each input, so that an in-place write to an input can keep
+    the node reading the data it was built on (gradcraft/ops/inplace.py)."""
+    ref = weakref.ref(node)
+    for t in inputs:
+        readers = t._readers
+        if readers is None:
+            t._readers = [ref]
+            continue
+        readers.append(ref)
+        if len(readers) % 64 == 0:  # drop the readers that are gone (a parameter gains some every step)
+            readers[:] = [r for r in readers if r() is not None]
+
+
+def live_readers(t) -> list:
+    """The nodes built from `t` that still exist."""
+    nodes = [r() for r in t._readers or ()]
+    return [n for n in nodes if n is not None]

@@ -23,7 +23,7 @@ from gradcraft.ops.creation import (arange, as_tensor, empty, empty_like, eye, f
                                     full_like, get_rng_state, linspace, logspace, manual_seed, ones, ones_like, rand,
                                     rand_like, randint, randint_like, randn, randn_like, randperm, set_rng_state,
                                     tensor, zeros, zeros_like)
-from gradcraft.ops.elementwise import (abs, add, clamp, cos, div, eq, exp, ge, gt, le, lerp, log,  # noqa: E402
+from gradcraft.ops.elementwise import (abs, add, clamp, cos, eq, exp, ge, gt, le, lerp, log,  # noqa: E402
                                        logical_and, logical_not, logical_or, lt, masked_fill, maximum, minimum, mul,
                                        ne, neg, pow, relu, rsqrt, sigmoid, sign, sin, sqrt, square, sub, tanh, where)
 from gradcraft.ops.function import enable_grad, is_grad_enabled, no_grad  # noqa: E402
@@ -35,6 +35,7 @@ from gradcraft.ops.movement import (cat, chunk, flatten, flip, gather, index_sel
 from gradcraft.ops.reduce import (all, amax, amin, any, argmax, argmin, argsort, cumsum, logsumexp, max,  # noqa: E402
                                   mean, min, prod, sort, std, topk, var)
 from gradcraft.ops.reduce import sum as sum  # noqa: E402
+from gradcraft.ops.rounding import div_rounded as div  # noqa: E402
 from gradcraft.ops.rounding import (allclose, ceil, equal, floor, floor_divide, fmod, isclose, isfinite,  # noqa: E402
                                     isinf, isnan, remainder, round, trunc)
 from gradcraft.ops.nn import softmax, log_softmax  # noqa: E402

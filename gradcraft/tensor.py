@@ -362,8 +362,8 @@ def _attach_methods() -> None:
         "floor": rn.floor, "ceil": rn.ceil, "trunc": rn.trunc, "round": rn.round, "floor_divide": rn.floor_divide,
         "remainder": rn.remainder, "fmod": rn.fmod, "isnan": rn.isnan, "isinf": rn.isinf, "isfinite": rn.isfinite,
         "isclose": rn.isclose, "allclose": rn.allclose, "equal": rn.equal,
-        "div": lambda self, other, *, rounding_mode=None: rn.div_rounded(self, other, rounding_mode),
-        "divide": lambda self, other, *, rounding_mode=None: rn.div_rounded(self, other, rounding_mode),
+        "div": lambda self, other, *, rounding_mode=None: rn.div_rounded(self, other, rounding_mode=rounding_mode),
+        "divide": lambda self, other, *, rounding_mode=None: rn.div_rounded(self, other, rounding_mode=rounding_mode),
         "__floordiv__": rn.floor_divide, "__rfloordiv__": lambda a, b: rn.floor_divide(b, a),
         "__mod__": rn.remainder, "__rmod__": lambda a, b: rn.remainder(b, a),
         # in place (PyTorch's semantics: gradcraft/ops/inplace.py)

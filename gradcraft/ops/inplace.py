@@ -42,6 +42,9 @@ _GRADIENT_NEEDS_NO_INPUT = frozenset({
     "exp", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "softmax", "log_softmax",
     "index", "take_along_dim", "embedding", "where",  # (read only their integer or boolean inputs)
 })
+# Rules that read their own output (PyTorch saves it): writing into that output breaks them.
+_GRADIENT_READS_OUTPUT = frozenset({"exp", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "softmax", "log_softmax",
+                                    "div", "pow"})
 # Rules that read an input only for the other operand's gradient.
 _GRADIENT_OF_OTHERS = frozenset({"mul", "matmul", "maximum", "minimum"})
 
@@ -124,6 +127,7 @@ def _rebind(x, value, before: _Before) -> None:
     old._init(x.shape, x.dtype, x.device, False)
     old._requires_grad, old._buf, old._node, old._index = x._requires_grad, x._buf, x._node, x._index
     old._version = x._version
+    _mark_if_output_saved(x)
     earlier = {id(n) for n in before.readers[id(x)]}
     for node in live_readers(x):
         _repoint(node, x, old)
@@ -136,6 +140,16 @@ def _rebind(x, value, before: _Before) -> None:
         x._node, x._index, x._buf = value._node, value._index, value._buf
     x._requires_grad = value.requires_grad
     x._version += 1
+
+
+def _mark_if_output_saved(x) -> None:
+    """x is about to change: if the op that computed x reads x for its gradient, that gradient is lost."""
+    node = x._node
+    if node is None or not x.requires_grad or node.op not in _GRADIENT_READS_OUTPUT:
+        return
+    if node.op in ("div", "pow") and not node.inputs[1].requires_grad:
+        return  # (their output is read only for the second operand's gradient)
+    MODIFIED_SAVED.add(node)
 
 
 def _repoint(node, source, target) -> None:
@@ -159,6 +173,7 @@ def _needs_value(node, x) -> bool:
 def _write_buffer(x, value, before: _Before) -> None:
     """Write value into x's memory now (through a view into its base)."""
     base = before.base
+    _mark_if_output_saved(base)
     if base._buf is None:
         base.realize()
     with no_grad():
@@ -207,7 +222,7 @@ def mul_(x, other):
 
 def div_(x, other, *, rounding_mode=None):
     from gradcraft.ops.rounding import div_rounded
-    return _inplace(x, lambda: div_rounded(x, other, rounding_mode))
+    return _inplace(x, lambda: div_rounded(x, other, rounding_mode=rounding_mode))
 
 
 def pow_(x, exponent):

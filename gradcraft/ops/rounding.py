@@ -74,7 +74,7 @@ def fmod(a, b):
     return ew.sub(a_t, ew.mul(q, b_t))
 
 
-def div_rounded(a, b, rounding_mode=None):
+def div_rounded(a, b, *, rounding_mode=None):
     """torch.div(a, b, rounding_mode=None | "trunc" | "floor")."""
     if rounding_mode is None:
         return ew.div(a, b)

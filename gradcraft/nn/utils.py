@@ -19,9 +19,10 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_i
     params = [p for p in _tensors(parameters) if p.grad is not None]
     if not params:
         return zeros(())
-    if float(norm_type) == 2.0:
+    wide = dtypes.float64 if any(p.grad.dtype == dtypes.float64 for p in params) else dtypes.float32
+    if float(norm_type) == 2.0 and wide == dtypes.float32:
         return _clip_l2(params, max_norm)
-    grads = [p.grad.to(dtypes.float32) for p in params]
+    grads = [p.grad.to(wide) for p in params]
     if norm_type == float("inf"):
         total = grads[0].abs().amax()
         for g in grads[1:]:

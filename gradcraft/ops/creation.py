@@ -244,7 +244,8 @@ def linspace(start, end, steps: int, *, dtype=None, device=None, requires_grad=F
     dtype = dtypes.to_dtype(dtype) if dtype is not None else dtypes.default_float
     i = np.arange(steps, dtype=np.float64)
     step = (end - start) / (steps - 1) if steps > 1 else 0.0
-    values = np.where(i < steps // 2, start + step * i, end - step * (steps - 1 - i))
+    values = np.where(i < steps // 2, start + step * i, end - step * (steps - 1 - i)) if steps > 1 else \
+        np.full(steps, float(start))
     out = Tensor(values.astype(dtype.np if dtype.is_floating_point else np.float64), dtype=dtype,
                  device=canonical(device))
     out.requires_grad = requires_grad

@@ -217,9 +217,9 @@ class Module:
 
     # ------------------------------------------------------------ state
 
-    def state_dict(self) -> "OrderedDict[str, Tensor]":
-        """Every parameter and persistent buffer by dotted name, in PyTorch's order (tied parameters
-        appear under every name they have)."""
+    def _named_state(self) -> "OrderedDict[str, Tensor]":
+        """Every parameter and persistent buffer object by dotted name, in PyTorch's order (a module's
+        own parameters, then its buffers, then its children's; tied parameters under every name)."""
         state = OrderedDict()
         for module_name, module in self.named_modules():
             prefix = f"{module_name}." if module_name else ""
@@ -230,8 +230,14 @@ class Module:
                     state[prefix + name] = b
         return state
 
+    def state_dict(self, keep_vars: bool = False) -> "OrderedDict[str, Tensor]":
+        """The parameters and persistent buffers by dotted name. As in PyTorch, each entry shares
+        memory with the module's tensor but is cut from autograd (keep_vars=True: the objects)."""
+        state = self._named_state()
+        return state if keep_vars else OrderedDict((k, v.data) for k, v in state.items())
+
     def load_state_dict(self, state: dict, strict: bool = True) -> None:
-        own = self.state_dict()
+        own = self._named_state()
         missing = [k for k in own if k not in state]
         unexpected = [k for k in state if k not in own]
         if strict and (missing or unexpected):

@@ -77,6 +77,11 @@ class Tensor:
         if value and not self.dtype.is_floating_point:
             raise UserError(f"only floating-point tensors can require gradients, got {self.dtype.name}; "
                             "convert with .float() first")
+        if value and not self._requires_grad and self._node is not None:
+            # A tensor that did not require grad is a leaf (as in PyTorch): compute it and drop its
+            # recipe, so that gradients stop here.
+            self.realize()
+            self._node = None
         self._requires_grad = bool(value)
 
     def requires_grad_(self, value: bool = True) -> "Tensor":

@@ -180,30 +180,59 @@ def _write_buffer(x, value, before: _Before) -> None:
         value = value.realize()  # read the old contents before anything is written
         if x._buf is None:
             x.realize()  # a view of base's buffer
-        for t in {id(x): x, id(base): base}.values():
-            _keep_readers_on_old_data(t, before.readers[id(t)])
-        mv.assign(x, value).realize()
+        if base is not x:
+            keep_readers_on_old_data(base)
+        mv.assign(x, value).realize()  # (the engine calls keep_readers_on_old_data(x) before the write)
     if base is not x:
         base._version += 1
 
 
-def _keep_readers_on_old_data(t, readers) -> None:
-    """Before t's memory is overwritten: lazy views of t will read the new data (they alias it);
-    other lazy ops built from t get a copy of the old data, unless t requires grad (then they are
-    refused when they run, and a backward that needs t's old value fails)."""
+def keep_readers_on_old_data(t, scheduled=frozenset()) -> None:
+    """Just before t's memory is overwritten: every lazy op built from t's current contents (and not
+    part of the schedule doing the write) is re-pointed at a copy of them, so it computes what it
+    would have computed before the write, as in PyTorch where it ran eagerly. A lazy view of a tensor
+    that does not require grad is the exception: it aliases t, so it reads the new data.
+
+    For t that requires grad (a parameter updated by an optimizer or under no_grad), the copy is a
+    constant: a backward pass through such an op would not reach t, so it raises PyTorch's
+    "modified by an inplace operation" error instead."""
     copy = None
-    for node in readers:
-        if node.op in VIEW_OPS:
-            node.input_versions = tuple(t._version + 1 if inp is t else v
-                                        for inp, v in zip(node.inputs, node.input_versions))
-        elif t.requires_grad:
-            if _needs_value(node, t):
-                MODIFIED_SAVED.add(node)
-        else:
-            if copy is None:
-                copy = mv.contiguous(t.detach()).realize()
-            _repoint(node, t, copy)
-            copy._readers = (copy._readers or []) + [weakref.ref(node)]
+    for node in live_readers(t):
+        if id(node) in scheduled:
+            continue
+        at = [i for i, (inp, v) in enumerate(zip(node.inputs, node.input_versions)) if inp is t and v == t._version]
+        if not at:
+            continue
+        if node.op in VIEW_OPS and not t.requires_grad:
+            node.input_versions = tuple(t._version + 1 if i in at else v for i, v in enumerate(node.input_versions))
+            continue
+        if t.requires_grad and is_grad_enabled_for(node):
+            MODIFIED_SAVED.add(node)
+        if copy is None:
+            copy = _copy_of(t)
+        _repoint(node, t, copy)
+        copy._readers = (copy._readers or []) + [weakref.ref(node)]
+
+
+def is_grad_enabled_for(node) -> bool:
+    """Was node built to be differentiated (some input required grad)?"""
+    return builtins.any(inp.requires_grad for inp in node.inputs)
+
+
+def _copy_of(t):
+    """A constant tensor holding a copy of t's buffer now (no schedule: this runs inside one)."""
+    from gradcraft.device import get_backend
+    from gradcraft.tensor import Tensor
+    return Tensor._from_buffer(get_backend(t.device).run("contiguous", [t._buf], {}), t.dtype, t.device)
+
+
+def _install_hook() -> None:
+    from gradcraft.engine.realize import BEFORE_WRITE
+    if keep_readers_on_old_data not in BEFORE_WRITE:
+        BEFORE_WRITE.append(keep_readers_on_old_data)
+
+
+_install_hook()
 
 
 # ------------------------------------------------------------------ the `_` methods

@@ -14,7 +14,7 @@ import numpy as np
 from gradcraft import dtypes
 from gradcraft.backend import Backend
 from gradcraft.device import get_backend
-from gradcraft.engine.realize import realize
+from gradcraft.engine.realize import before_write, realize
 from gradcraft.errors import UserError
 from gradcraft.ops.creation import zeros
 from gradcraft.ops.function import no_grad
@@ -204,6 +204,8 @@ class AdamW(Optimizer):
                 grads.append(g._buf)
             beta1, beta2 = group["betas"]
             decay = group["weight_decay"]
+            for p in params:  # lazy tensors built from the old values keep them (gradcraft/ops/inplace.py)
+                before_write(p)
             # Parameters flagged no_decay in a decaying group get their own launch.
             for subset, wd in ((lambda p: not getattr(p, "no_decay", False), decay),
                                (lambda p: getattr(p, "no_decay", False), 0.0)):

@@ -71,7 +71,9 @@ def leaky_relu(input, negative_slope: float = 0.01):
 
 
 def elu(input, alpha: float = 1.0):
-    return ew.where(ew.gt(input, 0), input, ew.mul(ew.sub(ew.exp(ew.minimum(input, 0.0)), 1.0), alpha))
+    positive = ew.gt(input, 0)
+    negative_part = ew.where(positive, 0.0, input)  # (not minimum(x, 0): its gradient halves at the tie x = 0)
+    return ew.where(positive, input, ew.mul(ew.sub(ew.exp(negative_part), 1.0), alpha))
 
 
 def normalize(input, p: float = 2.0, dim: int = 1, eps: float = 1e-12):

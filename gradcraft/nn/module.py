@@ -311,9 +311,11 @@ class Sequential(Module):
         if len(modules) == 1 and isinstance(modules[0], (OrderedDict, dict)):
             for name, m in modules[0].items():
                 setattr(self, name, m)
-        else:
-            for i, m in enumerate(modules):
-                setattr(self, str(i), m)
+            return
+        if len(modules) == 1 and isinstance(modules[0], (list, tuple)):  # (gradcraft's earlier form)
+            modules = tuple(modules[0])
+        for i, m in enumerate(modules):
+            setattr(self, str(i), m)
 
     def append(self, module: Module) -> "Sequential":
         setattr(self, str(len(self._modules)), module)

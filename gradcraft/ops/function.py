@@ -65,7 +65,7 @@ def apply(op: str, inputs: tuple, attrs: dict | None, shape, dtype, device=None,
 
     device = device or inputs[0].device
     node = Node(op, tuple(inputs), attrs or {}, device, n_outputs)
-    _register_reader(node, inputs)
+    register_reader(node, inputs)
     first_dtype = dtype if n_outputs == 1 else dtype[0]
     requires_grad = ((n_outputs == 1 or saves_outputs) and op in GRADIENTS and is_grad_enabled()
                      and any(t.requires_grad for t in inputs) and first_dtype.is_floating_point)
@@ -78,18 +78,30 @@ def apply(op: str, inputs: tuple, attrs: dict | None, shape, dtype, device=None,
     return outputs
 
 
-def _register_reader(node, inputs) -> None:
+class _Readers(list):
+    """Weak references to the nodes that read one tensor; the dead ones are dropped whenever the list
+    has doubled since the last sweep (amortized constant time per reader)."""
+
+    __slots__ = ("sweep_at",)
+
+    def __init__(self, refs):
+        super().__init__(refs)
+        self.sweep_at = 64
+
+
+def register_reader(node, inputs) -> None:
     """Remember (weakly) that `node` reads each input, so that an in-place write to an input can keep
     the node reading the data it was built on (gradcraft/ops/inplace.py)."""
     ref = weakref.ref(node)
     for t in inputs:
         readers = t._readers
         if readers is None:
-            t._readers = [ref]
+            t._readers = _Readers((ref,))
             continue
         readers.append(ref)
-        if len(readers) % 64 == 0:  # drop the readers that are gone (a parameter gains some every step)
+        if len(readers) >= readers.sweep_at:
             readers[:] = [r for r in readers if r() is not None]
+            readers.sweep_at = max(64, 2 * len(readers))
 
 
 def live_readers(t) -> list:

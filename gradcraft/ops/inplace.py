@@ -30,7 +30,7 @@ from gradcraft.errors import IndexError_, RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops import movement as mv
 from gradcraft.ops.creation import next_seed
-from gradcraft.ops.function import apply, gradient, is_grad_enabled, live_readers, no_grad
+from gradcraft.ops.function import apply, gradient, is_grad_enabled, live_readers, no_grad, register_reader
 
 VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice"})
 
@@ -211,7 +211,7 @@ def keep_readers_on_old_data(t, scheduled=frozenset()) -> None:
         if copy is None:
             copy = _copy_of(t)
         _repoint(node, t, copy)
-        copy._readers = (copy._readers or []) + [weakref.ref(node)]
+        register_reader(node, (copy,))
 
 
 def is_grad_enabled_for(node) -> bool:

@@ -115,6 +115,19 @@ def compare(expected: str, got: str) -> list:
     return problems
 
 
+def summary_line(stats: dict) -> str | None:
+    """The suite's line for the test summary (pytest's terminalreporter.stats), None if it did not run."""
+    reports = [r for r in stats.get("passed", []) + stats.get("failed", [])
+               if "test_program_matches_torch" in r.nodeid and r.when == "call"]
+    if not reports:
+        return None
+    passed = {r.nodeid for r in reports if r.passed}
+    paths = programs()
+    unchanged = [p for p in paths if edits(p) == 0 and any(f"[{p.stem}]" in n for n in passed)]
+    return (f"PyTorch compatibility suite: {len(passed)} of {len(reports)} programs print torch's numbers; "
+            f"{len(unchanged)} of {len(paths)} run unchanged (no edited line)")
+
+
 if __name__ == "__main__":
     for name in sys.argv[1:]:
         path = Path(name)

@@ -18,7 +18,7 @@ import numpy as np
 from gradcraft import dtypes
 from gradcraft.device import canonical, get_backend
 from gradcraft.dtypes import DType, to_dtype
-from gradcraft.errors import UserError
+from gradcraft.errors import RuntimeError_, UserError
 
 
 class Tensor:
@@ -167,7 +167,7 @@ class Tensor:
 
     def item(self):
         if self.numel() != 1:
-            raise UserError(f"item() needs a tensor with one element, got shape {self.shape}")
+            raise RuntimeError_(f"item() needs a tensor with one element, got shape {self.shape}")
         return self.numpy().reshape(()).item()
 
     def __repr__(self) -> str:

@@ -311,3 +311,16 @@ def test_retain_graph_accumulates_like_torch():
         y.backward()
         grads.append(x.grad)
     same(*grads)
+
+
+@pytest.mark.parametrize("bad", [lambda m: m.ones(2, 3) + m.ones(4), lambda m: m.ones(2, 3).reshape(5),
+                                 lambda m: m.ones(2, 3) @ m.ones(2, 3), lambda m: m.ones(2).item(),
+                                 lambda m: m.ones(2).sum(3), lambda m: m.ones(2, 3)[2], lambda m: len(m.tensor(1.0)),
+                                 lambda m: m.cat([m.ones(2, 3), m.ones(3, 2)])])
+def test_errors_have_torch_exception_types(bad):
+    with pytest.raises(Exception) as expected:
+        bad(torch)
+    with pytest.raises(Exception) as got:
+        bad(gc)
+    assert isinstance(got.value, type(expected.value)), (type(got.value), type(expected.value))
+    assert isinstance(got.value, UserError) or isinstance(got.value, TypeError)

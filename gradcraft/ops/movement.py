@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from gradcraft import dtypes
-from gradcraft.errors import IndexError_, UserError
+from gradcraft.errors import IndexError_, RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops.function import apply, gradient
 from gradcraft.ops.reduce import normalize_dim
@@ -32,11 +32,11 @@ def reshape(x, *shape):
     if -1 in shape:
         known = math.prod(n for n in shape if n != -1)
         if known == 0 or x.numel() % known:
-            raise UserError(f"reshape: cannot reshape a tensor of shape {x.shape} into {tuple(shape)}")
+            raise RuntimeError_(f"reshape: cannot reshape a tensor of shape {x.shape} into {tuple(shape)}")
         shape[shape.index(-1)] = x.numel() // known
     shape = tuple(shape)
     if math.prod(shape) != x.numel():
-        raise UserError(f"reshape: cannot reshape a tensor of shape {x.shape} ({x.numel()} elements) into {shape}")
+        raise RuntimeError_(f"reshape: cannot reshape a tensor of shape {x.shape} ({x.numel()} elements) into {shape}")
     if shape == x.shape:
         return x
     return apply("reshape", (x,), {"shape": shape}, shape, x.dtype)
@@ -99,7 +99,7 @@ def expand(x, *sizes):
     padded = (1,) * (len(sizes) - x.ndim) + x.shape
     shape = tuple(p if s == -1 else s for s, p in zip(sizes, padded))
     if any(p != 1 and p != s for p, s in zip(padded, shape)):
-        raise UserError(f"expand: cannot expand shape {x.shape} to {tuple(sizes)}")
+        raise RuntimeError_(f"expand: cannot expand shape {x.shape} to {tuple(sizes)}")
     if shape == x.shape:
         return x
     return apply("expand", (x,), {"shape": shape}, shape, x.dtype)
@@ -342,7 +342,7 @@ def cat(tensors, dim: int = 0):
     for t in tensors[1:]:
         dtype = dtypes.promote_types(dtype, t.dtype)
         if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != axis):
-            raise UserError(f"cat: shapes {first.shape} and {t.shape} differ outside dimension {dim}")
+            raise RuntimeError_(f"cat: shapes {first.shape} and {t.shape} differ outside dimension {dim}")
         if t.device != first.device:
             raise UserError(f"cat got tensors on different devices ({first.device} and {t.device})")
     tensors = [ew.cast(t, dtype) for t in tensors]

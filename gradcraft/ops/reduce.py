@@ -4,7 +4,7 @@ import builtins
 from collections import namedtuple
 
 from gradcraft import dtypes
-from gradcraft.errors import UserError
+from gradcraft.errors import IndexError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops.function import apply, gradient, no_grad
 
@@ -15,7 +15,7 @@ TopkResult = namedtuple("TopkResult", ["values", "indices"])
 def normalize_dim(dim: int, ndim: int) -> int:
     size = builtins.max(ndim, 1)
     if not -size <= dim < size:
-        raise UserError(f"dimension {dim} is out of range for a tensor with {ndim} dimensions")
+        raise IndexError_(f"dimension {dim} is out of range for a tensor with {ndim} dimensions")
     return dim % size
 
 

@@ -324,3 +324,16 @@ def test_errors_have_torch_exception_types(bad):
         bad(gc)
     assert isinstance(got.value, type(expected.value)), (type(got.value), type(expected.value))
     assert isinstance(got.value, UserError) or isinstance(got.value, TypeError)
+
+
+def test_computations_through_views_keep_the_old_values():
+    results = []
+    for lib in (gc, torch):
+        x = lib.arange(6, dtype=lib.float32).reshape(2, 3)
+        through_view = x[:, :2] * 2     # computed from the old values
+        view_of_view = x[1].reshape(3, 1)  # a view: sees the write
+        x.add_(10)
+        x[0, 0] = -1.0
+        results.append((through_view, view_of_view, x))
+    for a, b in zip(*results):
+        same(a, b)

@@ -15,6 +15,10 @@ from gradcraft.engine.graph import Node
 
 GRADIENTS: dict = {}
 _state = threading.local()
+VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice"})
+# id(node) -> the output tensor of each lazy view node (gradcraft/ops/inplace.py follows views of a
+# tensor written in place to the computations built on them).
+_VIEW_OUTPUTS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 
 
 def gradient(op: str):
@@ -70,7 +74,10 @@ def apply(op: str, inputs: tuple, attrs: dict | None, shape, dtype, device=None,
     requires_grad = ((n_outputs == 1 or saves_outputs) and op in GRADIENTS and is_grad_enabled()
                      and any(t.requires_grad for t in inputs) and first_dtype.is_floating_point)
     if n_outputs == 1:
-        return Tensor._lazy(node, 0, tuple(shape), dtype, device, requires_grad)
+        out = Tensor._lazy(node, 0, tuple(shape), dtype, device, requires_grad)
+        if op in VIEW_OPS:
+            _VIEW_OUTPUTS[id(node)] = out
+        return out
     outputs = tuple(Tensor._lazy(node, i, tuple(s), d, device, requires_grad and i == 0)
                     for i, (s, d) in enumerate(zip(shape, dtype)))
     if requires_grad:
@@ -108,3 +115,9 @@ def live_readers(t) -> list:
     """The nodes built from `t` that still exist."""
     nodes = [r() for r in t._readers or ()]
     return [n for n in nodes if n is not None]
+
+
+def view_output(node):
+    """The tensor a lazy view node computes, while it exists and is still lazy (else None)."""
+    out = _VIEW_OUTPUTS.get(id(node))
+    return out if out is not None and out._node is node and out._buf is None else None

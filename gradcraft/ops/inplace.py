@@ -30,9 +30,9 @@ from gradcraft.errors import IndexError_, RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops import movement as mv
 from gradcraft.ops.creation import next_seed
-from gradcraft.ops.function import apply, gradient, is_grad_enabled, live_readers, no_grad, register_reader
+from gradcraft.ops.function import (VIEW_OPS, apply, gradient, is_grad_enabled, live_readers, no_grad,
+                                    register_reader, view_output)
 
-VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice"})
 
 # Gradient rules that do not read the value of an input (only its shape, or their output): an op of
 # another kind built from a tensor that is later modified in place has lost what its backward needs.
@@ -204,6 +204,9 @@ def keep_readers_on_old_data(t, scheduled=frozenset()) -> None:
         if not at:
             continue
         if node.op in VIEW_OPS and not t.requires_grad:
+            view = view_output(node)
+            if view is not None:
+                _keep_computations_through_view(view, scheduled)
             node.input_versions = tuple(t._version + 1 if i in at else v for i, v in enumerate(node.input_versions))
             continue
         if t.requires_grad and is_grad_enabled_for(node):
@@ -211,6 +214,25 @@ def keep_readers_on_old_data(t, scheduled=frozenset()) -> None:
         if copy is None:
             copy = _copy_of(t)
         _repoint(node, t, copy)
+        register_reader(node, (copy,))
+
+
+def _keep_computations_through_view(view, scheduled) -> None:
+    """A lazy view of the tensor being written aliases it, but an op built on the view before the
+    write (x[:2] * 2) must compute from the old contents: it gets a copy of the view's contents now."""
+    copy = None
+    for node in live_readers(view):
+        if id(node) in scheduled:
+            continue
+        if node.op in VIEW_OPS:
+            inner = view_output(node)
+            if inner is not None:
+                _keep_computations_through_view(inner, scheduled)
+            continue
+        if copy is None:
+            with no_grad():
+                copy = mv.contiguous(view.detach()).realize()  # (the write has not run yet)
+        _repoint(node, view, copy)
         register_reader(node, (copy,))
 
 

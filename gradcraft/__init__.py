@@ -10,6 +10,9 @@ Names follow PyTorch. Tensors are lazy: ops build a graph, and `.realize()`
 (or anything that needs data) runs it.
 """
 
+import sys as _sys
+import types as _types
+
 from gradcraft.dtypes import (DType, bfloat16, bool_, float16, float32, float64, int32, int64, promote_types,
                               uint8)
 from gradcraft.tensor import Tensor, _attach_methods
@@ -78,4 +81,16 @@ def realize(*tensors) -> None:
 
 __version__ = "0.1.0"
 
-from gradcraft import nn, optim  # noqa: E402,F401  (after the Tensor methods are attached)
+
+class _DeviceModule(_types.ModuleType):
+    """gradcraft.device stays the module it is, and is also callable like torch.device:
+    `gc.device("cuda")` is the canonical device string ("cuda:0"), which `.to()` takes."""
+
+    def __call__(self, type_or_spec, index=None):
+        from gradcraft.device import canonical
+        return canonical(type_or_spec if index is None else f"{type_or_spec}:{index}")
+
+
+_sys.modules["gradcraft.device"].__class__ = _DeviceModule
+
+from gradcraft import cuda, nn, optim  # noqa: E402,F401  (after the Tensor methods are attached)

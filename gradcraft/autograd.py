@@ -17,8 +17,13 @@ from gradcraft.ops.inplace import MODIFIED_SAVED
 from gradcraft.ops.movement import merge_slice_gradients
 
 
-# Tensors whose graph a backward pass has freed (PyTorch: a second backward needs retain_graph=True).
-_FREED: "weakref.WeakSet" = weakref.WeakSet()
+# Tensors whose graph a backward pass has freed (PyTorch: a second backward needs retain_graph=True),
+# by id (a WeakSet would compare tensors with ==, which is elementwise).
+_FREED: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
+def _was_freed(t) -> bool:
+    return _FREED.get(id(t)) is t
 _SECOND_BACKWARD = ("trying to backward through the graph a second time (its intermediate results were freed by the "
                     "first backward); pass retain_graph=True to the first backward() if you need to")
 
@@ -41,13 +46,13 @@ def _topological(root) -> list:
                 if inp.requires_grad:
                     if id(inp) not in seen:
                         stack.append((inp, False))
-                elif _FREED and inp._node is None and inp.dtype.is_floating_point and inp in _FREED:
+                elif _FREED and inp._node is None and inp.dtype.is_floating_point and _was_freed(inp):
                     raise RuntimeError_(_SECOND_BACKWARD)
     return order
 
 
 def backward(root, gradient=None, realize_now: bool = True, retain_graph: bool = False) -> None:
-    if not root.requires_grad and root in _FREED:
+    if not root.requires_grad and _was_freed(root):
         raise RuntimeError_(_SECOND_BACKWARD)
     if not root.requires_grad:
         raise UserError("backward() called on a tensor that does not require grad (no input had requires_grad=True, "
@@ -103,4 +108,4 @@ def release_graph(order) -> None:
             t._node.saved = ()  # (saved outputs point back at their node: drop the cycle now)
             t._node = None
             t._requires_grad = False
-            _FREED.add(t)
+            _FREED[id(t)] = t

@@ -87,6 +87,8 @@ class _DropoutState:
     def __init__(self, device: str, seed: int, counter: int, streams: int):
         from gradcraft.tensor import Tensor
         self.tensor = Tensor(_words(seed, counter), device=device)
+        from gradcraft.ops.inplace import refuse_stale_readers
+        refuse_stale_readers(self.tensor)  # (a stale mask and its later backward would disagree)
         self.one_step = Tensor(np.array([0, 1], dtype=np.int64), device=device)  # the seed stays
         self.streams = streams
 

@@ -6,11 +6,12 @@ contents in one of two ways:
 - Nothing to differentiate (under `no_grad`, or no tensor involved requires grad): the value is
   written into the tensor's buffer now (`assign`, realized). Memory shared with the tensor sees the
   write, as in PyTorch: a view (`x[0].fill_(0)`, `x[:, 1] = 5`, `p.data.add_(...)`) writes into its
-  base. Lazy tensors built from the old contents keep the old contents: each gets a copy, taken
-  just before the write (a lazy view is the exception: it aliases the tensor, so it reads the new
-  data). The one exception to the exception is a tensor that requires grad (a parameter updated
-  under `no_grad`): a lazy op built from it before the update is refused when it runs ("modified in
-  place"), and a saved one makes `backward()` fail, as PyTorch does.
+  base. Just before any write (this one, or an optimizer's), lazy ops built from the old contents
+  are re-pointed at a copy of them (`keep_readers_on_old_data`), so they compute what PyTorch's
+  eager ops computed. A lazy view of a tensor that does not require grad is the exception: it
+  aliases the tensor and reads the new data. For a tensor that requires grad (a parameter updated
+  under `no_grad` or by an optimizer) the copy is a constant, and a backward pass through such an
+  op raises PyTorch's "modified by an inplace operation" error.
 - Recorded for autograd (a non-leaf that requires grad, or a value that does): the tensor object
   becomes the new lazy node, whose input is its old self, so gradients flow through the old graph.
   Ops built from the tensor before the write are re-pointed at the old self. If one of them needs
@@ -50,6 +51,16 @@ _GRADIENT_OF_OTHERS = frozenset({"mul", "matmul", "maximum", "minimum"})
 
 # Nodes whose backward would read a tensor that was modified in place after they were built.
 MODIFIED_SAVED: "weakref.WeakSet" = weakref.WeakSet()
+# Tensors whose stale readers must be refused, not given the old data: the dropout state, because a
+# dropout node's backward, built later, reads the state as it is then (ops/creation.py).
+# (By id: a WeakSet would compare tensors with ==, which is elementwise.)
+_REFUSE_STALE_READERS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
+def refuse_stale_readers(t) -> None:
+    """After an in-place write to t, lazy ops built from its old contents refuse to run (instead of
+    computing from a copy of them)."""
+    _REFUSE_STALE_READERS[id(t)] = t
 
 
 def _writable_dtype(x, value) -> None:
@@ -84,12 +95,12 @@ def _check_allowed(x, recording: bool) -> None:
 
 
 class _Before:
-    """What read x (and the tensor x is a view of) before an in-place op started building its value:
-    only those readers must keep the old contents (the value's own ops are meant to read them)."""
+    """x's view base, and what read x before an in-place op started building its value: only those
+    readers can have lost a value their gradient needs (the value's own ops read the old x on purpose)."""
 
     def __init__(self, x):
         self.base = _view_base(x)
-        self.readers = {id(x): live_readers(x), id(self.base): live_readers(self.base)}
+        self.readers = live_readers(x)
 
 
 def write(x, value, before: _Before | None = None):
@@ -128,7 +139,7 @@ def _rebind(x, value, before: _Before) -> None:
     old._requires_grad, old._buf, old._node, old._index = x._requires_grad, x._buf, x._node, x._index
     old._version = x._version
     _mark_if_output_saved(x)
-    earlier = {id(n) for n in before.readers[id(x)]}
+    earlier = {id(n) for n in before.readers}
     for node in live_readers(x):
         _repoint(node, x, old)
         if id(node) in earlier and _needs_value(node, old):
@@ -196,6 +207,8 @@ def keep_readers_on_old_data(t, scheduled=frozenset()) -> None:
     For t that requires grad (a parameter updated by an optimizer or under no_grad), the copy is a
     constant: a backward pass through such an op would not reach t, so it raises PyTorch's
     "modified by an inplace operation" error instead."""
+    if _REFUSE_STALE_READERS.get(id(t)) is t:
+        return
     copy = None
     for node in live_readers(t):
         if id(node) in scheduled:
@@ -209,7 +222,7 @@ def keep_readers_on_old_data(t, scheduled=frozenset()) -> None:
                 _keep_computations_through_view(view, scheduled)
             node.input_versions = tuple(t._version + 1 if i in at else v for i, v in enumerate(node.input_versions))
             continue
-        if t.requires_grad and is_grad_enabled_for(node):
+        if t.requires_grad and _differentiable(node):
             MODIFIED_SAVED.add(node)
         if copy is None:
             copy = _copy_of(t)
@@ -236,7 +249,7 @@ def _keep_computations_through_view(view, scheduled) -> None:
         register_reader(node, (copy,))
 
 
-def is_grad_enabled_for(node) -> bool:
+def _differentiable(node) -> bool:
     """Was node built to be differentiated (some input required grad)?"""
     return builtins.any(inp.requires_grad for inp in node.inputs)
 
@@ -354,6 +367,7 @@ def setitem(x, index, value):
     if not isinstance(value, Tensor):
         value = Tensor(np.asarray(value), device=x.device) if isinstance(value, (list, tuple, np.ndarray)) \
             else ew.scalar(value, x.dtype, x.device)
+    value = ew.cast(value, x.dtype)  # x[i] = v converts v as copy_ does (int_tensor[0] = 2.7 stores 2)
     parts = index if isinstance(index, tuple) else (index,)
     before = _Before(x)
     if builtins.any(mv._is_bool_mask(i) for i in parts):

@@ -15,9 +15,13 @@ class Identity(Module):
 class ReLU(Module):
     def __init__(self, inplace: bool = False):
         super().__init__()
+        self.inplace = inplace
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
 
     def forward(self, x):
-        return F.relu(x)
+        return F.relu(x, inplace=self.inplace)
 
 
 class GELU(Module):
@@ -35,9 +39,13 @@ class GELU(Module):
 class SiLU(Module):
     def __init__(self, inplace: bool = False):
         super().__init__()
+        self.inplace = inplace
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
 
     def forward(self, x):
-        return F.silu(x)
+        return x.copy_(F.silu(x)) if self.inplace else F.silu(x)
 
 
 class Tanh(Module):
@@ -53,25 +61,25 @@ class Sigmoid(Module):
 class LeakyReLU(Module):
     def __init__(self, negative_slope: float = 0.01, inplace: bool = False):
         super().__init__()
-        self.negative_slope = negative_slope
+        self.negative_slope, self.inplace = negative_slope, inplace
 
     def extra_repr(self) -> str:
-        return f"negative_slope={self.negative_slope}"
+        return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace else "")
 
     def forward(self, x):
-        return F.leaky_relu(x, self.negative_slope)
+        return F.leaky_relu(x, self.negative_slope, inplace=self.inplace)
 
 
 class ELU(Module):
     def __init__(self, alpha: float = 1.0, inplace: bool = False):
         super().__init__()
-        self.alpha = alpha
+        self.alpha, self.inplace = alpha, inplace
 
     def extra_repr(self) -> str:
-        return f"alpha={self.alpha}"
+        return f"alpha={self.alpha}" + (", inplace=True" if self.inplace else "")
 
     def forward(self, x):
-        return F.elu(x, self.alpha)
+        return F.elu(x, self.alpha, inplace=self.inplace)
 
 
 class Softplus(Module):

@@ -1,5 +1,7 @@
 """The in-place methods and operators, on fresh tensors and on views."""
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
 x.add_(1).mul_(2)
@@ -33,3 +35,9 @@ w = torch.ones(2, 2)
 w.data.mul_(7)
 w.neg_()
 print(w.tolist())
+h = torch.tensor([-1.0, 0.5, 2.0])
+out = nn.ReLU(inplace=True)(h)
+print(out.tolist(), h.tolist(), nn.ReLU(inplace=True), nn.LeakyReLU(0.2, inplace=True))
+g = torch.tensor([-2.0, 3.0])
+F.leaky_relu(g, 0.5, inplace=True)
+print(g.tolist())

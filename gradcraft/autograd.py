@@ -7,23 +7,17 @@ graph; it is realized at the end in a single schedule, together with `loss`
 itself, and every intermediate is freed after its last reader.
 """
 
-import weakref
+import sys
 
 from gradcraft.engine.realize import realize
 from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
-from gradcraft.ops.function import GRADIENTS, no_grad
-from gradcraft.ops.inplace import MODIFIED_SAVED
+from gradcraft.ops.function import GRADIENTS, live_readers, no_grad
+from gradcraft.ops.inplace import lost_saved_value
 from gradcraft.ops.movement import merge_slice_gradients
 
 
-# Tensors whose graph a backward pass has freed (PyTorch: a second backward needs retain_graph=True),
-# by id (a WeakSet would compare tensors with ==, which is elementwise).
-_FREED: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
-
-
-def _was_freed(t) -> bool:
-    return _FREED.get(id(t)) is t
+# A backward pass through a tensor whose graph an earlier one freed (PyTorch: retain_graph=True).
 _SECOND_BACKWARD = ("trying to backward through the graph a second time (its intermediate results were freed by the "
                     "first backward); pass retain_graph=True to the first backward() if you need to")
 
@@ -46,13 +40,13 @@ def _topological(root) -> list:
                 if inp.requires_grad:
                     if id(inp) not in seen:
                         stack.append((inp, False))
-                elif _FREED and inp._node is None and inp.dtype.is_floating_point and _was_freed(inp):
+                elif inp._graph_freed:
                     raise RuntimeError_(_SECOND_BACKWARD)
     return order
 
 
 def backward(root, gradient=None, realize_now: bool = True, retain_graph: bool = False) -> None:
-    if not root.requires_grad and _was_freed(root):
+    if not root.requires_grad and root._graph_freed:
         raise RuntimeError_(_SECOND_BACKWARD)
     if not root.requires_grad:
         raise UserError("backward() called on a tensor that does not require grad (no input had requires_grad=True, "
@@ -80,7 +74,7 @@ def backward(root, gradient=None, realize_now: bool = True, retain_graph: bool =
                 t.grad = ew.cast(g, t.dtype)
                 leaves.append(t)
                 continue
-            if MODIFIED_SAVED and t._node in MODIFIED_SAVED:
+            if lost_saved_value(t._node):
                 raise RuntimeError_(f"one of the variables needed for gradient computation has been modified by an "
                                     f"inplace operation (an input of {t._node.op}); clone it before the in-place "
                                     f"operation, or do the operation out of place")
@@ -96,9 +90,29 @@ def backward(root, gradient=None, realize_now: bool = True, retain_graph: bool =
                     grads[id(inp)] = merged if merged is not None else ew.add(previous, grad)
 
     if realize_now:
-        realize([leaf.grad for leaf in leaves] + [root], keep_saved=retain_graph)
+        held = _held_by_caller(order, root)
+        realize([leaf.grad for leaf in leaves] + [root] + held, keep_saved=retain_graph)
         if not retain_graph:
             release_graph(order)
+
+
+def _held_by_caller(order, root) -> list:
+    """Unrealized tensors of the graph that something outside it still references (the caller's
+    `logits`): they are computed with the backward pass and keep their data, as PyTorch's eager
+    forward pass kept it, so reading them after the optimizer has written the weights needs no copy
+    of the old weights (ops/inplace.py). The count: references from the graph's own nodes, from
+    `order`, from this loop and from getrefcount's argument are the graph's; any more are the caller's."""
+    held = []
+    for t in order:
+        if t is root or t._node is None or t._buf is not None:
+            continue
+        inside = builtins_sum(1 for node in live_readers(t) for inp in node.inputs if inp is t)
+        if sys.getrefcount(t) - 3 - inside > 0:
+            held.append(t)
+    return held
+
+
+builtins_sum = sum
 
 
 def release_graph(order) -> None:
@@ -108,4 +122,4 @@ def release_graph(order) -> None:
             t._node.saved = ()  # (saved outputs point back at their node: drop the cycle now)
             t._node = None
             t._requires_grad = False
-            _FREED[id(t)] = t
+            t._graph_freed = True  # (a second backward through it: PyTorch's retain_graph error)

@@ -23,7 +23,7 @@ from gradcraft.errors import RuntimeError_, UserError
 
 class Tensor:
     __slots__ = ("shape", "dtype", "device", "_requires_grad", "grad", "_buf", "_node", "_index", "_version",
-                 "_readers", "__weakref__")
+                 "_readers", "_graph_freed", "__weakref__")
 
     def __init__(self, data, dtype=None, device=None, requires_grad: bool = False):
         device = canonical(device if device is not None else getattr(data, "device", None))
@@ -50,6 +50,7 @@ class Tensor:
         self._index = 0
         self._version = 0
         self._readers = None  # weak references to the nodes that read this tensor (ops/function.py)
+        self._graph_freed = False  # a backward pass freed the graph behind it (autograd.py)
         self.requires_grad = requires_grad
 
     @classmethod

@@ -16,8 +16,9 @@ from gradcraft.engine.graph import Node
 GRADIENTS: dict = {}
 _state = threading.local()
 VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice"})
-# id(node) -> the output tensor of each lazy view node (gradcraft/ops/inplace.py follows views of a
-# tensor written in place to the computations built on them).
+# id(node) -> the output of each lazy view of a tensor that does not require grad: such a view
+# aliases its base when the base is written in place, and gradcraft/ops/inplace.py follows it to the
+# ops built on it (views of tensors that require grad, most of a training graph's, are not needed).
 _VIEW_OUTPUTS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 
 
@@ -75,7 +76,7 @@ def apply(op: str, inputs: tuple, attrs: dict | None, shape, dtype, device=None,
                      and any(t.requires_grad for t in inputs) and first_dtype.is_floating_point)
     if n_outputs == 1:
         out = Tensor._lazy(node, 0, tuple(shape), dtype, device, requires_grad)
-        if op in VIEW_OPS:
+        if op in VIEW_OPS and not inputs[0].requires_grad:
             _VIEW_OUTPUTS[id(node)] = out
         return out
     outputs = tuple(Tensor._lazy(node, i, tuple(s), d, device, requires_grad and i == 0)
@@ -86,14 +87,10 @@ def apply(op: str, inputs: tuple, attrs: dict | None, shape, dtype, device=None,
 
 
 class _Readers(list):
-    """Weak references to the nodes that read one tensor; the dead ones are dropped whenever the list
-    has doubled since the last sweep (amortized constant time per reader)."""
+    """Weak references to the nodes that read one tensor. Every 64 additions, if the list has grown to
+    twice its size after the last sweep, the dead ones are dropped (amortized constant time)."""
 
-    __slots__ = ("sweep_at",)
-
-    def __init__(self, refs):
-        super().__init__(refs)
-        self.sweep_at = 64
+    __slots__ = ("swept_to",)
 
 
 def register_reader(node, inputs) -> None:
@@ -106,15 +103,17 @@ def register_reader(node, inputs) -> None:
             t._readers = _Readers((ref,))
             continue
         readers.append(ref)
-        if len(readers) >= readers.sweep_at:
+        n = len(readers)
+        if not n & 63 and n >= 2 * getattr(readers, "swept_to", 32):
             readers[:] = [r for r in readers if r() is not None]
-            readers.sweep_at = max(64, 2 * len(readers))
+            readers.swept_to = len(readers)
 
 
 def live_readers(t) -> list:
-    """The nodes built from `t` that still exist."""
+    """The nodes built from `t` that still exist (each once, though a node reading t twice, as
+    mul(t, t), registered twice)."""
     nodes = [r() for r in t._readers or ()]
-    return [n for n in nodes if n is not None]
+    return list(dict.fromkeys(n for n in nodes if n is not None))
 
 
 def view_output(node):

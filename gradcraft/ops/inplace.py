@@ -49,8 +49,20 @@ _GRADIENT_READS_OUTPUT = frozenset({"exp", "sqrt", "rsqrt", "tanh", "sigmoid", "
 # Rules that read an input only for the other operand's gradient.
 _GRADIENT_OF_OTHERS = frozenset({"mul", "matmul", "maximum", "minimum"})
 
-# Nodes whose backward would read a tensor that was modified in place after they were built.
-MODIFIED_SAVED: "weakref.WeakSet" = weakref.WeakSet()
+# Nodes whose backward would read a tensor that was modified in place after they were built:
+# id(node) -> weak reference (removed when the node goes).
+_MODIFIED_SAVED: dict = {}
+
+
+def _mark_modified(node) -> None:
+    key = id(node)
+    _MODIFIED_SAVED[key] = weakref.ref(node, lambda _, key=key: _MODIFIED_SAVED.pop(key, None))
+
+
+def lost_saved_value(node) -> bool:
+    """Did an in-place write overwrite a value node's gradient rule reads? (autograd asks)"""
+    ref = _MODIFIED_SAVED.get(id(node)) if _MODIFIED_SAVED else None
+    return ref is not None and ref() is node
 # Tensors whose stale readers must be refused, not given the old data: the dropout state, because a
 # dropout node's backward, built later, reads the state as it is then (ops/creation.py).
 # (By id: a WeakSet would compare tensors with ==, which is elementwise.)
@@ -143,7 +155,7 @@ def _rebind(x, value, before: _Before) -> None:
     for node in live_readers(x):
         _repoint(node, x, old)
         if id(node) in earlier and _needs_value(node, old):
-            MODIFIED_SAVED.add(node)
+            _mark_modified(node)
     old._readers, x._readers = x._readers, None
     if value._node is None:  # a realized value: x holds its buffer
         x._node, x._index, x._buf = None, 0, value._buf
@@ -160,7 +172,7 @@ def _mark_if_output_saved(x) -> None:
         return
     if node.op in ("div", "pow") and not node.inputs[1].requires_grad:
         return  # (their output is read only for the second operand's gradient)
-    MODIFIED_SAVED.add(node)
+    _mark_modified(node)
 
 
 def _repoint(node, source, target) -> None:
@@ -223,7 +235,7 @@ def keep_readers_on_old_data(t, scheduled=frozenset()) -> None:
             node.input_versions = tuple(t._version + 1 if i in at else v for i, v in enumerate(node.input_versions))
             continue
         if t.requires_grad and _differentiable(node):
-            MODIFIED_SAVED.add(node)
+            _mark_modified(node)
         if copy is None:
             copy = _copy_of(t)
         _repoint(node, t, copy)

@@ -262,3 +262,15 @@ def test_init_functions_have_torch_statistics():
     assert np.abs(w.numpy()).max() <= 2.0 and abs(w.numpy().std() - 0.02) < 0.002
     gnn.init.constant_(w, 0.5)
     assert (w.numpy() == 0.5).all()
+
+
+def test_value_and_type_errors_are_python_s_and_one_line():
+    with pytest.raises(ValueError, match="reduction"):
+        gnn.MSELoss(reduction="avg")
+    with pytest.raises(ValueError, match="reduction"):
+        gF.l1_loss(gc.ones(2), gc.ones(2), reduction="avg")
+    with pytest.raises(TypeError, match="numpy.ndarray"):
+        gc.from_numpy([1, 2])
+    for error in (ValueError, TypeError):
+        with pytest.raises(gc.UserError):
+            raise {ValueError: gc.errors.ValueError_, TypeError: gc.errors.TypeError_}[error]("x")

@@ -1,6 +1,6 @@
 """Loss modules, as in torch.nn: each holds its options and calls the functional loss."""
 
-from gradcraft.errors import UserError
+from gradcraft.errors import UserError, ValueError_
 from gradcraft.nn import functional as F
 from gradcraft.nn.module import Module
 
@@ -9,7 +9,7 @@ class _Loss(Module):
     def __init__(self, reduction: str = "mean"):
         super().__init__()
         if reduction not in ("mean", "sum", "none"):
-            raise UserError(f"{type(self).__name__}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+            raise ValueError_(f"{type(self).__name__}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
         self.reduction = reduction
 
 

@@ -264,7 +264,8 @@ def from_numpy(array: np.ndarray):
     """A tensor with the array's dtype and values (float64 stays float64, as in PyTorch)."""
     from gradcraft.tensor import Tensor
     if not isinstance(array, np.ndarray):
-        raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(array).__name__}")
+        from gradcraft.errors import TypeError_
+        raise TypeError_(f"from_numpy expects a numpy.ndarray, got {type(array).__name__}; use gradcraft.tensor()")
     return Tensor(array, dtype=dtypes.to_dtype(array.dtype))
 
 

@@ -2,7 +2,7 @@
 l1, smooth L1 / Huber, binary cross-entropy (on probabilities and on logits), leaky ReLU, ELU,
 softplus, normalize, cosine similarity. Their gradients are those of the ops they are made of."""
 
-from gradcraft.errors import UserError
+from gradcraft.errors import ValueError_
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops import reduce as rd
 
@@ -14,7 +14,7 @@ def _reduce(loss, reduction: str, op: str):
         return rd.sum(loss)
     if reduction == "none":
         return loss
-    raise UserError(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    raise ValueError_(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
 def l1_loss(input, target, reduction: str = "mean"):

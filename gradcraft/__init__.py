@@ -10,6 +10,9 @@ Names follow PyTorch. Tensors are lazy: ops build a graph, and `.realize()`
 (or anything that needs data) runs it.
 """
 
+import sys as _sys
+import types as _types
+
 from gradcraft.dtypes import (DType, bfloat16, bool_, float16, float32, float64, int32, int64, promote_types,
                               uint8)
 from gradcraft.tensor import Tensor, _attach_methods
@@ -19,18 +22,46 @@ _attach_methods()
 from gradcraft.device import is_available  # noqa: E402
 from gradcraft.engine.memory import stats as _memory_stats  # noqa: E402
 from gradcraft.errors import UserError  # noqa: E402
-from gradcraft.ops.creation import (arange, empty, eye, full, full_like, get_rng_state, manual_seed,  # noqa: E402
-                                    ones, ones_like, rand, rand_like, randint, randn, randn_like, set_rng_state,
+from gradcraft.ops.creation import (arange, as_tensor, empty, empty_like, eye, from_numpy, full,  # noqa: E402
+                                    full_like, get_rng_state, linspace, logspace, manual_seed, ones, ones_like, rand,
+                                    rand_like, randint, randint_like, randn, randn_like, randperm, set_rng_state,
                                     tensor, zeros, zeros_like)
-from gradcraft.ops.elementwise import (abs, clamp, cos, exp, log, masked_fill, maximum, minimum, sigmoid,  # noqa: E402
-                                       sin, sqrt, tanh, where)
+from gradcraft.ops.elementwise import (abs, add, clamp, cos, eq, exp, ge, gt, le, lerp, log,  # noqa: E402
+                                       logical_and, logical_not, logical_or, lt, masked_fill, maximum, minimum, mul,
+                                       ne, neg, pow, relu, rsqrt, sigmoid, sign, sin, sqrt, square, sub, tanh, where)
 from gradcraft.ops.function import enable_grad, is_grad_enabled, no_grad  # noqa: E402
+from gradcraft.ops.linalg import bmm, dot, einsum, mm, norm, outer  # noqa: E402
 from gradcraft.ops.matmul import matmul  # noqa: E402
-from gradcraft.ops.movement import cat, chunk, split, stack  # noqa: E402
-from gradcraft.ops.reduce import argmax, cumsum, logsumexp, mean, topk  # noqa: E402
+from gradcraft.ops.movement import (cat, chunk, flatten, flip, gather, index_select, narrow, permute,  # noqa: E402
+                                    repeat_interleave, reshape, select, split, squeeze, stack, take_along_dim,
+                                    transpose, tril, triu, unbind, unsqueeze)
+from gradcraft.ops.reduce import (all, amax, amin, any, argmax, argmin, argsort, cumsum, logsumexp, max,  # noqa: E402
+                                  mean, min, prod, sort, std, topk, var)
 from gradcraft.ops.reduce import sum as sum  # noqa: E402
+from gradcraft.ops.rounding import div_rounded as div  # noqa: E402
+from gradcraft.ops.rounding import (allclose, ceil, equal, floor, floor_divide, fmod, isclose, isfinite,  # noqa: E402
+                                    isinf, isnan, remainder, round, trunc)
+from gradcraft.ops.nn import softmax, log_softmax  # noqa: E402
+from gradcraft.serialization import load, save  # noqa: E402
 
 bool = bool_  # gradcraft.bool, like torch.bool
+float = float32  # gradcraft.float, gradcraft.double, gradcraft.long, ... as in torch
+double = float64
+half = float16
+long = int64
+int = int32
+concat = concatenate = cat
+clip = clamp
+divide, multiply, subtract = div, mul, sub
+Size = tuple  # shapes are tuples
+
+
+def numel(x):
+    return x.numel()
+
+
+def is_tensor(obj):
+    return isinstance(obj, Tensor)
 
 
 def memory_stats() -> dict:
@@ -50,4 +81,16 @@ def realize(*tensors) -> None:
 
 __version__ = "0.1.0"
 
-from gradcraft import nn, optim  # noqa: E402,F401  (after the Tensor methods are attached)
+
+class _DeviceModule(_types.ModuleType):
+    """gradcraft.device stays the module it is, and is also callable like torch.device:
+    `gc.device("cuda")` is the canonical device string ("cuda:0"), which `.to()` takes."""
+
+    def __call__(self, type_or_spec, index=None):
+        from gradcraft.device import canonical
+        return canonical(type_or_spec if index is None else f"{type_or_spec}:{index}")
+
+
+_sys.modules["gradcraft.device"].__class__ = _DeviceModule
+
+from gradcraft import cuda, nn, optim  # noqa: E402,F401  (after the Tensor methods are attached)

@@ -7,11 +7,19 @@ graph; it is realized at the end in a single schedule, together with `loss`
 itself, and every intermediate is freed after its last reader.
 """
 
+import sys
+
 from gradcraft.engine.realize import realize
-from gradcraft.errors import UserError
+from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
-from gradcraft.ops.function import GRADIENTS, no_grad
+from gradcraft.ops.function import GRADIENTS, live_readers, no_grad
+from gradcraft.ops.inplace import lost_saved_value
 from gradcraft.ops.movement import merge_slice_gradients
+
+
+# A backward pass through a tensor whose graph an earlier one freed (PyTorch: retain_graph=True).
+_SECOND_BACKWARD = ("trying to backward through the graph a second time (its intermediate results were freed by the "
+                    "first backward); pass retain_graph=True to the first backward() if you need to")
 
 
 def _topological(root) -> list:
@@ -28,13 +36,20 @@ def _topological(root) -> list:
         seen.add(id(t))
         stack.append((t, True))
         if t._node is not None:
-            stack.extend((inp, False) for inp in t._node.inputs if inp.requires_grad and id(inp) not in seen)
+            for inp in t._node.inputs:
+                if inp.requires_grad:
+                    if id(inp) not in seen:
+                        stack.append((inp, False))
+                elif inp._graph_freed:
+                    raise RuntimeError_(_SECOND_BACKWARD)
     return order
 
 
-def backward(root, gradient=None, realize_now: bool = True, on_grad_ready=None) -> None:
+def backward(root, gradient=None, realize_now: bool = True, retain_graph: bool = False, on_grad_ready=None) -> None:
     """on_grad_ready(leaf, buffer): called for each leaf as soon as its gradient's last kernel has
     been issued, while the rest of the backward still runs (see realize's on_ready)."""
+    if not root.requires_grad and root._graph_freed:
+        raise RuntimeError_(_SECOND_BACKWARD)
     if not root.requires_grad:
         raise UserError("backward() called on a tensor that does not require grad (no input had requires_grad=True, "
                         "or it was computed under no_grad)")
@@ -61,6 +76,10 @@ def backward(root, gradient=None, realize_now: bool = True, on_grad_ready=None) 
                 t.grad = ew.cast(g, t.dtype)
                 leaves.append(t)
                 continue
+            if lost_saved_value(t._node):
+                raise RuntimeError_(f"one of the variables needed for gradient computation has been modified by an "
+                                    f"inplace operation (an input of {t._node.op}); clone it before the in-place "
+                                    f"operation, or do the operation out of place")
             rule = GRADIENTS[t._node.op]
             for inp, grad in zip(t._node.inputs, rule(t._node, t, g)):
                 if grad is None or not inp.requires_grad:
@@ -82,8 +101,29 @@ def backward(root, gradient=None, realize_now: bool = True, on_grad_ready=None) 
             def hook(target, buffer):
                 for leaf in owners.get(id(target), ()):
                     on_grad_ready(leaf, buffer)
-        realize([leaf.grad for leaf in leaves] + [root], keep_saved=False, on_ready=hook)
-        release_graph(order)
+        held = _held_by_caller(order, root)
+        realize([leaf.grad for leaf in leaves] + [root] + held, keep_saved=retain_graph, on_ready=hook)
+        if not retain_graph:
+            release_graph(order)
+
+
+def _held_by_caller(order, root) -> list:
+    """Unrealized tensors of the graph that something outside it still references (the caller's
+    `logits`): they are computed with the backward pass and keep their data, as PyTorch's eager
+    forward pass kept it, so reading them after the optimizer has written the weights needs no copy
+    of the old weights (ops/inplace.py). The count: references from the graph's own nodes, from
+    `order`, from this loop and from getrefcount's argument are the graph's; any more are the caller's."""
+    held = []
+    for t in order:
+        if t is root or t._node is None or t._buf is not None:
+            continue
+        inside = builtins_sum(1 for node in live_readers(t) for inp in node.inputs if inp is t)
+        if sys.getrefcount(t) - 3 - inside > 0:
+            held.append(t)
+    return held
+
+
+builtins_sum = sum
 
 
 def release_graph(order) -> None:
@@ -93,3 +133,4 @@ def release_graph(order) -> None:
             t._node.saved = ()  # (saved outputs point back at their node: drop the cycle now)
             t._node = None
             t._requires_grad = False
+            t._graph_freed = True  # (a second backward through it: PyTorch's retain_graph error)

@@ -5,9 +5,10 @@ either holds a realized buffer (`_buf`, a device array) or points at the lazy
 node that will compute it (`_node`, output `_index`). Building ops allocates
 nothing; `.realize()` (and `.numpy()`, `.item()`, `repr`) runs the graph.
 
-Method names and argument names follow PyTorch. The differences: nothing is
-computed until realized, and in-place ops are limited to `assign` (used by the
-optimizers), which keeps the step a single graph.
+Method names and argument names follow PyTorch. The difference: nothing is
+computed until realized. In-place ops (`x += 1`, `x.add_()`, `x[i] = v`) have
+PyTorch's semantics (gradcraft/ops/inplace.py); `assign` is the lazy write the
+optimizers use, which keeps a training step a single graph.
 """
 
 import math
@@ -17,12 +18,12 @@ import numpy as np
 from gradcraft import dtypes
 from gradcraft.device import canonical, get_backend
 from gradcraft.dtypes import DType, to_dtype
-from gradcraft.errors import UserError
+from gradcraft.errors import RuntimeError_, UserError
 
 
 class Tensor:
     __slots__ = ("shape", "dtype", "device", "_requires_grad", "grad", "_buf", "_node", "_index", "_version",
-                 "__weakref__")
+                 "_readers", "_graph_freed", "__weakref__")
 
     def __init__(self, data, dtype=None, device=None, requires_grad: bool = False):
         device = canonical(device if device is not None else getattr(data, "device", None))
@@ -48,6 +49,8 @@ class Tensor:
         self._node = None
         self._index = 0
         self._version = 0
+        self._readers = None  # weak references to the nodes that read this tensor (ops/function.py)
+        self._graph_freed = False  # a backward pass freed the graph behind it (autograd.py)
         self.requires_grad = requires_grad
 
     @classmethod
@@ -75,6 +78,11 @@ class Tensor:
         if value and not self.dtype.is_floating_point:
             raise UserError(f"only floating-point tensors can require gradients, got {self.dtype.name}; "
                             "convert with .float() first")
+        if value and not self._requires_grad and self._node is not None:
+            # A tensor that did not require grad is a leaf (as in PyTorch): compute it and drop its
+            # recipe, so that gradients stop here.
+            self.realize()
+            self._node = None
         self._requires_grad = bool(value)
 
     def requires_grad_(self, value: bool = True) -> "Tensor":
@@ -104,6 +112,40 @@ class Tensor:
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
 
+    def __iter__(self):
+        """Rows along the first dimension (`for row in t`, `a, b = t`, `list(t)`), as in PyTorch."""
+        if not self.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
+    def is_contiguous(self) -> bool:
+        """Whether the data lies in row-major order without gaps (computes a lazy tensor first)."""
+        self.realize()
+        return bool(self._buf.flags.c_contiguous)
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    def nelement(self) -> int:
+        return self.numel()
+
+    @property
+    def data(self) -> "Tensor":
+        """The same memory, cut from the gradient graph (in-place writes to it change this tensor)."""
+        self.realize()
+        return Tensor._from_buffer(self._buf, self.dtype, self.device)
+
+    @data.setter
+    def data(self, value: "Tensor") -> None:
+        value = value.realize()
+        self._buf, self.shape, self.dtype, self.device = value._buf, value.shape, value.dtype, value.device
+        self._node, self._index = None, 0
+        self._version += 1
+
     @property
     def is_realized(self) -> bool:
         return self._buf is not None
@@ -126,7 +168,7 @@ class Tensor:
 
     def item(self):
         if self.numel() != 1:
-            raise UserError(f"item() needs a tensor with one element, got shape {self.shape}")
+            raise RuntimeError_(f"item() needs a tensor with one element, got shape {self.shape}")
         return self.numpy().reshape(()).item()
 
     def __repr__(self) -> str:
@@ -159,15 +201,20 @@ class Tensor:
 
     # ------------------------------------------------------------ autograd
 
-    def backward(self, gradient=None, realize: bool = True, on_grad_ready=None) -> None:
+    def backward(self, gradient=None, retain_graph=None, create_graph: bool = False, inputs=None,
+                 realize: bool = True, on_grad_ready=None) -> None:
         """Accumulate d(self)/d(leaf) into `.grad` of every leaf that requires grad.
 
         With realize=False the gradients stay lazy, so the caller can fold them
-        (and the optimizer update) into one schedule. on_grad_ready(leaf, buffer) is called as
+        (and the optimizer update) into one schedule. retain_graph=True keeps the
+        graph for another backward, as in PyTorch. on_grad_ready(leaf, buffer) is called as
         each leaf's gradient is issued, during the backward (data parallelism's buckets).
         """
         from gradcraft.autograd import backward
-        backward(self, gradient, realize, on_grad_ready)
+        if create_graph or inputs is not None:
+            raise UserError("backward(create_graph=..., inputs=...) is not supported; "
+                            "gradients of gradients are not implemented")
+        backward(self, gradient, realize, retain_graph=bool(retain_graph), on_grad_ready=on_grad_ready)
 
     def detach(self) -> "Tensor":
         """The same values, cut from the gradient graph (shares the buffer once realized)."""
@@ -236,10 +283,50 @@ class Tensor:
     def is_floating_point(self) -> bool:
         return self.dtype.is_floating_point
 
+    def type_as(self, other) -> "Tensor":
+        return self.to(other.dtype)
+
+    def view_as(self, other) -> "Tensor":
+        return self.reshape(other.shape)
+
+    def reshape_as(self, other) -> "Tensor":
+        return self.reshape(other.shape)
+
+    # ------------------------------------------------------------ new tensors like this one
+
+    def _new_full(self, size, fill_value, dtype, device, requires_grad) -> "Tensor":
+        from gradcraft.ops.creation import full
+        size = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+        return full(tuple(size), fill_value, dtype=dtype or self.dtype, device=device or self.device,
+                    requires_grad=requires_grad)
+
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
+        return self._new_full(size, 0, dtype, device, requires_grad)
+
+    def new_ones(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
+        return self._new_full(size, 1, dtype, device, requires_grad)
+
+    def new_empty(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
+        return self._new_full(size, 0, dtype, device, requires_grad)
+
+    def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False) -> "Tensor":
+        return self._new_full((size,), fill_value, dtype, device, requires_grad)
+
+    def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False) -> "Tensor":
+        return Tensor(data, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
+
+def _t(x) -> Tensor:
+    """Tensor.t(): the transpose of a tensor of at most 2 dimensions."""
+    if x.ndim > 2:
+        raise UserError(f"t() expects a tensor with <= 2 dimensions, got shape {x.shape}; use transpose(a, b)")
+    return x.transpose(0, 1) if x.ndim == 2 else x
+
 
 def _attach_methods() -> None:
     """Give Tensor its op methods, each a thin call into gradcraft.ops (the op lives there)."""
     from gradcraft.ops import elementwise as ew, matmul as mm, movement as mv, nn as fn, reduce as rd
+    from gradcraft.ops import inplace as ip, linalg as la, rounding as rn
 
     methods = {
         # elementwise
@@ -270,6 +357,32 @@ def _attach_methods() -> None:
         "chunk": mv.chunk, "flip": mv.flip, "contiguous": mv.contiguous, "gather": mv.gather,
         "take_along_dim": mv.take_along_dim, "tril": mv.tril, "triu": mv.triu, "repeat": mv.repeat,
         "repeat_interleave": mv.repeat_interleave, "clone": mv.contiguous,
+        "index_select": mv.index_select, "select": mv.select, "narrow": mv.narrow, "unbind": mv.unbind,
+        "sort": rd.sort, "argsort": rd.argsort, "prod": rd.prod, "norm": la.norm,
+        "bmm": la.bmm, "mm": la.mm, "dot": la.dot, "outer": la.outer, "t": _t,
+        "swapaxes": mv.transpose, "swapdims": mv.transpose, "masked_select": lambda self, mask: self[mask],
+        "clamp_min": lambda self, min: ew.clamp(self, min=min), "clamp_max": lambda self, max: ew.clamp(self, max=max),
+        "log1p": lambda self: ew.log(ew.add(self, 1.0)), "expm1": lambda self: ew.sub(ew.exp(self), 1.0),
+        "log2": lambda self: ew.div(ew.log(self), math.log(2.0)),
+        "log10": lambda self: ew.div(ew.log(self), math.log(10.0)),
+        # rounding and number tests
+        "floor": rn.floor, "ceil": rn.ceil, "trunc": rn.trunc, "round": rn.round, "floor_divide": rn.floor_divide,
+        "remainder": rn.remainder, "fmod": rn.fmod, "isnan": rn.isnan, "isinf": rn.isinf, "isfinite": rn.isfinite,
+        "isclose": rn.isclose, "allclose": rn.allclose, "equal": rn.equal,
+        "div": lambda self, other, *, rounding_mode=None: rn.div_rounded(self, other, rounding_mode=rounding_mode),
+        "divide": lambda self, other, *, rounding_mode=None: rn.div_rounded(self, other, rounding_mode=rounding_mode),
+        "__floordiv__": rn.floor_divide, "__rfloordiv__": lambda a, b: rn.floor_divide(b, a),
+        "__mod__": rn.remainder, "__rmod__": lambda a, b: rn.remainder(b, a),
+        # in place (PyTorch's semantics: gradcraft/ops/inplace.py)
+        "add_": ip.add_, "sub_": ip.sub_, "mul_": ip.mul_, "div_": ip.div_, "pow_": ip.pow_, "zero_": ip.zero_,
+        "fill_": ip.fill_, "copy_": ip.copy_, "clamp_": ip.clamp_, "clip_": ip.clamp_,
+        "masked_fill_": ip.masked_fill_, "relu_": ip.relu_, "neg_": ip.neg_, "exp_": ip.exp_, "sqrt_": ip.sqrt_,
+        "lerp_": ip.lerp_, "addcmul_": ip.addcmul_, "addcdiv_": ip.addcdiv_, "uniform_": ip.uniform_,
+        "normal_": ip.normal_, "__setitem__": ip.setitem,
+        "__iadd__": ip.add_, "__isub__": ip.sub_, "__imul__": ip.mul_, "__itruediv__": ip.div_,
+        "__ipow__": ip.pow_,
+        "__ifloordiv__": lambda self, other: ip.div_(self, other, rounding_mode="floor"),
+        "__imod__": lambda self, other: ip._inplace(self, lambda: rn.remainder(self, other)),
         # fused nn
         "softmax": fn.softmax, "log_softmax": fn.log_softmax,
     }

@@ -39,3 +39,14 @@ def dataset(tmp_path_factory):
     write_token_file(str(folder / "tokens.val.bin"), tokens[:2000].astype(np.uint16), vocab_size=64,
                      fingerprint="abc123")
     return str(path)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The PyTorch compatibility suite's count (tests/compat): programs that print torch's numbers,
+    and how many of them needed no edit. (Here, not in tests/compat: with -n 2 only this file is
+    loaded by the process that writes the summary.)"""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "compat"))
+    from harness import summary_line
+    line = summary_line(terminalreporter.stats)
+    if line:
+        terminalreporter.write_line(line)

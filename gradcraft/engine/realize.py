@@ -18,6 +18,16 @@ from gradcraft.engine.schedule import schedule
 
 DEBUG = int(os.environ.get("GRADCRAFT_DEBUG", "0") or 0)
 
+# Called as hook(target, ids of the schedule's nodes) just before an `assign` overwrites target's
+# buffer: gradcraft/ops/inplace.py gives lazy tensors built from the old contents a copy of them.
+BEFORE_WRITE: list = []
+
+
+def before_write(target, scheduled=frozenset()) -> None:
+    """Announce that target's buffer is about to be overwritten outside a schedule (fused kernels)."""
+    for hook in BEFORE_WRITE:
+        hook(target, scheduled)
+
 
 def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
     """Compute every target tensor's buffer.
@@ -59,10 +69,15 @@ def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
                 watched.setdefault(id(t._node), []).append(t)
     values: dict[tuple, object] = {}
     backends: dict[str, object] = {}
+    scheduled = None
     for step, node in enumerate(order):
         backend = backends.get(node.device)
         if backend is None:
             backend = backends[node.device] = get_backend(node.device)
+        if node.op == "assign" and BEFORE_WRITE and node.inputs[0]._readers:
+            if scheduled is None:
+                scheduled = {id(n) for n in order}
+            before_write(node.inputs[0], scheduled)
         args = [inp._buf if inp._buf is not None else values[(id(inp._node), inp._index)] for inp in node.inputs]
         start = time.perf_counter() if DEBUG >= 2 else 0.0
         result = backend.run(node.op, args, node.attrs)

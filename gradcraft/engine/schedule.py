@@ -6,7 +6,7 @@ in a topological order together with how many times each intermediate output
 is read, so the realizer can free it after its last reader.
 """
 
-from gradcraft.errors import UserError
+from gradcraft.errors import RuntimeError_
 
 
 def output_key(tensor) -> tuple:
@@ -36,7 +36,7 @@ def schedule(targets):
                 if key[0] not in visited:
                     stack.append((inp._node, False))
             elif inp._version != version:
-                raise UserError(
+                raise RuntimeError_(
                     f"a lazy tensor ({node.op}) reads a {tuple(inp.shape)} tensor that was modified in place after the "
                     "lazy tensor was built; realize it before the update (e.g. call .realize() first)")
     return _writes_last(order), readers

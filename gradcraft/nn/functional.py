@@ -1,7 +1,35 @@
 """The functional API, named as torch.nn.functional."""
 
-from gradcraft.ops.elementwise import gelu, relu, sigmoid, silu, tanh  # noqa: F401
+from gradcraft.ops import losses as _losses
+from gradcraft.ops import nn as _nn
+from gradcraft.ops.elementwise import gelu, relu as _relu, sigmoid, silu, tanh  # noqa: F401
+from gradcraft.ops.losses import (binary_cross_entropy, binary_cross_entropy_with_logits,  # noqa: F401
+                                  cosine_similarity, huber_loss, l1_loss, normalize, smooth_l1_loss, softplus)
 from gradcraft.ops.movement import pad  # noqa: F401
-from gradcraft.ops.nn import (cross_entropy, dropout, embedding, layer_norm, linear,  # noqa: F401
-                              linear_cross_entropy, log_softmax, mse_loss, nll_loss, one_hot, rms_norm,
-                              rope_frequencies, rotary_embedding, scaled_dot_product_attention, softmax, swiglu)
+from gradcraft.ops.nn import (cross_entropy, embedding, layer_norm, linear, linear_cross_entropy,  # noqa: F401
+                              log_softmax, mse_loss, nll_loss, one_hot, rms_norm, rope_frequencies,
+                              rotary_embedding, scaled_dot_product_attention, softmax, swiglu)
+
+
+def _maybe_inplace(input, result, inplace: bool):
+    """PyTorch's `inplace=True`: the result written into input (gradcraft/ops/inplace.py)."""
+    if not inplace:
+        return result
+    from gradcraft.ops.inplace import write
+    return write(input, result)
+
+
+def relu(input, inplace: bool = False):
+    return _maybe_inplace(input, _relu(input), inplace)
+
+
+def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False):
+    return _maybe_inplace(input, _losses.leaky_relu(input, negative_slope), inplace)
+
+
+def elu(input, alpha: float = 1.0, inplace: bool = False):
+    return _maybe_inplace(input, _losses.elu(input, alpha), inplace)
+
+
+def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False):
+    return _maybe_inplace(input, _nn.dropout(input, p, training), inplace)

@@ -37,3 +37,68 @@ def kaiming_uniform_linear_(p, fan_in: int):
 def scaled_residual_std(std: float, n_layers: int) -> float:
     """GPT-2's init for projections into the residual stream: std / sqrt(2 * n_layers)."""
     return std / math.sqrt(2 * n_layers)
+
+
+# ---------------------------------------------------------------- torch.nn.init's other names
+
+def constant_(p, val: float):
+    return _fill(p, zeros(p.shape) + val)
+
+
+def _fans(p) -> tuple:
+    if p.ndim < 2:
+        raise ValueError("fan in and fan out cannot be computed for a tensor with fewer than 2 dimensions")
+    receptive = math.prod(p.shape[2:])
+    return p.shape[1] * receptive, p.shape[0] * receptive
+
+
+def calculate_gain(nonlinearity: str, param=None) -> float:
+    gains = {"linear": 1.0, "sigmoid": 1.0, "conv1d": 1.0, "conv2d": 1.0, "tanh": 5.0 / 3, "relu": math.sqrt(2.0),
+             "selu": 3.0 / 4}
+    if nonlinearity == "leaky_relu":
+        slope = 0.01 if param is None else param
+        return math.sqrt(2.0 / (1 + slope ** 2))
+    if nonlinearity not in gains:
+        raise ValueError(f"unsupported nonlinearity {nonlinearity!r}")
+    return gains[nonlinearity]
+
+
+def xavier_uniform_(p, gain: float = 1.0):
+    fan_in, fan_out = _fans(p)
+    bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
+    return uniform_(p, -bound, bound)
+
+
+def xavier_normal_(p, gain: float = 1.0):
+    fan_in, fan_out = _fans(p)
+    return normal_(p, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
+
+
+def _kaiming_std(p, a, mode, nonlinearity) -> float:
+    fan_in, fan_out = _fans(p)
+    fan = fan_in if mode == "fan_in" else fan_out
+    return calculate_gain(nonlinearity, a) / math.sqrt(fan)
+
+
+def kaiming_uniform_(p, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu"):
+    bound = math.sqrt(3.0) * _kaiming_std(p, a, mode, nonlinearity)
+    return uniform_(p, -bound, bound)
+
+
+def kaiming_normal_(p, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu"):
+    return normal_(p, 0.0, _kaiming_std(p, a, mode, nonlinearity))
+
+
+def trunc_normal_(p, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0):
+    """Normal values redrawn until they fall in [a, b] (drawn on the host)."""
+    import numpy as np
+
+    from gradcraft.ops.creation import next_seed
+    from gradcraft.tensor import Tensor
+    rng = np.random.default_rng(next_seed())
+    values = rng.normal(mean, std, size=p.shape)
+    bad = (values < a) | (values > b)
+    while bad.any():
+        values[bad] = rng.normal(mean, std, size=int(bad.sum()))
+        bad = (values < a) | (values > b)
+    return _fill(p, Tensor(values.astype(np.float32)))

@@ -18,6 +18,9 @@ class Linear(Module):
         if bias:
             init.kaiming_uniform_linear_(self.bias, in_features)
 
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
     def forward(self, x):
         # Under mixed precision the fp32 master weights are cast to the activations' dtype.
         bias = self.bias.to(x.dtype) if self.bias is not None else None
@@ -31,6 +34,9 @@ class Embedding(Module):
         self.weight = Parameter(zeros(num_embeddings, embedding_dim, device=device, dtype=dtype))
         init.normal_(self.weight)
 
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}"
+
     def forward(self, idx):
         return F.embedding(idx, self.weight)
 
@@ -42,6 +48,9 @@ class LayerNorm(Module):
         self.eps = eps
         self.weight = Parameter(ones(self.normalized_shape, device=device, dtype=dtype))
         self.bias = Parameter(zeros(self.normalized_shape, device=device, dtype=dtype)) if bias else None
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine=True, bias={self.bias is not None}"
 
     def forward(self, x):
         bias = self.bias.to(x.dtype) if self.bias is not None else None
@@ -55,6 +64,9 @@ class RMSNorm(Module):
         self.eps = eps
         self.weight = Parameter(ones(self.normalized_shape, device=device, dtype=dtype))
 
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine=True"
+
     def forward(self, x):
         return F.rms_norm(x, self.normalized_shape, self.weight.to(x.dtype), self.eps)
 
@@ -67,6 +79,9 @@ class Dropout(Module):
     def __init__(self, p: float = 0.5):
         super().__init__()
         self.p = p
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, inplace=False"
 
     def forward(self, x):
         return F.dropout(x, self.p, self.training)

@@ -87,6 +87,8 @@ class _DropoutState:
     def __init__(self, device: str, seed: int, counter: int, streams: int):
         from gradcraft.tensor import Tensor
         self.tensor = Tensor(_words(seed, counter), device=device)
+        from gradcraft.ops.inplace import refuse_stale_readers
+        refuse_stale_readers(self.tensor)  # (a stale mask and its later backward would disagree)
         self.one_step = Tensor(np.array([0, 1], dtype=np.int64), device=device)  # the seed stays
         self.streams = streams
 
@@ -229,3 +231,59 @@ def eye(n: int, m: int | None = None, *, dtype=None, device=None):
 def tensor(data, *, dtype=None, device=None, requires_grad=False):
     from gradcraft.tensor import Tensor
     return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def empty_like(x, *, dtype=None, device=None, requires_grad=False):
+    return zeros_like(x, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def linspace(start, end, steps: int, *, dtype=None, device=None, requires_grad=False):
+    """`steps` evenly spaced values from start to end inclusive; the second half is counted back from
+    `end`, as PyTorch does, so both ends are exact."""
+    from gradcraft.tensor import Tensor
+    if steps < 0:
+        raise UserError(f"linspace: number of steps must be non-negative, got {steps}")
+    dtype = dtypes.to_dtype(dtype) if dtype is not None else dtypes.default_float
+    i = np.arange(steps, dtype=np.float64)
+    step = (end - start) / (steps - 1) if steps > 1 else 0.0
+    values = np.where(i < steps // 2, start + step * i, end - step * (steps - 1 - i)) if steps > 1 else \
+        np.full(steps, float(start))
+    out = Tensor(values.astype(dtype.np if dtype.is_floating_point else np.float64), dtype=dtype,
+                 device=canonical(device))
+    out.requires_grad = requires_grad
+    return out
+
+
+def logspace(start, end, steps: int, base: float = 10.0, *, dtype=None, device=None):
+    from gradcraft.ops.elementwise import pow
+    return pow(base, linspace(start, end, steps, dtype=dtypes.float64, device=device)).to(
+        dtype or dtypes.default_float)
+
+
+def from_numpy(array: np.ndarray):
+    """A tensor with the array's dtype and values (float64 stays float64, as in PyTorch)."""
+    from gradcraft.tensor import Tensor
+    if not isinstance(array, np.ndarray):
+        from gradcraft.errors import TypeError_
+        raise TypeError_(f"from_numpy expects a numpy.ndarray, got {type(array).__name__}; use gradcraft.tensor()")
+    return Tensor(array, dtype=dtypes.to_dtype(array.dtype))
+
+
+def as_tensor(data, dtype=None, device=None):
+    from gradcraft.tensor import Tensor
+    if isinstance(data, Tensor):
+        return data.to(*(a for a in (device, dtype) if a is not None))
+    if isinstance(data, np.ndarray) and dtype is None:
+        return Tensor(data, dtype=dtypes.to_dtype(data.dtype), device=device)
+    return Tensor(data, dtype=dtype, device=device)
+
+
+def randperm(n: int, *, dtype=None, device=None):
+    """A random permutation of 0..n-1 (drawn on the host from the seeded generator)."""
+    from gradcraft.tensor import Tensor
+    order = np.random.default_rng(next_seed()).permutation(n)
+    return Tensor(order.astype(np.int64), dtype=dtype or dtypes.default_int, device=canonical(device))
+
+
+def randint_like(x, low, high=None, *, dtype=None, device=None):
+    return randint(low, high, x.shape, dtype=dtype or x.dtype, device=device or x.device)

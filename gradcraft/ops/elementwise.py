@@ -6,7 +6,7 @@ import numpy as np
 
 from gradcraft import dtypes
 from gradcraft.dtypes import promote_types, scalar_result_dtype
-from gradcraft.errors import UserError
+from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops.function import apply, gradient
 
 
@@ -24,12 +24,12 @@ def broadcast_shape(a: tuple, b: tuple, op: str = "op") -> tuple:
     try:
         return tuple(np.broadcast_shapes(a, b))
     except ValueError:
-        raise UserError(f"shape mismatch in {op}: {a} and {b} cannot be broadcast together") from None
+        raise RuntimeError_(f"shape mismatch in {op}: {a} and {b} cannot be broadcast together") from None
 
 
 def _check_devices(a, b, op) -> None:
     if a.device != b.device:
-        raise UserError(f"{op} got tensors on different devices ({a.device} and {b.device}); move one with .to()")
+        raise RuntimeError_(f"{op} got tensors on different devices ({a.device} and {b.device}); move one with .to()")
 
 
 def _operands(a, b, op: str):

@@ -9,11 +9,17 @@ rule serves every device, and the gradient graph is lazy like the forward one.
 """
 
 import threading
+import weakref
 
 from gradcraft.engine.graph import Node
 
 GRADIENTS: dict = {}
 _state = threading.local()
+VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice"})
+# id(node) -> the output of each lazy view of a tensor that does not require grad: such a view
+# aliases its base when the base is written in place, and gradcraft/ops/inplace.py follows it to the
+# ops built on it (views of tensors that require grad, most of a training graph's, are not needed).
+_VIEW_OUTPUTS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 
 
 def gradient(op: str):
@@ -64,13 +70,53 @@ def apply(op: str, inputs: tuple, attrs: dict | None, shape, dtype, device=None,
 
     device = device or inputs[0].device
     node = Node(op, tuple(inputs), attrs or {}, device, n_outputs)
+    register_reader(node, inputs)
     first_dtype = dtype if n_outputs == 1 else dtype[0]
     requires_grad = ((n_outputs == 1 or saves_outputs) and op in GRADIENTS and is_grad_enabled()
                      and any(t.requires_grad for t in inputs) and first_dtype.is_floating_point)
     if n_outputs == 1:
-        return Tensor._lazy(node, 0, tuple(shape), dtype, device, requires_grad)
+        out = Tensor._lazy(node, 0, tuple(shape), dtype, device, requires_grad)
+        if op in VIEW_OPS and not inputs[0].requires_grad:
+            _VIEW_OUTPUTS[id(node)] = out
+        return out
     outputs = tuple(Tensor._lazy(node, i, tuple(s), d, device, requires_grad and i == 0)
                     for i, (s, d) in enumerate(zip(shape, dtype)))
     if requires_grad:
         node.saved = outputs[1:]
     return outputs
+
+
+class _Readers(list):
+    """Weak references to the nodes that read one tensor. Every 64 additions, if the list has grown to
+    twice its size after the last sweep, the dead ones are dropped (amortized constant time)."""
+
+    __slots__ = ("swept_to",)
+
+
+def register_reader(node, inputs) -> None:
+    """Remember (weakly) that `node` reads each input, so that an in-place write to an input can keep
+    the node reading the data it was built on (gradcraft/ops/inplace.py)."""
+    ref = weakref.ref(node)
+    for t in inputs:
+        readers = t._readers
+        if readers is None:
+            t._readers = _Readers((ref,))
+            continue
+        readers.append(ref)
+        n = len(readers)
+        if not n & 63 and n >= 2 * getattr(readers, "swept_to", 32):
+            readers[:] = [r for r in readers if r() is not None]
+            readers.swept_to = len(readers)
+
+
+def live_readers(t) -> list:
+    """The nodes built from `t` that still exist (each once, though a node reading t twice, as
+    mul(t, t), registered twice)."""
+    nodes = [r() for r in t._readers or ()]
+    return list(dict.fromkeys(n for n in nodes if n is not None))
+
+
+def view_output(node):
+    """The tensor a lazy view node computes, while it exists and is still lazy (else None)."""
+    out = _VIEW_OUTPUTS.get(id(node))
+    return out if out is not None and out._node is node and out._buf is None else None

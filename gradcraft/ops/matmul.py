@@ -3,7 +3,7 @@
 import numpy as np
 
 from gradcraft import dtypes
-from gradcraft.errors import UserError
+from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops.function import apply, gradient
 
@@ -18,12 +18,12 @@ def matmul(a, b):
     a2 = a.reshape(1, a.shape[0]) if a.ndim == 1 else a
     b2 = b.reshape(b.shape[0], 1) if b.ndim == 1 else b
     if a2.shape[-1] != b2.shape[-2]:
-        raise UserError(f"matmul shape mismatch: {a.shape} @ {b.shape} (inner dimensions {a2.shape[-1]} "
+        raise RuntimeError_(f"matmul shape mismatch: {a.shape} @ {b.shape} (inner dimensions {a2.shape[-1]} "
                         f"and {b2.shape[-2]} differ)")
     try:
         batch = tuple(np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]))
     except ValueError:
-        raise UserError(f"matmul batch dimensions do not broadcast: {a.shape} @ {b.shape}") from None
+        raise RuntimeError_(f"matmul batch dimensions do not broadcast: {a.shape} @ {b.shape}") from None
     out = apply("matmul", (a2, b2), {}, batch + (a2.shape[-2], b2.shape[-1]), a.dtype)
     if a.ndim == 1:
         out = out.squeeze(-2)

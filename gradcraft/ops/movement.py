@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from gradcraft import dtypes
-from gradcraft.errors import UserError
+from gradcraft.errors import IndexError_, RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops.function import apply, gradient
 from gradcraft.ops.reduce import normalize_dim
@@ -32,11 +32,11 @@ def reshape(x, *shape):
     if -1 in shape:
         known = math.prod(n for n in shape if n != -1)
         if known == 0 or x.numel() % known:
-            raise UserError(f"reshape: cannot reshape a tensor of shape {x.shape} into {tuple(shape)}")
+            raise RuntimeError_(f"reshape: cannot reshape a tensor of shape {x.shape} into {tuple(shape)}")
         shape[shape.index(-1)] = x.numel() // known
     shape = tuple(shape)
     if math.prod(shape) != x.numel():
-        raise UserError(f"reshape: cannot reshape a tensor of shape {x.shape} ({x.numel()} elements) into {shape}")
+        raise RuntimeError_(f"reshape: cannot reshape a tensor of shape {x.shape} ({x.numel()} elements) into {shape}")
     if shape == x.shape:
         return x
     return apply("reshape", (x,), {"shape": shape}, shape, x.dtype)
@@ -99,7 +99,7 @@ def expand(x, *sizes):
     padded = (1,) * (len(sizes) - x.ndim) + x.shape
     shape = tuple(p if s == -1 else s for s, p in zip(sizes, padded))
     if any(p != 1 and p != s for p, s in zip(padded, shape)):
-        raise UserError(f"expand: cannot expand shape {x.shape} to {tuple(sizes)}")
+        raise RuntimeError_(f"expand: cannot expand shape {x.shape} to {tuple(sizes)}")
     if shape == x.shape:
         return x
     return apply("expand", (x,), {"shape": shape}, shape, x.dtype)
@@ -143,19 +143,40 @@ def _is_index_tensor(item) -> bool:
 def _as_index_tensor(item, device):
     from gradcraft.tensor import Tensor
     if isinstance(item, Tensor):
-        if item.dtype == dtypes.bool_:
-            raise UserError("boolean-mask indexing is not supported (its shape depends on the data); use where()")
         if item.dtype.kind not in "iu":
-            raise UserError(f"tensors used as indices must be integers, got {item.dtype.name}")
+            raise UserError(f"tensors used as indices must be integers or booleans, got {item.dtype.name}")
         return item.to(dtypes.int64)
     return Tensor(np.asarray(item, dtype=np.int64), device=device)
+
+
+def _is_bool_mask(item) -> bool:
+    from gradcraft.tensor import Tensor
+    if isinstance(item, Tensor):
+        return item.dtype == dtypes.bool_
+    return isinstance(item, (np.ndarray, list)) and np.asarray(item).dtype == np.bool_
+
+
+def _masks_to_indices(index: tuple, device) -> tuple:
+    """A boolean mask of k dimensions stands for the k integer index tensors of its True positions
+    (NumPy's and PyTorch's rule). Their number depends on the data, so the mask is computed here."""
+    from gradcraft.tensor import Tensor
+    out = []
+    for item in index:
+        if _is_bool_mask(item):
+            mask = item.numpy() if isinstance(item, Tensor) else np.asarray(item)
+            out.extend(Tensor(positions.astype(np.int64), device=device) for positions in np.nonzero(mask))
+            if mask.ndim == 0:
+                raise UserError("a 0-d boolean index is not supported; use where()")
+        else:
+            out.append(item)
+    return tuple(out)
 
 
 def _expand_ellipsis(index: tuple, ndim: int) -> tuple:
     # (identity tests only: `==` on a Tensor index would build an op)
     consumed = builtins.sum(1 for i in index if i is not None and i is not Ellipsis)
     if consumed > ndim:
-        raise UserError(f"too many indices for a tensor of {ndim} dimensions")
+        raise IndexError_(f"too many indices for a tensor of {ndim} dimensions")
     ellipses = [k for k, i in enumerate(index) if i is Ellipsis]
     if len(ellipses) > 1:
         raise UserError("an index can only have a single ellipsis ('...')")
@@ -166,8 +187,12 @@ def _expand_ellipsis(index: tuple, ndim: int) -> tuple:
 
 
 def getitem(x, index):
-    """`x[...]` with ints, slices (positive steps), None, Ellipsis and integer tensors/lists (gathers)."""
-    index = _expand_ellipsis(index if isinstance(index, tuple) else (index,), x.ndim)
+    """`x[...]` with ints, slices (positive steps), None, Ellipsis, integer tensors/lists (gathers)
+    and boolean masks (which are computed first: the result's shape depends on them)."""
+    index = index if isinstance(index, tuple) else (index,)
+    if builtins.any(_is_bool_mask(i) for i in index):
+        index = _masks_to_indices(index, x.device)
+    index = _expand_ellipsis(index, x.ndim)
     if any(_is_index_tensor(i) for i in index):
         return _advanced_index(x, index)
     slices, out_shape, dim = [], [], 0
@@ -185,7 +210,7 @@ def getitem(x, index):
         else:
             i = int(item)
             if not -size <= i < size:
-                raise UserError(f"index {i} is out of bounds for dimension {dim} with size {size}")
+                raise IndexError_(f"index {i} is out of bounds for dimension {dim} with size {size}")
             i %= size
             slices.append((i, i + 1, 1))
         dim += 1
@@ -220,6 +245,13 @@ def merge_slice_gradients(a, b):
 
 
 def _advanced_index(x, index):
+    spec, tensors, out_shape = advanced_spec(x, index)
+    return apply("index", (x, *tensors), {"spec": spec}, out_shape, x.dtype)
+
+
+def advanced_spec(x, index):
+    """(spec, index tensors, result shape) of an index with tensors in it, as the "index" kernel
+    takes them: spec holds, per dimension, a position in the tensors or a (start, stop, step)."""
     spec, tensors, dim = [], [], 0
     for item in index:
         if item is None:
@@ -238,7 +270,7 @@ def _advanced_index(x, index):
     probe = np.empty(x.shape, dtype=np.bool_)
     stand_ins = [np.zeros(t.shape, dtype=np.int64) for t in tensors]
     out_shape = probe[tuple(stand_ins[s] if isinstance(s, int) else slice(*s) for s in spec)].shape
-    return apply("index", (x, *tensors), {"spec": tuple(spec)}, out_shape, x.dtype)
+    return tuple(spec), tensors, out_shape
 
 
 @gradient("index")
@@ -274,7 +306,28 @@ def gather(x, dim: int, index):
 
 def index_select(x, dim: int, index):
     d = normalize_dim(dim, x.ndim)
+    if index.ndim != 1:
+        raise UserError(f"index_select: the index must be 1-d, got shape {tuple(index.shape)}")
     return getitem(x, (slice(None),) * d + (index,))
+
+
+def select(x, dim: int, index: int):
+    d = normalize_dim(dim, x.ndim)
+    return getitem(x, (slice(None),) * d + (index,))
+
+
+def narrow(x, dim: int, start: int, length: int):
+    d = normalize_dim(dim, x.ndim)
+    start = int(start) + (x.shape[d] if start < 0 else 0)
+    if start < 0 or length < 0 or start + length > x.shape[d]:
+        raise IndexError_(f"narrow: [{start}, {start + length}) is out of range for dimension {dim} of size "
+                          f"{x.shape[d]}")
+    return getitem(x, (slice(None),) * d + (slice(start, start + length),))
+
+
+def unbind(x, dim: int = 0):
+    d = normalize_dim(dim, x.ndim)
+    return tuple(select(x, d, i) for i in range(x.shape[d]))
 
 
 # ------------------------------------------------------------------ joining and splitting
@@ -289,7 +342,7 @@ def cat(tensors, dim: int = 0):
     for t in tensors[1:]:
         dtype = dtypes.promote_types(dtype, t.dtype)
         if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != axis):
-            raise UserError(f"cat: shapes {first.shape} and {t.shape} differ outside dimension {dim}")
+            raise RuntimeError_(f"cat: shapes {first.shape} and {t.shape} differ outside dimension {dim}")
         if t.device != first.device:
             raise UserError(f"cat got tensors on different devices ({first.device} and {t.device})")
     tensors = [ew.cast(t, dtype) for t in tensors]

@@ -4,7 +4,7 @@ import builtins
 from collections import namedtuple
 
 from gradcraft import dtypes
-from gradcraft.errors import UserError
+from gradcraft.errors import IndexError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops.function import apply, gradient, no_grad
 
@@ -15,7 +15,7 @@ TopkResult = namedtuple("TopkResult", ["values", "indices"])
 def normalize_dim(dim: int, ndim: int) -> int:
     size = builtins.max(ndim, 1)
     if not -size <= dim < size:
-        raise UserError(f"dimension {dim} is out of range for a tensor with {ndim} dimensions")
+        raise IndexError_(f"dimension {dim} is out of range for a tensor with {ndim} dimensions")
     return dim % size
 
 
@@ -186,3 +186,47 @@ def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
     shape = tuple(k if i == axis else n for i, n in enumerate(x.shape))
     indices = apply("topk", (x,), {"k": k, "axis": axis, "largest": largest}, shape, dtypes.int64)
     return TopkResult(take_along_dim(x, indices, axis), indices)
+
+
+SortResult = namedtuple("SortResult", ["values", "indices"])
+
+
+def sort(x, dim: int = -1, descending: bool = False, stable: bool = False):
+    """(values, indices) sorted along dim; equal elements keep their order (a stable sort)."""
+    if x.ndim == 0:
+        return SortResult(x, ew.cast(ew.mul(x, 0), dtypes.int64))
+    axis = normalize_dim(dim, x.ndim)
+    values, indices = topk(x, x.shape[axis], axis, largest=descending)
+    return SortResult(values, indices)
+
+
+def argsort(x, dim: int = -1, descending: bool = False, stable: bool = False):
+    return sort(x, dim, descending, stable).indices
+
+
+def prod(x, dim=None, keepdim: bool = False, dtype=None):
+    """The product, as exp(sum(log|x|)) with the sign and zeros counted apart (floating point)."""
+    if dtype is not None:
+        x = ew.cast(x, dtype)
+    if not x.dtype.is_floating_point:
+        raise UserError(f"prod() needs a floating-point tensor here, got {x.dtype.name}; convert with .float()")
+    magnitude = ew.exp(sum(ew.log(ew.abs(x)), dim, keepdim))
+    negatives = sum(ew.cast(ew.lt(x, 0), dtypes.int64), dim, keepdim)
+    from gradcraft.ops.rounding import remainder
+    sign = ew.sub(1.0, ew.mul(ew.cast(remainder(negatives, 2), x.dtype), 2.0))
+    return ew.mul(magnitude, sign)
+
+
+def _accepts_axis(fn):
+    """NumPy's `axis=` keyword, which PyTorch's reductions accept as another name for `dim`."""
+    def with_axis(x, *args, axis=None, **kwargs):
+        if axis is not None:
+            kwargs["dim"] = axis
+        return fn(x, *args, **kwargs)
+    with_axis.__name__, with_axis.__doc__, with_axis.__wrapped__ = fn.__name__, fn.__doc__, fn
+    return with_axis
+
+
+sum, mean, amax, amin, max, min, argmax, argmin, var, std, logsumexp, all, any, cumsum, prod, sort, argsort = (
+    _accepts_axis(f) for f in (sum, mean, amax, amin, max, min, argmax, argmin, var, std, logsumexp, all, any,
+                               cumsum, prod, sort, argsort))

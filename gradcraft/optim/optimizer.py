@@ -14,7 +14,7 @@ import numpy as np
 from gradcraft import dtypes
 from gradcraft.backend import Backend
 from gradcraft.device import get_backend
-from gradcraft.engine.realize import realize
+from gradcraft.engine.realize import before_write, realize
 from gradcraft.errors import UserError
 from gradcraft.ops.creation import zeros
 from gradcraft.ops.function import no_grad
@@ -204,6 +204,8 @@ class AdamW(Optimizer):
                     g = g.to(p.dtype).contiguous().realize()
                 grads.append(g._buf)
             beta1, beta2 = group["betas"]
+            for p in params:  # lazy tensors built from the old values keep them (gradcraft/ops/inplace.py)
+                before_write(p)
             backend.adamw_step([p._buf for p in params], grads, [s["exp_avg"]._buf for s in states],
                                [s["exp_avg_sq"]._buf for s in states], lr_step._buf,
                                beta1=beta1, beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"],

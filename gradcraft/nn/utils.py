@@ -1,0 +1,49 @@
+"""torch.nn.utils: gradient clipping (global norm and by value)."""
+
+from gradcraft import dtypes
+from gradcraft.ops.function import no_grad
+from gradcraft.optim.clip import clip_grad_norm_ as _clip_l2
+
+
+def _tensors(parameters) -> list:
+    from gradcraft.tensor import Tensor
+    return [parameters] if isinstance(parameters, Tensor) else list(parameters)
+
+
+@no_grad()
+def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False,
+                    foreach=None):
+    """Scale the gradients so that their global norm is at most max_norm; returns the norm before.
+    Same formula as PyTorch: coefficient min(1, max_norm / (norm + 1e-6))."""
+    from gradcraft.ops.creation import zeros
+    params = [p for p in _tensors(parameters) if p.grad is not None]
+    if not params:
+        return zeros(())
+    wide = dtypes.float64 if any(p.grad.dtype == dtypes.float64 for p in params) else dtypes.float32
+    if float(norm_type) == 2.0 and wide == dtypes.float32:
+        return _clip_l2(params, max_norm)
+    grads = [p.grad.to(wide) for p in params]
+    if norm_type == float("inf"):
+        total = grads[0].abs().amax()
+        for g in grads[1:]:
+            total = total.maximum(g.abs().amax())
+    else:
+        total = sum(((g.abs() ** norm_type).sum() for g in grads[1:]), (grads[0].abs() ** norm_type).sum())
+        total = total ** (1.0 / norm_type)
+    total = total.realize()
+    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    for p in params:
+        p.grad = (p.grad * coef.to(p.grad.dtype)).realize()
+    return total
+
+
+@no_grad()
+def clip_grad_value_(parameters, clip_value: float, foreach=None) -> None:
+    for p in _tensors(parameters):
+        if p.grad is not None:
+            p.grad = p.grad.clamp(-clip_value, clip_value).realize()
+
+
+def parameters_to_vector(parameters):
+    from gradcraft.ops.movement import cat
+    return cat([p.reshape(-1) for p in parameters])

@@ -1,0 +1,470 @@
+"""In-place operations with PyTorch's semantics, on top of `assign` and the version counter.
+
+Every in-place op computes its new value as ordinary (lazy) Tensor ops, then makes it the tensor's
+contents in one of two ways:
+
+- Nothing to differentiate (under `no_grad`, or no tensor involved requires grad): the value is
+  written into the tensor's buffer now (`assign`, realized). Memory shared with the tensor sees the
+  write, as in PyTorch: a view (`x[0].fill_(0)`, `x[:, 1] = 5`, `p.data.add_(...)`) writes into its
+  base. Just before any write (this one, or an optimizer's), lazy ops built from the old contents
+  are re-pointed at a copy of them (`keep_readers_on_old_data`), so they compute what PyTorch's
+  eager ops computed. A lazy view of a tensor that does not require grad is the exception: it
+  aliases the tensor and reads the new data. For a tensor that requires grad (a parameter updated
+  under `no_grad` or by an optimizer) the copy is a constant, and a backward pass through such an
+  op raises PyTorch's "modified by an inplace operation" error.
+- Recorded for autograd (a non-leaf that requires grad, or a value that does): the tensor object
+  becomes the new lazy node, whose input is its old self, so gradients flow through the old graph.
+  Ops built from the tensor before the write are re-pointed at the old self. If one of them needs
+  the old value for its own gradient, `backward()` through it raises PyTorch's error.
+
+Refused as in PyTorch: a leaf that requires grad (or a view of one) outside `no_grad`; a result
+whose dtype the tensor cannot hold (`int_tensor += 0.5`); writing into an expanded tensor.
+"""
+
+import builtins
+import weakref
+
+import numpy as np
+
+from gradcraft import dtypes
+from gradcraft.errors import IndexError_, RuntimeError_, UserError
+from gradcraft.ops import elementwise as ew
+from gradcraft.ops import movement as mv
+from gradcraft.ops.creation import next_seed
+from gradcraft.ops.function import (VIEW_OPS, apply, gradient, is_grad_enabled, live_readers, no_grad,
+                                    register_reader, view_output)
+
+
+# Gradient rules that do not read the value of an input (only its shape, or their output): an op of
+# another kind built from a tensor that is later modified in place has lost what its backward needs.
+_GRADIENT_NEEDS_NO_INPUT = frozenset({
+    "add", "sub", "neg", "cast", "reshape", "permute", "expand", "slice", "contiguous", "flip", "cat",
+    "pad", "tril", "triu", "sum", "cumsum", "copy_from", "put_slices", "index_put_add", "sign",
+    "exp", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "softmax", "log_softmax",
+    "index", "take_along_dim", "embedding", "where",  # (read only their integer or boolean inputs)
+})
+# Rules that read their own output (PyTorch saves it): writing into that output breaks them.
+_GRADIENT_READS_OUTPUT = frozenset({"exp", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "softmax", "log_softmax",
+                                    "div", "pow"})
+# Rules that read an input only for the other operand's gradient.
+_GRADIENT_OF_OTHERS = frozenset({"mul", "matmul", "maximum", "minimum"})
+
+# Nodes whose backward would read a tensor that was modified in place after they were built:
+# id(node) -> weak reference (removed when the node goes).
+_MODIFIED_SAVED: dict = {}
+
+
+def _mark_modified(node) -> None:
+    key = id(node)
+    _MODIFIED_SAVED[key] = weakref.ref(node, lambda _, key=key: _MODIFIED_SAVED.pop(key, None))
+
+
+def lost_saved_value(node) -> bool:
+    """Did an in-place write overwrite a value node's gradient rule reads? (autograd asks)"""
+    ref = _MODIFIED_SAVED.get(id(node)) if _MODIFIED_SAVED else None
+    return ref is not None and ref() is node
+# Tensors whose stale readers must be refused, not given the old data: the dropout state, because a
+# dropout node's backward, built later, reads the state as it is then (ops/creation.py).
+# (By id: a WeakSet would compare tensors with ==, which is elementwise.)
+_REFUSE_STALE_READERS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
+def refuse_stale_readers(t) -> None:
+    """After an in-place write to t, lazy ops built from its old contents refuse to run (instead of
+    computing from a copy of them)."""
+    _REFUSE_STALE_READERS[id(t)] = t
+
+
+def _writable_dtype(x, value) -> None:
+    if not dtypes.promote_types(x.dtype, value.dtype) == x.dtype and not (
+            x.dtype.is_floating_point and value.dtype.is_floating_point):
+        raise RuntimeError_(f"result type {value.dtype.name} can't be cast to the desired output type "
+                            f"{x.dtype.name} of an in-place operation; convert the tensor first (e.g. .float())")
+
+
+def _view_base(x):
+    """The tensor a chain of lazy views starts from (x itself when x is not a lazy view)."""
+    t = x
+    while t._buf is None and t._node is not None and t._node.op in VIEW_OPS:
+        t = t._node.inputs[0]
+    return t
+
+
+def _check_allowed(x, recording: bool) -> None:
+    if recording and x._node is None and x.requires_grad:
+        raise RuntimeError_("a leaf tensor that requires grad is being used in an in-place operation; "
+                            "do it under `with gradcraft.no_grad():` (or on .detach())")
+    t, expanded = x, False
+    while t._buf is None and t._node is not None and t._node.op in VIEW_OPS:
+        expanded = expanded or (t._node.op == "expand" and t.numel() != t._node.inputs[0].numel())
+        t = t._node.inputs[0]
+    if expanded:
+        raise RuntimeError_("unsupported operation: more than one element of the written-to tensor refers to a "
+                            "single memory location; call .clone() before writing")
+    if recording and t is not x and t._node is None and t.requires_grad:
+        raise RuntimeError_("a view of a leaf tensor that requires grad is being used in an in-place operation; "
+                            "do it under `with gradcraft.no_grad():`")
+
+
+class _Before:
+    """x's view base, and what read x before an in-place op started building its value: only those
+    readers can have lost a value their gradient needs (the value's own ops read the old x on purpose)."""
+
+    def __init__(self, x):
+        self.base = _view_base(x)
+        self.readers = live_readers(x)
+
+
+def write(x, value, before: _Before | None = None):
+    """Make `value` (a tensor or a Python number, broadcast to x's shape) the contents of x; returns x."""
+    from gradcraft.tensor import Tensor
+    before = before or _Before(x)
+    if not isinstance(value, Tensor):
+        value = ew.scalar(value, x.dtype, x.device)
+    if value.device != x.device:
+        raise UserError(f"in-place operation: value is on {value.device}, the tensor on {x.device}; move one with .to()")
+    _writable_dtype(x, value)
+    if ew.broadcast_shape(x.shape, value.shape, "in-place operation") != x.shape:
+        raise RuntimeError_(f"output with shape {list(x.shape)} doesn't match the broadcast shape "
+                            f"{list(ew.broadcast_shape(x.shape, value.shape))} of an in-place operation")
+    recording = is_grad_enabled() and (x.requires_grad or value.requires_grad)
+    _check_allowed(x, recording)
+    value = ew.cast(value, x.dtype)
+    if recording:
+        _rebind(x, value if value.shape == x.shape else mv.expand(value, x.shape), before)
+    else:
+        _write_buffer(x, value, before)
+    return x
+
+
+def _inplace(x, compute):
+    """An in-place op: `compute()` builds the new value from x's current contents."""
+    before = _Before(x)
+    return write(x, compute(), before)
+
+
+def _rebind(x, value, before: _Before) -> None:
+    """x becomes the lazy node computing `value`; what read x before reads its old self."""
+    from gradcraft.tensor import Tensor
+    old = Tensor.__new__(Tensor)
+    old._init(x.shape, x.dtype, x.device, False)
+    old._requires_grad, old._buf, old._node, old._index = x._requires_grad, x._buf, x._node, x._index
+    old._version = x._version
+    _mark_if_output_saved(x)
+    earlier = {id(n) for n in before.readers}
+    for node in live_readers(x):
+        _repoint(node, x, old)
+        if id(node) in earlier and _needs_value(node, old):
+            _mark_modified(node)
+    old._readers, x._readers = x._readers, None
+    if value._node is None:  # a realized value: x holds its buffer
+        x._node, x._index, x._buf = None, 0, value._buf
+    else:
+        x._node, x._index, x._buf = value._node, value._index, value._buf
+    x._requires_grad = value.requires_grad
+    x._version += 1
+
+
+def _mark_if_output_saved(x) -> None:
+    """x is about to change: if the op that computed x reads x for its gradient, that gradient is lost."""
+    node = x._node
+    if node is None or not x.requires_grad or node.op not in _GRADIENT_READS_OUTPUT:
+        return
+    if node.op in ("div", "pow") and not node.inputs[1].requires_grad:
+        return  # (their output is read only for the second operand's gradient)
+    _mark_modified(node)
+
+
+def _repoint(node, source, target) -> None:
+    inputs, versions = list(node.inputs), list(node.input_versions)
+    for i, inp in enumerate(inputs):
+        if inp is source:
+            inputs[i], versions[i] = target, target._version
+    node.inputs, node.input_versions = tuple(inputs), tuple(versions)
+
+
+def _needs_value(node, x) -> bool:
+    """Would node's gradient rule read x's value (PyTorch: is x saved for backward)?"""
+    if node.op in _GRADIENT_NEEDS_NO_INPUT or not builtins.any(t.requires_grad for t in node.inputs):
+        return False
+    if node.op in _GRADIENT_OF_OTHERS:  # x is read only for the other operand's gradient
+        return builtins.sum(1 for t in node.inputs if t is x) > 1 or builtins.any(
+            t.requires_grad for t in node.inputs if t is not x)
+    return True
+
+
+def _write_buffer(x, value, before: _Before) -> None:
+    """Write value into x's memory now (through a view into its base)."""
+    base = before.base
+    _mark_if_output_saved(base)
+    if base._buf is None:
+        base.realize()
+    with no_grad():
+        value = value.realize()  # read the old contents before anything is written
+        if x._buf is None:
+            x.realize()  # a view of base's buffer
+        if base is not x:
+            keep_readers_on_old_data(base)
+        mv.assign(x, value).realize()  # (the engine calls keep_readers_on_old_data(x) before the write)
+    if base is not x:
+        base._version += 1
+
+
+def keep_readers_on_old_data(t, scheduled=frozenset()) -> None:
+    """Just before t's memory is overwritten: every lazy op built from t's current contents (and not
+    part of the schedule doing the write) is re-pointed at a copy of them, so it computes what it
+    would have computed before the write, as in PyTorch where it ran eagerly. A lazy view of a tensor
+    that does not require grad is the exception: it aliases t, so it reads the new data.
+
+    For t that requires grad (a parameter updated by an optimizer or under no_grad), the copy is a
+    constant: a backward pass through such an op would not reach t, so it raises PyTorch's
+    "modified by an inplace operation" error instead."""
+    if _REFUSE_STALE_READERS.get(id(t)) is t:
+        return
+    copy = None
+    for node in live_readers(t):
+        if id(node) in scheduled:
+            continue
+        at = [i for i, (inp, v) in enumerate(zip(node.inputs, node.input_versions)) if inp is t and v == t._version]
+        if not at:
+            continue
+        if node.op in VIEW_OPS and not t.requires_grad:
+            view = view_output(node)
+            if view is not None:
+                _keep_computations_through_view(view, scheduled)
+            node.input_versions = tuple(t._version + 1 if i in at else v for i, v in enumerate(node.input_versions))
+            continue
+        if t.requires_grad and _differentiable(node):
+            _mark_modified(node)
+        if copy is None:
+            copy = _copy_of(t)
+        _repoint(node, t, copy)
+        register_reader(node, (copy,))
+
+
+def _keep_computations_through_view(view, scheduled) -> None:
+    """A lazy view of the tensor being written aliases it, but an op built on the view before the
+    write (x[:2] * 2) must compute from the old contents: it gets a copy of the view's contents now."""
+    copy = None
+    for node in live_readers(view):
+        if id(node) in scheduled:
+            continue
+        if node.op in VIEW_OPS:
+            inner = view_output(node)
+            if inner is not None:
+                _keep_computations_through_view(inner, scheduled)
+            continue
+        if copy is None:
+            with no_grad():
+                copy = mv.contiguous(view.detach()).realize()  # (the write has not run yet)
+        _repoint(node, view, copy)
+        register_reader(node, (copy,))
+
+
+def _differentiable(node) -> bool:
+    """Was node built to be differentiated (some input required grad)?"""
+    return builtins.any(inp.requires_grad for inp in node.inputs)
+
+
+def _copy_of(t):
+    """A constant tensor holding a copy of t's buffer now (no schedule: this runs inside one)."""
+    from gradcraft.device import get_backend
+    from gradcraft.tensor import Tensor
+    return Tensor._from_buffer(get_backend(t.device).run("contiguous", [t._buf], {}), t.dtype, t.device)
+
+
+def _install_hook() -> None:
+    from gradcraft.engine.realize import BEFORE_WRITE
+    if keep_readers_on_old_data not in BEFORE_WRITE:
+        BEFORE_WRITE.append(keep_readers_on_old_data)
+
+
+_install_hook()
+
+
+# ------------------------------------------------------------------ the `_` methods
+
+def add_(x, other, *, alpha=1):
+    return _inplace(x, lambda: ew.add(x, other, alpha=alpha))
+
+
+def sub_(x, other, *, alpha=1):
+    return _inplace(x, lambda: ew.sub(x, other, alpha=alpha))
+
+
+def mul_(x, other):
+    return _inplace(x, lambda: ew.mul(x, other))
+
+
+def div_(x, other, *, rounding_mode=None):
+    from gradcraft.ops.rounding import div_rounded
+    return _inplace(x, lambda: div_rounded(x, other, rounding_mode=rounding_mode))
+
+
+def pow_(x, exponent):
+    return _inplace(x, lambda: ew.pow(x, exponent))
+
+
+def zero_(x):
+    return write(x, 0)
+
+
+def fill_(x, value):
+    return write(x, value)
+
+
+def copy_(x, src, non_blocking: bool = False):
+    from gradcraft.tensor import Tensor
+    if not isinstance(src, Tensor):
+        src = Tensor(np.asarray(src), device=x.device)
+    if src.device != x.device:
+        src = src.to(x.device)
+    # copy_ converts any dtype, unlike arithmetic in place
+    return write(x, ew.cast(src, x.dtype))
+
+
+def clamp_(x, min=None, max=None):
+    return _inplace(x, lambda: ew.clamp(x, min, max))
+
+
+def masked_fill_(x, mask, value):
+    return _inplace(x, lambda: ew.masked_fill(x, mask, value))
+
+
+def relu_(x):
+    return _inplace(x, lambda: ew.relu(x))
+
+
+def neg_(x):
+    return _inplace(x, lambda: ew.neg(x))
+
+
+def exp_(x):
+    return _inplace(x, lambda: ew.exp(x))
+
+
+def sqrt_(x):
+    return _inplace(x, lambda: ew.sqrt(x))
+
+
+def lerp_(x, end, weight):
+    return _inplace(x, lambda: ew.lerp(x, end, weight))
+
+
+def addcmul_(x, tensor1, tensor2, *, value=1):
+    return _inplace(x, lambda: ew.add(x, ew.mul(ew.mul(tensor1, tensor2), value)))
+
+
+def addcdiv_(x, tensor1, tensor2, *, value=1):
+    return _inplace(x, lambda: ew.add(x, ew.mul(ew.div(tensor1, tensor2), value)))
+
+
+def uniform_(x, a: float = 0.0, b: float = 1.0):
+    rand = apply("rand", (), {"shape": x.shape, "seed": next_seed(), "dtype": x.dtype.np}, x.shape, x.dtype,
+                 device=x.device)
+    return write(x, ew.add(ew.mul(rand, b - a), a))
+
+
+def normal_(x, mean: float = 0.0, std: float = 1.0):
+    randn = apply("randn", (), {"shape": x.shape, "seed": next_seed(), "dtype": x.dtype.np}, x.shape, x.dtype,
+                  device=x.device)
+    return write(x, ew.add(ew.mul(randn, std), mean))
+
+
+# ------------------------------------------------------------------ x[index] = value
+
+def setitem(x, index, value):
+    """`x[index] = value` with ints, slices, None, Ellipsis, integer index tensors and boolean masks."""
+    from gradcraft.tensor import Tensor
+    if not isinstance(value, Tensor):
+        value = Tensor(np.asarray(value), device=x.device) if isinstance(value, (list, tuple, np.ndarray)) \
+            else ew.scalar(value, x.dtype, x.device)
+    value = ew.cast(value, x.dtype)  # x[i] = v converts v as copy_ does (int_tensor[0] = 2.7 stores 2)
+    parts = index if isinstance(index, tuple) else (index,)
+    before = _Before(x)
+    if builtins.any(mv._is_bool_mask(i) for i in parts):
+        if value.numel() == 1 and len(parts) == 1 and isinstance(parts[0], Tensor):
+            mask = parts[0]  # x[mask] = scalar: a where(), no data-dependent shapes
+            if x.shape[:mask.ndim] != mask.shape:
+                raise IndexError_(f"a boolean mask of shape {tuple(mask.shape)} does not match the leading "
+                                  f"dimensions of a tensor of shape {x.shape}")
+            mask = mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim))
+            return write(x, ew.where(mask, ew.cast(value.reshape(()), x.dtype), x), before)
+        parts = mv._masks_to_indices(parts, x.device)
+    recording = is_grad_enabled() and (x.requires_grad or value.requires_grad)
+    full = mv._expand_ellipsis(parts, x.ndim)
+    if builtins.any(mv._is_index_tensor(i) for i in full):
+        return write(x, _index_put(x, full, value), before)
+    if not recording:
+        return write(mv.getitem(x, parts), value)  # a view of x: the write lands in x's memory
+    return write(x, _slice_put(x, full, value), before)
+
+
+def _slice_put(x, index, value):
+    """x with value written at a basic index (ints, slices, None), as lazy differentiable ops."""
+    slices, box, target_shape, dim = [], [], [], 0
+    for item in index:
+        if item is None:
+            target_shape.append(1)
+            continue
+        size = x.shape[dim]
+        if isinstance(item, slice):
+            if item.step is not None and item.step <= 0:
+                raise UserError("slice step must be positive")
+            s = item.indices(size)
+            box.append(len(range(*s)))
+            target_shape.append(box[-1])
+        else:
+            i = int(item)
+            if not -size <= i < size:
+                raise IndexError_(f"index {i} is out of bounds for dimension {dim} with size {size}")
+            s = (i % size, i % size + 1, 1)
+            box.append(1)
+        slices.append(s)
+        dim += 1
+    value = ew.cast(value, x.dtype)
+    value = mv.expand(value, ew.broadcast_shape(tuple(target_shape), value.shape, "setitem")) \
+        if value.shape != tuple(target_shape) else value
+    if value.shape != tuple(target_shape):
+        raise RuntimeError_(f"shape mismatch: value of shape {value.shape} cannot be written to a slice of shape "
+                            f"{tuple(target_shape)}")
+    value = mv.contiguous(value.reshape(tuple(box)))
+    placed = mv.put_slices([value], [tuple(slices)], x.shape)
+    with no_grad():
+        hit = mv.put_slices([apply("full", (), {"shape": tuple(box), "value": 1, "dtype": np.dtype(np.int32)},
+                                   tuple(box), dtypes.int32, device=x.device)], [tuple(slices)], x.shape)
+    return ew.where(ew.ne(hit, 0), placed, x)
+
+
+def _index_put(x, index, value):
+    """x with value written at an advanced index; duplicate positions: undefined, as in PyTorch."""
+    spec, tensors, out_shape = mv.advanced_spec(x, index)
+    value = ew.cast(value, x.dtype)
+    if value.shape != tuple(out_shape):
+        value = mv.contiguous(mv.expand(value, ew.broadcast_shape(tuple(out_shape), value.shape, "index_put")))
+        if value.shape != tuple(out_shape):
+            raise RuntimeError_(f"shape mismatch: value of shape {value.shape} cannot be written to an index of "
+                                f"shape {tuple(out_shape)}")
+    attrs = {"spec": spec, "shape": x.shape}
+    with no_grad():
+        ones = apply("full", (), {"shape": tuple(out_shape), "value": 1, "dtype": x.dtype.np}, tuple(out_shape),
+                     x.dtype, device=x.device)
+        count = apply("index_put_add", (ones, *tensors), attrs, x.shape, x.dtype)
+    scattered = apply("index_put_add", (value, *tensors), attrs, x.shape, x.dtype)
+    if x.dtype.is_floating_point:
+        scattered = ew.div(scattered, ew.maximum(count, 1))  # a repeated position gets the value once
+    else:
+        scattered = ew.cast(ew.div(scattered, ew.maximum(count, 1)), x.dtype)
+    return ew.where(ew.ne(count, 0), scattered, x)
+
+
+@gradient("put_slices")
+def _put_slices_grad(node, out, g):
+    return tuple(apply("slice", (g,), {"slices": spec}, inp.shape, g.dtype)
+                 for inp, spec in zip(node.inputs, node.attrs["specs"]))
+
+
+@gradient("index_put_add")
+def _index_put_add_grad(node, out, g):
+    value, *indices = node.inputs
+    return (apply("index", (g, *indices), {"spec": node.attrs["spec"]}, value.shape, g.dtype),) + (None,) * len(indices)

@@ -1,0 +1,87 @@
+"""Losses and activations composed from elementwise ops and reductions (no kernels of their own):
+l1, smooth L1 / Huber, binary cross-entropy (on probabilities and on logits), leaky ReLU, ELU,
+softplus, normalize, cosine similarity. Their gradients are those of the ops they are made of."""
+
+from gradcraft.errors import ValueError_
+from gradcraft.ops import elementwise as ew
+from gradcraft.ops import reduce as rd
+
+
+def _reduce(loss, reduction: str, op: str):
+    if reduction == "mean":
+        return rd.mean(loss)
+    if reduction == "sum":
+        return rd.sum(loss)
+    if reduction == "none":
+        return loss
+    raise ValueError_(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def l1_loss(input, target, reduction: str = "mean"):
+    return _reduce(ew.abs(ew.sub(input, target)), reduction, "l1_loss")
+
+
+def smooth_l1_loss(input, target, reduction: str = "mean", beta: float = 1.0):
+    diff = ew.abs(ew.sub(input, target))
+    if beta == 0:
+        return _reduce(diff, reduction, "smooth_l1_loss")
+    loss = ew.where(ew.lt(diff, beta), ew.div(ew.mul(ew.mul(diff, diff), 0.5), beta), ew.sub(diff, 0.5 * beta))
+    return _reduce(loss, reduction, "smooth_l1_loss")
+
+
+def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0):
+    diff = ew.abs(ew.sub(input, target))
+    loss = ew.where(ew.lt(diff, delta), ew.mul(ew.mul(diff, diff), 0.5), ew.mul(ew.sub(diff, 0.5 * delta), delta))
+    return _reduce(loss, reduction, "huber_loss")
+
+
+def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):
+    """-(t log p + (1 - t) log(1 - p)), the logs clamped at -100 as PyTorch does."""
+    log_p = ew.maximum(ew.log(input), -100.0)
+    log_q = ew.maximum(ew.log(ew.sub(1.0, input)), -100.0)
+    loss = ew.neg(ew.add(ew.mul(target, log_p), ew.mul(ew.sub(1.0, target), log_q)))
+    if weight is not None:
+        loss = ew.mul(loss, weight)
+    return _reduce(loss, reduction, "binary_cross_entropy")
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, reduction: str = "mean", pos_weight=None):
+    """The stable form: max(x, 0) - x t + log(1 + exp(-|x|)) (with pos_weight: PyTorch's formula)."""
+    log_sig_neg = softplus(ew.neg(input))  # -log(sigmoid(x)) = softplus(-x)
+    if pos_weight is None:
+        loss = ew.add(ew.mul(ew.sub(1.0, target), input), log_sig_neg)
+    else:
+        log_weight = ew.add(ew.mul(ew.sub(pos_weight, 1.0), target), 1.0)
+        loss = ew.add(ew.mul(ew.sub(1.0, target), input), ew.mul(log_weight, log_sig_neg))
+    if weight is not None:
+        loss = ew.mul(loss, weight)
+    return _reduce(loss, reduction, "binary_cross_entropy_with_logits")
+
+
+def softplus(input, beta: float = 1.0, threshold: float = 20.0):
+    """log(1 + exp(beta x)) / beta, computed stably; the input itself above threshold, as PyTorch."""
+    x = ew.mul(input, beta) if beta != 1.0 else input
+    stable = ew.add(ew.maximum(x, 0.0), ew.log(ew.add(ew.exp(ew.neg(ew.abs(x))), 1.0)))
+    out = ew.div(stable, beta) if beta != 1.0 else stable
+    return ew.where(ew.gt(x, threshold), input, out)
+
+
+def leaky_relu(input, negative_slope: float = 0.01):
+    return ew.where(ew.gt(input, 0), input, ew.mul(input, negative_slope))
+
+
+def elu(input, alpha: float = 1.0):
+    positive = ew.gt(input, 0)
+    negative_part = ew.where(positive, 0.0, input)  # (not minimum(x, 0): its gradient halves at the tie x = 0)
+    return ew.where(positive, input, ew.mul(ew.sub(ew.exp(negative_part), 1.0), alpha))
+
+
+def normalize(input, p: float = 2.0, dim: int = 1, eps: float = 1e-12):
+    from gradcraft.ops.linalg import norm
+    return ew.div(input, ew.maximum(norm(input, p, dim, keepdim=True), eps))
+
+
+def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
+    from gradcraft.ops.linalg import norm
+    dot = rd.sum(ew.mul(x1, x2), dim)
+    return ew.div(dot, ew.mul(ew.maximum(norm(x1, 2, dim), eps), ew.maximum(norm(x2, 2, dim), eps)))

@@ -1,0 +1,128 @@
+"""Rounding and number tests: floor, ceil, trunc, round, // and %, isnan, isinf, isfinite, isclose.
+
+Composed from casts and comparisons (no kernels of their own): a cast to an integer dtype truncates
+toward zero and carries no gradient, so floor(x) and friends are constants to autograd (PyTorch's
+gradient of these is zero as well), and `a % b` gets PyTorch's gradients (1 for a, -floor(a/b) for b)
+through the ordinary rules of sub and mul.
+"""
+
+from gradcraft import dtypes
+from gradcraft.errors import UserError
+from gradcraft.ops import elementwise as ew
+
+_EXACT = 2.0 ** 52  # float64 values this large are already integers (float32: from 2**23)
+
+
+def trunc(x):
+    if not x.dtype.is_floating_point:
+        return x
+    whole = ew.cast(ew.cast(x, dtypes.int64), x.dtype)
+    # Large values, inf and NaN have no fractional part (and would not fit in an int64).
+    return ew.where(ew.lt(ew.abs(x), _EXACT), whole, x)
+
+
+def floor(x):
+    t = trunc(x)
+    return t if not x.dtype.is_floating_point else ew.sub(t, ew.cast(ew.gt(t, x), x.dtype))
+
+
+def ceil(x):
+    t = trunc(x)
+    return t if not x.dtype.is_floating_point else ew.add(t, ew.cast(ew.lt(t, x), x.dtype))
+
+
+def round(x, decimals: int = 0):
+    """Half to even, as torch.round."""
+    if not x.dtype.is_floating_point:
+        return x
+    scale = 10.0 ** decimals
+    y = ew.mul(x, scale) if decimals else x
+    f = floor(y)
+    diff = ew.sub(y, f)
+    half = ew.eq(diff, 0.5)
+    f_is_odd = ew.ne(ew.sub(f, ew.mul(floor(ew.mul(f, 0.5)), 2.0)), 0)
+    up = ew.logical_or(ew.gt(diff, 0.5), ew.logical_and(half, f_is_odd))
+    out = ew.add(f, ew.cast(up, x.dtype))
+    return ew.div(out, scale) if decimals else out
+
+
+def floor_divide(a, b):
+    """a // b rounded toward minus infinity (PyTorch and Python); integers stay integers."""
+    a_t, b_t = ew._operands(a, b, "floor_divide")
+    if a_t.dtype.is_floating_point:
+        return floor(ew.div(a_t, b_t))
+    if a_t.dtype == dtypes.bool_:
+        raise UserError("floor_divide is not defined for bool tensors; convert with .long() first")
+    quotient = floor(ew.div(ew.cast(a_t, dtypes.float64), ew.cast(b_t, dtypes.float64)))
+    return ew.cast(quotient, a_t.dtype)
+
+
+def remainder(a, b):
+    """a % b with the sign of b (Python's and PyTorch's %)."""
+    a_t, b_t = ew._operands(a, b, "remainder")
+    if a_t.dtype.is_floating_point:
+        return ew.sub(a_t, ew.mul(floor(ew.div(a_t, b_t)), b_t))
+    return ew.sub(a_t, ew.mul(floor_divide(a_t, b_t), b_t))
+
+
+def fmod(a, b):
+    """a - trunc(a / b) * b (the sign of a), as torch.fmod."""
+    a_t, b_t = ew._operands(a, b, "fmod")
+    if a_t.dtype.is_floating_point:
+        return ew.sub(a_t, ew.mul(trunc(ew.div(a_t, b_t)), b_t))
+    q = ew.cast(trunc(ew.div(ew.cast(a_t, dtypes.float64), ew.cast(b_t, dtypes.float64))), a_t.dtype)
+    return ew.sub(a_t, ew.mul(q, b_t))
+
+
+def div_rounded(a, b, *, rounding_mode=None):
+    """torch.div(a, b, rounding_mode=None | "trunc" | "floor")."""
+    if rounding_mode is None:
+        return ew.div(a, b)
+    if rounding_mode == "floor":
+        return floor_divide(a, b)
+    if rounding_mode == "trunc":
+        a_t, b_t = ew._operands(a, b, "div")
+        if a_t.dtype.is_floating_point:
+            return trunc(ew.div(a_t, b_t))
+        return ew.cast(trunc(ew.div(ew.cast(a_t, dtypes.float64), ew.cast(b_t, dtypes.float64))), a_t.dtype)
+    raise UserError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+
+
+def isnan(x):
+    return ew.ne(x, x)  # only NaN differs from itself
+
+
+def isinf(x):
+    if not x.dtype.is_floating_point:
+        return ew.ne(x, x)
+    return ew.eq(ew.abs(x), float("inf"))
+
+
+def isfinite(x):
+    if not x.dtype.is_floating_point:
+        return ew.eq(x, x)
+    return ew.eq(ew.sub(x, x), 0.0)  # inf - inf and NaN - NaN are NaN
+
+
+def isclose(a, b, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False):
+    a_t, b_t = ew._operands(a, b, "isclose")
+    if not a_t.dtype.is_floating_point:
+        return ew.eq(a_t, b_t)
+    close = ew.le(ew.abs(ew.sub(a_t, b_t)), ew.add(ew.mul(ew.abs(b_t), rtol), atol))
+    close = ew.logical_or(close, ew.eq(a_t, b_t))  # equal infinities
+    if equal_nan:
+        close = ew.logical_or(close, ew.logical_and(isnan(a_t), isnan(b_t)))
+    return close
+
+
+def allclose(a, b, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
+    from gradcraft.ops.reduce import all as all_
+    return bool(all_(isclose(a, b, rtol, atol, equal_nan)).item())
+
+
+def equal(a, b) -> bool:
+    """True when a and b have the same shape and elements (torch.equal)."""
+    from gradcraft.ops.reduce import all as all_
+    if tuple(a.shape) != tuple(b.shape):
+        return False
+    return bool(all_(ew.eq(a, b)).item())

@@ -1,0 +1,153 @@
+"""Adam, RMSprop and Adagrad with PyTorch's formulas, defaults and state names, and SGD with
+PyTorch's dampening and Nesterov momentum.
+
+Like the other optimizers, a step builds every update as Tensor ops ending in `assign` and realizes
+them in one schedule (Optimizer.step). Weight decay here is PyTorch's L2 penalty added to the
+gradient, for every parameter of the group (AdamW is the decoupled form).
+"""
+
+import math
+
+from gradcraft import dtypes
+from gradcraft.ops.creation import zeros
+from gradcraft.optim.optimizer import SGD as _PlainSGD
+from gradcraft.optim.optimizer import Optimizer
+
+
+def _math_dtype(p):
+    """State and arithmetic in float32 (float64 for float64 parameters), whatever the parameter's dtype."""
+    return dtypes.float64 if p.dtype == dtypes.float64 else dtypes.float32
+
+
+def _zeros_like(p):
+    return zeros(p.shape, dtype=_math_dtype(p), device=p.device).realize()
+
+
+def _grad(group, p):
+    g = p.grad.to(_math_dtype(p))
+    if group["weight_decay"]:
+        g = g + p.to(_math_dtype(p)) * group["weight_decay"]
+    return -g if group.get("maximize") else g
+
+
+class Adam(Optimizer):
+    """torch.optim.Adam: m and v moments (exp_avg, exp_avg_sq), bias-corrected; amsgrad keeps the
+    running maximum of v (max_exp_avg_sq)."""
+
+    defaults = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0, "amsgrad": False,
+                "maximize": False}
+
+    def _update(self, gi, group, p):
+        state = self.state.setdefault(id(p), {"step": 0})
+        if "exp_avg" not in state:
+            state["exp_avg"], state["exp_avg_sq"] = _zeros_like(p), _zeros_like(p)
+            if group["amsgrad"]:
+                state["max_exp_avg_sq"] = _zeros_like(p)
+        state["step"] += 1
+        beta1, beta2 = group["betas"]
+        step = state["step"]
+        g = _grad(group, p)
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        m_new = m * beta1 + g * (1.0 - beta1)
+        v_new = v * beta2 + g * g * (1.0 - beta2)
+        out = [m.assign(m_new), v.assign(v_new)]
+        if group["amsgrad"]:
+            v_max = state["max_exp_avg_sq"]
+            v_new = v_max.maximum(v_new)
+            out.append(v_max.assign(v_new))
+        step_size = group["lr"] / (1.0 - beta1 ** step)
+        denom = v_new.sqrt() / math.sqrt(1.0 - beta2 ** step) + group["eps"]
+        out.append(p.assign((p.to(_math_dtype(p)) - step_size * (m_new / denom)).to(p.dtype)))
+        return out
+
+
+class RMSprop(Optimizer):
+    """torch.optim.RMSprop: square_avg (and grad_avg when centered, momentum_buffer with momentum)."""
+
+    defaults = {"lr": 1e-2, "alpha": 0.99, "eps": 1e-8, "weight_decay": 0.0, "momentum": 0.0, "centered": False,
+                "maximize": False}
+
+    def _update(self, gi, group, p):
+        state = self.state.setdefault(id(p), {"step": 0})
+        if "square_avg" not in state:
+            state["square_avg"] = _zeros_like(p)
+            if group["momentum"] > 0:
+                state["momentum_buffer"] = _zeros_like(p)
+            if group["centered"]:
+                state["grad_avg"] = _zeros_like(p)
+        state["step"] += 1
+        alpha = group["alpha"]
+        g = _grad(group, p)
+        sq = state["square_avg"]
+        sq_new = sq * alpha + g * g * (1.0 - alpha)
+        out = [sq.assign(sq_new)]
+        if group["centered"]:
+            ga = state["grad_avg"]
+            ga_new = ga * alpha + g * (1.0 - alpha)
+            out.append(ga.assign(ga_new))
+            avg = (sq_new - ga_new * ga_new).sqrt() + group["eps"]
+        else:
+            avg = sq_new.sqrt() + group["eps"]
+        if group["momentum"] > 0:
+            buf = state["momentum_buffer"]
+            buf_new = buf * group["momentum"] + g / avg
+            out.append(buf.assign(buf_new))
+            update = buf_new
+        else:
+            update = g / avg
+        out.append(p.assign((p.to(_math_dtype(p)) - group["lr"] * update).to(p.dtype)))
+        return out
+
+
+class Adagrad(Optimizer):
+    """torch.optim.Adagrad: sum of squared gradients (state "sum"), learning-rate decay per step."""
+
+    defaults = {"lr": 1e-2, "lr_decay": 0.0, "weight_decay": 0.0, "initial_accumulator_value": 0.0, "eps": 1e-10,
+                "maximize": False}
+
+    def _update(self, gi, group, p):
+        state = self.state.setdefault(id(p), {"step": 0})
+        if "sum" not in state:
+            state["sum"] = (_zeros_like(p) + group["initial_accumulator_value"]).realize()
+        state["step"] += 1
+        g = _grad(group, p)
+        clr = group["lr"] / (1.0 + (state["step"] - 1) * group["lr_decay"])
+        total = state["sum"]
+        total_new = total + g * g
+        return [total.assign(total_new),
+                p.assign((p.to(_math_dtype(p)) - clr * g / (total_new.sqrt() + group["eps"])).to(p.dtype))]
+
+
+class SGD(_PlainSGD):
+    """torch.optim.SGD: momentum with dampening and Nesterov's variant (plain momentum without
+    dampening is the base class's update)."""
+
+    defaults = dict(_PlainSGD.defaults, dampening=0.0, nesterov=False, maximize=False)
+
+    def __init__(self, params, lr: float = 1e-3, **hyper):
+        super().__init__(params, lr=lr, **hyper)
+        for group in self.param_groups:
+            if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
+                from gradcraft.errors import UserError
+                raise UserError("Nesterov momentum requires a momentum and zero dampening")
+
+    def _update(self, gi, group, p):
+        if not (group["nesterov"] or group["dampening"] or group["maximize"]):
+            return super()._update(gi, group, p)
+        g = p.grad
+        if group["weight_decay"]:
+            g = g + p * group["weight_decay"]
+        if group["maximize"]:
+            g = -g
+        out = []
+        if group["momentum"]:
+            state = self.state.setdefault(id(p), {"step": 0})
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = zeros(p.shape, dtype=p.dtype, device=p.device).realize()
+                buf_new = g
+            else:
+                buf_new = state["momentum_buffer"] * group["momentum"] + g * (1.0 - group["dampening"])
+            out.append(state["momentum_buffer"].assign(buf_new))
+            g = g + buf_new * group["momentum"] if group["nesterov"] else buf_new
+        out.append(p.assign(p - group["lr"] * g))
+        return out

@@ -116,7 +116,7 @@ MUTANTS = [
       ("tests/test_optim.py",), "AdamW without bias correction"),
     M("adamw_c_second_moment_unsquared", KERNELS,
       "v[i] = v[i] * beta2 + gi * (1.0f - beta2) * gi;", "v[i] = v[i] * beta2 + (1.0f - beta2) * fabsf(gi);",
-      ("tests/test_optim.py", "tests/test_cpu_native.py"), "AdamW's second moment of |g|, not g^2 (C)"),
+      ("tests/test_optim.py", "tests/test_cpu_native.py"), "AdamW's second moment of abs(g), not g^2 (C)"),
     M("clip_coefficient_inverted", CPU,
       "coef = min(1.0, max_norm / (norm + 1e-6)) if max_norm > 0 else 1.0",
       "coef = min(1.0, norm / (max_norm + 1e-6)) if max_norm > 0 else 1.0",
@@ -146,7 +146,7 @@ def copy_repository(target: Path) -> None:
 
 
 def run_tests(copy: Path, tests, timeout: int) -> tuple[str, float, str]:
-    """('pass' | 'fail' | 'error', seconds, last line of pytest's output)."""
+    """('pass' | 'fail' | 'error', seconds, the first failing test, else pytest's last line)."""
     env = dict(os.environ, PYTHONPATH=str(copy), GRADCRAFT_CACHE_DIR=str(copy / ".cache"),
                PYTHONDONTWRITEBYTECODE="1")
     start = time.perf_counter()
@@ -156,7 +156,8 @@ def run_tests(copy: Path, tests, timeout: int) -> tuple[str, float, str]:
     except subprocess.TimeoutExpired:
         return "error", time.perf_counter() - start, f"timed out after {timeout} s"
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    summary = lines[-1] if lines else proc.stderr.strip()[-200:]
+    failed = [line.split()[1].split("::", 1)[-1] for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    summary = failed[0] if failed else (lines[-1] if lines else proc.stderr.strip()[-200:])
     outcome = {0: "pass", 1: "fail", 2: "fail"}.get(proc.returncode, "error")  # 2: collection or import error
     return outcome, time.perf_counter() - start, summary
 
@@ -210,8 +211,9 @@ def main(argv=None) -> int:
             print(f"{m.name}: {verdict} ({seconds:.0f} s) {summary}", flush=True)
 
     caught = sum(r[1] == "caught" for r in rows)
-    table = ["| mutant | file | the bug | tests run | result |", "|---|---|---|---|---|"]
-    table += [f"| {m.name} | {m.path} | {m.what} | `{' '.join(m.tests)}` | {verdict} |" for m, verdict, _, _ in rows]
+    table = ["| mutant | file | the bug | tests run | result | first failing test |", "|---|---|---|---|---|---|"]
+    table += [f"| {m.name} | {m.path} | {m.what} | `{' '.join(m.tests)}` | {verdict} | "
+              f"{'`' + summary + '`' if verdict == 'caught' else summary} |" for m, verdict, _, summary in rows]
     table.append(f"\nScore: {caught} of {len(rows)} mutants caught.")
     print("\n".join(table))
     if args.markdown:

@@ -44,9 +44,12 @@ def test_limit_and_policy_choose_threads_by_product_size():
             return a @ b
         policy = blas.thread_policy({"matmul": fake_matmul})
         small, big = np.ones((8, 16, 32), np.float32), np.ones((4096, 64), np.float32)
-        policy["matmul"](small, np.ones((8, 32, 16), np.float32))  # 16 x 32 x 16 per call
-        policy["matmul"](big, np.ones((64, 1024), np.float32))  # 4096 x 64 x 1024: one big call
-        assert seen == [1, 2]
+        for _ in range(3):
+            policy["matmul"](small, np.ones((8, 32, 16), np.float32))  # 16 x 32 x 16 per call: one thread
+        assert seen == [1, 1, 1]
+        for _ in range(2):  # 4096 x 64 x 1024: one big call; the first two try each thread count
+            policy["matmul"](big, np.ones((64, 1024), np.float32))
+        assert sorted(seen[3:]) == [1, 2]
         assert local_threads() == 2  # restored
     finally:
         blas.set_threads(before)
@@ -67,3 +70,18 @@ def test_backend_results_do_not_depend_on_the_policy():
         got = (gc.tensor(x) @ gc.tensor(y)).numpy()
         np.testing.assert_allclose(got, backend.reference_kernels["matmul"](x, y), rtol=1e-6, atol=1e-5)
         np.testing.assert_allclose(got, np.matmul(x.astype(np.float64), y), rtol=1e-4, atol=1e-4)
+
+
+def test_thread_chooser_follows_the_faster_count():
+    chooser = blas._ThreadChooser()
+    size = 27  # a size class: products of 2^26..2^27 multiply-adds
+    assert chooser.choose(size, 2) == 1  # nothing measured: try one thread
+    chooser.record(size, 1, 1 << 26, 0.010)
+    assert chooser.choose(size, 2) == 2  # then the other
+    chooser.record(size, 2, 1 << 26, 0.005)  # idle cores: two threads twice as fast
+    picks = [chooser.choose(size, 2) for _ in range(64)]
+    assert picks.count(2) >= 56 and picks.count(1) >= 3  # mostly two threads, one tried now and then
+    for _ in range(6):  # contention: two-thread calls now wait at their barrier
+        chooser.record(size, 2, 1 << 26, 0.060)
+    picks = [chooser.choose(size, 2) for _ in range(64)]
+    assert picks.count(1) >= 56 and picks.count(2) >= 3

@@ -5,8 +5,10 @@ a barrier when it ends. On a small product (an attention head's 128 x 32 x 128, 
 microseconds of work) the split saves little when the cores are idle, and when other processes use
 the cores it costs a scheduler time slice each time one of the threads is not running: a training
 step of many small products then slows down far more than the work it does (measured in
-BENCHMARK.md). So the backend runs small products on one thread (`thread_policy`) and gives the big ones (the
-vocabulary projection, a long sequence's attention) the threads BLAS was configured with.
+BENCHMARK.md). So the backend runs small products on one thread (`thread_policy`), and for bigger ones (the MLP,
+the vocabulary projection) picks per size class whichever of one thread or the configured threads
+has been faster lately (`_ThreadChooser`: idle cores give the big products all threads; under
+contention, where a multi-threaded product waits for a descheduled thread, one thread wins).
 GRADCRAFT_BLAS_POLICY=off turns that off.
 
     from gradcraft.backend import blas
@@ -21,6 +23,7 @@ import contextlib
 import ctypes
 import functools
 import os
+import time
 
 # Products of fewer multiply-adds than this run on one thread: below it, a second thread saved less
 # than ~15% on an idle 2-core machine and cost several times the product under contention.
@@ -102,16 +105,59 @@ def _per_call_attention(q, k, *args, **kwargs) -> int:
     return q.shape[-2] * q.shape[-1] * k.shape[-2]
 
 
+class _ThreadChooser:
+    """For products of one size class (a power of 2 of multiply-adds), which thread count has been
+    faster lately: a moving average of the multiply-adds per second of each, fed by the calls'
+    own times; every EXPLORE-th call tries the other count so that a change of load is noticed.
+    On idle cores the configured threads win on big products; when another process holds a core,
+    a multi-threaded call waits at its barrier for a descheduled thread (a 1 ms product took 7 ms
+    at the median, BENCHMARK.md) and one thread wins."""
+    EXPLORE = 16
+
+    def __init__(self):
+        self.rates = {}  # (size class, threads) -> multiply-adds per second, moving average
+        self.calls = {}  # size class -> calls so far
+
+    def choose(self, size_class: int, many: int) -> int:
+        calls = self.calls[size_class] = self.calls.get(size_class, 0) + 1
+        one, all_ = self.rates.get((size_class, 1)), self.rates.get((size_class, many))
+        if one is None or all_ is None:
+            return 1 if one is None else many
+        best, other = (many, 1) if all_ >= one else (1, many)
+        return other if calls % self.EXPLORE == 0 else best
+
+    def record(self, size_class: int, threads: int, macs: int, seconds: float) -> None:
+        rate = macs / max(seconds, 1e-9)
+        old = self.rates.get((size_class, threads))
+        self.rates[(size_class, threads)] = rate if old is None else 0.7 * old + 0.3 * rate
+
+
+_chooser = _ThreadChooser()
+
+
 def _below_threshold_on_one_thread(fn, per_call):
     set_local = _functions()[2]
 
     @functools.wraps(fn)
     def kernel(*args, **kwargs):
-        if per_call(*args) >= ONE_THREAD_BELOW:
+        macs = per_call(*args)
+        if macs < ONE_THREAD_BELOW:
+            previous = set_local(1)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                set_local(previous)
+        many = threads() or 1
+        if many == 1:
             return fn(*args, **kwargs)
-        previous = set_local(1)
+        size_class = macs.bit_length()
+        chosen = _chooser.choose(size_class, many)
+        previous = set_local(chosen)
         try:
-            return fn(*args, **kwargs)
+            start = time.perf_counter()
+            result = fn(*args, **kwargs)
+            _chooser.record(size_class, chosen, macs, time.perf_counter() - start)
+            return result
         finally:
             set_local(previous)
     return kernel

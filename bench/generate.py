@@ -35,9 +35,8 @@ def main():
     import torch
     import transformers
     if args.threads:
-        torch.set_num_threads(args.threads)
-        from threadpoolctl import threadpool_limits
-        threadpool_limits(args.threads)
+        from gradcraft.benchmarks import limit_threads
+        limit_threads(args.threads)  # PyTorch's threads and NumPy's BLAS (gradcraft.backend.blas)
     import gradcraft as gc
     from gradcraft.inference.generate import SamplingParams, generate
     from gradcraft.models import Transformer, describe, preset

@@ -7,6 +7,7 @@ means the same thing in both), the sample inputs, and tolerances.
 An input spec is one of:
   (2, 3)            a random float tensor of that shape that requires grad
   Pos((2, 3))       the same, with values in [0.5, 1.5] (for log, sqrt, pow, ...)
+  Scaled((2, 3), s) the same as (2, 3), times s (tiny or huge rows: where a norm's eps matters or not)
   Ints(high, shape) a constant int64 tensor with values in [0, high)
   Fixed((2, 3))     a random float tensor that is a constant (no gradient)
   Mask((2, 3))      a constant bool tensor
@@ -20,6 +21,25 @@ from typing import Callable
 @dataclass(frozen=True)
 class Pos:
     shape: tuple
+
+
+@dataclass(frozen=True)
+class Scaled:
+    shape: tuple
+    scale: float
+
+
+def float_data(spec, rng):
+    """The float64 values of a differentiable input spec: (shape), Pos or Scaled."""
+    if isinstance(spec, Pos):
+        return rng.uniform(0.5, 1.5, size=spec.shape)
+    if isinstance(spec, Scaled):
+        return rng.standard_normal(spec.shape) * spec.scale
+    return rng.standard_normal(spec)
+
+
+def input_shape(spec):
+    return spec.shape if isinstance(spec, (Pos, Scaled)) else spec
 
 
 @dataclass(frozen=True)
@@ -81,6 +101,17 @@ def _rope(m, x, cos, sin):
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
     return m.T.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def _causal_fewer_queries(m, q, k, v):
+    """Causal attention of T queries over S >= T keys, the queries being the last T positions (a
+    KV cache): gradcraft's is_causal; for torch (whose is_causal aligns to the first keys) a mask."""
+    if m.name == "gradcraft":
+        return _sdpa(m, q, k, v, is_causal=True)
+    T, S = q.shape[-2], k.shape[-2]
+    i = m.T.arange(T).reshape(T, 1)
+    j = m.T.arange(S).reshape(1, S)
+    return _sdpa(m, q, k, v, attn_mask=j <= i + S - T)
 
 
 def _window_mask(m, T, w):
@@ -190,11 +221,22 @@ OPS = [
                                                                            ((2, 3, 5), (5,), (5,))]),
     OpInfo("layer_norm_noaffine_2d", lambda m, x: m.F.layer_norm(x, (3, 4), eps=1e-3), [((2, 3, 4),)]),
     OpInfo("rms_norm", lambda m, x, w: m.F.rms_norm(x, (5,), w, eps=1e-6), [((3, 5), (5,)), ((2, 3, 5), (5,))]),
+    # rows whose mean square is near eps (there eps changes the result by a third) and far above it
+    OpInfo("rms_norm_tiny_rows", lambda m, x, w: m.F.rms_norm(x, (6,), w, eps=1e-5),
+           [(Scaled((4, 6), 2e-3), (6,)), (Scaled((2, 3, 6), 3e-3), Const(None))]),
+    OpInfo("rms_norm_huge_rows", lambda m, x, w: m.F.rms_norm(x, (6,), w, eps=1e-5), [(Scaled((4, 6), 1e3), (6,))]),
+    OpInfo("layer_norm_tiny_rows", lambda m, x, w, b: m.F.layer_norm(x, (6,), w, b, eps=1e-5),
+           [(Scaled((4, 6), 3e-3), (6,), (6,))]),
+    OpInfo("layer_norm_tiny_rows_noaffine", lambda m, x: m.F.layer_norm(x, (6,), eps=1e-4), [(Scaled((3, 6), 1e-2),)]),
+    OpInfo("layer_norm_huge_rows", lambda m, x, w, b: m.F.layer_norm(x, (6,), w, b, eps=1e-5),
+           [(Scaled((4, 6), 1e3), (6,), (6,))]),
     OpInfo("embedding", lambda m, i, w: m.F.embedding(i, w), [(Ints(7, (2, 5)), (7, 3)), (Ints(4, (6,)), (4, 2))]),
     OpInfo("rope", _rope, [((2, 3, 4, 6), (4, 3), (4, 3))], tags={"const_inputs_1_2"}),
     OpInfo("sdpa", lambda m, q, k, v: _sdpa(m, q, k, v), [((2, 2, 4, 3), (2, 2, 4, 3), (2, 2, 4, 3))]),
     OpInfo("sdpa_causal", lambda m, q, k, v: _sdpa(m, q, k, v, is_causal=True),
            [((1, 3, 5, 4), (1, 3, 5, 4), (1, 3, 5, 2))]),
+    OpInfo("sdpa_causal_fewer_queries", _causal_fewer_queries,
+           [((1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4)), ((2, 2, 1, 4), (2, 2, 6, 4), (2, 2, 6, 3))]),
     OpInfo("sdpa_gqa", lambda m, q, k, v: _sdpa(m, q, k, v, is_causal=True, enable_gqa=True),
            [((2, 4, 5, 3), (2, 2, 5, 3), (2, 2, 5, 3))]),
     OpInfo("sdpa_mask_scale", lambda m, q, k, v, mask: _sdpa(m, q, k, v, attn_mask=mask, scale=0.3),

@@ -8,7 +8,7 @@ import torch
 
 import gradcraft as gc
 import gradcraft.nn.functional as gF
-from optable import OPS, Const, Fixed, Ints, Mask, Pos
+from optable import OPS, Const, Fixed, Ints, Mask, float_data, input_shape
 
 GC = types.SimpleNamespace(name="gradcraft", T=gc, F=gF)
 TORCH = types.SimpleNamespace(name="torch", T=torch, F=torch.nn.functional)
@@ -35,9 +35,8 @@ def make_inputs(sample, np_dtype, rng, noncontiguous=False):
             gc_args.append(gc.tensor(data))
             torch_args.append(torch.tensor(data))
         else:
-            shape = spec.shape if isinstance(spec, Pos) else spec
-            data = rng.uniform(0.5, 1.5, size=shape) if isinstance(spec, Pos) else rng.standard_normal(shape)
-            data = data.astype(np_dtype)
+            shape = input_shape(spec)
+            data = float_data(spec, rng).astype(np_dtype)
             if noncontiguous and len(shape) >= 1:
                 # A strided view: every other element of a twice-as-wide base tensor.
                 base = np.repeat(data, 2, axis=-1)

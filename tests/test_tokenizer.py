@@ -233,3 +233,53 @@ def test_ascii_fast_path_equals_full_pattern(name):
     texts += [doc for doc in CORPUS if doc.isascii()] + ["don't I'LL we've 'S 'Ve x's 12345 \r\n\r\n  \t\x0b\x1c\x1f"]
     for t in texts:
         assert fast.findall(t) == full.findall(t), repr(t)
+
+
+# ------------------------------------------------- merge order, without optional libraries
+
+def naive_encode_piece(data: bytes, merges) -> list[int]:
+    """Reference BPE on one piece, from the definition: while some adjacent pair is a merge rule,
+    apply the rule of lowest rank, at its leftmost occurrence first and then every other one."""
+    rank = {(a, b): (r, t) for r, (a, b, t) in reversed(list(enumerate(merges)))}  # first rule wins
+    ids = list(data)
+    while True:
+        ranked = [rank[p] for p in zip(ids, ids[1:]) if p in rank]
+        if not ranked:
+            return ids
+        r, t = min(ranked)
+        pair, out, i = merges[r][:2], [], 0
+        while i < len(ids):
+            if i + 1 < len(ids) and (ids[i], ids[i + 1]) == tuple(pair):
+                out.append(t)
+                i += 2
+            else:
+                out.append(ids[i])
+                i += 1
+        ids = out
+
+
+def test_merges_apply_by_rank_not_left_to_right():
+    # "bc" ranks before "ab": "abc" is a + bc, never ab + c; then (a, bc) is a rule of its own.
+    a, b, c, d = (ord(ch) for ch in "abcd")
+    merges = [(b, c, 256), (a, b, 257), (a, 256, 258), (257, c, 259), (c, d, 260), (258, d, 261)]
+    tok = Tokenizer(pattern="none", merges=merges)
+    assert tok.encode_ordinary("abc") == [258]  # left-to-right would give ab + c -> 259
+    assert tok.encode_ordinary("abcd") == [261]
+    assert tok.encode_ordinary("cd") == [260] and tok.encode_ordinary("ab") == [257]
+    assert tok.encode_ordinary("abab") == [257, 257]
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        text = "".join(rng.choice(list("abcd"), size=rng.integers(1, 25)))
+        assert tok.encode_ordinary(text) == naive_encode_piece(text.encode(), merges), text
+
+
+@pytest.mark.parametrize("pattern", ["gpt2", "none"])
+def test_trained_tokenizer_encodes_as_the_naive_reference(pattern):
+    tok = train(CORPUS[:10], vocab_size=500, pattern=pattern, special_tokens=[])
+    assert tok.merge_mode == "merges" and len(tok.merges) > 100
+    rx = compile_pattern(pattern)
+    for text in CORPUS[10:14] + SAMPLES[:10]:
+        text = text[:2000]
+        want = [t for piece in split_pieces(text, rx) for t in naive_encode_piece(piece.encode("utf-8", "surrogatepass"),
+                                                                                   tok.merges)]
+        assert tok.encode_ordinary(text) == want

@@ -7,6 +7,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 
 from gradcraft.data.tokenfile import write_token_file
 from gradcraft.training.log import read_log
@@ -37,9 +38,11 @@ def test_training_writes_every_output_and_learns(dataset, tmp_path):
     assert rows[9]["val_loss"] and rows[29]["val_loss"] and not rows[10]["val_loss"]
 
 
-def test_resume_is_bitwise_exact(dataset, tmp_path):
+@pytest.mark.parametrize("sampling", ["random", "sequential"])
+def test_resume_is_bitwise_exact(dataset, tmp_path, sampling):
     straight, split = tmp_path / "straight", tmp_path / "split"
-    common = ["--dataset", dataset, "--checkpoint_every", "6", "--dropout", "0.1", "--target_batch", "8", *TINY]
+    common = ["--dataset", dataset, "--checkpoint_every", "6", "--dropout", "0.1", "--target_batch", "8",
+              "--sampling", sampling, *TINY]
     run("--model_dir", str(straight), "--steps", "12", *common)
     run("--model_dir", str(split), "--steps", "12", "--stop_after", "6", *common)
     run("--model_dir", str(split), "--steps", "12", "--resume", "--dataset", dataset, "--no_progress")

@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from gradcraft.backend import Backend, check_optimizer_state, cpu_native, philox, slices_tile_one_axis
+from gradcraft.backend import Backend, blas, check_optimizer_state, cpu_native, philox, slices_tile_one_axis
 from gradcraft.backend.cpu_threads import (_BLOCK, _CE_BLOCK, _MAP_BLOCK, _into, _map, _parallel,  # noqa: F401
                                            _rowwise, num_threads, set_num_threads)
 from gradcraft.engine.memory import CPUPool, stats
@@ -1101,6 +1101,7 @@ class CPUBackend(Backend):
         # stay their fallback, and the reference that the C and CUDA kernels are tested against.
         self.reference_kernels = dict(self.kernels)
         self.kernels.update(cpu_native.kernels(self.reference_kernels, _out))
+        self.kernels.update(blas.thread_policy(self.kernels))  # small products on one BLAS thread
 
     def from_numpy(self, array):
         return stats.track(np.array(array, copy=True, order="C"))

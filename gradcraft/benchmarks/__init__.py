@@ -9,15 +9,14 @@ the side-by-side training benchmark.
 
 
 def limit_threads(threads: int):
-    """Give both engines the same CPU threads: PyTorch's (and OpenMP's), and NumPy's BLAS (via
-    threadpoolctl when installed). Returns the torch module, or None when PyTorch is not installed."""
+    """Give both engines the same CPU threads: PyTorch's (and OpenMP's), and NumPy's BLAS (through
+    gradcraft.backend.blas: no threadpoolctl needed). Returns the torch module, or None when PyTorch
+    is not installed."""
     import os
+
+    from gradcraft.backend import blas
     os.environ["OMP_NUM_THREADS"] = str(threads)
-    try:
-        from threadpoolctl import threadpool_limits
-        threadpool_limits(threads, user_api="blas")
-    except ImportError:
-        pass
+    blas.set_threads(threads)
     try:
         import torch
     except ImportError:

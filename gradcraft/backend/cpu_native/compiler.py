@@ -18,8 +18,12 @@ import tempfile
 from pathlib import Path
 
 SOURCE = Path(__file__).parent / "kernels.c"
-FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-fPIC", "-shared")
-_BASIC_FLAGS = ("-O3", "-fopenmp-simd", "-fno-math-errno", "-fPIC", "-shared")  # where -march=native fails
+# -fno-trapping-math lets gcc turn the kernels' range checks into selects on AVX2 (without it their
+# loops vectorize only with AVX-512's masks; see exp_f in kernels.c). GRADCRAFT_CPU_MARCH replaces
+# "native" (e.g. x86-64-v3 to measure AVX2 code on an AVX-512 machine).
+_COMMON = ("-O3", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math", "-fPIC", "-shared")
+FLAGS = (f"-march={os.environ.get('GRADCRAFT_CPU_MARCH') or 'native'}", *_COMMON)
+_BASIC_FLAGS = _COMMON  # where -march=native fails
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 SIGNATURES = {  # argument types of every kernel in kernels.c (all return void)

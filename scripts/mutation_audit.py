@@ -1,0 +1,225 @@
+"""Mutation audit: does the test suite catch small deliberate bugs where users depend on the code?
+
+Each mutant below replaces one exact piece of source text (found exactly once, or the mutant is
+reported as stale) in a temporary copy of the repository, runs the test files that should catch
+it (`pytest -x`: the first failure is enough), and restores the file. A mutant is *caught* when a
+test fails, *missed* when they all pass. The working tree is never modified. The C kernels are
+compiled in the copy's own cache, so C mutants are real.
+
+    python scripts/mutation_audit.py                   # every mutant; a table at the end
+    python scripts/mutation_audit.py --list            # names and the tests each runs
+    python scripts/mutation_audit.py --only temperature_multiplies,top_p_halved
+    python scripts/mutation_audit.py --baseline        # first check the tests pass unmutated
+    python scripts/mutation_audit.py --markdown out.md # also write the table as Markdown
+
+Exit status 1 when a mutant is missed or stale. It takes a while (each mutant runs its tests in a
+fresh process): run it under `nice` on a shared machine. docs/testing.md records the last score.
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str  # relative to the repository root
+    old: str
+    new: str
+    tests: tuple  # pytest arguments: files, and -k expressions
+    what: str  # the bug, in words
+
+
+M = Mutant
+KERNELS = "gradcraft/backend/cpu_native/kernels.c"
+CPU = "gradcraft/backend/cpu.py"
+MUTANTS = [
+    # ---- data samplers
+    M("sequential_sampler_forgets_position", "gradcraft/data/sampler.py",
+      'self.epoch, self.position = int(state["epoch"]), int(state["position"])',
+      'self.epoch, self.position = int(state["epoch"]), 0',
+      ("tests/test_samplers.py",), "SequentialEpochs restarts its epoch on resume"),
+    M("sequential_sampler_same_order_every_epoch", "gradcraft/data/sampler.py",
+      "np.random.default_rng([self.seed, epoch])", "np.random.default_rng([self.seed, 0])",
+      ("tests/test_samplers.py",), "every epoch visits the windows in the same order"),
+    M("random_sampler_ignores_saved_state", "gradcraft/data/sampler.py",
+      'self.rng.bit_generator.state = state["rng"]', "pass",
+      ("tests/test_samplers.py",), "RandomWindows does not restore its generator"),
+    # ---- sampling (generation)
+    M("temperature_multiplies", "gradcraft/inference/generate.py",
+      "scaled = logits.astype(np.float64) / params.temperature",
+      "scaled = logits.astype(np.float64) * params.temperature",
+      ("tests/test_sampling.py",), "temperature multiplies the logits"),
+    M("top_p_halved", "gradcraft/inference/generate.py",
+      "keep = cumulative - probs[order] < params.top_p", "keep = cumulative - probs[order] < params.top_p / 2",
+      ("tests/test_sampling.py",), "the top-p threshold is halved"),
+    M("top_k_keeps_one_more", "gradcraft/inference/generate.py",
+      "kth = np.partition(scaled, -params.top_k)[-params.top_k]",
+      "kth = np.partition(scaled, -params.top_k - 1)[-params.top_k - 1]",
+      ("tests/test_sampling.py",), "top-k keeps k + 1 tokens"),
+    M("kv_cache_position_off_by_one", "gradcraft/inference/generate.py",
+      "caches=self.caches, start=position)", "caches=self.caches, start=position + 1)",
+      ("tests/test_generate.py", "-k", "kv_cache or greedy"), "decoding steps use the next position"),
+    # ---- training: gradient accumulation and data parallel
+    M("accumulation_seed_one", "gradcraft/training/trainer.py",
+      "seed = 1.0 / (self.accum * self.world)", "seed = 1.0",
+      ("tests/test_grad_accumulation.py",), "backward seeded with 1 instead of 1/(accum x world)"),
+    M("accumulation_ignores_world", "gradcraft/training/trainer.py",
+      "seed = 1.0 / (self.accum * self.world)", "seed = 1.0 / self.accum",
+      ("tests/test_grad_accumulation.py",), "data-parallel gradients summed, not averaged"),
+    # ---- norms (the C kernel is the float32 path, the NumPy reference the float64 one)
+    M("rms_norm_no_eps_c", KERNELS,
+      "float rstd = row_rstd(xr, features, 0.0f, eps);\n        if (weight)",
+      "float rstd = row_rstd(xr, features, 0.0f, 0.0f);\n        if (weight)",
+      ("tests/test_ops.py", "-k", "norm"), "RMSNorm forward (C) without eps"),
+    M("rms_norm_no_eps_numpy", CPU,
+      "rstd = 1.0 / np.sqrt(o.mean(axis=1, keepdims=True) + eps)",
+      "rstd = 1.0 / np.sqrt(o.mean(axis=1, keepdims=True))",
+      ("tests/test_ops.py", "-k", "norm"), "RMSNorm forward (NumPy) without eps"),
+    M("layer_norm_no_eps_c", KERNELS,
+      "float *o = out + r * features;\n        float mean = row_mean(xr, features), rstd = row_rstd(xr, features, mean, eps);",
+      "float *o = out + r * features;\n        float mean = row_mean(xr, features), rstd = row_rstd(xr, features, mean, 0.0f);",
+      ("tests/test_ops.py", "-k", "norm"), "LayerNorm forward (C) without eps"),
+    M("layer_norm_no_eps_numpy", CPU,
+      "o *= 1.0 / np.sqrt((o * o).mean(axis=1, keepdims=True) + eps)",
+      "o *= 1.0 / np.sqrt((o * o).mean(axis=1, keepdims=True))",
+      ("tests/test_ops.py", "-k", "norm"), "LayerNorm forward (NumPy) without eps"),
+    # ---- attention
+    M("causal_mask_top_left_numpy", CPU,
+      "i = np.arange(T)[:, None] + (S - T)", "i = np.arange(T)[:, None]",
+      ("tests/test_ops.py", "-k", "sdpa"), "causal queries aligned with the first keys (NumPy)"),
+    M("causal_mask_top_left_c", KERNELS,
+      "if (causal) end = i + S - T + 1;", "if (causal) end = i + 1;",
+      ("tests/test_ops.py", "-k", "sdpa"), "causal queries aligned with the first keys (C)"),
+    M("attention_scale_1_over_d", "gradcraft/ops/attention.py",
+      "1.0 / math.sqrt(D)", "1.0 / D",
+      ("tests/test_ops.py", "-k", "sdpa"), "attention scaled by 1/D"),
+    # ---- kernels
+    M("exp_taylor_term", KERNELS, "p = p * r + 1.0f / 6.0f;", "p = p * r + 1.0f / 5.0f;",
+      ("tests/test_cpu_native.py",), "a wrong coefficient in the vectorized exp"),
+    M("cross_entropy_mean_counts_ignored", "gradcraft/ops/nn.py",
+      "count = reduce_sum(ew.ne(flat_target, ignore_index))", "count = reduce_sum(ew.ne(flat_target, -12345))",
+      ("tests/test_ops.py", "-k", "cross_entropy"), "the mean loss counts ignored targets"),
+    # ---- optimizer
+    M("adamw_no_bias_correction", "gradcraft/optim/optimizer.py",
+      "step_size, bc2_sqrt = lr / (1.0 - beta1 ** step), math.sqrt(1.0 - beta2 ** step)",
+      "step_size, bc2_sqrt = lr, 1.0",
+      ("tests/test_optim.py",), "AdamW without bias correction"),
+    M("adamw_c_second_moment_unsquared", KERNELS,
+      "v[i] = v[i] * beta2 + gi * (1.0f - beta2) * gi;", "v[i] = v[i] * beta2 + (1.0f - beta2) * fabsf(gi);",
+      ("tests/test_optim.py", "tests/test_cpu_native.py"), "AdamW's second moment of abs(g), not g^2 (C)"),
+    M("clip_coefficient_inverted", CPU,
+      "coef = min(1.0, max_norm / (norm + 1e-6)) if max_norm > 0 else 1.0",
+      "coef = min(1.0, norm / (max_norm + 1e-6)) if max_norm > 0 else 1.0",
+      ("tests/test_optim.py",), "the clipping coefficient inverted"),
+    M("warmup_off_by_one", "gradcraft/optim/schedule.py",
+      "return self.max_lr * (step + 1) / self.warmup_steps", "return self.max_lr * step / self.warmup_steps",
+      ("tests/test_optim.py",), "warmup starts at learning rate 0"),
+    # ---- tokenizer
+    M("bpe_merges_leftmost_first", "gradcraft/tokenizer/bpe.py",
+      "best = min(ranks)", "best = next((r for r in ranks if r != INF), INF)",
+      ("tests/test_tokenizer.py",), "BPE applies the leftmost mergeable pair, not the lowest rank"),
+    M("bpe_training_keeps_stale_counts", "gradcraft/tokenizer/train.py",
+      "if current != -neg:  # stale entry", "if current != -neg and False:  # stale entry",
+      ("tests/test_tokenizer.py",), "BPE training merges pairs by out-of-date counts"),
+]
+
+
+def copy_repository(target: Path) -> None:
+    """Tracked and untracked-but-not-ignored files of the working tree."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
+                           check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        source = ROOT / name
+        if source.is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
+
+
+def run_tests(copy: Path, tests, timeout: int) -> tuple[str, float, str]:
+    """('pass' | 'fail' | 'error', seconds, the first failing test, else pytest's last line)."""
+    env = dict(os.environ, PYTHONPATH=str(copy), GRADCRAFT_CACHE_DIR=str(copy / ".cache"),
+               PYTHONDONTWRITEBYTECODE="1")
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+                              cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "error", time.perf_counter() - start, f"timed out after {timeout} s"
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    failed = [line.split()[1].split("::", 1)[-1] for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    summary = failed[0] if failed else (lines[-1] if lines else proc.stderr.strip()[-200:])
+    outcome = {0: "pass", 1: "fail", 2: "fail"}.get(proc.returncode, "error")  # 2: collection or import error
+    return outcome, time.perf_counter() - start, summary
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", help="comma-separated mutant names")
+    p.add_argument("--list", action="store_true", help="list the mutants and exit")
+    p.add_argument("--baseline", action="store_true", help="first run every mutant's tests unmutated")
+    p.add_argument("--timeout", type=int, default=1200, help="seconds per test run (default 1200)")
+    p.add_argument("--markdown", help="also write the result table to this file")
+    args = p.parse_args(argv)
+    mutants = MUTANTS
+    if args.only:
+        wanted = set(args.only.split(","))
+        unknown = wanted - {m.name for m in MUTANTS}
+        if unknown:
+            print(f"error: unknown mutant(s) {', '.join(sorted(unknown))}, see --list", file=sys.stderr)
+            return 2
+        mutants = [m for m in MUTANTS if m.name in wanted]
+    if args.list:
+        for m in mutants:
+            print(f"{m.name:42s} {m.path}: {m.what}  [{' '.join(m.tests)}]")
+        return 0
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="gradcraft-mutants-") as tmp:
+        copy = Path(tmp)
+        copy_repository(copy)
+        if args.baseline:
+            for tests in dict.fromkeys(m.tests for m in mutants):
+                outcome, seconds, summary = run_tests(copy, tests, args.timeout)
+                print(f"baseline {' '.join(tests)}: {outcome} ({seconds:.0f} s) {summary}", flush=True)
+                if outcome != "pass":
+                    print("error: the tests fail without any mutant, fix them first", file=sys.stderr)
+                    return 2
+        for m in mutants:
+            path = copy / m.path
+            original = path.read_text()
+            if original.count(m.old) != 1:
+                rows.append((m, "stale", 0.0, f"the text to mutate occurs {original.count(m.old)} times"))
+                print(f"{m.name}: stale", flush=True)
+                continue
+            path.write_text(original.replace(m.old, m.new))
+            try:
+                outcome, seconds, summary = run_tests(copy, m.tests, args.timeout)
+            finally:
+                path.write_text(original)
+            verdict = {"fail": "caught", "pass": "MISSED"}.get(outcome, "error")
+            rows.append((m, verdict, seconds, summary))
+            print(f"{m.name}: {verdict} ({seconds:.0f} s) {summary}", flush=True)
+
+    caught = sum(r[1] == "caught" for r in rows)
+    table = ["| mutant | file | the bug | tests run | result | first failing test |", "|---|---|---|---|---|---|"]
+    table += [f"| {m.name} | {m.path} | {m.what} | `{' '.join(m.tests)}` | {verdict} | "
+              f"{'`' + summary + '`' if verdict == 'caught' else summary} |" for m, verdict, _, summary in rows]
+    table.append(f"\nScore: {caught} of {len(rows)} mutants caught.")
+    print("\n".join(table))
+    if args.markdown:
+        Path(args.markdown).write_text("\n".join(table) + "\n")
+    return 0 if caught == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -25,6 +25,10 @@ from gradcraft.device import get_backend
 from gradcraft.engine.realize import before_write
 from gradcraft.errors import UserError
 
+# The Tensor class, which gradcraft/tensor.py registers here (the engine sits below it and never
+# imports it), for the step's own input tensors.
+TENSOR_TYPE: list = []
+
 
 class CapturedStep:
     def __init__(self, step, device: str, warmup: int = 2, inputs=None):
@@ -58,7 +62,7 @@ class CapturedStep:
     def feed(self, *args) -> list:
         """Copy the arguments (NumPy arrays or tensors) into the step's input tensors, made from the
         first call's arguments when the step was given none; returns those tensors."""
-        from gradcraft.tensor import Tensor
+        Tensor = TENSOR_TYPE[0]
         if self.inputs is None:  # the step's own tensors: copies, whose memory nothing else writes
             self.inputs = [Tensor(a.numpy() if isinstance(a, Tensor) else np.array(a), device=self.device).realize()
                            for a in args]

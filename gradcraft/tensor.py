@@ -390,3 +390,9 @@ def _attach_methods() -> None:
         setattr(Tensor, name, function)
     Tensor.T = property(lambda self: mv.permute(self, *reversed(range(self.ndim))))
     Tensor.mT = property(lambda self: mv.transpose(self, -2, -1))
+
+
+# A captured step makes its own input tensors; the engine, below this layer, gets the class from here.
+from gradcraft.engine import capture as _capture  # noqa: E402
+
+_capture.TENSOR_TYPE.append(Tensor)

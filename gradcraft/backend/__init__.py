@@ -93,6 +93,15 @@ class Backend:
     def synchronize(self) -> None:
         """Wait for queued kernels (for timing)."""
 
+    def has(self, capability: str) -> bool:
+        """Whether this device implements an optional method of this class (a fused kernel such as
+        "adamw_step" or "grad_norm"), or a kernel of its table: asked by the layers above, which
+        never compare backend classes."""
+        if capability in getattr(self, "kernels", {}):
+            return True
+        method = getattr(type(self), capability, None)
+        return callable(method) and method is not getattr(Backend, capability, None)
+
     # Multi-tensor optimizer kernels (outside the graph: they update buffers in place, in one launch
     # on the GPU). Step-dependent numbers arrive in device arrays so the launches never change.
 

@@ -64,7 +64,8 @@ def run(args) -> int:
             if args.format == "hf":
                 written = _export_hf(model, tokenizer, metadata, out)
             elif args.format == "k2":
-                from gradcraft.models.k2 import export_k2, run_step
+                from gradcraft.models.k2 import export_k2
+                from gradcraft.training.checkpoint import run_step
                 written = export_k2(model, tokenizer, run_step(args.model_dir, model.config), out)
             else:
                 written = _export_safetensors(model, tokenizer, metadata, out)

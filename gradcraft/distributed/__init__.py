@@ -25,12 +25,12 @@ Global rank 0 writes the logs and checkpoints. docs/distributed.md is the user's
 from gradcraft.distributed.launch import finished, join_group, launch
 from gradcraft.distributed.tcp import TCPGroup
 from gradcraft.distributed.topology import Topology
+from gradcraft.ops.collective import all_reduce
 
 
 def all_reduce_tensors(group, tensors) -> None:
-    """Sum realized tensors over the group's processes, in place (their buffers must be contiguous)."""
-    if group is not None and group.world > 1 and tensors:
-        group.all_reduce([t._buf for t in tensors])
+    """Sum tensors over the group's processes, in place (their memory must be contiguous)."""
+    all_reduce(group, tensors)
 
 
 __all__ = ["TCPGroup", "Topology", "all_reduce_tensors", "finished", "join_group", "launch"]

@@ -31,7 +31,7 @@ import threading
 import numpy as np
 
 from gradcraft.errors import UserError
-from gradcraft.tensor import Tensor
+from gradcraft.ops.collective import all_reduce, from_device_array
 
 
 class Bucket:
@@ -141,14 +141,14 @@ class GradientBuckets:
                 for param, offset, size in bucket.slots:
                     if id(param) in self._got:
                         view = bucket.flat[offset:offset + size].reshape(param.shape)
-                        param.grad = Tensor._from_buffer(view, param.dtype, param.device)
+                        param.grad = from_device_array(view, param.dtype, param.device)
         extra = [p for p in self.params if id(p) not in self.where and p.grad is not None]
         if extra:  # no gradient on the first step, one now: summed here, at the end
             if self.scatter:
                 raise UserError("ZeRO-1 needs every parameter to have a gradient on the first step; train without "
                                 "--zero")
             grads = [p.grad.contiguous().realize() for p in extra]
-            self.group.all_reduce([g._buf for g in grads])
+            all_reduce(self.group, grads)
             for p, g in zip(extra, grads):
                 p.grad = g
 

@@ -21,8 +21,9 @@ unsharded state in the ordinary format: `state_dict` gathers it (every process m
 import numpy as np
 
 from gradcraft import dtypes
-from gradcraft.device import get_backend
 from gradcraft.nn.module import Parameter
+from gradcraft.ops.collective import device_array, from_device_array, write_flat
+from gradcraft.ops.optim import grad_norm
 from gradcraft.optim import AdamW
 from gradcraft.tensor import Tensor
 
@@ -51,8 +52,8 @@ class ZeroAdamW:
                 a, b = max(lo, offset), min(hi, offset + size)
                 if a >= b:
                     continue
-                view = param._buf.reshape(-1)[a - offset:b - offset]  # shares the weights' memory
-                piece = Parameter(Tensor._from_buffer(view, param.dtype, param.device))  # decay: its group's
+                view = device_array(param).reshape(-1)[a - offset:b - offset]  # shares the weights' memory
+                piece = Parameter(from_device_array(view, param.dtype, param.device))  # decay: its group's
                 self.pieces.append((piece, param, bucket, a - lo, a - offset, b - a))
                 per_group[group_of[id(param)]].append(piece)
         groups = [dict({k: v for k, v in g.items() if k != "params" and not k.startswith("_")}, params=pieces)
@@ -77,19 +78,18 @@ class ZeroAdamW:
         if not self.built:
             self._build()
         for piece, _, bucket, at, _, size in self.pieces:
-            piece.grad = Tensor._from_buffer(bucket.shard[at:at + size], piece.dtype, piece.device)
+            piece.grad = from_device_array(bucket.shard[at:at + size], piece.dtype, piece.device)
         device = self.buckets.params[0].device
-        backend = get_backend(device)
-        grads = [p.grad._buf for p, *_ in self.pieces]
+        grads = [p.grad for p, *_ in self.pieces]
         if grads:
-            squares = backend.grad_norm(grads, 0.0)[:1] ** 2
+            squares = device_array(grad_norm(grads))[:1] ** 2
         else:
             squares = self.buckets.buckets[0].flat[:1].astype(np.float32) * 0  # a zero, numpy or cupy as the buckets
         self.group.all_reduce([squares])
         xp = _array_module(squares)
         norm = xp.sqrt(squares.astype(xp.float32))
         coef = xp.minimum(1.0, max_norm / (norm + 1e-6)) if max_norm else xp.ones_like(norm)
-        return Tensor._from_buffer(xp.concatenate([norm, coef]).astype(xp.float32), dtypes.float32, device)
+        return from_device_array(xp.concatenate([norm, coef]).astype(xp.float32), dtypes.float32, device)
 
     def step(self, grad_scale=None) -> None:
         """AdamW on this process's slices, then every process's slices into everyone's weights."""
@@ -103,11 +103,10 @@ class ZeroAdamW:
             mine[...] = 0
             for piece, param, b, at, _, size in self.pieces:
                 if b is bucket:
-                    mine[at:at + size] = piece._buf
+                    mine[at:at + size] = device_array(piece)
             self.group.all_gather(mine[:shard], bucket.flat)
             for param, offset, size in bucket.slots:
-                param._buf.reshape(-1)[...] = bucket.flat[offset:offset + size]
-                param._version += 1
+                write_flat(param, bucket.flat[offset:offset + size])
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.outer.zero_grad()
@@ -136,7 +135,7 @@ class ZeroAdamW:
                 mine = xp.zeros(shard, xp.float32)
                 for piece, param, b, at, _, size in self.pieces:
                     if b is bucket and id(piece) in self.inner.state:
-                        mine[at:at + size] = self.inner.state[id(piece)][name]._buf
+                        mine[at:at + size] = device_array(self.inner.state[id(piece)][name])
                 gathered = xp.empty(bucket.padded_size, xp.float32)
                 self.group.all_gather(mine, gathered)
                 gathered = gathered if xp is np else xp.asnumpy(gathered)

@@ -90,10 +90,10 @@ class _Decoder:
             self.static = model.static_caches(caches, self.position)
         if self.static is not None:
             self.ids = gc.zeros(batch, 1, dtype=gc.int64, device=device).realize()
-            self.backend = gc.device.get_backend(device)
-            self.captured = CapturedStep(self._static_step, device)
+            # the step's inputs are these tensors (the static caches read the position too)
+            self.captured = CapturedStep(self._static_step, device, inputs=(self.ids, self.position))
 
-    def _static_step(self):
+    def _static_step(self, ids=None, position=None):
         logits = self.model(self.ids, caches=self.static, position=self.position)[:, -1].float()
         gc.realize(logits, *[t for c in self.static for t in c.tensors()])
         return logits
@@ -112,16 +112,16 @@ class _Decoder:
             logits = self.model(gc.tensor(ids, device=self.device), caches=self.caches, start=position)[:, -1]
             _realize_step(logits, self.caches)
             return logits.float().numpy()
-        self.backend.write(self.ids._buf, ids)
-        self.backend.write(self.position._buf, np.array([position], dtype=np.int64))
-        if self.captured is None:
-            return self._static_step().numpy()
-        try:
-            return self.captured().numpy()
-        except UserError:  # the step cannot be captured here: run it eagerly (same results, slower)
-            self.captured.close()
-            self.captured = None
-            return self._static_step().numpy()
+        position = np.array([position], dtype=np.int64)
+        if self.captured is not None:
+            try:
+                return self.captured(ids, position).numpy()  # copies ids and position in first
+            except UserError:  # the step cannot be captured here: run it eagerly (same results, slower)
+                self.captured.close()
+                self.captured = None
+        self.ids.copy_(ids)
+        self.position.copy_(position)
+        return self._static_step().numpy()
 
 
 @gc.no_grad()

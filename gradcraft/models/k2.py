@@ -204,10 +204,3 @@ def export_k2(model, tokenizer, step: int, out: str) -> list:
         print("note: the run's tokenizer is not K2's (another pre-tokenizer or id layout); K2's files cannot hold "
               "it, so only latest.ckpt was written")
     return written
-
-
-def run_step(model_dir: str, cfg: ModelConfig) -> int:
-    """The step of a run folder's weights: its newest checkpoint's, else the K2 step it was imported at."""
-    from gradcraft.training.checkpoint import list_checkpoints
-    found = list_checkpoints(os.path.join(model_dir, "checkpoints"))
-    return int(os.path.basename(found[-1])[5:]) if found else int(cfg.extra.get("k2_step", 0))

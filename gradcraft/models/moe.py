@@ -22,36 +22,9 @@ import math
 
 import numpy as np
 
+import gradcraft as gc
 import gradcraft.nn.functional as F
-from gradcraft.nn import init
-from gradcraft.nn.layers import Linear
-from gradcraft.nn.module import Module, Parameter
-from gradcraft.ops.creation import zeros
-from gradcraft.ops.function import apply, gradient, no_grad
-
-
-def moe_permute(x, slot, rows: int):
-    """(rows, C) buffer with token x[n] at row slot[n, j] for each of its k assignments (zeros elsewhere)."""
-    return apply("moe_permute", (x, slot), {"rows": rows}, (rows, x.shape[1]), x.dtype)
-
-
-@gradient("moe_permute")
-def _moe_permute_grad(node, out, g):
-    x, slot = node.inputs
-    return apply("moe_permute_backward", (g, slot), {}, x.shape, g.dtype), None
-
-
-def moe_unpermute(y, slot, weights):
-    """out[n] = sum_j weights[n, j] * y[slot[n, j]]: each token's experts' outputs, weighted, back in place."""
-    return apply("moe_unpermute", (y, slot, weights), {}, (slot.shape[0], y.shape[1]), y.dtype)
-
-
-@gradient("moe_unpermute")
-def _moe_unpermute_grad(node, out, g):
-    y, slot, w = node.inputs
-    dy, dw = apply("moe_unpermute_backward", (y, slot, w, g), {}, (y.shape, w.shape), (y.dtype, w.dtype),
-                   n_outputs=2)
-    return dy, None, dw
+from gradcraft.nn import Linear, Module, Parameter, init
 
 
 class MoE(Module):
@@ -63,8 +36,8 @@ class MoE(Module):
         self.router = Linear(dim, n_experts, bias=False)
         # Expert weights stacked on a leading expert axis (HF Mixtral's layout): gate and up in one
         # matrix per expert, as in our dense SwiGLU.
-        self.gate_up = Parameter(zeros(n_experts, 2 * ffn_dim, dim))
-        self.down = Parameter(zeros(n_experts, dim, ffn_dim))
+        self.gate_up = Parameter(gc.zeros(n_experts, 2 * ffn_dim, dim))
+        self.down = Parameter(gc.zeros(n_experts, dim, ffn_dim))
         init.normal_(self.router.weight, std=init_std)
         init.normal_(self.gate_up, std=init_std)
         init.normal_(self.down, std=out_std)
@@ -91,7 +64,7 @@ class MoE(Module):
         # e * cap .. e * cap + cap - 1, filled in token order; what overflows goes to the last row.
         A = N * K
         flat_expert = top_idx.reshape(A)
-        with no_grad():
+        with gc.no_grad():
             onehot = F.one_hot(flat_expert, E)  # (A, E)
             position = (onehot.cumsum(0) * onehot).sum(-1) - 1  # rank of each assignment within its expert
             if dropless:
@@ -102,17 +75,17 @@ class MoE(Module):
             slot = (flat_expert * cap + position).masked_fill(kept.logical_not(), E * cap).reshape(N, K)
         self.aux["kept_fraction"] = kept.float().mean()
 
-        expert_in = moe_permute(xf, slot, E * cap + 1)[:E * cap].reshape(E, cap, C)
+        expert_in = F.moe_permute(xf, slot, E * cap + 1)[:E * cap].reshape(E, cap, C)
         h = expert_in @ self.gate_up.to(x.dtype).mT  # (E, cap, 2F): one batched matmul for all experts
         h = F.swiglu(h)  # silu(gate) * up, gate and up the two halves of the last axis
         expert_out = h @ self.down.to(x.dtype).mT  # (E, cap, C)
         padded = F.pad(expert_out.reshape(E * cap, C), (0, 0, 0, 1))  # the dropped row reads zeros
-        return moe_unpermute(padded, slot, weights.to(x.dtype)).reshape(B, T, C)
+        return F.moe_unpermute(padded, slot, weights.to(x.dtype)).reshape(B, T, C)
 
     def _aux_losses(self, logits, top_idx) -> dict:
         E = self.n_experts
         probs = F.softmax(logits, dim=-1)  # (N, E)
-        with no_grad():
+        with gc.no_grad():
             assigned = F.one_hot(top_idx, E).sum(1).float()  # (N, E): 1 where the token chose e
             fraction = assigned.mean(0)  # f_e
         balance = (fraction * probs.mean(0)).sum() * E

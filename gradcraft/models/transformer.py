@@ -5,18 +5,13 @@ comments: B batch, T time, C model dim, H query heads, Hkv key/value heads,
 D head dim, V vocabulary.
 """
 
+import gradcraft as gc
 import gradcraft.nn.functional as F
 from gradcraft import dtypes
 from gradcraft.errors import UserError
 from gradcraft.models.config import ModelConfig
 from gradcraft.models.moe import MoE
-from gradcraft.nn import init
-from gradcraft.nn.layers import Dropout, Embedding, LayerNorm, Linear, RMSNorm
-from gradcraft.nn.module import Module, ModuleList, Parameter
-from gradcraft.ops import elementwise as ew
-from gradcraft.ops.creation import arange, ones, zeros
-from gradcraft.ops.function import is_grad_enabled
-from gradcraft.ops.movement import cat
+from gradcraft.nn import Dropout, Embedding, LayerNorm, Linear, Module, ModuleList, Parameter, RMSNorm, init
 
 
 def make_norm(cfg: ModelConfig) -> Module:
@@ -41,8 +36,8 @@ class KVCache:
         """Append this step's keys/values; returns the keys/values attention should read."""
         self.seen += k.shape[2]
         if self.k is not None:
-            k = cat([self.k, k], dim=2)
-            v = cat([self.v, v], dim=2)
+            k = gc.cat([self.k, k], dim=2)
+            v = gc.cat([self.v, v], dim=2)
         full_k, full_v = k, v
         if self.window is not None and k.shape[2] > self.window:
             k, v = k[:, :, -self.window:], v[:, :, -self.window:]
@@ -98,15 +93,15 @@ class StaticKVCache:
         """Write this step's keys/values (B, Hkv, 1, D) at `position`; returns the written buffers
         (realize `tensors()` with the step). Attention reads the writes themselves, so each layer's
         new full-size contents are freed right after being written, not at the end of the step."""
-        slots = arange(self.k.shape[2], device=self.k.device).reshape(1, -1)
+        slots = gc.arange(self.k.shape[2], device=self.k.device).reshape(1, -1)
         here = (slots == self._slot_of(self._rows())).reshape(-1, 1, self.k.shape[2], 1)
-        self.writes = [self.k.assign(ew.where(here, k, self.k)), self.v.assign(ew.where(here, v, self.v))]
+        self.writes = [self.k.assign(gc.where(here, k, self.k)), self.v.assign(gc.where(here, v, self.v))]
         return tuple(self.writes)
 
     def visible(self):
         """(B', 1, 1, L) bool: the positions written so far, this step's included. (A ring is full
         once the position reaches its size: every slot then holds one of the window's positions.)"""
-        slots = arange(self.k.shape[2], device=self.k.device).reshape(1, -1)
+        slots = gc.arange(self.k.shape[2], device=self.k.device).reshape(1, -1)
         return (slots <= self._rows()).reshape(-1, 1, 1, self.k.shape[2])
 
     def tensors(self) -> list:
@@ -121,7 +116,7 @@ def ring_layout(cache: KVCache):
         return cache.k, cache.v  # not wrapped yet: position p is already at index p
 
     def roll(t):  # index i holds position seen - held + i, which belongs at (shift + i) % w
-        return cat([t[:, :, held - shift:], t[:, :, :held - shift]], dim=2)
+        return gc.cat([t[:, :, held - shift:], t[:, :, :held - shift]], dim=2)
     return roll(cache.k), roll(cache.v)
 
 
@@ -166,7 +161,7 @@ class Attention(Module):
             # Keys older than any query's window are never read: drop them before attention.
             k, v = k[:, :, -(window + T - 1):], v[:, :, -(window + T - 1):]
         # Training keeps the attention weights for the backward pass where no flash kernel runs.
-        save = self.training and is_grad_enabled()
+        save = self.training and gc.is_grad_enabled()
         y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_dropout if self.training else 0.0,
                                            is_causal=True, window=window, save_weights=save)
         y = y.transpose(1, 2).reshape(B, T, H * D)  # (B, H, T, D) -> (B, T, C)
@@ -182,7 +177,7 @@ class MLP(Module):
             self.fc = Linear(cfg.dim, cfg.ffn_dim, bias=cfg.mlp_bias)
         else:  # SwiGLU: gate and up projections in one matmul
             self.fc = Linear(cfg.dim, 2 * cfg.ffn_dim, bias=cfg.mlp_bias)
-            self.beta = Parameter(ones(1)) if cfg.learned_beta else None
+            self.beta = Parameter(gc.ones(1)) if cfg.learned_beta else None
         self.proj = Linear(cfg.ffn_dim, cfg.dim, bias=cfg.mlp_bias)
         self.ffn_dim = cfg.ffn_dim
         self.dropout = Dropout(cfg.resid_dropout)
@@ -284,7 +279,7 @@ class Transformer(Module):
         x = self.tok_emb(idx)  # (B, T, C)
         rope = None
         if self.pos_emb is not None:
-            x = x + self.pos_emb(arange(start, start + T, device=idx.device))
+            x = x + self.pos_emb(gc.arange(start, start + T, device=idx.device))
         else:
             rope = self.rope_tables(start, T, idx.device)
         if compute_dtype is not None:
@@ -303,8 +298,8 @@ class Transformer(Module):
             # the output layer in a training step run over zero rows up to a round size instead,
             # and the loss leaves the padding out (valid_classes) rather than copying the logits
             # without it. Weights, gradients and the logits returned keep the true vocabulary.
-            pad = zeros(padded - V, weight.shape[1], dtype=weight.dtype, device=weight.device)
-            weight = cat([weight, pad])  # (Vp, C): one copy (F.pad would fill, then copy)
+            pad = gc.zeros(padded - V, weight.shape[1], dtype=weight.dtype, device=weight.device)
+            weight = gc.cat([weight, pad])  # (Vp, C): one copy (F.pad would fill, then copy)
         # The output layer and the loss in one op: where the device has the fused kernel, the (B T, Vp)
         # logits are never held whole (they and their gradient are computed chunk by chunk in the
         # forward pass); the float32 loss is read from bf16 logits either way. The logits returned are
@@ -352,13 +347,13 @@ class Transformer(Module):
         each row a sequence at its own position (the (slots,) int64 `position` they share, set with
         `cache.position = ...` or written in place). A server allocates them once."""
         cfg, device = self.config, self.tok_emb.weight.device
-        position = zeros(slots, dtype=dtypes.int64, device=device).realize()
+        position = gc.zeros(slots, dtype=dtypes.int64, device=device).realize()
         out = []
         for i in range(cfg.n_layers):
             window = cfg.layer_window(i)
             shape = (slots, cfg.n_kv_heads, window or cfg.seq_len, cfg.head_dim)
-            k = zeros(*shape, dtype=self.tok_emb.weight.dtype, device=device).realize()
-            v = zeros(*shape, dtype=self.tok_emb.weight.dtype, device=device).realize()
+            k = gc.zeros(*shape, dtype=self.tok_emb.weight.dtype, device=device).realize()
+            v = gc.zeros(*shape, dtype=self.tok_emb.weight.dtype, device=device).realize()
             out.append(StaticKVCache(k, v, position, window))
         return out
 

@@ -6,8 +6,7 @@ from gradcraft.ops.creation import randn, zeros
 
 
 def _fill(p, value):
-    p._buf = value.to(p.device).to(p.dtype).realize()._buf
-    p._version += 1
+    p.data = value.to(p.device).to(p.dtype)
     return p
 
 

@@ -24,7 +24,7 @@ class Parameter(Tensor):
         if isinstance(data, Tensor):
             data = data.realize()
             self._init(data.shape, data.dtype, data.device, False)
-            self._buf = data._buf
+            self.data = data  # the same memory
         else:
             super().__init__(data)
         self.requires_grad = requires_grad
@@ -171,8 +171,7 @@ class Module:
                 moved = Tensor.to(t.detach(), devices[0]).realize()
             else:
                 moved = Tensor.to(t.detach(), *args, **kwargs).realize()
-            t._buf, t.dtype, t.device = moved._buf, moved.dtype, moved.device
-            t._version += 1
+            t.data = moved  # the same object, now on the new device or dtype
             t.grad = None
         return self
 
@@ -255,8 +254,7 @@ class Module:
                 raise UserError(f"weights do not match the model: {name} has shape {tuple(array.shape)}, "
                                 f"the model expects {p.shape}")
             loaded = Tensor(array, dtype=p.dtype, device=p.device)
-            p._buf = loaded._buf
-            p._version += 1
+            p.data = loaded
 
 
 class ModuleList(Module):

@@ -3,6 +3,7 @@
 from gradcraft import dtypes
 from gradcraft.engine.realize import realize
 from gradcraft.ops.function import no_grad
+from gradcraft.ops.optim import grad_norm
 
 
 @no_grad()
@@ -33,18 +34,7 @@ def grad_norm_and_scale(parameters, max_norm: float | None):
     """The global gradient norm and the clipping coefficient, as one float32 tensor
     [norm, min(1, max_norm / (norm + 1e-6))], computed by one multi-tensor kernel. Gradients are left
     as they are: pass the tensor to `AdamW.step(grad_scale=...)`, which applies the coefficient."""
-    from gradcraft.device import get_backend
-    from gradcraft.tensor import Tensor
-
-    params = [p for p in parameters if p.grad is not None]
-    if not params:
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
         return None
-    device = params[0].device
-    grads = []
-    for p in params:
-        g = p.grad.realize()
-        if not g._buf.flags.c_contiguous or g.dtype not in (dtypes.float32, dtypes.bfloat16, dtypes.float16):
-            g = g.float().contiguous().realize()
-        grads.append(g._buf)
-    stats = get_backend(device).grad_norm(grads, float(max_norm or 0.0))
-    return Tensor._from_buffer(stats, dtypes.float32, device)
+    return grad_norm(grads, max_norm)

@@ -12,12 +12,11 @@ import math
 import numpy as np
 
 from gradcraft import dtypes
-from gradcraft.backend import Backend
-from gradcraft.device import get_backend
-from gradcraft.engine.realize import before_write, realize
+from gradcraft.engine.realize import realize
 from gradcraft.errors import UserError
 from gradcraft.ops.creation import zeros
 from gradcraft.ops.function import no_grad
+from gradcraft.ops.optim import adamw_step, has_fused_optim
 from gradcraft.tensor import Tensor
 
 
@@ -45,7 +44,7 @@ class Optimizer:
             t = Tensor(np.array(value, dtype=np.float32), device=device).to(dtype).realize()
             self._scalars[(key, device, dtype)] = t
         else:
-            t._buf.fill(value)
+            t.fill_(value)  # written now (no gradient is recorded into it)
         return t
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -159,12 +158,7 @@ class AdamW(Optimizer):
 
     def _fusable(self) -> bool:
         params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
-        if not params or len({p.device for p in params}) != 1:
-            return False
-        backend = get_backend(params[0].device)
-        if type(backend).adamw_step is Backend.adamw_step:
-            return False
-        if any(p.dtype not in _FUSED_DTYPES or p._buf is None or not p._buf.flags.c_contiguous for p in params):
+        if not has_fused_optim(params):
             return False
         for group in self.param_groups:  # one step count per group (the kernel takes one)
             steps = {self.state.get(id(p), {}).get("step", 0) for p in group["params"] if p.grad is not None}
@@ -185,8 +179,7 @@ class AdamW(Optimizer):
             if lr_step is None:
                 lr_step = zeros(2, dtype=dtypes.float32, device=params[0].device).realize()
                 self._scalars[("lr_step", gi, params[0].device)] = lr_step
-            get_backend(params[0].device).write(lr_step._buf, np.array([group["lr"], states[0]["step"]],
-                                                                       dtype=np.float32))
+            lr_step.copy_(np.array([group["lr"], states[0]["step"]], dtype=np.float32))
 
     def _fused_step(self, grad_scale) -> None:
         """Device side: one multi-tensor launch per group."""
@@ -194,25 +187,12 @@ class AdamW(Optimizer):
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
                 continue
-            backend = get_backend(params[0].device)
             states = [self._state(p) for p in params]
             lr_step = self._scalars[("lr_step", gi, params[0].device)]
-            grads = []
-            for p in params:
-                g = p.grad.realize()
-                if g.dtype != p.dtype or not g._buf.flags.c_contiguous:
-                    g = g.to(p.dtype).contiguous().realize()
-                grads.append(g._buf)
             beta1, beta2 = group["betas"]
-            for p in params:  # lazy tensors built from the old values keep them (gradcraft/ops/inplace.py)
-                before_write(p)
-            backend.adamw_step([p._buf for p in params], grads, [s["exp_avg"]._buf for s in states],
-                               [s["exp_avg_sq"]._buf for s in states], lr_step._buf,
-                               beta1=beta1, beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"],
-                               grad_scale=grad_scale._buf[1:] if grad_scale is not None else None)
-            for p, state in zip(params, states):
-                for t in (p, state["exp_avg"], state["exp_avg_sq"]):
-                    t._version += 1
+            adamw_step(params, [p.grad for p in params], [s["exp_avg"] for s in states],
+                       [s["exp_avg_sq"] for s in states], lr_step, beta1=beta1, beta2=beta2, eps=group["eps"],
+                       weight_decay=group["weight_decay"], grad_scale=grad_scale)
 
     def _update(self, gi, group, p):
         state = self._state(p)
@@ -239,5 +219,3 @@ class AdamW(Optimizer):
         p_new = p.float() * shrink - step_size * (m_new / denom)
         return [m.assign(m_new), v.assign(v_new), p.assign(p_new)]
 
-
-_FUSED_DTYPES = (dtypes.float32, dtypes.bfloat16, dtypes.float16)

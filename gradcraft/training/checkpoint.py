@@ -290,3 +290,9 @@ def _fingerprint_of(path: str) -> str:
     except UserError:
         return ""
     return str(doc.get("fingerprint", "")) if isinstance(doc, dict) else ""
+
+
+def run_step(model_dir: str, cfg) -> int:
+    """The step of a run folder's weights: its newest checkpoint's, else the K2 step it was imported at."""
+    found = list_checkpoints(os.path.join(model_dir, "checkpoints"))
+    return int(os.path.basename(found[-1])[5:]) if found else int(cfg.extra.get("k2_step", 0))

@@ -5,11 +5,9 @@ micro-batches -> gradient accumulation -> clip -> AdamW step -> log ->
 evaluate -> checkpoint.
 """
 
-import json
 import math
 import os
 import shlex
-import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -17,22 +15,21 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 import gradcraft as gc
-from gradcraft.atomic import is_storage_error, usual_mode, write_failure, write_json
+from gradcraft.atomic import write_json
 from gradcraft.data.sampler import SAMPLERS, eval_batches
 from gradcraft.data.tokenfile import read_token_file
-from gradcraft.distributed import all_reduce_tensors
 from gradcraft.distributed.buckets import GradientBuckets
 from gradcraft.distributed.zero import ZeroAdamW
-from gradcraft.engine.capture import CapturedStep
 from gradcraft.errors import UserError
 from gradcraft.models import ModelConfig, Transformer, describe
-from gradcraft.ops.creation import advance_dropout
-from gradcraft.optim import AdamW, CosineWithWarmup, grad_norm_and_scale
+from gradcraft.optim import AdamW, CosineWithWarmup
 from gradcraft.optim.schedule import Shifted, from_state_dict, set_lr, with_total_steps
 from gradcraft.optim.weight_decay import describe_decay, weight_decay_groups
 from gradcraft.training import checkpoint as ckpt
 from gradcraft.training.log import RunLogs, check_tensorboard, parse_log_kinds, plot_loss
-from safetensors.numpy import save_file
+from gradcraft.training.run_folder import (FINAL_WEIGHTS, RUN_FILES, check_model_dir, clear_run,  # noqa: F401
+                                           save_run_weights, save_weights)
+from gradcraft.training.step import GradientStep, _moe_stats
 
 
 @dataclass
@@ -90,51 +87,6 @@ class TrainConfig:
             raise UserError(f"--dtype must be float32 or bfloat16, got {self.dtype!r}")
         if "tensorboard" in parse_log_kinds(self.log):
             check_tensorboard()  # before anything is trained or written
-
-
-# What a run writes into its --model_dir. `--overwrite` removes exactly these (nothing else in the
-# folder), so list every new file a run writes here. A folder "holds a run" when it has a checkpoint
-# or final weights: a run stopped before its first checkpoint has nothing to resume, so the same
-# command may start it again.
-RUN_FILES = ("gradcraft_config.json", "config.json", "train_config.json", "checkpoints", "model.safetensors",
-             "gradcraft_model.safetensors", "training_log.csv", "loss.png",
-             "events.jsonl", "tensorboard", "gradcraft_tokenizer.json", "tokenizer.json", "tokenizer_config.json")
-
-
-# The final weights: Hugging Face's model.safetensors (older run folders: gradcraft's), or
-# gradcraft_model.safetensors for an architecture HF has no class for (see save_run_weights).
-FINAL_WEIGHTS = ("gradcraft_model.safetensors", "model.safetensors")
-
-
-def check_model_dir(model_dir: str, resume: bool, overwrite: bool) -> None:
-    """Refuse a --model_dir that would mix two runs: one that is a file, one that holds another run
-    (unless --resume continues it or --overwrite replaces it), or --resume where there is no run."""
-    if resume and overwrite:
-        raise UserError("--resume continues the run in --model_dir and --overwrite deletes it: give one of them")
-    if os.path.exists(model_dir) and not os.path.isdir(model_dir):
-        raise UserError(f"--model_dir {model_dir} is a file, not a folder; give a new or existing folder")
-    checkpoints = ckpt.list_checkpoints(os.path.join(model_dir, "checkpoints"))
-    weights = any(os.path.exists(os.path.join(model_dir, name)) for name in FINAL_WEIGHTS)
-    if (checkpoints or weights) and not resume and not overwrite:
-        what = f"checkpoints up to step {int(os.path.basename(checkpoints[-1])[5:])}" if checkpoints else "weights"
-        raise UserError(f"{model_dir} already holds a run ({what}); pass --resume to continue it, "
-                        "--overwrite to replace it, or choose another --model_dir")
-
-
-def clear_run(model_dir: str, log) -> None:
-    """Delete the run files of RUN_FILES from model_dir (for --overwrite); other files stay."""
-    removed = []
-    for name in RUN_FILES:
-        path = os.path.join(model_dir, name)
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-        elif os.path.exists(path):
-            os.unlink(path)
-        else:
-            continue
-        removed.append(name)
-    if removed:
-        log(f"--overwrite: removed the earlier run's {', '.join(removed)} from {model_dir}")
 
 
 def estimate_memory_bytes(tc: TrainConfig, mc: ModelConfig) -> int:
@@ -517,111 +469,8 @@ def _train_rank(group, device, tc, mc, resume, overwrite=False):
     return train(replace(tc, device=device), mc, resume, group=group, overwrite=overwrite)
 
 
-class GradientStep:
-    """Forward and backward over a step's micro-batches, then the global gradient norm.
-
-    The micro-batches are written into fixed device buffers, so on a GPU the whole computation can
-    be recorded once as a CUDA graph and replayed every step (`--cuda_graph`): Python then runs once,
-    not once per kernel. The optimizer update stays outside the graph, after the host has checked
-    that the loss and the norm are finite.
-    """
-
-    def __init__(self, model, opt, tc, accum, seq_len, compute_dtype, log, group=None, buckets=None):
-        self.model, self.opt, self.tc, self.accum, self.compute_dtype = model, opt, tc, accum, compute_dtype
-        self.group = group
-        self.world = group.world if group is not None else 1
-        if buckets is None and self.world > 1:
-            buckets = GradientBuckets(group, model.parameters(), tc.bucket_mb * 2**20)
-        self.buckets = buckets
-        self.backend = gc.device.get_backend(tc.device)
-        shape = (tc.batch_size, seq_len)
-        self.inputs = [(gc.zeros(*shape, dtype=gc.int64, device=tc.device).realize(),
-                        gc.zeros(*shape, dtype=gc.int64, device=tc.device).realize()) for _ in range(accum)]
-        use_graph = tc.cuda_graph == "on" or (tc.cuda_graph == "auto" and tc.device.startswith("cuda"))
-        self.captured = CapturedStep(self._compute, tc.device) if use_graph else None
-        self.log = log
-
-    def _compute(self):
-        if self.model.config.uses_dropout:
-            # New masks for this step: the dropout counter (in device memory) moves on by one here, by a
-            # kernel that a captured graph records, so each replay draws the masks an eager step would.
-            # The step's forward and backward both run after this and before the next step's move, so
-            # they see one counter value: the backward regenerates the forward's masks.
-            advance_dropout(self.tc.device)
-        losses, stats = [], []
-        for i, (x, y) in enumerate(self.inputs):
-            # the last micro-batch's backward completes the gradients: its buckets are summed over the
-            # processes as backward produces them (the earlier ones only accumulate, as DDP's no_sync)
-            summing = self.buckets is not None and i == self.accum - 1
-            if summing:
-                self.buckets.start()
-            _, loss = self.model(x, y, label_smoothing=self.tc.label_smoothing, compute_dtype=self.compute_dtype)
-            logged = {"loss": self.model.last_losses["cross_entropy"], **_moe_stats(self.model)}
-            if len(logged) > 1:
-                gc.realize(loss, *logged.values())  # computed by the forward pass, read after backward
-            # Seeding the backward pass with 1/(accum x processes) (not backward() on a scaled loss) makes
-            # `loss` the root, which the backward schedule realizes: its value is read afterwards, never
-            # recomputed. Summed over the micro-batches and processes, the gradient is that of the mean loss.
-            seed = 1.0 / (self.accum * self.world)
-            loss.backward(gc.full(loss.shape, seed, dtype=loss.dtype, device=loss.device),
-                          on_grad_ready=self.buckets.ready if summing else None)
-            losses.append(logged.pop("loss"))
-            stats.append(logged)
-        if self.buckets is not None:
-            self.buckets.finish()  # the last buckets, and .grad pointed at the sums
-            # the logged values too (a few scalars)
-            all_reduce_tensors(self.group, [t.realize() for t in losses] + [t.realize() for s in stats
-                                                                            for t in s.values()])
-        if isinstance(self.opt, ZeroAdamW):
-            return losses, stats, self.opt.grad_norm_and_scale(self.tc.grad_clip)
-        return losses, stats, grad_norm_and_scale(self.model.parameters(), self.tc.grad_clip)
-
-    @property
-    def replaying(self) -> bool:
-        return self.captured is not None and self.captured.graph is not None
-
-    def run(self, batches):
-        """(mean loss, MoE statistics, [norm, clip coefficient] tensor) of one step's micro-batches."""
-        for (x, y), (x_in, y_in) in zip(batches, self.inputs):
-            self.backend.write(x_in._buf, x)
-            self.backend.write(y_in._buf, y)
-        if self.captured is None:
-            outputs = self._compute()
-        else:
-            try:
-                outputs = self.captured()
-            except UserError as e:
-                self.log(f"note: {e}; running eagerly")
-                self.captured = None
-                self.opt.zero_grad()
-                outputs = self._compute()
-        losses, stats, grad_stats = outputs
-        moe_sums = {}
-        share = self.accum * self.world  # the logged values are sums over the processes
-        for logged in stats:
-            for key, value in logged.items():
-                moe_sums[key] = moe_sums.get(key, 0.0) + float(value.item()) / share
-        return sum(loss.item() for loss in losses) / share, moe_sums, grad_stats
-
-    def discard_gradients(self) -> None:
-        # A replayed graph writes the gradients into the same buffers every step: keep them.
-        if not self.replaying:
-            self.opt.zero_grad()
-
-
 def _silent(msg) -> None:
     pass
-
-
-def _moe_stats(model, names_only: bool = False) -> dict:
-    """Per MoE layer: the fraction of assignments each expert received and the auxiliary losses."""
-    stats = {}
-    for i, layer in model.moe_layers():
-        for e in range(layer.n_experts):
-            stats[f"moe{i}_expert{e}"] = None if names_only else layer.aux["load"][e]
-        stats[f"moe{i}_balance"] = None if names_only else layer.aux["balance"]
-        stats[f"moe{i}_z"] = None if names_only else layer.aux["z"]
-    return stats
 
 
 def evaluate(model, tokens, seq_len, batch_size, max_batches, device, compute_dtype) -> float:
@@ -633,49 +482,6 @@ def evaluate(model, tokens, seq_len, batch_size, max_batches, device, compute_dt
             losses.append(loss.item())
     model.train()
     return float(np.mean(losses))
-
-
-def save_weights(model, path: str, fingerprint: str = "") -> None:
-    """The final weights, atomically, with the tokenizer fingerprint in the safetensors metadata."""
-    tmp = path + ".tmp"
-    try:
-        save_file(ckpt.weights_to_numpy(model), tmp, metadata={"tokenizer_fingerprint": fingerprint or "",
-                                                               "config": json.dumps(model.config.to_dict())})
-        usual_mode(tmp)  # safetensors writes 0600; the rest of the run folder is 0644
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:  # a full disk, a read-only folder, Ctrl-C: no temp file left, the old file kept
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        if is_storage_error(e):
-            raise write_failure(path, e) from None
-        if type(e).__name__ == "SafetensorError":
-            raise UserError(f"cannot write {path}: {e}; check the free space and the folder") from None
-        raise
-
-
-def save_run_weights(model, model_dir: str, fingerprint: str = "") -> str:
-    """The final weights in the run folder; returns their path. For an architecture transformers
-    computes exactly, Hugging Face's config.json + model.safetensors (HF's layout, fp32, which
-    gradcraft's loader converts back exactly with gradcraft_config.json), so the run folder opens in
-    AutoModelForCausalLM as is; otherwise gradcraft_model.safetensors in our layout and no
-    config.json, so that HF refuses the folder. The other layout's files (an older run folder's,
-    resumed) are removed after the new ones are written."""
-    from gradcraft.models.hf import export_hf, hf_exact_family
-
-    metadata = {"tokenizer_fingerprint": fingerprint or "", "config": json.dumps(model.config.to_dict())}
-    if hf_exact_family(model.config) is not None:
-        export_hf(model, model_dir, metadata)
-        written, stale = "model.safetensors", ("gradcraft_model.safetensors",)
-    else:
-        save_weights(model, os.path.join(model_dir, "gradcraft_model.safetensors"), fingerprint)
-        written, stale = "gradcraft_model.safetensors", ("model.safetensors", "config.json")
-    for name in stale:
-        path = os.path.join(model_dir, name)
-        if os.path.exists(path):
-            os.unlink(path)
-    return os.path.join(model_dir, written)
 
 
 def _progress(tc: TrainConfig, start: int):

@@ -1,0 +1,49 @@
+"""Tensors and the memory that process groups move (gradcraft/distributed/): the sums over processes,
+and the device arrays that gradient buckets and ZeRO-1's shards are cut from. distributed/ reaches a
+tensor's memory only through these, so the version bumps of its in-place writes happen here.
+
+    all_reduce(group, [loss, norm])               # summed over the processes, in place
+    flat = device_array(param).reshape(-1)         # a view of the weights' memory (NumPy or CuPy)
+    write_flat(param, summed[offset:offset + n])   # the weights from a flat array, in place
+"""
+
+from gradcraft.engine.realize import before_write
+
+
+def all_reduce(group, tensors) -> None:
+    """Sum tensors over the group's processes, in place (realized first; their memory must be
+    contiguous). A group of one process, or None, leaves them as they are."""
+    if group is None or group.world <= 1 or not tensors:
+        return
+    arrays = []
+    for t in tensors:
+        t.realize()
+        if not t._buf.flags.c_contiguous:
+            raise ValueError("all_reduce needs contiguous tensors: call .contiguous() first")
+        arrays.append(t._buf)
+    for t in tensors:
+        before_write(t)
+    group.all_reduce(arrays)
+    for t in tensors:
+        t._version += 1
+
+
+def device_array(t):
+    """The realized tensor's memory as the device's own array (NumPy or CuPy), shared, not copied:
+    for code that hands memory to a process group. Writes into it must be announced with
+    `write_flat` (or be to memory no tensor reads before the next `write_flat`)."""
+    return t.realize()._buf
+
+
+def from_device_array(array, dtype, device: str):
+    """A tensor over a device array (the memory is shared: a slice of a bucket, a shard)."""
+    from gradcraft.tensor import Tensor
+    return Tensor._from_buffer(array, dtype, device)
+
+
+def write_flat(t, values) -> None:
+    """Overwrite t's memory, in place, with a flat device array of t.numel() elements."""
+    t.realize()
+    before_write(t)  # lazy tensors built from the old contents keep them
+    t._buf.reshape(-1)[...] = values
+    t._version += 1

@@ -1,0 +1,29 @@
+"""Mixture-of-experts token movement (gradcraft/models/moe.py uses them through nn.functional):
+`moe_permute` puts each token at its experts' rows of an (E * capacity, C) buffer, `moe_unpermute`
+brings each token's k rows back, weighted. Kernels: moe_permute[_backward], moe_unpermute[_backward]."""
+
+from gradcraft.ops.function import apply, gradient
+
+
+def moe_permute(x, slot, rows: int):
+    """(rows, C) buffer with token x[n] at row slot[n, j] for each of its k assignments (zeros elsewhere)."""
+    return apply("moe_permute", (x, slot), {"rows": rows}, (rows, x.shape[1]), x.dtype)
+
+
+@gradient("moe_permute")
+def _moe_permute_grad(node, out, g):
+    x, slot = node.inputs
+    return apply("moe_permute_backward", (g, slot), {}, x.shape, g.dtype), None
+
+
+def moe_unpermute(y, slot, weights):
+    """out[n] = sum_j weights[n, j] * y[slot[n, j]]: each token's experts' outputs, weighted, back in place."""
+    return apply("moe_unpermute", (y, slot, weights), {}, (slot.shape[0], y.shape[1]), y.dtype)
+
+
+@gradient("moe_unpermute")
+def _moe_unpermute_grad(node, out, g):
+    y, slot, w = node.inputs
+    dy, dw = apply("moe_unpermute_backward", (y, slot, w, g), {}, (y.shape, w.shape), (y.dtype, w.dtype),
+                   n_outputs=2)
+    return dy, None, dw

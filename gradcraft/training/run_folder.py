@@ -1,0 +1,98 @@
+"""The run folder's files: which ones a run writes, refusing a folder that holds another run,
+clearing one for --overwrite, and the final weights (Hugging Face's layout where it fits)."""
+
+import json
+import os
+import shutil
+
+from gradcraft.atomic import is_storage_error, usual_mode, write_failure
+from gradcraft.errors import UserError
+from gradcraft.training import checkpoint as ckpt
+from safetensors.numpy import save_file
+
+# What a run writes into its --model_dir. `--overwrite` removes exactly these (nothing else in the
+# folder), so list every new file a run writes here. A folder "holds a run" when it has a checkpoint
+# or final weights: a run stopped before its first checkpoint has nothing to resume, so the same
+# command may start it again.
+RUN_FILES = ("gradcraft_config.json", "config.json", "train_config.json", "checkpoints", "model.safetensors",
+             "gradcraft_model.safetensors", "training_log.csv", "loss.png",
+             "events.jsonl", "tensorboard", "gradcraft_tokenizer.json", "tokenizer.json", "tokenizer_config.json")
+
+
+# The final weights: Hugging Face's model.safetensors (older run folders: gradcraft's), or
+# gradcraft_model.safetensors for an architecture HF has no class for (see save_run_weights).
+FINAL_WEIGHTS = ("gradcraft_model.safetensors", "model.safetensors")
+
+
+def check_model_dir(model_dir: str, resume: bool, overwrite: bool) -> None:
+    """Refuse a --model_dir that would mix two runs: one that is a file, one that holds another run
+    (unless --resume continues it or --overwrite replaces it), or --resume where there is no run."""
+    if resume and overwrite:
+        raise UserError("--resume continues the run in --model_dir and --overwrite deletes it: give one of them")
+    if os.path.exists(model_dir) and not os.path.isdir(model_dir):
+        raise UserError(f"--model_dir {model_dir} is a file, not a folder; give a new or existing folder")
+    checkpoints = ckpt.list_checkpoints(os.path.join(model_dir, "checkpoints"))
+    weights = any(os.path.exists(os.path.join(model_dir, name)) for name in FINAL_WEIGHTS)
+    if (checkpoints or weights) and not resume and not overwrite:
+        what = f"checkpoints up to step {int(os.path.basename(checkpoints[-1])[5:])}" if checkpoints else "weights"
+        raise UserError(f"{model_dir} already holds a run ({what}); pass --resume to continue it, "
+                        "--overwrite to replace it, or choose another --model_dir")
+
+
+def clear_run(model_dir: str, log) -> None:
+    """Delete the run files of RUN_FILES from model_dir (for --overwrite); other files stay."""
+    removed = []
+    for name in RUN_FILES:
+        path = os.path.join(model_dir, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        elif os.path.exists(path):
+            os.unlink(path)
+        else:
+            continue
+        removed.append(name)
+    if removed:
+        log(f"--overwrite: removed the earlier run's {', '.join(removed)} from {model_dir}")
+
+
+def save_weights(model, path: str, fingerprint: str = "") -> None:
+    """The final weights, atomically, with the tokenizer fingerprint in the safetensors metadata."""
+    tmp = path + ".tmp"
+    try:
+        save_file(ckpt.weights_to_numpy(model), tmp, metadata={"tokenizer_fingerprint": fingerprint or "",
+                                                               "config": json.dumps(model.config.to_dict())})
+        usual_mode(tmp)  # safetensors writes 0600; the rest of the run folder is 0644
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:  # a full disk, a read-only folder, Ctrl-C: no temp file left, the old file kept
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        if is_storage_error(e):
+            raise write_failure(path, e) from None
+        if type(e).__name__ == "SafetensorError":
+            raise UserError(f"cannot write {path}: {e}; check the free space and the folder") from None
+        raise
+
+
+def save_run_weights(model, model_dir: str, fingerprint: str = "") -> str:
+    """The final weights in the run folder; returns their path. For an architecture transformers
+    computes exactly, Hugging Face's config.json + model.safetensors (HF's layout, fp32, which
+    gradcraft's loader converts back exactly with gradcraft_config.json), so the run folder opens in
+    AutoModelForCausalLM as is; otherwise gradcraft_model.safetensors in our layout and no
+    config.json, so that HF refuses the folder. The other layout's files (an older run folder's,
+    resumed) are removed after the new ones are written."""
+    from gradcraft.models.hf import export_hf, hf_exact_family
+
+    metadata = {"tokenizer_fingerprint": fingerprint or "", "config": json.dumps(model.config.to_dict())}
+    if hf_exact_family(model.config) is not None:
+        export_hf(model, model_dir, metadata)
+        written, stale = "model.safetensors", ("gradcraft_model.safetensors",)
+    else:
+        save_weights(model, os.path.join(model_dir, "gradcraft_model.safetensors"), fingerprint)
+        written, stale = "gradcraft_model.safetensors", ("model.safetensors", "config.json")
+    for name in stale:
+        path = os.path.join(model_dir, name)
+        if os.path.exists(path):
+            os.unlink(path)
+    return os.path.join(model_dir, written)

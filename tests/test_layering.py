@@ -1,0 +1,133 @@
+"""The layer rules of docs/design.md ("Layers"), checked on the source: no module imports from a
+layer above it, nothing above the ops layer touches a tensor's buffer or version, models import
+only the public API. Parses every gradcraft/*.py with `ast` (nothing is imported)."""
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent / "gradcraft"
+
+# Layer of each top-level module or package, from design.md's table (lower number = lower layer;
+# a module may import its own layer and the ones below). The root package `gradcraft` is the public
+# API: any layer at or above the tensor may import it.
+LAYERS = {
+    "errors": 0, "atomic": 0,
+    "validation": 1,
+    "dtypes": 2, "device": 2,
+    "backend": 3,
+    "engine": 4,
+    "tensor": 5, "autograd": 5, "ops": 5, "cuda": 5,
+    "gradcraft": 7,  # the root package: the public API, re-exporting tensor, ops, nn and optim
+    "serialization": 6,
+    "nn": 7, "optim": 7,
+    "tokenizer": 8, "data": 8,
+    "models": 9,
+    "distributed": 10,  # (listed after training in design.md; the trainer uses it, it never imports training)
+    "training": 11,
+    "inference": 12,
+    "benchmarks": 13,
+    "cli": 14,
+}
+PUBLIC_API_LAYER = 5
+# Modules that may reach a tensor's buffer (`._buf`) and version (`._version`).
+BUFFER_ACCESS = ("tensor", "autograd", "engine", "ops", "backend", "serialization")
+# Above the ops layer nothing imports a backend (capabilities are asked through get_backend(...).has).
+NO_BACKEND = ("nn", "optim", "models", "training", "inference", "cli")
+# What model code imports: the public API, its siblings, and the public helpers.
+MODEL_IMPORTS = ("gradcraft", "gradcraft.nn", "gradcraft.nn.functional", "gradcraft.nn.init", "gradcraft.dtypes", "gradcraft.errors",
+                 "gradcraft.atomic", "gradcraft.models", "gradcraft.tokenizer")
+
+# Known violations in part A's area (issue 16): each is removed there, and then from this list.
+EXCEPTIONS = {
+    # memory accounting moves into the backend layer
+    ("gradcraft.backend", "gradcraft.engine.memory"),
+    ("gradcraft.backend.cpu", "gradcraft.engine.memory"),
+    # process groups come through the device registry
+    ("gradcraft.distributed.launch", "gradcraft.backend.cuda.nccl"),
+    # `gradcraft bench` prints the kernels' settings (the CPU's C kernels, CUDA's): to be asked of the backend
+    ("gradcraft.cli.bench", "gradcraft.backend.cpu_native"),
+}
+
+
+def _modules():
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        yield name, path, ast.parse(path.read_text(), str(path))
+
+
+def _imports(name, path, tree):
+    """(line, imported module) for every import of a gradcraft module; `from gradcraft import x`
+    names the submodule x when there is one."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                is_module = (ROOT.parent / (sub.replace(".", "/") + ".py")).exists() or \
+                    (ROOT.parent / sub.replace(".", "/")).is_dir()
+                yield node.lineno, sub if is_module else base
+
+
+def _layer_key(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "gradcraft"
+
+
+def test_every_module_has_a_layer():
+    missing = {_layer_key(name) for name, _, _ in _modules()} - set(LAYERS)
+    assert not missing, f"add these to LAYERS (and to design.md's table): {sorted(missing)}"
+
+
+def test_no_import_from_a_layer_above():
+    wrong = []
+    for name, path, tree in _modules():
+        mine = LAYERS[_layer_key(name)]
+        for line, target in _imports(name, path, tree):
+            if not target.startswith("gradcraft") or (name, target) in EXCEPTIONS:
+                continue
+            theirs = LAYERS[_layer_key(target)]
+            if target == "gradcraft" and mine >= PUBLIC_API_LAYER:
+                continue
+            if theirs > mine and _layer_key(target) != _layer_key(name):
+                wrong.append(f"{path.relative_to(ROOT.parent)}:{line} imports {target} (a layer above)")
+            elif _layer_key(name) in NO_BACKEND and _layer_key(target) == "backend":
+                wrong.append(f"{path.relative_to(ROOT.parent)}:{line} imports {target} (ask get_backend(d).has)")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_models_import_only_the_public_api():
+    wrong = []
+    for name, path, tree in _modules():
+        if not name.startswith("gradcraft.models"):
+            continue
+        for line, target in _imports(name, path, tree):
+            if target.startswith("gradcraft") and not target.startswith("gradcraft.models") and \
+                    target not in MODEL_IMPORTS and not target.startswith("gradcraft.tokenizer"):
+                wrong.append(f"{path.relative_to(ROOT.parent)}:{line} imports {target}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_buffers_and_versions_only_below_the_public_api():
+    wrong = []
+    for name, path, tree in _modules():
+        if _layer_key(name) in BUFFER_ACCESS:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in ("_buf", "_version"):
+                wrong.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} uses .{node.attr}")
+    assert not wrong, "use the public Tensor API (copy_, .data, ops/optim.py, ops/collective.py):\n" + "\n".join(wrong)
+
+
+def test_the_checker_sees_a_violation(tmp_path):
+    """The scan itself: an attribute access and an upward import in a sample are found."""
+    tree = ast.parse("from gradcraft.cli import main\nx._buf = 1\n")
+    assert any(isinstance(n, ast.Attribute) and n.attr == "_buf" for n in ast.walk(tree))
+    targets = [t for _, t in _imports("gradcraft.nn.sample", ROOT / "nn" / "sample.py", tree)]
+    assert "gradcraft.cli.main" in targets and LAYERS[_layer_key(targets[0])] > LAYERS["nn"]

@@ -58,9 +58,9 @@ def inputs(data_dir) -> list[bytes]:
 
 
 def test_tokenize_round_trip(tmp_path, data_dir, capsys, monkeypatch):
-    import gradcraft.cli.tokenize as cli_tokenize
+    import gradcraft.data.prepare as prepare
     import gradcraft.tokenizer.parallel as parallel
-    monkeypatch.setattr(cli_tokenize, "SMALL_INPUT", 0)  # use the worker processes even on tiny data
+    monkeypatch.setattr(prepare, "SMALL_INPUT", 0)  # use the worker processes even on tiny data
     monkeypatch.setattr(parallel, "CHUNK_BYTES", 300)
     out = tmp_path / "out" / "tokens.bin"
     assert run("--data_dir", data_dir, "--output_path", out, "--vocab_size", 400, "--workers", 2) == 0

@@ -30,3 +30,21 @@ class ValueError_(UserError, ValueError):
 class RuntimeError_(UserError, RuntimeError):
     """What PyTorch refuses at run time: an in-place write to a leaf that requires grad, a second
     backward through a freed graph, a tensor modified after it was saved for backward."""
+
+
+class ConfigError(UserError):
+    """A bad value of a configuration field (ModelConfig, TrainConfig). The message names the fields
+    as a Python user writes them (`n_heads must be positive`); `fields` lists them, so that a front
+    end can say them its own way: `spelled(lambda name: "--" + name)` is the command line's."""
+
+    def __init__(self, message: str, fields=()):
+        super().__init__(message)
+        self.fields = tuple(fields)
+
+    def spelled(self, spell) -> str:
+        """The message with each of `fields` (whole words) written as spell(field)."""
+        import re
+        text = str(self)
+        for name in sorted(self.fields, key=len, reverse=True):
+            text = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w-])", lambda _m, n=name: spell(n), text)
+        return text

@@ -100,6 +100,39 @@ class Value:
         return value
 
 
+# The ranges shared by flags and fields (cli/common.py re-exports them for the flags).
+positive_int = Value(int, low=1)
+non_negative_int = Value(int, low=0)
+positive_float = Value(float, low=0, low_open=True)
+non_negative_float = Value(float, low=0)
+probability = Value(float, low=0, high=1)  # 0 and 1 included
+fraction = Value(float, low=0, high=1, high_open=True)  # [0, 1): dropout, label smoothing, AdamW betas
+seed = Value(int, low=0, high=2**63 - 1)
+port = Value(int, low=1, high=65535)
+
+
+def setting(default=dataclasses.MISSING, *, help: str, value: Value | None = None, aliases=(), flag: bool = True,
+            resumable: bool = False, default_factory=dataclasses.MISSING):
+    """A configuration dataclass field with its metadata, the one place its description lives:
+    `help` (what it means; the `train` flag's help), `value` (its range, checked on a flag, in a
+    --config file and in the run's saved files), `aliases` (other flag spellings), `flag` (False: no
+    generated flag: it has its own, or none), `resumable` (a model field that may change on --resume)."""
+    metadata = {"help": help, "value": value, "aliases": tuple(aliases), "flag": flag, "resumable": resumable}
+    return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
+
+
+def field_values(cls) -> dict:
+    """name -> Value for each field of a configuration dataclass: the range of its `setting`
+    metadata (null allowed where the annotation allows None), else the type of its annotation."""
+    result = dataclass_fields(cls)
+    for f in dataclasses.fields(cls):
+        value = f.metadata.get("value")
+        if value is not None:
+            optional = f.name in result and result[f.name].optional
+            result[f.name] = value.or_null() if optional and not value.optional else value
+    return result
+
+
 def _is_kind(value, kind) -> bool:
     if kind is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)

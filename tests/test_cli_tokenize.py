@@ -58,9 +58,9 @@ def inputs(data_dir) -> list[bytes]:
 
 
 def test_tokenize_round_trip(tmp_path, data_dir, capsys, monkeypatch):
-    import gradcraft.cli.tokenize as cli_tokenize
+    import gradcraft.data.prepare as prepare
     import gradcraft.tokenizer.parallel as parallel
-    monkeypatch.setattr(cli_tokenize, "SMALL_INPUT", 0)  # use the worker processes even on tiny data
+    monkeypatch.setattr(prepare, "SMALL_INPUT", 0)  # use the worker processes even on tiny data
     monkeypatch.setattr(parallel, "CHUNK_BYTES", 300)
     out = tmp_path / "out" / "tokens.bin"
     assert run("--data_dir", data_dir, "--output_path", out, "--vocab_size", 400, "--workers", 2) == 0
@@ -169,3 +169,19 @@ def test_reused_vocabulary_brings_its_pattern(tmp_path, data_dir, monkeypatch):
     for p in sorted(p for p in data_dir.rglob("*.txt") if p.stat().st_size):
         expected += [eot] + tok.encode_bytes(p.read_bytes())
     assert np.asarray(tokens).tolist() == expected
+
+
+def test_prepare_dataset_is_the_library_function_behind_the_command(tmp_path, data_dir):
+    from gradcraft.data.prepare import prepare_dataset
+    from gradcraft.errors import UserError
+    out = tmp_path / "lib" / "tokens.bin"
+    summary = prepare_dataset(str(data_dir), str(out), vocab_size=300, val_fraction=0.25, progress=False,
+                              log=lambda message: None)
+    tok = Tokenizer.load(tmp_path / "lib" / "tokenizer.json")
+    train, _ = read_token_file(out)
+    val, _ = read_token_file(tmp_path / "lib" / "tokens.val.bin")
+    assert summary["tokens"] == {str(out): len(train), str(tmp_path / "lib" / "tokens.val.bin"): len(val)}
+    assert summary["files"] == 10 and not summary["reused"] and tok.vocab_size == 300
+    assert sorted(documents(np.concatenate([np.asarray(train), np.asarray(val)]), tok)) == inputs(data_dir)
+    with pytest.raises(UserError, match="val_fraction"):
+        prepare_dataset(str(data_dir), str(out), val_fraction=1.5, progress=False)

@@ -36,7 +36,7 @@ def test_each_dropout_defaults_to_dropout_and_round_trips():
     back = ModelConfig.from_dict(old)  # a run folder from before the three fields
     assert (back.attn_dropout, back.resid_dropout, back.embd_dropout) == (0.1, 0.1, 0.1)
     assert not tiny().uses_dropout and tiny(embd_dropout=0.1).uses_dropout
-    with pytest.raises(UserError, match="attn_dropout must be in"):
+    with pytest.raises(UserError, match=r"attn_dropout must be a number in \[0, 1\)"):
         tiny(attn_dropout=1.0)
 
 

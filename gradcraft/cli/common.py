@@ -18,17 +18,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gradcraft.validation import Value
-
 # Range-checked argparse types (gradcraft/validation.py): a string in, the value or one error line out.
-positive_int = Value(int, low=1)
-non_negative_int = Value(int, low=0)
-positive_float = Value(float, low=0, low_open=True)
-non_negative_float = Value(float, low=0)
-probability = Value(float, low=0, high=1)  # 0 and 1 included
-fraction = Value(float, low=0, high=1, high_open=True)  # [0, 1): dropout, label smoothing, AdamW betas
-seed = Value(int, low=0, high=2**63 - 1)
-port = Value(int, low=1, high=65535)
+from gradcraft.validation import (  # noqa: F401 (the flags' types, defined with the fields that share them)
+    Value, fraction, non_negative_float, non_negative_int, port, positive_float, positive_int, probability, seed)
 
 # importable module -> (the extra that installs it, what needs it)
 OPTIONAL_MODULES = {"matplotlib": ("plot", "the loss plot"),

@@ -11,7 +11,7 @@ LAUNCH_FLAGS = ("nnodes", "node_rank", "master_addr", "master_port")
 
 def add_distributed_arguments(parser) -> None:
     from gradcraft.distributed.topology import DEFAULT_TIMEOUT_S
-    from gradcraft.training.trainer import TrainConfig
+    from gradcraft.training.config import TrainConfig
 
     bucket_default = TrainConfig.__dataclass_fields__["bucket_mb"].default
     group = parser.add_argument_group(

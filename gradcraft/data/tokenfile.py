@@ -91,6 +91,13 @@ def write_token_file(path, tokens, *, vocab_size: int | None = None, fingerprint
     return count
 
 
+def val_path_for(path: str) -> str:
+    """The validation split next to a token file: data/tokens.bin -> data/tokens.val.bin, data/tokens ->
+    data/tokens.val (written by `gradcraft tokenize --val_fraction`, read by `gradcraft train`)."""
+    stem, suffix = os.path.splitext(path)
+    return f"{stem}.val{suffix}"
+
+
 def read_token_header(path) -> TokenFileHeader:
     """Read and check the header of a token file (see `read_token_file`)."""
     path = os.fspath(path)

@@ -2,9 +2,11 @@
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from gradcraft.errors import UserError
+from gradcraft.errors import ConfigError, UserError
+from gradcraft.validation import (Value, field_values, fraction, non_negative_float, non_negative_int, positive_int,
+                                  setting)
 
 
 DROPOUT_FIELDS = ("dropout", "attn_dropout", "resid_dropout", "embd_dropout")
@@ -12,45 +14,60 @@ DROPOUT_FIELDS = ("dropout", "attn_dropout", "resid_dropout", "embd_dropout")
 
 @dataclass
 class ModelConfig:
-    vocab_size: int = 8192
+    """A decoder's architecture. Each field's help text and range are its metadata (`setting`): the
+    `train` flags, the --config file and the saved gradcraft_config.json are all checked against them."""
+    vocab_size: int = setting(8192, value=positive_int,
+                              help="must equal the dataset's vocabulary (default: taken from it)")
     # The training matmuls of the output layer run over a vocabulary padded with zero rows to a
     # multiple of this (gpt2's 50257 -> 50304): cuBLAS picks much slower kernels for an odd size.
     # Invisible outside the loss: logits, weights, checkpoints and tokenizers keep vocab_size.
-    # 0 or 1: no padding.
-    vocab_pad_multiple: int = 64
-    seq_len: int = 256  # context length
-    dim: int = 256
-    n_layers: int = 4
-    n_heads: int = 4
-    n_kv_heads: int | None = None  # < n_heads: grouped-query attention; None: = n_heads
-    ffn_dim: int | None = None  # None: 4 * dim (GELU) or the 8/3 * dim rounded up to 64 (SwiGLU)
-    norm: str = "layernorm"  # layernorm | rmsnorm
-    norm_eps: float = 1e-5
-    mlp: str = "gelu"  # gelu | swiglu
-    gelu_approximate: str = "tanh"  # GPT-2's "gelu_new"; "none" for the erf form
-    learned_beta: bool = False  # SwiGLU with a learned Swish beta per layer: x * sigmoid(beta * x)
-    positions: str = "learned"  # learned | rope
-    rope_base: float = 10000.0
-    bias: bool = True
-    mlp_bias: bool | None = None  # biases in the MLP's two linears; None: = bias (K2: attention without, MLP with)
-    tie_embeddings: bool = True
+    vocab_pad_multiple: int = setting(64, value=non_negative_int,
+                                      help="the output layer's training matmuls run over a vocabulary padded to a "
+                                           "multiple of this (0 or 1: no padding)")
+    seq_len: int = setting(256, value=positive_int, help="context length in tokens")
+    dim: int = setting(256, value=positive_int, aliases=("embed_dim",), help="model width")
+    n_layers: int = setting(4, value=positive_int, aliases=("num_layers",), help="transformer blocks")
+    n_heads: int = setting(4, value=positive_int, aliases=("num_heads",), help="attention heads")
+    n_kv_heads: int | None = setting(None, value=positive_int, aliases=("num_kv_heads",),
+                                     help="key/value heads (< n_heads: grouped-query attention; default: n_heads)")
+    ffn_dim: int | None = setting(None, value=positive_int,
+                                  help="MLP hidden width (default: 4 x dim for gelu, 8/3 x dim rounded up to 64 "
+                                       "for swiglu)")
+    norm: str = setting("layernorm", value=Value(str, choices=("layernorm", "rmsnorm")), help="normalization layer")
+    norm_eps: float = setting(1e-5, value=Value(float, low=0, low_open=True), help="epsilon of the norms")
+    mlp: str = setting("gelu", value=Value(str, choices=("gelu", "swiglu")), help="MLP kind")
+    gelu_approximate: str = setting("tanh", value=Value(str, choices=("tanh", "none")),
+                                    help="GELU form: tanh (GPT-2's gelu_new) or none (the erf form)")
+    learned_beta: bool = setting(False, help="SwiGLU with a learned Swish beta per layer: x * sigmoid(beta * x)")
+    positions: str = setting("learned", value=Value(str, choices=("learned", "rope")), help="position encoding")
+    rope_base: float = setting(10000.0, value=Value(float, low=0, low_open=True), help="RoPE frequency base")
+    bias: bool = setting(True, help="biases in the linear layers and norms")
+    mlp_bias: bool | None = setting(None, help="biases in the MLP's two linears (default: bias)")
+    tie_embeddings: bool = setting(True, help="the output layer shares the token embedding's weights")
     # Dropout probabilities, where GPT-2 and nanoGPT put them: after the embeddings (embd), on the
     # attention weights (attn) and on the residual branch after each attention/MLP output projection
     # (resid). Each of the three defaults (None) to `dropout`. `model.eval()` turns all off.
-    dropout: float = 0.0
-    attn_dropout: float | None = None
-    resid_dropout: float | None = None
-    embd_dropout: float | None = None
-    init_std: float = 0.02
-    attention_pattern: str = ""  # per layer, L (local, sliding window) or G (global); "" = all global
-    window: int = 0  # sliding-window size of local layers
-    ffn_pattern: str = ""  # per layer, D (dense) or M (mixture of experts); "" = all dense
-    n_experts: int = 4
-    experts_per_token: int = 2
-    capacity_factor: float | None = 1.25  # None or 0: no capacity limit
-    moe_balance: float = 0.01  # load-balancing loss coefficient
-    moe_zloss: float = 0.001  # router z-loss coefficient
-    extra: dict = field(default_factory=dict)  # free-form notes (e.g. the preset name)
+    dropout: float = setting(0.0, value=fraction, help="dropout probability")
+    attn_dropout: float | None = setting(None, value=fraction,
+                                         help="dropout probability on the attention weights (default: dropout)")
+    resid_dropout: float | None = setting(None, value=fraction,
+                                          help="dropout probability on the residual branch after each attention/MLP "
+                                               "projection (default: dropout)")
+    embd_dropout: float | None = setting(None, value=fraction,
+                                         help="dropout probability after the embeddings (default: dropout)")
+    init_std: float = setting(0.02, value=non_negative_float, help="standard deviation of the initial weights")
+    attention_pattern: str = setting("", help="per layer, L (local, sliding window) or G (global); empty: all global")
+    window: int = setting(0, value=non_negative_int, help="sliding-window size of local (L) layers")
+    ffn_pattern: str = setting("", help="per layer, D (dense) or M (mixture of experts); empty: all dense")
+    n_experts: int = setting(4, value=positive_int, help="experts of each mixture-of-experts layer")
+    experts_per_token: int = setting(2, value=positive_int, help="experts each token is routed to")
+    capacity_factor: float | None = setting(1.25, value=non_negative_float,
+                                            help="expert capacity, in tokens per expert over the even share "
+                                                 "(0: no limit)")
+    moe_balance: float = setting(0.01, value=non_negative_float, resumable=True,
+                                 help="load-balancing loss coefficient")
+    moe_zloss: float = setting(0.001, value=non_negative_float, resumable=True, help="router z-loss coefficient")
+    extra: dict = setting(default_factory=dict, flag=False, help="free-form notes (e.g. the preset name)")
 
     def __post_init__(self):
         if self.n_kv_heads is None:
@@ -65,39 +82,34 @@ class ModelConfig:
         self.validate()
 
     def validate(self) -> None:
-        def bad(msg):
-            raise UserError(f"invalid model config: {msg}")
+        """Each field in its range (the metadata's), then the checks across fields. A ConfigError
+        names the fields."""
+        def bad(msg, *fields):
+            raise ConfigError(f"invalid model config: {msg}", fields)
+        for name, value in field_values(ModelConfig).items():
+            problem = value.problem(getattr(self, name))
+            if problem is not None:
+                bad(f"{name} {problem}", name)
         if self.dim % self.n_heads:
-            bad(f"dim {self.dim} is not divisible by n_heads {self.n_heads}")
+            bad(f"dim {self.dim} is not divisible by n_heads {self.n_heads}", "dim", "n_heads")
         if self.n_heads % self.n_kv_heads:
-            bad(f"n_heads {self.n_heads} is not divisible by n_kv_heads {self.n_kv_heads}")
-        if self.norm not in ("layernorm", "rmsnorm"):
-            bad(f"norm must be layernorm or rmsnorm, got {self.norm!r}")
-        if self.mlp not in ("gelu", "swiglu"):
-            bad(f"mlp must be gelu or swiglu, got {self.mlp!r}")
-        if self.positions not in ("learned", "rope"):
-            bad(f"positions must be learned or rope, got {self.positions!r}")
+            bad(f"n_heads {self.n_heads} is not divisible by n_kv_heads {self.n_kv_heads}", "n_heads", "n_kv_heads")
         if self.positions == "rope" and self.head_dim % 2:
-            bad(f"RoPE needs an even head dimension, got {self.head_dim}")
+            bad(f"RoPE needs an even head dimension (dim / n_heads), got {self.head_dim}", "dim", "n_heads")
         if self.attention_pattern and (set(self.attention_pattern) - {"L", "G"}
                                        or len(self.attention_pattern) != self.n_layers):
-            bad(f"attention_pattern must have one L or G per layer ({self.n_layers}), got {self.attention_pattern!r}")
+            bad(f"attention_pattern must have one L or G per layer ({self.n_layers}), got {self.attention_pattern!r}",
+                "attention_pattern", "n_layers")
         if self.ffn_pattern and (set(self.ffn_pattern) - {"D", "M"} or len(self.ffn_pattern) != self.n_layers):
-            bad(f"ffn_pattern must have one D or M per layer ({self.n_layers}), got {self.ffn_pattern!r}")
+            bad(f"ffn_pattern must have one D or M per layer ({self.n_layers}), got {self.ffn_pattern!r}",
+                "ffn_pattern", "n_layers")
         if "M" in self.ffn_pattern and not 1 <= self.experts_per_token <= self.n_experts:
-            bad(f"experts_per_token must be between 1 and n_experts ({self.n_experts})")
+            bad(f"experts_per_token must be between 1 and n_experts ({self.n_experts})", "experts_per_token",
+                "n_experts")
         if "M" in self.ffn_pattern and self.mlp != "swiglu":
-            bad("mixture-of-experts layers use SwiGLU experts: set mlp to swiglu")
+            bad("mixture-of-experts layers use SwiGLU experts: set mlp to swiglu", "mlp")
         if "L" in self.attention_pattern and self.window < 1:
-            bad("local (L) layers need window >= 1")
-        for name in ("vocab_size", "seq_len", "dim", "n_layers", "n_heads"):
-            if getattr(self, name) < 1:
-                bad(f"{name} must be positive")
-        for name in DROPOUT_FIELDS:
-            if not 0.0 <= getattr(self, name) < 1.0:
-                bad(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        if self.vocab_pad_multiple < 0:
-            bad(f"vocab_pad_multiple must be >= 0 (0 or 1: no padding), got {self.vocab_pad_multiple}")
+            bad("local (L) layers need window >= 1", "window")
 
     @property
     def uses_dropout(self) -> bool:

@@ -40,12 +40,13 @@ TENSORBOARD_MISSING = "--log tensorboard needs the tensorboard package: pip inst
 
 def parse_log_kinds(spec: str) -> list:
     """--log "jsonl,tensorboard" -> the writers to use, csv always among them; a bad name is a UserError."""
-    from gradcraft.errors import UserError
+    from gradcraft.errors import ConfigError
 
     kinds = [k.strip() for k in (spec or "").split(",") if k.strip()]
     bad = [k for k in kinds if k not in LOG_KINDS]
     if bad:
-        raise UserError(f"--log: unknown log {bad[0]!r}; give a comma list of {', '.join(LOG_KINDS)}")
+        raise ConfigError(f"log names an unknown log {bad[0]!r}; give a comma list of {', '.join(LOG_KINDS)}",
+                          ("log",))
     return ["csv"] + [k for k in LOG_KINDS[1:] if k in kinds]
 
 

@@ -5,8 +5,9 @@ bounded before parsing, and its fields are checked for type and range against th
 so a damaged or hand-edited file is one `error:` line naming the file and the field (or, for a
 checkpoint, a fallback to the previous one) instead of a traceback or a silently wrong run:
 
-    gradcraft_config.json / config.json   MODEL_CONFIG_FIELDS (unknown fields refused); HF's config.json
-    train_config.json                     the TrainConfig fields, ranges of the `train` flags
+    gradcraft_config.json / config.json   the ModelConfig fields (unknown ones refused); HF's config.json
+    train_config.json                     the TrainConfig fields
+  (the ranges of both are the fields' metadata: models/config.py, training/config.py)
     checkpoints/*/state.json              STATE_FIELDS (step >= 0, sampler, rng, optimizer, ...)
     checkpoints/*/manifest.json           one sha256 per checkpoint file
 """
@@ -14,29 +15,12 @@ checkpoint, a fallback to the previous one) instead of a traceback or a silently
 import os
 
 from gradcraft.errors import UserError
-from gradcraft.validation import Value, check_fields, dataclass_fields, read_json
+from gradcraft.validation import Value, check_fields, field_values, read_json
 
 EDITED = "the file was damaged or edited by hand"
 
 _positive = Value(int, low=1)
 _non_negative = Value(int, low=0)
-_non_negative_float = Value(float, low=0)
-
-# ModelConfig's fields with their ranges (the types alone come from the dataclass)
-MODEL_CONFIG_RANGES = {
-    "vocab_size": _positive, "vocab_pad_multiple": _non_negative, "seq_len": _positive, "dim": _positive,
-    "n_layers": _positive, "n_heads": _positive, "n_kv_heads": Value(int, low=1, optional=True),
-    "ffn_dim": Value(int, low=1, optional=True), "norm": Value(str, choices=("layernorm", "rmsnorm")),
-    "norm_eps": Value(float, low=0, low_open=True), "mlp": Value(str, choices=("gelu", "swiglu")),
-    "gelu_approximate": Value(str, choices=("tanh", "none")), "positions": Value(str, choices=("learned", "rope")),
-    "rope_base": Value(float, low=0, low_open=True), "dropout": Value(float, low=0, high=1, high_open=True),
-    "attn_dropout": Value(float, low=0, high=1, high_open=True, optional=True),
-    "resid_dropout": Value(float, low=0, high=1, high_open=True, optional=True),
-    "embd_dropout": Value(float, low=0, high=1, high_open=True, optional=True),
-    "init_std": _non_negative_float, "window": _non_negative, "n_experts": _positive,
-    "experts_per_token": _positive, "capacity_factor": Value(float, low=0, optional=True),
-    "moe_balance": _non_negative_float, "moe_zloss": _non_negative_float,
-}
 
 STATE_FIELDS = {
     "step": _non_negative, "sampler": Value(dict), "rng": Value(dict), "schedule": Value(dict, optional=True),
@@ -49,7 +33,7 @@ _SHA256 = Value(str)
 
 def model_config_fields() -> dict:
     from gradcraft.models.config import ModelConfig
-    return {**dataclass_fields(ModelConfig), **MODEL_CONFIG_RANGES}
+    return field_values(ModelConfig)
 
 
 def read_model_config(path: str):
@@ -65,6 +49,8 @@ def read_model_config(path: str):
             config = config_from_hf(data)
         except (ValueError, TypeError, KeyError, ArithmeticError, AttributeError) as e:
             raise UserError(f"{path} is not a Hugging Face config gradcraft reads ({type(e).__name__}: {e})") from None
+        except UserError as e:  # a field out of its range (ModelConfig.validate)
+            raise UserError(f"{path}: {e}; {EDITED}; {hint}") from None
         check_fields(config.to_dict(), path, model_config_fields(), hint=hint)
         return config
     check_fields(data, path, model_config_fields(), allow_unknown=False, hint=f"{EDITED}; {hint}")
@@ -96,14 +82,11 @@ def check_model_fits(config, path: str) -> None:
                         "model is too large for this machine")
 
 
-def read_train_config(path: str, flag_types: dict) -> dict:
-    """train_config.json as a dict of TrainConfig fields: types from the dataclass, ranges from the
-    `train` flags that set them (flag_types: field -> Value)."""
-    from gradcraft.training.trainer import TrainConfig
-    fields = dataclass_fields(TrainConfig)
-    for name, kind in flag_types.items():
-        if name in fields:  # the flag's range; null where the field may be None (target_batch, stop_after)
-            fields[name] = kind.or_null() if fields[name].optional else kind
+def read_train_config(path: str) -> dict:
+    """train_config.json as a dict of TrainConfig fields, each checked against its range (the field's
+    metadata; the `train` flag that sets it has the same)."""
+    from gradcraft.training.config import TrainConfig
+    fields = field_values(TrainConfig)
     hint = f"{EDITED}; fix or delete it (the flags of the resumed command are then used)"
     return check_fields(read_json(path, hint=hint), path, fields, allow_unknown=False, hint=hint)
 

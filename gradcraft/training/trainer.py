@@ -10,14 +10,14 @@ import os
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 
 import numpy as np
 
 import gradcraft as gc
 from gradcraft.atomic import write_json
 from gradcraft.data.sampler import SAMPLERS, eval_batches
-from gradcraft.data.tokenfile import read_token_file
+from gradcraft.data.tokenfile import read_token_file, val_path_for
 from gradcraft.distributed.buckets import GradientBuckets
 from gradcraft.distributed.zero import ZeroAdamW
 from gradcraft.errors import UserError
@@ -26,67 +26,11 @@ from gradcraft.optim import AdamW, CosineWithWarmup
 from gradcraft.optim.schedule import Shifted, from_state_dict, set_lr, with_total_steps
 from gradcraft.optim.weight_decay import describe_decay, weight_decay_groups
 from gradcraft.training import checkpoint as ckpt
-from gradcraft.training.log import RunLogs, check_tensorboard, parse_log_kinds, plot_loss
+from gradcraft.training.config import TrainConfig  # noqa: F401 (re-exported: its home is training/config.py)
+from gradcraft.training.log import RunLogs, parse_log_kinds, plot_loss
 from gradcraft.training.run_folder import (FINAL_WEIGHTS, RUN_FILES, check_model_dir, clear_run,  # noqa: F401
                                            save_run_weights, save_weights)
 from gradcraft.training.step import GradientStep, _moe_stats
-
-
-@dataclass
-class TrainConfig:
-    dataset: str
-    model_dir: str
-    steps: int = 1000
-    batch_size: int = 8  # sequences per micro-batch
-    target_batch: int | None = None  # sequences per optimizer step, all processes; None = batch_size x nproc
-    max_lr: float = 1e-3
-    min_lr: float = 1e-4
-    warmup_steps: int = 100
-    beta1: float = 0.9
-    beta2: float = 0.95
-    weight_decay: float = 0.1  # on every weight of 2+ dimensions (gradcraft/optim/weight_decay.py)
-    decay_embeddings: bool = True  # False: the embeddings (and a tied head) are not decayed either
-    grad_clip: float = 1.0
-    label_smoothing: float = 0.0
-    print_every: int = 10
-    checkpoint_every: int = 100
-    keep_checkpoints: int = 3
-    eval_every: int = 0  # 0 = only at the end (when a validation split exists)
-    eval_batches: int = 8
-    sampling: str = "random"
-    seed: int = 0
-    device: str = "cpu"
-    dtype: str = "float32"  # float32, or bfloat16 for mixed precision (fp32 master weights)
-    max_bad_steps: int = 3  # non-finite steps in a row before stopping
-    stop_after: int | None = None  # end this session at this step (the schedule still spans `steps`)
-    progress: bool = True
-    cuda_graph: str = "auto"  # auto (on for CUDA), on, off
-    nproc: int = 1  # data-parallel processes per node: one per GPU from `device` on, or CPU processes
-    nnodes: int = 1  # nodes of this session (set by the launch, never saved: a run may resume on others)
-    bucket_mb: float = 25.0  # gradients summed over the processes in buckets of this size, during backward
-    zero: bool = False  # ZeRO-1: each process keeps the AdamW state of 1/world of the weights
-    log: str = "csv,jsonl"  # the logs written: a comma list of csv (always on), jsonl, tensorboard
-
-    @property
-    def world(self) -> int:
-        return self.nproc * self.nnodes
-
-    def validate(self) -> None:
-        if self.batch_size < 1 or self.steps < 1 or self.nproc < 1 or self.nnodes < 1:
-            raise UserError("--batch_size, --steps, --nproc and --nnodes must be positive")
-        if not self.bucket_mb > 0:
-            raise UserError(f"--bucket_mb {self.bucket_mb:g} must be positive (megabytes of gradients per bucket)")
-        target = self.target_batch or self.batch_size * self.world
-        if target % (self.batch_size * self.world):
-            per_step = f"--batch_size {self.batch_size}" + (f" x --nproc {self.nproc}" if self.nproc > 1 else "") \
-                + (f" x --nnodes {self.nnodes}" if self.nnodes > 1 else "")
-            raise UserError(f"--target_batch {target} is not a multiple of {per_step}")
-        if self.sampling not in SAMPLERS:
-            raise UserError(f"--sampling must be one of {', '.join(SAMPLERS)}, got {self.sampling!r}")
-        if self.dtype not in ("float32", "bfloat16"):
-            raise UserError(f"--dtype must be float32 or bfloat16, got {self.dtype!r}")
-        if "tensorboard" in parse_log_kinds(self.log):
-            check_tensorboard()  # before anything is trained or written
 
 
 def estimate_memory_bytes(tc: TrainConfig, mc: ModelConfig) -> int:
@@ -149,12 +93,6 @@ def interrupted_message(tc: TrainConfig) -> str:
                "nothing to resume; run the same command again"
     step = int(os.path.basename(paths[-1])[5:])
     return f"interrupted: the newest checkpoint holds step {step} ({paths[-1]}); resume with: {resume_command(tc)}"
-
-
-def val_path_for(dataset: str) -> str:
-    """data/tokens.bin -> data/tokens.val.bin (the split `gradcraft tokenize --val_fraction` writes)."""
-    stem, suffix = os.path.splitext(dataset)
-    return f"{stem}.val{suffix}"
 
 
 def load_dataset(path: str):

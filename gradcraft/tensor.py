@@ -333,7 +333,7 @@ def _attach_methods() -> None:
         "neg": ew.neg, "exp": ew.exp, "log": ew.log, "sqrt": ew.sqrt, "rsqrt": ew.rsqrt, "abs": ew.abs,
         "sin": ew.sin, "cos": ew.cos, "tanh": ew.tanh, "sigmoid": ew.sigmoid, "relu": ew.relu, "silu": ew.silu,
         "sign": ew.sign, "logical_not": ew.logical_not, "square": ew.square, "reciprocal": ew.reciprocal,
-        "add": ew.add, "sub": ew.sub, "mul": ew.mul, "div": ew.div, "pow": ew.pow,
+        "add": ew.add, "sub": ew.sub, "mul": ew.mul, "pow": ew.pow,
         "maximum": ew.maximum, "minimum": ew.minimum, "eq": ew.eq, "ne": ew.ne, "lt": ew.lt, "le": ew.le,
         "gt": ew.gt, "ge": ew.ge, "clamp": ew.clamp, "clip": ew.clamp, "masked_fill": ew.masked_fill,
         "where": lambda self, condition, other: ew.where(condition, self, other), "lerp": ew.lerp,

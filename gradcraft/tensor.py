@@ -11,6 +11,7 @@ PyTorch's semantics (gradcraft/ops/inplace.py); `assign` is the lazy write the
 optimizers use, which keeps a training step a single graph.
 """
 
+import builtins
 import math
 
 import numpy as np
@@ -24,6 +25,10 @@ from gradcraft.errors import RuntimeError_, UserError
 class Tensor:
     __slots__ = ("shape", "dtype", "device", "_requires_grad", "grad", "_buf", "_node", "_index", "_version",
                  "_readers", "_graph_freed", "__weakref__")
+    shape: tuple[int, ...]
+    dtype: DType
+    device: str  # canonical: "cpu" or "cuda:N"
+    grad: "Tensor | None"
 
     def __init__(self, data, dtype=None, device=None, requires_grad: bool = False):
         device = canonical(device if device is not None else getattr(data, "device", None))
@@ -277,10 +282,10 @@ class Tensor:
     def cpu(self) -> "Tensor":
         return self.to("cpu")
 
-    def cuda(self, index: int = 0) -> "Tensor":
+    def cuda(self, index: builtins.int = 0) -> "Tensor":  # (`int` is a method by now)
         return self.to(f"cuda:{index}")
 
-    def is_floating_point(self) -> bool:
+    def is_floating_point(self) -> builtins.bool:
         return self.dtype.is_floating_point
 
     def type_as(self, other) -> "Tensor":

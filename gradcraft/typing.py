@@ -13,9 +13,9 @@ from gradcraft.dtypes import DType
 if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
 
-Number = Union[int, float, bool]
-TensorOrNumber = Union["Tensor", int, float, bool]  # an operand: a tensor, or a Python number broadcast to it
-DTypeLike = Union[DType, str, np.dtype, None]  # gradcraft.float32, "float32", "bf16", np.float32's dtype
-Device = Union[str, None]  # "cpu", "cuda", "cuda:1"; None: the default (or the input's)
-Dims = Union[int, tuple[int, ...], list[int], None]  # a dimension, several, or None for all
-Shape = Union[int, tuple[int, ...], list[int]]
+Number = int | float | bool
+TensorOrNumber = Union["Tensor", int, float, bool]  # noqa: UP007 (a forward reference); an operand: a tensor, or a Python number broadcast to it
+DTypeLike = DType | str | np.dtype | None  # gradcraft.float32, "float32", "bf16", np.float32's dtype
+Device = str | None  # "cpu", "cuda", "cuda:1"; None: the default (or the input's)
+Dims = int | tuple[int, ...] | list[int] | None  # a dimension, several, or None for all
+Shape = int | tuple[int, ...] | list[int]

@@ -10,6 +10,8 @@ Names follow PyTorch. Tensors are lazy: ops build a graph, and `.realize()`
 (or anything that needs data) runs it.
 """
 
+from __future__ import annotations
+
 import sys as _sys
 import types as _types
 
@@ -56,11 +58,11 @@ divide, multiply, subtract = div, mul, sub
 Size = tuple  # shapes are tuples
 
 
-def numel(x):
+def numel(x: Tensor) -> int:
     return x.numel()
 
 
-def is_tensor(obj):
+def is_tensor(obj: object) -> bool:
     return isinstance(obj, Tensor)
 
 
@@ -73,7 +75,7 @@ def reset_peak_memory_stats() -> None:
     _memory_stats.reset_peak()
 
 
-def realize(*tensors) -> None:
+def realize(*tensors: Tensor) -> None:
     """Realize several tensors in one schedule (shared intermediates are computed once)."""
     from gradcraft.engine.realize import realize as _realize
     _realize(list(tensors))

@@ -10,6 +10,11 @@ unlike torch.save, nothing is pickled, so loading a file runs no code. Writes ar
     state = gc.load("ckpt.gc"); model.load_state_dict(state["model"])
 """
 
+from __future__ import annotations
+
+from typing import Any, BinaryIO
+from gradcraft.typing import Device
+
 import json
 import os
 import struct
@@ -25,7 +30,7 @@ _STRUCTURE_KEY = "gradcraft.structure"
 _BITS = {dtypes.bfloat16.name: np.uint16}
 
 
-def save(obj, f) -> None:
+def save(obj: Any, f: str | os.PathLike | BinaryIO) -> None:
     """Write obj (tensors, arrays, and dicts/lists/tuples/numbers/strings/None around them) to f (a path
     or a binary file object)."""
     arrays: dict = {}
@@ -38,7 +43,7 @@ def save(obj, f) -> None:
         f.write(data)
 
 
-def load(f, map_location=None, weights_only: bool = True):
+def load(f: str | os.PathLike | BinaryIO, map_location: Device = None, weights_only: bool = True) -> Any:
     """Read what `save` wrote; tensors come back on map_location (default: the CPU)."""
     if isinstance(f, (str, os.PathLike)):
         try:

@@ -11,6 +11,7 @@ PyTorch's semantics (gradcraft/ops/inplace.py); `assign` is the lazy write the
 optimizers use, which keeps a training step a single graph.
 """
 
+import builtins
 import math
 
 import numpy as np
@@ -24,6 +25,10 @@ from gradcraft.errors import RuntimeError_, UserError
 class Tensor:
     __slots__ = ("shape", "dtype", "device", "_requires_grad", "grad", "_buf", "_node", "_index", "_version",
                  "_readers", "_graph_freed", "__weakref__")
+    shape: tuple[int, ...]
+    dtype: DType
+    device: str  # canonical: "cpu" or "cuda:N"
+    grad: "Tensor | None"
 
     def __init__(self, data, dtype=None, device=None, requires_grad: bool = False):
         device = canonical(device if device is not None else getattr(data, "device", None))
@@ -277,10 +282,10 @@ class Tensor:
     def cpu(self) -> "Tensor":
         return self.to("cpu")
 
-    def cuda(self, index: int = 0) -> "Tensor":
+    def cuda(self, index: builtins.int = 0) -> "Tensor":  # (`int` is a method by now)
         return self.to(f"cuda:{index}")
 
-    def is_floating_point(self) -> bool:
+    def is_floating_point(self) -> builtins.bool:
         return self.dtype.is_floating_point
 
     def type_as(self, other) -> "Tensor":
@@ -333,7 +338,7 @@ def _attach_methods() -> None:
         "neg": ew.neg, "exp": ew.exp, "log": ew.log, "sqrt": ew.sqrt, "rsqrt": ew.rsqrt, "abs": ew.abs,
         "sin": ew.sin, "cos": ew.cos, "tanh": ew.tanh, "sigmoid": ew.sigmoid, "relu": ew.relu, "silu": ew.silu,
         "sign": ew.sign, "logical_not": ew.logical_not, "square": ew.square, "reciprocal": ew.reciprocal,
-        "add": ew.add, "sub": ew.sub, "mul": ew.mul, "div": ew.div, "pow": ew.pow,
+        "add": ew.add, "sub": ew.sub, "mul": ew.mul, "pow": ew.pow,
         "maximum": ew.maximum, "minimum": ew.minimum, "eq": ew.eq, "ne": ew.ne, "lt": ew.lt, "le": ew.le,
         "gt": ew.gt, "ge": ew.ge, "clamp": ew.clamp, "clip": ew.clamp, "masked_fill": ew.masked_fill,
         "where": lambda self, condition, other: ew.where(condition, self, other), "lerp": ew.lerp,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create ./.venv (once) and install gradcraft into it, with the extras given as $1, comma separated:
 #   plot (matplotlib: loss.png), serve (fastapi, uvicorn: gradcraft serve), cuda (CuPy),
-#   test (the test oracles; includes what plot and serve install). E.g. "plot,serve" or "test,cuda".
+#   test (the test oracles and ruff; includes what plot and serve install). E.g. "plot,serve" or "test,cuda".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-}"

@@ -1,135 +1,143 @@
 """Activation and shape modules, as in torch.nn: each a thin Module around a functional op."""
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gradcraft.tensor import Tensor
+
 from gradcraft.nn import functional as F
 from gradcraft.nn.module import Module
 
 
 class Identity(Module):
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__()
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Any:
         return x
 
 
 class ReLU(Module):
-    def __init__(self, inplace: bool = False):
+    def __init__(self, inplace: bool = False) -> None:
         super().__init__()
         self.inplace = inplace
 
     def extra_repr(self) -> str:
         return "inplace=True" if self.inplace else ""
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return F.relu(x, inplace=self.inplace)
 
 
 class GELU(Module):
-    def __init__(self, approximate: str = "none"):
+    def __init__(self, approximate: str = "none") -> None:
         super().__init__()
         self.approximate = approximate
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return F.gelu(x, approximate=self.approximate)
 
 
 class SiLU(Module):
-    def __init__(self, inplace: bool = False):
+    def __init__(self, inplace: bool = False) -> None:
         super().__init__()
         self.inplace = inplace
 
     def extra_repr(self) -> str:
         return "inplace=True" if self.inplace else ""
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return x.copy_(F.silu(x)) if self.inplace else F.silu(x)
 
 
 class Tanh(Module):
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return x.tanh()
 
 
 class Sigmoid(Module):
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return x.sigmoid()
 
 
 class LeakyReLU(Module):
-    def __init__(self, negative_slope: float = 0.01, inplace: bool = False):
+    def __init__(self, negative_slope: float = 0.01, inplace: bool = False) -> None:
         super().__init__()
         self.negative_slope, self.inplace = negative_slope, inplace
 
     def extra_repr(self) -> str:
         return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace else "")
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return F.leaky_relu(x, self.negative_slope, inplace=self.inplace)
 
 
 class ELU(Module):
-    def __init__(self, alpha: float = 1.0, inplace: bool = False):
+    def __init__(self, alpha: float = 1.0, inplace: bool = False) -> None:
         super().__init__()
         self.alpha, self.inplace = alpha, inplace
 
     def extra_repr(self) -> str:
         return f"alpha={self.alpha}" + (", inplace=True" if self.inplace else "")
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return F.elu(x, self.alpha, inplace=self.inplace)
 
 
 class Softplus(Module):
-    def __init__(self, beta: float = 1.0, threshold: float = 20.0):
+    def __init__(self, beta: float = 1.0, threshold: float = 20.0) -> None:
         super().__init__()
         self.beta, self.threshold = beta, threshold
 
     def extra_repr(self) -> str:
         return f"beta={self.beta}, threshold={self.threshold}"
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return F.softplus(x, self.beta, self.threshold)
 
 
 class Softmax(Module):
-    def __init__(self, dim: int | None = None):
+    def __init__(self, dim: int | None = None) -> None:
         super().__init__()
         self.dim = dim
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return F.softmax(x, dim=self.dim if self.dim is not None else -1)
 
 
 class LogSoftmax(Softmax):
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return F.log_softmax(x, dim=self.dim if self.dim is not None else -1)
 
 
 class Flatten(Module):
-    def __init__(self, start_dim: int = 1, end_dim: int = -1):
+    def __init__(self, start_dim: int = 1, end_dim: int = -1) -> None:
         super().__init__()
         self.start_dim, self.end_dim = start_dim, end_dim
 
     def extra_repr(self) -> str:
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return x.flatten(self.start_dim, self.end_dim)
 
 
 class Unflatten(Module):
-    def __init__(self, dim: int, unflattened_size):
+    def __init__(self, dim: int, unflattened_size: Sequence[int]) -> None:
         super().__init__()
         self.dim, self.unflattened_size = dim, tuple(unflattened_size)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return x.unflatten(self.dim, self.unflattened_size)

@@ -1,5 +1,12 @@
 """The functional API, named as torch.nn.functional."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gradcraft.tensor import Tensor
+
 from gradcraft.ops import losses as _losses
 from gradcraft.ops import nn as _nn
 from gradcraft.ops.elementwise import gelu, relu as _relu, sigmoid, silu, tanh  # noqa: F401
@@ -20,17 +27,17 @@ def _maybe_inplace(input, result, inplace: bool):
     return write(input, result)
 
 
-def relu(input, inplace: bool = False):
+def relu(input: Tensor, inplace: bool = False) -> Tensor:
     return _maybe_inplace(input, _relu(input), inplace)
 
 
-def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False):
+def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
     return _maybe_inplace(input, _losses.leaky_relu(input, negative_slope), inplace)
 
 
-def elu(input, alpha: float = 1.0, inplace: bool = False):
+def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     return _maybe_inplace(input, _losses.elu(input, alpha), inplace)
 
 
-def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False):
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
     return _maybe_inplace(input, _nn.dropout(input, p, training), inplace)

@@ -6,6 +6,11 @@ A Module registers the Parameters and sub-Modules assigned to its attributes
 ("blocks.0.attn.qkv.weight"). `print(model)` shows the tree as PyTorch does.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
 from collections import OrderedDict
 
 import numpy as np
@@ -20,7 +25,7 @@ class Parameter(Tensor):
 
     __slots__ = ()
 
-    def __init__(self, data, requires_grad: bool = True):
+    def __init__(self, data: Tensor | None, requires_grad: bool = True) -> None:
         if isinstance(data, Tensor):
             data = data.realize()
             self._init(data.shape, data.dtype, data.device, False)
@@ -46,7 +51,7 @@ class _Parameters(list):
 
 
 class Module:
-    def __init__(self):
+    def __init__(self) -> None:
         object.__setattr__(self, "_parameters", OrderedDict())
         object.__setattr__(self, "_modules", OrderedDict())
         object.__setattr__(self, "_buffers", OrderedDict())
@@ -87,7 +92,7 @@ class Module:
 
     register_module = add_module
 
-    def forward(self, *args, **kwargs):
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} has no forward() method; define one")
 
     def __call__(self, *args, **kwargs):
@@ -258,7 +263,7 @@ class Module:
 
 
 class ModuleList(Module):
-    def __init__(self, modules=()):
+    def __init__(self, modules: Iterable[Module] | None = ()) -> None:
         super().__init__()
         for i, m in enumerate(modules):
             setattr(self, str(i), m)
@@ -303,7 +308,7 @@ class ModuleList(Module):
 class Sequential(Module):
     """Modules applied in order: Sequential(a, b, c) or Sequential(OrderedDict(name=module, ...))."""
 
-    def __init__(self, *modules):
+    def __init__(self, *modules: Module) -> None:
         super().__init__()
         if len(modules) == 1 and isinstance(modules[0], (OrderedDict, dict)):
             for name, m in modules[0].items():
@@ -329,14 +334,14 @@ class Sequential(Module):
     def __iter__(self):
         return iter(self._modules.values())
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         for m in self:
             x = m(x)
         return x
 
 
 class ModuleDict(Module):
-    def __init__(self, modules=None):
+    def __init__(self, modules: dict[str, Module] | None = None) -> None:
         super().__init__()
         for name, m in (dict(modules) if modules else {}).items():
             setattr(self, name, m)

@@ -13,6 +13,13 @@ Three ways to the same function, picked per call:
 (tests force "flash" on the CPU, whose NumPy kernels are the reference of the CUDA ones).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gradcraft.tensor import Tensor
+
 import contextlib
 import math
 import threading
@@ -58,9 +65,9 @@ def _use_flash(query, value, has_mask: bool) -> bool:
     return fast
 
 
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
-                                 scale=None, enable_gqa: bool = False, window: int | None = None,
-                                 save_weights: bool = False):
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
+                                 scale: float | None = None, enable_gqa: bool = False, window: int | None = None,
+                                 save_weights: bool = False) -> Tensor:
     """softmax(q k^T * scale + mask) v, fused, as F.scaled_dot_product_attention.
 
     query (B, H, T, D), key (B, Hkv, S, D), value (B, Hkv, S, Dv). With H > Hkv (grouped-query

@@ -27,6 +27,15 @@ only after a later advance or manual_seed would read another counter: the engine
 "modified in place", as for any other tensor written by `assign`.)
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TYPE_CHECKING
+from gradcraft.typing import Number, DTypeLike, Device, Shape
+
+if TYPE_CHECKING:
+    from gradcraft.tensor import Tensor
+
 import math
 
 import numpy as np
@@ -150,26 +159,26 @@ def _creation(op, shape, dtype, device, requires_grad, **attrs):
     return out
 
 
-def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
+def full(size: Shape, fill_value: Number, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
     if dtype is None:
         dtype = (dtypes.bool_ if isinstance(fill_value, bool) else
                  dtypes.default_int if isinstance(fill_value, int) else dtypes.default_float)
     return _creation("full", _shape((size,)), dtype, device, requires_grad, value=fill_value)
 
 
-def zeros(*size, dtype=None, device=None, requires_grad=False):
+def zeros(*size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
     return _creation("full", _shape(size), dtype, device, requires_grad, value=0)
 
 
-def ones(*size, dtype=None, device=None, requires_grad=False):
+def ones(*size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
     return _creation("full", _shape(size), dtype, device, requires_grad, value=1)
 
 
-def empty(*size, dtype=None, device=None, requires_grad=False):
+def empty(*size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
     return zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
-def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False):
+def arange(start: Number, end: Number | None = None, step: Number = 1, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
     if end is None:
         start, end = 0, start
     if step == 0:
@@ -180,15 +189,15 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
     return _creation("arange", (n,), dtype, device, requires_grad, start=start, stop=end, step=step)
 
 
-def rand(*size, dtype=None, device=None, requires_grad=False):
+def rand(*size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
     return _creation("rand", _shape(size), dtype, device, requires_grad, seed=next_seed())
 
 
-def randn(*size, dtype=None, device=None, requires_grad=False):
+def randn(*size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
     return _creation("randn", _shape(size), dtype, device, requires_grad, seed=next_seed())
 
 
-def randint(low, high=None, size=(), *, dtype=None, device=None):
+def randint(low: int, high: int | None = None, size: Shape = (), *, dtype: DTypeLike = None, device: Device = None) -> Tensor:
     if high is None:
         low, high = 0, low
     if high <= low:
@@ -201,43 +210,43 @@ def _like(fn, x, dtype, device, **kwargs):
     return fn(x.shape, dtype=dtype or x.dtype, device=device or x.device, **kwargs)
 
 
-def zeros_like(x, *, dtype=None, device=None, requires_grad=False):
+def zeros_like(x: Tensor, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
     return _like(zeros, x, dtype, device, requires_grad=requires_grad)
 
 
-def ones_like(x, *, dtype=None, device=None, requires_grad=False):
+def ones_like(x: Tensor, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
     return _like(ones, x, dtype, device, requires_grad=requires_grad)
 
 
-def full_like(x, fill_value, *, dtype=None, device=None, requires_grad=False):
+def full_like(x: Tensor, fill_value: Number, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
     return full(x.shape, fill_value, dtype=dtype or x.dtype, device=device or x.device, requires_grad=requires_grad)
 
 
-def rand_like(x, *, dtype=None, device=None, requires_grad=False):
+def rand_like(x: Tensor, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
     return _like(rand, x, dtype, device, requires_grad=requires_grad)
 
 
-def randn_like(x, *, dtype=None, device=None, requires_grad=False):
+def randn_like(x: Tensor, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
     return _like(randn, x, dtype, device, requires_grad=requires_grad)
 
 
-def eye(n: int, m: int | None = None, *, dtype=None, device=None):
+def eye(n: int, m: int | None = None, *, dtype: DTypeLike = None, device: Device = None) -> Tensor:
     from gradcraft.ops.elementwise import eq
     rows = arange(n, device=device).reshape(n, 1)
     cols = arange(m if m is not None else n, device=device).reshape(1, -1)
     return eq(rows, cols).to(dtype or dtypes.default_float)
 
 
-def tensor(data, *, dtype=None, device=None, requires_grad=False):
+def tensor(data: Any, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
     from gradcraft.tensor import Tensor
     return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
-def empty_like(x, *, dtype=None, device=None, requires_grad=False):
+def empty_like(x: Tensor, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
     return zeros_like(x, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
-def linspace(start, end, steps: int, *, dtype=None, device=None, requires_grad=False):
+def linspace(start: float, end: float, steps: int, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
     """`steps` evenly spaced values from start to end inclusive; the second half is counted back from
     `end`, as PyTorch does, so both ends are exact."""
     from gradcraft.tensor import Tensor
@@ -254,13 +263,13 @@ def linspace(start, end, steps: int, *, dtype=None, device=None, requires_grad=F
     return out
 
 
-def logspace(start, end, steps: int, base: float = 10.0, *, dtype=None, device=None):
+def logspace(start: float, end: float, steps: int, base: float = 10.0, *, dtype: DTypeLike = None, device: Device = None) -> Tensor:
     from gradcraft.ops.elementwise import pow
     return pow(base, linspace(start, end, steps, dtype=dtypes.float64, device=device)).to(
         dtype or dtypes.default_float)
 
 
-def from_numpy(array: np.ndarray):
+def from_numpy(array: np.ndarray) -> Tensor:
     """A tensor with the array's dtype and values (float64 stays float64, as in PyTorch)."""
     from gradcraft.tensor import Tensor
     if not isinstance(array, np.ndarray):
@@ -269,7 +278,7 @@ def from_numpy(array: np.ndarray):
     return Tensor(array, dtype=dtypes.to_dtype(array.dtype))
 
 
-def as_tensor(data, dtype=None, device=None):
+def as_tensor(data: Any, dtype: DTypeLike = None, device: Device = None) -> Tensor:
     from gradcraft.tensor import Tensor
     if isinstance(data, Tensor):
         return data.to(*(a for a in (device, dtype) if a is not None))
@@ -278,12 +287,12 @@ def as_tensor(data, dtype=None, device=None):
     return Tensor(data, dtype=dtype, device=device)
 
 
-def randperm(n: int, *, dtype=None, device=None):
+def randperm(n: int, *, dtype: DTypeLike = None, device: Device = None) -> Tensor:
     """A random permutation of 0..n-1 (drawn on the host from the seeded generator)."""
     from gradcraft.tensor import Tensor
     order = np.random.default_rng(next_seed()).permutation(n)
     return Tensor(order.astype(np.int64), dtype=dtype or dtypes.default_int, device=canonical(device))
 
 
-def randint_like(x, low, high=None, *, dtype=None, device=None):
+def randint_like(x: Tensor, low: int, high: int | None = None, *, dtype: DTypeLike = None, device: Device = None) -> Tensor:
     return randint(low, high, x.shape, dtype=dtype or x.dtype, device=device or x.device)

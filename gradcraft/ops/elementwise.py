@@ -1,5 +1,13 @@
 """Elementwise ops (unary, binary with broadcasting, where, cast, clamp) and their gradients."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from gradcraft.typing import Number, TensorOrNumber
+
+if TYPE_CHECKING:
+    from gradcraft.tensor import Tensor
+
 import builtins
 
 import numpy as np
@@ -67,25 +75,25 @@ def _unary(op, x, **attrs):
     return apply(op, (cast(x, dtypes.default_float),), attrs, x.shape, dtypes.default_float)
 
 
-def neg(x): return _unary("neg", x)
-def exp(x): return _unary("exp", x)
-def log(x): return _unary("log", x)
-def sqrt(x): return _unary("sqrt", x)
-def rsqrt(x): return _unary("rsqrt", x)
-def abs(x): return _unary("abs", x)
-def sin(x): return _unary("sin", x)
-def cos(x): return _unary("cos", x)
-def tanh(x): return _unary("tanh", x)
-def sigmoid(x): return _unary("sigmoid", x)
-def relu(x): return _unary("relu", x)
-def silu(x): return _unary("silu", x)
-def sign(x): return _unary("sign", x)
-def gelu(x, approximate: str = "none"):
+def neg(x: Tensor) -> Tensor: return _unary("neg", x)
+def exp(x: Tensor) -> Tensor: return _unary("exp", x)
+def log(x: Tensor) -> Tensor: return _unary("log", x)
+def sqrt(x: Tensor) -> Tensor: return _unary("sqrt", x)
+def rsqrt(x: Tensor) -> Tensor: return _unary("rsqrt", x)
+def abs(x: Tensor) -> Tensor: return _unary("abs", x)
+def sin(x: Tensor) -> Tensor: return _unary("sin", x)
+def cos(x: Tensor) -> Tensor: return _unary("cos", x)
+def tanh(x: Tensor) -> Tensor: return _unary("tanh", x)
+def sigmoid(x: Tensor) -> Tensor: return _unary("sigmoid", x)
+def relu(x: Tensor) -> Tensor: return _unary("relu", x)
+def silu(x: Tensor) -> Tensor: return _unary("silu", x)
+def sign(x: Tensor) -> Tensor: return _unary("sign", x)
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     if approximate not in ("none", "tanh"):
         raise UserError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
     return _unary("gelu", x, approximate=approximate)
-def logical_not(x): return apply("logical_not", (x,), {}, x.shape, dtypes.bool_)
-def square(x): return mul(x, x)
+def logical_not(x: Tensor) -> Tensor: return apply("logical_not", (x,), {}, x.shape, dtypes.bool_)
+def square(x: Tensor) -> Tensor: return mul(x, x)
 def reciprocal(x): return div(1.0, x)
 
 
@@ -134,15 +142,15 @@ def _compare(op, a, b):
     return apply(op, (a, b), {}, broadcast_shape(a.shape, b.shape, op), dtypes.bool_)
 
 
-def add(a, b, alpha=1):
+def add(a: TensorOrNumber, b: TensorOrNumber, alpha: Number = 1) -> Tensor:
     return _binary("add", a, b if alpha == 1 else mul(b, alpha))
 
 
-def sub(a, b, alpha=1):
+def sub(a: TensorOrNumber, b: TensorOrNumber, alpha: Number = 1) -> Tensor:
     return _binary("sub", a, b if alpha == 1 else mul(b, alpha))
 
 
-def mul(a, b): return _binary("mul", a, b)
+def mul(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return _binary("mul", a, b)
 
 
 def div(a, b):
@@ -152,17 +160,17 @@ def div(a, b):
     return apply("div", (a, b), {}, broadcast_shape(a.shape, b.shape, "div"), a.dtype)
 
 
-def pow(a, b): return _binary("pow", a, b)
-def maximum(a, b): return _binary("maximum", a, b)
-def minimum(a, b): return _binary("minimum", a, b)
-def eq(a, b): return _compare("eq", a, b)
-def ne(a, b): return _compare("ne", a, b)
-def lt(a, b): return _compare("lt", a, b)
-def le(a, b): return _compare("le", a, b)
-def gt(a, b): return _compare("gt", a, b)
-def ge(a, b): return _compare("ge", a, b)
-def logical_and(a, b): return mul(cast(a, dtypes.bool_), cast(b, dtypes.bool_)).bool()
-def logical_or(a, b): return maximum(cast(a, dtypes.bool_), cast(b, dtypes.bool_))
+def pow(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return _binary("pow", a, b)
+def maximum(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return _binary("maximum", a, b)
+def minimum(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return _binary("minimum", a, b)
+def eq(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return _compare("eq", a, b)
+def ne(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return _compare("ne", a, b)
+def lt(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return _compare("lt", a, b)
+def le(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return _compare("le", a, b)
+def gt(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return _compare("gt", a, b)
+def ge(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return _compare("ge", a, b)
+def logical_and(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return mul(cast(a, dtypes.bool_), cast(b, dtypes.bool_)).bool()
+def logical_or(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return maximum(cast(a, dtypes.bool_), cast(b, dtypes.bool_))
 
 
 def sum_to(g, shape: tuple):
@@ -227,7 +235,7 @@ def _minimum_grad(node, out, g): return _minmax_grad(node, g, lt)
 
 # ------------------------------------------------------------------ where / clamp
 
-def where(condition, x, y):
+def where(condition: Tensor, x: TensorOrNumber, y: TensorOrNumber) -> Tensor:
     if not _is_tensor(condition):
         raise TypeError("where() needs a boolean tensor as its condition")
     ref = x if _is_tensor(x) else y
@@ -248,11 +256,11 @@ def _where_grad(node, out, g):
     return None, sum_to(where(c, g, zero), x.shape), sum_to(where(c, zero, g), y.shape)
 
 
-def masked_fill(x, mask, value):
+def masked_fill(x: Tensor, mask: Tensor, value: Number) -> Tensor:
     return where(mask, scalar(value, x.dtype, x.device) if not _is_tensor(value) else value, x)
 
 
-def clamp(x, min=None, max=None):
+def clamp(x: Tensor, min: TensorOrNumber | None = None, max: TensorOrNumber | None = None) -> Tensor:
     if min is None and max is None:
         raise UserError("clamp needs at least one of min or max")
     out = x
@@ -263,5 +271,5 @@ def clamp(x, min=None, max=None):
     return out
 
 
-def lerp(start, end, weight):
+def lerp(start: Tensor, end: Tensor, weight: TensorOrNumber) -> Tensor:
     return add(start, mul(sub(end, start), weight))

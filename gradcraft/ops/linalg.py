@@ -6,6 +6,14 @@ one side only; each operand is permuted to (batch, kept, contracted) and reshape
 its own, so every backend runs it and its gradient is the matmul's.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from gradcraft.typing import DTypeLike, Dims
+
+if TYPE_CHECKING:
+    from gradcraft.tensor import Tensor
+
 import builtins
 import math
 
@@ -16,7 +24,7 @@ from gradcraft.ops import reduce as rd
 from gradcraft.ops.matmul import matmul
 
 
-def bmm(a, b):
+def bmm(a: Tensor, b: Tensor) -> Tensor:
     if a.ndim != 3 or b.ndim != 3:
         raise UserError(f"bmm needs two 3-d tensors, got shapes {a.shape} and {b.shape}; use matmul for others")
     if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
@@ -24,23 +32,23 @@ def bmm(a, b):
     return matmul(a, b)
 
 
-def mm(a, b):
+def mm(a: Tensor, b: Tensor) -> Tensor:
     if a.ndim != 2 or b.ndim != 2:
         raise UserError(f"mm needs two 2-d tensors, got shapes {a.shape} and {b.shape}")
     return matmul(a, b)
 
 
-def dot(a, b):
+def dot(a: Tensor, b: Tensor) -> Tensor:
     if a.ndim != 1 or b.ndim != 1:
         raise UserError(f"dot needs two 1-d tensors, got shapes {a.shape} and {b.shape}")
     return matmul(a, b)
 
 
-def outer(a, b):
+def outer(a: Tensor, b: Tensor) -> Tensor:
     return ew.mul(a.reshape(-1, 1), b.reshape(1, -1))
 
 
-def norm(x, p="fro", dim=None, keepdim: bool = False, dtype=None):
+def norm(x: Tensor, p: float | str = "fro", dim: Dims = None, keepdim: bool = False, dtype: DTypeLike = None) -> Tensor:
     """The vector p-norm over `dim` (all elements by default), as torch.norm / Tensor.norm."""
     if dtype is not None:
         x = ew.cast(x, dtype)
@@ -139,7 +147,7 @@ def _contract(a, ta, b, tb, keep, sizes):
     return out.reshape(tuple(sizes[c] for c in letters)), "".join(letters)
 
 
-def einsum(equation: str, *operands):
+def einsum(equation: str, *operands: Tensor) -> Tensor:
     """torch.einsum: "bij,bjk->bik", "...ij,...jk", "ij->ji", implicit outputs; no repeated letter
     within one operand."""
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):

@@ -2,6 +2,13 @@
 l1, smooth L1 / Huber, binary cross-entropy (on probabilities and on logits), leaky ReLU, ELU,
 softplus, normalize, cosine similarity. Their gradients are those of the ops they are made of."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gradcraft.tensor import Tensor
+
 from gradcraft.errors import ValueError_
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops import reduce as rd
@@ -17,11 +24,11 @@ def _reduce(loss, reduction: str, op: str):
     raise ValueError_(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
-def l1_loss(input, target, reduction: str = "mean"):
+def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     return _reduce(ew.abs(ew.sub(input, target)), reduction, "l1_loss")
 
 
-def smooth_l1_loss(input, target, reduction: str = "mean", beta: float = 1.0):
+def smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:
     diff = ew.abs(ew.sub(input, target))
     if beta == 0:
         return _reduce(diff, reduction, "smooth_l1_loss")
@@ -29,13 +36,13 @@ def smooth_l1_loss(input, target, reduction: str = "mean", beta: float = 1.0):
     return _reduce(loss, reduction, "smooth_l1_loss")
 
 
-def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0):
+def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:
     diff = ew.abs(ew.sub(input, target))
     loss = ew.where(ew.lt(diff, delta), ew.mul(ew.mul(diff, diff), 0.5), ew.mul(ew.sub(diff, 0.5 * delta), delta))
     return _reduce(loss, reduction, "huber_loss")
 
 
-def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):
+def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = "mean") -> Tensor:
     """-(t log p + (1 - t) log(1 - p)), the logs clamped at -100 as PyTorch does."""
     log_p = ew.maximum(ew.log(input), -100.0)
     log_q = ew.maximum(ew.log(ew.sub(1.0, input)), -100.0)
@@ -45,7 +52,7 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):
     return _reduce(loss, reduction, "binary_cross_entropy")
 
 
-def binary_cross_entropy_with_logits(input, target, weight=None, reduction: str = "mean", pos_weight=None):
+def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
     """The stable form: max(x, 0) - x t + log(1 + exp(-|x|)) (with pos_weight: PyTorch's formula)."""
     log_sig_neg = softplus(ew.neg(input))  # -log(sigmoid(x)) = softplus(-x)
     if pos_weight is None:
@@ -58,7 +65,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, reduction: str 
     return _reduce(loss, reduction, "binary_cross_entropy_with_logits")
 
 
-def softplus(input, beta: float = 1.0, threshold: float = 20.0):
+def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     """log(1 + exp(beta x)) / beta, computed stably; the input itself above threshold, as PyTorch."""
     x = ew.mul(input, beta) if beta != 1.0 else input
     stable = ew.add(ew.maximum(x, 0.0), ew.log(ew.add(ew.exp(ew.neg(ew.abs(x))), 1.0)))
@@ -76,12 +83,12 @@ def elu(input, alpha: float = 1.0):
     return ew.where(positive, input, ew.mul(ew.sub(ew.exp(negative_part), 1.0), alpha))
 
 
-def normalize(input, p: float = 2.0, dim: int = 1, eps: float = 1e-12):
+def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
     from gradcraft.ops.linalg import norm
     return ew.div(input, ew.maximum(norm(input, p, dim, keepdim=True), eps))
 
 
-def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
+def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
     from gradcraft.ops.linalg import norm
     dot = rd.sum(ew.mul(x1, x2), dim)
     return ew.div(dot, ew.mul(ew.maximum(norm(x1, 2, dim), eps), ew.maximum(norm(x2, 2, dim), eps)))

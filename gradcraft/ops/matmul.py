@@ -1,5 +1,12 @@
 """Matrix products (with NumPy/PyTorch batch broadcasting) and their gradients."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gradcraft.tensor import Tensor
+
 import numpy as np
 
 from gradcraft import dtypes
@@ -8,7 +15,7 @@ from gradcraft.ops import elementwise as ew
 from gradcraft.ops.function import apply, gradient
 
 
-def matmul(a, b):
+def matmul(a: Tensor, b: Tensor) -> Tensor:
     """a @ b. 1-D operands are treated as a row (left) or a column (right) vector, then squeezed."""
     if a.ndim == 0 or b.ndim == 0:
         raise UserError(f"matmul needs tensors with at least 1 dimension, got shapes {a.shape} and {b.shape}")

@@ -4,6 +4,15 @@ Views share their input's buffer on every backend; their gradients are the
 inverse movement (or a scatter-add for gathers).
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+from gradcraft.typing import Dims
+
+if TYPE_CHECKING:
+    from gradcraft.tensor import Tensor
+
 import builtins
 import math
 
@@ -25,7 +34,7 @@ def _dims(args) -> tuple:
 
 # ------------------------------------------------------------------ reshape family
 
-def reshape(x, *shape):
+def reshape(x: Tensor, *shape: int | Sequence[int]) -> Tensor:
     shape = [int(n) for n in _dims(shape)]
     if shape.count(-1) > 1:
         raise UserError(f"reshape: only one dimension can be -1, got {tuple(shape)}")
@@ -47,7 +56,7 @@ def _reshape_grad(node, out, g):
     return (reshape(g, node.inputs[0].shape),)
 
 
-def flatten(x, start_dim: int = 0, end_dim: int = -1):
+def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     if x.ndim == 0:
         return reshape(x, 1)
     s, e = normalize_dim(start_dim, x.ndim), normalize_dim(end_dim, x.ndim)
@@ -59,19 +68,19 @@ def unflatten(x, dim: int, sizes):
     return reshape(x, x.shape[:d] + tuple(sizes) + x.shape[d + 1:])
 
 
-def squeeze(x, dim=None):
+def squeeze(x: Tensor, dim: Dims = None) -> Tensor:
     if dim is None:
         return reshape(x, tuple(n for n in x.shape if n != 1))
     dims = {normalize_dim(d, x.ndim) for d in ((dim,) if isinstance(dim, int) else dim)}
     return reshape(x, tuple(n for i, n in enumerate(x.shape) if not (i in dims and n == 1)))
 
 
-def unsqueeze(x, dim: int):
+def unsqueeze(x: Tensor, dim: int) -> Tensor:
     d = normalize_dim(dim, x.ndim + 1)
     return reshape(x, x.shape[:d] + (1,) + x.shape[d:])
 
 
-def permute(x, *dims):
+def permute(x: Tensor, *dims: int | Sequence[int]) -> Tensor:
     axes = tuple(normalize_dim(d, x.ndim) for d in _dims(dims))
     if sorted(axes) != list(range(x.ndim)):
         raise UserError(f"permute: {tuple(_dims(dims))} is not a permutation of the {x.ndim} dimensions of {x.shape}")
@@ -85,7 +94,7 @@ def _permute_grad(node, out, g):
     return (permute(g, tuple(np.argsort(node.attrs["axes"]).tolist())),)
 
 
-def transpose(x, dim0: int, dim1: int):
+def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
     axes = list(range(x.ndim))
     a, b = normalize_dim(dim0, x.ndim), normalize_dim(dim1, x.ndim)
     axes[a], axes[b] = axes[b], axes[a]
@@ -123,7 +132,7 @@ def _contiguous_grad(node, out, g):
     return (g,)
 
 
-def flip(x, *dims):
+def flip(x: Tensor, *dims: int | Sequence[int]) -> Tensor:
     axes = tuple(normalize_dim(d, x.ndim) for d in _dims(dims))
     return apply("flip", (x,), {"axes": axes}, x.shape, x.dtype)
 
@@ -280,7 +289,7 @@ def _index_grad(node, out, g):
     return (grad,) + (None,) * len(indices)
 
 
-def take_along_dim(x, indices, dim: int):
+def take_along_dim(x: Tensor, indices: Tensor, dim: int) -> Tensor:
     axis = normalize_dim(dim, x.ndim)
     if indices.ndim != x.ndim:
         raise UserError(f"take_along_dim: indices must have {x.ndim} dimensions like the input, got {indices.shape}")
@@ -299,24 +308,24 @@ def _take_along_dim_grad(node, out, g):
     return apply("scatter_add_along_dim", (g, indices), attrs, x.shape, g.dtype), None
 
 
-def gather(x, dim: int, index):
+def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
     """torch.gather: out[i][j] = x[i][index[i][j]] along dim (index no larger than x)."""
     return take_along_dim(x, index, dim)
 
 
-def index_select(x, dim: int, index):
+def index_select(x: Tensor, dim: int, index: Tensor) -> Tensor:
     d = normalize_dim(dim, x.ndim)
     if index.ndim != 1:
         raise UserError(f"index_select: the index must be 1-d, got shape {tuple(index.shape)}")
     return getitem(x, (slice(None),) * d + (index,))
 
 
-def select(x, dim: int, index: int):
+def select(x: Tensor, dim: int, index: int) -> Tensor:
     d = normalize_dim(dim, x.ndim)
     return getitem(x, (slice(None),) * d + (index,))
 
 
-def narrow(x, dim: int, start: int, length: int):
+def narrow(x: Tensor, dim: int, start: int, length: int) -> Tensor:
     d = normalize_dim(dim, x.ndim)
     start = int(start) + (x.shape[d] if start < 0 else 0)
     if start < 0 or length < 0 or start + length > x.shape[d]:
@@ -325,14 +334,14 @@ def narrow(x, dim: int, start: int, length: int):
     return getitem(x, (slice(None),) * d + (slice(start, start + length),))
 
 
-def unbind(x, dim: int = 0):
+def unbind(x: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
     d = normalize_dim(dim, x.ndim)
     return tuple(select(x, d, i) for i in range(x.shape[d]))
 
 
 # ------------------------------------------------------------------ joining and splitting
 
-def cat(tensors, dim: int = 0):
+def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     tensors = list(tensors)
     if not tensors:
         raise UserError("cat needs at least one tensor")
@@ -360,7 +369,7 @@ def _cat_grad(node, out, g):
     return tuple(grads)
 
 
-def stack(tensors, dim: int = 0):
+def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     tensors = list(tensors)
     if not tensors:
         raise UserError("stack needs at least one tensor")
@@ -368,7 +377,7 @@ def stack(tensors, dim: int = 0):
     return cat([unsqueeze(t, d) for t in tensors], d)
 
 
-def split(x, split_size_or_sections, dim: int = 0):
+def split(x: Tensor, split_size_or_sections: int | list[int], dim: int = 0) -> tuple[Tensor, ...]:
     axis = normalize_dim(dim, x.ndim)
     size = x.shape[axis]
     if isinstance(split_size_or_sections, int):
@@ -385,12 +394,12 @@ def split(x, split_size_or_sections, dim: int = 0):
     return tuple(out)
 
 
-def chunk(x, chunks: int, dim: int = 0):
+def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
     size = x.shape[normalize_dim(dim, x.ndim)]
     return split(x, -(-size // chunks) if size else 1, dim)
 
 
-def pad(x, pad, mode: str = "constant", value: float = 0.0):
+def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.0) -> Tensor:
     """F.pad: `pad` lists (left, right) pairs starting from the last dimension."""
     if mode != "constant":
         raise UserError(f"pad mode {mode!r} is not supported; only 'constant'")
@@ -417,11 +426,11 @@ def _triangle(op, x, diagonal):
     return apply(op, (x,), {"diagonal": diagonal}, x.shape, x.dtype)
 
 
-def tril(x, diagonal: int = 0):
+def tril(x: Tensor, diagonal: int = 0) -> Tensor:
     return _triangle("tril", x, diagonal)
 
 
-def triu(x, diagonal: int = 0):
+def triu(x: Tensor, diagonal: int = 0) -> Tensor:
     return _triangle("triu", x, diagonal)
 
 
@@ -444,7 +453,7 @@ def repeat(x, *sizes):
     return reshape(contiguous(expanded), tuple(r * n for r, n in zip(sizes, padded.shape)))
 
 
-def repeat_interleave(x, repeats: int, dim: int = 0):
+def repeat_interleave(x: Tensor, repeats: int, dim: int = 0) -> Tensor:
     d = normalize_dim(dim, x.ndim)
     y = unsqueeze(x, d + 1)
     y = expand(y, x.shape[:d + 1] + (repeats,) + x.shape[d + 1:])

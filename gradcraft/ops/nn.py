@@ -5,6 +5,14 @@ rotary embedding and scaled dot-product attention. The composites built from
 them (linear, one_hot, mse_loss) are here too. Attention lives in ops/attention.py.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from gradcraft.typing import DTypeLike, Device, Shape
+
+if TYPE_CHECKING:
+    from gradcraft.tensor import Tensor
+
 from gradcraft import dtypes
 from gradcraft.errors import UserError
 from gradcraft.ops import elementwise as ew
@@ -21,7 +29,7 @@ def _float_input(x, op):
 
 # ------------------------------------------------------------------ softmax family
 
-def softmax(x, dim: int = -1, dtype=None):
+def softmax(x: Tensor, dim: int = -1, dtype: DTypeLike = None) -> Tensor:
     if dtype is not None:
         x = ew.cast(x, dtype)
     _float_input(x, "softmax")
@@ -33,7 +41,7 @@ def _softmax_grad(node, out, g):
     return (apply("softmax_backward", (out, g), node.attrs, g.shape, g.dtype),)
 
 
-def log_softmax(x, dim: int = -1, dtype=None):
+def log_softmax(x: Tensor, dim: int = -1, dtype: DTypeLike = None) -> Tensor:
     if dtype is not None:
         x = ew.cast(x, dtype)
     _float_input(x, "log_softmax")
@@ -45,8 +53,8 @@ def _log_softmax_grad(node, out, g):
     return (apply("log_softmax_backward", (out, g), node.attrs, g.shape, g.dtype),)
 
 
-def cross_entropy(input, target, weight=None, ignore_index: int = -100, reduction: str = "mean",
-                  label_smoothing: float = 0.0, valid_classes: int | None = None, dtype=None):
+def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean",
+                  label_smoothing: float = 0.0, valid_classes: int | None = None, dtype: DTypeLike = None) -> Tensor:
     """F.cross_entropy with class indices: input (N, C) or (N, C, d1, ...), target (N) or (N, d1, ...).
 
     dtype (as F.softmax's): the loss is computed as if the input were cast to dtype first. For
@@ -94,8 +102,8 @@ def cross_entropy(input, target, weight=None, ignore_index: int = -100, reductio
     return ew.div(total, ew.cast(count, total.dtype))
 
 
-def linear_cross_entropy(input, weight, target, ignore_index: int = -100, reduction: str = "mean",
-                         label_smoothing: float = 0.0, valid_classes: int | None = None):
+def linear_cross_entropy(input: Tensor, weight: Tensor | None, target: Tensor, ignore_index: int = -100, reduction: str = "mean",
+                         label_smoothing: float = 0.0, valid_classes: int | None = None) -> Tensor:
     """cross_entropy(input @ weight^T, target) with float32 losses: an output layer and its loss in one
     op. input (N, C), weight (V, C), target (N,) class indices; reduction "mean" or "sum";
     valid_classes as in cross_entropy (a vocabulary padded with rows the classes leave out).
@@ -158,7 +166,7 @@ def _cross_entropy_grad(node, out, g):
     return apply("cross_entropy_backward", (logits, target, g), node.attrs, logits.shape, logits.dtype), None
 
 
-def nll_loss(input, target, ignore_index: int = -100, reduction: str = "mean"):
+def nll_loss(input: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean") -> Tensor:
     picked = ew.neg(input.gather(1, target.reshape(-1, 1)).reshape(target.shape))
     valid = ew.ne(target, ignore_index)
     picked = ew.where(valid, picked, 0.0)
@@ -168,7 +176,7 @@ def nll_loss(input, target, ignore_index: int = -100, reduction: str = "mean"):
     return total if reduction == "sum" else ew.div(total, ew.cast(reduce_sum(valid), total.dtype))
 
 
-def mse_loss(input, target, reduction: str = "mean"):
+def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     from gradcraft.ops.reduce import mean
     diff = ew.sub(input, target)
     sq = ew.mul(diff, diff)
@@ -187,7 +195,7 @@ def _norm_dims(x, normalized_shape, op, **params):
     return shape
 
 
-def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
+def layer_norm(input: Tensor, normalized_shape: Shape, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     _float_input(input, "layer_norm")
     shape = _norm_dims(input, normalized_shape, "layer_norm", weight=weight, bias=bias)
     weight = weight if weight is not None else ones(shape, dtype=input.dtype, device=input.device)
@@ -203,7 +211,7 @@ def _layer_norm_grad(node, out, g):
                  (x.dtype, weight.dtype, bias.dtype), n_outputs=3)
 
 
-def rms_norm(input, normalized_shape, weight=None, eps: float | None = None):
+def rms_norm(input: Tensor, normalized_shape: Shape, weight: Tensor | None = None, eps: float | None = None) -> Tensor:
     """F.rms_norm: x / sqrt(mean(x^2) + eps) * weight; eps defaults to the dtype's machine epsilon."""
     _float_input(input, "rms_norm")
     shape = _norm_dims(input, normalized_shape, "rms_norm", weight=weight)
@@ -224,7 +232,7 @@ def _rms_norm_grad(node, out, g):
 
 # ------------------------------------------------------------------ embedding, dropout, rope
 
-def embedding(input, weight):
+def embedding(input: Tensor, weight: Tensor | None) -> Tensor:
     if input.dtype.kind not in "iu":
         raise UserError(f"embedding indices must be integers, got {input.dtype.name}")
     if weight.ndim != 2:
@@ -261,7 +269,7 @@ def _dropout_grad(node, out, g):
     return apply("dropout", (g, state), node.attrs, g.shape, g.dtype), None
 
 
-def rope_frequencies(seq_len: int, head_dim: int, base: float = 10000.0, device=None, start: int = 0):
+def rope_frequencies(seq_len: int, head_dim: int, base: float = 10000.0, device: Device = None, start: int = 0) -> Tensor:
     """(cos, sin) tables of shape (seq_len, head_dim // 2) for positions start..start+seq_len-1."""
     import numpy as np
     from gradcraft.tensor import Tensor
@@ -271,7 +279,7 @@ def rope_frequencies(seq_len: int, head_dim: int, base: float = 10000.0, device=
             Tensor(np.sin(angles).astype(np.float32), device=device))
 
 
-def rotary_embedding(x, cos, sin):
+def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate (x[..., i], x[..., i + D/2]) by position-dependent angles (the LLaMA / GPT-NeoX layout).
 
     x: (..., T, D); cos, sin: (T, D/2), usually from `rope_frequencies`. cos and sin are constants:
@@ -298,12 +306,12 @@ from gradcraft.ops.attention import scaled_dot_product_attention  # noqa: E402,F
 
 # ------------------------------------------------------------------ composites
 
-def linear(input, weight, bias=None):
+def linear(input: Tensor, weight: Tensor | None, bias: Tensor | None = None) -> Tensor:
     out = input @ weight.mT
     return out + bias if bias is not None else out
 
 
-def one_hot(tensor, num_classes: int = -1):
+def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     from gradcraft.ops.creation import arange
     if tensor.dtype.kind not in "iu":
         raise UserError(f"one_hot needs integer class indices, got {tensor.dtype.name}")
@@ -321,7 +329,7 @@ def silu(input):
     return ew.silu(input)
 
 
-def swiglu(input):
+def swiglu(input: Tensor) -> Tensor:
     """silu(gate) * up, where input = [gate | up] along the last axis (a SwiGLU MLP's two projections
     from one matmul): one fused kernel each way instead of two slices, a SiLU and a multiply, and a
     gradient written whole instead of in two halves."""

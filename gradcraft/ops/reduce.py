@@ -1,5 +1,13 @@
 """Reductions (sum, mean, max, min, var, logsumexp, argmax, cumsum, topk) and their gradients."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from gradcraft.typing import DTypeLike, Dims
+
+if TYPE_CHECKING:
+    from gradcraft.tensor import Tensor
+
 import builtins
 from collections import namedtuple
 
@@ -36,7 +44,7 @@ def _keepdim_shape(shape, axes) -> tuple:
     return tuple(1 if i in axes else n for i, n in enumerate(shape))
 
 
-def sum(x, dim=None, keepdim: bool = False, dtype=None):
+def sum(x: Tensor, dim: Dims = None, keepdim: bool = False, dtype: DTypeLike = None) -> Tensor:
     if dtype is not None:
         x = ew.cast(x, dtype)
     axes = normalize_axes(dim, x.ndim)
@@ -50,7 +58,7 @@ def _sum_grad(node, out, g):
     return (g.reshape(_keepdim_shape(x.shape, node.attrs["axes"])).expand(x.shape),)
 
 
-def mean(x, dim=None, keepdim: bool = False, dtype=None):
+def mean(x: Tensor, dim: Dims = None, keepdim: bool = False, dtype: DTypeLike = None) -> Tensor:
     if dtype is not None:
         x = ew.cast(x, dtype)
     if not x.dtype.is_floating_point:
@@ -62,12 +70,12 @@ def mean(x, dim=None, keepdim: bool = False, dtype=None):
     return ew.div(sum(x, axes, keepdim), builtins.max(count, 1) if count else float("nan"))
 
 
-def amax(x, dim=None, keepdim: bool = False):
+def amax(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
     axes = normalize_axes(dim, x.ndim)
     return apply("max", (x,), {"axes": axes, "keepdim": keepdim}, _reduced_shape(x.shape, axes, keepdim), x.dtype)
 
 
-def amin(x, dim=None, keepdim: bool = False):
+def amin(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
     axes = normalize_axes(dim, x.ndim)
     return apply("min", (x,), {"axes": axes, "keepdim": keepdim}, _reduced_shape(x.shape, axes, keepdim), x.dtype)
 
@@ -86,7 +94,7 @@ gradient("max")(_extreme_grad)
 gradient("min")(_extreme_grad)
 
 
-def max(x, dim=None, keepdim: bool = False):
+def max(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor | tuple[Tensor, Tensor]:
     """Like torch.max: the maximum of all elements, or (values, indices) along `dim`."""
     if dim is None:
         return amax(x)
@@ -99,7 +107,7 @@ def max(x, dim=None, keepdim: bool = False):
     return MaxResult(values, indices)
 
 
-def min(x, dim=None, keepdim: bool = False):
+def min(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor | tuple[Tensor, Tensor]:
     if dim is None:
         return amin(x)
     if not isinstance(dim, int):
@@ -120,11 +128,11 @@ def _arg(op, x, dim, keepdim):
                  dtypes.int64)
 
 
-def argmax(x, dim=None, keepdim: bool = False):
+def argmax(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
     return _arg("argmax", x, dim, keepdim)
 
 
-def argmin(x, dim=None, keepdim: bool = False):
+def argmin(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
     return _arg("argmin", x, dim, keepdim)
 
 
@@ -133,7 +141,7 @@ def take_along_dim(x, indices, dim):
     return take(x, indices, dim)
 
 
-def var(x, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
+def var(x: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False, *, correction: int | None = None) -> Tensor:
     """Variance with Bessel's correction by default (correction=1), as in PyTorch."""
     if correction is None:
         correction = 1 if unbiased is None or unbiased else 0
@@ -145,11 +153,11 @@ def var(x, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
     return ew.div(sum(ew.mul(centered, centered), axes, keepdim), builtins.max(count - correction, 0))
 
 
-def std(x, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
+def std(x: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False, *, correction: int | None = None) -> Tensor:
     return ew.sqrt(var(x, dim, unbiased, keepdim, correction=correction))
 
 
-def logsumexp(x, dim, keepdim: bool = False):
+def logsumexp(x: Tensor, dim: Dims, keepdim: bool = False) -> Tensor:
     axes = normalize_axes(dim, x.ndim)
     with no_grad():  # the shift cancels out of the value and the gradient
         shift = amax(x, axes, keepdim=True).detach()
@@ -158,15 +166,15 @@ def logsumexp(x, dim, keepdim: bool = False):
     return out if keepdim else out.reshape(_reduced_shape(x.shape, axes, False))
 
 
-def all(x, dim=None, keepdim: bool = False):
+def all(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
     return ew.eq(amin(ew.cast(x, dtypes.bool_).to(dtypes.int32), dim, keepdim), 1)
 
 
-def any(x, dim=None, keepdim: bool = False):
+def any(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
     return ew.eq(amax(ew.cast(x, dtypes.bool_).to(dtypes.int32), dim, keepdim), 1)
 
 
-def cumsum(x, dim: int, dtype=None):
+def cumsum(x: Tensor, dim: int, dtype: DTypeLike = None) -> Tensor:
     if dtype is not None:
         x = ew.cast(x, dtype)
     out_dtype = x.dtype if x.dtype.is_floating_point else dtypes.int64
@@ -179,7 +187,7 @@ def _cumsum_grad(node, out, g):
     return (apply("cumsum", (g,), attrs, g.shape, g.dtype),)
 
 
-def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
+def topk(x: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:
     axis = normalize_dim(dim, x.ndim)
     if not 0 <= k <= (x.shape[axis] if x.ndim else 1):
         raise UserError(f"topk: k={k} is out of range for dimension {dim} of size {x.shape[axis]}")
@@ -191,7 +199,7 @@ def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
 SortResult = namedtuple("SortResult", ["values", "indices"])
 
 
-def sort(x, dim: int = -1, descending: bool = False, stable: bool = False):
+def sort(x: Tensor, dim: int = -1, descending: bool = False, stable: bool = False) -> tuple[Tensor, Tensor]:
     """(values, indices) sorted along dim; equal elements keep their order (a stable sort)."""
     if x.ndim == 0:
         return SortResult(x, ew.cast(ew.mul(x, 0), dtypes.int64))
@@ -200,11 +208,11 @@ def sort(x, dim: int = -1, descending: bool = False, stable: bool = False):
     return SortResult(values, indices)
 
 
-def argsort(x, dim: int = -1, descending: bool = False, stable: bool = False):
+def argsort(x: Tensor, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
     return sort(x, dim, descending, stable).indices
 
 
-def prod(x, dim=None, keepdim: bool = False, dtype=None):
+def prod(x: Tensor, dim: Dims = None, keepdim: bool = False, dtype: DTypeLike = None) -> Tensor:
     """The product, as exp(sum(log|x|)) with the sign and zeros counted apart (floating point)."""
     if dtype is not None:
         x = ew.cast(x, dtype)

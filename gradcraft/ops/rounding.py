@@ -6,6 +6,14 @@ gradient of these is zero as well), and `a % b` gets PyTorch's gradients (1 for 
 through the ordinary rules of sub and mul.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from gradcraft.typing import TensorOrNumber
+
+if TYPE_CHECKING:
+    from gradcraft.tensor import Tensor
+
 from gradcraft import dtypes
 from gradcraft.errors import UserError
 from gradcraft.ops import elementwise as ew
@@ -13,7 +21,7 @@ from gradcraft.ops import elementwise as ew
 _EXACT = 2.0 ** 52  # float64 values this large are already integers (float32: from 2**23)
 
 
-def trunc(x):
+def trunc(x: Tensor) -> Tensor:
     if not x.dtype.is_floating_point:
         return x
     whole = ew.cast(ew.cast(x, dtypes.int64), x.dtype)
@@ -21,17 +29,17 @@ def trunc(x):
     return ew.where(ew.lt(ew.abs(x), _EXACT), whole, x)
 
 
-def floor(x):
+def floor(x: Tensor) -> Tensor:
     t = trunc(x)
     return t if not x.dtype.is_floating_point else ew.sub(t, ew.cast(ew.gt(t, x), x.dtype))
 
 
-def ceil(x):
+def ceil(x: Tensor) -> Tensor:
     t = trunc(x)
     return t if not x.dtype.is_floating_point else ew.add(t, ew.cast(ew.lt(t, x), x.dtype))
 
 
-def round(x, decimals: int = 0):
+def round(x: Tensor, decimals: int = 0) -> Tensor:
     """Half to even, as torch.round."""
     if not x.dtype.is_floating_point:
         return x
@@ -46,7 +54,7 @@ def round(x, decimals: int = 0):
     return ew.div(out, scale) if decimals else out
 
 
-def floor_divide(a, b):
+def floor_divide(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
     """a // b rounded toward minus infinity (PyTorch and Python); integers stay integers."""
     a_t, b_t = ew._operands(a, b, "floor_divide")
     if a_t.dtype.is_floating_point:
@@ -57,7 +65,7 @@ def floor_divide(a, b):
     return ew.cast(quotient, a_t.dtype)
 
 
-def remainder(a, b):
+def remainder(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
     """a % b with the sign of b (Python's and PyTorch's %)."""
     a_t, b_t = ew._operands(a, b, "remainder")
     if a_t.dtype.is_floating_point:
@@ -65,7 +73,7 @@ def remainder(a, b):
     return ew.sub(a_t, ew.mul(floor_divide(a_t, b_t), b_t))
 
 
-def fmod(a, b):
+def fmod(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
     """a - trunc(a / b) * b (the sign of a), as torch.fmod."""
     a_t, b_t = ew._operands(a, b, "fmod")
     if a_t.dtype.is_floating_point:
@@ -74,7 +82,7 @@ def fmod(a, b):
     return ew.sub(a_t, ew.mul(q, b_t))
 
 
-def div_rounded(a, b, *, rounding_mode=None):
+def div_rounded(a: TensorOrNumber, b: TensorOrNumber, *, rounding_mode: str | None = None) -> Tensor:
     """torch.div(a, b, rounding_mode=None | "trunc" | "floor")."""
     if rounding_mode is None:
         return ew.div(a, b)
@@ -88,23 +96,23 @@ def div_rounded(a, b, *, rounding_mode=None):
     raise UserError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
 
 
-def isnan(x):
+def isnan(x: Tensor) -> Tensor:
     return ew.ne(x, x)  # only NaN differs from itself
 
 
-def isinf(x):
+def isinf(x: Tensor) -> Tensor:
     if not x.dtype.is_floating_point:
         return ew.ne(x, x)
     return ew.eq(ew.abs(x), float("inf"))
 
 
-def isfinite(x):
+def isfinite(x: Tensor) -> Tensor:
     if not x.dtype.is_floating_point:
         return ew.eq(x, x)
     return ew.eq(ew.sub(x, x), 0.0)  # inf - inf and NaN - NaN are NaN
 
 
-def isclose(a, b, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False):
+def isclose(a: TensorOrNumber, b: TensorOrNumber, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> Tensor:
     a_t, b_t = ew._operands(a, b, "isclose")
     if not a_t.dtype.is_floating_point:
         return ew.eq(a_t, b_t)
@@ -115,12 +123,12 @@ def isclose(a, b, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = Fals
     return close
 
 
-def allclose(a, b, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
+def allclose(a: TensorOrNumber, b: TensorOrNumber, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
     from gradcraft.ops.reduce import all as all_
     return bool(all_(isclose(a, b, rtol, atol, equal_nan)).item())
 
 
-def equal(a, b) -> bool:
+def equal(a: TensorOrNumber, b: TensorOrNumber) -> bool:
     """True when a and b have the same shape and elements (torch.equal)."""
     from gradcraft.ops.reduce import all as all_
     if tuple(a.shape) != tuple(b.shape):

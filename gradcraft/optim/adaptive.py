@@ -6,6 +6,14 @@ them in one schedule (Optimizer.step). Weight decay here is PyTorch's L2 penalty
 gradient, for every parameter of the group (AdamW is the decoupled form).
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gradcraft.tensor import Tensor
+
 import math
 
 from gradcraft import dtypes
@@ -124,7 +132,7 @@ class SGD(_PlainSGD):
 
     defaults = dict(_PlainSGD.defaults, dampening=0.0, nesterov=False, maximize=False)
 
-    def __init__(self, params, lr: float = 1e-3, **hyper):
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3, **hyper: Any) -> None:
         super().__init__(params, lr=lr, **hyper)
         for group in self.param_groups:
             if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):

@@ -7,6 +7,11 @@ are overwritten each step, so the update graph has the same shape and the
 same kernels every step (what CUDA-graph capture needs).
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
 import math
 
 import numpy as np
@@ -23,7 +28,7 @@ from gradcraft.tensor import Tensor
 class Optimizer:
     defaults: dict = {}
 
-    def __init__(self, params, **hyper):
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict], **hyper: Any) -> None:
         params = list(params)
         if not params:
             raise UserError("the optimizer got an empty parameter list")
@@ -126,7 +131,7 @@ class AdamW(Optimizer):
 
     defaults = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-2}
 
-    def __init__(self, params, fused: bool | None = None, **hyper):
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict], fused: bool | None = None, **hyper: Any) -> None:
         super().__init__(params, **hyper)
         self.fused = fused
 

@@ -13,7 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "gradcraft"
 LAYERS = {
     "errors": 0, "atomic": 0,
     "validation": 1,
-    "dtypes": 2, "device": 2,
+    "dtypes": 2, "device": 2, "typing": 2,  # typing: the annotations' names (gradcraft/typing.py)
     "backend": 3,
     "engine": 4,
     "tensor": 5, "autograd": 5, "ops": 5, "cuda": 5,
@@ -34,8 +34,9 @@ BUFFER_ACCESS = ("tensor", "autograd", "engine", "ops", "backend", "serializatio
 # Above the ops layer nothing imports a backend (capabilities are asked through get_backend(...).has).
 NO_BACKEND = ("nn", "optim", "models", "training", "inference", "cli")
 # What model code imports: the public API, its siblings, and the public helpers.
-MODEL_IMPORTS = ("gradcraft", "gradcraft.nn", "gradcraft.nn.functional", "gradcraft.nn.init", "gradcraft.dtypes", "gradcraft.errors",
-                 "gradcraft.atomic", "gradcraft.models", "gradcraft.tokenizer")
+MODEL_IMPORTS = ("gradcraft", "gradcraft.nn", "gradcraft.nn.functional", "gradcraft.nn.init", "gradcraft.dtypes",
+                 "gradcraft.errors", "gradcraft.atomic", "gradcraft.models", "gradcraft.tokenizer",
+                 "gradcraft.validation")  # validation: the configs' field declarations (setting, Value)
 
 # Known violations in part A's area (issue 16): each is removed there, and then from this list.
 EXCEPTIONS = {
@@ -60,7 +61,13 @@ def _imports(name, path, tree):
     """(line, imported module) for every import of a gradcraft module; `from gradcraft import x`
     names the submodule x when there is one."""
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    # imports under `if TYPE_CHECKING:` never run: annotations may name any layer's types
+    typing_only = {id(inner) for node in ast.walk(tree) if isinstance(node, ast.If)
+                   and getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING"
+                   for stmt in node.body for inner in ast.walk(stmt)}
     for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name

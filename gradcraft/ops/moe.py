@@ -2,10 +2,17 @@
 `moe_permute` puts each token at its experts' rows of an (E * capacity, C) buffer, `moe_unpermute`
 brings each token's k rows back, weighted. Kernels: moe_permute[_backward], moe_unpermute[_backward]."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from gradcraft.ops.function import apply, gradient
 
+if TYPE_CHECKING:
+    from gradcraft.tensor import Tensor
 
-def moe_permute(x, slot, rows: int):
+
+def moe_permute(x: Tensor, slot: Tensor, rows: int) -> Tensor:
     """(rows, C) buffer with token x[n] at row slot[n, j] for each of its k assignments (zeros elsewhere)."""
     return apply("moe_permute", (x, slot), {"rows": rows}, (rows, x.shape[1]), x.dtype)
 
@@ -16,7 +23,7 @@ def _moe_permute_grad(node, out, g):
     return apply("moe_permute_backward", (g, slot), {}, x.shape, g.dtype), None
 
 
-def moe_unpermute(y, slot, weights):
+def moe_unpermute(y: Tensor, slot: Tensor, weights: Tensor) -> Tensor:
     """out[n] = sum_j weights[n, j] * y[slot[n, j]]: each token's experts' outputs, weighted, back in place."""
     return apply("moe_unpermute", (y, slot, weights), {}, (slot.shape[0], y.shape[1]), y.dtype)
 

@@ -174,9 +174,9 @@ def fill_disk_in_save_file(monkeypatch, module):
 
 
 def test_full_disk_during_export_leaves_no_half_export(trained_run, tmp_path, capsys, monkeypatch):
-    from gradcraft.training import trainer
+    from gradcraft.training import run_folder
     fill_disk_in_atomic_writes(monkeypatch, 10_000)  # --format hf writes through atomic_file
-    fill_disk_in_save_file(monkeypatch, trainer)  # --format safetensors through safetensors' save_file
+    fill_disk_in_save_file(monkeypatch, run_folder)  # --format safetensors through safetensors' save_file
     for fmt in ("hf", "safetensors"):
         out = tmp_path / fmt
         status, _, err = run_cli(["export", "--model_dir", trained_run / "run", "--format", fmt, "--out", out], capsys)

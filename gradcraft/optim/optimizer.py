@@ -46,10 +46,10 @@ class Optimizer:
         """A 0-d device tensor holding `value`, updated in place (same buffer every step)."""
         t = self._scalars.get((key, device, dtype))
         if t is None:
-            t = Tensor(np.array(value, dtype=np.float32), device=device).to(dtype).realize()
+            t = Tensor(np.array(value, dtype=dtype.np), device=device).realize()  # exact in its dtype
             self._scalars[(key, device, dtype)] = t
         else:
-            t.fill_(value)  # written now (no gradient is recorded into it)
+            t.copy_(np.array(value, dtype=t.dtype.np))  # written now, exactly (no gradient is recorded)
         return t
 
     def zero_grad(self, set_to_none: bool = True) -> None:

@@ -174,14 +174,17 @@ def logical_or(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return maximum(c
 
 
 def sum_to(g, shape: tuple):
-    """Sum a broadcast gradient back down to `shape` (the inverse of broadcasting)."""
+    """Sum a broadcast gradient back down to `shape` (the inverse of broadcasting). The "sum" node is
+    built here directly (its gradient rule lives with the reductions, ops/reduce.py), so that this
+    module needs nothing from reduce.py, which builds on it."""
     if g.shape == tuple(shape):
         return g
-    from gradcraft.ops.reduce import sum as reduce_sum
     extra = len(g.shape) - len(shape)
     axes = tuple(range(extra)) + tuple(i + extra for i, n in enumerate(shape) if n == 1 and g.shape[i + extra] != 1)
-    out = reduce_sum(g, axes, keepdim=True) if axes else g
-    return out.reshape(shape)
+    if axes:
+        kept = tuple(1 if i in axes else n for i, n in enumerate(g.shape))
+        g = apply("sum", (g,), {"axes": axes, "keepdim": True}, kept, g.dtype)
+    return g.reshape(shape)
 
 
 @gradient("add")

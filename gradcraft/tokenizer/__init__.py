@@ -10,6 +10,7 @@ train.py (learning merges), formats.py (our file, HF tokenizer.json,
 tiktoken rank files), parallel.py (multi-process counting and encoding).
 """
 
+from gradcraft.tokenizer import k2 as _k2  # noqa: F401 (registers K2's pre-tokenizer)
 from gradcraft.tokenizer.bpe import Tokenizer
 from gradcraft.tokenizer.formats import (
     from_hf_json, from_tiktoken, load_tokenizer, save_hf_json, save_tiktoken, save_tokenizer, to_hf_json,

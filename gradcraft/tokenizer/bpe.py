@@ -319,24 +319,42 @@ class Tokenizer:
         return self.special_tokens.get("<|endoftext|>")
 
     # ------------------------------------------------------------- file I/O
+    # The trainer (train.py) and the file formats (formats.py) build on this module: they register
+    # their entry points in _ENTRY when the package is imported (tokenizer/__init__.py imports both),
+    # so this module imports neither and the three form no import circle.
     @staticmethod
     def train(texts, vocab_size: int, pattern: str = "gpt4", special_tokens=("<|endoftext|>",),
               workers: int = 1, progress: bool = False) -> "Tokenizer":
         """Learn a vocabulary (same as `gradcraft.tokenizer.train`)."""
-        from gradcraft.tokenizer.train import train
-        return train(texts, vocab_size, pattern=pattern, special_tokens=special_tokens,
-                     workers=workers, progress=progress)
+        return _ENTRY["train"](texts, vocab_size, pattern=pattern, special_tokens=special_tokens,
+                               workers=workers, progress=progress)
 
     def save(self, path) -> None:
         """Write our versioned JSON format (see docs/tokenizer.md), atomically."""
-        from gradcraft.tokenizer.formats import save_tokenizer
-        save_tokenizer(self, path)
+        _ENTRY["save"](self, path)
 
     @classmethod
     def load(cls, path) -> "Tokenizer":
         """Load our format, an HF tokenizer.json, or a tiktoken rank file."""
-        from gradcraft.tokenizer.formats import load_tokenizer
-        return load_tokenizer(path)
+        return _ENTRY["load"](path)
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character table used in HF vocab strings:
+    visible Latin-1 bytes stand for themselves, the other 68 bytes (controls,
+    space, ...) are shifted to U+0100 and up, in byte order."""
+    visible = set(range(ord("!"), ord("~") + 1)) | set(range(0xA1, 0xAD)) | set(range(0xAE, 0x100))
+    table, shift = {}, 0
+    for b in range(256):
+        if b in visible:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + shift)
+            shift += 1
+    return table
+
+
+_ENTRY: dict = {}  # "train" (train.py), "save" and "load" (formats.py): see Tokenizer.train
 
 
 def _rebuild(state: dict) -> Tokenizer:

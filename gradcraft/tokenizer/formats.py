@@ -22,7 +22,8 @@ import os
 
 from gradcraft.atomic import write_text
 from gradcraft.errors import UserError
-from gradcraft.tokenizer.bpe import Tokenizer, _rebuild
+from gradcraft.tokenizer.bpe import _ENTRY as _bpe_entry
+from gradcraft.tokenizer.bpe import Tokenizer, _rebuild, bytes_to_unicode  # noqa: F401 (bytes_to_unicode: its old home)
 from gradcraft.tokenizer.pretokenize import PATTERNS
 
 FORMAT_NAME = "gradcraft-tokenizer"
@@ -93,21 +94,6 @@ def _from_ours(doc: dict, path: str) -> Tokenizer:
 
 
 # ------------------------------------------------- HF byte-level tokenizer.json
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable character table used in HF vocab strings:
-    visible Latin-1 bytes stand for themselves, the other 68 bytes (controls,
-    space, ...) are shifted to U+0100 and up, in byte order."""
-    visible = set(range(ord("!"), ord("~") + 1)) | set(range(0xA1, 0xAD)) | set(range(0xAE, 0x100))
-    table, shift = {}, 0
-    for b in range(256):
-        if b in visible:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + shift)
-            shift += 1
-    return table
-
-
 def _hf_pre_tokenizer(pre, source) -> str:
     """HF pre_tokenizer JSON -> our pattern (regex or None)."""
     def byte_level(p):
@@ -276,3 +262,6 @@ def from_tiktoken(ranks, pattern: str = "gpt4", special_tokens=None) -> Tokenize
     return Tokenizer(pattern=pattern, byte_ids=[ranks[bytes([b])] for b in range(256)], merges=merges,
                      special_tokens=special_tokens or {}, merge_mode="ranks", extra_tokens=extra,
                      whole_piece=True)
+
+
+_bpe_entry.update(save=save_tokenizer, load=load_tokenizer)  # Tokenizer.save / Tokenizer.load

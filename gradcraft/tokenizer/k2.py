@@ -23,9 +23,8 @@ import os
 import struct
 
 from gradcraft.errors import UserError
-from gradcraft.tokenizer.bpe import Tokenizer
-from gradcraft.tokenizer.formats import bytes_to_unicode
-from gradcraft.tokenizer.pretokenize import PATTERNS, Splitter
+from gradcraft.tokenizer.bpe import Tokenizer, bytes_to_unicode
+from gradcraft.tokenizer.pretokenize import PATTERNS, SPLITTERS, Splitter
 
 MAGIC = b"BBPEV1\0\0"
 # what K2's train_tokenizer gives ids n_regular, n_regular + 1, ...
@@ -112,6 +111,9 @@ class K2Splitter(Splitter):
             data = text.encode("utf-8", "surrogateescape")
             return [p.decode("utf-8", "surrogateescape") for p in k2_pieces(data)]
         return super().findall(text)
+
+
+SPLITTERS["k2"] = K2Splitter  # compile_pattern("k2") cuts with it
 
 
 # ------------------------------------------------------------------ building a tokenizer

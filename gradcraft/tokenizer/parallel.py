@@ -27,7 +27,7 @@ from itertools import chain
 import numpy as np
 
 from gradcraft.tokenizer.bpe import CACHE_ENTRIES
-from gradcraft.tokenizer.pretokenize import (CHUNKABLE, compile_pattern, next_cut, resolve_pattern, special_regex,
+from gradcraft.tokenizer.pretokenize import (CHUNKABLE, compile_pattern, count_pieces, next_cut, resolve_pattern, special_regex,
                                              split_text)
 
 CHUNK_BYTES = 1 << 20
@@ -148,7 +148,6 @@ def _count_init(pattern, special_tokens, in_worker=False):
 
 
 def _count_task(task) -> Counter:
-    from gradcraft.tokenizer.train import count_pieces
     counts = Counter()
     for item in task:
         text = item if isinstance(item, str) else read_chunk(*item[1:])

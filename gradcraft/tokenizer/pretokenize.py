@@ -26,6 +26,7 @@ only those the caller allows (see `split_special`).
 
 from __future__ import annotations
 
+from collections import Counter
 import re
 
 import regex
@@ -172,12 +173,16 @@ class Splitter:
         return (self._ascii if text.isascii() else self._full).findall(text)
 
 
+# Patterns whose pieces a Splitter subclass cuts its own way, by name: K2's (tokenizer/k2.py registers
+# K2Splitter here when the package is imported, so this module does not import k2.py, which builds on it).
+SPLITTERS: dict = {}
+
+
 def compile_pattern(pattern: str | None) -> Splitter | None:
     """A `Splitter`, or None for the `none` pattern."""
     name, rx = resolve_pattern(pattern)
-    if name == "k2":
-        from gradcraft.tokenizer.k2 import K2Splitter  # K2 reads bytes its own way (see there)
-        return K2Splitter(rx)
+    if name in SPLITTERS:
+        return SPLITTERS[name](rx)
     return None if rx is None else Splitter(rx)
 
 
@@ -215,3 +220,13 @@ def split_special(text: str, finder) -> list[tuple[str, bool]]:
     if start < len(text):
         parts.append((text[start:], False))
     return parts
+
+
+def count_pieces(text: str, compiled, special_finder=None) -> Counter:
+    """Distinct pieces of one text with their counts; special-token strings
+    are cut out (they are never part of a merge)."""
+    counts = Counter()
+    for chunk, is_special in split_special(text, special_finder):
+        if not is_special:
+            counts.update(split_pieces(chunk, compiled))
+    return counts

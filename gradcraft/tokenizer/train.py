@@ -26,20 +26,13 @@ import sys
 from collections import Counter, defaultdict
 
 from gradcraft.errors import UserError
+from gradcraft.tokenizer.bpe import _ENTRY as _bpe_entry
 from gradcraft.tokenizer.bpe import Tokenizer, piece_bytes
-from gradcraft.tokenizer.pretokenize import compile_pattern, special_regex, split_pieces, split_special, split_text
+from gradcraft.tokenizer.parallel import count_pieces_parallel
+from gradcraft.tokenizer.pretokenize import (compile_pattern, count_pieces, special_regex,  # noqa: F401 (count_pieces:
+                                             split_pieces, split_special, split_text)  # its old home)
 
 COUNT_PART = 1 << 20  # characters counted at a time by train() on one process
-
-
-def count_pieces(text: str, compiled, special_finder=None) -> Counter:
-    """Distinct pieces of one text with their counts; special-token strings
-    are cut out (they are never part of a merge)."""
-    counts = Counter()
-    for chunk, is_special in split_special(text, special_finder):
-        if not is_special:
-            counts.update(split_pieces(chunk, compiled))
-    return counts
 
 
 def learn_merges(piece_counts, n_merges: int, progress: bool = False) -> list[tuple[int, int]]:
@@ -157,7 +150,6 @@ def train(texts, vocab_size: int, pattern: str = "gpt4", special_tokens=("<|endo
     n_merges = check_vocab_size(vocab_size, special_tokens)
     texts = [t.decode("utf-8", "surrogateescape") if isinstance(t, (bytes, bytearray)) else t for t in texts]
     if workers > 1 and sum(map(len, texts)) > 1 << 20:
-        from gradcraft.tokenizer.parallel import count_pieces_parallel
         counts = count_pieces_parallel(texts, pattern, special_tokens, workers)
     else:
         compiled, finder = compile_pattern(pattern), special_regex(special_tokens)
@@ -169,3 +161,6 @@ def train(texts, vocab_size: int, pattern: str = "gpt4", special_tokens=("<|endo
                 counts.update(count_pieces(part, compiled, finder))
     pairs = learn_merges(counts, n_merges, progress=progress)
     return tokenizer_from_merges(pairs, pattern, special_tokens)
+
+
+_bpe_entry["train"] = train  # Tokenizer.train

@@ -1,4 +1,4 @@
-"""The compiled C kernels (gradcraft/backend/cpu_native/kernels.c), one thread, against PyTorch CPU on
+"""The compiled C kernels (gradcraft/backend/cpu/native/kernels.c), one thread, against PyTorch CPU on
 one thread, for several -march targets and optionally an older kernels.c: a before/after measure.
 
     python bench/cpu_native_kernels.py                                   # -march=native
@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from gradcraft.backend.cpu_native.compiler import _COMMON, SIGNATURES, SOURCE  # noqa: E402
+from gradcraft.backend.cpu.native.compiler import _COMMON, SIGNATURES, SOURCE  # noqa: E402
 
 P = ctypes.c_void_p
 

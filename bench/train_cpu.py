@@ -104,7 +104,7 @@ def main():
     threads = args.threads or len(os.sched_getaffinity(0))
     from gradcraft.benchmarks import limit_threads
     torch = limit_threads(threads)
-    from gradcraft.backend import cpu_native
+    from gradcraft.backend.cpu import native as cpu_native
     from gradcraft.benchmarks.training import Setup, compare, initial_weights, report
     from gradcraft.models import Transformer, describe, preset
 

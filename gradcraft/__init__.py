@@ -22,7 +22,7 @@ from gradcraft.tensor import Tensor, _attach_methods
 _attach_methods()
 
 from gradcraft.device import is_available  # noqa: E402
-from gradcraft.engine.memory import stats as _memory_stats  # noqa: E402
+from gradcraft.backend.memory import stats as _memory_stats  # noqa: E402
 from gradcraft.errors import UserError  # noqa: E402
 from gradcraft.ops.creation import (arange, as_tensor, empty, empty_like, eye, from_numpy, full,  # noqa: E402
                                     full_like, get_rng_state, linspace, logspace, manual_seed, ones, ones_like, rand,

@@ -12,6 +12,9 @@ from gradcraft.errors import UserError
 # device type -> module that defines `create_backend(index)`
 _BACKEND_MODULES = {"cpu": "gradcraft.backend.cpu", "cuda": "gradcraft.backend.cuda"}
 _backends: dict[str, object] = {}
+# device type -> module of its collective communication for process groups (gradcraft/distributed):
+# check_nccl(), available_devices(), unique_id() and NCCLGroup(rank, world, uid, index)
+_COLLECTIVE_MODULES = {"cuda": "gradcraft.backend.cuda.nccl"}
 
 
 def canonical(device) -> str:
@@ -59,6 +62,15 @@ def get_backend(device: str):
         backend = module.create_backend(int(index or 0))
         _backends[device] = backend
     return backend
+
+
+def collectives(device: str):
+    """The collective-communication module of a device's type (NCCL for cuda), imported on first use:
+    distributed/ reaches the backend's process groups through here, not by importing backend/."""
+    kind = device.partition(":")[0]
+    if kind not in _COLLECTIVE_MODULES:
+        raise UserError(f"device {device!r} has no collective library for process groups; use cuda or a TCP group")
+    return importlib.import_module(_COLLECTIVE_MODULES[kind])
 
 
 def is_available(kind: str = "cuda") -> bool:

@@ -1,6 +1,6 @@
 """Check that every `#pragma omp simd` loop of the C kernels vectorizes on AVX2 and on AVX-512.
 
-Compiles gradcraft/backend/cpu_native/kernels.c with the flags compiler.py uses, once per target
+Compiles gradcraft/backend/cpu/native/kernels.c with the flags compiler.py uses, once per target
 (-march=x86-64-v3 is AVX2 + FMA, the Zen 2/3 and Haswell-and-later level; skylake-avx512 is
 AVX-512), asks gcc for its vectorization report (-fopt-info-vec-all) and lists the `omp simd`
 loops it did not vectorize, with gcc's reason. Exit status 1 when one is missed, 0 otherwise.
@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from gradcraft.backend.cpu_native.compiler import SOURCE, _COMMON  # noqa: E402
+from gradcraft.backend.cpu.native.compiler import SOURCE, _COMMON  # noqa: E402
 
 DEFAULT_TARGETS = ("x86-64-v3", "skylake-avx512")
 

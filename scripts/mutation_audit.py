@@ -40,7 +40,7 @@ class Mutant:
 
 
 M = Mutant
-KERNELS = "gradcraft/backend/cpu_native/kernels.c"
+KERNELS = "gradcraft/backend/cpu/native/kernels.c"
 CPU = "gradcraft/backend/cpu.py"
 MUTANTS = [
     # ---- data samplers

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import gradcraft as gc
-from gradcraft.backend import blas
+from gradcraft.backend.cpu import blas
 from gradcraft.device import get_backend
 
 pytestmark = pytest.mark.skipif(blas._functions() is None, reason="NumPy's BLAS is not an OpenBLAS reachable here")

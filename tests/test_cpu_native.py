@@ -1,4 +1,4 @@
-"""The compiled C kernels (backend/cpu_native) against their NumPy references in backend/cpu.py.
+"""The compiled C kernels (backend/cpu/native) against their NumPy references in backend/cpu/<family>.py.
 
 Each native kernel gets random float32 inputs and output buffers filled with NaN (so a kernel that
 skips an element cannot pass by finding a zero there), and the result must match the NumPy kernel
@@ -13,9 +13,10 @@ import sys
 import numpy as np
 import pytest
 
-from gradcraft.backend import cpu, cpu_native
-from gradcraft.backend import cpu_threads
-from gradcraft.backend.cpu_threads import set_num_threads
+from gradcraft.backend import cpu
+from gradcraft.backend.cpu import native as cpu_native
+from gradcraft.backend.cpu import threads as cpu_threads
+from gradcraft.backend.cpu.threads import set_num_threads
 
 lib = cpu_native.library()
 pytestmark = pytest.mark.skipif(lib is None, reason=f"no compiled CPU kernels: {cpu_native.status()}")
@@ -53,9 +54,9 @@ CASES = [
     ("gelu_backward", lambda: (rand(5, 333, scale=4), rand(5, 333, seed=1)), {"approximate": "tanh"}),
     ("softmax", lambda: (rand(7, 300, scale=5), -1), {}),
     ("softmax", lambda: (rand(7, 3, 5), 1), {}),  # another axis: the NumPy kernel
-    ("softmax_backward", lambda: (cpu._softmax(rand(7, 300), -1), rand(7, 300, seed=1), -1), {}),
+    ("softmax_backward", lambda: (cpu.softmax._softmax(rand(7, 300), -1), rand(7, 300, seed=1), -1), {}),
     ("log_softmax", lambda: (rand(7, 300, scale=5), 1), {}),
-    ("log_softmax_backward", lambda: (cpu._log_softmax(rand(4, 2, 50), -1), rand(4, 2, 50, seed=1), 2), {}),
+    ("log_softmax_backward", lambda: (cpu.softmax._log_softmax(rand(4, 2, 50), -1), rand(4, 2, 50, seed=1), 2), {}),
     ("swiglu", lambda: (rand(4, 9, 2 * 24, scale=3),), {}),
     ("swiglu", lambda: (rand(2 * 5),), {}),
     ("swiglu_backward", lambda: (rand(4, 9, 48, scale=3), rand(4, 9, 24, seed=1)), {}),
@@ -82,7 +83,7 @@ CASES = [
     ("masked_softmax", lambda: (rand(2, 3, 16, 16, scale=4),), {"scale": 0.25, "causal": True, "window": None}),
     ("masked_softmax", lambda: (rand(2, 3, 5, 12, scale=4),), {"scale": 0.5, "causal": True, "window": 4}),
     ("masked_softmax", lambda: (rand(4, 7, 9),), {"scale": -1.5, "causal": False, "window": None}),
-    ("masked_softmax_backward", lambda: (cpu._masked_softmax(rand(3, 16, 16), scale=1.0, causal=True, window=None),
+    ("masked_softmax_backward", lambda: (cpu.softmax._masked_softmax(rand(3, 16, 16), scale=1.0, causal=True, window=None),
                                          rand(3, 16, 16, seed=1)), {"scale": 0.3}),
     ("rope", lambda: (rand(2, 3, 8, 16), rand(8, 8, seed=1), rand(8, 8, seed=2)), {"inverse": False}),
     ("rope", lambda: (rand(2, 8, 3, 16).transpose(0, 2, 1, 3), rand(8, 8, seed=1), rand(8, 8, seed=2)),
@@ -147,11 +148,11 @@ def test_norm_weights_of_another_size_fall_back_to_numpy():
 
 def test_other_dtypes_fall_back_to_numpy():
     x = np.random.default_rng(0).standard_normal((3, 8))
-    np.testing.assert_array_equal(NATIVE["silu"](x), cpu._silu(x))  # float64: the NumPy kernel itself
+    np.testing.assert_array_equal(NATIVE["silu"](x), cpu.activations._silu(x))  # float64: the NumPy kernel itself
     mask = np.tril(np.ones((6, 6), bool))
     s = rand(2, 6, 6)
     np.testing.assert_array_equal(NATIVE["masked_softmax"](s, mask, scale=1.0, causal=False, window=None),
-                                  cpu._masked_softmax(s, mask, scale=1.0, causal=False, window=None))
+                                  cpu.softmax._masked_softmax(s, mask, scale=1.0, causal=False, window=None))
 
 
 def test_adamw_matches_numpy():
@@ -161,14 +162,14 @@ def test_adamw_matches_numpy():
     consts = dict(scale=0.7, step_size=1e-3, bc2_sqrt=0.3, decay=0.999, beta1=0.9, beta2=0.95, eps=1e-8)
     ref = [a.copy() for a in (p, g, m, v)]
     assert cpu_native.adamw_update(p, g, m, v, **consts)
-    cpu._adamw_update(*ref, **consts)
+    cpu.optim._adamw_update(*ref, **consts)
     for got, want in zip((p, m, v), (ref[0], ref[2], ref[3])):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
 
 
 def test_without_a_compiler_numpy_kernels_run(tmp_path):
     """No C compiler: a one-line status says so, and training still works on the NumPy kernels."""
-    code = ("from gradcraft.backend import cpu_native; import gradcraft as gc; print(cpu_native.status());"
+    code = ("from gradcraft.backend.cpu import native as cpu_native; import gradcraft as gc; print(cpu_native.status());"
             "x = gc.randn(4, 6, requires_grad=True); gc.nn.functional.swiglu(x).sum().backward();"
             "print(x.grad.shape)")
     env = {**os.environ, "CC": str(tmp_path / "no-such-cc"), "PATH": str(tmp_path),

@@ -18,7 +18,8 @@ from gradcraft.errors import UserError
 CHILD = textwrap.dedent("""
     import sys
     import numpy as np
-    from gradcraft.backend import cpu, cpu_native
+    from gradcraft.backend import cpu
+    from gradcraft.backend.cpu import native as cpu_native
     from gradcraft.errors import UserError
 
     which, path = sys.argv[1], sys.argv[2]
@@ -33,7 +34,7 @@ CHILD = textwrap.dedent("""
             cpu_native.adamw_update(p, g, m, v, **consts)
         else:
             ok = np.ones(8, np.float32)
-            cpu._adamw_step([ok, p], [ok, g], [np.zeros(8, np.float32), m], [np.zeros(8, np.float32), v],
+            cpu.optim._adamw_step([ok, p], [ok, g], [np.zeros(8, np.float32), m], [np.zeros(8, np.float32), v],
                             np.array([1e-3, 1.0], np.float32), beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0)
     except UserError as e:
         assert "\\n" not in str(e)

@@ -15,7 +15,8 @@ from safetensors.numpy import load_file, save_file
 
 import gradcraft as gc
 import gradcraft.nn.functional as F
-from gradcraft.backend import cpu, cpu_native
+from gradcraft.backend import cpu
+from gradcraft.backend.cpu import native as cpu_native
 from gradcraft.data.tokenfile import write_token_file
 from gradcraft.errors import UserError
 from gradcraft.inference.generate import SamplingParams, generate, generate_batch

@@ -1,24 +1,27 @@
-"""The backend contract: the closed set of kernels every device implements.
+"""The backend contract: the closed set of kernels a device implements.
 
 A kernel takes device arrays and a dict of attributes, and returns a new
 array (or a view, for movement kernels), or a tuple of arrays for the fused
 backward kernels marked (multi). Kernels never modify their inputs, except
 `assign`, which writes into its first argument.
 
-`backend/cpu.py` implements every kernel with NumPy and is the reference the
-CUDA kernels are tested against.
+PRIMITIVES are what every backend must have. OPTIONAL are fused kernels a backend may leave out:
+where one is missing, the op layer computes it from primitives (gradcraft/ops/fallback.py), and the
+gradient then follows the primitives' own rules, so a missing forward kernel never asks for its
+backward one. A backend that has a fused forward kernel must have its backward kernel too
+(OPTIONAL_PAIRS). flash_attention and linear_cross_entropy are also asked for only where the backend
+says they are the fast way (`flash_attention_supported`, `fused_linear_cross_entropy`).
+
+`backend/cpu/` implements every kernel with NumPy, one module per kernel family, and is the
+reference the C and CUDA kernels are tested against.
 """
 
 from gradcraft.errors import UserError
 
-KERNELS = {
+PRIMITIVES = frozenset({
     # elementwise unary (a) -> same shape
-    "neg", "exp", "log", "sqrt", "rsqrt", "abs", "sin", "cos", "tanh", "sigmoid", "relu", "gelu", "silu",
+    "neg", "exp", "log", "sqrt", "rsqrt", "abs", "sin", "cos", "tanh", "sigmoid", "relu",
     "sign", "logical_not", "cast",
-    # fused elementwise gradients (x, grad_out) -> grad_in
-    "gelu_backward", "silu_backward",
-    # SwiGLU: (h) -> silu(h[..., :F]) * h[..., F:] for h of 2F features; backward (h, g) -> dh
-    "swiglu", "swiglu_backward",
     # elementwise binary (a, b) with NumPy broadcasting
     "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
     "where",
@@ -33,22 +36,44 @@ KERNELS = {
     "put_slices",  # (*gs, specs, shape): zeros with each g added at its slices (gradients of slicing)
     # creation
     "full", "arange", "rand", "randn", "randint", "copy_from", "assign",
-    # fused neural-network ops and their fused gradients
-    "softmax", "softmax_backward", "log_softmax", "log_softmax_backward",
-    "cross_entropy", "cross_entropy_backward",
-    "linear_cross_entropy",  # (multi) (x, w, target) -> (sum of the rows' losses, dx, dw): logits never whole
-    "layer_norm", "layer_norm_backward",  # backward (multi): dx, dweight, dbias
-    "rms_norm", "rms_norm_backward",  # backward (multi): dx, dweight
-    "embedding", "embedding_backward", "dropout", "rope",
+    # random masks that must match across devices bit for bit (Philox): not composable from rand
+    "dropout",
     "attention_dropout",  # (weights, state) with backend/philox.py's mask: the explicit path's dropout
-    "sdpa", "sdpa_backward",  # backward (multi): dq, dk, dv
-    # flash attention (multi): (q, k, v[, dropout state]) -> (out, log-sum-exp per query);
-    # backward (q, k, v, out, lse, g[, state]) -> dq, dk, dv
-    "flash_attention", "flash_attention_backward",
-    "masked_softmax", "masked_softmax_backward",  # attention weights from scores (explicit attention)
     # mixture of experts: tokens to their experts' rows and back; slot (N, k) gives each assignment's row
     "moe_permute", "moe_permute_backward", "moe_unpermute", "moe_unpermute_backward",  # unpermute bwd: (dy, dw)
+})
+
+# optional fused forward kernel -> its fused backward kernels
+OPTIONAL_PAIRS = {
+    "gelu": ("gelu_backward",), "silu": ("silu_backward",),
+    # SwiGLU: (h) -> silu(h[..., :F]) * h[..., F:] for h of 2F features; backward (h, g) -> dh
+    "swiglu": ("swiglu_backward",),
+    "softmax": ("softmax_backward",), "log_softmax": ("log_softmax_backward",),
+    "cross_entropy": ("cross_entropy_backward",),
+    "linear_cross_entropy": (),  # (multi) (x, w, target) -> (sum of the rows' losses, dx, dw): logits never whole
+    "layer_norm": ("layer_norm_backward",),  # backward (multi): dx, dweight, dbias
+    "rms_norm": ("rms_norm_backward",),  # backward (multi): dx, dweight
+    "embedding": ("embedding_backward",), "rope": (),  # (rope's gradient is rope with the inverse angle)
+    "sdpa": ("sdpa_backward",),  # backward (multi): dq, dk, dv
+    # flash attention (multi): (q, k, v[, dropout state]) -> (out, log-sum-exp per query);
+    # backward (q, k, v, out, lse, g[, state]) -> dq, dk, dv
+    "flash_attention": ("flash_attention_backward",),
+    "masked_softmax": ("masked_softmax_backward",),  # attention weights from scores (explicit attention)
 }
+OPTIONAL = frozenset(OPTIONAL_PAIRS) | {b for pair in OPTIONAL_PAIRS.values() for b in pair}
+KERNELS = PRIMITIVES | OPTIONAL
+
+
+def assemble_kernels(families) -> dict:
+    """One kernel table from the KERNELS dicts of a backend's family modules; a name that two
+    families define is an error (each kernel lives in one place)."""
+    table = {}
+    for family in families:
+        twice = table.keys() & family.KERNELS.keys()
+        if twice:
+            raise ValueError(f"{family.__name__} defines kernels another family has: {sorted(twice)}")
+        table.update(family.KERNELS)
+    return table
 
 
 def check_optimizer_state(params, grads, exp_avgs, exp_avg_sqs, what: str = "adamw_step") -> None:
@@ -132,13 +157,25 @@ class Backend:
     def memory_info(self) -> dict:
         """Bytes the device's allocator holds (`reserved_bytes`, what the process takes from the device)
         and hands out now (`used_bytes`)."""
-        from gradcraft.engine.memory import stats
+        from gradcraft.backend.memory import stats
         return {"used_bytes": stats.live_bytes, "reserved_bytes": stats.peak_bytes}
 
     def check_contract(self) -> None:
-        missing = KERNELS - set(self.kernels)
+        """Every primitive present, no unknown kernel, and each optional fused kernel with its backward."""
+        names = set(self.kernels)
+        missing = PRIMITIVES - names
+        for forward, backward in OPTIONAL_PAIRS.items():
+            if forward in names:
+                missing |= set(backward) - names
         if missing:
             raise NotImplementedError(f"backend {self.device} lacks kernels: {sorted(missing)}")
+        unknown = names - KERNELS
+        if unknown:
+            raise NotImplementedError(f"backend {self.device} has kernels outside the contract: {sorted(unknown)}")
+
+    def has_kernel(self, op: str) -> bool:
+        """Whether this backend runs `op` itself (else the op layer composes it from primitives)."""
+        return op in self.kernels
 
 
 def slices_tile_one_axis(specs, shape) -> bool:

@@ -14,7 +14,7 @@ def limit_threads(threads: int):
     is not installed."""
     import os
 
-    from gradcraft.backend import blas
+    from gradcraft.backend.cpu import blas
     os.environ["OMP_NUM_THREADS"] = str(threads)
     blas.set_threads(threads)
     try:

@@ -32,9 +32,10 @@ def check_devices(topology: Topology, device: str) -> None:
     if kind == "cpu":
         return
     try:
-        from gradcraft.backend.cuda.nccl import available_devices, check_nccl
-        check_nccl()
-        gpus = available_devices()
+        from gradcraft.device import collectives
+        nccl = collectives(device)
+        nccl.check_nccl()
+        gpus = nccl.available_devices()
     except UserError:
         raise
     except Exception as e:  # no CuPy, no driver
@@ -74,15 +75,16 @@ def join_group(topology: Topology, rank: int, device: str, signature: str = "", 
         else:
             connections = [rendezvous.join(addr, port, rank, world, signature, topology.timeout)[0]]
         return TCPGroup(rank, world, connections)
-    from gradcraft.backend.cuda.nccl import NCCLGroup, unique_id
+    from gradcraft.device import collectives
+    nccl = collectives(device)
     if rank == 0:
-        uid = unique_id()
+        uid = nccl.unique_id()
         connections = rendezvous.serve(addr, port, world, signature, topology.timeout,
                                        make_payload=lambda: {"nccl_id": list(uid)})
     else:
         sock, answer = rendezvous.join(addr, port, rank, world, signature, topology.timeout)
         connections, uid = [sock], tuple(answer["nccl_id"])
-    group = NCCLGroup(rank, world, uid, int(device.partition(":")[2] or 0))
+    group = nccl.NCCLGroup(rank, world, uid, int(device.partition(":")[2] or 0))
     # NCCL has its own connections now; ours stay open to notice a process that dies
     group.watch = PeerWatch(connections, rank, on_lost or _exit_with_error)
     return group

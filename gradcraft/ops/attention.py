@@ -58,7 +58,8 @@ def _use_flash(query, value, has_mask: bool) -> bool:
     if choice == "flash" and not fast:
         if has_mask:
             raise UserError("flash attention takes is_causal and window, not attn_mask")
-        if query.device != "cpu":  # the CPU's reference kernels take every case
+        if query.device != "cpu" or not get_backend(query.device).has_kernel("flash_attention"):
+            # (the CPU's reference kernels take every case)
             raise UserError(f"no flash attention kernel on {query.device} for {query.dtype.name} with head dim "
                             f"{D}; use bfloat16/float16 and a supported head dim, or sdpa_kernel('auto')")
         return True

@@ -11,6 +11,8 @@ rule serves every device, and the gradient graph is lazy like the forward one.
 import threading
 import weakref
 
+from gradcraft.backend import OPTIONAL
+from gradcraft.device import get_backend
 from gradcraft.engine.graph import Node
 
 GRADIENTS: dict = {}
@@ -62,6 +64,9 @@ def apply(op: str, inputs: tuple, attrs: dict | None, shape, dtype, device=None,
           saves_outputs: bool = False):
     """Build a node for `op` and return its output Tensor (a tuple when n_outputs > 1).
 
+    An optional fused kernel the device's backend lacks (backend.OPTIONAL) is computed from
+    primitives instead (ops/fallback.py), and its gradient follows theirs.
+
     For several outputs, `shape` and `dtype` are sequences with one entry per output. Such a node
     has no gradient unless `saves_outputs`: then its first output is differentiable and the others are
     what its gradient rule reads (`node.saved`), e.g. flash attention's log-sum-exp.
@@ -69,6 +74,9 @@ def apply(op: str, inputs: tuple, attrs: dict | None, shape, dtype, device=None,
     from gradcraft.tensor import Tensor
 
     device = device or inputs[0].device
+    if op in OPTIONAL and not get_backend(device).has_kernel(op):
+        from gradcraft.ops.fallback import FALLBACKS  # (imports Tensor ops: not at module level)
+        return FALLBACKS[op](*inputs, **(attrs or {}))
     node = Node(op, tuple(inputs), attrs or {}, device, n_outputs)
     register_reader(node, inputs)
     first_dtype = dtype if n_outputs == 1 else dtype[0]

@@ -126,6 +126,7 @@ def linear_cross_entropy(input: Tensor, weight: Tensor | None, target: Tensor, i
     from gradcraft.ops.function import is_grad_enabled
     wants_grad = is_grad_enabled() and (input.requires_grad or weight.requires_grad)
     fused = (wants_grad and weight.dtype == input.dtype
+             and get_backend(input.device).has_kernel("linear_cross_entropy")
              and get_backend(input.device).fused_linear_cross_entropy(input.dtype.np))
     if not fused:
         return cross_entropy(input @ weight.mT, target, ignore_index=ignore_index, reduction=reduction,

@@ -2,7 +2,7 @@
 
 `flash_attention` returns the attention output and the rows' log-sum-exp (float32), which is all the
 backward pass keeps; `flash_attention_backward` recomputes the probabilities tile by tile from it.
-The NumPy references are `_flash_attention` and `_flash_attention_backward` in backend/cpu.py.
+The NumPy references are `_flash_attention` and `_flash_attention_backward` in backend/cpu/flash_attention.py.
 """
 
 import functools
@@ -134,3 +134,6 @@ def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, d
         "dkdv": lambda: _launch(_name("bwd_dkdv", q.dtype, D, with_dropout), (-(-S // 64), B * Hkv), dkdv_shared,
                                 (q, k, v, g, lse, dvec, dk, dv, *qs, *ks, *vs, *gs, *_strides(dk), *shape, *drop)),
     }
+
+
+KERNELS = {"flash_attention": flash_attention, "flash_attention_backward": flash_attention_backward}

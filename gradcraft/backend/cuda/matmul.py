@@ -148,3 +148,6 @@ def matmul(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     for axis in squeeze:  # -2 (a was 1-D) first, then -1 (b was 1-D)
         out = out.squeeze(axis)
     return out
+
+
+KERNELS = {"matmul": matmul}

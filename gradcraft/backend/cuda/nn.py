@@ -281,7 +281,7 @@ def rms_norm_backward(x, weight, g, eps, n_dims):
     return _norm_backward(x, weight, g, eps, n_dims, center=0)[:2]
 
 
-# ---------------------------------------------------------------- activations
+# ---------------------------------------------------------------- rope, embedding, dropout
 
 def _access(dtype, *arrays, width=None):
     """"v" where the kernels can move 16 bytes per access (every array 16-byte aligned, and `width`, when
@@ -291,60 +291,6 @@ def _access(dtype, *arrays, width=None):
     return "v" if ok else "s"
 
 
-def _elementwise(kernel, x, *rest, extra=()):
-    x = _c(x)
-    rest = [_c(r, x.dtype) for r in rest]
-    y = L.empty(x.shape, x.dtype)
-    if x.size:
-        access = _access(x.dtype, x, *rest, y)
-        units = x.size // (16 // x.dtype.itemsize) if access == "v" else x.size
-        L.run("activations.cu", f"{kernel}_{access}_{L.suffix(x.dtype)}", L.grid_1d(units, 256, 2), 256,
-              (x, *rest, y, i64(x.size), *extra))
-    return y
-
-
-def gelu(x, approximate="none"):
-    return _elementwise("gelu_fwd", x, extra=(i32(approximate == "tanh"),))
-
-
-def gelu_backward(x, g, approximate="none"):
-    return _elementwise("gelu_bwd", x, g, extra=(i32(approximate == "tanh"),))
-
-
-def silu(x):
-    return _elementwise("silu_fwd", x)
-
-
-def silu_backward(x, g):
-    return _elementwise("silu_bwd", x, g)
-
-
-def swiglu(h):
-    h = _c(h)
-    F = h.shape[-1] // 2
-    y = L.empty(h.shape[:-1] + (F,), h.dtype)
-    if y.size:
-        access = _access(h.dtype, h, y, width=F)
-        units = y.size // (16 // h.dtype.itemsize) if access == "v" else y.size
-        L.run("activations.cu", f"swiglu_fwd_{access}_{L.suffix(h.dtype)}", L.grid_1d(units), 256,
-              (h, y, i64(y.size // F), i64(F)))
-    return y
-
-
-def swiglu_backward(h, g):
-    h = _c(h)
-    g = _c(g, h.dtype)
-    F = h.shape[-1] // 2
-    dh = L.empty(h.shape, h.dtype)
-    if g.size:
-        access = _access(h.dtype, h, g, dh, width=F)
-        units = g.size // (16 // h.dtype.itemsize) if access == "v" else g.size
-        L.run("activations.cu", f"swiglu_bwd_{access}_{L.suffix(h.dtype)}", L.grid_1d(units), 256,
-              (h, g, dh, i64(g.size // F), i64(F)))
-    return dh
-
-
-# ---------------------------------------------------------------- rope, embedding, dropout
 
 def rope(x, cos, sin, inverse):
     x = _c(x)
@@ -424,75 +370,13 @@ def attention_dropout(x, state, *, p, stream, T, S, i0=0, j0=0):
     return y
 
 
-# ---------------------------------------------------------------- attention
-
-def _attention_probs(q, k, mask, scale, causal, window):
-    """Softmax weights (B, Hkv, G, T, S): scores by cuBLAS, scale + masks + softmax in one kernel."""
-    from gradcraft.backend.cuda.matmul import matmul
-    B, H, T, D = q.shape
-    Hkv, S = k.shape[1], k.shape[2]
-    qg = q.reshape(B, Hkv, H // Hkv, T, D)
-    scores = matmul(qg, cp.swapaxes(k[:, :, None], -1, -2))  # (B, Hkv, G, T, S), unscaled
-    additive = None
-    if mask is not None:
-        m = cp.broadcast_to(mask, (B, H, T, S)).reshape(B, Hkv, H // Hkv, T, S)
-        additive = (cp.where(m, 0.0, -np.inf) if m.dtype == np.bool_ else m).astype(np.float32)
-    return softmax_rows(scores, scale, additive, causal, window, T, S)
-
-
-def _wide_attention(fn):
-    """Half-precision attention runs in float32 and rounds once at the end, as cpu.py does."""
-    def kernel(q, k, v, *rest, **attrs):
-        if q.dtype not in L.HALF:
-            return fn(q, k, v, *rest, **attrs)
-        rest = [L.wide(r) if r is not None and r.dtype in L.HALF else r for r in rest]
-        out = fn(L.wide(q), L.wide(k), L.wide(v), *rest, **attrs)
-        if isinstance(out, tuple):
-            return tuple(L.finish(o, a.dtype) for o, a in zip(out, (q, k, v)))
-        return L.finish(out, q.dtype)
-    return kernel
-
-
-@_wide_attention
-def sdpa(q, k, v, mask=None, *, scale, causal, window):
-    from gradcraft.backend.cuda.matmul import matmul
-    B, H, T, D = q.shape
-    p = _attention_probs(q, k, mask, scale, causal, window)
-    out = matmul(p, v[:, :, None])  # (B, Hkv, G, T, Dv)
-    return cp.ascontiguousarray(out.reshape(B, H, T, v.shape[-1]))
-
-
-@_wide_attention
-def sdpa_backward(q, k, v, g, mask=None, *, scale, causal, window):
-    from gradcraft.backend.cuda.matmul import matmul
-    B, H, T, D = q.shape
-    Hkv = k.shape[1]
-    p = _attention_probs(q, k, mask, scale, causal, window)  # recomputed, as flash attention does
-    gg = g.reshape(B, Hkv, H // Hkv, T, v.shape[-1])
-    G = H // Hkv
-    dv = matmul(cp.swapaxes(p, -1, -2), gg)
-    dv = dv[:, :, 0] if G == 1 else dv.sum(axis=2)  # (a size-1 sum would still launch a reduction)
-    dp = matmul(gg, cp.swapaxes(v[:, :, None], -1, -2))
-    ds = softmax_rows_backward(p, dp, scale)
-    dq = matmul(ds, k[:, :, None]).reshape(B, H, T, D)
-    dk = matmul(cp.swapaxes(ds, -1, -2), q.reshape(B, Hkv, G, T, D))
-    dk = dk[:, :, 0] if G == 1 else dk.sum(axis=2)
-    return cp.ascontiguousarray(dq), cp.ascontiguousarray(dk), cp.ascontiguousarray(dv)
-
-
-def masked_softmax(scores, mask=None, *, scale, causal, window):
-    """Attention weights from raw scores (..., T, S): scale, masks and softmax in one kernel."""
-    T, S = scores.shape[-2:]
-    additive = None
-    if mask is not None:
-        m = cp.broadcast_to(mask, scores.shape)
-        if m.dtype == np.bool_:  # one float32 pass (Python floats would make a float64 array first)
-            additive = cp.where(m, np.float32(0), np.float32(-np.inf)).astype(np.float32, copy=False)
-        else:
-            additive = m.astype(np.float32)
-        additive = L.contiguous(additive)
-    return softmax_rows(scores, scale, additive, causal, window, T, S)
-
-
-def masked_softmax_backward(p, g, *, scale):
-    return softmax_rows_backward(p, g, scale)
+KERNELS = {
+    "softmax": softmax, "softmax_backward": softmax_backward,
+    "log_softmax": log_softmax, "log_softmax_backward": log_softmax_backward,
+    "cross_entropy": cross_entropy, "cross_entropy_backward": cross_entropy_backward,
+    "linear_cross_entropy": linear_cross_entropy,
+    "layer_norm": layer_norm, "layer_norm_backward": layer_norm_backward,
+    "rms_norm": rms_norm, "rms_norm_backward": rms_norm_backward,
+    "embedding": embedding, "embedding_backward": embedding_backward, "dropout": dropout,
+    "attention_dropout": attention_dropout, "rope": rope,
+}

@@ -11,7 +11,7 @@ has been faster lately (`_ThreadChooser`: idle cores give the big products all t
 contention, where a multi-threaded product waits for a descheduled thread, one thread wins).
 GRADCRAFT_BLAS_POLICY=off turns that off.
 
-    from gradcraft.backend import blas
+    from gradcraft.backend.cpu import blas
     blas.threads()            # BLAS's threads now (None: not an OpenBLAS this module can reach)
     blas.set_threads(2)       # what threadpoolctl's threadpool_limits(2, "blas") does for OpenBLAS
 

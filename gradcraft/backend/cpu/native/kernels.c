@@ -6,7 +6,7 @@
    and single-threaded; Python calls them on ranges of rows (`lo`, `hi`), so that several threads
    can share the rows (ctypes lets go of the GIL during the call).
 
-   Every kernel has a NumPy reference in backend/cpu.py with the same name, and
+   Every kernel has a NumPy reference in backend/cpu/<family>.py with the same name, and
    tests/test_cpu_native.py compares the two on random inputs. Compiled with
    -O3 -march=native -fopenmp-simd -fno-trapping-math (the `omp simd` lines vectorize reductions
    without -ffast-math, which would also break inf and NaN handling). */
@@ -72,7 +72,7 @@ void silu_backward_f32(const float *x, const float *g, float *out, i64 lo, i64 h
     }
 }
 
-/* erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), as backend/cpu.py's float32 _erf. */
+/* erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), as backend/cpu/activations.py's float32 _erf. */
 static inline float erf_f(float x) {
     float a = fabsf(x);
     float t = 1.0f / (1.0f + 0.3275911f * a);
@@ -419,7 +419,7 @@ void rope_f32(const float *x, const i64 *sx, const float *cos_t, const float *si
 
 /* ------------------------------------------------------------------ optimizer */
 
-/* PyTorch's AdamW on n float32 values, in place, in the order of backend/cpu.py's _adamw_update. */
+/* PyTorch's AdamW on n float32 values, in place, in the order of backend/cpu/optim.py's _adamw_update. */
 void adamw_f32(float *p, const float *g, float *m, float *v, i64 n, float grad_scale, float step_size,
                float bc2_sqrt, float decay, float beta1, float beta2, float eps) {
 #pragma omp simd

@@ -1,7 +1,7 @@
 """Compiled C kernels for the CPU backend (kernels.c), with the NumPy kernels as their fallback.
 
 `kernels(reference, empty)` returns the kernel-table entries that replace the NumPy ones of
-backend/cpu.py: each runs the C kernel on float32 arrays of a layout it takes, and hands any other
+backend/cpu/<family>.py: each runs the C kernel on float32 arrays of a layout it takes, and hands any other
 case (float64, half precision, a mask, a layout it does not take) to the NumPy kernel it replaces,
 which stays the reference that tests/test_cpu_native.py checks it against.
 """
@@ -11,8 +11,8 @@ import math
 import numpy as np
 
 from gradcraft.backend import check_optimizer_state
-from gradcraft.backend.cpu_native.compiler import library, status  # noqa: F401
-from gradcraft.backend.cpu_threads import _PARALLEL_MIN, _parallel, num_threads
+from gradcraft.backend.cpu.native.compiler import library, status  # noqa: F401
+from gradcraft.backend.cpu.threads import _PARALLEL_MIN, _parallel, num_threads
 
 _F32 = np.dtype(np.float32)
 PARTIAL_ROWS = 64  # rows per partial sum of a norm's weight gradient (fixed: results do not depend on threads)

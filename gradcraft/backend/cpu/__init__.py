@@ -1,0 +1,84 @@
+"""The CPU backend: every kernel of the contract, written with NumPy, one module per kernel family
+(named as cuda/kernels/<family>.cu), with compiled C versions of the row-wise ones (native/).
+
+The NumPy kernels are also the reference implementations: each C and CUDA kernel is tested against
+the NumPy function of the same contract name (`CPUBackend().reference_kernels`).
+
+The elementwise and row-wise kernels can run on several threads when their arrays are big
+(threads.py; off unless GRADCRAFT_NUM_THREADS says otherwise); matmuls use BLAS's own threads,
+limited per product by blas.py.
+"""
+
+import ctypes
+import os
+import sys
+
+import numpy as np
+
+from gradcraft.backend import Backend, assemble_kernels
+from gradcraft.backend.cpu import (activations, attention, blas, creation, cross_entropy, dropout, elementwise,
+                                   embedding, flash_attention, gather, matmul, moe, movement, native, norms, optim,
+                                   random, reduce, rope, softmax)
+from gradcraft.backend.cpu.common import _out, _pool, stats
+from gradcraft.backend.cpu.threads import num_threads, set_num_threads  # noqa: F401  (public here)
+
+# The kernel families; the backend's table is their KERNELS dicts put together.
+FAMILIES = (elementwise, activations, reduce, matmul, movement, gather, creation, random, softmax, cross_entropy,
+            norms, embedding, dropout, rope, attention, flash_attention, moe)
+
+
+class CPUBackend(Backend):
+    device = "cpu"
+
+    def __init__(self):
+        self.pool = _pool
+        self.kernels = assemble_kernels(FAMILIES)
+        self.check_contract()
+        # The compiled C kernels where this machine has a C compiler (native/); the NumPy kernels
+        # stay their fallback, and the reference that the C and CUDA kernels are tested against.
+        self.reference_kernels = dict(self.kernels)
+        self.kernels.update(native.kernels(self.reference_kernels, _out))
+        self.kernels.update(blas.thread_policy(self.kernels))  # small products on one BLAS thread
+
+    def from_numpy(self, array):
+        return stats.track(np.array(array, copy=True, order="C"))
+
+    def adamw_step(self, *args, **kwargs) -> None:
+        optim._adamw_step(*args, **kwargs)
+
+    def grad_norm(self, grads, max_norm: float = 0.0):
+        return optim._grad_norm(grads, max_norm)
+
+    def write(self, array, values) -> None:
+        array[...] = values
+
+    def to_numpy(self, array):
+        return array
+
+    def release(self, array) -> None:
+        # Recycle only when nothing else holds the array or its base (a view made from it, a tensor):
+        # the engine passed its last reference, so the counts are this argument plus getrefcount's own
+        # (and, for the base, the array's .base link). Measured on CPython 3.11-3.13.
+        if array.base is not None and sys.getrefcount(array) <= 2 and sys.getrefcount(array.base) <= 2:
+            self.pool.recycle(array)
+
+
+def _keep_freed_memory_mapped() -> None:
+    """Ask glibc to serve big arrays from its heap and keep freed memory, instead of mmap-ing fresh
+    pages for every array over 128 KiB and unmapping them on free: NumPy temporaries then skip the
+    page faults, which made elementwise kernels on large arrays 2-3x slower. The cost is that freed
+    memory stays with the process (as a caching allocator's does). GRADCRAFT_MALLOC_TUNING=0 opts out."""
+    if os.environ.get("GRADCRAFT_MALLOC_TUNING", "1") == "0" or not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+        libc.mallopt(M_MMAP_THRESHOLD, 1 << 30)
+        libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)
+    except (OSError, AttributeError):  # not glibc: nothing to tune
+        pass
+
+
+def create_backend(index: int = 0) -> CPUBackend:
+    _keep_freed_memory_mapped()
+    return CPUBackend()

@@ -38,16 +38,9 @@ MODEL_IMPORTS = ("gradcraft", "gradcraft.nn", "gradcraft.nn.functional", "gradcr
                  "gradcraft.errors", "gradcraft.atomic", "gradcraft.models", "gradcraft.tokenizer",
                  "gradcraft.validation")  # validation: the configs' field declarations (setting, Value)
 
-# Known violations in part A's area (issue 16): each is removed there, and then from this list.
-EXCEPTIONS = {
-    # memory accounting moves into the backend layer
-    ("gradcraft.backend", "gradcraft.engine.memory"),
-    ("gradcraft.backend.cpu", "gradcraft.engine.memory"),
-    # process groups come through the device registry
-    ("gradcraft.distributed.launch", "gradcraft.backend.cuda.nccl"),
-    # `gradcraft bench` prints the kernels' settings (the CPU's C kernels, CUDA's): to be asked of the backend
-    ("gradcraft.cli.bench", "gradcraft.backend.cpu_native"),
-}
+# Known violations: none left (issue 16 removed the last: memory accounting now in backend/, process
+# groups through the device registry, kernel status asked of the backend). Keep it empty.
+EXCEPTIONS: set = set()
 
 
 def _modules():

@@ -154,6 +154,10 @@ class Backend:
         """Copy host values into an existing device buffer (same shape)."""
         raise NotImplementedError
 
+    def kernel_status(self) -> str:
+        """One line about how this device's kernels are built, for benchmark headers ("" if nothing)."""
+        return ""
+
     def memory_info(self) -> dict:
         """Bytes the device's allocator holds (`reserved_bytes`, what the process takes from the device)
         and hands out now (`used_bytes`)."""

@@ -83,8 +83,8 @@ def run(args) -> int:
              + ("; our step replayed as a CUDA graph" if setup.graph else ""))
           + f"; {args.rounds} round(s) of {args.warmup} + {args.steps} steps per side; sides: {', '.join(sides)}")
     if device == "cpu":
-        from gradcraft.backend.cpu import native as cpu_native
-        print(f"CPU kernels: {cpu_native.status()}")
+        from gradcraft.device import get_backend
+        print(f"CPU kernels: {get_backend('cpu').kernel_status()}")
     print(f"numpy {np.__version__}" + (f", torch {torch.__version__}" if torch is not None else ""))
     # The MFU ceiling, measured through PyTorch. --only gradcraft runs without a usable PyTorch: then
     # (no torch, or a CPU-only torch on a GPU machine) there is no MFU, and that is all.

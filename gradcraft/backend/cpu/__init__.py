@@ -30,6 +30,11 @@ FAMILIES = (elementwise, activations, reduce, matmul, movement, gather, creation
 class CPUBackend(Backend):
     device = "cpu"
 
+    def kernel_status(self) -> str:
+        """Whether the C kernels (native/) are compiled, and for which target."""
+        from gradcraft.backend.cpu import native
+        return native.status()
+
     def __init__(self):
         self.pool = _pool
         self.kernels = assemble_kernels(FAMILIES)

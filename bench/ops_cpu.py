@@ -7,7 +7,7 @@ Each row times one forward and backward pass (ours: build the op, `y.backward(g)
 the output and the input gradients in one schedule; PyTorch: the same calls, eagerly) on the same
 shapes and the same number of threads (torch.set_num_threads, and gradcraft.backend.blas for NumPy's BLAS;
 gradcraft's own elementwise threads stay at its default, one, unless --gc-threads is given: see
-gradcraft/backend/cpu.py `num_threads`). The two sides alternate call by call, so a burst of load hits both;
+gradcraft/backend/cpu/threads.py `num_threads`). The two sides alternate call by call, so a burst of load hits both;
 each figure is the median. `speed` = PyTorch's time / ours: 1.0 = as fast, above 1 = we are faster.
 The two last rows are whole training steps (forward, backward, AdamW): a 4-layer MLP (Linear + GELU,
 width 512, batch 256) and one decoder block of the `demo` preset (LLaMA style, dim 128, 4 heads,

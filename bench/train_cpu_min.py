@@ -6,7 +6,7 @@ processes, so it compares the code; the median shows what contention does to eac
 
 The sides run in turn (ours, torch, ours, ...) through gradcraft/benchmarks/training.py, what
 `gradcraft bench` runs. GRADCRAFT_CPU_MARCH=x86-64-v3 times the C kernels as built for AVX2 machines;
-GRADCRAFT_BLAS_POLICY=off runs every BLAS product on all threads (see gradcraft/backend/blas.py).
+GRADCRAFT_BLAS_POLICY=off runs every BLAS product on all threads (see gradcraft/backend/cpu/blas.py).
 """
 
 import os

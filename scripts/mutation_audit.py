@@ -41,7 +41,7 @@ class Mutant:
 
 M = Mutant
 KERNELS = "gradcraft/backend/cpu/native/kernels.c"
-CPU = "gradcraft/backend/cpu.py"
+NORMS, SOFTMAX, OPTIM = (f"gradcraft/backend/cpu/{name}.py" for name in ("norms", "softmax", "optim"))
 MUTANTS = [
     # ---- data samplers
     M("sequential_sampler_forgets_position", "gradcraft/data/sampler.py",
@@ -81,7 +81,7 @@ MUTANTS = [
       "float rstd = row_rstd(xr, features, 0.0f, eps);\n        if (weight)",
       "float rstd = row_rstd(xr, features, 0.0f, 0.0f);\n        if (weight)",
       ("tests/test_ops.py", "-k", "norm"), "RMSNorm forward (C) without eps"),
-    M("rms_norm_no_eps_numpy", CPU,
+    M("rms_norm_no_eps_numpy", NORMS,
       "rstd = 1.0 / np.sqrt(o.mean(axis=1, keepdims=True) + eps)",
       "rstd = 1.0 / np.sqrt(o.mean(axis=1, keepdims=True))",
       ("tests/test_ops.py", "-k", "norm"), "RMSNorm forward (NumPy) without eps"),
@@ -89,12 +89,12 @@ MUTANTS = [
       "float *o = out + r * features;\n        float mean = row_mean(xr, features), rstd = row_rstd(xr, features, mean, eps);",
       "float *o = out + r * features;\n        float mean = row_mean(xr, features), rstd = row_rstd(xr, features, mean, 0.0f);",
       ("tests/test_ops.py", "-k", "norm"), "LayerNorm forward (C) without eps"),
-    M("layer_norm_no_eps_numpy", CPU,
+    M("layer_norm_no_eps_numpy", NORMS,
       "o *= 1.0 / np.sqrt((o * o).mean(axis=1, keepdims=True) + eps)",
       "o *= 1.0 / np.sqrt((o * o).mean(axis=1, keepdims=True))",
       ("tests/test_ops.py", "-k", "norm"), "LayerNorm forward (NumPy) without eps"),
     # ---- attention
-    M("causal_mask_top_left_numpy", CPU,
+    M("causal_mask_top_left_numpy", SOFTMAX,
       "i = np.arange(T)[:, None] + (S - T)", "i = np.arange(T)[:, None]",
       ("tests/test_ops.py", "-k", "sdpa"), "causal queries aligned with the first keys (NumPy)"),
     M("causal_mask_top_left_c", KERNELS,
@@ -117,7 +117,7 @@ MUTANTS = [
     M("adamw_c_second_moment_unsquared", KERNELS,
       "v[i] = v[i] * beta2 + gi * (1.0f - beta2) * gi;", "v[i] = v[i] * beta2 + (1.0f - beta2) * fabsf(gi);",
       ("tests/test_optim.py", "tests/test_cpu_native.py"), "AdamW's second moment of abs(g), not g^2 (C)"),
-    M("clip_coefficient_inverted", CPU,
+    M("clip_coefficient_inverted", OPTIM,
       "coef = min(1.0, max_norm / (norm + 1e-6)) if max_norm > 0 else 1.0",
       "coef = min(1.0, norm / (max_norm + 1e-6)) if max_norm > 0 else 1.0",
       ("tests/test_optim.py",), "the clipping coefficient inverted"),

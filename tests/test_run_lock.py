@@ -23,7 +23,7 @@ def _train(dataset, out, *flags, **kwargs):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
 
 
-def _wait_for(path, proc, timeout=120):
+def _wait_for(path, proc, timeout=300):  # (generous: CI's 2 cores run two test processes at once)
     deadline = time.time() + timeout
     while time.time() < deadline and not path.exists():
         assert proc.poll() is None, proc.communicate()

@@ -155,7 +155,8 @@ def test_errors_of_every_status_have_the_openai_shape(api):
 
 
 def test_a_full_queue_answers_429_and_a_slow_request_503(long_context):
-    url, app, stop = start_in_process(long_context, slots=1, max_queue=1, request_timeout=1.0)
+    # The queue: a generous timeout, so that on a loaded machine the waiting request is still waiting.
+    url, app, stop = start_in_process(long_context, slots=1, max_queue=1, request_timeout=120.0)
     try:
         host, port = url.rsplit("/", 1)[-1].split(":")
         long = json.dumps({"prompt": "def ", "max_tokens": 4000, "temperature": 1.0, "stream": True}).encode()
@@ -165,15 +166,20 @@ def test_a_full_queue_answers_429_and_a_slow_request_503(long_context):
             s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                       b"Content-Length: %d\r\n\r\n%s" % (len(long), long))
             holders.append(s)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while app.scheduler.load()["waiting"] < 1 and time.monotonic() < deadline:
             time.sleep(0.01)
+        assert app.scheduler.load()["waiting"] == 1
         status, text, headers = call(url, "/v1/completions", {"prompt": "def ", "max_tokens": 2})
         assert status == 429 and is_openai_error(text) and json.loads(text)["error"]["code"] == "queue_full"
         assert {k.lower(): v for k, v in headers.items()}.get("retry-after") == "1"
         for s in holders:
             s.close()
-        time.sleep(0.3)
+    finally:
+        stop()
+    # The timeout: a request that cannot finish within it gets a 503, and the server serves on.
+    url, app, stop = start_in_process(long_context, slots=1, max_queue=1, request_timeout=1.0)
+    try:
         status, text, _ = call(url, "/v1/completions", {"prompt": "def ", "max_tokens": 4000, "temperature": 1.0})
         assert status == 503 and json.loads(text)["error"]["code"] == "timeout", text
         assert complete(url, prompt="def ", max_tokens=2)["usage"]["completion_tokens"] <= 2

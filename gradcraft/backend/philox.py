@@ -1,7 +1,7 @@
 """Attention-weight dropout masks: Philox4x32-10 in NumPy, the reference of kernels/philox.cuh's
 `philox4x32` and of the masks the flash-attention kernels draw.
 
-Why a second generator: element-wise dropout (backend/cpu.py `_dropout`) uses NumPy's Philox4x64
+Why a second generator: element-wise dropout (backend/cpu/dropout.py `_dropout`) uses NumPy's Philox4x64
 stream, one 53-bit number per element. Attention weights are T x S per head, recomputed in forward
 and in both backward kernels, so their masks must be cheap to draw inside a tile: Philox4x32-10
 (Salmon et al., SC 2011; 32-bit multiplies only) gives 4 x 32 bits per call, read here as eight

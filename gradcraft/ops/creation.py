@@ -19,7 +19,7 @@ kernels read when they run:
   micro-batches of one step, get different masks, and a replay, which reuses the recorded ids, draws
   what the eager step drew).
 
-A mask is a function of (seed, counter, stream, element index) alone (backend/cpu.py `_dropout`,
+A mask is a function of (seed, counter, stream, element index) alone (backend/cpu/dropout.py `_dropout`,
 kernels/dropout.cu). The backward node reads the same state tensor with the same stream, and the
 forward and backward of a step run after that step's advance and before the next one, so they see
 the same counter and the backward regenerates the forward mask. (A lazy dropout tensor realized

@@ -160,7 +160,7 @@ def linear_cross_entropy(x, w, target, *, ignore_index=-100, label_smoothing=0.0
     without ever holding the (N, V) logits: chunk by chunk of rows, the logits (cuBLAS, in x's dtype),
     the losses and dlogits in one kernel (dlogits written over the logits), then dx = dlogits w and
     dw += dlogits^T x (accumulated in float32, rounded to w's dtype at the end). Returns (float32 loss
-    sum (), dx, dw). The reference is `_linear_cross_entropy` in backend/cpu.py."""
+    sum (), dx, dw). The reference is `_linear_cross_entropy` in backend/cpu/cross_entropy.py."""
     from gradcraft.backend.cuda.matmul import gemm
     x, w, target = _c(x), _c(w), _c(target, np.int64)
     N, C = x.shape

@@ -6,7 +6,7 @@
 // tells the dropout layers of one step apart. Element i's number is word i % 4 of
 //     philox_block(i / 4 + 1, counter, stream, 0; key seed, 0)
 // = NumPy's Generator(Philox(counter=[0, counter, stream, 0], key=[seed, 0])).random(), the reference
-// `_dropout` in backend/cpu.py. The mask is a function of (seed, counter, stream, i) alone, so the
+// `_dropout` in backend/cpu/dropout.py. The mask is a function of (seed, counter, stream, i) alone, so the
 // backward pass (this kernel on the gradient, reading the same state) regenerates the forward mask.
 #include "common.cuh"
 #include "philox.cuh"

@@ -5,10 +5,8 @@ file at once, and `--sample_mb` took the whole file. Files are now cut after a n
 between a visible ASCII character and a space (exact: no gpt2/gpt4 piece spans either point),
 else hard at a UTF-8 character boundary; see pretokenize.next_cut."""
 
-import os
 import random
 import re
-import resource
 import subprocess
 import sys
 import textwrap

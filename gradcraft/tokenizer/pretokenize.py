@@ -193,7 +193,7 @@ def split_pieces(text: str, compiled) -> list[str]:
     return compiled.findall(text)
 
 
-def special_regex(specials) -> "regex.Pattern | None":
+def special_regex(specials) -> regex.Pattern | None:
     """A regex that finds any of the given special-token strings (longest first,
     so that "<|a|>" and "<|a|>x" both work)."""
     specials = sorted(set(specials), key=lambda s: (-len(s), s))

@@ -42,7 +42,7 @@ def add_parser(subparsers):
                    help="comma-separated special tokens; the first separates documents (default: %(default)s)")
     p.add_argument("--val_fraction", type=fraction, default=0.0,
                    help="fraction of documents held out into <output stem>.val<suffix>; "
-                   "0 also removes such a file left by an earlier run (default: %(default)s)")
+                        "0 also removes such a file left by an earlier run (default: %(default)s)")
     p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
                    help="worker processes (default: CPU count, %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bars (default: show them)")

@@ -98,7 +98,7 @@ def main():
         stat, stat_name = (statistics.median, "median") if args.median else (min, "fastest")
         print(f"{args.rows} x {args.cols} float32, one thread; {stat_name} ms of {args.repeat}; "
               f"torch {torch.__version__}; load {os.getloadavg()[0]:.1f}")
-        print(f"| kernel | torch ms | " + " | ".join(f"{label} ms (torch/ours)" for label, _ in variants) + " |")
+        print("| kernel | torch ms | " + " | ".join(f"{label} ms (torch/ours)" for label, _ in variants) + " |")
         print("|---|---|" + "---|" * len(variants))
         for name in names:
             call, reference, shape = table[name]

@@ -145,8 +145,8 @@ def main():
     gc.manual_seed(0)
     model = Transformer(cfg)
     weights = {k: v.numpy().copy() for k, v in model.state_dict().items()}
-    print(f"{args.preset}: {describe(model)}; {args.batch} x {cfg.seq_len} per GPU; tf32 {'on' if args.tf32 else 'off'}; "
-          f"{args.steps} timed steps after {args.warmup}")
+    print(f"{args.preset}: {describe(model)}; {args.batch} x {cfg.seq_len} per GPU; "
+          f"tf32 {'on' if args.tf32 else 'off'}; {args.steps} timed steps after {args.warmup}")
     del model
     results = {}
     for world in (1, args.nproc):
@@ -165,7 +165,8 @@ def main():
         print(f"{name:10s} {world:4d} {ms:9.1f} {tps[name, world]:11,.0f} {scaling:8.2f}  "
               f"{' '.join(f'{v:.4f}' for v in losses[:3])}")
     for world in sorted({w for _, w in results}):
-        print(f"ratio gradcraft/pytorch tokens/s on {world} GPU(s): {tps['gradcraft', world] / tps['pytorch', world]:.2f}x")
+        print(f"ratio gradcraft/pytorch tokens/s on {world} GPU(s): "
+              f"{tps['gradcraft', world] / tps['pytorch', world]:.2f}x")
 
 
 if __name__ == "__main__":

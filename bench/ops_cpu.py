@@ -170,7 +170,8 @@ def mlp_step(gc, torch):
 
     rng = np.random.default_rng(0)
     width, batch, depth = 512, 256, 4
-    x, y = rng.standard_normal((batch, width)).astype(np.float32), rng.standard_normal((batch, width)).astype(np.float32)
+    x = rng.standard_normal((batch, width)).astype(np.float32)
+    y = rng.standard_normal((batch, width)).astype(np.float32)
     layers = [nn.Linear(width, width) for _ in range(depth)]
     params = [p for layer in layers for p in layer.parameters()]
     opt = AdamW(params, lr=1e-3, weight_decay=0.1)
@@ -278,8 +279,9 @@ def main():
         cpu.set_num_threads(args.gc_threads)
     cases = op_cases(gc, torch)
     names = args.only.split(",") if args.only else list(cases)
-    print(f"{threads} threads (torch {torch.get_num_threads()}, gradcraft {cpu.num_threads()}); numpy {np.__version__}, "
-          f"torch {torch.__version__}; median of {args.repeat}; speed = torch ms / ours ms (above 1: ours faster)")
+    print(f"{threads} threads (torch {torch.get_num_threads()}, gradcraft {cpu.num_threads()}); "
+          f"numpy {np.__version__}, torch {torch.__version__}; median of {args.repeat}; "
+          "speed = torch ms / ours ms (above 1: ours faster)")
     print(f"{'op':12s} {'shape':34s} {'ours ms':>9s} {'torch ms':>9s} {'speed':>6s}")
     for name in names:
         shape, setup = cases[name]

@@ -105,8 +105,8 @@ def main():
     mb = total / 1e6
     print(f"corpus: {len(files)} stdlib .py files, {mb:.1f} MB; sample for learning: {sample_bytes / 1e6:.1f} MB; "
           f"vocab {args.vocab_size}; pattern {args.pattern}; workers {args.workers}")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; python {platform.python_version()}, "
-          f"tokenizers {tokenizers.__version__}, numpy {np.__version__}")
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+          f"python {platform.python_version()}, tokenizers {tokenizers.__version__}, numpy {np.__version__}")
     print()
     print("| step | gradcraft | HF tokenizers | ratio |")
     print("|---|---|---|---|")

@@ -5,8 +5,9 @@
 
 Both sides start from the same weights and batches and take the same AdamW steps
 (gradcraft/benchmarks/training.py, what `gradcraft bench` runs; its PyTorch side is
-gradcraft/benchmarks/torch_reference.py: explicit attention, no torch.compile). The two sides alternate in rounds (ours, torch, ours, torch, ...) so that a burst of
-load on the machine hits both; each side's figure is the median step over all rounds.
+gradcraft/benchmarks/torch_reference.py: explicit attention, no torch.compile). The two sides alternate
+in rounds (ours, torch, ours, torch, ...) so that a burst of load on the machine hits both; each side's
+figure is the median step over all rounds.
 Printed: ms/step and tokens/s of each, and the speed ratio = our tokens/s / PyTorch's tokens/s
 (1.0 = as fast; above 1 = faster).
 """

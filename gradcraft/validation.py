@@ -60,7 +60,7 @@ class Value:
             text += f", not between {self.not_between[0]} and {self.not_between[1]}"
         return text + (" or null" if self.optional else "")
 
-    def or_null(self) -> "Value":
+    def or_null(self) -> Value:
         """The same check, with null (None) allowed too."""
         copy = Value(self.kind, self.low, self.high, self.low_open, self.high_open, self.choices, True,
                      self.not_between)

@@ -86,8 +86,10 @@ MUTANTS = [
       "rstd = 1.0 / np.sqrt(o.mean(axis=1, keepdims=True))",
       ("tests/test_ops.py", "-k", "norm"), "RMSNorm forward (NumPy) without eps"),
     M("layer_norm_no_eps_c", KERNELS,
-      "float *o = out + r * features;\n        float mean = row_mean(xr, features), rstd = row_rstd(xr, features, mean, eps);",
-      "float *o = out + r * features;\n        float mean = row_mean(xr, features), rstd = row_rstd(xr, features, mean, 0.0f);",
+      "float *o = out + r * features;\n"
+      "        float mean = row_mean(xr, features), rstd = row_rstd(xr, features, mean, eps);",
+      "float *o = out + r * features;\n"
+      "        float mean = row_mean(xr, features), rstd = row_rstd(xr, features, mean, 0.0f);",
       ("tests/test_ops.py", "-k", "norm"), "LayerNorm forward (C) without eps"),
     M("layer_norm_no_eps_numpy", NORMS,
       "o *= 1.0 / np.sqrt((o * o).mean(axis=1, keepdims=True) + eps)",

@@ -3,6 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_venv.sh test
-# TODO(issue 16): enable once the tree is formatted (ruff check --fix; ruff format), so CI runs ruff:
-# bash scripts/lint.sh
+bash scripts/lint.sh  # ruff's findings fail the run (set -e), before the tests
 exec .venv/bin/python -m pytest -q -n 2 "$@"

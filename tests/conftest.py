@@ -20,7 +20,8 @@ def trained_run(tmp_path_factory):
                  "--vocab_size", "300", "--workers", "1"]) == 0
     assert main(["train", "--dataset", str(root / "tokens.bin"), "--model_dir", str(root / "run"), "--preset",
                  "toy-v0", "--embed_dim", "32", "--num_layers", "1", "--num_heads", "2", "--steps", "30",
-                 "--batch_size", "4", "--seq_len", "24", "--warmup_steps", "2", "--max_lr", "1e-2", "--no_progress"]) == 0
+                 "--batch_size", "4", "--seq_len", "24", "--warmup_steps", "2", "--max_lr", "1e-2",
+                 "--no_progress"]) == 0
     return root
 
 

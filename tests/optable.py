@@ -15,7 +15,7 @@ An input spec is one of:
 """
 
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 
 @dataclass(frozen=True)

@@ -83,8 +83,9 @@ CASES = [
     ("masked_softmax", lambda: (rand(2, 3, 16, 16, scale=4),), {"scale": 0.25, "causal": True, "window": None}),
     ("masked_softmax", lambda: (rand(2, 3, 5, 12, scale=4),), {"scale": 0.5, "causal": True, "window": 4}),
     ("masked_softmax", lambda: (rand(4, 7, 9),), {"scale": -1.5, "causal": False, "window": None}),
-    ("masked_softmax_backward", lambda: (cpu.softmax._masked_softmax(rand(3, 16, 16), scale=1.0, causal=True, window=None),
-                                         rand(3, 16, 16, seed=1)), {"scale": 0.3}),
+    ("masked_softmax_backward",
+     lambda: (cpu.softmax._masked_softmax(rand(3, 16, 16), scale=1.0, causal=True, window=None),
+              rand(3, 16, 16, seed=1)), {"scale": 0.3}),
     ("rope", lambda: (rand(2, 3, 8, 16), rand(8, 8, seed=1), rand(8, 8, seed=2)), {"inverse": False}),
     ("rope", lambda: (rand(2, 8, 3, 16).transpose(0, 2, 1, 3), rand(8, 8, seed=1), rand(8, 8, seed=2)),
      {"inverse": True}),
@@ -169,7 +170,8 @@ def test_adamw_matches_numpy():
 
 def test_without_a_compiler_numpy_kernels_run(tmp_path):
     """No C compiler: a one-line status says so, and training still works on the NumPy kernels."""
-    code = ("from gradcraft.backend.cpu import native as cpu_native; import gradcraft as gc; print(cpu_native.status());"
+    code = ("from gradcraft.backend.cpu import native as cpu_native; import gradcraft as gc; "
+            "print(cpu_native.status());"
             "x = gc.randn(4, 6, requires_grad=True); gc.nn.functional.swiglu(x).sum().backward();"
             "print(x.grad.shape)")
     env = {**os.environ, "CC": str(tmp_path / "no-such-cc"), "PATH": str(tmp_path),

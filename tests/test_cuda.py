@@ -767,11 +767,13 @@ def test_flash_attention_op_matches_explicit(gpu, window):
 
 
 DROPOUT_CASES = [(2, 4, 2, 100, 100, 64, True, None), (1, 2, 2, 77, 77, 128, True, None),
-                 (1, 2, 1, 130, 130, 48, True, 40), (1, 3, 3, 33, 90, 64, True, None), (1, 2, 2, 70, 61, 32, False, None)]
+                 (1, 2, 1, 130, 130, 48, True, 40), (1, 3, 3, 33, 90, 64, True, None),
+                 (1, 2, 2, 70, 61, 32, False, None)]
 
 
 @pytest.mark.parametrize("dtype", [BF16, np.float16])
-@pytest.mark.parametrize("case", DROPOUT_CASES, ids=lambda c: "B{}H{}kv{}T{}S{}D{}{}w{}".format(*c[:6], "c" * c[6], c[7]))
+@pytest.mark.parametrize("case", DROPOUT_CASES,
+                         ids=lambda c: "B{}H{}kv{}T{}S{}D{}{}w{}".format(*c[:6], "c" * c[6], c[7]))
 def test_flash_attention_dropout(gpu, case, dtype):
     """The dropout kernels draw backend/philox.py's mask: output and the three gradients equal the NumPy
     reference with the same state and stream (a different mask would be far off)."""

@@ -17,7 +17,8 @@ from test_train import TINY, one_line_error, run
 
 
 def rows(model_dir):
-    return [(int(r["step"]), float(r["loss"]), float(r["grad_norm"])) for r in read_log(str(model_dir / "training_log.csv"))]
+    return [(int(r["step"]), float(r["loss"]), float(r["grad_norm"]))
+            for r in read_log(str(model_dir / "training_log.csv"))]
 
 
 def test_two_processes_train_like_one_accumulating_two(dataset, tmp_path):
@@ -48,7 +49,8 @@ def test_resume_on_another_process_count_keeps_the_batch(dataset, tmp_path):
     common = ["--dataset", dataset, "--steps", "8", "--checkpoint_every", "4", *TINY]
     run("--model_dir", str(tmp_path / "straight"), "--nproc", "2", *common)
     run("--model_dir", str(tmp_path / "split"), "--nproc", "2", "--stop_after", "4", *common)
-    proc = run("--model_dir", str(tmp_path / "split"), "--resume", "--nproc", "1", "--dataset", dataset, "--no_progress")
+    proc = run("--model_dir", str(tmp_path / "split"), "--resume", "--nproc", "1", "--dataset", dataset,
+               "--no_progress")
     assert "4 x 2 sequences" in proc.stderr
     np.testing.assert_allclose([r[1:] for r in rows(tmp_path / "split")],
                                [r[1:] for r in rows(tmp_path / "straight")], rtol=2e-4)

@@ -135,7 +135,8 @@ def _generate(*args):
 
 def _one_line(proc, needle):
     lines = proc.stderr.strip().splitlines()
-    assert proc.returncode != 0 and len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], proc.stderr
+    assert (proc.returncode != 0 and len(lines) == 1 and lines[0].startswith("error:")
+            and needle in lines[0]), proc.stderr
 
 
 def test_cli_generates_and_rejects_mismatched_files(trained_run, tmp_path):

@@ -15,7 +15,8 @@ from gradcraft.cli.main import main
 HEADER = dict(step=1234, vocab_size=0, d_model=16, num_heads=2, num_layers=2, d_ff=12, max_len=24)
 CORPUS = ("The quick brown fox — it's “quoted” and don't stop. Ünïcödé façade naïve Ærø, Ελληνικά κείμενα, "
           "русский текст, עברית ערבית عربي, हिन्दी, Tiếng Việt, ひらがな カタカナ, 漢字混じり, 한국어 문장, "
-          "１２３ 1234567 x=42;\ty\t\tz  spaced   out\n\nnew\r\nlines 😀🎉 ×÷ «ª» ½ 'tis the 'LL\u00a0nbsp\u3000ideo\u2003em ")
+          "１２３ 1234567 x=42;\ty\t\tz  spaced   out\n\nnew\r\nlines 😀🎉 ×÷ «ª» ½ "
+          "'tis the 'LL\u00a0nbsp\u3000ideo\u2003em ")
 TEXTS = [CORPUS, "", " ", "  \n ", "abc  ", "'", "''a", "'ab'c", "12345678", "<|endoftext|>x<|im_start|>",
          "<|im_end|><tool_call></tool_call> hi<|endoftext|", "a\u2028b\u205fc\u1680d\x0b\x0ce", "ß" * 40,
          "ͰͱϿЀӿ ְ ঀ Ḁỿぁヿ㐀鿿가힣豈﫿 ﬀ", "x" * 300 + " " * 5 + "1" * 7]

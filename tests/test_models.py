@@ -50,7 +50,8 @@ def test_logits_loss_and_gradients_match_an_independent_torch_model(family):
 
     params = {k: torch.tensor(v.numpy(), requires_grad=True) for k, v in model.state_dict().items()}
     ref_logits = torch_reference.forward(cfg, params, torch.tensor(idx))
-    ref_loss = torch.nn.functional.cross_entropy(ref_logits.reshape(-1, cfg.vocab_size), torch.tensor(targets).reshape(-1))
+    ref_loss = torch.nn.functional.cross_entropy(ref_logits.reshape(-1, cfg.vocab_size),
+                                                 torch.tensor(targets).reshape(-1))
     ref_loss.backward()
     np.testing.assert_allclose(logits.numpy(), ref_logits.detach().numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(loss.item(), ref_loss.item(), rtol=1e-5)

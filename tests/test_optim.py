@@ -13,7 +13,8 @@ from gradcraft.optim import SGD, AdamW, CosineWithWarmup, clip_grad_norm_, grad_
 
 def _problem(seed=0):
     rng = np.random.default_rng(seed)
-    return [rng.standard_normal(s).astype(np.float32) for s in ((5, 3), (3,))], rng.standard_normal((8, 5)).astype(np.float32)
+    return ([rng.standard_normal(s).astype(np.float32) for s in ((5, 3), (3,))],
+            rng.standard_normal((8, 5)).astype(np.float32))
 
 
 def _loss_gc(params, x):

@@ -228,7 +228,8 @@ def test_the_page_is_self_contained_and_no_ui_turns_it_off(served, trained_run):
         proc.wait(timeout=10)
 
 
-def test_stop_and_escape_stop_a_running_generation_and_the_server_cancels_it(long_server, browser):
+# `long_server` is test_server's fixture (imported above); ruff's F811 takes the parameter for a redefinition
+def test_stop_and_escape_stop_a_running_generation_and_the_server_cancels_it(long_server, browser):  # noqa: F811
     """Against a model with a 4096-token context and random weights (a request for 4000 tokens runs for
     seconds): the page stops streaming and keeps what came, and the server frees the sequence's slot
     (the client went away)."""

@@ -287,7 +287,8 @@ def test_export_refuses_bad_input_with_one_line(runs, tmp_path):
     _one_line(_cli("export", "--model_dir", str(odd), "--format", "hf", "--out", str(tmp_path / "c")),
               "no Hugging Face equivalent")
     assert not (tmp_path / "c").exists()
-    assert _cli("export", "--model_dir", str(odd), "--format", "safetensors", "--out", str(tmp_path / "d")).returncode == 0
+    assert _cli("export", "--model_dir", str(odd), "--format", "safetensors",
+                "--out", str(tmp_path / "d")).returncode == 0
     # mixture-of-experts with a capacity limit: HF's Mixtral has none, so it would compute other outputs
     cfg = json.loads((runs / "llama" / "gradcraft_config.json").read_text())
     cfg.update(ffn_pattern="M", n_experts=2, experts_per_token=1, capacity_factor=1.25)

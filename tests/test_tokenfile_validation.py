@@ -41,17 +41,21 @@ def test_good_file_reads(tmp_path):
 
 def test_wrong_magic(tmp_path):
     path = _good(tmp_path)
-    raw = bytearray(path.read_bytes()); raw[:8] = b"NOTTOKEN"; path.write_bytes(bytes(raw))
+    raw = bytearray(path.read_bytes())
+    raw[:8] = b"NOTTOKEN"
+    path.write_bytes(bytes(raw))
     with pytest.raises(UserError) as e:
         read_token_file(path)
     _one_line(e, str(path), "bad magic")
 
 
 def test_empty_and_short_files(tmp_path):
-    empty = tmp_path / "empty.bin"; empty.write_bytes(b"")
+    empty = tmp_path / "empty.bin"
+    empty.write_bytes(b"")
     with pytest.raises(UserError, match="bad magic"):
         read_token_file(empty)
-    short = tmp_path / "short.bin"; short.write_bytes(_good(tmp_path).read_bytes()[:20])
+    short = tmp_path / "short.bin"
+    short.write_bytes(_good(tmp_path).read_bytes()[:20])
     with pytest.raises(UserError) as e:
         read_token_file(short)
     _one_line(e, "truncated", "header needs 64 bytes")

@@ -280,6 +280,6 @@ def test_trained_tokenizer_encodes_as_the_naive_reference(pattern):
     rx = compile_pattern(pattern)
     for text in CORPUS[10:14] + SAMPLES[:10]:
         text = text[:2000]
-        want = [t for piece in split_pieces(text, rx) for t in naive_encode_piece(piece.encode("utf-8", "surrogatepass"),
-                                                                                   tok.merges)]
+        want = [t for piece in split_pieces(text, rx)
+                for t in naive_encode_piece(piece.encode("utf-8", "surrogatepass"), tok.merges)]
         assert tok.encode_ordinary(text) == want

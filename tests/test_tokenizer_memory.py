@@ -5,10 +5,8 @@ file at once, and `--sample_mb` took the whole file. Files are now cut after a n
 between a visible ASCII character and a space (exact: no gpt2/gpt4 piece spans either point),
 else hard at a UTF-8 character boundary; see pretokenize.next_cut."""
 
-import os
 import random
 import re
-import resource
 import subprocess
 import sys
 import textwrap
@@ -20,8 +18,8 @@ from gradcraft.tokenizer import train
 from gradcraft.tokenizer.parallel import encode_chunks, plan_chunks, sample_chunks
 from gradcraft.tokenizer.pretokenize import compile_pattern, next_cut, split_pieces, split_text
 
-ALPHABET = list("abcXYZ019 \n\t\r.,;'\"()-_=+#") + ["'s", "'ll", "  ", "   ", "\n\n", " \n", "é", "中文", "\u00a0", "\u3000",
-                                                     "\r\n", "\x1c", "123456"]
+ALPHABET = list("abcXYZ019 \n\t\r.,;'\"()-_=+#") + ["'s", "'ll", "  ", "   ", "\n\n", " \n", "é", "中文", "\u00a0",
+                                                     "\u3000", "\r\n", "\x1c", "123456"]
 
 
 def _random_text(rng, n):
@@ -150,7 +148,8 @@ def test_single_line_file_tokenizes_in_bounded_memory_and_sample_mb_is_bytes(tmp
     < 3 bytes per input byte (90 MB here; measured 27 MB, 0.9 B/B)."""
     rng = random.Random(6)
     tiny, big = tmp_path / "tiny", tmp_path / "big"
-    tiny.mkdir(); big.mkdir()
+    tiny.mkdir()
+    big.mkdir()
     (tiny / "a.txt").write_text(_words(rng, 5_000))
     n = 30_000_000
     (big / "one.txt").write_text(_words(rng, n))

@@ -230,7 +230,8 @@ def test_functional_and_loss_modules_match_torch():
     pairs = [
         (gnn.CrossEntropyLoss(label_smoothing=0.1), torch.nn.CrossEntropyLoss(label_smoothing=0.1), y),
         (gnn.MSELoss(reduction="sum"), torch.nn.MSELoss(reduction="sum"), target),
-        (gnn.L1Loss(), torch.nn.L1Loss(), target), (gnn.SmoothL1Loss(beta=0.5), torch.nn.SmoothL1Loss(beta=0.5), target),
+        (gnn.L1Loss(), torch.nn.L1Loss(), target),
+        (gnn.SmoothL1Loss(beta=0.5), torch.nn.SmoothL1Loss(beta=0.5), target),
         (gnn.HuberLoss(delta=0.3), torch.nn.HuberLoss(delta=0.3), target),
         (gnn.BCEWithLogitsLoss(), torch.nn.BCEWithLogitsLoss(), target),
     ]

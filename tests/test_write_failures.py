@@ -203,7 +203,8 @@ def test_run_folder_files_have_the_usual_mode(trained_run):
     for root, _, files in os.walk(trained_run / "run"):
         for name in files:
             if name != ".lock":
-                modes[os.path.relpath(os.path.join(root, name), trained_run)] = os.stat(os.path.join(root, name)).st_mode & 0o777
+                path = os.path.join(root, name)
+                modes[os.path.relpath(path, trained_run)] = os.stat(path).st_mode & 0o777
     assert any(name.endswith("optimizer.safetensors") for name in modes)
     assert set(modes.values()) == {0o666 & ~mask}, modes
 

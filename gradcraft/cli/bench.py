@@ -22,9 +22,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--batch", type=positive_int, default=16, help="sequences per step (default: %(default)s)")
     p.add_argument("--seq", type=positive_int, default=None, help="sequence length (default: the preset's context)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: %(default)s)")
-    p.add_argument("--steps", type=positive_int, default=5, help="timed steps per round and side (default: %(default)s)")
+    p.add_argument("--steps", type=positive_int, default=5,
+                   help="timed steps per round and side (default: %(default)s)")
     p.add_argument("--warmup", type=non_negative_int, default=2, help="untimed steps first (default: %(default)s)")
-    p.add_argument("--rounds", type=positive_int, default=1, help="alternate the two sides this many times (default: %(default)s)")
+    p.add_argument("--rounds", type=positive_int, default=1,
+                   help="alternate the two sides this many times (default: %(default)s)")
     p.add_argument("--threads", type=positive_int, default=None, help="CPU threads for both sides (default: all cores)")
     p.add_argument("--tf32", action="store_true", help="TF32 matrix products on CUDA, both sides (default: off)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",

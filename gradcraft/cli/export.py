@@ -29,8 +29,8 @@ def add_parser(subparsers) -> None:
                               description="Export a run folder's final weights, config and tokenizer.")
     p.add_argument("--model_dir", required=True, help="a training run (or any folder `generate` reads); required, "
                                                       "no default")
-    p.add_argument("--format", required=True, help="hf (transformers' layout), safetensors (gradcraft's) or k2 (K2's latest.ckpt); "
-                                                   "required, no default")
+    p.add_argument("--format", required=True, help="hf (transformers' layout), safetensors (gradcraft's) or k2 "
+                                                   "(K2's latest.ckpt); required, no default")
     p.add_argument("--out", required=True, help="a new or empty folder to write; required, no default")
     p.set_defaults(func=run)
 

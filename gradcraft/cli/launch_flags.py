@@ -17,16 +17,18 @@ def add_distributed_arguments(parser) -> None:
     group = parser.add_argument_group(
         "several machines (or torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT "
         "instead); see docs/distributed.md")
-    group.add_argument("--nnodes", type=positive_int, help="machines in the job, each running --nproc processes (default: 1)")
-    group.add_argument("--node_rank", type=non_negative_int, help="this machine's index, 0..nnodes-1; node 0 writes the run "
-                                                     "(default: 0)")
+    group.add_argument("--nnodes", type=positive_int,
+                       help="machines in the job, each running --nproc processes (default: 1)")
+    group.add_argument("--node_rank", type=non_negative_int,
+                       help="this machine's index, 0..nnodes-1; node 0 writes the run (default: 0)")
     group.add_argument("--master_addr", help="node 0's address, where the processes meet (default: 127.0.0.1)")
     group.add_argument("--master_port", type=port, help="a free TCP port on node 0, the same on every node "
                                                        "(default with one node: any free port)")
     group.add_argument("--rdzv_timeout", type=positive_float, default=None,
                        help=f"seconds to wait for every process to arrive (default: {DEFAULT_TIMEOUT_S:g})")
-    group.add_argument("--bucket_mb", type=positive_float, help="gradients are summed over the processes in buckets of this "
-                                                       f"many MB, while backward runs (default: {bucket_default:g})")
+    group.add_argument("--bucket_mb", type=positive_float,
+                       help="gradients are summed over the processes in buckets of this many MB, while backward runs "
+                            f"(default: {bucket_default:g})")
     group.add_argument("--zero", action="store_true", default=None,
                        help="ZeRO-1: each process keeps the AdamW state of 1/world of the weights (prints the "
                             "memory saved); checkpoints stay whole (default: off)")

@@ -96,8 +96,8 @@ def run(args) -> int:
         generator = load(args)
         name = args.name or os.path.basename(os.path.normpath(args.model_dir or os.path.dirname(args.weights)))
         print(f"serving {name} on http://{args.host}:{args.port} (POST /v1/completions, POST /v1/chat/completions, "
-              f"GET /v1/models, GET /health{', /docs' if args.docs else ''}{'' if args.no_ui else ', playground at /'}; "
-              f"{args.max_batch} sequences at once)",
+              f"GET /v1/models, GET /health{', /docs' if args.docs else ''}"
+              f"{'' if args.no_ui else ', playground at /'}; {args.max_batch} sequences at once)",
               flush=True)
         serve(generator, name, args.host, args.port, sock=sock, max_body_bytes=args.max_body_bytes, docs=args.docs,
               slots=args.max_batch, max_queue=args.max_queue, prefill_chunk=args.prefill_chunk,

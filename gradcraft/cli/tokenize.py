@@ -21,20 +21,30 @@ def add_parser(subparsers):
         "tokenize", help="learn a BPE vocabulary and write token files",
         description="Learn a byte-level BPE vocabulary from text files and encode them into a token file "
                     "(see docs/tokenizer.md).")
-    p.add_argument("--data_dir", default=DEFAULT_DATA_DIR, help="folder of input files, read recursively (default: %(default)s)")
+    p.add_argument("--data_dir", default=DEFAULT_DATA_DIR,
+                   help="folder of input files, read recursively (default: %(default)s)")
     p.add_argument("--exclude", default="", help="folder names to skip, comma separated, e.g. site-packages,tests "
                                                  "(default: none)")
-    p.add_argument("--ext", default=".txt", help="file name ending(s) to read, comma separated, e.g. .py or .txt,.md (default: %(default)s)")
+    p.add_argument("--ext", default=".txt", help="file name ending(s) to read, comma separated, e.g. .py or .txt,.md "
+                                                 "(default: %(default)s)")
     p.add_argument("--output_path", default=DEFAULT_OUTPUT, help="token file to write (default: %(default)s)")
-    p.add_argument("--vocab_path", default=None, help="tokenizer file to write, or to reuse if it exists (default: tokenizer.json next to --output_path)")
-    p.add_argument("--retrain", action="store_true", help="learn a new vocabulary even if --vocab_path exists (default: reuse it)")
-    p.add_argument("--vocab_size", type=positive_int, default=8192, help="ids in all: 256 bytes + merges + special tokens (default: %(default)s)")
-    p.add_argument("--sample_mb", type=positive_float, default=200, help="MB of text used to learn the vocabulary (default: %(default)s)")
-    p.add_argument("--pattern", choices=["gpt2", "gpt4", "none"], default="gpt4", help="pre-tokenization split pattern (default: %(default)s)")
-    p.add_argument("--special_tokens", default="<|endoftext|>", help="comma-separated special tokens; the first separates documents (default: %(default)s)")
-    p.add_argument("--val_fraction", type=fraction, default=0.0, help="fraction of documents held out into <output stem>.val<suffix>; "
-                   "0 also removes such a file left by an earlier run (default: %(default)s)")
-    p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="worker processes (default: CPU count, %(default)s)")
+    p.add_argument("--vocab_path", default=None, help="tokenizer file to write, or to reuse if it exists "
+                                                      "(default: tokenizer.json next to --output_path)")
+    p.add_argument("--retrain", action="store_true",
+                   help="learn a new vocabulary even if --vocab_path exists (default: reuse it)")
+    p.add_argument("--vocab_size", type=positive_int, default=8192,
+                   help="ids in all: 256 bytes + merges + special tokens (default: %(default)s)")
+    p.add_argument("--sample_mb", type=positive_float, default=200,
+                   help="MB of text used to learn the vocabulary (default: %(default)s)")
+    p.add_argument("--pattern", choices=["gpt2", "gpt4", "none"], default="gpt4",
+                   help="pre-tokenization split pattern (default: %(default)s)")
+    p.add_argument("--special_tokens", default="<|endoftext|>",
+                   help="comma-separated special tokens; the first separates documents (default: %(default)s)")
+    p.add_argument("--val_fraction", type=fraction, default=0.0,
+                   help="fraction of documents held out into <output stem>.val<suffix>; "
+                        "0 also removes such a file left by an earlier run (default: %(default)s)")
+    p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
+                   help="worker processes (default: CPU count, %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bars (default: show them)")
     p.set_defaults(func=run)
     return p

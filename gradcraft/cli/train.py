@@ -145,8 +145,8 @@ def build_configs(args):
         saved = model_config.to_dict()
         for name, value in given_model.items():
             if name not in resumable and saved.get(name) != value:
-                raise UserError(f"--resume: {spell(args, name)} {value} differs from {saved.get(name)} in {config_path}; "
-                                "drop the setting, or train into a new --model_dir")
+                raise UserError(f"--resume: {spell(args, name)} {value} differs from {saved.get(name)} "
+                                f"in {config_path}; drop the setting, or train into a new --model_dir")
         for name in resumable & set(given_model):
             setattr(model_config, name, given_model[name])
         model_config.validate()

@@ -156,7 +156,8 @@ def split_documents(files: list[str], data_dir: str, val_fraction: float):
         raise UserError(f"val_fraction (--val_fraction) needs at least 2 non-empty documents; {data_dir} has "
                         f"{len(files)}")
     n_val = min(len(files) - 1, max(1, round(val_fraction * len(files))))
-    key = {f: hashlib.sha256(os.path.relpath(f, data_dir).encode("utf-8", "surrogateescape")).hexdigest() for f in files}
+    key = {f: hashlib.sha256(os.path.relpath(f, data_dir).encode("utf-8", "surrogateescape")).hexdigest()
+           for f in files}
     val = set(sorted(files, key=key.get)[:n_val])
     return [f for f in files if f not in val], [f for f in files if f in val]
 

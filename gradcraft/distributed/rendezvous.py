@@ -105,7 +105,7 @@ def serve(addr: str, port: int, world: int, signature: str, timeout: float, make
             listener.settimeout(left)
             try:
                 sock, _ = listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             sock.settimeout(max(1.0, deadline - time.monotonic()))
             try:
@@ -186,7 +186,7 @@ def join(addr: str, port: int, rank: int, world: int, signature: str, timeout: f
         sock.settimeout(timeout + 5.0)
         send_json(sock, {"rank": rank, "world": world, "signature": signature})
         answer = recv_json(sock)
-    except socket.timeout:
+    except TimeoutError:
         sock.close()
         raise UserError(f"rank {rank} reached the master at {_where(addr, port)} but the other ranks did not all "
                         f"arrive within {timeout:g} s; start every node (or raise --rdzv_timeout)") from None

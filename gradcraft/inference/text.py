@@ -71,7 +71,8 @@ def load_model(config_path: str, weights_path: str, device: str = "cpu") -> tupl
             weights = from_hf_state(config, weights)
         model.load_state_dict(weights)
     except (UserError, ValueError) as e:
-        raise UserError(f"{weights_path} does not fit {config_path}: {str(e).removeprefix('weights do not match the model: ')}") from None
+        reason = str(e).removeprefix("weights do not match the model: ")
+        raise UserError(f"{weights_path} does not fit {config_path}: {reason}") from None
     if device != "cpu":
         model.to(device)
     return model, metadata

@@ -25,7 +25,8 @@ def family_of(cfg: ModelConfig) -> str:
     if cfg.mlp_bias != cfg.bias:
         raise UserError("this architecture (biases in the MLP but not in attention, or the reverse) has no Hugging "
                         "Face equivalent")
-    if (cfg.norm, cfg.mlp, cfg.positions) == ("layernorm", "gelu", "learned") and cfg.bias and cfg.n_kv_heads == cfg.n_heads:
+    if ((cfg.norm, cfg.mlp, cfg.positions) == ("layernorm", "gelu", "learned") and cfg.bias
+            and cfg.n_kv_heads == cfg.n_heads):
         return "gpt2"
     if (cfg.norm, cfg.mlp, cfg.positions) == ("rmsnorm", "swiglu", "rope") and not cfg.bias and not cfg.learned_beta:
         pattern = set(cfg.attention_pattern)
@@ -56,8 +57,9 @@ def hf_config(cfg: ModelConfig) -> dict:
                 "activation_function": "gelu_new" if cfg.gelu_approximate == "tanh" else "gelu",
                 "resid_pdrop": cfg.resid_dropout, "embd_pdrop": cfg.embd_dropout, "attn_pdrop": cfg.attn_dropout,
                 "tie_word_embeddings": cfg.tie_embeddings, "initializer_range": cfg.init_std}
-    out = {"architectures": [ARCHITECTURES[family]], "model_type": family, "vocab_size": cfg.vocab_size, "hidden_size": cfg.dim,
-           "intermediate_size": cfg.ffn_dim, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
+    out = {"architectures": [ARCHITECTURES[family]], "model_type": family, "vocab_size": cfg.vocab_size,
+           "hidden_size": cfg.dim, "intermediate_size": cfg.ffn_dim, "num_hidden_layers": cfg.n_layers,
+           "num_attention_heads": cfg.n_heads,
            "num_key_value_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim, "max_position_embeddings": cfg.seq_len,
            "rms_norm_eps": cfg.norm_eps, "rope_theta": cfg.rope_base, "hidden_act": "silu",
            "tie_word_embeddings": cfg.tie_embeddings, "attention_bias": False, "mlp_bias": False,

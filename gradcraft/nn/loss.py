@@ -21,7 +21,8 @@ class _Loss(Module):
 
 
 class CrossEntropyLoss(_Loss):
-    def __init__(self, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0) -> None:
+    def __init__(self, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean",
+                 label_smoothing: float = 0.0) -> None:
         super().__init__(reduction)
         if weight is not None:
             raise UserError("CrossEntropyLoss(weight=...) (class weights) is not supported")

@@ -123,14 +123,14 @@ class Module:
     def buffers(self):
         return (b for _, b in self.named_buffers())
 
-    def apply(self, fn) -> "Module":
+    def apply(self, fn) -> Module:
         """fn(module) for every sub-module and then this one (as in PyTorch, e.g. for weight init)."""
         for m in self.children():
             m.apply(fn)
         fn(self)
         return self
 
-    def requires_grad_(self, requires_grad: bool = True) -> "Module":
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
         for p in self.parameters():
             p.requires_grad = requires_grad
         return self
@@ -153,19 +153,19 @@ class Module:
 
     # ------------------------------------------------------------ modes and devices
 
-    def train(self, mode: bool = True) -> "Module":
+    def train(self, mode: bool = True) -> Module:
         for m in self.modules():
             object.__setattr__(m, "training", mode)
         return self
 
-    def eval(self) -> "Module":
+    def eval(self) -> Module:
         return self.train(False)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.parameters():
             p.grad = None
 
-    def to(self, *args, **kwargs) -> "Module":
+    def to(self, *args, **kwargs) -> Module:
         """Move or cast every parameter and buffer in place (the objects, and so optimizer references,
         stay). As in PyTorch, a dtype applies to floating-point tensors only."""
         for t in list(self.parameters()) + list(self.buffers()):
@@ -180,25 +180,25 @@ class Module:
             t.grad = None
         return self
 
-    def cpu(self) -> "Module":
+    def cpu(self) -> Module:
         return self.to("cpu")
 
-    def cuda(self, device: int = 0) -> "Module":
+    def cuda(self, device: int = 0) -> Module:
         return self.to(f"cuda:{device}")
 
-    def float(self) -> "Module":
+    def float(self) -> Module:
         from gradcraft import dtypes
         return self.to(dtypes.float32)
 
-    def double(self) -> "Module":
+    def double(self) -> Module:
         from gradcraft import dtypes
         return self.to(dtypes.float64)
 
-    def half(self) -> "Module":
+    def half(self) -> Module:
         from gradcraft import dtypes
         return self.to(dtypes.float16)
 
-    def bfloat16(self) -> "Module":
+    def bfloat16(self) -> Module:
         from gradcraft import dtypes
         return self.to(dtypes.bfloat16)
 
@@ -220,7 +220,7 @@ class Module:
 
     # ------------------------------------------------------------ state
 
-    def _named_state(self) -> "OrderedDict[str, Tensor]":
+    def _named_state(self) -> OrderedDict[str, Tensor]:
         """Every parameter and persistent buffer object by dotted name, in PyTorch's order (a module's
         own parameters, then its buffers, then its children's; tied parameters under every name)."""
         state = OrderedDict()
@@ -233,7 +233,7 @@ class Module:
                     state[prefix + name] = b
         return state
 
-    def state_dict(self, keep_vars: bool = False) -> "OrderedDict[str, Tensor]":
+    def state_dict(self, keep_vars: bool = False) -> OrderedDict[str, Tensor]:
         """The parameters and persistent buffers by dotted name. As in PyTorch, each entry shares
         memory with the module's tensor but is cut from autograd (keep_vars=True: the objects)."""
         state = self._named_state()
@@ -268,11 +268,11 @@ class ModuleList(Module):
         for i, m in enumerate(modules):
             setattr(self, str(i), m)
 
-    def append(self, module: Module) -> "ModuleList":
+    def append(self, module: Module) -> ModuleList:
         setattr(self, str(len(self._modules)), module)
         return self
 
-    def extend(self, modules) -> "ModuleList":
+    def extend(self, modules) -> ModuleList:
         for m in modules:
             self.append(m)
         return self
@@ -319,7 +319,7 @@ class Sequential(Module):
         for i, m in enumerate(modules):
             setattr(self, str(i), m)
 
-    def append(self, module: Module) -> "Sequential":
+    def append(self, module: Module) -> Sequential:
         setattr(self, str(len(self._modules)), module)
         return self
 

@@ -66,7 +66,8 @@ def _use_flash(query, value, has_mask: bool) -> bool:
     return fast
 
 
-def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False,
                                  scale: float | None = None, enable_gqa: bool = False, window: int | None = None,
                                  save_weights: bool = False) -> Tensor:
     """softmax(q k^T * scale + mask) v, fused, as F.scaled_dot_product_attention.

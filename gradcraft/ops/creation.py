@@ -159,26 +159,31 @@ def _creation(op, shape, dtype, device, requires_grad, **attrs):
     return out
 
 
-def full(size: Shape, fill_value: Number, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
+def full(size: Shape, fill_value: Number, *, dtype: DTypeLike = None, device: Device = None,
+         requires_grad: bool = False) -> Tensor:
     if dtype is None:
         dtype = (dtypes.bool_ if isinstance(fill_value, bool) else
                  dtypes.default_int if isinstance(fill_value, int) else dtypes.default_float)
     return _creation("full", _shape((size,)), dtype, device, requires_grad, value=fill_value)
 
 
-def zeros(*size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
+def zeros(*size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None,
+          requires_grad: bool = False) -> Tensor:
     return _creation("full", _shape(size), dtype, device, requires_grad, value=0)
 
 
-def ones(*size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
+def ones(*size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None,
+         requires_grad: bool = False) -> Tensor:
     return _creation("full", _shape(size), dtype, device, requires_grad, value=1)
 
 
-def empty(*size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
+def empty(*size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None,
+          requires_grad: bool = False) -> Tensor:
     return zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
-def arange(start: Number, end: Number | None = None, step: Number = 1, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
+def arange(start: Number, end: Number | None = None, step: Number = 1, *, dtype: DTypeLike = None,
+           device: Device = None, requires_grad: bool = False) -> Tensor:
     if end is None:
         start, end = 0, start
     if step == 0:
@@ -189,15 +194,18 @@ def arange(start: Number, end: Number | None = None, step: Number = 1, *, dtype:
     return _creation("arange", (n,), dtype, device, requires_grad, start=start, stop=end, step=step)
 
 
-def rand(*size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
+def rand(*size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None,
+         requires_grad: bool = False) -> Tensor:
     return _creation("rand", _shape(size), dtype, device, requires_grad, seed=next_seed())
 
 
-def randn(*size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
+def randn(*size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None,
+          requires_grad: bool = False) -> Tensor:
     return _creation("randn", _shape(size), dtype, device, requires_grad, seed=next_seed())
 
 
-def randint(low: int, high: int | None = None, size: Shape = (), *, dtype: DTypeLike = None, device: Device = None) -> Tensor:
+def randint(low: int, high: int | None = None, size: Shape = (), *, dtype: DTypeLike = None,
+            device: Device = None) -> Tensor:
     if high is None:
         low, high = 0, low
     if high <= low:
@@ -218,7 +226,8 @@ def ones_like(x: Tensor, *, dtype: DTypeLike = None, device: Device = None, requ
     return _like(ones, x, dtype, device, requires_grad=requires_grad)
 
 
-def full_like(x: Tensor, fill_value: Number, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
+def full_like(x: Tensor, fill_value: Number, *, dtype: DTypeLike = None, device: Device = None,
+              requires_grad: bool = False) -> Tensor:
     return full(x.shape, fill_value, dtype=dtype or x.dtype, device=device or x.device, requires_grad=requires_grad)
 
 
@@ -246,7 +255,8 @@ def empty_like(x: Tensor, *, dtype: DTypeLike = None, device: Device = None, req
     return zeros_like(x, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
-def linspace(start: float, end: float, steps: int, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
+def linspace(start: float, end: float, steps: int, *, dtype: DTypeLike = None, device: Device = None,
+             requires_grad: bool = False) -> Tensor:
     """`steps` evenly spaced values from start to end inclusive; the second half is counted back from
     `end`, as PyTorch does, so both ends are exact."""
     from gradcraft.tensor import Tensor
@@ -263,7 +273,8 @@ def linspace(start: float, end: float, steps: int, *, dtype: DTypeLike = None, d
     return out
 
 
-def logspace(start: float, end: float, steps: int, base: float = 10.0, *, dtype: DTypeLike = None, device: Device = None) -> Tensor:
+def logspace(start: float, end: float, steps: int, base: float = 10.0, *, dtype: DTypeLike = None,
+             device: Device = None) -> Tensor:
     from gradcraft.ops.elementwise import pow
     return pow(base, linspace(start, end, steps, dtype=dtypes.float64, device=device)).to(
         dtype or dtypes.default_float)
@@ -294,5 +305,6 @@ def randperm(n: int, *, dtype: DTypeLike = None, device: Device = None) -> Tenso
     return Tensor(order.astype(np.int64), dtype=dtype or dtypes.default_int, device=canonical(device))
 
 
-def randint_like(x: Tensor, low: int, high: int | None = None, *, dtype: DTypeLike = None, device: Device = None) -> Tensor:
+def randint_like(x: Tensor, low: int, high: int | None = None, *, dtype: DTypeLike = None,
+                 device: Device = None) -> Tensor:
     return randint(low, high, x.shape, dtype=dtype or x.dtype, device=device or x.device)

@@ -169,8 +169,14 @@ def lt(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return _compare("lt", a,
 def le(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return _compare("le", a, b)
 def gt(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return _compare("gt", a, b)
 def ge(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return _compare("ge", a, b)
-def logical_and(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return mul(cast(a, dtypes.bool_), cast(b, dtypes.bool_)).bool()
-def logical_or(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return maximum(cast(a, dtypes.bool_), cast(b, dtypes.bool_))
+
+
+def logical_and(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
+    return mul(cast(a, dtypes.bool_), cast(b, dtypes.bool_)).bool()
+
+
+def logical_or(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
+    return maximum(cast(a, dtypes.bool_), cast(b, dtypes.bool_))
 
 
 def sum_to(g, shape: tuple):

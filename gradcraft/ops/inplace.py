@@ -122,7 +122,8 @@ def write(x, value, before: _Before | None = None):
     if not isinstance(value, Tensor):
         value = ew.scalar(value, x.dtype, x.device)
     if value.device != x.device:
-        raise UserError(f"in-place operation: value is on {value.device}, the tensor on {x.device}; move one with .to()")
+        raise UserError(f"in-place operation: value is on {value.device}, the tensor on {x.device}; "
+                        "move one with .to()")
     _writable_dtype(x, value)
     if ew.broadcast_shape(x.shape, value.shape, "in-place operation") != x.shape:
         raise RuntimeError_(f"output with shape {list(x.shape)} doesn't match the broadcast shape "

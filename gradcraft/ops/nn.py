@@ -53,8 +53,9 @@ def _log_softmax_grad(node, out, g):
     return (apply("log_softmax_backward", (out, g), node.attrs, g.shape, g.dtype),)
 
 
-def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean",
-                  label_smoothing: float = 0.0, valid_classes: int | None = None, dtype: DTypeLike = None) -> Tensor:
+def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
+                  reduction: str = "mean", label_smoothing: float = 0.0, valid_classes: int | None = None,
+                  dtype: DTypeLike = None) -> Tensor:
     """F.cross_entropy with class indices: input (N, C) or (N, C, d1, ...), target (N) or (N, d1, ...).
 
     dtype (as F.softmax's): the loss is computed as if the input were cast to dtype first. For
@@ -102,8 +103,9 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, i
     return ew.div(total, ew.cast(count, total.dtype))
 
 
-def linear_cross_entropy(input: Tensor, weight: Tensor | None, target: Tensor, ignore_index: int = -100, reduction: str = "mean",
-                         label_smoothing: float = 0.0, valid_classes: int | None = None) -> Tensor:
+def linear_cross_entropy(input: Tensor, weight: Tensor | None, target: Tensor, ignore_index: int = -100,
+                         reduction: str = "mean", label_smoothing: float = 0.0,
+                         valid_classes: int | None = None) -> Tensor:
     """cross_entropy(input @ weight^T, target) with float32 losses: an output layer and its loss in one
     op. input (N, C), weight (V, C), target (N,) class indices; reduction "mean" or "sum";
     valid_classes as in cross_entropy (a vocabulary padded with rows the classes leave out).
@@ -196,7 +198,8 @@ def _norm_dims(x, normalized_shape, op, **params):
     return shape
 
 
-def layer_norm(input: Tensor, normalized_shape: Shape, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+def layer_norm(input: Tensor, normalized_shape: Shape, weight: Tensor | None = None, bias: Tensor | None = None,
+               eps: float = 1e-5) -> Tensor:
     _float_input(input, "layer_norm")
     shape = _norm_dims(input, normalized_shape, "layer_norm", weight=weight, bias=bias)
     weight = weight if weight is not None else ones(shape, dtype=input.dtype, device=input.device)
@@ -270,7 +273,8 @@ def _dropout_grad(node, out, g):
     return apply("dropout", (g, state), node.attrs, g.shape, g.dtype), None
 
 
-def rope_frequencies(seq_len: int, head_dim: int, base: float = 10000.0, device: Device = None, start: int = 0) -> Tensor:
+def rope_frequencies(seq_len: int, head_dim: int, base: float = 10000.0, device: Device = None,
+                     start: int = 0) -> Tensor:
     """(cos, sin) tables of shape (seq_len, head_dim // 2) for positions start..start+seq_len-1."""
     import numpy as np
     from gradcraft.tensor import Tensor

@@ -141,7 +141,8 @@ def take_along_dim(x, indices, dim):
     return take(x, indices, dim)
 
 
-def var(x: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False, *, correction: int | None = None) -> Tensor:
+def var(x: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False, *,
+        correction: int | None = None) -> Tensor:
     """Variance with Bessel's correction by default (correction=1), as in PyTorch."""
     if correction is None:
         correction = 1 if unbiased is None or unbiased else 0
@@ -153,7 +154,8 @@ def var(x: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool
     return ew.div(sum(ew.mul(centered, centered), axes, keepdim), builtins.max(count - correction, 0))
 
 
-def std(x: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False, *, correction: int | None = None) -> Tensor:
+def std(x: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False, *,
+        correction: int | None = None) -> Tensor:
     return ew.sqrt(var(x, dim, unbiased, keepdim, correction=correction))
 
 

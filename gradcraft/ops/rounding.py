@@ -112,7 +112,8 @@ def isfinite(x: Tensor) -> Tensor:
     return ew.eq(ew.sub(x, x), 0.0)  # inf - inf and NaN - NaN are NaN
 
 
-def isclose(a: TensorOrNumber, b: TensorOrNumber, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> Tensor:
+def isclose(a: TensorOrNumber, b: TensorOrNumber, rtol: float = 1e-5, atol: float = 1e-8,
+            equal_nan: bool = False) -> Tensor:
     a_t, b_t = ew._operands(a, b, "isclose")
     if not a_t.dtype.is_floating_point:
         return ew.eq(a_t, b_t)
@@ -123,7 +124,8 @@ def isclose(a: TensorOrNumber, b: TensorOrNumber, rtol: float = 1e-5, atol: floa
     return close
 
 
-def allclose(a: TensorOrNumber, b: TensorOrNumber, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
+def allclose(a: TensorOrNumber, b: TensorOrNumber, rtol: float = 1e-5, atol: float = 1e-8,
+             equal_nan: bool = False) -> bool:
     from gradcraft.ops.reduce import all as all_
     return bool(all_(isclose(a, b, rtol, atol, equal_nan)).item())
 

@@ -278,7 +278,8 @@ class ReduceLROnPlateau:
 
     def _is_better(self, a: float) -> bool:
         if self.mode == "min":
-            return a < (self.best * (1 - self.threshold) if self.threshold_mode == "rel" else self.best - self.threshold)
+            return a < (self.best * (1 - self.threshold) if self.threshold_mode == "rel"
+                        else self.best - self.threshold)
         return a > (self.best * (1 + self.threshold) if self.threshold_mode == "rel" else self.best + self.threshold)
 
     def step(self, metrics) -> None:

@@ -324,7 +324,7 @@ class Tokenizer:
     # so this module imports neither and the three form no import circle.
     @staticmethod
     def train(texts, vocab_size: int, pattern: str = "gpt4", special_tokens=("<|endoftext|>",),
-              workers: int = 1, progress: bool = False) -> "Tokenizer":
+              workers: int = 1, progress: bool = False) -> Tokenizer:
         """Learn a vocabulary (same as `gradcraft.tokenizer.train`)."""
         return _ENTRY["train"](texts, vocab_size, pattern=pattern, special_tokens=special_tokens,
                                workers=workers, progress=progress)
@@ -334,7 +334,7 @@ class Tokenizer:
         _ENTRY["save"](self, path)
 
     @classmethod
-    def load(cls, path) -> "Tokenizer":
+    def load(cls, path) -> Tokenizer:
         """Load our format, an HF tokenizer.json, or a tiktoken rank file."""
         return _ENTRY["load"](path)
 

@@ -27,8 +27,8 @@ from itertools import chain
 import numpy as np
 
 from gradcraft.tokenizer.bpe import CACHE_ENTRIES
-from gradcraft.tokenizer.pretokenize import (CHUNKABLE, compile_pattern, count_pieces, next_cut, resolve_pattern, special_regex,
-                                             split_text)
+from gradcraft.tokenizer.pretokenize import (CHUNKABLE, compile_pattern, count_pieces, next_cut, resolve_pattern,
+                                             special_regex, split_text)
 
 CHUNK_BYTES = 1 << 20
 

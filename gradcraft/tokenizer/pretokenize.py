@@ -33,7 +33,7 @@ import regex
 
 PATTERNS = {
     "gpt2": r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
-    "gpt4": r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+""",
+    "gpt4": r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+""",  # noqa: E501
     "none": None,
     # K2's letters (code-point ranges of its unicode_utils), digits and whitespace, in its rule order
     "k2": (r"""(?s)'[a-zA-Z\u00aa-\u02af\u0370-\u04ff\u0590-\u08ff\u0900-\u0dff\u1e00-\u1eff\u3040-\u30ff"""
@@ -53,7 +53,7 @@ PATTERNS = {
 # tests/test_tokenizer.py fuzzes the two against each other.
 ASCII_PATTERNS = {
     "gpt2": r"""'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\t-\r A-Za-z0-9]+|[\t-\r ]+(?![^\t-\r ])|[\t-\r ]+""",
-    "gpt4": r"""'(?i:[sdmt]|ll|ve|re)|[^\r\nA-Za-z0-9]?+[A-Za-z]+|[0-9]{1,3}| ?[^\t-\r A-Za-z0-9]++[\r\n]*|[\t-\r ]*[\r\n]|[\t-\r ]+(?![^\t-\r ])|[\t-\r ]+""",
+    "gpt4": r"""'(?i:[sdmt]|ll|ve|re)|[^\r\nA-Za-z0-9]?+[A-Za-z]+|[0-9]{1,3}| ?[^\t-\r A-Za-z0-9]++[\r\n]*|[\t-\r ]*[\r\n]|[\t-\r ]+(?![^\t-\r ])|[\t-\r ]+""",  # noqa: E501
     "k2": r"""(?s)'[a-zA-Z]{1,2}|[a-zA-Z]+|[0-9]{1,3}|[ \t\n\r\v\f]+\Z|[ \t\n\r\v\f]+(?=[ \t\n\r\v\f])|.""",
 }
 
@@ -193,7 +193,7 @@ def split_pieces(text: str, compiled) -> list[str]:
     return compiled.findall(text)
 
 
-def special_regex(specials) -> "regex.Pattern | None":
+def special_regex(specials) -> regex.Pattern | None:
     """A regex that finds any of the given special-token strings (longest first,
     so that "<|a|>" and "<|a|>x" both work)."""
     specials = sorted(set(specials), key=lambda s: (-len(s), s))

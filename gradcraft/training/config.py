@@ -33,7 +33,8 @@ from gradcraft.validation import (Value, check_fields, field_values, fraction, n
 class TrainConfig:
     dataset: str = setting(help="token file from `gradcraft tokenize`", flag=False)
     model_dir: str = setting(help="where checkpoints, logs and weights go", flag=False)
-    steps: int = setting(1000, value=positive_int, help="optimizer steps in the whole run; the schedule ends at this step")
+    steps: int = setting(1000, value=positive_int,
+                         help="optimizer steps in the whole run; the schedule ends at this step")
     batch_size: int = setting(8, value=positive_int, help="sequences per micro-batch")
     target_batch: int | None = setting(None, value=positive_int,
                                        help="sequences per optimizer step, all processes (a multiple of batch_size x "

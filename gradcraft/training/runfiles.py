@@ -63,7 +63,8 @@ def read_model_config(path: str):
 def parameter_count(config) -> int:
     """The parameters of a model with this config (the dense estimate; MoE layers count one expert)."""
     dim, ffn = config.dim, config.ffn_dim or 4 * config.dim
-    count = config.vocab_size * dim * (1 if config.tie_embeddings else 2) + config.n_layers * (4 * dim * dim + 3 * dim * ffn)
+    count = (config.vocab_size * dim * (1 if config.tie_embeddings else 2)
+             + config.n_layers * (4 * dim * dim + 3 * dim * ffn))
     if config.positions == "learned":
         count += config.seq_len * dim
     return count

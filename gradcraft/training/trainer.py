@@ -225,7 +225,8 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
     log(f"model: {describe(model)}")
     log(describe_decay(groups) + ("" if tc.decay_embeddings else " (embeddings not decayed)"))
     log(f"data: {len(tokens):,} tokens; {tc.batch_size} x {accum} sequences of {mc.seq_len} per step"
-        + (f" on each of {world} processes" + (f" ({tc.nnodes} nodes)" if tc.nnodes > 1 else "") if world > 1 else "") + f"; device {tc.device}, {tc.dtype}")
+        + (f" on each of {world} processes" + (f" ({tc.nnodes} nodes)" if tc.nnodes > 1 else "") if world > 1 else "")
+        + f"; device {tc.device}, {tc.dtype}")
     run_log = RunLogs(tc.model_dir, parse_log_kinds(tc.log), resume_step=start_step if resume else None,
                       extra_columns=list(_moe_stats(model, names_only=True))) if main else None
     if main:
@@ -264,7 +265,8 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
                 if run_log:
                     run_log.end(step, "stopped: the loss was not finite", bad_steps=bad_steps)
                     run_log.close()
-                where = f"the last good checkpoint is {last_good_ckpt}" if last_good_ckpt else "no checkpoint was written"
+                where = (f"the last good checkpoint is {last_good_ckpt}" if last_good_ckpt
+                         else "no checkpoint was written")
                 raise UserError(f"the loss was not finite for {bad_steps} steps in a row (last at step {step + 1}); "
                                 f"stopped: {where}. Try a lower --max_lr")
             continue

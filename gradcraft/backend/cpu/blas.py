@@ -35,7 +35,7 @@ _NAMES = [("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads6
           ("openblas_set_num_threads", "openblas_get_num_threads")]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _functions():
     """(set, get, set_local or None) of the OpenBLAS that NumPy loaded, or None."""
     import numpy  # noqa: F401  (loads NumPy's BLAS)

@@ -39,7 +39,7 @@ def _dropout_args(state, dropout_p, stream):
             np.float32(philox.keep_scale(dropout_p))]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kernel(name: str, device_id: int, shared: int):
     fn = compiler.function(FILE, name, device_id)
     if shared > _DEFAULT_SHARED:  # a block may use more than 48 KB only when asked for

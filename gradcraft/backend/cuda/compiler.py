@@ -43,7 +43,7 @@ def source(name: str) -> str:
     return expand(KERNEL_DIR / name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def module(name: str, device_id: int, options: tuple = OPTIONS):
     """The compiled cupy.RawModule of kernels/<name> for one device (CuPy picks its architecture)."""
     import cupy
@@ -53,7 +53,7 @@ def module(name: str, device_id: int, options: tuple = OPTIONS):
     return mod
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def function(name: str, kernel: str, device_id: int):
     """One kernel of kernels/<name>, e.g. function("softmax.cu", "softmax_fwd_f32", 0)."""
     return module(name, device_id).get_function(kernel)
@@ -81,7 +81,7 @@ def find_nvrtc() -> str | None:
     return candidates[0] if candidates else None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _nvrtc(path: str):
     lib = ctypes.CDLL(path)
     lib.nvrtcGetErrorString.restype = ctypes.c_char_p

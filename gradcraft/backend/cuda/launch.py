@@ -64,7 +64,7 @@ def aligned(*arrays, to: int = 16) -> bool:
     return all(a is None or a.data.ptr % to == 0 for a in arrays)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _sm_count(device_id: int) -> int:
     return int(cp.cuda.Device(device_id).attributes["MultiProcessorCount"])  # (a dict of every attribute)
 

@@ -129,7 +129,8 @@ def _cublas():
     p, i, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
     lib.cublasSetStream_v2.argtypes = [p, p]
     lib.cublasSetStream_v2.restype = i
-    lib.cublasGemmStridedBatchedEx.argtypes = [p, i, i, i, i, i, p, p, i, i, i64, p, i, i, i64, p, p, i, i, i64, i, i, i]
+    lib.cublasGemmStridedBatchedEx.argtypes = [p, i, i, i, i, i, p, p, i, i, i64, p, i, i, i64, p, p, i, i, i64,
+                                               i, i, i]
     lib.cublasGemmStridedBatchedEx.restype = i
     return lib
 

@@ -120,7 +120,7 @@ def _load(compiler: str, flags):
         return path, ctypes.CDLL(str(path))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def library():
     """The loaded kernels (a ctypes.CDLL with its signatures set), or None when they cannot be had;
     `status()` says which and why."""

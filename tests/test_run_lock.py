@@ -23,12 +23,18 @@ def _train(dataset, out, *flags, **kwargs):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
 
 
-def _wait_for(path, proc, timeout=300):  # (generous: CI's 2 cores run two test processes at once)
+def _wait_for_checkpoint(out, step, proc, timeout=300):
+    """Until a checkpoint of step `step` or later exists. (Not that very folder: the run keeps its
+    newest 3, so on a loaded machine a poll can miss a short-lived one.)"""
+    folder = out / "checkpoints"
     deadline = time.time() + timeout
-    while time.time() < deadline and not path.exists():
+    while time.time() < deadline:
+        names = os.listdir(folder) if folder.exists() else []
+        if any(n.startswith("step_") and n[5:].isdigit() and int(n[5:]) >= step for n in names):
+            return
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.05)
-    assert path.exists()
+    raise AssertionError(f"no checkpoint of step >= {step} in {folder} after {timeout} s")
 
 
 def _listing(folder):
@@ -40,7 +46,7 @@ def test_a_second_train_on_a_running_folder_is_refused_and_the_first_finishes(da
     out = tmp_path / "run"
     first = _train(dataset, out, "--steps", "500", "--checkpoint_every", "50", "--print_every", "50")
     try:
-        _wait_for(out / "checkpoints" / "step_00000050", first)
+        _wait_for_checkpoint(out, 50, first)
         assert (out / ".lock").read_text().strip() == str(first.pid)
         seconds = [_train(dataset, out, "--steps", "500", *flags) for flags in ([], ["--resume"], ["--overwrite"])]
         for second in seconds:
@@ -97,7 +103,7 @@ def test_sigterm_stops_like_ctrl_c_and_the_run_resumes(dataset, tmp_path):
     out = tmp_path / "run"
     proc = _train(dataset, out, "--steps", "100000", "--checkpoint_every", "1")
     try:
-        _wait_for(out / "checkpoints" / "step_00000003", proc)
+        _wait_for_checkpoint(out, 3, proc)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:

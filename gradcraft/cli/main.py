@@ -68,7 +68,8 @@ def main(argv=None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        _discard_stdout()
+        if argv is None:  # the command line's own process (not a caller's: its fds are not ours to touch)
+            _discard_stdout()
         return 141  # 128 + SIGPIPE: what `yes | head` reports
     except OSError as e:
         if not is_storage_error(e):

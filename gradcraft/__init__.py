@@ -37,11 +37,11 @@ from gradcraft.ops.matmul import matmul  # noqa: E402
 from gradcraft.ops.movement import (cat, chunk, flatten, flip, gather, index_select, narrow, permute,  # noqa: E402
                                     repeat_interleave, reshape, select, split, squeeze, stack, take_along_dim,
                                     transpose, tril, triu, unbind, unsqueeze)
-from gradcraft.ops.reduce import (all, amax, amin, any, argmax, argmin, argsort, cumsum, logsumexp, max,  # noqa: E402
-                                  mean, min, prod, sort, std, topk, var)
+from gradcraft.ops.reduce import (all, allclose, amax, amin, any, argmax, argmin, argsort, cumsum,  # noqa: E402
+                                  equal, logsumexp, max, mean, min, prod, sort, std, topk, var)
 from gradcraft.ops.reduce import sum as sum  # noqa: E402
 from gradcraft.ops.rounding import div_rounded as div  # noqa: E402
-from gradcraft.ops.rounding import (allclose, ceil, equal, floor, floor_divide, fmod, isclose, isfinite,  # noqa: E402
+from gradcraft.ops.rounding import (ceil, floor, floor_divide, fmod, isclose, isfinite,  # noqa: E402
                                     isinf, isnan, remainder, round, trunc)
 from gradcraft.ops.nn import softmax, log_softmax  # noqa: E402
 from gradcraft.serialization import load, save  # noqa: E402

@@ -373,7 +373,7 @@ def _attach_methods() -> None:
         # rounding and number tests
         "floor": rn.floor, "ceil": rn.ceil, "trunc": rn.trunc, "round": rn.round, "floor_divide": rn.floor_divide,
         "remainder": rn.remainder, "fmod": rn.fmod, "isnan": rn.isnan, "isinf": rn.isinf, "isfinite": rn.isfinite,
-        "isclose": rn.isclose, "allclose": rn.allclose, "equal": rn.equal,
+        "isclose": rn.isclose, "allclose": rd.allclose, "equal": rd.equal,
         "div": lambda self, other, *, rounding_mode=None: rn.div_rounded(self, other, rounding_mode=rounding_mode),
         "divide": lambda self, other, *, rounding_mode=None: rn.div_rounded(self, other, rounding_mode=rounding_mode),
         "__floordiv__": rn.floor_divide, "__rfloordiv__": lambda a, b: rn.floor_divide(b, a),

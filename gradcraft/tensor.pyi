@@ -347,7 +347,7 @@ class Tensor:
     def isclose(self, b: TensorOrNumber, rtol: builtins.float = ..., atol: builtins.float = ..., equal_nan: builtins.bool = ...) -> Tensor:
         """The op gradcraft.ops.rounding.isclose."""
     def allclose(self, b: TensorOrNumber, rtol: builtins.float = ..., atol: builtins.float = ..., equal_nan: builtins.bool = ...) -> builtins.bool:
-        """The op gradcraft.ops.rounding.allclose."""
+        """The op gradcraft.ops.reduce.allclose."""
     def equal(self, b: TensorOrNumber) -> builtins.bool:
         """True when a and b have the same shape and elements (torch.equal)."""
     def div(self, other, *, rounding_mode=...): ...

@@ -131,3 +131,15 @@ def test_the_checker_sees_a_violation(tmp_path):
     assert any(isinstance(n, ast.Attribute) and n.attr == "_buf" for n in ast.walk(tree))
     targets = [t for _, t in _imports("gradcraft.nn.sample", ROOT / "nn" / "sample.py", tree)]
     assert "gradcraft.cli.main" in targets and LAYERS[_layer_key(targets[0])] > LAYERS["nn"]
+
+
+def test_no_two_modules_import_each_other():
+    """No import circles between two modules (function-level imports included), except tensor.py and
+    the ops: one layer, where Tensor's methods call the ops and the ops build Tensors."""
+    graph = {name: {target for _, target in _imports(name, path, tree) if target.startswith("gradcraft.")}
+             for name, path, tree in _modules()}
+    circles = sorted({tuple(sorted((a, b))) for a, targets in graph.items() for b in targets
+                      if b != a and a in graph.get(b, ())})
+    allowed = [pair for pair in circles
+               if "gradcraft.tensor" in pair and any(m.startswith("gradcraft.ops.") for m in pair)]
+    assert [pair for pair in circles if pair not in allowed] == []

@@ -43,7 +43,7 @@ import numpy as np
 from gradcraft import dtypes
 from gradcraft.device import canonical, get_backend
 from gradcraft.errors import UserError
-from gradcraft.ops.function import apply
+from gradcraft.ops.function import apply, refuse_stale_readers
 
 _MASK64 = (1 << 64) - 1
 _seed_source = np.random.default_rng()  # seeds of rand, randn, randint
@@ -96,7 +96,6 @@ class _DropoutState:
     def __init__(self, device: str, seed: int, counter: int, streams: int):
         from gradcraft.tensor import Tensor
         self.tensor = Tensor(_words(seed, counter), device=device)
-        from gradcraft.ops.inplace import refuse_stale_readers
         refuse_stale_readers(self.tensor)  # (a stale mask and its later backward would disagree)
         self.one_step = Tensor(np.array([0, 1], dtype=np.int64), device=device)  # the seed stays
         self.streams = streams

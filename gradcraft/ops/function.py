@@ -128,3 +128,20 @@ def view_output(node):
     """The tensor a lazy view node computes, while it exists and is still lazy (else None)."""
     out = _VIEW_OUTPUTS.get(id(node))
     return out if out is not None and out._node is node and out._buf is None else None
+
+
+# Tensors whose stale readers must be refused, not given the old data: the dropout state, because a
+# dropout node's backward, built later, reads the state as it is then (ops/creation.py). ops/inplace.py
+# asks refuses_stale_readers before it keeps old data for a reader.
+# (By id: a WeakSet would compare tensors with ==, which is elementwise.)
+_REFUSE_STALE_READERS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
+def refuse_stale_readers(t) -> None:
+    """After an in-place write to t, lazy ops built from its old contents refuse to run (instead of
+    computing from a copy of them)."""
+    _REFUSE_STALE_READERS[id(t)] = t
+
+
+def refuses_stale_readers(t) -> bool:
+    return _REFUSE_STALE_READERS.get(id(t)) is t

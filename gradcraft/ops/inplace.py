@@ -32,7 +32,7 @@ from gradcraft.ops import elementwise as ew
 from gradcraft.ops import movement as mv
 from gradcraft.ops.creation import next_seed
 from gradcraft.ops.function import (VIEW_OPS, apply, gradient, is_grad_enabled, live_readers, no_grad,
-                                    register_reader, view_output)
+                                    refuses_stale_readers, register_reader, view_output)
 
 
 # Gradient rules that do not read the value of an input (only its shape, or their output): an op of
@@ -63,16 +63,6 @@ def lost_saved_value(node) -> bool:
     """Did an in-place write overwrite a value node's gradient rule reads? (autograd asks)"""
     ref = _MODIFIED_SAVED.get(id(node)) if _MODIFIED_SAVED else None
     return ref is not None and ref() is node
-# Tensors whose stale readers must be refused, not given the old data: the dropout state, because a
-# dropout node's backward, built later, reads the state as it is then (ops/creation.py).
-# (By id: a WeakSet would compare tensors with ==, which is elementwise.)
-_REFUSE_STALE_READERS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
-
-
-def refuse_stale_readers(t) -> None:
-    """After an in-place write to t, lazy ops built from its old contents refuse to run (instead of
-    computing from a copy of them)."""
-    _REFUSE_STALE_READERS[id(t)] = t
 
 
 def _writable_dtype(x, value) -> None:
@@ -220,7 +210,7 @@ def keep_readers_on_old_data(t, scheduled=frozenset()) -> None:
     For t that requires grad (a parameter updated by an optimizer or under no_grad), the copy is a
     constant: a backward pass through such an op would not reach t, so it raises PyTorch's
     "modified by an inplace operation" error instead."""
-    if _REFUSE_STALE_READERS.get(id(t)) is t:
+    if refuses_stale_readers(t):
         return
     copy = None
     for node in live_readers(t):

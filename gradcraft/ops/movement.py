@@ -22,7 +22,7 @@ from gradcraft import dtypes
 from gradcraft.errors import IndexError_, RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops.function import apply, gradient
-from gradcraft.ops.reduce import normalize_dim
+from gradcraft.ops.dims import normalize_dim
 
 
 def _dims(args) -> tuple:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
-from gradcraft.typing import DTypeLike, Dims
+from gradcraft.typing import DTypeLike, Dims, TensorOrNumber
 
 if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
@@ -12,26 +12,14 @@ import builtins
 from collections import namedtuple
 
 from gradcraft import dtypes
-from gradcraft.errors import IndexError_, UserError
+from gradcraft.errors import UserError
 from gradcraft.ops import elementwise as ew
+from gradcraft.ops import rounding
+from gradcraft.ops.dims import normalize_axes, normalize_dim  # noqa: F401 (re-exported: ops import them from here)
 from gradcraft.ops.function import apply, gradient, no_grad
 
 MaxResult = namedtuple("MaxResult", ["values", "indices"])
 TopkResult = namedtuple("TopkResult", ["values", "indices"])
-
-
-def normalize_dim(dim: int, ndim: int) -> int:
-    size = builtins.max(ndim, 1)
-    if not -size <= dim < size:
-        raise IndexError_(f"dimension {dim} is out of range for a tensor with {ndim} dimensions")
-    return dim % size
-
-
-def normalize_axes(dim, ndim: int) -> tuple:
-    if dim is None:
-        return tuple(range(ndim))
-    dims = (dim,) if isinstance(dim, int) else tuple(dim)
-    return tuple(sorted({normalize_dim(d, ndim) for d in dims})) if ndim else ()
 
 
 def _reduced_shape(shape, axes, keepdim) -> tuple:
@@ -222,8 +210,7 @@ def prod(x: Tensor, dim: Dims = None, keepdim: bool = False, dtype: DTypeLike = 
         raise UserError(f"prod() needs a floating-point tensor here, got {x.dtype.name}; convert with .float()")
     magnitude = ew.exp(sum(ew.log(ew.abs(x)), dim, keepdim))
     negatives = sum(ew.cast(ew.lt(x, 0), dtypes.int64), dim, keepdim)
-    from gradcraft.ops.rounding import remainder
-    sign = ew.sub(1.0, ew.mul(ew.cast(remainder(negatives, 2), x.dtype), 2.0))
+    sign = ew.sub(1.0, ew.mul(ew.cast(rounding.remainder(negatives, 2), x.dtype), 2.0))
     return ew.mul(magnitude, sign)
 
 
@@ -240,3 +227,15 @@ def _accepts_axis(fn):
 sum, mean, amax, amin, max, min, argmax, argmin, var, std, logsumexp, all, any, cumsum, prod, sort, argsort = (
     _accepts_axis(f) for f in (sum, mean, amax, amin, max, min, argmax, argmin, var, std, logsumexp, all, any,
                                cumsum, prod, sort, argsort))
+
+
+def allclose(a: TensorOrNumber, b: TensorOrNumber, rtol: float = 1e-5, atol: float = 1e-8,
+             equal_nan: bool = False) -> bool:
+    return bool(all(rounding.isclose(a, b, rtol, atol, equal_nan)).item())
+
+
+def equal(a: TensorOrNumber, b: TensorOrNumber) -> bool:
+    """True when a and b have the same shape and elements (torch.equal)."""
+    if tuple(a.shape) != tuple(b.shape):
+        return False
+    return bool(all(ew.eq(a, b)).item())

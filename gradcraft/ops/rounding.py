@@ -122,17 +122,3 @@ def isclose(a: TensorOrNumber, b: TensorOrNumber, rtol: float = 1e-5, atol: floa
     if equal_nan:
         close = ew.logical_or(close, ew.logical_and(isnan(a_t), isnan(b_t)))
     return close
-
-
-def allclose(a: TensorOrNumber, b: TensorOrNumber, rtol: float = 1e-5, atol: float = 1e-8,
-             equal_nan: bool = False) -> bool:
-    from gradcraft.ops.reduce import all as all_
-    return bool(all_(isclose(a, b, rtol, atol, equal_nan)).item())
-
-
-def equal(a: TensorOrNumber, b: TensorOrNumber) -> bool:
-    """True when a and b have the same shape and elements (torch.equal)."""
-    from gradcraft.ops.reduce import all as all_
-    if tuple(a.shape) != tuple(b.shape):
-        return False
-    return bool(all_(ew.eq(a, b)).item())

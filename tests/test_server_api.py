@@ -16,7 +16,7 @@ from gradcraft.inference.openai_api import chat_prompt
 from test_server import _free_port, _wait_healthy, is_openai_error, start_in_process
 
 
-def _generator(trained_run, seq_len=None):
+def _generator(trained_run, seq_len=None, dim=32, n_layers=1):
     from gradcraft.inference.text import TextGenerator, load_model, paths_from_model_dir
     from gradcraft.models import ModelConfig, Transformer
     from gradcraft.tokenizer import Tokenizer
@@ -24,7 +24,8 @@ def _generator(trained_run, seq_len=None):
     tokenizer = Tokenizer.load(vocab)
     if seq_len is None:
         return TextGenerator(load_model(config, weights)[0], tokenizer)
-    model = Transformer(ModelConfig(vocab_size=tokenizer.vocab_size, seq_len=seq_len, dim=32, n_layers=1, n_heads=2))
+    model = Transformer(ModelConfig(vocab_size=tokenizer.vocab_size, seq_len=seq_len, dim=dim, n_layers=n_layers,
+                                    n_heads=2))
 
     class WithoutEndOfText(TextGenerator):  # random weights would end at <|endoftext|> now and then
         def stop_ids(self):
@@ -154,9 +155,11 @@ def test_errors_of_every_status_have_the_openai_shape(api):
         assert status == 422 and is_openai_error(text), (bad, text)
 
 
-def test_a_full_queue_answers_429_and_a_slow_request_503(long_context):
-    # The queue: a generous timeout, so that on a loaded machine the waiting request is still waiting.
-    url, app, stop = start_in_process(long_context, slots=1, max_queue=1, request_timeout=120.0)
+def test_a_full_queue_answers_429_and_a_slow_request_503(long_context, trained_run):
+    # The queue: one slot and room for one to wait. A model big enough that its 4000 tokens take seconds,
+    # so that the second request is still waiting when the third comes, on a loaded machine too.
+    slow = _generator(trained_run, seq_len=4096, dim=256, n_layers=4)
+    url, app, stop = start_in_process(slow, slots=1, max_queue=1, request_timeout=120.0)
     try:
         host, port = url.rsplit("/", 1)[-1].split(":")
         long = json.dumps({"prompt": "def ", "max_tokens": 4000, "temperature": 1.0, "stream": True}).encode()

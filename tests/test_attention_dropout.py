@@ -6,6 +6,7 @@ kernels are checked against these references in tests/test_cuda.py."""
 import numpy as np
 import pytest
 import torch
+from test_flash_attention import allowed_mask
 
 import gradcraft as gc
 import gradcraft.nn.functional as F
@@ -90,13 +91,7 @@ def test_dropout_matches_torch_with_the_same_mask(case, choice):
     G = H // Hkv
     kk, vv = tk.repeat_interleave(G, dim=1), tv.repeat_interleave(G, dim=1)
     scores = tq @ kk.transpose(-1, -2) / np.sqrt(D)
-    i = torch.arange(T)[:, None] + (S - T)
-    j = torch.arange(S)[None, :]
-    allowed = torch.ones(T, S, dtype=torch.bool)
-    if causal:
-        allowed &= j <= i
-    if window:
-        allowed &= j > i - window
+    allowed = allowed_mask(T, S, causal, window)
     w = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
     w = w * torch.tensor(keep) * philox.keep_scale(p)
     expected = w @ vv

@@ -12,22 +12,14 @@ import time
 import numpy as np
 import pytest
 
-from gradcraft.cli.main import build_parser, main
+from gradcraft.cli.main import build_parser
 from gradcraft.data.tokenfile import write_token_file
 from gradcraft.optim.schedule import CosineWithWarmup, from_state_dict, with_total_steps
 from gradcraft.training.log import read_log
+from cli_helpers import run_cli as cli
 
 TINY = ["--preset", "toy-v0", "--embed_dim", "32", "--num_heads", "2", "--num_layers", "2", "--seq_len", "16",
         "--batch_size", "4", "--warmup_steps", "2", "--no_progress", "--max_lr", "3e-3"]
-
-
-def cli(argv, capsys):
-    try:
-        status = main([str(a) for a in argv])
-    except SystemExit as e:
-        status = e.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def train(capsys, dataset, model_dir, *flags):

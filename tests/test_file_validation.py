@@ -11,15 +11,7 @@ import pytest
 
 from gradcraft import validation
 from gradcraft.cli.main import main
-
-
-def run_cli(argv, capsys):
-    try:
-        status = main([str(a) for a in argv])
-    except SystemExit as e:
-        status = e.code
-    out, err = capsys.readouterr()
-    return status, out, err
+from cli_helpers import run_cli
 
 
 @pytest.fixture

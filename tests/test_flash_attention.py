@@ -13,9 +13,9 @@ from gradcraft.models import Transformer, preset
 from gradcraft.ops.attention import sdpa_kernel
 
 
-def torch_attention(q, k, v, causal, window):
-    """PyTorch SDPA with our alignment: query i is position i + S - T of the keys."""
-    T, S = q.shape[2], k.shape[2]
+def allowed_mask(T, S, causal, window):
+    """(T, S) bool, True where query i may see key j, with our alignment: query i is position
+    i + S - T of the keys."""
     i = torch.arange(T)[:, None] + (S - T)
     j = torch.arange(S)[None, :]
     allowed = torch.ones(T, S, dtype=torch.bool)
@@ -23,6 +23,12 @@ def torch_attention(q, k, v, causal, window):
         allowed &= j <= i
     if window:
         allowed &= j > i - window
+    return allowed
+
+
+def torch_attention(q, k, v, causal, window):
+    """PyTorch SDPA with our alignment (allowed_mask)."""
+    allowed = allowed_mask(q.shape[2], k.shape[2], causal, window)
     G = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1)
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)

@@ -11,6 +11,7 @@ import pytest
 
 import k2_reference as ref
 from gradcraft.cli.main import main
+from cli_helpers import run_cli
 
 HEADER = dict(step=1234, vocab_size=0, d_model=16, num_heads=2, num_layers=2, d_ff=12, max_len=24)
 CORPUS = ("The quick brown fox — it's “quoted” and don't stop. Ünïcödé façade naïve Ærø, Ελληνικά κείμενα, "
@@ -20,15 +21,6 @@ CORPUS = ("The quick brown fox — it's “quoted” and don't stop. Ünïcödé
 TEXTS = [CORPUS, "", " ", "  \n ", "abc  ", "'", "''a", "'ab'c", "12345678", "<|endoftext|>x<|im_start|>",
          "<|im_end|><tool_call></tool_call> hi<|endoftext|", "a\u2028b\u205fc\u1680d\x0b\x0ce", "ß" * 40,
          "ͰͱϿЀӿ ְ ঀ Ḁỿぁヿ㐀鿿가힣豈﫿 ﬀ", "x" * 300 + " " * 5 + "1" * 7]
-
-
-def run_cli(argv, capsys):
-    try:
-        status = main([str(a) for a in argv])
-    except SystemExit as e:
-        status = e.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 @pytest.fixture(scope="module")

@@ -10,20 +10,11 @@ import shutil
 import pytest
 
 import gradcraft.atomic as atomic
-from gradcraft.cli.main import main
 from gradcraft.training import checkpoint as ckpt
+from cli_helpers import run_cli
 
 TINY = ["--preset", "toy-v0", "--embed_dim", "16", "--num_layers", "1", "--num_heads", "2", "--seq_len", "16",
         "--batch_size", "2", "--no_progress"]
-
-
-def run_cli(argv, capsys):
-    try:
-        status = main([str(a) for a in argv])
-    except SystemExit as e:
-        status = e.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def leftovers(folder) -> list:

@@ -127,8 +127,8 @@ class Adagrad(Optimizer):
 
 
 class SGD(_PlainSGD):
-    """torch.optim.SGD: momentum with dampening and Nesterov's variant (plain momentum without
-    dampening is the base class's update)."""
+    """torch.optim.SGD: the base class's update (optim/optimizer.py) with the dampening, Nesterov and
+    maximize options in its defaults, and PyTorch's check of them."""
 
     defaults = dict(_PlainSGD.defaults, dampening=0.0, nesterov=False, maximize=False)
 
@@ -138,24 +138,3 @@ class SGD(_PlainSGD):
             if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
                 from gradcraft.errors import UserError
                 raise UserError("Nesterov momentum requires a momentum and zero dampening")
-
-    def _update(self, gi, group, p):
-        if not (group["nesterov"] or group["dampening"] or group["maximize"]):
-            return super()._update(gi, group, p)
-        g = p.grad
-        if group["weight_decay"]:
-            g = g + p * group["weight_decay"]
-        if group["maximize"]:
-            g = -g
-        out = []
-        if group["momentum"]:
-            state = self.state.setdefault(id(p), {"step": 0})
-            if "momentum_buffer" not in state:
-                state["momentum_buffer"] = zeros(p.shape, dtype=p.dtype, device=p.device).realize()
-                buf_new = g
-            else:
-                buf_new = state["momentum_buffer"] * group["momentum"] + g * (1.0 - group["dampening"])
-            out.append(state["momentum_buffer"].assign(buf_new))
-            g = g + buf_new * group["momentum"] if group["nesterov"] else buf_new
-        out.append(p.assign(p - group["lr"] * g))
-        return out

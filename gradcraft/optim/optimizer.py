@@ -101,9 +101,12 @@ class SGD(Optimizer):
     defaults = {"lr": 1e-3, "momentum": 0.0, "weight_decay": 0.0}
 
     def _update(self, gi, group, p):
+        # dampening, nesterov and maximize: torch.optim.SGD's options (optim/adaptive.py's SGD has them)
         g = p.grad
         if group["weight_decay"]:
             g = g + p * group["weight_decay"]
+        if group.get("maximize"):
+            g = -g
         out = []
         if group["momentum"]:
             state = self.state.setdefault(id(p), {"step": 0})
@@ -111,9 +114,10 @@ class SGD(Optimizer):
                 state["momentum_buffer"] = zeros(p.shape, dtype=p.dtype, device=p.device).realize()
                 buf_new = g
             else:
-                buf_new = state["momentum_buffer"] * group["momentum"] + g
+                dampening = group.get("dampening", 0.0)
+                buf_new = state["momentum_buffer"] * group["momentum"] + (g * (1.0 - dampening) if dampening else g)
             out.append(state["momentum_buffer"].assign(buf_new))
-            g = buf_new
+            g = g + buf_new * group["momentum"] if group.get("nesterov") else buf_new
         lr = self._scalar(("lr", gi), group["lr"], p.device, p.dtype)
         out.append(p.assign(p - lr * g))
         return out

@@ -39,8 +39,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (default: %(default)s)")
-    p.add_argument("--dtype", choices=["bfloat16", "float32"], default=None,
-                   help="default: bfloat16 on CUDA, float32 on the CPU")
+    p.add_argument(
+        "--dtype", choices=["bfloat16", "float32"], default=None, help="default: bfloat16 on CUDA, float32 on the CPU"
+    )
     p.add_argument("--seqs", default="512,1024,2048,4096,8192", help="sequence lengths of the causal sweep")
     p.add_argument("--dims", default="64,128", help="head dimensions of the causal sweep")
     p.add_argument("--tokens", type=int, default=16384, help="B * T of every case (default: %(default)s)")
@@ -121,6 +122,7 @@ def run_case(case, args, dtype, torch, torch_device):
     def to_torch(t, grad=True):
         x = torch.tensor(np.asarray(t.numpy(), dtype=np.float32), device=torch_device, dtype=torch_dtype)
         return x.requires_grad_(grad)
+
     tq, tk, tv, tg = to_torch(q), to_torch(k), to_torch(v), to_torch(g, grad=False)
     mask = None
     if window is not None:
@@ -150,6 +152,7 @@ def main(argv=None):
     args = parse_args(argv)
     if args.threads:
         from gradcraft.benchmarks import limit_threads
+
         limit_threads(args.threads)
     import torch
 
@@ -160,27 +163,36 @@ def main(argv=None):
         if not gc.device.is_available("cuda"):
             sys.exit("error: no usable CUDA device here (CuPy and an NVIDIA GPU are needed); use --device cpu")
         from gradcraft.backend import cuda as gc_cuda
+
         gc_cuda.set_tf32(args.tf32)
         torch.backends.cuda.matmul.allow_tf32 = args.tf32
     dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
     torch_device = torch.device(device)
     # a relative error above this means the two did not compute the same attention
     tolerance = 3e-2 if dtype == "bfloat16" else (5e-3 if args.tf32 else 1e-4)
-    print(f"attention forward + backward; device {device}; {dtype}; torch {torch.__version__}; "
-          f"median of {args.repeat} calls after 3")
-    print(f"{'case':12s} {'B':>3s} {'H':>3s} {'Hkv':>3s} {'T':>5s} {'D':>4s} {'ours ms':>9s} {'torch ms':>9s} "
-          f"{'ours TF/s':>9s} {'torch TF/s':>10s} {'ratio':>6s}  rel. error out / dq / dk / dv")
+    print(
+        f"attention forward + backward; device {device}; {dtype}; torch {torch.__version__}; "
+        f"median of {args.repeat} calls after 3"
+    )
+    print(
+        f"{'case':12s} {'B':>3s} {'H':>3s} {'Hkv':>3s} {'T':>5s} {'D':>4s} {'ours ms':>9s} {'torch ms':>9s} "
+        f"{'ours TF/s':>9s} {'torch TF/s':>10s} {'ratio':>6s}  rel. error out / dq / dk / dv"
+    )
     worst = 0.0
     for case in cases(args):
         name, B, H, Hkv, T, D, window = case
         ours_s, torch_s, errors = run_case(case, args, dtype, torch, torch_device)
         flops = attention_flops(B, H, T, D, window)
         worst = max(worst, *errors)
-        print(f"{name:12s} {B:3d} {H:3d} {Hkv:3d} {T:5d} {D:4d} {1e3 * ours_s:9.3f} {1e3 * torch_s:9.3f} "
-              f"{flops / ours_s / 1e12:9.3g} {flops / torch_s / 1e12:10.3g} {torch_s / ours_s:5.2f}x  "
-              + " / ".join(f"{e:.1e}" for e in errors))
-    print(f"ratio = our TFLOP/s / PyTorch's; worst relative error {worst:.1e} "
-          + ("(agree)" if worst <= tolerance else f"MISMATCH: above {tolerance:g}"))
+        print(
+            f"{name:12s} {B:3d} {H:3d} {Hkv:3d} {T:5d} {D:4d} {1e3 * ours_s:9.3f} {1e3 * torch_s:9.3f} "
+            f"{flops / ours_s / 1e12:9.3g} {flops / torch_s / 1e12:10.3g} {torch_s / ours_s:5.2f}x  "
+            + " / ".join(f"{e:.1e}" for e in errors)
+        )
+    print(
+        f"ratio = our TFLOP/s / PyTorch's; worst relative error {worst:.1e} "
+        + ("(agree)" if worst <= tolerance else f"MISMATCH: above {tolerance:g}")
+    )
     return 0 if worst <= tolerance else 1
 
 

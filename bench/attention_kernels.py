@@ -60,15 +60,17 @@ def main(argv=None):
             times.append(start.elapsed_time(end) * 1e-3)
         return statistics.median(times)
 
-    print(f"{'T':>5s} {'D':>4s} {'B':>3s} {'H':>3s} | {'fwd':>13s} {'dot':>6s} {'dq':>13s} {'dkdv':>13s} | "
-          f"{'torch fwd':>13s} {'torch f+b':>13s}   (ms and TFLOP/s)")
+    print(
+        f"{'T':>5s} {'D':>4s} {'B':>3s} {'H':>3s} | {'fwd':>13s} {'dot':>6s} {'dq':>13s} {'dkdv':>13s} | "
+        f"{'torch fwd':>13s} {'torch f+b':>13s}   (ms and TFLOP/s)"
+    )
     for D in (int(d) for d in args.dims.split(",")):
         for T in (int(t) for t in args.seqs.split(",")):
             B = args.batch or max(1, args.tokens // T)
             H = args.heads or args.width // D
             rng = cp.random.default_rng(0)
             q, k, v, g = (rng.standard_normal((B, H, T, D), dtype=np.float32).astype("bfloat16") for _ in range(4))
-            attrs = {"scale": D ** -0.5, "causal": True, "window": None}
+            attrs = {"scale": D**-0.5, "causal": True, "window": None}
             out, lse = attention.flash_attention(q, k, v, **attrs)
             unit = 2 * B * H * D * T * T / 2  # one product over the causal half
             t_fwd = timed(lambda: attention.flash_attention(q, k, v, **attrs))
@@ -77,8 +79,10 @@ def main(argv=None):
             grads = [cp.empty_like(a) for a in (q, k, v)]
             launches = attention.backward_launches(q, k, v, out, lse, g, *grads, **attrs)
             t_parts = {name: timed(launch) for name, launch in launches.items()}
-            tq, tk, tv, tg = (torch.as_tensor(a, device="cuda").requires_grad_(True) for a in (
-                q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), g.astype(np.float32)))
+            tq, tk, tv, tg = (
+                torch.as_tensor(a, device="cuda").requires_grad_(True)
+                for a in (q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), g.astype(np.float32))
+            )
             tq, tk, tv, tg = (x.detach().to(torch.bfloat16).requires_grad_(True) for x in (tq, tk, tv, tg))
             sdpa = torch.nn.functional.scaled_dot_product_attention
             tt_fwd = timed_torch(lambda: sdpa(tq, tk, tv, is_causal=True))
@@ -86,9 +90,12 @@ def main(argv=None):
 
             def cell(seconds, products):
                 return f"{seconds * 1e3:6.3f} {products * unit / seconds / 1e12:5.0f}T"
-            print(f"{T:5d} {D:4d} {B:3d} {H:3d} | {cell(t_fwd, 2)} {t_parts['dot'] * 1e3:6.3f} "
-                  f"{cell(t_parts['dq'], 3)} {cell(t_parts['dkdv'], 4)} | {cell(tt_fwd, 2)} {cell(tt_all, 7)}"
-                  f"   ours f+b {cell(t_fwd + t_all, 9)}")
+
+            print(
+                f"{T:5d} {D:4d} {B:3d} {H:3d} | {cell(t_fwd, 2)} {t_parts['dot'] * 1e3:6.3f} "
+                f"{cell(t_parts['dq'], 3)} {cell(t_parts['dkdv'], 4)} | {cell(tt_fwd, 2)} {cell(tt_all, 7)}"
+                f"   ours f+b {cell(t_fwd + t_all, 9)}"
+            )
 
 
 if __name__ == "__main__":

@@ -39,13 +39,47 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 RECIPES = {
     # tiny, for 2 CPU cores: about 0.1M parameters, 400 steps of 16 x 64 bytes. PyTorch on one thread:
     # two spinning threads on a busy 2-core machine make it ten times slower
-    "cpu": dict(corpus_mb=1.0, layers=2, dim=64, heads=4, seq_len=64, batch=16, steps=400, lr=2e-3, min_lr=2e-4,
-                warmup=30, beta2=0.99, weight_decay=0.1, clip=1.0, dropout=0.1, eval_every=50, eval_batches=8,
-                dtype="float32", threads=1),
+    "cpu": dict(
+        corpus_mb=1.0,
+        layers=2,
+        dim=64,
+        heads=4,
+        seq_len=64,
+        batch=16,
+        steps=400,
+        lr=2e-3,
+        min_lr=2e-4,
+        warmup=30,
+        beta2=0.99,
+        weight_decay=0.1,
+        clip=1.0,
+        dropout=0.1,
+        eval_every=50,
+        eval_batches=8,
+        dtype="float32",
+        threads=1,
+    ),
     # issue 12's recipe: 10.8M parameters, 5,000 steps of 64 x 256 bytes, bf16
-    "gpu": dict(corpus_mb=1.1, layers=6, dim=384, heads=6, seq_len=256, batch=64, steps=5000, lr=1e-3, min_lr=1e-4,
-                warmup=100, beta2=0.99, weight_decay=0.1, clip=1.0, dropout=0.2, eval_every=250, eval_batches=20,
-                dtype="bfloat16", threads=None),
+    "gpu": dict(
+        corpus_mb=1.1,
+        layers=6,
+        dim=384,
+        heads=6,
+        seq_len=256,
+        batch=64,
+        steps=5000,
+        lr=1e-3,
+        min_lr=1e-4,
+        warmup=100,
+        beta2=0.99,
+        weight_decay=0.1,
+        clip=1.0,
+        dropout=0.2,
+        eval_every=250,
+        eval_batches=20,
+        dtype="bfloat16",
+        threads=None,
+    ),
 }
 
 
@@ -54,10 +88,24 @@ def parse_args(argv=None):
     p.add_argument("--recipe", choices=sorted(RECIPES), default="cpu", help="default values (default: cpu)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (both sides)")
     p.add_argument("--seed", default="0", help="a seed, or a comma list (one run per seed)")
-    for name, kind in (("steps", int), ("corpus_mb", float), ("layers", int), ("dim", int), ("heads", int),
-                       ("seq_len", int), ("batch", int), ("lr", float), ("min_lr", float), ("warmup", int),
-                       ("beta2", float), ("weight_decay", float), ("clip", float), ("dropout", float),
-                       ("eval_every", int), ("eval_batches", int)):
+    for name, kind in (
+        ("steps", int),
+        ("corpus_mb", float),
+        ("layers", int),
+        ("dim", int),
+        ("heads", int),
+        ("seq_len", int),
+        ("batch", int),
+        ("lr", float),
+        ("min_lr", float),
+        ("warmup", int),
+        ("beta2", float),
+        ("weight_decay", float),
+        ("clip", float),
+        ("dropout", float),
+        ("eval_every", int),
+        ("eval_batches", int),
+    ):
         p.add_argument(f"--{name}", type=kind, help="(default: the recipe's)")
     p.add_argument("--attn_dropout", type=float, help="dropout on the attention weights (default: --dropout)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], help="(default: the recipe's)")
@@ -81,8 +129,11 @@ def stdlib_corpus(megabytes: float) -> tuple[np.ndarray, str]:
     """The first `megabytes` of the standard library's .py files (sorted by path, site-packages and
     tests left out) as bytes: (uint8 array, a description with its sha256)."""
     root = sysconfig.get_paths()["stdlib"]
-    files = sorted(f for f in glob.glob(os.path.join(root, "**", "*.py"), recursive=True)
-                   if "site-packages" not in f and f"{os.sep}test" not in f[len(root):])
+    files = sorted(
+        f
+        for f in glob.glob(os.path.join(root, "**", "*.py"), recursive=True)
+        if "site-packages" not in f and f"{os.sep}test" not in f[len(root) :]
+    )
     limit, chunks, size = int(megabytes * 2**20), [], 0
     for path in files:
         with open(path, "rb") as f:
@@ -92,13 +143,14 @@ def stdlib_corpus(megabytes: float) -> tuple[np.ndarray, str]:
             break
     data = b"".join(chunks)[:limit]
     digest = hashlib.sha256(data).hexdigest()[:12]
-    return np.frombuffer(data, dtype=np.uint8), (f"{len(data):,} bytes of Python {sys.version.split()[0]}'s stdlib "
-                                                 f".py files (sha256 {digest})")
+    return np.frombuffer(data, dtype=np.uint8), (
+        f"{len(data):,} bytes of Python {sys.version.split()[0]}'s stdlib .py files (sha256 {digest})"
+    )
 
 
 def windows(data: np.ndarray, starts: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
     """(inputs, targets), int64 (len(starts), seq_len) each: targets are the inputs shifted by one."""
-    rows = np.stack([data[s:s + seq_len + 1] for s in starts]).astype(np.int64)
+    rows = np.stack([data[s : s + seq_len + 1] for s in starts]).astype(np.int64)
     return rows[:, :-1], rows[:, 1:]
 
 
@@ -122,8 +174,9 @@ def torch_gpt(args):
             B, T, C = x.shape
             q, k, v = self.c_attn(x).split(args.dim, dim=2)
             q, k, v = (t.view(B, T, args.heads, C // args.heads).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=args.attn_dropout if self.training else 0.0,
-                                               is_causal=True)
+            y = F.scaled_dot_product_attention(
+                q, k, v, dropout_p=args.attn_dropout if self.training else 0.0, is_causal=True
+            )
             return self.resid_dropout(self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C)))
 
     class MLP(nn.Module):
@@ -178,11 +231,22 @@ def torch_gpt(args):
 def copy_ours_into(gpt, weights: dict) -> None:
     """Our state dict (NumPy, our names) into nanoGPT's parameters."""
     import torch
-    names = {"wte.weight": "tok_emb.weight", "wpe.weight": "pos_emb.weight", "ln_f.weight": "norm.weight",
-             "ln_f.bias": "norm.bias"}
+
+    names = {
+        "wte.weight": "tok_emb.weight",
+        "wpe.weight": "pos_emb.weight",
+        "ln_f.weight": "norm.weight",
+        "ln_f.bias": "norm.bias",
+    }
     for i in range(len(gpt.h)):
-        for theirs, ours in (("ln_1", "norm1"), ("ln_2", "norm2"), ("attn.c_attn", "attn.qkv"),
-                             ("attn.c_proj", "attn.proj"), ("mlp.c_fc", "mlp.fc"), ("mlp.c_proj", "mlp.proj")):
+        for theirs, ours in (
+            ("ln_1", "norm1"),
+            ("ln_2", "norm2"),
+            ("attn.c_attn", "attn.qkv"),
+            ("attn.c_proj", "attn.proj"),
+            ("mlp.c_fc", "mlp.fc"),
+            ("mlp.c_proj", "mlp.proj"),
+        ):
             for kind in ("weight", "bias"):
                 names[f"h.{i}.{theirs}.{kind}"] = f"blocks.{i}.{ours}.{kind}"
     with torch.no_grad():
@@ -207,16 +271,28 @@ def run_seed(args, data: np.ndarray, seed: int, log) -> dict:
     split = int(len(data) * 0.9)
     train_data, val_data = data[:split], data[split:]
     rng = np.random.default_rng(seed)
-    eval_starts = np.random.default_rng(10_000 + seed).integers(0, len(val_data) - args.seq_len - 1,
-                                                                size=(args.eval_batches, args.batch))
+    eval_starts = np.random.default_rng(10_000 + seed).integers(
+        0, len(val_data) - args.seq_len - 1, size=(args.eval_batches, args.batch)
+    )
     schedule = CosineWithWarmup(args.lr, args.min_lr, args.warmup, args.steps)
     cuda = args.device.startswith("cuda")
 
     # ours
     gc.manual_seed(seed)
-    cfg = ModelConfig(vocab_size=256, seq_len=args.seq_len, dim=args.dim, n_layers=args.layers, n_heads=args.heads,
-                      norm="layernorm", mlp="gelu", positions="learned", bias=True, tie_embeddings=True,
-                      dropout=args.dropout, attn_dropout=args.attn_dropout)
+    cfg = ModelConfig(
+        vocab_size=256,
+        seq_len=args.seq_len,
+        dim=args.dim,
+        n_layers=args.layers,
+        n_heads=args.heads,
+        norm="layernorm",
+        mlp="gelu",
+        positions="learned",
+        bias=True,
+        tie_embeddings=True,
+        dropout=args.dropout,
+        attn_dropout=args.attn_dropout,
+    )
     model = Transformer(cfg)
     weights = {k: v.numpy().copy() for k, v in model.state_dict().items()}
     model.to(args.device)
@@ -252,8 +328,11 @@ def run_seed(args, data: np.ndarray, seed: int, log) -> dict:
         with gc.no_grad(), torch.no_grad(), torch.autocast(tdev.type, torch.bfloat16, enabled=args.dtype == "bfloat16"):
             for starts in eval_starts:
                 x, y = windows(val_data, starts, args.seq_len)
-                ours.append(model(gc.tensor(x, device=device), gc.tensor(y, device=device),
-                                  compute_dtype=compute_dtype)[1].item())
+                ours.append(
+                    model(gc.tensor(x, device=device), gc.tensor(y, device=device), compute_dtype=compute_dtype)[
+                        1
+                    ].item()
+                )
                 theirs.append(gpt(torch.from_numpy(x).to(tdev), torch.from_numpy(y).to(tdev)).item())
         model.train()
         gpt.train()
@@ -291,12 +370,18 @@ def run_seed(args, data: np.ndarray, seed: int, log) -> dict:
         if done % args.eval_every == 0 or done == args.steps:
             curve.append((done, *evaluate()))
             recent = slice(-min(args.eval_every, done), None)
-            log(f"seed {seed}: step {done:6d}  val gradcraft {curve[-1][1]:.4f}  pytorch {curve[-1][2]:.4f}   "
-                f"(train {np.mean(train_loss['ours'][recent]):.4f} / {np.mean(train_loss['torch'][recent]):.4f})")
+            log(
+                f"seed {seed}: step {done:6d}  val gradcraft {curve[-1][1]:.4f}  pytorch {curve[-1][2]:.4f}   "
+                f"(train {np.mean(train_loss['ours'][recent]):.4f} / {np.mean(train_loss['torch'][recent]):.4f})"
+            )
     if cuda and hasattr(our_run, "close"):
         our_run.close()
-    result = {"seed": seed, "curve": curve, "seconds": seconds,
-              "final_train": {k: float(np.mean(v[-min(args.eval_every, len(v)):])) for k, v in train_loss.items()}}
+    result = {
+        "seed": seed,
+        "curve": curve,
+        "seconds": seconds,
+        "final_train": {k: float(np.mean(v[-min(args.eval_every, len(v)) :])) for k, v in train_loss.items()},
+    }
     for side, column in (("ours", 1), ("torch", 2)):
         best = min(curve[1:] or curve, key=lambda row: row[column])
         result[side] = {"best": best[column], "best_step": best[0], "final": curve[-1][column]}
@@ -308,8 +393,10 @@ def report(results: list, log) -> None:
     log("seed  best val: gradcraft (step)  pytorch (step)   diff  |  final val: gradcraft  pytorch   diff")
     for r in results:
         o, t = r["ours"], r["torch"]
-        log(f"{r['seed']:4d}  {o['best']:16.4f} ({o['best_step']:5d}) {t['best']:8.4f} ({t['best_step']:5d}) "
-            f"{o['best'] - t['best']:+7.4f}  |  {o['final']:17.4f} {t['final']:8.4f} {o['final'] - t['final']:+7.4f}")
+        log(
+            f"{r['seed']:4d}  {o['best']:16.4f} ({o['best_step']:5d}) {t['best']:8.4f} ({t['best_step']:5d}) "
+            f"{o['best'] - t['best']:+7.4f}  |  {o['final']:17.4f} {t['final']:8.4f} {o['final'] - t['final']:+7.4f}"
+        )
     if len(results) > 1:
         best = np.mean([r["ours"]["best"] - r["torch"]["best"] for r in results])
         final = np.mean([r["ours"]["final"] - r["torch"]["final"] for r in results])
@@ -320,16 +407,31 @@ def report(results: list, log) -> None:
 
 def plot(results: list, path: str, title: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(7, 4))
     for i, r in enumerate(results):
         curve = r["curve"][1:] if len(r["curve"]) > 2 else r["curve"]  # (the untrained step 0 would flatten it)
         steps = [row[0] for row in curve]
-        ax.plot(steps, [row[1] for row in curve], color="tab:blue", alpha=0.8, marker=".",
-                label="gradcraft" if i == 0 else None)
-        ax.plot(steps, [row[2] for row in curve], color="tab:orange", alpha=0.8, linestyle="--", marker=".",
-                label="PyTorch (nanoGPT's model)" if i == 0 else None)
+        ax.plot(
+            steps,
+            [row[1] for row in curve],
+            color="tab:blue",
+            alpha=0.8,
+            marker=".",
+            label="gradcraft" if i == 0 else None,
+        )
+        ax.plot(
+            steps,
+            [row[2] for row in curve],
+            color="tab:orange",
+            alpha=0.8,
+            linestyle="--",
+            marker=".",
+            label="PyTorch (nanoGPT's model)" if i == 0 else None,
+        )
     ax.set_xlabel("step")
     ax.set_ylabel("validation loss (nats/byte)")
     ax.set_title(textwrap.fill(title + f"; seeds {', '.join(str(r['seed']) for r in results)}", 90), fontsize=8)
@@ -344,18 +446,23 @@ def main(argv=None) -> int:
     log = print
     if args.threads:
         import torch
+
         torch.set_num_threads(args.threads)
     data, what = stdlib_corpus(args.corpus_mb)
     if len(data) < 20 * (args.seq_len + 1):
-        print(f"error: the corpus holds {len(data):,} bytes, too few for --seq_len {args.seq_len}; raise --corpus_mb",
-              file=sys.stderr)
+        print(
+            f"error: the corpus holds {len(data):,} bytes, too few for --seq_len {args.seq_len}; raise --corpus_mb",
+            file=sys.stderr,
+        )
         return 2
     drop = f"dropout {args.dropout}"
     if args.attn_dropout != args.dropout:
         drop += f" (attention {args.attn_dropout})"
-    title = (f"{args.layers} layers, dim {args.dim}, {args.heads} heads, context {args.seq_len}, {drop}, "
-             f"{args.batch} x {args.seq_len} bytes x {args.steps} steps, lr {args.lr:g}->{args.min_lr:g}, "
-             f"wd {args.weight_decay:g}, {args.dtype}, {args.device}")
+    title = (
+        f"{args.layers} layers, dim {args.dim}, {args.heads} heads, context {args.seq_len}, {drop}, "
+        f"{args.batch} x {args.seq_len} bytes x {args.steps} steps, lr {args.lr:g}->{args.min_lr:g}, "
+        f"wd {args.weight_decay:g}, {args.dtype}, {args.device}"
+    )
     log(f"corpus: {what}; 90% train / 10% validation")
     log(f"recipe: {title}")
     results = [run_seed(args, data, seed, log) for seed in args.seeds]

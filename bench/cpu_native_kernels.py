@@ -57,19 +57,33 @@ def cases(rows, cols, torch):
     n = x.size
     return {
         "softmax": (lambda lib, o: lib.softmax_f32(ptr(x), ptr(o), cols, 0, rows), lambda: tx.softmax(-1), x.shape),
-        "log_softmax": (lambda lib, o: lib.log_softmax_f32(ptr(x), ptr(o), cols, 0, rows),
-                        lambda: tx.log_softmax(-1), x.shape),
-        "cross_entropy": (lambda lib, o: lib.cross_entropy_f32(ptr(x), ptr(target), ptr(o), cols, cols, -100,
-                                                               0.0, 0, rows),
-                          lambda: F.cross_entropy(tx, tt, reduction="none"), (rows,)),
+        "log_softmax": (
+            lambda lib, o: lib.log_softmax_f32(ptr(x), ptr(o), cols, 0, rows),
+            lambda: tx.log_softmax(-1),
+            x.shape,
+        ),
+        "cross_entropy": (
+            lambda lib, o: lib.cross_entropy_f32(ptr(x), ptr(target), ptr(o), cols, cols, -100, 0.0, 0, rows),
+            lambda: F.cross_entropy(tx, tt, reduction="none"),
+            (rows,),
+        ),
         "silu": (lambda lib, o: lib.silu_f32(ptr(x), ptr(o), 0, n), lambda: F.silu(tx), x.shape),
-        "gelu_tanh": (lambda lib, o: lib.gelu_f32(ptr(x), ptr(o), 1, 0, n), lambda: F.gelu(tx, approximate="tanh"),
-                      x.shape),
+        "gelu_tanh": (
+            lambda lib, o: lib.gelu_f32(ptr(x), ptr(o), 1, 0, n),
+            lambda: F.gelu(tx, approximate="tanh"),
+            x.shape,
+        ),
         "gelu_erf": (lambda lib, o: lib.gelu_f32(ptr(x), ptr(o), 0, 0, n), lambda: F.gelu(tx), x.shape),
-        "rms_norm": (lambda lib, o: lib.rms_norm_f32(ptr(x), ptr(w), ptr(o), cols, 1e-6, 0, rows),
-                     lambda: F.rms_norm(tx, (cols,), tw, eps=1e-6), x.shape),
-        "layer_norm": (lambda lib, o: lib.layer_norm_f32(ptr(x), ptr(w), None, ptr(o), cols, 1e-5, 0, rows),
-                       lambda: F.layer_norm(tx, (cols,), tw, None, eps=1e-5), x.shape),
+        "rms_norm": (
+            lambda lib, o: lib.rms_norm_f32(ptr(x), ptr(w), ptr(o), cols, 1e-6, 0, rows),
+            lambda: F.rms_norm(tx, (cols,), tw, eps=1e-6),
+            x.shape,
+        ),
+        "layer_norm": (
+            lambda lib, o: lib.layer_norm_f32(ptr(x), ptr(w), None, ptr(o), cols, 1e-5, 0, rows),
+            lambda: F.layer_norm(tx, (cols,), tw, None, eps=1e-5),
+            x.shape,
+        ),
     }
 
 
@@ -85,6 +99,7 @@ def main():
     p.add_argument("--only", help="comma-separated kernel names")
     args = p.parse_args()
     import torch
+
     torch.set_num_threads(1)
 
     variants = []  # (label, lib)
@@ -96,8 +111,10 @@ def main():
         table = cases(args.rows, args.cols, torch)
         names = args.only.split(",") if args.only else list(table)
         stat, stat_name = (statistics.median, "median") if args.median else (min, "fastest")
-        print(f"{args.rows} x {args.cols} float32, one thread; {stat_name} ms of {args.repeat}; "
-              f"torch {torch.__version__}; load {os.getloadavg()[0]:.1f}")
+        print(
+            f"{args.rows} x {args.cols} float32, one thread; {stat_name} ms of {args.repeat}; "
+            f"torch {torch.__version__}; load {os.getloadavg()[0]:.1f}"
+        )
         print("| kernel | torch ms | " + " | ".join(f"{label} ms (torch/ours)" for label, _ in variants) + " |")
         print("|---|---|" + "---|" * len(variants))
         for name in names:
@@ -120,8 +137,10 @@ def main():
                     call(lib, outs[i])
                     times[i + 1].append(time.perf_counter() - start)
             med = [stat(t) * 1e3 for t in times]
-            print(f"| {name} | {med[0]:.2f} | " + " | ".join(f"{m:.2f} ({med[0] / m:.2f}x)" for m in med[1:]) + " |",
-                  flush=True)
+            print(
+                f"| {name} | {med[0]:.2f} | " + " | ".join(f"{m:.2f} ({med[0] / m:.2f}x)" for m in med[1:]) + " |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ def _batches(cfg, args, rank, world, n):
     rng = np.random.default_rng(0)
     for _ in range(n):
         data = rng.integers(0, cfg.vocab_size, size=(world * args.batch, cfg.seq_len + 1))
-        mine = data[rank * args.batch:(rank + 1) * args.batch]
+        mine = data[rank * args.batch : (rank + 1) * args.batch]
         yield mine[:, :-1], mine[:, 1:]
 
 
@@ -59,8 +59,9 @@ def ours(group, device, cfg, weights, args):
     model.to(device)
     decay = [p for p in model.parameters() if p.ndim >= 2]
     rest = [p for p in model.parameters() if p.ndim < 2]
-    opt = AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=3e-4,
-                betas=(0.9, 0.95))
+    opt = AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=3e-4, betas=(0.9, 0.95)
+    )
     tc = TrainConfig(dataset="", model_dir="", batch_size=args.batch, device=device, nproc=world, cuda_graph="on")
     step = GradientStep(model, opt, tc, 1, cfg.seq_len, gc.float32, print, group)
     backend = gc.device.get_backend(device)
@@ -92,8 +93,9 @@ def torch_side(rank, world, cfg, weights, args, out):
     class Model(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.params = torch.nn.ParameterDict({k.replace(".", "/"): torch.nn.Parameter(torch.tensor(v))
-                                                  for k, v in weights.items()})
+            self.params = torch.nn.ParameterDict(
+                {k.replace(".", "/"): torch.nn.Parameter(torch.tensor(v)) for k, v in weights.items()}
+            )
 
         def forward(self, x):
             return torch_reference.forward(cfg, {k.replace("/", "."): v for k, v in self.params.items()}, x)
@@ -102,14 +104,19 @@ def torch_side(rank, world, cfg, weights, args, out):
     net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank]) if world > 1 else model
     decay = [p for p in model.parameters() if p.ndim >= 2]
     rest = [p for p in model.parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                            lr=3e-4, betas=(0.9, 0.95), foreach=True)
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+        lr=3e-4,
+        betas=(0.9, 0.95),
+        foreach=True,
+    )
     losses, times = [], []
     for x, y in _batches(cfg, args, rank, world, args.warmup + args.steps):
         t0 = time.perf_counter()
         logits = net(torch.tensor(x, device=device))
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size),
-                                                 torch.tensor(y, device=device).reshape(-1))
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, cfg.vocab_size), torch.tensor(y, device=device).reshape(-1)
+        )
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -129,6 +136,7 @@ def torch_side(rank, world, cfg, weights, args, out):
 
 def run_torch(cfg, weights, args, world):
     import torch.multiprocessing as tmp
+
     context = tmp.get_context("spawn")
     out = context.Queue()
     tmp.start_processes(torch_side, args=(world, cfg, weights, args, out), nprocs=world, start_method="spawn")
@@ -145,13 +153,16 @@ def main():
     gc.manual_seed(0)
     model = Transformer(cfg)
     weights = {k: v.numpy().copy() for k, v in model.state_dict().items()}
-    print(f"{args.preset}: {describe(model)}; {args.batch} x {cfg.seq_len} per GPU; "
-          f"tf32 {'on' if args.tf32 else 'off'}; {args.steps} timed steps after {args.warmup}")
+    print(
+        f"{args.preset}: {describe(model)}; {args.batch} x {cfg.seq_len} per GPU; "
+        f"tf32 {'on' if args.tf32 else 'off'}; {args.steps} timed steps after {args.warmup}"
+    )
     del model
     results = {}
     for world in (1, args.nproc):
         if world == 1:
             from gradcraft.distributed import TCPGroup
+
             results[("gradcraft", 1)] = ours(TCPGroup(0, 1, []), "cuda:0", cfg, weights, args)
         else:
             results[("gradcraft", world)] = launch(ours, world, "cuda", cfg, weights, args)
@@ -159,14 +170,18 @@ def main():
     print(f"{'':10s} {'GPUs':>4s} {'ms/step':>9s} {'tokens/s':>11s} {'scaling':>8s}  first losses (rank 0 / mean)")
     tps = {}
     for (name, world), (losses, times) in results.items():
-        ms = 1e3 * float(np.median(times[args.warmup:]))
+        ms = 1e3 * float(np.median(times[args.warmup :]))
         tps[name, world] = world * args.batch * cfg.seq_len / ms * 1e3
         scaling = tps[name, world] / tps[name, 1] if (name, 1) in tps else 1.0
-        print(f"{name:10s} {world:4d} {ms:9.1f} {tps[name, world]:11,.0f} {scaling:8.2f}  "
-              f"{' '.join(f'{v:.4f}' for v in losses[:3])}")
+        print(
+            f"{name:10s} {world:4d} {ms:9.1f} {tps[name, world]:11,.0f} {scaling:8.2f}  "
+            f"{' '.join(f'{v:.4f}' for v in losses[:3])}"
+        )
     for world in sorted({w for _, w in results}):
-        print(f"ratio gradcraft/pytorch tokens/s on {world} GPU(s): "
-              f"{tps['gradcraft', world] / tps['pytorch', world]:.2f}x")
+        print(
+            f"ratio gradcraft/pytorch tokens/s on {world} GPU(s): "
+            f"{tps['gradcraft', world] / tps['pytorch', world]:.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -34,8 +34,10 @@ def main():
     args = p.parse_args()
     import torch
     import transformers
+
     if args.threads:
         from gradcraft.benchmarks import limit_threads
+
         limit_threads(args.threads)  # PyTorch's threads and NumPy's BLAS (gradcraft.backend.blas)
     import gradcraft as gc
     from gradcraft.inference.generate import SamplingParams, generate
@@ -48,9 +50,11 @@ def main():
     export_hf(model, folder)
     hf = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval().to(args.device)
     model.to(args.device)
-    print(f"{args.preset}: {describe(model)}; prompt {args.prompt_tokens} tokens, {args.new_tokens} new, greedy; "
-          f"device {args.device}; threads {args.threads or 'all'}; torch {torch.__version__}, "
-          f"transformers {transformers.__version__}")
+    print(
+        f"{args.preset}: {describe(model)}; prompt {args.prompt_tokens} tokens, {args.new_tokens} new, greedy; "
+        f"device {args.device}; threads {args.threads or 'all'}; torch {torch.__version__}, "
+        f"transformers {transformers.__version__}"
+    )
     rng = np.random.default_rng(0)
     print(f"{'batch':>5s} {'gradcraft tok/s':>16s} {'HF tok/s':>10s} {'ratio':>6s}")
     for batch in (1, 8):
@@ -61,18 +65,26 @@ def main():
         ours, _ = generate(model, [list(p) for p in prompts], params)
         ours_s = time.perf_counter() - t
         with torch.no_grad():
-            hf.generate(torch.tensor(prompts[:, :4], device=args.device), max_new_tokens=4, do_sample=False,
-                        pad_token_id=0)
+            hf.generate(
+                torch.tensor(prompts[:, :4], device=args.device), max_new_tokens=4, do_sample=False, pad_token_id=0
+            )
             t = time.perf_counter()
-            out = hf.generate(torch.tensor(prompts, device=args.device), max_new_tokens=args.new_tokens,
-                              min_new_tokens=args.new_tokens, do_sample=False, pad_token_id=0)
+            out = hf.generate(
+                torch.tensor(prompts, device=args.device),
+                max_new_tokens=args.new_tokens,
+                min_new_tokens=args.new_tokens,
+                do_sample=False,
+                pad_token_id=0,
+            )
             if args.device.startswith("cuda"):
                 torch.cuda.synchronize()
             hf_s = time.perf_counter() - t
-        same = all(list(o) == list(h[args.prompt_tokens:]) for o, h in zip(ours, out.tolist()))
+        same = all(list(o) == list(h[args.prompt_tokens :]) for o, h in zip(ours, out.tolist()))
         ours_tps, hf_tps = batch * args.new_tokens / ours_s, batch * args.new_tokens / hf_s
-        print(f"{batch:5d} {ours_tps:16,.1f} {hf_tps:10,.1f} {ours_tps / hf_tps:5.2f}x"
-              f"{'' if same else '  (token ids differ!)'}")
+        print(
+            f"{batch:5d} {ours_tps:16,.1f} {hf_tps:10,.1f} {ours_tps / hf_tps:5.2f}x"
+            f"{'' if same else '  (token ids differ!)'}"
+        )
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ def copy_bandwidth(repeat):
 
 def torch_of(a):
     import torch
+
     return torch.from_dlpack(a)
 
 
@@ -60,9 +61,11 @@ def run(op, *args, **attrs):
 
 # ---------------------------------------------------------------- cases: (name, bytes, fused, composite, torch)
 
+
 def cases(dtype):
     import torch
     import torch.nn.functional as F
+
     rng = cp.random.default_rng(0)
     rows, width = 8192, 768
 
@@ -83,8 +86,12 @@ def cases(dtype):
     cos, sin = cp.cos(angles).astype(dtype), cp.sin(angles).astype(dtype)
     table = randn(50257, 768)
     idx = rng.integers(0, 50257, size=(8, 1024)).astype(np.int64)
-    tx = {k: torch_of(v) for k, v in dict(x=x, w=w, b=b, g=g, logits=logits, target=target, att=att, big=big, q=q,
-                                          table=table, idx=idx, g_big=g_big).items()}
+    tx = {
+        k: torch_of(v)
+        for k, v in dict(
+            x=x, w=w, b=b, g=g, logits=logits, target=target, att=att, big=big, q=q, table=table, idx=idx, g_big=g_big
+        ).items()
+    }
 
     def layer_norm_composite():
         mean = run("div", run("sum", x, axes=(1,), keepdim=True), cp.asarray(width, dtype))
@@ -99,8 +106,9 @@ def cases(dtype):
     def causal_composite():
         T = att.shape[-1]
         allowed = cp.tril(cp.ones((T, T), dtype=bool))
-        return softmax_composite(run("where", allowed, run("mul", att, cp.asarray(0.125, dtype)),
-                                     cp.asarray(-np.inf, dtype)))
+        return softmax_composite(
+            run("where", allowed, run("mul", att, cp.asarray(0.125, dtype)), cp.asarray(-np.inf, dtype))
+        )
 
     def ce_composite():
         logp = run("sub", logits, run("max", logits, axes=(1,), keepdim=True))
@@ -108,14 +116,21 @@ def cases(dtype):
         return run("neg", run("take_along_dim", logp, target[:, None], axis=1))[:, 0]
 
     def gelu_composite():
-        inner = run("mul", run("add", big, run("mul", run("mul", run("mul", big, big), big),
-                                             cp.asarray(0.044715, dtype))), cp.asarray(0.7978845608, dtype))
+        inner = run(
+            "mul",
+            run("add", big, run("mul", run("mul", run("mul", big, big), big), cp.asarray(0.044715, dtype))),
+            cp.asarray(0.7978845608, dtype),
+        )
         return run("mul", run("mul", big, cp.asarray(0.5, dtype)), run("add", run("tanh", inner), cp.asarray(1, dtype)))
 
     def rope_composite():
         x1, x2 = q[..., :32], q[..., 32:]
-        return run("cat", run("sub", run("mul", x1, cos), run("mul", x2, sin)),
-                   run("add", run("mul", x2, cos), run("mul", x1, sin)), axis=-1)
+        return run(
+            "cat",
+            run("sub", run("mul", x1, cos), run("mul", x2, sin)),
+            run("add", run("mul", x2, cos), run("mul", x1, sin)),
+            axis=-1,
+        )
 
     def torch_rope():
         tq, tc, ts = tx["q"], torch_of(cos), torch_of(sin)
@@ -128,15 +143,17 @@ def cases(dtype):
     h = randn(8192, 2 * 3072)  # SwiGLU: [gate | up]
     g_half = randn(8192, 3072)
     g_emb = randn(8, 1024, 768)
-    tx.update(probs=torch_of(probs), g_att=torch_of(g_att), h=torch_of(h), g_half=torch_of(g_half),
-              g_emb=torch_of(g_emb))
+    tx.update(
+        probs=torch_of(probs), g_att=torch_of(g_att), h=torch_of(h), g_half=torch_of(g_half), g_emb=torch_of(g_emb)
+    )
     tdtype = tx["x"].dtype
 
     _, ln_mean, ln_rstd = torch.ops.aten.native_layer_norm(tx["x"], [width], tx["w"], tx["b"], 1e-5)
 
     def torch_layer_norm_backward():  # (PyTorch keeps the forward's mean and rstd: it reads those too)
-        return torch.ops.aten.native_layer_norm_backward(tx["g"], tx["x"], [width], ln_mean, ln_rstd, tx["w"], tx["b"],
-                                                         [True, True, True])[0]
+        return torch.ops.aten.native_layer_norm_backward(
+            tx["g"], tx["x"], [width], ln_mean, ln_rstd, tx["w"], tx["b"], [True, True, True]
+        )[0]
 
     seed = 1234
     keep = run("dropout", cp.ones_like(big), seed=seed, p=0.1)
@@ -152,52 +169,132 @@ def cases(dtype):
     tx.update(gpt_logits=torch_of(gpt_logits), gpt_target=torch_of(gpt_target))
     gpt_ce = dict(ignore_index=-100, label_smoothing=0.0, valid_classes=V, float_loss=True)
     return [
-        ("layer_norm fwd", 2 * x.nbytes, lambda: run("layer_norm", x, w, b, eps=1e-5, n_dims=1), layer_norm_composite,
-         lambda: F.layer_norm(tx["x"], (width,), tx["w"], tx["b"], 1e-5)),
-        ("layer_norm bwd", 3 * x.nbytes, lambda: run("layer_norm_backward", x, w, g, eps=1e-5, n_dims=1)[0], None,
-         torch_layer_norm_backward),
-        ("rms_norm fwd", 2 * x.nbytes, lambda: run("rms_norm", x, w, eps=1e-6, n_dims=1), None,
-         lambda: F.rms_norm(tx["x"], (width,), tx["w"], 1e-6)),
+        (
+            "layer_norm fwd",
+            2 * x.nbytes,
+            lambda: run("layer_norm", x, w, b, eps=1e-5, n_dims=1),
+            layer_norm_composite,
+            lambda: F.layer_norm(tx["x"], (width,), tx["w"], tx["b"], 1e-5),
+        ),
+        (
+            "layer_norm bwd",
+            3 * x.nbytes,
+            lambda: run("layer_norm_backward", x, w, g, eps=1e-5, n_dims=1)[0],
+            None,
+            torch_layer_norm_backward,
+        ),
+        (
+            "rms_norm fwd",
+            2 * x.nbytes,
+            lambda: run("rms_norm", x, w, eps=1e-6, n_dims=1),
+            None,
+            lambda: F.rms_norm(tx["x"], (width,), tx["w"], 1e-6),
+        ),
         ("rms_norm bwd", 3 * x.nbytes, lambda: run("rms_norm_backward", x, w, g, eps=1e-6, n_dims=1)[0], None, None),
-        ("softmax 50257", 2 * logits.nbytes, lambda: run("softmax", logits, axis=1), lambda: softmax_composite(logits),
-         lambda: torch.softmax(tx["logits"], dim=1)),
-        ("causal softmax attn", 2 * att.nbytes,
-         lambda: cuda_nn.softmax_rows(att, 0.125, None, True, None, 1024, 1024),
-         causal_composite, lambda: torch.softmax((tx["att"] * 0.125).masked_fill(~mask, float("-inf")), dim=-1)),
-        ("softmax bwd attn", 3 * att.nbytes, lambda: cuda_nn.softmax_rows_backward(probs, g_att), None,
-         lambda: torch.ops.aten._softmax_backward_data(tx["g_att"], tx["probs"], -1, tdtype)),
-        ("cross_entropy fwd", logits.nbytes, lambda: run("cross_entropy", logits, target, ignore_index=-100,
-                                                         label_smoothing=0.0), ce_composite,
-         lambda: F.cross_entropy(tx["logits"].float(), tx["target"], reduction="none")),
-        ("ce loss+grad 1 pass", 2 * logits.nbytes,
-         lambda: B.cross_entropy_with_grad(logits, target)[1], None, None),
-        ("ce 16384x50304 fwd", gpt_logits.nbytes, lambda: run("cross_entropy", gpt_logits, gpt_target, **gpt_ce),
-         None, lambda: F.cross_entropy(tx["gpt_logits"], tx["gpt_target"], reduction="none")),
-        ("ce 16384x50304 bwd", 2 * gpt_logits.nbytes,
-         lambda: run("cross_entropy_backward", gpt_logits, gpt_target, gpt_g, **gpt_ce), None, None),
-        ("gelu tanh fwd", 2 * big.nbytes, lambda: run("gelu", big, approximate="tanh"), gelu_composite,
-         lambda: F.gelu(tx["big"], approximate="tanh")),
-        ("gelu tanh bwd", 3 * big.nbytes, lambda: run("gelu_backward", big, g_big, approximate="tanh"), None,
-         lambda: torch.ops.aten.gelu_backward(tx["g_big"], tx["big"], approximate="tanh")),
-        ("gelu erf fwd", 2 * big.nbytes, lambda: run("gelu", big, approximate="none"), None,
-         lambda: F.gelu(tx["big"])),
+        (
+            "softmax 50257",
+            2 * logits.nbytes,
+            lambda: run("softmax", logits, axis=1),
+            lambda: softmax_composite(logits),
+            lambda: torch.softmax(tx["logits"], dim=1),
+        ),
+        (
+            "causal softmax attn",
+            2 * att.nbytes,
+            lambda: cuda_nn.softmax_rows(att, 0.125, None, True, None, 1024, 1024),
+            causal_composite,
+            lambda: torch.softmax((tx["att"] * 0.125).masked_fill(~mask, float("-inf")), dim=-1),
+        ),
+        (
+            "softmax bwd attn",
+            3 * att.nbytes,
+            lambda: cuda_nn.softmax_rows_backward(probs, g_att),
+            None,
+            lambda: torch.ops.aten._softmax_backward_data(tx["g_att"], tx["probs"], -1, tdtype),
+        ),
+        (
+            "cross_entropy fwd",
+            logits.nbytes,
+            lambda: run("cross_entropy", logits, target, ignore_index=-100, label_smoothing=0.0),
+            ce_composite,
+            lambda: F.cross_entropy(tx["logits"].float(), tx["target"], reduction="none"),
+        ),
+        ("ce loss+grad 1 pass", 2 * logits.nbytes, lambda: B.cross_entropy_with_grad(logits, target)[1], None, None),
+        (
+            "ce 16384x50304 fwd",
+            gpt_logits.nbytes,
+            lambda: run("cross_entropy", gpt_logits, gpt_target, **gpt_ce),
+            None,
+            lambda: F.cross_entropy(tx["gpt_logits"], tx["gpt_target"], reduction="none"),
+        ),
+        (
+            "ce 16384x50304 bwd",
+            2 * gpt_logits.nbytes,
+            lambda: run("cross_entropy_backward", gpt_logits, gpt_target, gpt_g, **gpt_ce),
+            None,
+            None,
+        ),
+        (
+            "gelu tanh fwd",
+            2 * big.nbytes,
+            lambda: run("gelu", big, approximate="tanh"),
+            gelu_composite,
+            lambda: F.gelu(tx["big"], approximate="tanh"),
+        ),
+        (
+            "gelu tanh bwd",
+            3 * big.nbytes,
+            lambda: run("gelu_backward", big, g_big, approximate="tanh"),
+            None,
+            lambda: torch.ops.aten.gelu_backward(tx["g_big"], tx["big"], approximate="tanh"),
+        ),
+        ("gelu erf fwd", 2 * big.nbytes, lambda: run("gelu", big, approximate="none"), None, lambda: F.gelu(tx["big"])),
         ("silu fwd", 2 * big.nbytes, lambda: run("silu", big), None, lambda: F.silu(tx["big"])),
-        ("silu bwd", 3 * big.nbytes, lambda: run("silu_backward", big, g_big), None,
-         lambda: torch.ops.aten.silu_backward(tx["g_big"], tx["big"])),
-        ("swiglu fwd", 3 * g_half.nbytes, lambda: run("swiglu", h), None,
-         lambda: F.silu(tx["h"][:, :3072]) * tx["h"][:, 3072:]),
+        (
+            "silu bwd",
+            3 * big.nbytes,
+            lambda: run("silu_backward", big, g_big),
+            None,
+            lambda: torch.ops.aten.silu_backward(tx["g_big"], tx["big"]),
+        ),
+        (
+            "swiglu fwd",
+            3 * g_half.nbytes,
+            lambda: run("swiglu", h),
+            None,
+            lambda: F.silu(tx["h"][:, :3072]) * tx["h"][:, 3072:],
+        ),
         ("swiglu bwd", 5 * g_half.nbytes, lambda: run("swiglu_backward", h, g_half), None, None),
         ("rope", 2 * q.nbytes, lambda: run("rope", q, cos, sin, inverse=False), rope_composite, torch_rope),
-        ("embedding fwd", 2 * idx.size * 768 * item, lambda: run("embedding", table, idx),
-         lambda: run("index", table, idx, spec=(0,)), lambda: F.embedding(tx["idx"], tx["table"])),
-        ("embedding bwd", (idx.size + 50257) * 768 * item,  # (gradient rows read, the whole table written)
-         lambda: run("embedding_backward", idx, g_emb, num_embeddings=50257), None,
-         lambda: torch.ops.aten.embedding_dense_backward(tx["g_emb"], tx["idx"], 50257, -1, False)),
-        ("dropout p=0.1", 2 * big.nbytes, lambda: run("dropout", big, seed=seed, p=0.1),
-         lambda: run("mul", big, keep), None),
+        (
+            "embedding fwd",
+            2 * idx.size * 768 * item,
+            lambda: run("embedding", table, idx),
+            lambda: run("index", table, idx, spec=(0,)),
+            lambda: F.embedding(tx["idx"], tx["table"]),
+        ),
+        (
+            "embedding bwd",
+            (idx.size + 50257) * 768 * item,  # (gradient rows read, the whole table written)
+            lambda: run("embedding_backward", idx, g_emb, num_embeddings=50257),
+            None,
+            lambda: torch.ops.aten.embedding_dense_backward(tx["g_emb"], tx["idx"], 50257, -1, False),
+        ),
+        (
+            "dropout p=0.1",
+            2 * big.nbytes,
+            lambda: run("dropout", big, seed=seed, p=0.1),
+            lambda: run("mul", big, keep),
+            None,
+        ),
         ("binary add", 3 * big.nbytes, lambda: run("add", big, g_big), None, lambda: tx["big"] + tx["g_big"]),
-        ("bias add (3072,)", 2 * big.nbytes + g_big[0].nbytes, lambda: run("add", big, g_big[0]), None,
-         lambda: tx["big"] + tx["g_big"][0]),
+        (
+            "bias add (3072,)",
+            2 * big.nbytes + g_big[0].nbytes,
+            lambda: run("add", big, g_big[0]),
+            None,
+            lambda: tx["big"] + tx["g_big"][0],
+        ),
     ]
 
 
@@ -209,8 +306,10 @@ def optimizer_cases():
     v = [cp.zeros(n, np.float32) for n in sizes]
     lr_step = cp.asarray(np.array([1e-3, 1], np.float32))
     total = sum(sizes) * 4
-    return [("adamw (124M params)", 7 * total, lambda: B.adamw_step(params, grads, m, v, lr_step), None, None),
-            ("grad norm (124M)", total, lambda: B.grad_norm(grads, 1.0), None, None)]
+    return [
+        ("adamw (124M params)", 7 * total, lambda: B.adamw_step(params, grads, m, v, lr_step), None, None),
+        ("grad norm (124M)", total, lambda: B.grad_norm(grads, 1.0), None, None),
+    ]
 
 
 def measure(name, nbytes, fused, composite, reference, repeat, peak, nominal):
@@ -228,8 +327,18 @@ def measure(name, nbytes, fused, composite, reference, repeat, peak, nominal):
     t_ref = timed(reference, repeat) if reference else None
     gbs = nbytes / t_fused / 1e6
     torch_gbs = nbytes / t_ref / 1e6 if t_ref else None
-    return (name, t_fused, t_comp, t_ref, gbs, 100 * gbs / nominal, torch_gbs,
-            100 * torch_gbs / nominal if torch_gbs else None, 100 * gbs / peak, *errors)
+    return (
+        name,
+        t_fused,
+        t_comp,
+        t_ref,
+        gbs,
+        100 * gbs / nominal,
+        torch_gbs,
+        100 * torch_gbs / nominal if torch_gbs else None,
+        100 * gbs / peak,
+        *errors,
+    )
 
 
 def main():
@@ -237,8 +346,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--peak-gbs", type=float, default=4300.0,
-                        help="the bandwidth to compare with, GB/s read + write (H200: ~4300)")
+    parser.add_argument(
+        "--peak-gbs", type=float, default=4300.0, help="the bandwidth to compare with, GB/s read + write (H200: ~4300)"
+    )
     parser.add_argument("--only", default="", help="comma-separated substrings of the case names to run")
     args = parser.parse_args()
     dtype = np.dtype(args.dtype)
@@ -247,6 +357,7 @@ def main():
     rows = []
     try:
         import torch  # noqa: F401
+
         all_cases = cases(dtype) + optimizer_cases()
     except ImportError:
         print("torch not found: comparing with the composites only", file=sys.stderr)
@@ -259,18 +370,25 @@ def main():
             rows.append(measure(name, nbytes, fused, composite, reference, args.repeat, peak, args.peak_gbs))
         except Exception as error:  # report and go on: one broken case must not hide the others
             print(f"{name}: {type(error).__name__}: {error}", file=sys.stderr)
-            rows.append((name, float("nan"), None, None, float("nan"), float("nan"), None, None, float("nan"),
-                         "error", "error"))
-    print(f"\nCUDA kernels, {args.dtype}, median of {args.repeat}; measured copy bandwidth {peak:.0f} GB/s, "
-          f"% of {args.peak_gbs:.0f} GB/s (read + write)")
-    head = f"{'kernel':22s} {'fused ms':>9s} {'compos. ms':>10s} {'torch ms':>9s} {'GB/s':>7s} {'%peak':>6s} " \
-           f"{'torchGB/s':>9s} {'%peak':>6s} {'%copy':>6s} {'err/comp':>9s} {'err/torch':>9s}"
+            rows.append(
+                (name, float("nan"), None, None, float("nan"), float("nan"), None, None, float("nan"), "error", "error")
+            )
+    print(
+        f"\nCUDA kernels, {args.dtype}, median of {args.repeat}; measured copy bandwidth {peak:.0f} GB/s, "
+        f"% of {args.peak_gbs:.0f} GB/s (read + write)"
+    )
+    head = (
+        f"{'kernel':22s} {'fused ms':>9s} {'compos. ms':>10s} {'torch ms':>9s} {'GB/s':>7s} {'%peak':>6s} "
+        f"{'torchGB/s':>9s} {'%peak':>6s} {'%copy':>6s} {'err/comp':>9s} {'err/torch':>9s}"
+    )
     print(head)
     print("-" * len(head))
     for name, tf, tc, tr, gbs, pct, tgbs, tpct, pct_copy, e1, e2 in rows:
         fmt = lambda t, spec=".3f": format(t, spec) if t is not None else "-"  # noqa: E731
-        print(f"{name:22s} {tf:9.3f} {fmt(tc):>10s} {fmt(tr):>9s} {gbs:7.0f} {pct:5.0f}% {fmt(tgbs, '.0f'):>9s} "
-              f"{fmt(tpct, '.0f'):>5s}% {pct_copy:5.0f}% {e1:>9s} {e2:>9s}")
+        print(
+            f"{name:22s} {tf:9.3f} {fmt(tc):>10s} {fmt(tr):>9s} {gbs:7.0f} {pct:5.0f}% {fmt(tgbs, '.0f'):>9s} "
+            f"{fmt(tpct, '.0f'):>5s}% {pct_copy:5.0f}% {e1:>9s} {e2:>9s}"
+        )
 
 
 if __name__ == "__main__":

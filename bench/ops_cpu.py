@@ -32,8 +32,12 @@ def parse_args():
     p.add_argument("--repeat", type=int, default=15, help="timed calls per side")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--only", default=None, help="comma-separated row names")
-    p.add_argument("--gc-threads", type=int, default=None,
-                   help="gradcraft's own CPU kernel threads (default: its default, GRADCRAFT_NUM_THREADS or 1)")
+    p.add_argument(
+        "--gc-threads",
+        type=int,
+        default=None,
+        help="gradcraft's own CPU kernel threads (default: its default, GRADCRAFT_NUM_THREADS or 1)",
+    )
     return p.parse_args()
 
 
@@ -66,6 +70,7 @@ def op_cases(gc, torch):
             for t in theirs:
                 t.grad = None
             fn_torch(*theirs, *extra_torch).backward(g_torch)
+
         return run_ours, run_torch
 
     def matmul():
@@ -92,27 +97,34 @@ def op_cases(gc, torch):
         def run_torch():
             theirs.grad = None
             TF.cross_entropy(theirs, t_torch).backward()
+
         return run_ours, run_torch
 
     def layer_norm():
         x, w, b = arrays((4096, 512), (512,), (512,))
-        return fwd_bwd(lambda x, w, b: F.layer_norm(x, (512,), w, b), lambda x, w, b: TF.layer_norm(x, (512,), w, b),
-                       [x, w, b])
+        return fwd_bwd(
+            lambda x, w, b: F.layer_norm(x, (512,), w, b), lambda x, w, b: TF.layer_norm(x, (512,), w, b), [x, w, b]
+        )
 
     def rms_norm():
         x, w = arrays((4096, 512), (512,))
-        return fwd_bwd(lambda x, w: F.rms_norm(x, (512,), w, 1e-6),
-                       lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w, [x, w])
+        return fwd_bwd(
+            lambda x, w: F.rms_norm(x, (512,), w, 1e-6),
+            lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
+            [x, w],
+        )
 
     def gelu():
-        return fwd_bwd(lambda x: F.gelu(x, approximate="tanh"), lambda x: TF.gelu(x, approximate="tanh"),
-                       arrays((4096, 1024)))
+        return fwd_bwd(
+            lambda x: F.gelu(x, approximate="tanh"), lambda x: TF.gelu(x, approximate="tanh"), arrays((4096, 1024))
+        )
 
     def silu():
         return fwd_bwd(F.silu, TF.silu, arrays((4096, 1024)))
 
     def rope():
         from gradcraft.benchmarks import torch_reference
+
         B, H, T, D = 16, 8, 256, 64
         (x,) = arrays((B, H, T, D))
         cos, sin = F.rope_frequencies(T, D)
@@ -126,18 +138,27 @@ def op_cases(gc, torch):
         def explicit(q, k, v):  # as gradcraft/benchmarks/torch_reference.py writes attention
             att = (q @ k.transpose(-1, -2)) / math.sqrt(D)
             return att.masked_fill(~mask, float("-inf")).softmax(-1) @ v
-        return fwd_bwd(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), explicit,
-                       arrays((B, H, T, D), (B, H, T, D), (B, H, T, D)))
+
+        return fwd_bwd(
+            lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+            explicit,
+            arrays((B, H, T, D), (B, H, T, D), (B, H, T, D)),
+        )
 
     def sdpa_torch_math():
         from torch.nn.attention import SDPBackend, sdpa_kernel
+
         B, H, T, D = 8, 8, 256, 64
 
         def math_sdpa(q, k, v):
             with sdpa_kernel(SDPBackend.MATH):
                 return TF.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return fwd_bwd(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), math_sdpa,
-                       arrays((B, H, T, D), (B, H, T, D), (B, H, T, D)))
+
+        return fwd_bwd(
+            lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+            math_sdpa,
+            arrays((B, H, T, D), (B, H, T, D), (B, H, T, D)),
+        )
 
     def embedding():
         (w,) = arrays((8192, 512))
@@ -195,6 +216,7 @@ def mlp_step(gc, torch):
         torch.nn.functional.mse_loss(h, y_t).backward()
         t_opt.step()
         t_opt.zero_grad(set_to_none=True)
+
     return run_ours, run_torch
 
 
@@ -247,6 +269,7 @@ def block_step(gc, torch):
         torch_block(x_t).backward(g_t)
         t_opt.step()
         t_opt.zero_grad(set_to_none=True)
+
     return run_ours, run_torch
 
 
@@ -271,6 +294,7 @@ def main():
     args = parse_args()
     threads = args.threads or len(os.sched_getaffinity(0))
     from gradcraft.benchmarks import limit_threads
+
     torch = limit_threads(threads)
     import gradcraft as gc
     from gradcraft.backend import cpu
@@ -279,9 +303,11 @@ def main():
         cpu.set_num_threads(args.gc_threads)
     cases = op_cases(gc, torch)
     names = args.only.split(",") if args.only else list(cases)
-    print(f"{threads} threads (torch {torch.get_num_threads()}, gradcraft {cpu.num_threads()}); "
-          f"numpy {np.__version__}, torch {torch.__version__}; median of {args.repeat}; "
-          "speed = torch ms / ours ms (above 1: ours faster)")
+    print(
+        f"{threads} threads (torch {torch.get_num_threads()}, gradcraft {cpu.num_threads()}); "
+        f"numpy {np.__version__}, torch {torch.__version__}; median of {args.repeat}; "
+        "speed = torch ms / ours ms (above 1: ours faster)"
+    )
     print(f"{'op':12s} {'shape':34s} {'ours ms':>9s} {'torch ms':>9s} {'speed':>6s}")
     for name in names:
         shape, setup = cases[name]

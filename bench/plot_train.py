@@ -60,8 +60,13 @@ def plot(runs, out: str, title: str | None = None) -> None:
             ours = values.get((label, "gradcraft"))
             theirs = values.get((label, side))
             if side != "gradcraft" and ours and theirs:
-                ax.annotate(f"{ours / theirs:.2f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                            ha="center", va="bottom", fontsize=7)
+                ax.annotate(
+                    f"{ours / theirs:.2f}x",
+                    (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                )
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=15 if len(labels) > 3 else 0, ha="right" if len(labels) > 3 else "center")
     ax.set_ylabel("tokens / s (higher is better)")

@@ -37,6 +37,7 @@ def main():
     args = p.parse_args()
     if args.device.startswith("cuda"):
         from gradcraft.backend import cuda as gc_cuda
+
         gc_cuda.set_tf32(args.tf32)
     model = Transformer(preset(args.preset, seq_len=args.seq)).to(args.device)
     cfg = model.config
@@ -82,6 +83,7 @@ def main():
 
     if args.cupti:
         from torch.profiler import ProfilerActivity, profile
+
         step().item()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             step().item()
@@ -93,9 +95,11 @@ def main():
         import torch
         from gradcraft.benchmarks import torch_reference
         from torch.profiler import ProfilerActivity, profile
+
         torch.backends.cuda.matmul.allow_tf32 = args.tf32
-        params = {k: torch.tensor(v.numpy(), device=args.device, requires_grad=True)
-                  for k, v in model.state_dict().items()}
+        params = {
+            k: torch.tensor(v.numpy(), device=args.device, requires_grad=True) for k, v in model.state_dict().items()
+        }
         topt = torch.optim.AdamW(list(params.values()), lr=3e-4, foreach=True)
         tx, ty = torch.tensor(data[:, :-1], device=args.device), torch.tensor(data[:, 1:], device=args.device)
 
@@ -107,6 +111,7 @@ def main():
             torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
             topt.step()
             topt.zero_grad()
+
         tstep()
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:

@@ -1,6 +1,6 @@
 """Where a training step's time goes: Python (cProfile, top functions) and the step time.
 
-    python bench/profile_step.py --preset mallmoc --batch 16 --seq 512 --device cuda
+python bench/profile_step.py --preset mallmoc --batch 16 --seq 512 --device cuda
 """
 
 import argparse

@@ -29,8 +29,16 @@ import time
 import numpy as np
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROMPTS = ["def reverse(s):\n", "The quick brown fox", "import numpy as np\n", "# a small test\n",
-           "class Tensor:\n", "for i in range(10):", "Once upon a time", "return x + y\n"]
+PROMPTS = [
+    "def reverse(s):\n",
+    "The quick brown fox",
+    "import numpy as np\n",
+    "# a small test\n",
+    "class Tensor:\n",
+    "for i in range(10):",
+    "Once upon a time",
+    "return x + y\n",
+]
 
 
 def _free_port() -> int:
@@ -56,23 +64,60 @@ def serve_preset(args) -> None:
     model = Transformer(config)
     if args.device != "cpu":
         model.to(args.device)
-    serve(TextGenerator(model, tokenizer), args.preset, "127.0.0.1", args.port, slots=args.max_batch,
-          max_queue=4 * args.requests, access_log=False)
+    serve(
+        TextGenerator(model, tokenizer),
+        args.preset,
+        "127.0.0.1",
+        args.port,
+        slots=args.max_batch,
+        max_queue=4 * args.requests,
+        access_log=False,
+    )
 
 
 def start_server(args, port: int) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     if args.threads:
-        env.update(OMP_NUM_THREADS=str(args.threads), OPENBLAS_NUM_THREADS=str(args.threads),
-                   GRADCRAFT_NUM_THREADS=str(args.threads))
+        env.update(
+            OMP_NUM_THREADS=str(args.threads),
+            OPENBLAS_NUM_THREADS=str(args.threads),
+            GRADCRAFT_NUM_THREADS=str(args.threads),
+        )
     if args.model_dir:
-        command = [sys.executable, "-m", "gradcraft.cli.main", "serve", "--model_dir", args.model_dir,
-                   "--host", "127.0.0.1", "--port", str(port), "--max_batch", str(args.max_batch),
-                   "--max_queue", str(4 * args.requests), "--device", args.device]
+        command = [
+            sys.executable,
+            "-m",
+            "gradcraft.cli.main",
+            "serve",
+            "--model_dir",
+            args.model_dir,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--max_batch",
+            str(args.max_batch),
+            "--max_queue",
+            str(4 * args.requests),
+            "--device",
+            args.device,
+        ]
     else:
-        command = [sys.executable, os.path.abspath(__file__), "--_serve", "--preset", args.preset,
-                   "--port", str(port), "--max_batch", str(args.max_batch), "--device", args.device,
-                   "--requests", str(args.requests)]
+        command = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--_serve",
+            "--preset",
+            args.preset,
+            "--port",
+            str(port),
+            "--max_batch",
+            str(args.max_batch),
+            "--device",
+            args.device,
+            "--requests",
+            str(args.requests),
+        ]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -91,8 +136,7 @@ def start_server(args, port: int) -> subprocess.Popen:
 
 def one_request(port: int, prompt: str, max_tokens: int) -> dict:
     """Stream one completion; returns its token count, TTFT and the gaps between events (seconds)."""
-    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0.8, "seed": 1,
-                       "stream": True})
+    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0.8, "seed": 1, "stream": True})
     start = time.perf_counter()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
@@ -111,8 +155,11 @@ def one_request(port: int, prompt: str, max_tokens: int) -> dict:
         if event.get("usage"):
             tokens = event["usage"]["completion_tokens"]
     conn.close()
-    return {"tokens": tokens, "ttft": arrivals[0] - start if arrivals else float("nan"),
-            "gaps": list(np.diff(arrivals))}
+    return {
+        "tokens": tokens,
+        "ttft": arrivals[0] - start if arrivals else float("nan"),
+        "gaps": list(np.diff(arrivals)),
+    }
 
 
 def run(port: int, clients: int, requests: list, max_tokens: int) -> dict:
@@ -138,10 +185,17 @@ def run(port: int, clients: int, requests: list, max_tokens: int) -> dict:
     tokens = sum(r["tokens"] for r in results)
     ttft = np.array([r["ttft"] for r in results]) * 1000
     gaps = np.array([g for r in results for g in r["gaps"]]) * 1000
-    return {"clients": clients, "requests": len(results), "tokens": tokens, "wall_s": wall,
-            "tokens_per_s": tokens / wall, "ttft_ms_p50": float(np.percentile(ttft, 50)),
-            "ttft_ms_p99": float(np.percentile(ttft, 99)), "itl_ms_p50": float(np.percentile(gaps, 50)),
-            "itl_ms_p99": float(np.percentile(gaps, 99))}
+    return {
+        "clients": clients,
+        "requests": len(results),
+        "tokens": tokens,
+        "wall_s": wall,
+        "tokens_per_s": tokens / wall,
+        "ttft_ms_p50": float(np.percentile(ttft, 50)),
+        "ttft_ms_p99": float(np.percentile(ttft, 99)),
+        "itl_ms_p50": float(np.percentile(gaps, 50)),
+        "itl_ms_p99": float(np.percentile(gaps, 99)),
+    }
 
 
 def main():
@@ -171,19 +225,28 @@ def main():
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    print(f"{args.model_dir or args.preset} on {args.device}, --max_batch {args.max_batch}, "
-          f"{args.requests} requests x {args.max_tokens} tokens, streaming")
-    print(f"{'clients':>7} {'tokens':>7} {'wall s':>7} {'tok/s':>8} {'TTFT p50':>9} {'TTFT p99':>9} "
-          f"{'ITL p50':>8} {'ITL p99':>8}   (ms)")
+    print(
+        f"{args.model_dir or args.preset} on {args.device}, --max_batch {args.max_batch}, "
+        f"{args.requests} requests x {args.max_tokens} tokens, streaming"
+    )
+    print(
+        f"{'clients':>7} {'tokens':>7} {'wall s':>7} {'tok/s':>8} {'TTFT p50':>9} {'TTFT p99':>9} "
+        f"{'ITL p50':>8} {'ITL p99':>8}   (ms)"
+    )
     for r in rows:
-        print(f"{r['clients']:7d} {r['tokens']:7d} {r['wall_s']:7.1f} {r['tokens_per_s']:8.1f} "
-              f"{r['ttft_ms_p50']:9.1f} {r['ttft_ms_p99']:9.1f} {r['itl_ms_p50']:8.1f} {r['itl_ms_p99']:8.1f}")
+        print(
+            f"{r['clients']:7d} {r['tokens']:7d} {r['wall_s']:7.1f} {r['tokens_per_s']:8.1f} "
+            f"{r['ttft_ms_p50']:9.1f} {r['ttft_ms_p99']:9.1f} {r['itl_ms_p50']:8.1f} {r['itl_ms_p99']:8.1f}"
+        )
     ratio = rows[1]["tokens_per_s"] / rows[0]["tokens_per_s"]
     print(f"aggregate throughput, {args.clients} clients / 1 client: {ratio:.2f}x")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": {k: v for k, v in vars(args).items() if not k.startswith("_")}, "runs": rows,
-                       "ratio": ratio}, f, indent=1)
+            json.dump(
+                {"args": {k: v for k, v in vars(args).items() if not k.startswith("_")}, "runs": rows, "ratio": ratio},
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

@@ -40,8 +40,11 @@ from gradcraft.tokenizer.train import learn_merges, tokenizer_from_merges  # noq
 
 def corpus_files():
     root = sysconfig.get_paths()["stdlib"]
-    return sorted(f for f in glob.glob(os.path.join(root, "**", "*.py"), recursive=True)
-                  if "site-packages" not in f and os.path.getsize(f) > 0)
+    return sorted(
+        f
+        for f in glob.glob(os.path.join(root, "**", "*.py"), recursive=True)
+        if "site-packages" not in f and os.path.getsize(f) > 0
+    )
 
 
 def hf_tokenizer(pattern):
@@ -49,9 +52,12 @@ def hf_tokenizer(pattern):
     if pattern == "gpt2":
         tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     else:
-        tk.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(PATTERNS[pattern]), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tk.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(PATTERNS[pattern]), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
     tk.decoder = decoders.ByteLevel()
     return tk
 
@@ -76,8 +82,12 @@ def main():
     t_ours_learn = time.perf_counter() - t
 
     hf = hf_tokenizer(args.pattern)
-    trainer = trainers.BpeTrainer(vocab_size=args.vocab_size, special_tokens=specials, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=args.vocab_size,
+        special_tokens=specials,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     t = time.perf_counter()
     hf.train_from_iterator([texts[i] for i in sample_idx], trainer)
     t_hf_learn = time.perf_counter() - t
@@ -103,17 +113,25 @@ def main():
     t_hf_enc = time.perf_counter() - t
 
     mb = total / 1e6
-    print(f"corpus: {len(files)} stdlib .py files, {mb:.1f} MB; sample for learning: {sample_bytes / 1e6:.1f} MB; "
-          f"vocab {args.vocab_size}; pattern {args.pattern}; workers {args.workers}")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-          f"python {platform.python_version()}, tokenizers {tokenizers.__version__}, numpy {np.__version__}")
+    print(
+        f"corpus: {len(files)} stdlib .py files, {mb:.1f} MB; sample for learning: {sample_bytes / 1e6:.1f} MB; "
+        f"vocab {args.vocab_size}; pattern {args.pattern}; workers {args.workers}"
+    )
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+        f"python {platform.python_version()}, tokenizers {tokenizers.__version__}, numpy {np.__version__}"
+    )
     print()
     print("| step | gradcraft | HF tokenizers | ratio |")
     print("|---|---|---|---|")
-    print(f"| learn {args.vocab_size} ids on {sample_bytes / 1e6:.1f} MB | {t_ours_learn:.2f} s | {t_hf_learn:.2f} s "
-          f"| {t_ours_learn / t_hf_learn:.2f}x time (goal <= 3x) |")
-    print(f"| encode {mb:.1f} MB | {t_ours_enc:.2f} s = {mb / t_ours_enc:.2f} MB/s | {t_hf_enc:.2f} s = "
-          f"{mb / t_hf_enc:.2f} MB/s | {t_hf_enc / t_ours_enc:.2f}x throughput (goal >= 0.5x) |")
+    print(
+        f"| learn {args.vocab_size} ids on {sample_bytes / 1e6:.1f} MB | {t_ours_learn:.2f} s | {t_hf_learn:.2f} s "
+        f"| {t_ours_learn / t_hf_learn:.2f}x time (goal <= 3x) |"
+    )
+    print(
+        f"| encode {mb:.1f} MB | {t_ours_enc:.2f} s = {mb / t_ours_enc:.2f} MB/s | {t_hf_enc:.2f} s = "
+        f"{mb / t_hf_enc:.2f} MB/s | {t_hf_enc / t_ours_enc:.2f}x throughput (goal >= 0.5x) |"
+    )
     print(f"| tokens (bytes/token) | {n_ours:,} ({total / n_ours:.2f}) | {n_hf:,} ({total / n_hf:.2f}) | |")
 
 

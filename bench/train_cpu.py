@@ -52,6 +52,7 @@ def our_step(cfg, weights, args):
         opt.step(grad_scale=grad_norm_and_scale(model.parameters(), 1.0))
         opt.zero_grad()
         return loss.item()
+
     return step
 
 
@@ -79,6 +80,7 @@ def kernel_breakdown(cfg, weights, args) -> None:
             totals[name] += time.perf_counter() - t0
             calls[name] += 1
             return result
+
         return plain, timed
 
     step = our_step(cfg, weights, args)
@@ -104,6 +106,7 @@ def main():
     args = parse_args()
     threads = args.threads or len(os.sched_getaffinity(0))
     from gradcraft.benchmarks import limit_threads
+
     torch = limit_threads(threads)
     from gradcraft.backend.cpu import native as cpu_native
     from gradcraft.benchmarks.training import Setup, compare, initial_weights, report
@@ -111,8 +114,10 @@ def main():
 
     cfg = preset(args.preset, seq_len=args.seq)
     setup = Setup(device="cpu", batch=args.batch, steps=args.steps, warmup=args.warmup)
-    print(f"{args.preset}: {describe(Transformer(cfg))}; batch {args.batch} x {cfg.seq_len}; {threads} threads "
-          f"(torch {torch.get_num_threads()}); {args.rounds} rounds of {args.warmup} + {args.steps} steps per side")
+    print(
+        f"{args.preset}: {describe(Transformer(cfg))}; batch {args.batch} x {cfg.seq_len}; {threads} threads "
+        f"(torch {torch.get_num_threads()}); {args.rounds} rounds of {args.warmup} + {args.steps} steps per side"
+    )
     print(f"CPU kernels: {cpu_native.status()}")
     print("\n".join(report(compare(cfg, setup, rounds=args.rounds))))
     if args.breakdown:

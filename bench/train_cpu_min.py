@@ -29,8 +29,10 @@ times = {OURS: [], "eager": []}
 for _ in range(int(sys.argv[1]) if len(sys.argv) > 1 else 3):
     for side in (OURS, "eager"):
         _, step_times, _ = runner(side)(cfg, weights, setup, setup.warmup + setup.steps)
-        times[side] += step_times[setup.warmup:]
+        times[side] += step_times[setup.warmup :]
 ours, torch_ms = np.array(times[OURS]) * 1e3, np.array(times["eager"]) * 1e3
-print(f"ours min {ours.min():.1f} med {np.median(ours):.1f} | torch min {torch_ms.min():.1f} "
-      f"med {np.median(torch_ms):.1f} | ratio(min) {torch_ms.min() / ours.min():.2f} "
-      f"ratio(med) {np.median(torch_ms) / np.median(ours):.2f} load {os.getloadavg()[0]:.1f}")
+print(
+    f"ours min {ours.min():.1f} med {np.median(ours):.1f} | torch min {torch_ms.min():.1f} "
+    f"med {np.median(torch_ms):.1f} | ratio(min) {torch_ms.min() / ours.min():.2f} "
+    f"ratio(med) {np.median(torch_ms) / np.median(ours):.2f} load {os.getloadavg()[0]:.1f}"
+)

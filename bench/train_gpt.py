@@ -46,21 +46,36 @@ def parse_args():
     p.add_argument("--rounds", type=int, default=1, help="alternate the sides this many times")
     p.add_argument("--device", default="cuda")
     p.add_argument("--tf32", action="store_true")
-    p.add_argument("--bf16", action="store_true",
-                   help="mixed precision: bf16 activations and matmuls (PyTorch: autocast)")
+    p.add_argument(
+        "--bf16", action="store_true", help="mixed precision: bf16 activations and matmuls (PyTorch: autocast)"
+    )
     p.add_argument("--threads", type=int, default=None, help="CPU threads for all sides (default: all cores)")
-    p.add_argument("--baseline", action="append", default=[], metavar="eager|sdpa|compile",
-                   help="PyTorch side(s) to time, comma-separated or repeated (default: all three on CUDA, "
-                        "eager on the CPU)")
-    p.add_argument("--only", choices=["ours", "gradcraft", "torch", "pytorch"], default=None,
-                   help="ours (= gradcraft): our side alone; torch (= pytorch): the baselines alone")
+    p.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="eager|sdpa|compile",
+        help="PyTorch side(s) to time, comma-separated or repeated (default: all three on CUDA, eager on the CPU)",
+    )
+    p.add_argument(
+        "--only",
+        choices=["ours", "gradcraft", "torch", "pytorch"],
+        default=None,
+        help="ours (= gradcraft): our side alone; torch (= pytorch): the baselines alone",
+    )
     p.add_argument("--graph", action="store_true", help="ours: capture the whole step as a CUDA graph and replay it")
     p.add_argument("--no_mfu", action="store_true", help="skip the matmul-rate measurement (and MFU)")
     p.add_argument("--json", default=None, metavar="PATH", help="append this run's results to PATH (for plot_train.py)")
-    p.add_argument("--label", default=None,
-                   help="the run's name in the JSON file and the plot (default: from the flags)")
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="override a model config field, e.g. --set dim=96 (repeatable)")
+    p.add_argument(
+        "--label", default=None, help="the run's name in the JSON file and the plot (default: from the flags)"
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a model config field, e.g. --set dim=96 (repeatable)",
+    )
     return p, p.parse_args()
 
 
@@ -72,6 +87,7 @@ def default_label(args, seq: int) -> str:
 def append_json(path: str, run: dict) -> None:
     """Add `run` to the {"runs": [...]} file at path (a run of the same label is replaced), atomically."""
     from gradcraft.atomic import atomic_file
+
     runs = []
     if os.path.exists(path):
         with open(path) as f:
@@ -85,9 +101,18 @@ def main():
     parser, args = parse_args()
     if args.threads:
         from gradcraft.benchmarks import limit_threads
+
         limit_threads(args.threads)
-    from gradcraft.benchmarks.training import (Setup, compare, flops_per_token, matmul_flops, parse_baselines,
-                                               report, select_sides, to_json)
+    from gradcraft.benchmarks.training import (
+        Setup,
+        compare,
+        flops_per_token,
+        matmul_flops,
+        parse_baselines,
+        report,
+        select_sides,
+        to_json,
+    )
     from gradcraft.errors import UserError
     from gradcraft.models import Transformer, describe, preset
 
@@ -101,12 +126,21 @@ def main():
         overrides[key] = type(getattr(preset(args.preset), key))(value) if value not in ("None", "") else None
     cfg = preset(args.preset, seq_len=args.seq, **overrides)
     dtype = "bfloat16" if args.bf16 else "float32"
-    setup = Setup(device=args.device, batch=args.batch, steps=args.steps, warmup=args.warmup, tf32=args.tf32,
-                  graph=args.graph, dtype=dtype)
-    print(f"{args.preset}: {describe(Transformer(cfg))}; batch {args.batch} x {cfg.seq_len}; device {args.device}; "
-          f"tf32 {'on' if args.tf32 else 'off'}; {'bf16 mixed precision; ' if args.bf16 else ''}"
-          f"{'CUDA graph replay; ' if args.graph else ''}"
-          f"{args.rounds} round(s) of {args.warmup} + {args.steps} steps per side; sides: {', '.join(sides)}")
+    setup = Setup(
+        device=args.device,
+        batch=args.batch,
+        steps=args.steps,
+        warmup=args.warmup,
+        tf32=args.tf32,
+        graph=args.graph,
+        dtype=dtype,
+    )
+    print(
+        f"{args.preset}: {describe(Transformer(cfg))}; batch {args.batch} x {cfg.seq_len}; device {args.device}; "
+        f"tf32 {'on' if args.tf32 else 'off'}; {'bf16 mixed precision; ' if args.bf16 else ''}"
+        f"{'CUDA graph replay; ' if args.graph else ''}"
+        f"{args.rounds} round(s) of {args.warmup} + {args.steps} steps per side; sides: {', '.join(sides)}"
+    )
     if "compile" in sides and args.warmup < 1:
         print("note: --warmup 0 times torch.compile's compilation as a step")
     peak_flops = None if args.no_mfu else matmul_flops(args.device, dtype, args.tf32)
@@ -115,15 +149,30 @@ def main():
     if args.json:
         try:
             import torch
+
             torch_version = torch.__version__
         except ImportError:
             torch_version = None
-        run = to_json(results, label=args.label or default_label(args, cfg.seq_len), preset=args.preset,
-                      batch=args.batch, seq=cfg.seq_len, device=args.device, dtype=dtype, tf32=args.tf32,
-                      graph=args.graph, steps=args.steps, warmup=args.warmup, rounds=args.rounds,
-                      overrides=args.set, matmul_flops=peak_flops, flops_per_token=flops_per_token(cfg),
-                      torch=torch_version, python=platform.python_version(),
-                      date=datetime.datetime.now().isoformat(timespec="seconds"))
+        run = to_json(
+            results,
+            label=args.label or default_label(args, cfg.seq_len),
+            preset=args.preset,
+            batch=args.batch,
+            seq=cfg.seq_len,
+            device=args.device,
+            dtype=dtype,
+            tf32=args.tf32,
+            graph=args.graph,
+            steps=args.steps,
+            warmup=args.warmup,
+            rounds=args.rounds,
+            overrides=args.set,
+            matmul_flops=peak_flops,
+            flops_per_token=flops_per_token(cfg),
+            torch=torch_version,
+            python=platform.python_version(),
+            date=datetime.datetime.now().isoformat(timespec="seconds"),
+        )
         append_json(args.json, run)
         print(f"results appended to {args.json} as {run['label']!r}")
 

@@ -15,8 +15,7 @@ from __future__ import annotations
 import sys as _sys
 import types as _types
 
-from gradcraft.dtypes import (DType, bfloat16, bool_, float16, float32, float64, int32, int64, promote_types,
-                              uint8)
+from gradcraft.dtypes import DType, bfloat16, bool_, float16, float32, float64, int32, int64, promote_types, uint8
 from gradcraft.tensor import Tensor, _attach_methods
 
 _attach_methods()
@@ -24,25 +23,128 @@ _attach_methods()
 from gradcraft.device import is_available  # noqa: E402
 from gradcraft.backend.memory import stats as _memory_stats  # noqa: E402
 from gradcraft.errors import UserError  # noqa: E402
-from gradcraft.ops.creation import (arange, as_tensor, empty, empty_like, eye, from_numpy, full,  # noqa: E402
-                                    full_like, get_rng_state, linspace, logspace, manual_seed, ones, ones_like, rand,
-                                    rand_like, randint, randint_like, randn, randn_like, randperm, set_rng_state,
-                                    tensor, zeros, zeros_like)
-from gradcraft.ops.elementwise import (abs, add, clamp, cos, eq, exp, ge, gt, le, lerp, log,  # noqa: E402
-                                       logical_and, logical_not, logical_or, lt, masked_fill, maximum, minimum, mul,
-                                       ne, neg, pow, relu, rsqrt, sigmoid, sign, sin, sqrt, square, sub, tanh, where)
+from gradcraft.ops.creation import (
+    arange,
+    as_tensor,
+    empty,
+    empty_like,
+    eye,
+    from_numpy,
+    full,  # noqa: E402
+    full_like,
+    get_rng_state,
+    linspace,
+    logspace,
+    manual_seed,
+    ones,
+    ones_like,
+    rand,
+    rand_like,
+    randint,
+    randint_like,
+    randn,
+    randn_like,
+    randperm,
+    set_rng_state,
+    tensor,
+    zeros,
+    zeros_like,
+)
+from gradcraft.ops.elementwise import (
+    abs,
+    add,
+    clamp,
+    cos,
+    eq,
+    exp,
+    ge,
+    gt,
+    le,
+    lerp,
+    log,  # noqa: E402
+    logical_and,
+    logical_not,
+    logical_or,
+    lt,
+    masked_fill,
+    maximum,
+    minimum,
+    mul,
+    ne,
+    neg,
+    pow,
+    relu,
+    rsqrt,
+    sigmoid,
+    sign,
+    sin,
+    sqrt,
+    square,
+    sub,
+    tanh,
+    where,
+)
 from gradcraft.ops.function import enable_grad, is_grad_enabled, no_grad  # noqa: E402
 from gradcraft.ops.linalg import bmm, dot, einsum, mm, norm, outer  # noqa: E402
 from gradcraft.ops.matmul import matmul  # noqa: E402
-from gradcraft.ops.movement import (cat, chunk, flatten, flip, gather, index_select, narrow, permute,  # noqa: E402
-                                    repeat_interleave, reshape, select, split, squeeze, stack, take_along_dim,
-                                    transpose, tril, triu, unbind, unsqueeze)
-from gradcraft.ops.reduce import (all, allclose, amax, amin, any, argmax, argmin, argsort, cumsum,  # noqa: E402
-                                  equal, logsumexp, max, mean, min, prod, sort, std, topk, var)
+from gradcraft.ops.movement import (
+    cat,
+    chunk,
+    flatten,
+    flip,
+    gather,
+    index_select,
+    narrow,
+    permute,  # noqa: E402
+    repeat_interleave,
+    reshape,
+    select,
+    split,
+    squeeze,
+    stack,
+    take_along_dim,
+    transpose,
+    tril,
+    triu,
+    unbind,
+    unsqueeze,
+)
+from gradcraft.ops.reduce import (
+    all,
+    allclose,
+    amax,
+    amin,
+    any,
+    argmax,
+    argmin,
+    argsort,
+    cumsum,  # noqa: E402
+    equal,
+    logsumexp,
+    max,
+    mean,
+    min,
+    prod,
+    sort,
+    std,
+    topk,
+    var,
+)
 from gradcraft.ops.reduce import sum as sum  # noqa: E402
 from gradcraft.ops.rounding import div_rounded as div  # noqa: E402
-from gradcraft.ops.rounding import (ceil, floor, floor_divide, fmod, isclose, isfinite,  # noqa: E402
-                                    isinf, isnan, remainder, round, trunc)
+from gradcraft.ops.rounding import (
+    ceil,
+    floor,
+    floor_divide,
+    fmod,
+    isclose,
+    isfinite,  # noqa: E402
+    isinf,
+    isnan,
+    remainder,
+    round,
+    trunc,
+)
 from gradcraft.ops.nn import softmax, log_softmax  # noqa: E402
 from gradcraft.serialization import load, save  # noqa: E402
 
@@ -78,6 +180,7 @@ def reset_peak_memory_stats() -> None:
 def realize(*tensors: Tensor) -> None:
     """Realize several tensors in one schedule (shared intermediates are computed once)."""
     from gradcraft.engine.realize import realize as _realize
+
     _realize(list(tensors))
 
 
@@ -90,6 +193,7 @@ class _DeviceModule(_types.ModuleType):
 
     def __call__(self, type_or_spec, index=None):
         from gradcraft.device import canonical
+
         return canonical(type_or_spec if index is None else f"{type_or_spec}:{index}")
 
 

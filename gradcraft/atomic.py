@@ -40,13 +40,25 @@ def usual_mode(path) -> None:
 
 
 # errors of the storage rather than of the program: reported as one line, never a traceback
-STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG, errno.EIO,
-                  errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG}
-_ADVICE = {errno.ENOSPC: "the disk is full; free some space and run the command again",
-           errno.EDQUOT: "the disk quota is used up; free some space and run the command again",
-           errno.EROFS: "the file system is read-only; choose a writable folder",
-           errno.EACCES: "choose a folder you may write to, or change its permissions",
-           errno.EPERM: "choose a folder you may write to, or change its permissions"}
+STORAGE_ERRNOS = {
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EROFS,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EFBIG,
+    errno.EIO,
+    errno.ENOTDIR,
+    errno.EISDIR,
+    errno.ENAMETOOLONG,
+}
+_ADVICE = {
+    errno.ENOSPC: "the disk is full; free some space and run the command again",
+    errno.EDQUOT: "the disk quota is used up; free some space and run the command again",
+    errno.EROFS: "the file system is read-only; choose a writable folder",
+    errno.EACCES: "choose a folder you may write to, or change its permissions",
+    errno.EPERM: "choose a folder you may write to, or change its permissions",
+}
 
 
 def write_failure(path, error: OSError) -> UserError:

@@ -18,8 +18,10 @@ from gradcraft.ops.movement import merge_slice_gradients
 
 
 # A backward pass through a tensor whose graph an earlier one freed (PyTorch: retain_graph=True).
-_SECOND_BACKWARD = ("trying to backward through the graph a second time (its intermediate results were freed by the "
-                    "first backward); pass retain_graph=True to the first backward() if you need to")
+_SECOND_BACKWARD = (
+    "trying to backward through the graph a second time (its intermediate results were freed by the "
+    "first backward); pass retain_graph=True to the first backward() if you need to"
+)
 
 
 def _topological(root) -> list:
@@ -51,13 +53,18 @@ def backward(root, gradient=None, realize_now: bool = True, retain_graph: bool =
     if not root.requires_grad and root._graph_freed:
         raise RuntimeError_(_SECOND_BACKWARD)
     if not root.requires_grad:
-        raise UserError("backward() called on a tensor that does not require grad (no input had requires_grad=True, "
-                        "or it was computed under no_grad)")
+        raise UserError(
+            "backward() called on a tensor that does not require grad (no input had requires_grad=True, "
+            "or it was computed under no_grad)"
+        )
     if gradient is None:
         if root.numel() != 1:
-            raise UserError(f"backward() on a non-scalar tensor of shape {root.shape} needs a gradient argument "
-                            "of the same shape (or reduce it first, e.g. .sum())")
+            raise UserError(
+                f"backward() on a non-scalar tensor of shape {root.shape} needs a gradient argument "
+                "of the same shape (or reduce it first, e.g. .sum())"
+            )
         from gradcraft.ops.creation import ones
+
         gradient = ones(root.shape, dtype=root.dtype, device=root.device)
     elif tuple(gradient.shape) != root.shape:
         raise UserError(f"backward(): gradient shape {tuple(gradient.shape)} does not match tensor shape {root.shape}")
@@ -77,9 +84,11 @@ def backward(root, gradient=None, realize_now: bool = True, retain_graph: bool =
                 leaves.append(t)
                 continue
             if lost_saved_value(t._node):
-                raise RuntimeError_(f"one of the variables needed for gradient computation has been modified by an "
-                                    f"inplace operation (an input of {t._node.op}); clone it before the in-place "
-                                    f"operation, or do the operation out of place")
+                raise RuntimeError_(
+                    f"one of the variables needed for gradient computation has been modified by an "
+                    f"inplace operation (an input of {t._node.op}); clone it before the in-place "
+                    f"operation, or do the operation out of place"
+                )
             rule = GRADIENTS[t._node.op]
             for inp, grad in zip(t._node.inputs, rule(t._node, t, g)):
                 if grad is None or not inp.requires_grad:
@@ -101,6 +110,7 @@ def backward(root, gradient=None, realize_now: bool = True, retain_graph: bool =
             def hook(target, buffer):
                 for leaf in owners.get(id(target), ()):
                     on_grad_ready(leaf, buffer)
+
         held = _held_by_caller(order, root)
         realize([leaf.grad for leaf in leaves] + [root] + held, keep_saved=retain_graph, on_ready=hook)
         if not retain_graph:

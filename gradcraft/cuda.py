@@ -13,12 +13,14 @@ def device_count() -> int:
     if not is_available():
         return 0
     import cupy
+
     return int(cupy.cuda.runtime.getDeviceCount())
 
 
 def manual_seed(seed: int) -> None:
     """Seeds every device: the same as gradcraft.manual_seed (one generator serves all devices)."""
     from gradcraft.ops.creation import manual_seed as seed_all
+
     seed_all(seed)
 
 

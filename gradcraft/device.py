@@ -33,6 +33,7 @@ def canonical(device) -> str:
 def _device_hint(name: str) -> str:
     """What to write instead of a wrong device string (the common slips get a suggestion of their own)."""
     from gradcraft import dtypes
+
     plain = "use cpu, cuda or cuda:N"
     lowered = name.lower().strip()
     if lowered in ("cpu", "cuda") or lowered.startswith("cuda:"):

@@ -40,8 +40,19 @@ float64 = DType("float64", np.dtype(np.float64), 8, "f", 3)
 
 ALL = (bool_, uint8, int32, int64, float16, bfloat16, float32, float64)
 _BY_NAME = {d.name: d for d in ALL}
-_BY_NAME.update({"float": float32, "double": float64, "half": float16, "long": int64, "int": int32,
-                 "bf16": bfloat16, "fp32": float32, "fp16": float16, "fp64": float64})
+_BY_NAME.update(
+    {
+        "float": float32,
+        "double": float64,
+        "half": float16,
+        "long": int64,
+        "int": int32,
+        "bf16": bfloat16,
+        "fp32": float32,
+        "fp16": float16,
+        "fp64": float64,
+    }
+)
 _BY_NP = {d.np: d for d in ALL}
 
 default_float = float32

@@ -44,6 +44,7 @@ class ConfigError(UserError):
     def spelled(self, spell) -> str:
         """The message with each of `fields` (whole words) written as spell(field)."""
         import re
+
         text = str(self)
         for name in sorted(self.fields, key=len, reverse=True):
             text = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w-])", lambda _m, n=name: spell(n), text)

@@ -38,6 +38,7 @@ def save(obj: Any, f: str | os.PathLike | BinaryIO) -> None:
     data = safetensors_save(arrays, metadata={_STRUCTURE_KEY: json.dumps(structure)})
     if isinstance(f, (str, os.PathLike)):
         from gradcraft.atomic import write_bytes
+
         write_bytes(os.fspath(f), data)
     else:
         f.write(data)
@@ -62,18 +63,22 @@ def load(f: str | os.PathLike | BinaryIO, map_location: Device = None, weights_o
 
 def _read(data: bytes, source):
     from safetensors.numpy import load as safetensors_load
+
     name = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "the file"
     try:
         (size,) = struct.unpack("<Q", data[:8])
-        header = json.loads(data[8:8 + size])
+        header = json.loads(data[8 : 8 + size])
         return header, safetensors_load(data)
     except Exception:
-        raise UserError(f"{name} is not a file written by gradcraft.save (or a safetensors file); "
-                        "check that it is complete and the right file") from None
+        raise UserError(
+            f"{name} is not a file written by gradcraft.save (or a safetensors file); "
+            "check that it is complete and the right file"
+        ) from None
 
 
 def _encode(obj, arrays: dict):
     from gradcraft.tensor import Tensor
+
     if isinstance(obj, Tensor):
         key = f"t{len(arrays)}"
         array = obj.detach().numpy()
@@ -95,8 +100,10 @@ def _encode(obj, arrays: dict):
         return obj.item()
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
-    raise UserError(f"gradcraft.save cannot store a {type(obj).__name__}; save tensors, arrays, numbers, strings "
-                    "and dicts/lists/tuples of them (e.g. model.state_dict())")
+    raise UserError(
+        f"gradcraft.save cannot store a {type(obj).__name__}; save tensors, arrays, numbers, strings "
+        "and dicts/lists/tuples of them (e.g. model.state_dict())"
+    )
 
 
 def _encode_key(key):
@@ -122,6 +129,7 @@ def _decode(node, arrays: dict, device):
 
 def _tensor(array, info, device):
     from gradcraft.tensor import Tensor
+
     dtype = dtypes.to_dtype(info["dtype"]) if info else dtypes.to_dtype(array.dtype)
     if dtype.name in _BITS:
         array = array.view(dtype.np)

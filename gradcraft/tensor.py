@@ -23,8 +23,20 @@ from gradcraft.errors import RuntimeError_, UserError
 
 
 class Tensor:
-    __slots__ = ("shape", "dtype", "device", "_requires_grad", "grad", "_buf", "_node", "_index", "_version",
-                 "_readers", "_graph_freed", "__weakref__")
+    __slots__ = (
+        "shape",
+        "dtype",
+        "device",
+        "_requires_grad",
+        "grad",
+        "_buf",
+        "_node",
+        "_index",
+        "_version",
+        "_readers",
+        "_graph_freed",
+        "__weakref__",
+    )
     shape: tuple[int, ...]
     dtype: DType
     device: str  # canonical: "cpu" or "cuda:N"
@@ -81,8 +93,9 @@ class Tensor:
     @requires_grad.setter
     def requires_grad(self, value: bool) -> None:
         if value and not self.dtype.is_floating_point:
-            raise UserError(f"only floating-point tensors can require gradients, got {self.dtype.name}; "
-                            "convert with .float() first")
+            raise UserError(
+                f"only floating-point tensors can require gradients, got {self.dtype.name}; convert with .float() first"
+            )
         if value and not self._requires_grad and self._node is not None:
             # A tensor that did not require grad is a leaf (as in PyTorch): compute it and drop its
             # recipe, so that gradients stop here.
@@ -160,6 +173,7 @@ class Tensor:
     def realize(self) -> "Tensor":
         """Compute this tensor now (a no-op when it already holds a buffer)."""
         from gradcraft.engine.realize import realize
+
         realize([self])
         return self
 
@@ -179,8 +193,11 @@ class Tensor:
     def __repr__(self) -> str:
         grad = ", requires_grad=True" if self.requires_grad else ""
         device = "" if self.device == "cpu" else f", device='{self.device}'"
-        body = np.array2string(self.numpy().astype(np.float32) if self.dtype in (dtypes.bfloat16, dtypes.float16)
-                               else self.numpy(), separator=", ", prefix="tensor(")
+        body = np.array2string(
+            self.numpy().astype(np.float32) if self.dtype in (dtypes.bfloat16, dtypes.float16) else self.numpy(),
+            separator=", ",
+            prefix="tensor(",
+        )
         return f"tensor({body}, dtype={self.dtype.name}{device}{grad})"
 
     def __bool__(self) -> bool:
@@ -206,8 +223,15 @@ class Tensor:
 
     # ------------------------------------------------------------ autograd
 
-    def backward(self, gradient=None, retain_graph=None, create_graph: bool = False, inputs=None,
-                 realize: bool = True, on_grad_ready=None) -> None:
+    def backward(
+        self,
+        gradient=None,
+        retain_graph=None,
+        create_graph: bool = False,
+        inputs=None,
+        realize: bool = True,
+        on_grad_ready=None,
+    ) -> None:
         """Accumulate d(self)/d(leaf) into `.grad` of every leaf that requires grad.
 
         With realize=False the gradients stay lazy, so the caller can fold them
@@ -216,9 +240,11 @@ class Tensor:
         each leaf's gradient is issued, during the backward (data parallelism's buckets).
         """
         from gradcraft.autograd import backward
+
         if create_graph or inputs is not None:
-            raise UserError("backward(create_graph=..., inputs=...) is not supported; "
-                            "gradients of gradients are not implemented")
+            raise UserError(
+                "backward(create_graph=..., inputs=...) is not supported; gradients of gradients are not implemented"
+            )
         backward(self, gradient, realize, retain_graph=bool(retain_graph), on_grad_ready=on_grad_ready)
 
     def detach(self) -> "Tensor":
@@ -226,6 +252,7 @@ class Tensor:
         if self._buf is not None:
             return Tensor._from_buffer(self._buf, self.dtype, self.device)
         from gradcraft.ops.function import apply, no_grad
+
         with no_grad():
             return apply("reshape", (self,), {"shape": self.shape}, self.shape, self.dtype)
 
@@ -235,6 +262,7 @@ class Tensor:
     def assign(self, value) -> "Tensor":
         """Overwrite this realized tensor's buffer with `value` (lazily; used by optimizers)."""
         from gradcraft.ops.movement import assign
+
         return assign(self, value)
 
     # ------------------------------------------------------------ conversion
@@ -249,9 +277,11 @@ class Tensor:
         out = self
         if device is not None and canonical(device) != self.device:
             from gradcraft.ops.movement import to_device
+
             out = to_device(out, canonical(device))
         if dtype is not None and to_dtype(dtype) != out.dtype:
             from gradcraft.ops.elementwise import cast
+
             out = cast(out, to_dtype(dtype))
         return out
 
@@ -301,9 +331,15 @@ class Tensor:
 
     def _new_full(self, size, fill_value, dtype, device, requires_grad) -> "Tensor":
         from gradcraft.ops.creation import full
+
         size = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
-        return full(tuple(size), fill_value, dtype=dtype or self.dtype, device=device or self.device,
-                    requires_grad=requires_grad)
+        return full(
+            tuple(size),
+            fill_value,
+            dtype=dtype or self.dtype,
+            device=device or self.device,
+            requires_grad=requires_grad,
+        )
 
     def new_zeros(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
         return self._new_full(size, 0, dtype, device, requires_grad)
@@ -335,61 +371,179 @@ def _attach_methods() -> None:
 
     methods = {
         # elementwise
-        "neg": ew.neg, "exp": ew.exp, "log": ew.log, "sqrt": ew.sqrt, "rsqrt": ew.rsqrt, "abs": ew.abs,
-        "sin": ew.sin, "cos": ew.cos, "tanh": ew.tanh, "sigmoid": ew.sigmoid, "relu": ew.relu, "silu": ew.silu,
-        "sign": ew.sign, "logical_not": ew.logical_not, "square": ew.square, "reciprocal": ew.reciprocal,
-        "add": ew.add, "sub": ew.sub, "mul": ew.mul, "pow": ew.pow,
-        "maximum": ew.maximum, "minimum": ew.minimum, "eq": ew.eq, "ne": ew.ne, "lt": ew.lt, "le": ew.le,
-        "gt": ew.gt, "ge": ew.ge, "clamp": ew.clamp, "clip": ew.clamp, "masked_fill": ew.masked_fill,
-        "where": lambda self, condition, other: ew.where(condition, self, other), "lerp": ew.lerp,
-        "__neg__": ew.neg, "__abs__": ew.abs, "__invert__": ew.logical_not,
-        "__add__": ew.add, "__radd__": lambda a, b: ew.add(b, a), "__sub__": ew.sub,
-        "__rsub__": lambda a, b: ew.sub(b, a), "__mul__": ew.mul, "__rmul__": lambda a, b: ew.mul(b, a),
-        "__truediv__": ew.div, "__rtruediv__": lambda a, b: ew.div(b, a), "__pow__": ew.pow,
-        "__rpow__": lambda a, b: ew.pow(b, a), "__eq__": ew.eq, "__ne__": ew.ne, "__lt__": ew.lt,
-        "__le__": ew.le, "__gt__": ew.gt, "__ge__": ew.ge, "__and__": ew.logical_and, "__or__": ew.logical_or,
-        "logical_and": ew.logical_and, "logical_or": ew.logical_or,
+        "neg": ew.neg,
+        "exp": ew.exp,
+        "log": ew.log,
+        "sqrt": ew.sqrt,
+        "rsqrt": ew.rsqrt,
+        "abs": ew.abs,
+        "sin": ew.sin,
+        "cos": ew.cos,
+        "tanh": ew.tanh,
+        "sigmoid": ew.sigmoid,
+        "relu": ew.relu,
+        "silu": ew.silu,
+        "sign": ew.sign,
+        "logical_not": ew.logical_not,
+        "square": ew.square,
+        "reciprocal": ew.reciprocal,
+        "add": ew.add,
+        "sub": ew.sub,
+        "mul": ew.mul,
+        "pow": ew.pow,
+        "maximum": ew.maximum,
+        "minimum": ew.minimum,
+        "eq": ew.eq,
+        "ne": ew.ne,
+        "lt": ew.lt,
+        "le": ew.le,
+        "gt": ew.gt,
+        "ge": ew.ge,
+        "clamp": ew.clamp,
+        "clip": ew.clamp,
+        "masked_fill": ew.masked_fill,
+        "where": lambda self, condition, other: ew.where(condition, self, other),
+        "lerp": ew.lerp,
+        "__neg__": ew.neg,
+        "__abs__": ew.abs,
+        "__invert__": ew.logical_not,
+        "__add__": ew.add,
+        "__radd__": lambda a, b: ew.add(b, a),
+        "__sub__": ew.sub,
+        "__rsub__": lambda a, b: ew.sub(b, a),
+        "__mul__": ew.mul,
+        "__rmul__": lambda a, b: ew.mul(b, a),
+        "__truediv__": ew.div,
+        "__rtruediv__": lambda a, b: ew.div(b, a),
+        "__pow__": ew.pow,
+        "__rpow__": lambda a, b: ew.pow(b, a),
+        "__eq__": ew.eq,
+        "__ne__": ew.ne,
+        "__lt__": ew.lt,
+        "__le__": ew.le,
+        "__gt__": ew.gt,
+        "__ge__": ew.ge,
+        "__and__": ew.logical_and,
+        "__or__": ew.logical_or,
+        "logical_and": ew.logical_and,
+        "logical_or": ew.logical_or,
         # reductions
-        "sum": rd.sum, "mean": rd.mean, "max": rd.max, "min": rd.min, "amax": rd.amax, "amin": rd.amin,
-        "var": rd.var, "std": rd.std, "logsumexp": rd.logsumexp, "argmax": rd.argmax, "argmin": rd.argmin,
-        "cumsum": rd.cumsum, "topk": rd.topk, "all": rd.all, "any": rd.any,
+        "sum": rd.sum,
+        "mean": rd.mean,
+        "max": rd.max,
+        "min": rd.min,
+        "amax": rd.amax,
+        "amin": rd.amin,
+        "var": rd.var,
+        "std": rd.std,
+        "logsumexp": rd.logsumexp,
+        "argmax": rd.argmax,
+        "argmin": rd.argmin,
+        "cumsum": rd.cumsum,
+        "topk": rd.topk,
+        "all": rd.all,
+        "any": rd.any,
         # matmul
-        "matmul": mm.matmul, "__matmul__": mm.matmul, "__rmatmul__": lambda a, b: mm.matmul(b, a),
+        "matmul": mm.matmul,
+        "__matmul__": mm.matmul,
+        "__rmatmul__": lambda a, b: mm.matmul(b, a),
         # movement
-        "reshape": mv.reshape, "view": mv.reshape, "flatten": mv.flatten, "unflatten": mv.unflatten,
-        "permute": mv.permute, "transpose": mv.transpose, "expand": mv.expand, "expand_as": mv.expand_as,
-        "squeeze": mv.squeeze, "unsqueeze": mv.unsqueeze, "__getitem__": mv.getitem, "split": mv.split,
-        "chunk": mv.chunk, "flip": mv.flip, "contiguous": mv.contiguous, "gather": mv.gather,
-        "take_along_dim": mv.take_along_dim, "tril": mv.tril, "triu": mv.triu, "repeat": mv.repeat,
-        "repeat_interleave": mv.repeat_interleave, "clone": mv.contiguous,
-        "index_select": mv.index_select, "select": mv.select, "narrow": mv.narrow, "unbind": mv.unbind,
-        "sort": rd.sort, "argsort": rd.argsort, "prod": rd.prod, "norm": la.norm,
-        "bmm": la.bmm, "mm": la.mm, "dot": la.dot, "outer": la.outer, "t": _t,
-        "swapaxes": mv.transpose, "swapdims": mv.transpose, "masked_select": lambda self, mask: self[mask],
-        "clamp_min": lambda self, min: ew.clamp(self, min=min), "clamp_max": lambda self, max: ew.clamp(self, max=max),
-        "log1p": lambda self: ew.log(ew.add(self, 1.0)), "expm1": lambda self: ew.sub(ew.exp(self), 1.0),
+        "reshape": mv.reshape,
+        "view": mv.reshape,
+        "flatten": mv.flatten,
+        "unflatten": mv.unflatten,
+        "permute": mv.permute,
+        "transpose": mv.transpose,
+        "expand": mv.expand,
+        "expand_as": mv.expand_as,
+        "squeeze": mv.squeeze,
+        "unsqueeze": mv.unsqueeze,
+        "__getitem__": mv.getitem,
+        "split": mv.split,
+        "chunk": mv.chunk,
+        "flip": mv.flip,
+        "contiguous": mv.contiguous,
+        "gather": mv.gather,
+        "take_along_dim": mv.take_along_dim,
+        "tril": mv.tril,
+        "triu": mv.triu,
+        "repeat": mv.repeat,
+        "repeat_interleave": mv.repeat_interleave,
+        "clone": mv.contiguous,
+        "index_select": mv.index_select,
+        "select": mv.select,
+        "narrow": mv.narrow,
+        "unbind": mv.unbind,
+        "sort": rd.sort,
+        "argsort": rd.argsort,
+        "prod": rd.prod,
+        "norm": la.norm,
+        "bmm": la.bmm,
+        "mm": la.mm,
+        "dot": la.dot,
+        "outer": la.outer,
+        "t": _t,
+        "swapaxes": mv.transpose,
+        "swapdims": mv.transpose,
+        "masked_select": lambda self, mask: self[mask],
+        "clamp_min": lambda self, min: ew.clamp(self, min=min),
+        "clamp_max": lambda self, max: ew.clamp(self, max=max),
+        "log1p": lambda self: ew.log(ew.add(self, 1.0)),
+        "expm1": lambda self: ew.sub(ew.exp(self), 1.0),
         "log2": lambda self: ew.div(ew.log(self), math.log(2.0)),
         "log10": lambda self: ew.div(ew.log(self), math.log(10.0)),
         # rounding and number tests
-        "floor": rn.floor, "ceil": rn.ceil, "trunc": rn.trunc, "round": rn.round, "floor_divide": rn.floor_divide,
-        "remainder": rn.remainder, "fmod": rn.fmod, "isnan": rn.isnan, "isinf": rn.isinf, "isfinite": rn.isfinite,
-        "isclose": rn.isclose, "allclose": rd.allclose, "equal": rd.equal,
+        "floor": rn.floor,
+        "ceil": rn.ceil,
+        "trunc": rn.trunc,
+        "round": rn.round,
+        "floor_divide": rn.floor_divide,
+        "remainder": rn.remainder,
+        "fmod": rn.fmod,
+        "isnan": rn.isnan,
+        "isinf": rn.isinf,
+        "isfinite": rn.isfinite,
+        "isclose": rn.isclose,
+        "allclose": rd.allclose,
+        "equal": rd.equal,
         "div": lambda self, other, *, rounding_mode=None: rn.div_rounded(self, other, rounding_mode=rounding_mode),
         "divide": lambda self, other, *, rounding_mode=None: rn.div_rounded(self, other, rounding_mode=rounding_mode),
-        "__floordiv__": rn.floor_divide, "__rfloordiv__": lambda a, b: rn.floor_divide(b, a),
-        "__mod__": rn.remainder, "__rmod__": lambda a, b: rn.remainder(b, a),
+        "__floordiv__": rn.floor_divide,
+        "__rfloordiv__": lambda a, b: rn.floor_divide(b, a),
+        "__mod__": rn.remainder,
+        "__rmod__": lambda a, b: rn.remainder(b, a),
         # in place (PyTorch's semantics: gradcraft/ops/inplace.py)
-        "add_": ip.add_, "sub_": ip.sub_, "mul_": ip.mul_, "div_": ip.div_, "pow_": ip.pow_, "zero_": ip.zero_,
-        "fill_": ip.fill_, "copy_": ip.copy_, "clamp_": ip.clamp_, "clip_": ip.clamp_,
-        "masked_fill_": ip.masked_fill_, "relu_": ip.relu_, "neg_": ip.neg_, "exp_": ip.exp_, "sqrt_": ip.sqrt_,
-        "lerp_": ip.lerp_, "addcmul_": ip.addcmul_, "addcdiv_": ip.addcdiv_, "uniform_": ip.uniform_,
-        "normal_": ip.normal_, "__setitem__": ip.setitem,
-        "__iadd__": ip.add_, "__isub__": ip.sub_, "__imul__": ip.mul_, "__itruediv__": ip.div_,
+        "add_": ip.add_,
+        "sub_": ip.sub_,
+        "mul_": ip.mul_,
+        "div_": ip.div_,
+        "pow_": ip.pow_,
+        "zero_": ip.zero_,
+        "fill_": ip.fill_,
+        "copy_": ip.copy_,
+        "clamp_": ip.clamp_,
+        "clip_": ip.clamp_,
+        "masked_fill_": ip.masked_fill_,
+        "relu_": ip.relu_,
+        "neg_": ip.neg_,
+        "exp_": ip.exp_,
+        "sqrt_": ip.sqrt_,
+        "lerp_": ip.lerp_,
+        "addcmul_": ip.addcmul_,
+        "addcdiv_": ip.addcdiv_,
+        "uniform_": ip.uniform_,
+        "normal_": ip.normal_,
+        "__setitem__": ip.setitem,
+        "__iadd__": ip.add_,
+        "__isub__": ip.sub_,
+        "__imul__": ip.mul_,
+        "__itruediv__": ip.div_,
         "__ipow__": ip.pow_,
         "__ifloordiv__": lambda self, other: ip.div_(self, other, rounding_mode="floor"),
         "__imod__": lambda self, other: ip._inplace(self, lambda: rn.remainder(self, other)),
         # fused nn
-        "softmax": fn.softmax, "log_softmax": fn.log_softmax,
+        "softmax": fn.softmax,
+        "log_softmax": fn.log_softmax,
     }
     for name, function in methods.items():
         setattr(Tensor, name, function)

@@ -30,8 +30,14 @@ from gradcraft.errors import UserError
 # MB). Larger ones are refused before they are read into memory.
 MAX_JSON_BYTES = 64 << 20
 MAX_TOKENIZER_BYTES = 1 << 30
-_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false", list: "a list",
-          dict: "an object"}
+_NAMES = {
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    bool: "true or false",
+    list: "a list",
+    dict: "an object",
+}
 
 
 class Value:
@@ -39,8 +45,9 @@ class Value:
     bounds (`low`/`high`, inclusive unless `low_open`/`high_open`), optional `choices`, and whether
     null (None) is allowed. Floats must be finite (no NaN or infinity)."""
 
-    def __init__(self, kind, low=None, high=None, low_open=False, high_open=False, choices=None,
-                 optional=False, not_between=None):
+    def __init__(
+        self, kind, low=None, high=None, low_open=False, high_open=False, choices=None, optional=False, not_between=None
+    ):
         self.kind, self.low, self.high, self.choices, self.optional = kind, low, high, choices, optional
         self.low_open, self.high_open = low_open, high_open
         self.not_between = not_between  # (a, b): values strictly between a and b are refused
@@ -62,8 +69,9 @@ class Value:
 
     def or_null(self) -> Value:
         """The same check, with null (None) allowed too."""
-        copy = Value(self.kind, self.low, self.high, self.low_open, self.high_open, self.choices, True,
-                     self.not_between)
+        copy = Value(
+            self.kind, self.low, self.high, self.low_open, self.high_open, self.choices, True, self.not_between
+        )
         return copy
 
     def problem(self, value) -> str | None:
@@ -72,9 +80,11 @@ class Value:
             return None
         ok = _is_kind(value, self.kind)
         if ok and self.kind in (int, float):
-            ok = (math.isfinite(value)
-                  and (self.low is None or (value > self.low if self.low_open else value >= self.low))
-                  and (self.high is None or (value < self.high if self.high_open else value <= self.high)))
+            ok = (
+                math.isfinite(value)
+                and (self.low is None or (value > self.low if self.low_open else value >= self.low))
+                and (self.high is None or (value < self.high if self.high_open else value <= self.high))
+            )
         if ok and self.not_between is not None:
             ok = not self.not_between[0] < value < self.not_between[1]
         if ok and self.choices is not None:
@@ -111,8 +121,16 @@ seed = Value(int, low=0, high=2**63 - 1)
 port = Value(int, low=1, high=65535)
 
 
-def setting(default=dataclasses.MISSING, *, help: str, value: Value | None = None, aliases=(), flag: bool = True,
-            resumable: bool = False, default_factory=dataclasses.MISSING):
+def setting(
+    default=dataclasses.MISSING,
+    *,
+    help: str,
+    value: Value | None = None,
+    aliases=(),
+    flag: bool = True,
+    resumable: bool = False,
+    default_factory=dataclasses.MISSING,
+):
     """A configuration dataclass field with its metadata, the one place its description lives:
     `help` (what it means; the `train` flag's help), `value` (its range, checked on a flag, in a
     --config file and in the run's saved files), `aliases` (other flag spellings), `flag` (False: no
@@ -146,13 +164,14 @@ def _short(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def check_fields(doc, path: str, fields: dict, required=(), allow_unknown: bool = True,
-                 hint: str = "") -> dict:
+def check_fields(doc, path: str, fields: dict, required=(), allow_unknown: bool = True, hint: str = "") -> dict:
     """Check that `doc` (parsed from the file `path`) is an object whose `fields` (name -> Value)
     have allowed values, with every `required` name present; unknown names are an error unless
     `allow_unknown`. Returns doc; a UserError names the file and the field otherwise."""
+
     def bad(what):
         raise UserError(f"{path}: {what}" + (f"; {hint}" if hint else ""))
+
     if not isinstance(doc, dict):
         bad(f"must hold a JSON object, got {_short(doc)}")
     missing = [name for name in required if name not in doc]
@@ -211,8 +230,9 @@ def read_json(path: str, max_bytes: int | None = None, hint: str = ""):
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size > max_bytes:
-                raise UserError(f"{path} is {size:,} bytes, more than the {max_bytes:,} a file of its kind "
-                                f"can hold{tail}")
+                raise UserError(
+                    f"{path} is {size:,} bytes, more than the {max_bytes:,} a file of its kind can hold{tail}"
+                )
             raw = f.read(max_bytes + 1)
     except FileNotFoundError:
         raise UserError(f"{path} does not exist{tail}") from None

@@ -47,8 +47,12 @@ def simd_loops(source: str) -> list[tuple[int, int]]:
 def report(target: str, compiler: str = "gcc") -> tuple[set[int], dict[int, str]]:
     """(lines of loops vectorized, {line: first reason a loop there was not}) for one -march target."""
     with tempfile.TemporaryDirectory() as tmp:
-        result = subprocess.run([compiler, f"-march={target}", *_COMMON, str(SOURCE), "-o", f"{tmp}/k.so",
-                                 "-lm", "-fopt-info-vec-all"], capture_output=True, text=True, timeout=300)
+        result = subprocess.run(
+            [compiler, f"-march={target}", *_COMMON, str(SOURCE), "-o", f"{tmp}/k.so", "-lm", "-fopt-info-vec-all"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     if result.returncode != 0:
         raise RuntimeError(f"{compiler} -march={target} failed: {result.stderr.strip()[-500:]}")
     vectorized, missed = set(), {}
@@ -86,8 +90,7 @@ def main(argv: list[str]) -> int:
     loops = len(simd_loops(SOURCE.read_text()))
     for problem in problems:
         print(problem)
-    print(f"{loops} omp simd loops x {len(targets)} targets ({', '.join(targets)}): "
-          f"{len(problems)} not vectorized")
+    print(f"{loops} omp simd loops x {len(targets)} targets ({', '.join(targets)}): {len(problems)} not vectorized")
     return 1 if problems else 0
 
 

@@ -35,9 +35,29 @@ import numpy as np
 
 FAULTS = ("kill", "kill-ckpt", "term", "enospc", "corrupt")
 STEPS = 8
-TRAIN = ["--preset", "toy-v0", "--embed_dim", "16", "--num_layers", "1", "--num_heads", "2", "--seq_len", "16",
-         "--batch_size", "2", "--steps", str(STEPS), "--checkpoint_every", "1", "--keep_checkpoints", "2",
-         "--warmup_steps", "2", "--no_progress"]
+TRAIN = [
+    "--preset",
+    "toy-v0",
+    "--embed_dim",
+    "16",
+    "--num_layers",
+    "1",
+    "--num_heads",
+    "2",
+    "--seq_len",
+    "16",
+    "--batch_size",
+    "2",
+    "--steps",
+    str(STEPS),
+    "--checkpoint_every",
+    "1",
+    "--keep_checkpoints",
+    "2",
+    "--warmup_steps",
+    "2",
+    "--no_progress",
+]
 
 
 def child(fault: str, when: int, argv: list) -> int:
@@ -66,6 +86,7 @@ def child(fault: str, when: int, argv: list) -> int:
 
 def make_dataset(folder: str) -> str:
     from gradcraft.data.tokenfile import write_token_file
+
     rng = np.random.default_rng(0)
     pattern = rng.integers(0, 64, size=40)
     tokens = np.concatenate([np.where(rng.random(40) < 0.1, rng.integers(0, 64, 40), pattern) for _ in range(50)])
@@ -76,6 +97,7 @@ def make_dataset(folder: str) -> str:
 
 def weights(run: str) -> dict:
     from safetensors.numpy import load_file
+
     return load_file(os.path.join(run, "model.safetensors"))
 
 
@@ -84,13 +106,17 @@ def command(dataset: str, run: str, resume: bool) -> list:
 
 
 def launch(argv: list, fault: str | None = None, when: int = 0) -> subprocess.Popen:
-    script = [sys.executable, os.path.abspath(__file__), "child", fault, str(when)] if fault else \
-        [sys.executable, "-m", "gradcraft.cli.main"]
+    script = (
+        [sys.executable, os.path.abspath(__file__), "child", fault, str(when)]
+        if fault
+        else [sys.executable, "-m", "gradcraft.cli.main"]
+    )
     return subprocess.Popen(script + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def checkpoints(run: str) -> list:
     from gradcraft.training import checkpoint as ckpt
+
     return ckpt.list_checkpoints(os.path.join(run, "checkpoints"))
 
 
@@ -103,22 +129,32 @@ def corrupt(run: str, rng: random.Random) -> str | None:
     found = checkpoints(run)
     if not found:
         return None
-    path = os.path.join(found[-1], rng.choice(["model.safetensors", "optimizer.safetensors", "state.json",
-                                               "manifest.json"]))
+    path = os.path.join(
+        found[-1], rng.choice(["model.safetensors", "optimizer.safetensors", "state.json", "manifest.json"])
+    )
     data = bytearray(open(path, "rb").read())
     if rng.random() < 0.5 and data:
         data[rng.randrange(len(data))] ^= 0xFF
     else:
-        data = data[:rng.randrange(len(data) + 1)]
+        data = data[: rng.randrange(len(data) + 1)]
     with open(path, "wb") as f:
         f.write(data)
     return found[-1]
 
 
-def one_round(dataset: str, folder: str, reference: dict, duration: float, rng: random.Random, faults: int,
-              tally: dict, kinds=FAULTS) -> list:
+def one_round(
+    dataset: str,
+    folder: str,
+    reference: dict,
+    duration: float,
+    rng: random.Random,
+    faults: int,
+    tally: dict,
+    kinds=FAULTS,
+) -> list:
     """Train into a fresh folder with `faults` faults, then to the end; returns the problems found."""
     from gradcraft.training import checkpoint as ckpt
+
     run, problems, damaged = os.path.join(folder, "run"), [], None
     shutil.rmtree(run, ignore_errors=True)
     for attempt in range(faults + 20):
@@ -191,8 +227,13 @@ def run_rounds(rounds: int, faults: int, seed: int, folder: str, log=print, kind
         survived += not found
         problems += [f"round {r}: {p}" for p in found]
         log(f"round {r + 1}/{rounds}: {'ok' if not found else '; '.join(found)}")
-    return {"rounds": rounds, "faults_drawn_hit": tally, "faults_hit": sum(h for _, h in tally.values()),
-            "rounds_exact": survived, "problems": problems}
+    return {
+        "rounds": rounds,
+        "faults_drawn_hit": tally,
+        "faults_hit": sum(h for _, h in tally.values()),
+        "rounds_exact": survived,
+        "problems": problems,
+    }
 
 
 def main() -> int:

@@ -44,102 +44,219 @@ KERNELS = "gradcraft/backend/cpu/native/kernels.c"
 NORMS, SOFTMAX, OPTIM = (f"gradcraft/backend/cpu/{name}.py" for name in ("norms", "softmax", "optim"))
 MUTANTS = [
     # ---- data samplers
-    M("sequential_sampler_forgets_position", "gradcraft/data/sampler.py",
-      'self.epoch, self.position = int(state["epoch"]), int(state["position"])',
-      'self.epoch, self.position = int(state["epoch"]), 0',
-      ("tests/test_samplers.py",), "SequentialEpochs restarts its epoch on resume"),
-    M("sequential_sampler_same_order_every_epoch", "gradcraft/data/sampler.py",
-      "np.random.default_rng([self.seed, epoch])", "np.random.default_rng([self.seed, 0])",
-      ("tests/test_samplers.py",), "every epoch visits the windows in the same order"),
-    M("random_sampler_ignores_saved_state", "gradcraft/data/sampler.py",
-      'self.rng.bit_generator.state = state["rng"]', "pass",
-      ("tests/test_samplers.py",), "RandomWindows does not restore its generator"),
+    M(
+        "sequential_sampler_forgets_position",
+        "gradcraft/data/sampler.py",
+        'self.epoch, self.position = int(state["epoch"]), int(state["position"])',
+        'self.epoch, self.position = int(state["epoch"]), 0',
+        ("tests/test_samplers.py",),
+        "SequentialEpochs restarts its epoch on resume",
+    ),
+    M(
+        "sequential_sampler_same_order_every_epoch",
+        "gradcraft/data/sampler.py",
+        "np.random.default_rng([self.seed, epoch])",
+        "np.random.default_rng([self.seed, 0])",
+        ("tests/test_samplers.py",),
+        "every epoch visits the windows in the same order",
+    ),
+    M(
+        "random_sampler_ignores_saved_state",
+        "gradcraft/data/sampler.py",
+        'self.rng.bit_generator.state = state["rng"]',
+        "pass",
+        ("tests/test_samplers.py",),
+        "RandomWindows does not restore its generator",
+    ),
     # ---- sampling (generation)
-    M("temperature_multiplies", "gradcraft/inference/generate.py",
-      "scaled = logits.astype(np.float64) / params.temperature",
-      "scaled = logits.astype(np.float64) * params.temperature",
-      ("tests/test_sampling.py",), "temperature multiplies the logits"),
-    M("top_p_halved", "gradcraft/inference/generate.py",
-      "keep = cumulative - probs[order] < params.top_p", "keep = cumulative - probs[order] < params.top_p / 2",
-      ("tests/test_sampling.py",), "the top-p threshold is halved"),
-    M("top_k_keeps_one_more", "gradcraft/inference/generate.py",
-      "kth = np.partition(scaled, -params.top_k)[-params.top_k]",
-      "kth = np.partition(scaled, -params.top_k - 1)[-params.top_k - 1]",
-      ("tests/test_sampling.py",), "top-k keeps k + 1 tokens"),
-    M("kv_cache_position_off_by_one", "gradcraft/inference/generate.py",
-      "caches=self.caches, start=position)", "caches=self.caches, start=position + 1)",
-      ("tests/test_generate.py", "-k", "kv_cache or greedy"), "decoding steps use the next position"),
+    M(
+        "temperature_multiplies",
+        "gradcraft/inference/generate.py",
+        "scaled = logits.astype(np.float64) / params.temperature",
+        "scaled = logits.astype(np.float64) * params.temperature",
+        ("tests/test_sampling.py",),
+        "temperature multiplies the logits",
+    ),
+    M(
+        "top_p_halved",
+        "gradcraft/inference/generate.py",
+        "keep = cumulative - probs[order] < params.top_p",
+        "keep = cumulative - probs[order] < params.top_p / 2",
+        ("tests/test_sampling.py",),
+        "the top-p threshold is halved",
+    ),
+    M(
+        "top_k_keeps_one_more",
+        "gradcraft/inference/generate.py",
+        "kth = np.partition(scaled, -params.top_k)[-params.top_k]",
+        "kth = np.partition(scaled, -params.top_k - 1)[-params.top_k - 1]",
+        ("tests/test_sampling.py",),
+        "top-k keeps k + 1 tokens",
+    ),
+    M(
+        "kv_cache_position_off_by_one",
+        "gradcraft/inference/generate.py",
+        "caches=self.caches, start=position)",
+        "caches=self.caches, start=position + 1)",
+        ("tests/test_generate.py", "-k", "kv_cache or greedy"),
+        "decoding steps use the next position",
+    ),
     # ---- training: gradient accumulation and data parallel
-    M("accumulation_seed_one", "gradcraft/training/trainer.py",
-      "seed = 1.0 / (self.accum * self.world)", "seed = 1.0",
-      ("tests/test_grad_accumulation.py",), "backward seeded with 1 instead of 1/(accum x world)"),
-    M("accumulation_ignores_world", "gradcraft/training/trainer.py",
-      "seed = 1.0 / (self.accum * self.world)", "seed = 1.0 / self.accum",
-      ("tests/test_grad_accumulation.py",), "data-parallel gradients summed, not averaged"),
+    M(
+        "accumulation_seed_one",
+        "gradcraft/training/trainer.py",
+        "seed = 1.0 / (self.accum * self.world)",
+        "seed = 1.0",
+        ("tests/test_grad_accumulation.py",),
+        "backward seeded with 1 instead of 1/(accum x world)",
+    ),
+    M(
+        "accumulation_ignores_world",
+        "gradcraft/training/trainer.py",
+        "seed = 1.0 / (self.accum * self.world)",
+        "seed = 1.0 / self.accum",
+        ("tests/test_grad_accumulation.py",),
+        "data-parallel gradients summed, not averaged",
+    ),
     # ---- norms (the C kernel is the float32 path, the NumPy reference the float64 one)
-    M("rms_norm_no_eps_c", KERNELS,
-      "float rstd = row_rstd(xr, features, 0.0f, eps);\n        if (weight)",
-      "float rstd = row_rstd(xr, features, 0.0f, 0.0f);\n        if (weight)",
-      ("tests/test_ops.py", "-k", "norm"), "RMSNorm forward (C) without eps"),
-    M("rms_norm_no_eps_numpy", NORMS,
-      "rstd = 1.0 / np.sqrt(o.mean(axis=1, keepdims=True) + eps)",
-      "rstd = 1.0 / np.sqrt(o.mean(axis=1, keepdims=True))",
-      ("tests/test_ops.py", "-k", "norm"), "RMSNorm forward (NumPy) without eps"),
-    M("layer_norm_no_eps_c", KERNELS,
-      "float *o = out + r * features;\n"
-      "        float mean = row_mean(xr, features), rstd = row_rstd(xr, features, mean, eps);",
-      "float *o = out + r * features;\n"
-      "        float mean = row_mean(xr, features), rstd = row_rstd(xr, features, mean, 0.0f);",
-      ("tests/test_ops.py", "-k", "norm"), "LayerNorm forward (C) without eps"),
-    M("layer_norm_no_eps_numpy", NORMS,
-      "o *= 1.0 / np.sqrt((o * o).mean(axis=1, keepdims=True) + eps)",
-      "o *= 1.0 / np.sqrt((o * o).mean(axis=1, keepdims=True))",
-      ("tests/test_ops.py", "-k", "norm"), "LayerNorm forward (NumPy) without eps"),
+    M(
+        "rms_norm_no_eps_c",
+        KERNELS,
+        "float rstd = row_rstd(xr, features, 0.0f, eps);\n        if (weight)",
+        "float rstd = row_rstd(xr, features, 0.0f, 0.0f);\n        if (weight)",
+        ("tests/test_ops.py", "-k", "norm"),
+        "RMSNorm forward (C) without eps",
+    ),
+    M(
+        "rms_norm_no_eps_numpy",
+        NORMS,
+        "rstd = 1.0 / np.sqrt(o.mean(axis=1, keepdims=True) + eps)",
+        "rstd = 1.0 / np.sqrt(o.mean(axis=1, keepdims=True))",
+        ("tests/test_ops.py", "-k", "norm"),
+        "RMSNorm forward (NumPy) without eps",
+    ),
+    M(
+        "layer_norm_no_eps_c",
+        KERNELS,
+        "float *o = out + r * features;\n"
+        "        float mean = row_mean(xr, features), rstd = row_rstd(xr, features, mean, eps);",
+        "float *o = out + r * features;\n"
+        "        float mean = row_mean(xr, features), rstd = row_rstd(xr, features, mean, 0.0f);",
+        ("tests/test_ops.py", "-k", "norm"),
+        "LayerNorm forward (C) without eps",
+    ),
+    M(
+        "layer_norm_no_eps_numpy",
+        NORMS,
+        "o *= 1.0 / np.sqrt((o * o).mean(axis=1, keepdims=True) + eps)",
+        "o *= 1.0 / np.sqrt((o * o).mean(axis=1, keepdims=True))",
+        ("tests/test_ops.py", "-k", "norm"),
+        "LayerNorm forward (NumPy) without eps",
+    ),
     # ---- attention
-    M("causal_mask_top_left_numpy", SOFTMAX,
-      "i = np.arange(T)[:, None] + (S - T)", "i = np.arange(T)[:, None]",
-      ("tests/test_ops.py", "-k", "sdpa"), "causal queries aligned with the first keys (NumPy)"),
-    M("causal_mask_top_left_c", KERNELS,
-      "if (causal) end = i + S - T + 1;", "if (causal) end = i + 1;",
-      ("tests/test_ops.py", "-k", "sdpa"), "causal queries aligned with the first keys (C)"),
-    M("attention_scale_1_over_d", "gradcraft/ops/attention.py",
-      "1.0 / math.sqrt(D)", "1.0 / D",
-      ("tests/test_ops.py", "-k", "sdpa"), "attention scaled by 1/D"),
+    M(
+        "causal_mask_top_left_numpy",
+        SOFTMAX,
+        "i = np.arange(T)[:, None] + (S - T)",
+        "i = np.arange(T)[:, None]",
+        ("tests/test_ops.py", "-k", "sdpa"),
+        "causal queries aligned with the first keys (NumPy)",
+    ),
+    M(
+        "causal_mask_top_left_c",
+        KERNELS,
+        "if (causal) end = i + S - T + 1;",
+        "if (causal) end = i + 1;",
+        ("tests/test_ops.py", "-k", "sdpa"),
+        "causal queries aligned with the first keys (C)",
+    ),
+    M(
+        "attention_scale_1_over_d",
+        "gradcraft/ops/attention.py",
+        "1.0 / math.sqrt(D)",
+        "1.0 / D",
+        ("tests/test_ops.py", "-k", "sdpa"),
+        "attention scaled by 1/D",
+    ),
     # ---- kernels
-    M("exp_taylor_term", KERNELS, "p = p * r + 1.0f / 6.0f;", "p = p * r + 1.0f / 5.0f;",
-      ("tests/test_cpu_native.py",), "a wrong coefficient in the vectorized exp"),
-    M("cross_entropy_mean_counts_ignored", "gradcraft/ops/nn.py",
-      "count = reduce_sum(ew.ne(flat_target, ignore_index))", "count = reduce_sum(ew.ne(flat_target, -12345))",
-      ("tests/test_ops.py", "-k", "cross_entropy"), "the mean loss counts ignored targets"),
+    M(
+        "exp_taylor_term",
+        KERNELS,
+        "p = p * r + 1.0f / 6.0f;",
+        "p = p * r + 1.0f / 5.0f;",
+        ("tests/test_cpu_native.py",),
+        "a wrong coefficient in the vectorized exp",
+    ),
+    M(
+        "cross_entropy_mean_counts_ignored",
+        "gradcraft/ops/nn.py",
+        "count = reduce_sum(ew.ne(flat_target, ignore_index))",
+        "count = reduce_sum(ew.ne(flat_target, -12345))",
+        ("tests/test_ops.py", "-k", "cross_entropy"),
+        "the mean loss counts ignored targets",
+    ),
     # ---- optimizer
-    M("adamw_no_bias_correction", "gradcraft/optim/optimizer.py",
-      "step_size, bc2_sqrt = lr / (1.0 - beta1 ** step), math.sqrt(1.0 - beta2 ** step)",
-      "step_size, bc2_sqrt = lr, 1.0",
-      ("tests/test_optim.py",), "AdamW without bias correction"),
-    M("adamw_c_second_moment_unsquared", KERNELS,
-      "v[i] = v[i] * beta2 + gi * (1.0f - beta2) * gi;", "v[i] = v[i] * beta2 + (1.0f - beta2) * fabsf(gi);",
-      ("tests/test_optim.py", "tests/test_cpu_native.py"), "AdamW's second moment of abs(g), not g^2 (C)"),
-    M("clip_coefficient_inverted", OPTIM,
-      "coef = min(1.0, max_norm / (norm + 1e-6)) if max_norm > 0 else 1.0",
-      "coef = min(1.0, norm / (max_norm + 1e-6)) if max_norm > 0 else 1.0",
-      ("tests/test_optim.py",), "the clipping coefficient inverted"),
-    M("warmup_off_by_one", "gradcraft/optim/schedule.py",
-      "return self.max_lr * (step + 1) / self.warmup_steps", "return self.max_lr * step / self.warmup_steps",
-      ("tests/test_optim.py",), "warmup starts at learning rate 0"),
+    M(
+        "adamw_no_bias_correction",
+        "gradcraft/optim/optimizer.py",
+        "step_size, bc2_sqrt = lr / (1.0 - beta1 ** step), math.sqrt(1.0 - beta2 ** step)",
+        "step_size, bc2_sqrt = lr, 1.0",
+        ("tests/test_optim.py",),
+        "AdamW without bias correction",
+    ),
+    M(
+        "adamw_c_second_moment_unsquared",
+        KERNELS,
+        "v[i] = v[i] * beta2 + gi * (1.0f - beta2) * gi;",
+        "v[i] = v[i] * beta2 + (1.0f - beta2) * fabsf(gi);",
+        ("tests/test_optim.py", "tests/test_cpu_native.py"),
+        "AdamW's second moment of abs(g), not g^2 (C)",
+    ),
+    M(
+        "clip_coefficient_inverted",
+        OPTIM,
+        "coef = min(1.0, max_norm / (norm + 1e-6)) if max_norm > 0 else 1.0",
+        "coef = min(1.0, norm / (max_norm + 1e-6)) if max_norm > 0 else 1.0",
+        ("tests/test_optim.py",),
+        "the clipping coefficient inverted",
+    ),
+    M(
+        "warmup_off_by_one",
+        "gradcraft/optim/schedule.py",
+        "return self.max_lr * (step + 1) / self.warmup_steps",
+        "return self.max_lr * step / self.warmup_steps",
+        ("tests/test_optim.py",),
+        "warmup starts at learning rate 0",
+    ),
     # ---- tokenizer
-    M("bpe_merges_leftmost_first", "gradcraft/tokenizer/bpe.py",
-      "best = min(ranks)", "best = next((r for r in ranks if r != INF), INF)",
-      ("tests/test_tokenizer.py",), "BPE applies the leftmost mergeable pair, not the lowest rank"),
-    M("bpe_training_keeps_stale_counts", "gradcraft/tokenizer/train.py",
-      "if current != -neg:  # stale entry", "if current != -neg and False:  # stale entry",
-      ("tests/test_tokenizer.py",), "BPE training merges pairs by out-of-date counts"),
+    M(
+        "bpe_merges_leftmost_first",
+        "gradcraft/tokenizer/bpe.py",
+        "best = min(ranks)",
+        "best = next((r for r in ranks if r != INF), INF)",
+        ("tests/test_tokenizer.py",),
+        "BPE applies the leftmost mergeable pair, not the lowest rank",
+    ),
+    M(
+        "bpe_training_keeps_stale_counts",
+        "gradcraft/tokenizer/train.py",
+        "if current != -neg:  # stale entry",
+        "if current != -neg and False:  # stale entry",
+        ("tests/test_tokenizer.py",),
+        "BPE training merges pairs by out-of-date counts",
+    ),
 ]
 
 
 def copy_repository(target: Path) -> None:
     """Tracked and untracked-but-not-ignored files of the working tree."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
-                           check=True).stdout.decode().split("\0")
+    files = (
+        subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, files):
         source = ROOT / name
         if source.is_file():
@@ -149,12 +266,17 @@ def copy_repository(target: Path) -> None:
 
 def run_tests(copy: Path, tests, timeout: int) -> tuple[str, float, str]:
     """('pass' | 'fail' | 'error', seconds, the first failing test, else pytest's last line)."""
-    env = dict(os.environ, PYTHONPATH=str(copy), GRADCRAFT_CACHE_DIR=str(copy / ".cache"),
-               PYTHONDONTWRITEBYTECODE="1")
+    env = dict(os.environ, PYTHONPATH=str(copy), GRADCRAFT_CACHE_DIR=str(copy / ".cache"), PYTHONDONTWRITEBYTECODE="1")
     start = time.perf_counter()
     try:
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
-                              cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+            cwd=copy,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         return "error", time.perf_counter() - start, f"timed out after {timeout} s"
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
@@ -214,8 +336,11 @@ def main(argv=None) -> int:
 
     caught = sum(r[1] == "caught" for r in rows)
     table = ["| mutant | file | the bug | tests run | result | first failing test |", "|---|---|---|---|---|---|"]
-    table += [f"| {m.name} | {m.path} | {m.what} | `{' '.join(m.tests)}` | {verdict} | "
-              f"{'`' + summary + '`' if verdict == 'caught' else summary} |" for m, verdict, _, summary in rows]
+    table += [
+        f"| {m.name} | {m.path} | {m.what} | `{' '.join(m.tests)}` | {verdict} | "
+        f"{'`' + summary + '`' if verdict == 'caught' else summary} |"
+        for m, verdict, _, summary in rows
+    ]
     table.append(f"\nScore: {caught} of {len(rows)} mutants caught.")
     print("\n".join(table))
     if args.markdown:

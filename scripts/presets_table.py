@@ -37,15 +37,18 @@ def _other(c) -> str:
 
 
 def table() -> str:
-    rows = ["| preset | vocab | context | dim | layers | heads (kv) | ffn | norm | MLP | positions | bias | tied "
-            "| other |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = [
+        "| preset | vocab | context | dim | layers | heads (kv) | ffn | norm | MLP | positions | bias | tied | other |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for name in PRESETS:
         c = preset(name)
         heads = f"{c.n_heads}" + (f" ({c.n_kv_heads})" if c.n_kv_heads and c.n_kv_heads != c.n_heads else "")
-        rows.append(f"| `{name}` | {c.vocab_size} | {c.seq_len} | {c.dim} | {c.n_layers} | {heads} | {c.ffn_dim} "
-                    f"| {c.norm} | {c.mlp} | {c.positions} | {'yes' if c.bias else 'no'} "
-                    f"| {'yes' if c.tie_embeddings else 'no'} | {_other(c)} |")
+        rows.append(
+            f"| `{name}` | {c.vocab_size} | {c.seq_len} | {c.dim} | {c.n_layers} | {heads} | {c.ffn_dim} "
+            f"| {c.norm} | {c.mlp} | {c.positions} | {'yes' if c.bias else 'no'} "
+            f"| {'yes' if c.tie_embeddings else 'no'} | {_other(c)} |"
+        )
     return "\n".join(rows)
 
 

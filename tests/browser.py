@@ -45,12 +45,29 @@ class Browser:
         self.log_path = log_path
         with open(log_path, "w") as log:
             self.proc = subprocess.Popen(
-                [executable, "--headless", "--remote-debugging-pipe", f"--user-data-dir={profile_dir}",
-                 "--no-sandbox",  # root in a container has no user namespaces for the sandbox
-                 "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run", "--no-default-browser-check",
-                 "--disable-extensions", "--disable-background-networking", "--disable-sync",
-                 "--hide-scrollbars", "--mute-audio", "about:blank"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=give_pipes, close_fds=False)
+                [
+                    executable,
+                    "--headless",
+                    "--remote-debugging-pipe",
+                    f"--user-data-dir={profile_dir}",
+                    "--no-sandbox",  # root in a container has no user namespaces for the sandbox
+                    "--disable-gpu",
+                    "--disable-dev-shm-usage",
+                    "--no-first-run",
+                    "--no-default-browser-check",
+                    "--disable-extensions",
+                    "--disable-background-networking",
+                    "--disable-sync",
+                    "--hide-scrollbars",
+                    "--mute-audio",
+                    "about:blank",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                preexec_fn=give_pipes,
+                close_fds=False,
+            )
         os.close(to_browser_r)
         os.close(from_browser_w)
         self.writer, self.reader = to_browser_w, from_browser_r
@@ -87,7 +104,7 @@ class Browser:
             message["sessionId"] = session
         data = json.dumps(message).encode() + b"\0"
         while data:
-            data = data[os.write(self.writer, data):]
+            data = data[os.write(self.writer, data) :]
         deadline = time.monotonic() + timeout
         while True:
             answer = self._read_message(deadline)
@@ -166,8 +183,9 @@ class Page:
 
     def press(self, key: str, code: str, key_code: int, modifiers: int = 0) -> None:
         """A key press; modifiers: 1 Alt, 2 Ctrl, 4 Meta/Cmd, 8 Shift."""
-        common = dict(key=key, code=code, windowsVirtualKeyCode=key_code, nativeVirtualKeyCode=key_code,
-                      modifiers=modifiers)
+        common = dict(
+            key=key, code=code, windowsVirtualKeyCode=key_code, nativeVirtualKeyCode=key_code, modifiers=modifiers
+        )
         self.call("Input.dispatchKeyEvent", type="rawKeyDown", **common)
         self.call("Input.dispatchKeyEvent", type="keyUp", **common)
 

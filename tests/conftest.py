@@ -10,18 +10,60 @@ import pytest
 def trained_run(tmp_path_factory):
     """A tokenizer, a token file and a briefly trained model, made with the real CLIs."""
     from gradcraft.cli.main import main
+
     root = tmp_path_factory.mktemp("gen")
     raw = root / "raw"
     raw.mkdir()
     text = "def reverse_string(s):\n    return s[::-1]\n# ünïcödé ✓ 漢字 🙂\n"
     for i in range(30):
         (raw / f"f{i}.txt").write_text(text * 3 + f"x = {i}\n")
-    assert main(["tokenize", "--data_dir", str(raw), "--output_path", str(root / "tokens.bin"),
-                 "--vocab_size", "300", "--workers", "1"]) == 0
-    assert main(["train", "--dataset", str(root / "tokens.bin"), "--model_dir", str(root / "run"), "--preset",
-                 "toy-v0", "--embed_dim", "32", "--num_layers", "1", "--num_heads", "2", "--steps", "30",
-                 "--batch_size", "4", "--seq_len", "24", "--warmup_steps", "2", "--max_lr", "1e-2",
-                 "--no_progress"]) == 0
+    assert (
+        main(
+            [
+                "tokenize",
+                "--data_dir",
+                str(raw),
+                "--output_path",
+                str(root / "tokens.bin"),
+                "--vocab_size",
+                "300",
+                "--workers",
+                "1",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "train",
+                "--dataset",
+                str(root / "tokens.bin"),
+                "--model_dir",
+                str(root / "run"),
+                "--preset",
+                "toy-v0",
+                "--embed_dim",
+                "32",
+                "--num_layers",
+                "1",
+                "--num_heads",
+                "2",
+                "--steps",
+                "30",
+                "--batch_size",
+                "4",
+                "--seq_len",
+                "24",
+                "--warmup_steps",
+                "2",
+                "--max_lr",
+                "1e-2",
+                "--no_progress",
+            ]
+        )
+        == 0
+    )
     return root
 
 
@@ -30,6 +72,7 @@ def dataset(tmp_path_factory):
     """A small token file (vocabulary 64) with a .val split, for the training tests."""
     import numpy as np
     from gradcraft.data.tokenfile import write_token_file
+
     folder = tmp_path_factory.mktemp("data")
     rng = np.random.default_rng(0)
     # a learnable sequence: a repeating pattern with noise, vocabulary 64
@@ -37,8 +80,9 @@ def dataset(tmp_path_factory):
     tokens = np.concatenate([np.where(rng.random(50) < 0.1, rng.integers(0, 64, 50), pattern) for _ in range(200)])
     path = folder / "tokens.bin"
     write_token_file(str(path), tokens.astype(np.uint16), vocab_size=64, fingerprint="abc123")
-    write_token_file(str(folder / "tokens.val.bin"), tokens[:2000].astype(np.uint16), vocab_size=64,
-                     fingerprint="abc123")
+    write_token_file(
+        str(folder / "tokens.val.bin"), tokens[:2000].astype(np.uint16), vocab_size=64, fingerprint="abc123"
+    )
     return str(path)
 
 
@@ -48,6 +92,7 @@ def pytest_terminal_summary(terminalreporter):
     loaded by the process that writes the summary.)"""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "compat"))
     from harness import summary_line
+
     line = summary_line(terminalreporter.stats)
     if line:
         terminalreporter.write_line(line)

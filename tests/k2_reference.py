@@ -20,6 +20,7 @@ def decode_utf8(t: bytes, pos: int):
             return -1
         c = t[pos + off]
         return c & 0x3F if (c & 0xC0) == 0x80 else -1
+
     c0 = t[pos]
     if c0 < 0x80:
         return c0, 1
@@ -36,8 +37,10 @@ def decode_utf8(t: bytes, pos: int):
 
 
 def is_whitespace(cp):
-    return cp in (0x20, 0x09, 0x0A, 0x0D, 0x0B, 0x0C, 0xA0, 0x1680, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000) \
+    return (
+        cp in (0x20, 0x09, 0x0A, 0x0D, 0x0B, 0x0C, 0xA0, 0x1680, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000)
         or 0x2000 <= cp <= 0x200A
+    )
 
 
 def is_number(cp):
@@ -45,8 +48,19 @@ def is_number(cp):
 
 
 def is_letter(cp):
-    ranges = [(0x61, 0x7A), (0x41, 0x5A), (0xAA, 0x2AF), (0x370, 0x4FF), (0x590, 0x8FF), (0x900, 0xDFF),
-              (0x1E00, 0x1EFF), (0x3040, 0x30FF), (0x3400, 0x9FFF), (0xAC00, 0xD7A3), (0xF900, 0xFAFF)]
+    ranges = [
+        (0x61, 0x7A),
+        (0x41, 0x5A),
+        (0xAA, 0x2AF),
+        (0x370, 0x4FF),
+        (0x590, 0x8FF),
+        (0x900, 0xDFF),
+        (0x1E00, 0x1EFF),
+        (0x3040, 0x30FF),
+        (0x3400, 0x9FFF),
+        (0xAC00, 0xD7A3),
+        (0xF900, 0xFAFF),
+    ]
     return any(a <= cp <= b for a, b in ranges)
 
 
@@ -104,7 +118,7 @@ def pretokenize(text: bytes) -> list:
             pieces.append(text[i:j])
             i = j
             continue
-        pieces.append(text[i:i + ln])
+        pieces.append(text[i : i + ln])
         i += ln
     return pieces
 
@@ -130,7 +144,7 @@ class RefTokenizer:
                     best_id, best_pos = t, i
             if best_pos == -1:
                 break
-            ids[best_pos:best_pos + 2] = [best_id]
+            ids[best_pos : best_pos + 2] = [best_id]
         return ids
 
     def encode(self, text: bytes) -> list:
@@ -140,8 +154,9 @@ class RefTokenizer:
         def segment(seg):
             for piece in pretokenize(seg):
                 out.extend(self.encode_word(piece))
+
         while i < len(text):
-            match = next((s for s in specials if text[i:i + len(s)] == s), None)
+            match = next((s for s in specials if text[i : i + len(s)] == s), None)
             if match:
                 if i > start:
                     segment(text[start:i])
@@ -213,10 +228,12 @@ def human_readable(merges) -> tuple:
 
     def printable(b):
         return "".join(table[x] for x in b).replace("\\", "\\\\").replace('"', '\\"')
+
     lines = [f'  "{printable(t)}": {i}' for i, t in enumerate(tok.tokens)]
     vocab = "{\n" + ",\n".join(lines) + "\n}\n"
     merges_txt = "#version: 0.2\n" + "".join(
-        f"{''.join(table[x] for x in tok.tokens[a])} {''.join(table[x] for x in tok.tokens[b])}\n" for a, b in merges)
+        f"{''.join(table[x] for x in tok.tokens[a])} {''.join(table[x] for x in tok.tokens[b])}\n" for a, b in merges
+    )
     return vocab, merges_txt
 
 
@@ -228,8 +245,13 @@ def param_list(h):
         p = f"blocks.{i}"
         out += [(f"{p}.ln1.gamma", (D,)), (f"{p}.ln2.gamma", (D,))]
         out += [(f"{p}.attn.{w}.W", (D, D)) for w in ("Wq", "Wk", "Wv", "Wo")]
-        out += [(f"{p}.mlp.hidden.W", (D, 2 * F)), (f"{p}.mlp.hidden.b", (2 * F,)), (f"{p}.mlp.swiglu.beta", (1,)),
-                (f"{p}.mlp.output.W", (F, D)), (f"{p}.mlp.output.b", (D,))]
+        out += [
+            (f"{p}.mlp.hidden.W", (D, 2 * F)),
+            (f"{p}.mlp.hidden.b", (2 * F,)),
+            (f"{p}.mlp.swiglu.beta", (1,)),
+            (f"{p}.mlp.output.W", (F, D)),
+            (f"{p}.mlp.output.b", (D,)),
+        ]
     return out + [("ln_f.gamma", (D,)), ("W_out.W", (D, V))]
 
 
@@ -249,8 +271,17 @@ def random_params(h, seed=0) -> dict:
 
 def tfckpt_file(h, params) -> bytes:
     order = param_list(h)
-    out = b"TFCKPT1\n" + struct.pack("<8i", h["step"], h["vocab_size"], h["d_model"], h["num_heads"],
-                                     h["num_layers"], h["d_ff"], h["max_len"], len(order))
+    out = b"TFCKPT1\n" + struct.pack(
+        "<8i",
+        h["step"],
+        h["vocab_size"],
+        h["d_model"],
+        h["num_heads"],
+        h["num_layers"],
+        h["d_ff"],
+        h["max_len"],
+        len(order),
+    )
     for name, _ in order:
         v = params[name].astype("<f4").ravel()
         out += struct.pack("<i", len(name)) + name.encode() + struct.pack("<q", v.size) + v.tobytes()
@@ -266,10 +297,11 @@ def forward(h, params, ids) -> np.ndarray:
     dh = D // H
 
     def rms(x, g):
-        return x / np.sqrt(np.mean(x ** 2, axis=-1, keepdims=True) + 1e-5) * g
+        return x / np.sqrt(np.mean(x**2, axis=-1, keepdims=True) + 1e-5) * g
 
     def heads(x):
         return x.reshape(B, T, H, dh).transpose(0, 2, 1, 3)
+
     x = p["embedding.token_emb"][ids] + p["embedding.pos_emb"][:T]
     mask = np.triu(np.ones((T, T)), k=1)
     for i in range(h["num_layers"]):

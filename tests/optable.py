@@ -56,12 +56,14 @@ class Const:
 @dataclass(frozen=True)
 class Fixed:
     """A constant random float tensor (no gradient)."""
+
     shape: tuple
 
 
 @dataclass(frozen=True)
 class Mask:
     """A constant bool tensor (about half True)."""
+
     shape: tuple
 
 
@@ -122,28 +124,56 @@ def _window_mask(m, T, w):
 
 OPS = [
     # ---- unary
-    unary("neg", "neg"), unary("exp", "exp"), unary("log", "log", domain=True), unary("sqrt", "sqrt", domain=True),
-    unary("rsqrt", "rsqrt", domain=True), unary("abs", "abs"), unary("sin", "sin"), unary("cos", "cos"),
-    unary("tanh", "tanh"), unary("sigmoid", "sigmoid"), unary("relu", "relu"),
+    unary("neg", "neg"),
+    unary("exp", "exp"),
+    unary("log", "log", domain=True),
+    unary("sqrt", "sqrt", domain=True),
+    unary("rsqrt", "rsqrt", domain=True),
+    unary("abs", "abs"),
+    unary("sin", "sin"),
+    unary("cos", "cos"),
+    unary("tanh", "tanh"),
+    unary("sigmoid", "sigmoid"),
+    unary("relu", "relu"),
     OpInfo("gelu", lambda m, x: m.F.gelu(x), [((3, 4),), ((2, 3, 5),)]),
     OpInfo("gelu_tanh", lambda m, x: m.F.gelu(x, approximate="tanh"), [((3, 4),), ((2, 3, 5),)]),
     OpInfo("silu", lambda m, x: m.F.silu(x), [((3, 4),), ((2, 3, 5),), ((),)]),
-    OpInfo("swiglu", lambda m, x: (m.F.swiglu(x) if m.name == "gradcraft" else
-                                   m.F.silu(x[..., :x.shape[-1] // 2]) * x[..., x.shape[-1] // 2:]),
-           [((3, 8),), ((2, 3, 10),), ((6,),)]),
+    OpInfo(
+        "swiglu",
+        lambda m, x: (
+            m.F.swiglu(x)
+            if m.name == "gradcraft"
+            else m.F.silu(x[..., : x.shape[-1] // 2]) * x[..., x.shape[-1] // 2 :]
+        ),
+        [((3, 8),), ((2, 3, 10),), ((6,),)],
+    ),
     OpInfo("square", lambda m, x: x.square(), [((3, 4),)]),
     OpInfo("reciprocal", lambda m, x: x.reciprocal(), [(Pos((3, 4)),)]),
     # ---- binary (broadcasting)
-    binary("add", lambda m, a, b: a + b), binary("sub", lambda m, a, b: a - b),
-    binary("mul", lambda m, a, b: a * b), binary("div", lambda m, a, b: a / b, domain=True),
-    binary("pow", lambda m, a, b: a ** b, domain=True),
-    binary("maximum", lambda m, a, b: m.T.maximum(a, b)), binary("minimum", lambda m, a, b: m.T.minimum(a, b)),
-    OpInfo("scalar_ops", lambda m, x: (2.0 - x) * 3 / (x + 4) + x ** 2 - 1.5 ** x, [((3, 4),)]),
-    OpInfo("compare", lambda m, a, b: ((a < b).float() + (a >= b).float() * 2 + (a == a).float()
-                                       + (a != b).float() + (a > 0.1).float() + (a <= b).float()),
-           [((3, 4), (3, 4)), ((2, 3), (3,))], grad=False),
-    OpInfo("where", lambda m, c, a, b: m.T.where(c, a, b), [(Mask((3, 4)), (3, 4), (3, 4)),
-                                                            (Mask((3, 1)), (1, 4), (3, 4))]),
+    binary("add", lambda m, a, b: a + b),
+    binary("sub", lambda m, a, b: a - b),
+    binary("mul", lambda m, a, b: a * b),
+    binary("div", lambda m, a, b: a / b, domain=True),
+    binary("pow", lambda m, a, b: a**b, domain=True),
+    binary("maximum", lambda m, a, b: m.T.maximum(a, b)),
+    binary("minimum", lambda m, a, b: m.T.minimum(a, b)),
+    OpInfo("scalar_ops", lambda m, x: (2.0 - x) * 3 / (x + 4) + x**2 - 1.5**x, [((3, 4),)]),
+    OpInfo(
+        "compare",
+        lambda m, a, b: (
+            (a < b).float()
+            + (a >= b).float() * 2
+            + (a == a).float()
+            + (a != b).float()
+            + (a > 0.1).float()
+            + (a <= b).float()
+        ),
+        [((3, 4), (3, 4)), ((2, 3), (3,))],
+        grad=False,
+    ),
+    OpInfo(
+        "where", lambda m, c, a, b: m.T.where(c, a, b), [(Mask((3, 4)), (3, 4), (3, 4)), (Mask((3, 1)), (1, 4), (3, 4))]
+    ),
     OpInfo("masked_fill", lambda m, x, c: x.masked_fill(c, -2.5), [((3, 4), Mask((3, 4))), ((2, 3), Mask((3,)))]),
     OpInfo("clamp", lambda m, x: x.clamp(-0.5, 0.7), [((3, 4),), ((5,),)]),
     OpInfo("clamp_min", lambda m, x: x.clamp(min=0.1), [((3, 4),)]),
@@ -171,9 +201,19 @@ OPS = [
     OpInfo("topk_values", lambda m, x: x.topk(2, dim=-1).values, [((3, 5),), ((2, 4, 3),)]),
     OpInfo("topk_indices", lambda m, x: x.topk(3, dim=0, largest=False).indices, [((5, 4),)], grad=False),
     # ---- matmul
-    OpInfo("matmul", lambda m, a, b: a @ b, [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((2, 3, 4), (2, 4, 5)),
-                                              ((2, 1, 3, 4), (3, 4, 2)), ((4,), (4, 5)), ((3, 4), (4,))],
-           rtol32=2e-4),
+    OpInfo(
+        "matmul",
+        lambda m, a, b: a @ b,
+        [
+            ((3, 4), (4, 5)),
+            ((2, 3, 4), (4, 5)),
+            ((2, 3, 4), (2, 4, 5)),
+            ((2, 1, 3, 4), (3, 4, 2)),
+            ((4,), (4, 5)),
+            ((3, 4), (4,)),
+        ],
+        rtol32=2e-4,
+    ),
     OpInfo("linear", lambda m, x, w, b: m.F.linear(x, w, b), [((2, 3, 4), (5, 4), (5,))], rtol32=2e-4),
     # ---- movement
     OpInfo("reshape", lambda m, x: x.reshape(4, -1) * 1.0, [((2, 3, 4),)]),
@@ -208,53 +248,99 @@ OPS = [
     OpInfo("softmax_dim0", lambda m, x: x.softmax(0), [((3, 5),)]),
     OpInfo("log_softmax", lambda m, x: m.F.log_softmax(x, dim=1), [((3, 5),), ((2, 3, 4),)]),
     OpInfo("cross_entropy", lambda m, x, t: m.F.cross_entropy(x, t), [((4, 7), Ints(7, (4,)))]),
-    OpInfo("cross_entropy_sum_smooth", lambda m, x, t: m.F.cross_entropy(x, t, reduction="sum", label_smoothing=0.1),
-           [((5, 6), Ints(6, (5,)))]),
-    OpInfo("cross_entropy_none_ignore",
-           lambda m, x, t: m.F.cross_entropy(x, t.masked_fill(t == 0, -100), reduction="none"),
-           [((6, 4), Ints(4, (6,)))]),
-    OpInfo("cross_entropy_mean_ignore_smooth",
-           lambda m, x, t: m.F.cross_entropy(x, t.masked_fill(t == 1, 3), ignore_index=3, label_smoothing=0.2),
-           [((6, 4), Ints(4, (6,)))]),
+    OpInfo(
+        "cross_entropy_sum_smooth",
+        lambda m, x, t: m.F.cross_entropy(x, t, reduction="sum", label_smoothing=0.1),
+        [((5, 6), Ints(6, (5,)))],
+    ),
+    OpInfo(
+        "cross_entropy_none_ignore",
+        lambda m, x, t: m.F.cross_entropy(x, t.masked_fill(t == 0, -100), reduction="none"),
+        [((6, 4), Ints(4, (6,)))],
+    ),
+    OpInfo(
+        "cross_entropy_mean_ignore_smooth",
+        lambda m, x, t: m.F.cross_entropy(x, t.masked_fill(t == 1, 3), ignore_index=3, label_smoothing=0.2),
+        [((6, 4), Ints(4, (6,)))],
+    ),
     OpInfo("cross_entropy_nd", lambda m, x, t: m.F.cross_entropy(x, t), [((2, 5, 3), Ints(5, (2, 3)))]),
-    OpInfo("layer_norm", lambda m, x, w, b: m.F.layer_norm(x, (5,), w, b), [((3, 5), (5,), (5,)),
-                                                                           ((2, 3, 5), (5,), (5,))]),
+    OpInfo(
+        "layer_norm", lambda m, x, w, b: m.F.layer_norm(x, (5,), w, b), [((3, 5), (5,), (5,)), ((2, 3, 5), (5,), (5,))]
+    ),
     OpInfo("layer_norm_noaffine_2d", lambda m, x: m.F.layer_norm(x, (3, 4), eps=1e-3), [((2, 3, 4),)]),
     OpInfo("rms_norm", lambda m, x, w: m.F.rms_norm(x, (5,), w, eps=1e-6), [((3, 5), (5,)), ((2, 3, 5), (5,))]),
     # rows whose mean square is near eps (there eps changes the result by a third) and far above it
-    OpInfo("rms_norm_tiny_rows", lambda m, x, w: m.F.rms_norm(x, (6,), w, eps=1e-5),
-           [(Scaled((4, 6), 2e-3), (6,)), (Scaled((2, 3, 6), 3e-3), Const(None))]),
+    OpInfo(
+        "rms_norm_tiny_rows",
+        lambda m, x, w: m.F.rms_norm(x, (6,), w, eps=1e-5),
+        [(Scaled((4, 6), 2e-3), (6,)), (Scaled((2, 3, 6), 3e-3), Const(None))],
+    ),
     OpInfo("rms_norm_huge_rows", lambda m, x, w: m.F.rms_norm(x, (6,), w, eps=1e-5), [(Scaled((4, 6), 1e3), (6,))]),
-    OpInfo("layer_norm_tiny_rows", lambda m, x, w, b: m.F.layer_norm(x, (6,), w, b, eps=1e-5),
-           [(Scaled((4, 6), 3e-3), (6,), (6,))]),
+    OpInfo(
+        "layer_norm_tiny_rows",
+        lambda m, x, w, b: m.F.layer_norm(x, (6,), w, b, eps=1e-5),
+        [(Scaled((4, 6), 3e-3), (6,), (6,))],
+    ),
     OpInfo("layer_norm_tiny_rows_noaffine", lambda m, x: m.F.layer_norm(x, (6,), eps=1e-4), [(Scaled((3, 6), 1e-2),)]),
-    OpInfo("layer_norm_huge_rows", lambda m, x, w, b: m.F.layer_norm(x, (6,), w, b, eps=1e-5),
-           [(Scaled((4, 6), 1e3), (6,), (6,))]),
+    OpInfo(
+        "layer_norm_huge_rows",
+        lambda m, x, w, b: m.F.layer_norm(x, (6,), w, b, eps=1e-5),
+        [(Scaled((4, 6), 1e3), (6,), (6,))],
+    ),
     OpInfo("embedding", lambda m, i, w: m.F.embedding(i, w), [(Ints(7, (2, 5)), (7, 3)), (Ints(4, (6,)), (4, 2))]),
     OpInfo("rope", _rope, [((2, 3, 4, 6), (4, 3), (4, 3))], tags={"const_inputs_1_2"}),
     OpInfo("sdpa", lambda m, q, k, v: _sdpa(m, q, k, v), [((2, 2, 4, 3), (2, 2, 4, 3), (2, 2, 4, 3))]),
-    OpInfo("sdpa_causal", lambda m, q, k, v: _sdpa(m, q, k, v, is_causal=True),
-           [((1, 3, 5, 4), (1, 3, 5, 4), (1, 3, 5, 2))]),
-    OpInfo("sdpa_causal_fewer_queries", _causal_fewer_queries,
-           [((1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4)), ((2, 2, 1, 4), (2, 2, 6, 4), (2, 2, 6, 3))]),
-    OpInfo("sdpa_gqa", lambda m, q, k, v: _sdpa(m, q, k, v, is_causal=True, enable_gqa=True),
-           [((2, 4, 5, 3), (2, 2, 5, 3), (2, 2, 5, 3))]),
-    OpInfo("sdpa_mask_scale", lambda m, q, k, v, mask: _sdpa(m, q, k, v, attn_mask=mask, scale=0.3),
-           [((1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4), Fixed((1, 1, 3, 5)))]),
-    OpInfo("sdpa_window", lambda m, q, k, v: (_sdpa(m, q, k, v, window=2, is_causal=True) if m.name == "gradcraft"
-                                              else _sdpa(m, q, k, v, attn_mask=_window_mask(m, 6, 2))),
-           [((1, 2, 6, 4), (1, 2, 6, 4), (1, 2, 6, 4))]),
-    OpInfo("sdpa_saved_weights_gqa_causal",
-           lambda m, q, k, v: _sdpa(m, q, k, v, is_causal=True, enable_gqa=True,
-                                    **({"save_weights": True} if m.name == "gradcraft" else {})),
-           [((2, 4, 5, 3), (2, 2, 5, 3), (2, 2, 5, 3))]),
-    OpInfo("sdpa_saved_weights_mask",
-           lambda m, q, k, v, mask: _sdpa(m, q, k, v, attn_mask=mask, scale=0.3,
-                                          **({"save_weights": True} if m.name == "gradcraft" else {})),
-           [((1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4), Fixed((1, 1, 3, 5)))]),
-    OpInfo("sdpa_saved_weights_window",
-           lambda m, q, k, v: (_sdpa(m, q, k, v, window=2, is_causal=True, save_weights=True) if m.name == "gradcraft"
-                               else _sdpa(m, q, k, v, attn_mask=_window_mask(m, 6, 2))),
-           [((1, 2, 6, 4), (1, 2, 6, 4), (1, 2, 6, 4))]),
+    OpInfo(
+        "sdpa_causal",
+        lambda m, q, k, v: _sdpa(m, q, k, v, is_causal=True),
+        [((1, 3, 5, 4), (1, 3, 5, 4), (1, 3, 5, 2))],
+    ),
+    OpInfo(
+        "sdpa_causal_fewer_queries",
+        _causal_fewer_queries,
+        [((1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4)), ((2, 2, 1, 4), (2, 2, 6, 4), (2, 2, 6, 3))],
+    ),
+    OpInfo(
+        "sdpa_gqa",
+        lambda m, q, k, v: _sdpa(m, q, k, v, is_causal=True, enable_gqa=True),
+        [((2, 4, 5, 3), (2, 2, 5, 3), (2, 2, 5, 3))],
+    ),
+    OpInfo(
+        "sdpa_mask_scale",
+        lambda m, q, k, v, mask: _sdpa(m, q, k, v, attn_mask=mask, scale=0.3),
+        [((1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4), Fixed((1, 1, 3, 5)))],
+    ),
+    OpInfo(
+        "sdpa_window",
+        lambda m, q, k, v: (
+            _sdpa(m, q, k, v, window=2, is_causal=True)
+            if m.name == "gradcraft"
+            else _sdpa(m, q, k, v, attn_mask=_window_mask(m, 6, 2))
+        ),
+        [((1, 2, 6, 4), (1, 2, 6, 4), (1, 2, 6, 4))],
+    ),
+    OpInfo(
+        "sdpa_saved_weights_gqa_causal",
+        lambda m, q, k, v: _sdpa(
+            m, q, k, v, is_causal=True, enable_gqa=True, **({"save_weights": True} if m.name == "gradcraft" else {})
+        ),
+        [((2, 4, 5, 3), (2, 2, 5, 3), (2, 2, 5, 3))],
+    ),
+    OpInfo(
+        "sdpa_saved_weights_mask",
+        lambda m, q, k, v, mask: _sdpa(
+            m, q, k, v, attn_mask=mask, scale=0.3, **({"save_weights": True} if m.name == "gradcraft" else {})
+        ),
+        [((1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4), Fixed((1, 1, 3, 5)))],
+    ),
+    OpInfo(
+        "sdpa_saved_weights_window",
+        lambda m, q, k, v: (
+            _sdpa(m, q, k, v, window=2, is_causal=True, save_weights=True)
+            if m.name == "gradcraft"
+            else _sdpa(m, q, k, v, attn_mask=_window_mask(m, 6, 2))
+        ),
+        [((1, 2, 6, 4), (1, 2, 6, 4), (1, 2, 6, 4))],
+    ),
     OpInfo("mse_loss", lambda m, a, b: m.F.mse_loss(a, b), [((3, 4), (3, 4))]),
 ]

@@ -62,13 +62,31 @@ COMPAT_OPS = [
     OpInfo("remainder_scalar", lambda m, x: (x * 5) % 1.5 + x, [((3, 4),)]),
     OpInfo("scalar_remainder", lambda m, x: 2.5 % (x.abs() + 1) + (-2.5) % (x.abs() + 1), [((3, 4),)], grad=False),
     OpInfo("fmod", lambda m, a, b: m.T.fmod(a * 4, b), [((3, 4), Pos((3, 4)))]),
-    OpInfo("int_floordiv_mod", lambda m, i: (i - 5) // 3 + (i - 5) % 3 + m.T.div(i - 5, 2, rounding_mode="trunc")
-           + m.T.div(i - 5, 2, rounding_mode="floor"), [(Ints(10, (4, 5)),)], grad=False),
-    OpInfo("isnan_isinf_isfinite",
-           lambda m, x: ((x / (x > 0.5)).isnan().float() + (1 / (x > 0.3)).isinf().float() * 2
-                         + (x.log()).isfinite().float() * 4), [((3, 4),)], grad=False),
-    OpInfo("isclose", lambda m, a, b: m.T.isclose(a, a + b * 1e-6, rtol=1e-5, atol=1e-6).float(),
-           [((3, 4), (3, 4))], grad=False),
+    OpInfo(
+        "int_floordiv_mod",
+        lambda m, i: (
+            (i - 5) // 3
+            + (i - 5) % 3
+            + m.T.div(i - 5, 2, rounding_mode="trunc")
+            + m.T.div(i - 5, 2, rounding_mode="floor")
+        ),
+        [(Ints(10, (4, 5)),)],
+        grad=False,
+    ),
+    OpInfo(
+        "isnan_isinf_isfinite",
+        lambda m, x: (
+            (x / (x > 0.5)).isnan().float() + (1 / (x > 0.3)).isinf().float() * 2 + (x.log()).isfinite().float() * 4
+        ),
+        [((3, 4),)],
+        grad=False,
+    ),
+    OpInfo(
+        "isclose",
+        lambda m, a, b: m.T.isclose(a, a + b * 1e-6, rtol=1e-5, atol=1e-6).float(),
+        [((3, 4), (3, 4))],
+        grad=False,
+    ),
     # ---- sorting and norms
     OpInfo("sort_values", lambda m, x: x.sort(dim=-1).values, [((3, 5),), ((2, 4, 3),)]),
     OpInfo("sort_descending", lambda m, x: m.T.sort(x, 0, descending=True).values * 1.0, [((5, 3),)]),
@@ -76,8 +94,9 @@ COMPAT_OPS = [
     OpInfo("argsort", lambda m, x: x.argsort(dim=0, descending=True), [((4, 3),)], grad=False),
     OpInfo("norm_2", lambda m, x: x.norm(), [((3, 4),), ((2, 3, 4),)]),
     OpInfo("norm_dim", lambda m, x: x.norm(dim=1, keepdim=True), [((3, 4),)]),
-    OpInfo("norm_p", lambda m, x: x.norm(p=1, dim=-1) + x.norm(p=3, dim=-1) + x.norm(p=float("inf"), dim=-1),
-           [((3, 4),)]),
+    OpInfo(
+        "norm_p", lambda m, x: x.norm(p=1, dim=-1) + x.norm(p=3, dim=-1) + x.norm(p=float("inf"), dim=-1), [((3, 4),)]
+    ),
     OpInfo("prod", lambda m, x: x.prod(1) + x.prod(), [(Pos((3, 4)),)], rtol32=1e-4, atol32=1e-5),
     # ---- movement
     OpInfo("unbind", lambda m, x: x.unbind(1)[2] * 2.0 + x.unbind(0)[0][1], [((3, 4),)]),
@@ -88,37 +107,63 @@ COMPAT_OPS = [
     OpInfo("t", lambda m, x: x.t() @ x, [((3, 4),)]),
     # ---- products
     OpInfo("bmm", lambda m, a, b: m.T.bmm(a, b), [((2, 3, 4), (2, 4, 5))], rtol32=2e-4),
-    OpInfo("mm_dot_outer", lambda m, a, b, c: m.T.mm(a, b) * m.T.dot(c, c) + m.T.outer(c, c)[:3, :5],
-           [((3, 4), (4, 5), (6,))], rtol32=2e-4),
+    OpInfo(
+        "mm_dot_outer",
+        lambda m, a, b, c: m.T.mm(a, b) * m.T.dot(c, c) + m.T.outer(c, c)[:3, :5],
+        [((3, 4), (4, 5), (6,))],
+        rtol32=2e-4,
+    ),
     OpInfo("einsum_matmul", lambda m, a, b: m.T.einsum("ij,jk->ik", a, b), [((3, 4), (4, 5))], rtol32=2e-4),
-    OpInfo("einsum_batch", lambda m, a, b: m.T.einsum("bij,bjk->bik", a, b), [((2, 3, 4), (2, 4, 5))],
-           rtol32=2e-4),
-    OpInfo("einsum_attention", lambda m, q, k: m.T.einsum("bhqd,bhkd->bhqk", q, k),
-           [((2, 3, 4, 5), (2, 3, 6, 5))], rtol32=2e-4),
-    OpInfo("einsum_ellipsis", lambda m, a, b: m.T.einsum("...ij,...jk->...ik", a, b), [((2, 3, 4), (4, 2))],
-           rtol32=2e-4),
-    OpInfo("einsum_transpose_sum", lambda m, x: m.T.einsum("ij->ji", x) * 1.0 + m.T.einsum("ij->", x),
-           [((3, 4),)]),
-    OpInfo("einsum_outer_dot", lambda m, a, b: m.T.einsum("i,j->ij", a, b) + m.T.einsum("i,i", a[:3], b),
-           [((5,), (3,))]),
+    OpInfo("einsum_batch", lambda m, a, b: m.T.einsum("bij,bjk->bik", a, b), [((2, 3, 4), (2, 4, 5))], rtol32=2e-4),
+    OpInfo(
+        "einsum_attention",
+        lambda m, q, k: m.T.einsum("bhqd,bhkd->bhqk", q, k),
+        [((2, 3, 4, 5), (2, 3, 6, 5))],
+        rtol32=2e-4,
+    ),
+    OpInfo(
+        "einsum_ellipsis", lambda m, a, b: m.T.einsum("...ij,...jk->...ik", a, b), [((2, 3, 4), (4, 2))], rtol32=2e-4
+    ),
+    OpInfo("einsum_transpose_sum", lambda m, x: m.T.einsum("ij->ji", x) * 1.0 + m.T.einsum("ij->", x), [((3, 4),)]),
+    OpInfo(
+        "einsum_outer_dot", lambda m, a, b: m.T.einsum("i,j->ij", a, b) + m.T.einsum("i,i", a[:3], b), [((5,), (3,))]
+    ),
     OpInfo("einsum_rowwise", lambda m, a, b: m.T.einsum("ij,ij->i", a, b), [((3, 4), (3, 4))]),
-    OpInfo("einsum_three", lambda m, a, b, c: m.T.einsum("ij,jk,kl->il", a, b, c), [((2, 3), (3, 4), (4, 5))],
-           rtol32=2e-4),
-    OpInfo("einsum_implicit_broadcast", lambda m, a, b: m.T.einsum("bij,jk", a, b) * 1.0,
-           [((2, 3, 4), (4, 2))], rtol32=2e-4),
+    OpInfo(
+        "einsum_three", lambda m, a, b, c: m.T.einsum("ij,jk,kl->il", a, b, c), [((2, 3), (3, 4), (4, 5))], rtol32=2e-4
+    ),
+    OpInfo(
+        "einsum_implicit_broadcast",
+        lambda m, a, b: m.T.einsum("bij,jk", a, b) * 1.0,
+        [((2, 3, 4), (4, 2))],
+        rtol32=2e-4,
+    ),
     OpInfo("einsum_sum_unique", lambda m, a, b: m.T.einsum("bij,bkj->bk", a, b), [((2, 3, 4), (2, 5, 4))]),
     # ---- composed losses and activations
     OpInfo("l1_loss", lambda m, a, b: m.F.l1_loss(a, b), [((3, 4), (3, 4))]),
-    OpInfo("smooth_l1_huber", lambda m, a, b: m.F.smooth_l1_loss(a, b, beta=0.5)
-           + m.F.huber_loss(a, b, delta=0.7, reduction="sum"), [((3, 4), (3, 4))]),
+    OpInfo(
+        "smooth_l1_huber",
+        lambda m, a, b: m.F.smooth_l1_loss(a, b, beta=0.5) + m.F.huber_loss(a, b, delta=0.7, reduction="sum"),
+        [((3, 4), (3, 4))],
+    ),
     OpInfo("bce", lambda m, p, t: m.F.binary_cross_entropy(p.sigmoid(), t.sigmoid()), [((3, 4), Fixed((3, 4)))]),
-    OpInfo("bce_with_logits", lambda m, x, t: m.F.binary_cross_entropy_with_logits(x, t.sigmoid(), reduction="sum"),
-           [((3, 4), Fixed((3, 4)))]),
-    OpInfo("bce_with_logits_pos_weight",
-           lambda m, x, t, w: m.F.binary_cross_entropy_with_logits(x, t.sigmoid(), pos_weight=w.abs() + 0.5),
-           [((3, 4), Fixed((3, 4)), Fixed((4,)))]),
-    OpInfo("softplus_leaky_elu", lambda m, x: m.F.softplus(x * 3) + m.F.leaky_relu(x, 0.2) + m.F.elu(x, 0.7)
-           + m.F.softplus(x, beta=2.0, threshold=1.0), [((3, 4),)]),
+    OpInfo(
+        "bce_with_logits",
+        lambda m, x, t: m.F.binary_cross_entropy_with_logits(x, t.sigmoid(), reduction="sum"),
+        [((3, 4), Fixed((3, 4)))],
+    ),
+    OpInfo(
+        "bce_with_logits_pos_weight",
+        lambda m, x, t, w: m.F.binary_cross_entropy_with_logits(x, t.sigmoid(), pos_weight=w.abs() + 0.5),
+        [((3, 4), Fixed((3, 4)), Fixed((4,)))],
+    ),
+    OpInfo(
+        "softplus_leaky_elu",
+        lambda m, x: (
+            m.F.softplus(x * 3) + m.F.leaky_relu(x, 0.2) + m.F.elu(x, 0.7) + m.F.softplus(x, beta=2.0, threshold=1.0)
+        ),
+        [((3, 4),)],
+    ),
     OpInfo("normalize", lambda m, x: m.F.normalize(x, dim=-1), [((3, 4),), ((2, 3, 4),)]),
     OpInfo("cosine_similarity", lambda m, a, b: m.F.cosine_similarity(a, b, dim=-1), [((3, 4), (3, 4))]),
     OpInfo("logs", lambda m, x: x.log1p() + x.log2() + x.log10() + x.expm1(), [(Pos((3, 4)),)]),

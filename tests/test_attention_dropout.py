@@ -18,10 +18,14 @@ from gradcraft.ops.creation import advance_dropout
 
 def test_philox4x32_known_answers():
     """Random123's known-answer vectors for Philox4x32-10 (zeros, all ones, digits of pi)."""
-    cases = [((0, 0, 0, 0, 0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
-             ((0xFFFFFFFF,) * 6, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-             ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344, 0xA4093822, 0x299F31D0),
-              (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1))]
+    cases = [
+        ((0, 0, 0, 0, 0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+        ((0xFFFFFFFF,) * 6, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+        (
+            (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344, 0xA4093822, 0x299F31D0),
+            (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
+        ),
+    ]
     for args, expected in cases:
         assert tuple(int(w) for w in philox.philox4x32(*args)) == expected
 
@@ -33,7 +37,7 @@ def test_mask_of_a_block_is_the_block_of_the_whole_mask():
     whole = philox.attention_keep(6, 13, 21, 0, 13, 0, 21, state, 3, 0.3)
     for i0, t, j0, s in ((0, 13, 0, 21), (4, 5, 3, 11), (12, 1, 17, 4), (2, 7, 8, 8)):
         block = philox.attention_keep(6, 13, 21, i0, t, j0, s, state, 3, 0.3)
-        np.testing.assert_array_equal(block, whole[:, i0:i0 + t, j0:j0 + s])
+        np.testing.assert_array_equal(block, whole[:, i0 : i0 + t, j0 : j0 + s])
     assert not np.array_equal(whole, philox.attention_keep(6, 13, 21, 0, 13, 0, 21, state, 4, 0.3))
     assert not np.array_equal(whole, philox.attention_keep(6, 13, 21, 0, 13, 0, 21, (123456789123, 8), 3, 0.3))
 
@@ -64,7 +68,9 @@ def _inputs(B, H, Hkv, T, S, D):
 
 
 CASES = [  # (B, H, Hkv, T, S, D, causal, window)
-    (2, 4, 2, 9, 9, 8, True, None), (1, 2, 1, 5, 11, 16, True, None), (2, 2, 2, 13, 13, 8, True, 3),
+    (2, 4, 2, 9, 9, 8, True, None),
+    (1, 2, 1, 5, 11, 16, True, None),
+    (2, 2, 2, 13, 13, 8, True, 3),
     (1, 3, 3, 6, 10, 8, False, None),
 ]
 

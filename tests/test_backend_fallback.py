@@ -39,8 +39,7 @@ def test_contract_rejects_a_fused_kernel_without_its_backward(monkeypatch):
 
 def _train(family: dict, steps: int = 3) -> list:
     gc.manual_seed(0)
-    cfg = ModelConfig(vocab_size=37, vocab_pad_multiple=1, seq_len=8, dim=16, n_layers=2, n_heads=4,
-                      **family)
+    cfg = ModelConfig(vocab_size=37, vocab_pad_multiple=1, seq_len=8, dim=16, n_layers=2, n_heads=4, **family)
     model = Transformer(cfg)
     opt = gc.optim.AdamW(model.parameters(), lr=1e-2)
     rng = np.random.default_rng(0)
@@ -84,15 +83,27 @@ def test_fallbacks_match_the_fused_kernels_forward_and_backward(primitives_only)
     x = rng.standard_normal((3, 5, 8)).astype(np.float32)
     g = rng.standard_normal((3, 5, 8)).astype(np.float32)
     cases = [
-        ("softmax", lambda t: F.softmax(t, -1), lambda a: fused["softmax"](a, 2),
-         lambda a: fused["softmax_backward"](fused["softmax"](a, 2), g, 2)),
+        (
+            "softmax",
+            lambda t: F.softmax(t, -1),
+            lambda a: fused["softmax"](a, 2),
+            lambda a: fused["softmax_backward"](fused["softmax"](a, 2), g, 2),
+        ),
         ("log_softmax", lambda t: F.log_softmax(t, 1), lambda a: fused["log_softmax"](a, 1), None),
         ("gelu", lambda t: F.gelu(t), lambda a: fused["gelu"](a), lambda a: fused["gelu_backward"](a, g)),
         ("silu", lambda t: F.silu(t), lambda a: fused["silu"](a), lambda a: fused["silu_backward"](a, g)),
-        ("rms_norm", lambda t: F.rms_norm(t, (8,), eps=1e-5), lambda a: fused["rms_norm"](a, np.ones(8, np.float32),
-                                                                                          1e-5, 1), None),
-        ("layer_norm", lambda t: F.layer_norm(t, (5, 8)),
-         lambda a: fused["layer_norm"](a, np.ones((5, 8), np.float32), np.zeros((5, 8), np.float32), 1e-5, 2), None),
+        (
+            "rms_norm",
+            lambda t: F.rms_norm(t, (8,), eps=1e-5),
+            lambda a: fused["rms_norm"](a, np.ones(8, np.float32), 1e-5, 1),
+            None,
+        ),
+        (
+            "layer_norm",
+            lambda t: F.layer_norm(t, (5, 8)),
+            lambda a: fused["layer_norm"](a, np.ones((5, 8), np.float32), np.zeros((5, 8), np.float32), 1e-5, 2),
+            None,
+        ),
     ]
     for name, op, forward, backward in cases:
         t = gc.tensor(x, requires_grad=True)
@@ -107,7 +118,8 @@ def test_cross_entropy_fallback_with_smoothing_ignored_rows_and_padding(primitiv
     rng = np.random.default_rng(2)
     logits = rng.standard_normal((6, 10)).astype(np.float32)
     target = np.array([1, -100, 3, 0, 6, -100])
-    got = F.cross_entropy(gc.tensor(logits), gc.tensor(target), label_smoothing=0.1, valid_classes=7,
-                          reduction="none").numpy()
+    got = F.cross_entropy(
+        gc.tensor(logits), gc.tensor(target), label_smoothing=0.1, valid_classes=7, reduction="none"
+    ).numpy()
     expected = primitives_only.reference_kernels["cross_entropy"](logits, target, -100, 0.1, 7)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)

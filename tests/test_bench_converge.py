@@ -11,8 +11,28 @@ import pytest
 
 pytest.importorskip("torch")
 
-TINY = ["--corpus_mb", "0.05", "--layers", "1", "--dim", "32", "--heads", "2", "--seq_len", "16", "--batch", "4",
-        "--steps", "4", "--eval_every", "2", "--eval_batches", "2", "--warmup", "1"]
+TINY = [
+    "--corpus_mb",
+    "0.05",
+    "--layers",
+    "1",
+    "--dim",
+    "32",
+    "--heads",
+    "2",
+    "--seq_len",
+    "16",
+    "--batch",
+    "4",
+    "--steps",
+    "4",
+    "--eval_every",
+    "2",
+    "--eval_batches",
+    "2",
+    "--warmup",
+    "1",
+]
 
 
 def converge():

@@ -42,6 +42,7 @@ def test_limit_and_policy_choose_threads_by_product_size():
         def fake_matmul(a, b):
             seen.append(local_threads())
             return a @ b
+
         policy = blas.thread_policy({"matmul": fake_matmul})
         small, big = np.ones((8, 16, 32), np.float32), np.ones((4096, 64), np.float32)
         for _ in range(3):

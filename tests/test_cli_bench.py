@@ -26,8 +26,13 @@ def bench(*args, code=None):
 
 
 def script(name, *args):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "bench", name), *args], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, "bench", name), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
 
 
 TINY = ["--preset", "toy-v0", "--batch", "2", "--steps", "2", "--warmup", "1", "--threads", "1"]
@@ -44,6 +49,7 @@ def drifts(stdout):
 
 # ---------------------------------------------------------------- choosing the sides
 
+
 def test_baseline_names_comma_separated_or_repeated():
     assert parse_baselines(["sdpa,eager", "compile", "sdpa"], "cpu") == ["sdpa", "eager", "compile"]
     assert parse_baselines([], "cpu") == ["eager"]  # the CPU default: compile takes minutes there
@@ -52,9 +58,16 @@ def test_baseline_names_comma_separated_or_repeated():
         parse_baselines(["eager,flash"], "cpu")
 
 
-@pytest.mark.parametrize("only, sides", [(None, ["gradcraft", "eager", "sdpa"]), ("ours", ["gradcraft"]),
-                                         ("gradcraft", ["gradcraft"]), ("torch", ["eager", "sdpa"]),
-                                         ("pytorch", ["eager", "sdpa"])])
+@pytest.mark.parametrize(
+    "only, sides",
+    [
+        (None, ["gradcraft", "eager", "sdpa"]),
+        ("ours", ["gradcraft"]),
+        ("gradcraft", ["gradcraft"]),
+        ("torch", ["eager", "sdpa"]),
+        ("pytorch", ["eager", "sdpa"]),
+    ],
+)
 def test_only_selects_sides(only, sides):
     assert select_sides(only, ["eager", "sdpa"]) == sides
 
@@ -80,16 +93,20 @@ def test_only_ours():
 def test_unknown_baseline_one_line():
     proc = bench(*TINY, "--baseline", "eager,jit")
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
-        "error: unknown baseline 'jit'; choose from eager, sdpa, compile (comma-separated or repeated)"]
+        "error: unknown baseline 'jit'; choose from eager, sdpa, compile (comma-separated or repeated)"
+    ]
 
 
 def test_without_pytorch_one_line():
-    code = ("import sys; sys.modules['torch'] = None; from gradcraft.cli.main import main; "
-            "sys.exit(main(['bench', *sys.argv[1:]]))")
+    code = (
+        "import sys; sys.modules['torch'] = None; from gradcraft.cli.main import main; "
+        "sys.exit(main(['bench', *sys.argv[1:]]))"
+    )
     proc = bench(*TINY, code=code)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         "error: gradcraft bench compares against PyTorch, which is not installed here; install it "
-        "(pip install torch) or run with --only gradcraft"]
+        "(pip install torch) or run with --only gradcraft"
+    ]
 
 
 @pytest.mark.skipif(gc.device.is_available("cuda"), reason="this machine has a GPU")
@@ -100,15 +117,53 @@ def test_no_gpu_one_line():
 
 # ---------------------------------------------------------------- bench/train_gpt.py and its plot
 
+
 def test_train_gpt_only_ours_json_and_plot(tmp_path):
     results = tmp_path / "results.json"
-    proc = script("train_gpt.py", "--preset", "toy-v0", "--device", "cpu", "--batch", "2", "--steps", "1",
-                  "--warmup", "0", "--threads", "1", "--only", "ours", "--no_mfu", "--json", str(results))
+    proc = script(
+        "train_gpt.py",
+        "--preset",
+        "toy-v0",
+        "--device",
+        "cpu",
+        "--batch",
+        "2",
+        "--steps",
+        "1",
+        "--warmup",
+        "0",
+        "--threads",
+        "1",
+        "--only",
+        "ours",
+        "--no_mfu",
+        "--json",
+        str(results),
+    )
     assert proc.returncode == 0, proc.stderr
     assert side_rows(proc.stdout) == ["gradcraft"]
-    proc = script("train_gpt.py", "--preset", "toy-v0", "--device", "cpu", "--batch", "2", "--steps", "1",
-                  "--warmup", "0", "--threads", "1", "--baseline", "sdpa", "--no_mfu", "--json", str(results),
-                  "--label", "second")
+    proc = script(
+        "train_gpt.py",
+        "--preset",
+        "toy-v0",
+        "--device",
+        "cpu",
+        "--batch",
+        "2",
+        "--steps",
+        "1",
+        "--warmup",
+        "0",
+        "--threads",
+        "1",
+        "--baseline",
+        "sdpa",
+        "--no_mfu",
+        "--json",
+        str(results),
+        "--label",
+        "second",
+    )
     assert proc.returncode == 0, proc.stderr
     assert side_rows(proc.stdout) == ["gradcraft", "sdpa"]
     runs = json.loads(results.read_text())["runs"]
@@ -136,10 +191,12 @@ def test_train_gpt_rejects_an_unknown_baseline():
 CONFIGS = {
     "gpt": dict(norm="layernorm", mlp="gelu", positions="learned", bias=True, tie_embeddings=True),
     "llama_gqa": dict(norm="rmsnorm", mlp="swiglu", positions="rope", bias=False, n_kv_heads=2),
-    "hybrid_window_gqa": dict(norm="rmsnorm", mlp="swiglu", positions="rope", bias=False, n_kv_heads=1,
-                              attention_pattern="LG", window=3),
-    "moe": dict(norm="rmsnorm", mlp="swiglu", positions="rope", bias=False, ffn_pattern="DM", n_experts=4,
-                experts_per_token=2),
+    "hybrid_window_gqa": dict(
+        norm="rmsnorm", mlp="swiglu", positions="rope", bias=False, n_kv_heads=1, attention_pattern="LG", window=3
+    ),
+    "moe": dict(
+        norm="rmsnorm", mlp="swiglu", positions="rope", bias=False, ffn_pattern="DM", n_experts=4, experts_per_token=2
+    ),
 }
 
 
@@ -149,8 +206,11 @@ def test_sdpa_reference_equals_explicit(name):
     rng = np.random.default_rng(0)
     gc.manual_seed(0)
     from gradcraft.models import Transformer
-    params = {k: torch.tensor(v.numpy() + 0.1 * rng.standard_normal(v.shape).astype(np.float32))
-              for k, v in Transformer(cfg).state_dict().items()}
+
+    params = {
+        k: torch.tensor(v.numpy() + 0.1 * rng.standard_normal(v.shape).astype(np.float32))
+        for k, v in Transformer(cfg).state_dict().items()
+    }
     idx = torch.tensor(rng.integers(0, cfg.vocab_size, size=(3, 12)))
     targets = torch.tensor(rng.integers(0, cfg.vocab_size, size=(3, 12)))
     outs = {}
@@ -166,10 +226,31 @@ def test_sdpa_reference_equals_explicit(name):
 
 # ---------------------------------------------------------------- bench/attention.py
 
+
 def test_attention_bench_runs_on_the_cpu():
-    proc = script("attention.py", "--device", "cpu", "--seqs", "16,32", "--dims", "8,16", "--tokens", "64",
-                  "--width", "32", "--extra_seq", "32", "--window", "8", "--gqa", "4,2", "--repeat", "1",
-                  "--threads", "1")
+    proc = script(
+        "attention.py",
+        "--device",
+        "cpu",
+        "--seqs",
+        "16,32",
+        "--dims",
+        "8,16",
+        "--tokens",
+        "64",
+        "--width",
+        "32",
+        "--extra_seq",
+        "32",
+        "--window",
+        "8",
+        "--gqa",
+        "4,2",
+        "--repeat",
+        "1",
+        "--threads",
+        "1",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = re.findall(r"^(causal|window 8|gqa 4/2)\s.*\s([\d.]+)x\s+(\S+) / (\S+) / (\S+) / (\S+)$", proc.stdout, re.M)
     assert [r[0] for r in rows] == ["causal"] * 4 + ["window 8", "gqa 4/2"]

@@ -68,6 +68,7 @@ def test_one_error_line(argv, words, places, capsys):
 @pytest.mark.parametrize("checked_first", [True, False])
 def test_missing_optional_dependency_is_one_line(checked_first, trained_run, capsys, monkeypatch):
     import gradcraft.cli.common as common
+
     monkeypatch.setitem(sys.modules, "fastapi", None)  # `import fastapi` now fails as if not installed
     if checked_first:  # serve is refused before it loads anything
         argv = ["serve", "--model_dir", trained_run / "no_such_run"]
@@ -82,9 +83,29 @@ def test_missing_optional_dependency_is_one_line(checked_first, trained_run, cap
 
 def test_train_without_matplotlib_still_finishes(dataset, tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    status, _, err = run_cli(["train", "--dataset", dataset, "--model_dir", tmp_path / "run", "--preset", "toy-v0",
-                              "--embed_dim", "32", "--num_heads", "2", "--seq_len", "16", "--batch_size", "2",
-                              "--steps", "2", "--no_progress"], capsys)
+    status, _, err = run_cli(
+        [
+            "train",
+            "--dataset",
+            dataset,
+            "--model_dir",
+            tmp_path / "run",
+            "--preset",
+            "toy-v0",
+            "--embed_dim",
+            "32",
+            "--num_heads",
+            "2",
+            "--seq_len",
+            "16",
+            "--batch_size",
+            "2",
+            "--steps",
+            "2",
+            "--no_progress",
+        ],
+        capsys,
+    )
     assert status == 0, err
     assert "gradcraft[plot]" in err
     assert (tmp_path / "run" / "model.safetensors").exists() and not (tmp_path / "run" / "loss.png").exists()

@@ -56,16 +56,37 @@ def _bad_values(kind: Value) -> list:
 DERIVED = [pytest.param(c, f, v, id=f"{c}{f}={v}") for c, f, a in NUMERIC for v in _bad_values(a.type)]
 
 # the issue's cases (issue 19, items 5 and 6), spelled out
-ISSUE = [("train", "--max_lr", "-1"), ("train", "--warmup_steps", "-10"), ("train", "--beta1", "2"),
-         ("train", "--grad_clip", "-1"), ("train", "--num_heads", "0"), ("train", "--num_kv_heads", "0"),
-         ("train", "--checkpoint_every", "0"), ("train", "--print_every", "0"), ("train", "--target_batch", "-4"),
-         ("train", "--seed", "-1"), ("train", "--max_bad_steps", "0"), ("train", "--stop_after", "-1"),
-         ("train", "--dropout", "1"), ("train", "--steps", "0"), ("generate", "--temp", "-1"),
-         ("generate", "--temp", "nan"), ("generate", "--temp", "1e-320"), ("generate", "--top_p", "2"),
-         ("generate", "--top_p", "0"), ("generate", "--seed", "-1"), ("generate", "--max_tokens", "0"),
-         ("serve", "--port", "70000"), ("serve", "--port", "0"), ("serve", "--max_body_bytes", "0"),
-         ("tokenize", "--vocab_size", "-5"), ("tokenize", "--val_fraction", "1"), ("tokenize", "--workers", "0"),
-         ("bench", "--threads", "0"), ("demo", "--lr", "0")]
+ISSUE = [
+    ("train", "--max_lr", "-1"),
+    ("train", "--warmup_steps", "-10"),
+    ("train", "--beta1", "2"),
+    ("train", "--grad_clip", "-1"),
+    ("train", "--num_heads", "0"),
+    ("train", "--num_kv_heads", "0"),
+    ("train", "--checkpoint_every", "0"),
+    ("train", "--print_every", "0"),
+    ("train", "--target_batch", "-4"),
+    ("train", "--seed", "-1"),
+    ("train", "--max_bad_steps", "0"),
+    ("train", "--stop_after", "-1"),
+    ("train", "--dropout", "1"),
+    ("train", "--steps", "0"),
+    ("generate", "--temp", "-1"),
+    ("generate", "--temp", "nan"),
+    ("generate", "--temp", "1e-320"),
+    ("generate", "--top_p", "2"),
+    ("generate", "--top_p", "0"),
+    ("generate", "--seed", "-1"),
+    ("generate", "--max_tokens", "0"),
+    ("serve", "--port", "70000"),
+    ("serve", "--port", "0"),
+    ("serve", "--max_body_bytes", "0"),
+    ("tokenize", "--vocab_size", "-5"),
+    ("tokenize", "--val_fraction", "1"),
+    ("tokenize", "--workers", "0"),
+    ("bench", "--threads", "0"),
+    ("demo", "--lr", "0"),
+]
 
 
 def _parse(command, flag, value):
@@ -90,10 +111,19 @@ def test_every_default_is_within_its_flag_range(command, flag, action):
         assert action.type.problem(action.default) is None, (command, flag, action.default)
 
 
-@pytest.mark.parametrize("command,flag,value", [("train", "--max_lr", "3e-4"), ("train", "--beta2", "0.999"),
-                                                ("train", "--grad_clip", "0"), ("train", "--seed", "0"),
-                                                ("generate", "--temp", "0"), ("generate", "--top_p", "1"),
-                                                ("serve", "--port", "65535"), ("tokenize", "--val_fraction", "0")])
+@pytest.mark.parametrize(
+    "command,flag,value",
+    [
+        ("train", "--max_lr", "3e-4"),
+        ("train", "--beta2", "0.999"),
+        ("train", "--grad_clip", "0"),
+        ("train", "--seed", "0"),
+        ("generate", "--temp", "0"),
+        ("generate", "--top_p", "1"),
+        ("serve", "--port", "65535"),
+        ("tokenize", "--val_fraction", "0"),
+    ],
+)
 def test_values_in_range_are_accepted(command, flag, value):
     assert _parse(command, flag, value) == 0
 

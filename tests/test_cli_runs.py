@@ -18,8 +18,25 @@ from gradcraft.optim.schedule import CosineWithWarmup, from_state_dict, with_tot
 from gradcraft.training.log import read_log
 from cli_helpers import run_cli as cli
 
-TINY = ["--preset", "toy-v0", "--embed_dim", "32", "--num_heads", "2", "--num_layers", "2", "--seq_len", "16",
-        "--batch_size", "4", "--warmup_steps", "2", "--no_progress", "--max_lr", "3e-3"]
+TINY = [
+    "--preset",
+    "toy-v0",
+    "--embed_dim",
+    "32",
+    "--num_heads",
+    "2",
+    "--num_layers",
+    "2",
+    "--seq_len",
+    "16",
+    "--batch_size",
+    "4",
+    "--warmup_steps",
+    "2",
+    "--no_progress",
+    "--max_lr",
+    "3e-3",
+]
 
 
 def train(capsys, dataset, model_dir, *flags):
@@ -111,13 +128,31 @@ def test_resume_with_another_tokenizers_dataset_does_not_blame_vocab_size(datase
 
 def test_ctrl_c_names_the_checkpoint_and_the_resume_command(dataset, tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "gradcraft.cli.main", "train", "--dataset", dataset,
-                             "--model_dir", str(out), "--steps", "100000", "--checkpoint_every", "1", *TINY],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gradcraft.cli.main",
+            "train",
+            "--dataset",
+            dataset,
+            "--model_dir",
+            str(out),
+            "--steps",
+            "100000",
+            "--checkpoint_every",
+            "1",
+            *TINY,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120  # until a checkpoint of step 2 or later (the run keeps its newest 3)
-    while time.time() < deadline and not any(n.startswith("step_") and n[5:].isdigit() and int(n[5:]) >= 2
-                                              for n in (os.listdir(out / "checkpoints")
-                                                        if (out / "checkpoints").exists() else [])):
+    while time.time() < deadline and not any(
+        n.startswith("step_") and n[5:].isdigit() and int(n[5:]) >= 2
+        for n in (os.listdir(out / "checkpoints") if (out / "checkpoints").exists() else [])
+    ):
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -192,6 +227,7 @@ def test_dashed_spellings_are_aliases():
 
 def test_presets_table_in_docs_matches_the_code():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run([sys.executable, os.path.join(root, "scripts", "presets_table.py"), "--check"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(root, "scripts", "presets_table.py"), "--check"], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -49,7 +49,7 @@ def documents(tokens: np.ndarray, tok: Tokenizer) -> list[bytes]:
     cuts = np.flatnonzero(tokens == eot)
     assert cuts.size and cuts[0] == 0
     bounds = list(cuts) + [tokens.size]
-    return [tok.decode_bytes(tokens[a + 1:b].tolist()) for a, b in zip(bounds, bounds[1:])]
+    return [tok.decode_bytes(tokens[a + 1 : b].tolist()) for a, b in zip(bounds, bounds[1:])]
 
 
 def inputs(data_dir) -> list[bytes]:
@@ -60,6 +60,7 @@ def inputs(data_dir) -> list[bytes]:
 def test_tokenize_round_trip(tmp_path, data_dir, capsys, monkeypatch):
     import gradcraft.data.prepare as prepare
     import gradcraft.tokenizer.parallel as parallel
+
     monkeypatch.setattr(prepare, "SMALL_INPUT", 0)  # use the worker processes even on tiny data
     monkeypatch.setattr(parallel, "CHUNK_BYTES", 300)
     out = tmp_path / "out" / "tokens.bin"
@@ -75,8 +76,21 @@ def test_tokenize_round_trip(tmp_path, data_dir, capsys, monkeypatch):
 
 def test_val_split_and_reuse(tmp_path, data_dir, capsys):
     out = tmp_path / "tokens.bin"
-    assert run("--data_dir", data_dir, "--output_path", out, "--vocab_size", 300, "--val_fraction", 0.25,
-               "--pattern", "gpt2") == 0
+    assert (
+        run(
+            "--data_dir",
+            data_dir,
+            "--output_path",
+            out,
+            "--vocab_size",
+            300,
+            "--val_fraction",
+            0.25,
+            "--pattern",
+            "gpt2",
+        )
+        == 0
+    )
     train_t, _ = read_token_file(out)
     val_t, _ = read_token_file(tmp_path / "tokens.val.bin")
     tok = Tokenizer.load(tmp_path / "tokenizer.json")
@@ -97,8 +111,21 @@ def test_val_split_and_reuse(tmp_path, data_dir, capsys):
 
 def test_extension_and_special_tokens(tmp_path, data_dir):
     out = tmp_path / "md.bin"
-    assert run("--data_dir", data_dir, "--ext", ".md", "--output_path", out, "--vocab_size", 300,
-               "--special_tokens", "<|endoftext|>,<|pad|>") == 0
+    assert (
+        run(
+            "--data_dir",
+            data_dir,
+            "--ext",
+            ".md",
+            "--output_path",
+            out,
+            "--vocab_size",
+            300,
+            "--special_tokens",
+            "<|endoftext|>,<|pad|>",
+        )
+        == 0
+    )
     tok = Tokenizer.load(tmp_path / "tokenizer.json")
     assert list(tok.special_tokens) == ["<|endoftext|>", "<|pad|>"]
     tokens, _ = read_token_file(out)
@@ -123,31 +150,49 @@ def test_errors(tmp_path, data_dir, capsys):
     (empty / "a.txt").write_bytes(b"")
     (empty / "b.txt").write_bytes(b"")
     assert "are empty" in error_case(tmp_path, capsys, "--data_dir", empty, "--output_path", out)
-    assert "too small" in error_case(tmp_path, capsys, "--data_dir", data_dir, "--output_path", out,
-                                     "--vocab_size", 256)
+    assert "too small" in error_case(
+        tmp_path, capsys, "--data_dir", data_dir, "--output_path", out, "--vocab_size", 256
+    )
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    assert "not a directory" in error_case(tmp_path, capsys, "--data_dir", data_dir,
-                                           "--output_path", blocker / "t.bin")
+    assert "not a directory" in error_case(tmp_path, capsys, "--data_dir", data_dir, "--output_path", blocker / "t.bin")
     assert "is a directory" in error_case(tmp_path, capsys, "--data_dir", data_dir, "--output_path", tmp_path)
-    assert "val_fraction" in error_case(tmp_path, capsys, "--data_dir", data_dir, "--output_path", out,
-                                        "--val_fraction", 1.5)
+    assert "val_fraction" in error_case(
+        tmp_path, capsys, "--data_dir", data_dir, "--output_path", out, "--val_fraction", 1.5
+    )
     bad_vocab = tmp_path / "v.json"
     bad_vocab.write_text("{oops")
-    assert "not valid JSON" in error_case(tmp_path, capsys, "--data_dir", data_dir, "--output_path", out,
-                                          "--vocab_path", bad_vocab)
+    assert "not valid JSON" in error_case(
+        tmp_path, capsys, "--data_dir", data_dir, "--output_path", out, "--vocab_path", bad_vocab
+    )
 
 
 def test_real_entry_point(tmp_path, data_dir):
     """The installed command, in a fresh process (workers forked from it)."""
-    code = ("import sys, gradcraft.cli.main as m; m.SUBCOMMANDS = {'tokenize': 'tokenize'}; "
-            "sys.exit(m.main(sys.argv[1:]))")
+    code = (
+        "import sys, gradcraft.cli.main as m; m.SUBCOMMANDS = {'tokenize': 'tokenize'}; sys.exit(m.main(sys.argv[1:]))"
+    )
     out = tmp_path / "t.bin"
-    ok = subprocess.run([sys.executable, "-c", code, "tokenize", "--data_dir", str(data_dir), "--output_path",
-                         str(out), "--vocab_size", "300"], capture_output=True, text=True)
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "tokenize",
+            "--data_dir",
+            str(data_dir),
+            "--output_path",
+            str(out),
+            "--vocab_size",
+            "300",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert ok.returncode == 0, ok.stderr
-    bad = subprocess.run([sys.executable, "-c", code, "tokenize", "--data_dir", str(tmp_path / "x")],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-c", code, "tokenize", "--data_dir", str(tmp_path / "x")], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and bad.stderr.startswith("error:")
     assert os.path.exists(out)
 
@@ -157,6 +202,7 @@ def test_reused_vocabulary_brings_its_pattern(tmp_path, data_dir, monkeypatch):
     # --pattern defaults to gpt4 (chunk cuts are only safe for gpt2/gpt4).
     import gradcraft.tokenizer.parallel as parallel
     from gradcraft.tokenizer import train
+
     monkeypatch.setattr(parallel, "CHUNK_BYTES", 100)
     vocab = tmp_path / "none.json"
     train(make_corpus(n_docs=4), vocab_size=300, pattern="none").save(vocab)
@@ -174,9 +220,11 @@ def test_reused_vocabulary_brings_its_pattern(tmp_path, data_dir, monkeypatch):
 def test_prepare_dataset_is_the_library_function_behind_the_command(tmp_path, data_dir):
     from gradcraft.data.prepare import prepare_dataset
     from gradcraft.errors import UserError
+
     out = tmp_path / "lib" / "tokens.bin"
-    summary = prepare_dataset(str(data_dir), str(out), vocab_size=300, val_fraction=0.25, progress=False,
-                              log=lambda message: None)
+    summary = prepare_dataset(
+        str(data_dir), str(out), vocab_size=300, val_fraction=0.25, progress=False, log=lambda message: None
+    )
     tok = Tokenizer.load(tmp_path / "lib" / "tokenizer.json")
     train, _ = read_token_file(out)
     val, _ = read_token_file(tmp_path / "lib" / "tokens.val.bin")

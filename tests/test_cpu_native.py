@@ -64,31 +64,59 @@ CASES = [
     ("rms_norm", lambda: (rand(6, 4, 5), None), {"eps": 1e-5, "n_dims": 2}),
     ("rms_norm_backward", lambda: (rand(150, 64), rand(64, seed=2), rand(150, 64, seed=3)), {"eps": 1e-6, "n_dims": 1}),
     ("rms_norm_backward", lambda: (rand(3, 20), None, rand(3, 20, seed=3)), {"eps": 1e-6, "n_dims": 1}),
-    ("layer_norm", lambda: (rand(6, 7, 96, scale=3) + 2, rand(96, seed=2), rand(96, seed=4)),
-     {"eps": 1e-5, "n_dims": 1}),
+    (
+        "layer_norm",
+        lambda: (rand(6, 7, 96, scale=3) + 2, rand(96, seed=2), rand(96, seed=4)),
+        {"eps": 1e-5, "n_dims": 1},
+    ),
     ("layer_norm", lambda: (rand(6, 33), None, None), {"eps": 1e-5, "n_dims": 1}),
-    ("layer_norm_backward", lambda: (rand(130, 48) + 1, rand(48, seed=2), rand(130, 48, seed=3)),
-     {"eps": 1e-5, "n_dims": 1}),
+    (
+        "layer_norm_backward",
+        lambda: (rand(130, 48) + 1, rand(48, seed=2), rand(130, 48, seed=3)),
+        {"eps": 1e-5, "n_dims": 1},
+    ),
     ("layer_norm_backward", lambda: (rand(5, 3, 8), None, rand(5, 3, 8, seed=3)), {"eps": 1e-5, "n_dims": 2}),
-    ("cross_entropy", lambda: (rand(64, 1000, scale=5), np.random.default_rng(1).integers(0, 1000, 64)),
-     {"ignore_index": -100, "label_smoothing": 0.0}),
-    ("cross_entropy", lambda: (rand(9, 50, scale=5), np.array([3, -100, 0, 49, 7, 7, -100, 1, 2])),
-     {"ignore_index": -100, "label_smoothing": 0.1}),
-    ("cross_entropy_backward", lambda: (rand(64, 1000, scale=5), np.random.default_rng(1).integers(0, 1000, 64),
-                                        np.full(64, 1 / 64, np.float32)),
-     {"ignore_index": -100, "label_smoothing": 0.0}),
-    ("cross_entropy_backward", lambda: (rand(9, 50, scale=5), np.array([3, 5, 0, 49, 7, 7, 5, 1, 2]),
-                                        rand(9, seed=5)),
-     {"ignore_index": 5, "label_smoothing": 0.2}),
+    (
+        "cross_entropy",
+        lambda: (rand(64, 1000, scale=5), np.random.default_rng(1).integers(0, 1000, 64)),
+        {"ignore_index": -100, "label_smoothing": 0.0},
+    ),
+    (
+        "cross_entropy",
+        lambda: (rand(9, 50, scale=5), np.array([3, -100, 0, 49, 7, 7, -100, 1, 2])),
+        {"ignore_index": -100, "label_smoothing": 0.1},
+    ),
+    (
+        "cross_entropy_backward",
+        lambda: (
+            rand(64, 1000, scale=5),
+            np.random.default_rng(1).integers(0, 1000, 64),
+            np.full(64, 1 / 64, np.float32),
+        ),
+        {"ignore_index": -100, "label_smoothing": 0.0},
+    ),
+    (
+        "cross_entropy_backward",
+        lambda: (rand(9, 50, scale=5), np.array([3, 5, 0, 49, 7, 7, 5, 1, 2]), rand(9, seed=5)),
+        {"ignore_index": 5, "label_smoothing": 0.2},
+    ),
     ("masked_softmax", lambda: (rand(2, 3, 16, 16, scale=4),), {"scale": 0.25, "causal": True, "window": None}),
     ("masked_softmax", lambda: (rand(2, 3, 5, 12, scale=4),), {"scale": 0.5, "causal": True, "window": 4}),
     ("masked_softmax", lambda: (rand(4, 7, 9),), {"scale": -1.5, "causal": False, "window": None}),
-    ("masked_softmax_backward",
-     lambda: (cpu.softmax._masked_softmax(rand(3, 16, 16), scale=1.0, causal=True, window=None),
-              rand(3, 16, 16, seed=1)), {"scale": 0.3}),
+    (
+        "masked_softmax_backward",
+        lambda: (
+            cpu.softmax._masked_softmax(rand(3, 16, 16), scale=1.0, causal=True, window=None),
+            rand(3, 16, 16, seed=1),
+        ),
+        {"scale": 0.3},
+    ),
     ("rope", lambda: (rand(2, 3, 8, 16), rand(8, 8, seed=1), rand(8, 8, seed=2)), {"inverse": False}),
-    ("rope", lambda: (rand(2, 8, 3, 16).transpose(0, 2, 1, 3), rand(8, 8, seed=1), rand(8, 8, seed=2)),
-     {"inverse": True}),
+    (
+        "rope",
+        lambda: (rand(2, 8, 3, 16).transpose(0, 2, 1, 3), rand(8, 8, seed=1), rand(8, 8, seed=2)),
+        {"inverse": True},
+    ),
     ("rope", lambda: (rand(2, 3, 16, 8).swapaxes(-1, -2), rand(8, 8, seed=1), rand(8, 8, seed=2)), {"inverse": True}),
     ("rope", lambda: (rand(5, 6), rand(5, 3, seed=1), rand(5, 3, seed=2)), {"inverse": False}),
 ]
@@ -113,8 +141,14 @@ def test_big_arrays_on_threads():
     set_num_threads(2)
     try:
         two = NATIVE["rms_norm_backward"](x, w, g, eps=1e-6, n_dims=1)
-        check("cross_entropy_backward", rand(512, 4096, scale=3), np.arange(512) * 7, np.full(512, 0.01, np.float32),
-              ignore_index=-100, label_smoothing=0.0)
+        check(
+            "cross_entropy_backward",
+            rand(512, 4096, scale=3),
+            np.arange(512) * 7,
+            np.full(512, 0.01, np.float32),
+            ignore_index=-100,
+            label_smoothing=0.0,
+        )
         check("masked_softmax", rand(16, 4, 128, 128), scale=0.17, causal=True, window=None)
     finally:
         set_num_threads(None)
@@ -143,8 +177,9 @@ def test_out_of_range_target_is_an_error():
 def test_norm_weights_of_another_size_fall_back_to_numpy():
     """The C kernels read `features` weights; a broadcast (1,) weight goes to NumPy (which broadcasts)."""
     x, w = rand(4, 8), np.array([2.0], np.float32)
-    np.testing.assert_array_equal(NATIVE["rms_norm"](x, w, eps=1e-6, n_dims=1),
-                                  REFERENCE["rms_norm"](x, w, eps=1e-6, n_dims=1))
+    np.testing.assert_array_equal(
+        NATIVE["rms_norm"](x, w, eps=1e-6, n_dims=1), REFERENCE["rms_norm"](x, w, eps=1e-6, n_dims=1)
+    )
 
 
 def test_other_dtypes_fall_back_to_numpy():
@@ -152,8 +187,10 @@ def test_other_dtypes_fall_back_to_numpy():
     np.testing.assert_array_equal(NATIVE["silu"](x), cpu.activations._silu(x))  # float64: the NumPy kernel itself
     mask = np.tril(np.ones((6, 6), bool))
     s = rand(2, 6, 6)
-    np.testing.assert_array_equal(NATIVE["masked_softmax"](s, mask, scale=1.0, causal=False, window=None),
-                                  cpu.softmax._masked_softmax(s, mask, scale=1.0, causal=False, window=None))
+    np.testing.assert_array_equal(
+        NATIVE["masked_softmax"](s, mask, scale=1.0, causal=False, window=None),
+        cpu.softmax._masked_softmax(s, mask, scale=1.0, causal=False, window=None),
+    )
 
 
 def test_adamw_matches_numpy():
@@ -170,12 +207,18 @@ def test_adamw_matches_numpy():
 
 def test_without_a_compiler_numpy_kernels_run(tmp_path):
     """No C compiler: a one-line status says so, and training still works on the NumPy kernels."""
-    code = ("from gradcraft.backend.cpu import native as cpu_native; import gradcraft as gc; "
-            "print(cpu_native.status());"
-            "x = gc.randn(4, 6, requires_grad=True); gc.nn.functional.swiglu(x).sum().backward();"
-            "print(x.grad.shape)")
-    env = {**os.environ, "CC": str(tmp_path / "no-such-cc"), "PATH": str(tmp_path),
-           "GRADCRAFT_CACHE_DIR": str(tmp_path / "cache")}
+    code = (
+        "from gradcraft.backend.cpu import native as cpu_native; import gradcraft as gc; "
+        "print(cpu_native.status());"
+        "x = gc.randn(4, 6, requires_grad=True); gc.nn.functional.swiglu(x).sum().backward();"
+        "print(x.grad.shape)"
+    )
+    env = {
+        **os.environ,
+        "CC": str(tmp_path / "no-such-cc"),
+        "PATH": str(tmp_path),
+        "GRADCRAFT_CACHE_DIR": str(tmp_path / "cache"),
+    }
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "no C compiler found" in out.stdout and "(4, 6)" in out.stdout
@@ -184,12 +227,16 @@ def test_without_a_compiler_numpy_kernels_run(tmp_path):
     assert out.returncode == 0 and "GRADCRAFT_CPU_NATIVE=0" in out.stdout, out.stderr
 
 
-@pytest.mark.skipif(not (sys.platform.startswith("linux") and os.uname().machine == "x86_64")
-                    or __import__("shutil").which("gcc") is None, reason="needs gcc on x86-64")
+@pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and os.uname().machine == "x86_64")
+    or __import__("shutil").which("gcc") is None,
+    reason="needs gcc on x86-64",
+)
 def test_every_simd_loop_vectorizes_on_avx2_and_avx512():
     """gcc's vectorization report for AVX2 (x86-64-v3: Zen 2/3, Haswell on) and AVX-512 targets: every
     `omp simd` loop vectorized (a branch in exp_f once left AVX2 machines with scalar kernels)."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
     import check_vectorization
+
     assert len(check_vectorization.simd_loops(cpu_native.compiler.SOURCE.read_text())) >= 30
     assert check_vectorization.check() == []

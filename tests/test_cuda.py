@@ -21,14 +21,19 @@ from gradcraft.device import get_backend, is_available
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not is_available("cuda"), reason="needs CuPy and an NVIDIA GPU")]
 
 BF16 = np.dtype("bfloat16")
-TOL = {np.dtype(np.float64): (1e-9, 1e-11), np.dtype(np.float32): (2e-4, 2e-5), BF16: (2e-2, 2e-2),
-       np.dtype(np.float16): (4e-3, 2e-3)}
+TOL = {
+    np.dtype(np.float64): (1e-9, 1e-11),
+    np.dtype(np.float32): (2e-4, 2e-5),
+    BF16: (2e-2, 2e-2),
+    np.dtype(np.float16): (4e-3, 2e-3),
+}
 SEEN: set = set()  # contract kernels these tests ran on the GPU
 
 
 @pytest.fixture(scope="module", autouse=True)
 def gpu():
     from gradcraft.backend.cuda import launch
+
     backend = get_backend("cuda:0")
     run = type(backend).run
 
@@ -73,8 +78,9 @@ def close(got, expected, dtype=None, scale=1.0, what=""):
     assert got.shape == expected.shape, f"{what}: shape {got.shape} != {expected.shape}"
     assert got.dtype == expected.dtype, f"{what}: dtype {got.dtype} != {expected.dtype}"
     if expected.dtype.kind in "fc" or expected.dtype == BF16:
-        np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64), rtol=rtol * scale,
-                                   atol=atol * scale, err_msg=what)
+        np.testing.assert_allclose(
+            got.astype(np.float64), expected.astype(np.float64), rtol=rtol * scale, atol=atol * scale, err_msg=what
+        )
     else:
         np.testing.assert_array_equal(got, expected, err_msg=what)
 
@@ -114,7 +120,7 @@ GC = types.SimpleNamespace(name="gradcraft", T=gc, F=gF)
 # result went through a few bf16 roundings (inputs, each op's output, the gradient's ops), and a
 # value made by cancellation (a sum of terms larger than itself) errs by U of the terms, not of
 # itself; BF16_ROUNDINGS of them are allowed, relative to each element and to the tensor's RMS.
-BF16_U = 2.0 ** -8
+BF16_U = 2.0**-8
 BF16_ROUNDINGS = 8
 
 
@@ -130,8 +136,10 @@ def close_bf16(got, expected, what):
     tolerance = BF16_ROUNDINGS * BF16_U * (np.abs(expected) + rms)
     error = np.where(finite, np.abs(got - expected), 0.0)
     worst = np.unravel_index(np.argmax(error - tolerance), error.shape) if error.size else ()
-    assert np.all(error <= tolerance), (f"{what}: |error| {error[worst]:.3g} > tolerance {tolerance[worst]:.3g} "
-                                        f"at {worst} (expected {expected[worst]:.4g}, got {got[worst]:.4g})")
+    assert np.all(error <= tolerance), (
+        f"{what}: |error| {error[worst]:.3g} > tolerance {tolerance[worst]:.3g} "
+        f"at {worst} (expected {expected[worst]:.4g}, got {got[worst]:.4g})"
+    )
 
 
 def _inputs(sample, dtype, device, seed, noncontiguous, round_to=None):
@@ -206,9 +214,9 @@ def test_op_table_matches_cpu(gpu, op, sample_index, dtype):
 
 # ---------------------------------------------------------------- fused kernels, directly, odd sizes
 
+
 @pytest.mark.parametrize("dtype", FLOATS + [np.float64])
-@pytest.mark.parametrize("shape,axis", [((1, 1), -1), ((3, 50257), 1), ((37, 1000), -1), ((5, 33, 7), 1),
-                                        ((4, 3), 0)])
+@pytest.mark.parametrize("shape,axis", [((1, 1), -1), ((3, 50257), 1), ((37, 1000), -1), ((5, 33, 7), 1), ((4, 3), 0)])
 def test_softmax_family(gpu, shape, axis, dtype):
     x = randn(shape, dtype, scale=3)
     g = randn(shape, dtype)
@@ -249,24 +257,30 @@ def test_cross_entropy_valid_classes(gpu, N, C, W, smoothing, dtype):
 
 def test_cross_entropy_with_grad_one_launch(gpu):
     import cupy as cp
+
     r = rng()
     logits, target = randn((9, 1001), np.float32, r), r.integers(0, 1001, size=9).astype(np.int64)
     loss, dlogits = gpu.cross_entropy_with_grad(cp.asarray(logits), cp.asarray(target), grad_scale=1 / 9)
-    close(cp.asnumpy(loss), cpu().run("cross_entropy", [logits, target], {"ignore_index": -100,
-                                                                        "label_smoothing": 0.0}))
-    expected = cpu().run("cross_entropy_backward", [logits, target, np.full(9, 1 / 9, np.float32)],
-                         {"ignore_index": -100, "label_smoothing": 0.0})
+    close(
+        cp.asnumpy(loss), cpu().run("cross_entropy", [logits, target], {"ignore_index": -100, "label_smoothing": 0.0})
+    )
+    expected = cpu().run(
+        "cross_entropy_backward",
+        [logits, target, np.full(9, 1 / 9, np.float32)],
+        {"ignore_index": -100, "label_smoothing": 0.0},
+    )
     close(cp.asnumpy(dlogits), expected)
 
 
 @pytest.mark.parametrize("dtype", FLOATS + [np.float64])
-@pytest.mark.parametrize("shape,n_dims", [((1, 1), 1), ((3, 5, 768), 1), ((4, 1, 4097), 1), ((2, 3, 4), 2),
-                                          ((300, 33), 1)])
+@pytest.mark.parametrize(
+    "shape,n_dims", [((1, 1), 1), ((3, 5, 768), 1), ((4, 1, 4097), 1), ((2, 3, 4), 2), ((300, 33), 1)]
+)
 def test_norms(gpu, shape, n_dims, dtype):
     r = rng()
     x = randn(shape, dtype, r, scale=2, shift=0.5)
     g = randn(shape, dtype, r)
-    norm_shape = shape[len(shape) - n_dims:]
+    norm_shape = shape[len(shape) - n_dims :]
     w, b = randn(norm_shape, dtype, r), randn(norm_shape, dtype, r)
     # weight gradients sum over every row: allow for the longer sums in bf16
     scale = 1.0 if dtype != BF16 else 2.0
@@ -325,14 +339,14 @@ def test_embedding(gpu, V, D, idx_shape, dtype):
 # read from memory beyond; each with 16-byte accesses (width a multiple of 16 / itemsize) and with
 # single values (other widths, and the misaligned copies below). Enough rows that the backward's
 # warps and blocks each take several (its grid is a few blocks per SM).
-ROW_WIDTHS = {1: 5, 33: 3000, 768: 3000, 1000: 2500, 1032: 1500, 1100: 1400, 4097: 500, 8200: 300, 16512: 3,
-              20001: 3}
+ROW_WIDTHS = {1: 5, 33: 3000, 768: 3000, 1000: 2500, 1032: 1500, 1100: 1400, 4097: 500, 8200: 300, 16512: 3, 20001: 3}
 HALF_AND_ALL = FLOATS + [np.float64, np.float16]
 
 
 def misaligned(gpu, a):
     """A contiguous CUDA copy of numpy `a` starting one element past an aligned address (scalar kernels)."""
     import cupy as cp
+
     buf = cp.empty(a.size + 1, dtype=a.dtype)
     view = buf[1:].reshape(a.shape)
     view[...] = gpu.from_numpy(a)
@@ -343,8 +357,14 @@ def check_both_alignments(gpu, op, *args, tol_scale=1.0, **attrs):
     """check(), then again with every float array of more than one value passed as a misaligned copy."""
     check(gpu, op, *args, tol_scale=tol_scale, **attrs)
     expected = cpu().reference_kernels[op](*args, **attrs)
-    moved = [misaligned(gpu, a) if isinstance(a, np.ndarray) and a.size > 1 and (a.dtype.kind == "f" or a.dtype == BF16)
-             else gpu.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args]
+    moved = [
+        misaligned(gpu, a)
+        if isinstance(a, np.ndarray) and a.size > 1 and (a.dtype.kind == "f" or a.dtype == BF16)
+        else gpu.from_numpy(a)
+        if isinstance(a, np.ndarray)
+        else a
+        for a in args
+    ]
     got = gpu.run(op, moved, attrs)
     if isinstance(expected, tuple):
         for i, (g, e) in enumerate(zip(got, expected)):
@@ -389,6 +409,7 @@ def test_causal_rows_skip_masked_keys(gpu, width, dtype):
     """Rows 0..4 of a (T = S = width) causal matrix see keys 0..row: the kernels read only those."""
     import cupy as cp
     from gradcraft.backend.cuda import nn as cuda_nn
+
     x = randn((5, width), dtype, scale=3)
     rows, keys = np.arange(5)[:, None], np.arange(width)[None, :]
     for window in (None, 2):
@@ -396,8 +417,11 @@ def test_causal_rows_skip_masked_keys(gpu, width, dtype):
         w = np.where(allowed, x.astype(np.float64) * 0.7, -np.inf)
         w -= w.max(axis=1, keepdims=True)
         for log in (False, True):
-            expected = w - np.log(np.exp(w).sum(axis=1, keepdims=True)) if log else np.exp(w) / np.exp(w).sum(axis=1,
-                                                                                                       keepdims=True)
+            expected = (
+                w - np.log(np.exp(w).sum(axis=1, keepdims=True))
+                if log
+                else np.exp(w) / np.exp(w).sum(axis=1, keepdims=True)
+            )
             got = cuda_nn.softmax_rows(cp.asarray(x), 0.7, None, True, window, width, width, log)
             close(cp.asnumpy(got), expected.astype(dtype), what=f"causal rows, window {window}, log {log}")
 
@@ -435,8 +459,10 @@ def test_activation_accesses(gpu, n, dtype):
 
 @pytest.mark.parametrize("dtype", HALF_AND_ALL)
 def test_activation_extremes(gpu, dtype):
-    x = np.array([-np.inf, -200, -90, -88, -50, -20, -10, -5, -1e-3, 0, 1e-3, 5, 10, 20, 88, 200, np.inf, np.nan] * 2,
-                 dtype=dtype)
+    x = np.array(
+        [-np.inf, -200, -90, -88, -50, -20, -10, -5, -1e-3, 0, 1e-3, 5, 10, 20, 88, 200, np.inf, np.nan] * 2,
+        dtype=dtype,
+    )
     g = np.ones_like(x)
     for approximate in ("none", "tanh"):
         check(gpu, "gelu", x, approximate=approximate)
@@ -459,8 +485,16 @@ def test_embedding_runs(gpu, V, D, dtype):
     """The backward's chunks of 32 sorted positions: runs inside a chunk, across chunk boundaries, over
     more than 32 chunks (the join kernel's ballot loop), and a Zipf-like token stream."""
     r = rng()
-    idx = np.concatenate([np.full(5, 3), np.full(2100, V - 1), np.full(40, 1), np.full(32, 2), np.full(33, 0),
-                          r.integers(0, V, size=300)])
+    idx = np.concatenate(
+        [
+            np.full(5, 3),
+            np.full(2100, V - 1),
+            np.full(40, 1),
+            np.full(32, 2),
+            np.full(33, 0),
+            r.integers(0, V, size=300),
+        ]
+    )
     cases = [r.permutation(idx).reshape(2, -1), np.sort(idx)]
     if V > 1000:  # a token stream: a few ids very often, most rarely
         cases.append(np.minimum(r.zipf(1.2, size=(4, 1024)) - 1, V - 1))
@@ -492,8 +526,9 @@ def test_random(gpu, dtype):
     again = gpu.to_numpy(gpu.run("randn", [], {"shape": (1 << 20,), "seed": seed, "dtype": np.dtype(dtype)}))
     np.testing.assert_array_equal(normal, again)
     assert abs(normal.astype(np.float64).mean()) < 0.01 and abs(normal.astype(np.float64).std() - 1) < 0.01
-    ints = gpu.to_numpy(gpu.run("randint", [], {"shape": (100000,), "low": -3, "high": 7, "seed": seed,
-                                                "dtype": np.dtype(np.int64)}))
+    ints = gpu.to_numpy(
+        gpu.run("randint", [], {"shape": (100000,), "low": -3, "high": 7, "seed": seed, "dtype": np.dtype(np.int64)})
+    )
     assert ints.dtype == np.int64 and ints.min() == -3 and ints.max() == 6
 
 
@@ -528,8 +563,17 @@ def test_sdpa(gpu, case, dtype):
 
 # (N, C, W): the gpt2 padded vocabulary (C odd: a scalar tail after the 16-byte vectors), short rows,
 # rows of one 16-byte access, C below W with a partial vector of classes, wide rows of several batches.
-CE_SHAPES = [(5, 50257, 50304), (9, 1, 1), (9, 7, 7), (9, 8, 8), (6, 1000, 1000), (5, 8200, 8200),
-             (6, 997, 1000), (5, 8193, 8200), (4, 3, 8)]
+CE_SHAPES = [
+    (5, 50257, 50304),
+    (9, 1, 1),
+    (9, 7, 7),
+    (9, 8, 8),
+    (6, 1000, 1000),
+    (5, 8200, 8200),
+    (6, 997, 1000),
+    (5, 8193, 8200),
+    (4, 3, 8),
+]
 
 
 def _ce_inputs(N, C, W, dtype, float_loss, r):
@@ -565,10 +609,12 @@ def test_cross_entropy_vectorised_one_launch(gpu, dtype):
     """Loss and dlogits in one launch on the padded gpt2 vocabulary, scaled for a mean."""
     import cupy as cp
     from gradcraft.backend.cuda import nn as cuda_nn
+
     N, C, W = 33, 50257, 50304
     logits, target, _ = _ce_inputs(N, C, W, dtype, True, rng())
-    loss, dlogits = cuda_nn.cross_entropy_with_grad(cp.asarray(logits), cp.asarray(target), None, -100, 0.1, 1 / N,
-                                                    valid_classes=C, float_loss=True)
+    loss, dlogits = cuda_nn.cross_entropy_with_grad(
+        cp.asarray(logits), cp.asarray(target), None, -100, 0.1, 1 / N, valid_classes=C, float_loss=True
+    )
     attrs = {"ignore_index": -100, "label_smoothing": 0.1, "valid_classes": C, "float_loss": True}
     close(cp.asnumpy(loss), cpu().reference_kernels["cross_entropy"](logits, target, **attrs), what="loss")
     g = np.full(N, 1 / N, np.float32 if np.dtype(dtype) == BF16 else dtype)
@@ -581,6 +627,7 @@ def test_cross_entropy_vectorised_bad_target(gpu, dtype):
     """A target outside [0, C) that is not ignore_index: NaN loss and gradient on its row only."""
     import cupy as cp
     from gradcraft.backend.cuda import nn as cuda_nn
+
     r = rng()
     N, C, W = 4, 50257, 50304
     logits = randn((N, W), dtype, r, scale=2)
@@ -598,14 +645,26 @@ BINARY_OPS = ("add", "sub", "mul", "div", "maximum", "minimum")
 # (a's shape, b's shape): same shape (a multiple of 8 values; odd sizes, with a ragged tail; fewer values
 # than one 16-byte access), a bias repeated along a's leading axes (b_n % 8 == 0, over one or two trailing
 # axes; b_n % 8 != 0, where float64's 2 values an access may still fit), one value (0-d and (1,)).
-BINARY_CASES = [((64, 96), (64, 96)), ((1001, 3), (1001, 3)), ((3, 7, 13), (3, 7, 13)), ((5,), (5,)),
-                ((37, 64), (64,)), ((9, 5, 24), (5, 24)), ((16, 3, 40), (40,)), ((41, 50), (50,)),
-                ((333, 3), (3,)), ((17, 9), (9,)), ((1001, 3), ()), ((7,), (1,))]
+BINARY_CASES = [
+    ((64, 96), (64, 96)),
+    ((1001, 3), (1001, 3)),
+    ((3, 7, 13), (3, 7, 13)),
+    ((5,), (5,)),
+    ((37, 64), (64,)),
+    ((9, 5, 24), (5, 24)),
+    ((16, 3, 40), (40,)),
+    ((41, 50), (50,)),
+    ((333, 3), (3,)),
+    ((17, 9), (9,)),
+    ((1001, 3), ()),
+    ((7,), (1,)),
+]
 
 
 def _record_launches(monkeypatch):
     """The names of the kernels the CUDA launchers run, in order (a list that fills as they run)."""
     from gradcraft.backend.cuda import launch
+
     launched, run = [], launch.run
 
     def recording(file, kernel, *args, **kwargs):
@@ -622,12 +681,16 @@ def _binary_kernels_agree(gpu, launched, a, b, *, a_misaligned=False, b_misalign
     kernels = []
     for op in BINARY_OPS:
         expected = np.asarray(cpu().reference_kernels[op](a, b))
-        args = [misaligned(gpu, x) if moved else gpu.from_numpy(x)
-                for x, moved in ((a, a_misaligned), (b, b_misaligned))]
+        args = [
+            misaligned(gpu, x) if moved else gpu.from_numpy(x) for x, moved in ((a, a_misaligned), (b, b_misaligned))
+        ]
         launched.clear()
         got = gpu.run(op, args, {})
-        close(gpu.to_numpy(got), expected, what=f"{op} {a.dtype} {a.shape} {b.shape} "
-                                                f"(misaligned a: {a_misaligned}, b: {b_misaligned})")
+        close(
+            gpu.to_numpy(got),
+            expected,
+            what=f"{op} {a.dtype} {a.shape} {b.shape} (misaligned a: {a_misaligned}, b: {b_misaligned})",
+        )
         kernels.append(list(launched))
     return kernels
 
@@ -637,6 +700,7 @@ def test_binary_vector_kernels(gpu, dtype, monkeypatch):
     """The 16-byte kernels (same shape, bias, one value) where sizes and pointers allow, the one-value
     kernel otherwise (a ragged bias, a misaligned a or b), each against the CPU, outputs poisoned."""
     from gradcraft.backend.cuda import launch
+
     launched = _record_launches(monkeypatch)
     dtype = np.dtype(dtype)
     sfx, vec = launch.suffix(dtype), 16 // dtype.itemsize
@@ -659,12 +723,17 @@ def test_binary_vector_kernels_grid_stride(gpu, dtype, monkeypatch):
     """One SM's worth of blocks (16 x 256 threads), so each thread takes many accesses: the bias index
     advanced by the stride, wrapping around b, and the ragged tail after the loop."""
     from gradcraft.backend.cuda import launch
+
     launched = _record_launches(monkeypatch)
     monkeypatch.setattr(launch, "sm_count", lambda: 1)
     dtype = np.dtype(dtype)
     r = rng()
-    for a_shape, b_shape in [((257, 776), (776,)), ((131, 3, 104), (3, 104)), ((257, 777), (257, 777)),
-                             ((300, 1001), ())]:
+    for a_shape, b_shape in [
+        ((257, 776), (776,)),
+        ((131, 3, 104), (3, 104)),
+        ((257, 777), (257, 777)),
+        ((300, 1001), ()),
+    ]:
         a = randn(a_shape, dtype, r)
         b = np.asarray(randn(b_shape, dtype, r, shift=3), dtype=dtype)
         for op, ran in zip(BINARY_OPS, _binary_kernels_agree(gpu, launched, a, b)):
@@ -688,10 +757,17 @@ def test_put_slices_along_the_last_axis(gpu, dtype, widths):
 # (B, H, Hkv, T, S, D, causal, window): tile-aligned and ragged sizes, GQA ratios 1/2/4, windows that
 # skip whole tiles, queries aligned with the last T of S keys (a KV cache), T > S, one query (decoding).
 FLASH_CASES = [
-    (2, 4, 4, 64, 64, 64, True, None), (1, 4, 2, 100, 100, 64, True, None), (2, 8, 2, 77, 77, 128, True, None),
-    (1, 2, 2, 130, 130, 48, True, 40), (1, 3, 1, 33, 200, 64, True, None), (2, 2, 2, 1, 150, 32, True, None),
-    (1, 2, 2, 90, 70, 96, False, None), (1, 2, 1, 257, 257, 128, True, 64), (1, 2, 2, 129, 129, 64, False, 16),
-    (1, 4, 4, 300, 300, 48, True, None), (1, 2, 2, 200, 200, 128, False, None),
+    (2, 4, 4, 64, 64, 64, True, None),
+    (1, 4, 2, 100, 100, 64, True, None),
+    (2, 8, 2, 77, 77, 128, True, None),
+    (1, 2, 2, 130, 130, 48, True, 40),
+    (1, 3, 1, 33, 200, 64, True, None),
+    (2, 2, 2, 1, 150, 32, True, None),
+    (1, 2, 2, 90, 70, 96, False, None),
+    (1, 2, 1, 257, 257, 128, True, 64),
+    (1, 2, 2, 129, 129, 64, False, 16),
+    (1, 4, 4, 300, 300, 48, True, None),
+    (1, 2, 2, 200, 200, 128, False, None),
 ]
 
 
@@ -738,9 +814,18 @@ def test_flash_attention_strided_inputs(gpu):
     assert not q.flags.c_contiguous
     out, lse = gpu.run("flash_attention", [q, k, v], attrs)
     assert rel_err(gpu.to_numpy(out), ref_out) < 1e-2
-    grads = gpu.run("flash_attention_backward", [q, k, v, gpu.from_numpy(ref_out), gpu.from_numpy(ref_lse),
-                                                 gpu.from_numpy(g).transpose(0, 2, 1, 3).copy().transpose(0, 2, 1, 3)],
-                    attrs)
+    grads = gpu.run(
+        "flash_attention_backward",
+        [
+            q,
+            k,
+            v,
+            gpu.from_numpy(ref_out),
+            gpu.from_numpy(ref_lse),
+            gpu.from_numpy(g).transpose(0, 2, 1, 3).copy().transpose(0, 2, 1, 3),
+        ],
+        attrs,
+    )
     for a, e in zip(grads, ref_grads):
         assert rel_err(gpu.to_numpy(a), e) < 2e-2
 
@@ -750,6 +835,7 @@ def test_flash_attention_op_matches_explicit(gpu, window):
     """Through the op layer: bf16 attention on CUDA picks the flash kernels; the float32 explicit path
     (weights kept) is the reference, values and gradients."""
     from gradcraft.ops.attention import sdpa_kernel
+
     r = rng()
     B, H, Hkv, T, D = 2, 6, 2, 97, 64
     data = [r.standard_normal(s) for s in ((B, H, T, D), (B, Hkv, T, D), (B, Hkv, T, D))]
@@ -766,14 +852,19 @@ def test_flash_attention_op_matches_explicit(gpu, window):
         assert rel_err(got, expected) < 1.5e-2
 
 
-DROPOUT_CASES = [(2, 4, 2, 100, 100, 64, True, None), (1, 2, 2, 77, 77, 128, True, None),
-                 (1, 2, 1, 130, 130, 48, True, 40), (1, 3, 3, 33, 90, 64, True, None),
-                 (1, 2, 2, 70, 61, 32, False, None)]
+DROPOUT_CASES = [
+    (2, 4, 2, 100, 100, 64, True, None),
+    (1, 2, 2, 77, 77, 128, True, None),
+    (1, 2, 1, 130, 130, 48, True, 40),
+    (1, 3, 3, 33, 90, 64, True, None),
+    (1, 2, 2, 70, 61, 32, False, None),
+]
 
 
 @pytest.mark.parametrize("dtype", [BF16, np.float16])
-@pytest.mark.parametrize("case", DROPOUT_CASES,
-                         ids=lambda c: "B{}H{}kv{}T{}S{}D{}{}w{}".format(*c[:6], "c" * c[6], c[7]))
+@pytest.mark.parametrize(
+    "case", DROPOUT_CASES, ids=lambda c: "B{}H{}kv{}T{}S{}D{}{}w{}".format(*c[:6], "c" * c[6], c[7])
+)
 def test_flash_attention_dropout(gpu, case, dtype):
     """The dropout kernels draw backend/philox.py's mask: output and the three gradients equal the NumPy
     reference with the same state and stream (a different mask would be far off)."""
@@ -782,8 +873,13 @@ def test_flash_attention_dropout(gpu, case, dtype):
     q, k, v = randn((B, H, T, D), dtype, r), randn((B, Hkv, S, D), dtype, r), randn((B, Hkv, S, D), dtype, r)
     g = randn((B, H, T, D), dtype, r)
     state = np.array([int(r.integers(0, 2**62)), int(r.integers(0, 2**31))], dtype=np.int64)
-    attrs = {"scale": 1 / np.sqrt(D), "causal": causal, "window": window, "dropout_p": 0.3,
-             "stream": int(r.integers(0, 50))}
+    attrs = {
+        "scale": 1 / np.sqrt(D),
+        "causal": causal,
+        "window": window,
+        "dropout_p": 0.3,
+        "stream": int(r.integers(0, 50)),
+    }
     (out, lse), (ref_out, ref_lse) = both(gpu, "flash_attention", q, k, v, state, **attrs)
     limit = 1e-2 if dtype == BF16 else 2e-3
     assert rel_err(out, ref_out) < limit
@@ -810,6 +906,7 @@ def test_flash_attention_dropout_op_matches_explicit(gpu, window):
     run at the same dropout counter and stream (so with the same mask)."""
     from gradcraft.ops.attention import sdpa_kernel
     from gradcraft.ops.creation import advance_dropout
+
     r = rng()
     B, H, Hkv, T, D = 2, 4, 2, 97, 64
     data = [r.standard_normal(s) for s in ((B, H, T, D), (B, Hkv, T, D), (B, Hkv, T, D))]
@@ -839,8 +936,12 @@ def test_linear_cross_entropy_kernel(gpu, dtype, chunk_rows):
     t = r.integers(0, 130, N)
     t[[0, 9]] = -100
     itemsize = np.dtype(dtype).itemsize
-    attrs = {"ignore_index": -100, "label_smoothing": 0.1, "valid_classes": 130,
-             "chunk_bytes": (chunk_rows or N) * V * itemsize}
+    attrs = {
+        "ignore_index": -100,
+        "label_smoothing": 0.1,
+        "valid_classes": 130,
+        "chunk_bytes": (chunk_rows or N) * V * itemsize,
+    }
     (total, dx, dw), (rtotal, rdx, rdw) = both(gpu, "linear_cross_entropy", x, w, t, **attrs)
     assert dx.dtype == dtype and dw.dtype == dtype and total.dtype == np.float32
     np.testing.assert_allclose(float(total), float(rtotal), rtol=2e-3 if dtype != np.float32 else 1e-4)
@@ -852,6 +953,7 @@ def test_model_step_with_the_fused_loss_equals_the_plain_one(gpu, monkeypatch):
     """bf16 gpt2-style model with a padded vocabulary on CUDA: the fused output layer + loss gives the
     loss and gradients of the matmul + cross_entropy path."""
     from gradcraft.models import Transformer, preset
+
     cfg = preset("gpt2-124m", vocab_size=1000, seq_len=64, n_layers=2, dim=128, n_heads=4)
     gc.manual_seed(0)
     model = Transformer(cfg).to("cuda")
@@ -872,6 +974,7 @@ def test_model_step_with_the_fused_loss_equals_the_plain_one(gpu, monkeypatch):
 
 # ---------------------------------------------------------------- primitives with their own CUDA paths
 
+
 @pytest.mark.parametrize("dtype", FLOATS + [np.float64, np.float16])
 def test_matmul_layouts(gpu, dtype):
     r = rng()
@@ -888,6 +991,7 @@ def test_matmul_layouts(gpu, dtype):
 
 def test_tf32_switch(gpu):
     from gradcraft.backend.cuda import set_tf32
+
     r = rng()
     a, b = randn((256, 512), np.float32, r), randn((512, 128), np.float32, r)
     exact = a.astype(np.float64) @ b.astype(np.float64)
@@ -904,7 +1008,7 @@ def test_tf32_switch(gpu):
 @pytest.mark.parametrize("dtype", FLOATS + [np.float64, np.int64])
 def test_reductions(gpu, dtype):
     r = rng()
-    x = (r.integers(-5, 5, size=(3, 37, 129)) if dtype == np.int64 else randn((3, 37, 129), dtype, r, scale=2))
+    x = r.integers(-5, 5, size=(3, 37, 129)) if dtype == np.int64 else randn((3, 37, 129), dtype, r, scale=2)
     x = x.astype(dtype)
     for op in ("sum", "max", "min"):
         for axes, keepdim in (((2,), False), ((1, 2), True), (None, False), ((1,), False), ((0, 2), True)):
@@ -962,16 +1066,18 @@ def test_copies_between_devices(gpu):
 
 # ---------------------------------------------------------------- optimizer kernels (beyond the contract)
 
+
 def _adamw_reference(p, g, m, v, lr, step, b1, b2, eps, wd):
     p = p * (1 - lr * wd)
     m = b1 * m + (1 - b1) * g
     v = b2 * v + (1 - b2) * g * g
-    p = p - (lr / (1 - b1 ** step)) * m / (np.sqrt(v) / np.sqrt(1 - b2 ** step) + eps)
+    p = p - (lr / (1 - b1**step)) * m / (np.sqrt(v) / np.sqrt(1 - b2**step) + eps)
     return p, m, v
 
 
 def test_adamw_and_grad_norm(gpu):
     import cupy as cp
+
     r = rng()
     sizes = [1, 65537, 3000, 200001]
     params = [randn((n,), np.float64, r) for n in sizes]
@@ -992,8 +1098,9 @@ def test_adamw_and_grad_norm(gpu):
         lr_step = cp.asarray(np.array([1e-2, step], dtype=np.float32))
         gpu.adamw_step(d_params, d_grads, d_m, d_v, lr_step, weight_decay=0.1, grad_scale=norm[1:])
         for i, g in enumerate(grads):
-            ref[i], m[i], v[i] = _adamw_reference(ref[i], g.astype(np.float64) * got[1], m[i], v[i], 1e-2, step,
-                                                  0.9, 0.999, 1e-8, 0.1)
+            ref[i], m[i], v[i] = _adamw_reference(
+                ref[i], g.astype(np.float64) * got[1], m[i], v[i], 1e-2, step, 0.9, 0.999, 1e-8, 0.1
+            )
     for i in range(len(sizes)):
         np.testing.assert_allclose(cp.asnumpy(d_params[i]), ref[i], rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(cp.asnumpy(d_m[i]), m[i], rtol=1e-5, atol=1e-6)
@@ -1001,6 +1108,7 @@ def test_adamw_and_grad_norm(gpu):
 
 def test_memory_info(gpu):
     from gradcraft.backend.cuda import memory_info
+
     info = memory_info()
     assert info["total_bytes"] >= info["used_bytes"] >= 0
 
@@ -1009,6 +1117,7 @@ def test_memory_info(gpu):
 def test_moe_layer_matches_the_cpu(gpu, capacity_factor):
     """Routing, the permutation kernels and their gradients, through the MoE layer on both devices."""
     from gradcraft.models.moe import MoE
+
     gc.manual_seed(3)
     layer = MoE(16, 12, 4, 2, capacity_factor, init_std=0.5, out_std=0.5)
     x = rng().standard_normal((2, 9, 16)).astype(np.float32)

@@ -13,8 +13,20 @@ FILES = compiler.kernel_files()
 
 def test_kernel_files_exist():
     names = {f.name for f in FILES}
-    for family in ("elementwise", "reduce", "softmax", "cross_entropy", "norms", "activations", "rope",
-                   "embedding", "dropout", "random", "adamw", "gradnorm"):
+    for family in (
+        "elementwise",
+        "reduce",
+        "softmax",
+        "cross_entropy",
+        "norms",
+        "activations",
+        "rope",
+        "embedding",
+        "dropout",
+        "random",
+        "adamw",
+        "gradnorm",
+    ):
         assert f"{family}.cu" in names
 
 

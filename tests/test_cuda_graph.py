@@ -49,8 +49,9 @@ def test_captured_step_runs_eagerly_where_the_device_cannot_capture():
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not gc.is_available("cuda"), reason="needs an NVIDIA GPU with CuPy")
-@pytest.mark.parametrize("name,over", [("toy-v0", {}), ("mallmoc", dict(dim=64, n_layers=2, n_heads=4, seq_len=32,
-                                                                          vocab_size=500))])
+@pytest.mark.parametrize(
+    "name,over", [("toy-v0", {}), ("mallmoc", dict(dim=64, n_layers=2, n_heads=4, seq_len=32, vocab_size=500))]
+)
 def test_replayed_steps_match_eager_steps(name, over):
     eager_losses, eager_weights = _training("cuda", graph=False, name=name, **over)
     graph_losses, graph_weights = _training("cuda", graph=True, name=name, **over)
@@ -66,13 +67,23 @@ def test_gradcraft_train_with_and_without_graph_capture_logs_the_same_losses(tmp
     from gradcraft.models import preset
     from gradcraft.training.log import read_log
     from gradcraft.training.trainer import TrainConfig, train
+
     tokens = np.random.default_rng(0).integers(0, 64, size=5000).astype(np.uint16)
     write_token_file(str(tmp_path / "t.bin"), tokens, vocab_size=64)
     logs = []
     for mode in ("off", "on"):
-        tc = TrainConfig(dataset=str(tmp_path / "t.bin"), model_dir=str(tmp_path / mode), steps=8, batch_size=4,
-                         target_batch=8, warmup_steps=2, device="cuda:0", cuda_graph=mode, progress=False,
-                         checkpoint_every=4)
+        tc = TrainConfig(
+            dataset=str(tmp_path / "t.bin"),
+            model_dir=str(tmp_path / mode),
+            steps=8,
+            batch_size=4,
+            target_batch=8,
+            warmup_steps=2,
+            device="cuda:0",
+            cuda_graph=mode,
+            progress=False,
+            checkpoint_every=4,
+        )
         train(tc, preset("toy-v0", vocab_size=64, dim=32, n_heads=2, seq_len=16), log=lambda msg: None)
         logs.append([float(r["loss"]) for r in read_log(str(tmp_path / mode / "training_log.csv"))])
     np.testing.assert_allclose(logs[1], logs[0], rtol=1e-5)
@@ -111,11 +122,21 @@ def test_bf16_mixed_precision_training_on_the_gpu_learns(tmp_path):
     from gradcraft.data.tokenfile import write_token_file
     from gradcraft.training.log import read_log
     from gradcraft.training.trainer import TrainConfig, train
+
     pattern = np.random.default_rng(0).integers(0, 64, size=40)
     write_token_file(str(tmp_path / "t.bin"), np.tile(pattern, 200).astype(np.uint16), vocab_size=64)
-    tc = TrainConfig(dataset=str(tmp_path / "t.bin"), model_dir=str(tmp_path / "bf16"), steps=40, batch_size=8,
-                     warmup_steps=4, max_lr=3e-3, device="cuda:0", dtype="bfloat16", progress=False,
-                     checkpoint_every=40)
+    tc = TrainConfig(
+        dataset=str(tmp_path / "t.bin"),
+        model_dir=str(tmp_path / "bf16"),
+        steps=40,
+        batch_size=8,
+        warmup_steps=4,
+        max_lr=3e-3,
+        device="cuda:0",
+        dtype="bfloat16",
+        progress=False,
+        checkpoint_every=40,
+    )
     train(tc, preset("toy-v0", vocab_size=64, dim=64, n_heads=4, seq_len=32), log=lambda msg: None)
     losses = [float(r["loss"]) for r in read_log(str(tmp_path / "bf16" / "training_log.csv"))]
     assert np.isfinite(losses).all() and losses[-1] < losses[0] - 1.0
@@ -131,6 +152,7 @@ def test_decoding_replays_one_graph_per_token(family):
     from test_models import randomize, small_config
 
     from gradcraft.inference.generate import SamplingParams, generate
+
     model = Transformer(small_config(family, seq_len=40))
     randomize(model, seed=4)
     model.to("cuda")
@@ -147,7 +169,6 @@ def test_decoding_replays_one_graph_per_token(family):
     assert len(backend._graph_memory) == graphs  # each generation releases its graph and memory
 
 
-
 @pytest.mark.cuda
 @pytest.mark.skipif(not gc.is_available("cuda"), reason="needs an NVIDIA GPU with CuPy")
 @pytest.mark.parametrize("family", ["gpt", "hybrid_window", "moe_window"])
@@ -158,6 +179,7 @@ def test_continuous_batching_replays_one_graph_per_bucket(family):
 
     from gradcraft.inference.generate import SamplingParams
     from gradcraft.inference.scheduler import Scheduler
+
     requests = [(PROMPTS[i % len(PROMPTS)], SamplingParams(max_tokens=12)) for i in range(6)]
     cpu = Scheduler(make_model(family), slots=4)
     try:
@@ -173,7 +195,9 @@ def test_continuous_batching_replays_one_graph_per_bucket(family):
     finally:
         scheduler.close()
 
+
 # ------------------------------------------------------------------ dropout inside the captured step
+
 
 def _reference_mask(n, seed, counter, stream, p):
     state = np.array([seed, counter], dtype=np.uint64).view(np.int64)
@@ -186,6 +210,7 @@ def _reference_mask(n, seed, counter, stream, p):
 @pytest.mark.parametrize("n,p", [(1, 0.5), (4097, 0.9), (1000003, 0.1)])
 def test_cuda_dropout_masks_equal_the_numpy_reference(dtype, n, p):
     import cupy as cp
+
     gpu, cpu = gc.device.get_backend("cuda:0"), gc.device.get_backend("cpu")
     rng = np.random.default_rng()
     seed, counter, stream = (int(v) for v in rng.integers(0, 2**63 - 1, size=3))
@@ -203,6 +228,7 @@ def test_a_replayed_dropout_reads_the_counter_that_each_replay_moves():
     """Call k of a captured step (eager, recorded or replayed) draws the mask of counter k: the kernel
     reads seed and counter from device memory, and the counter's move is part of the graph."""
     import gradcraft.nn.functional as F
+
     gc.manual_seed(123)
     x = gc.ones(3000, device="cuda").realize()
 
@@ -240,15 +266,26 @@ def test_gradcraft_train_with_dropout_replays_the_graph_and_resumes(tmp_path):
     from gradcraft.data.tokenfile import write_token_file
     from gradcraft.training.log import read_log
     from gradcraft.training.trainer import TrainConfig, train
+
     tokens = np.random.default_rng(0).integers(0, 64, size=5000).astype(np.uint16)
     write_token_file(str(tmp_path / "t.bin"), tokens, vocab_size=64)
     mc = preset("toy-v0", vocab_size=64, dim=32, n_heads=2, seq_len=16, dropout=0.1)
 
     def session(name, mode, resume=False, **over):
         notes = []
-        tc = TrainConfig(dataset=str(tmp_path / "t.bin"), model_dir=str(tmp_path / name), steps=10, batch_size=4,
-                         target_batch=8, warmup_steps=2, device="cuda:0", cuda_graph=mode, progress=False,
-                         checkpoint_every=5, **over)
+        tc = TrainConfig(
+            dataset=str(tmp_path / "t.bin"),
+            model_dir=str(tmp_path / name),
+            steps=10,
+            batch_size=4,
+            target_batch=8,
+            warmup_steps=2,
+            device="cuda:0",
+            cuda_graph=mode,
+            progress=False,
+            checkpoint_every=5,
+            **over,
+        )
         train(tc, mc, resume=resume, log=notes.append)
         assert not [n for n in notes if "eagerly" in n], notes  # dropout no longer turns the graph off
         return [(float(r["loss"]), float(r["grad_norm"])) for r in read_log(str(tmp_path / name / "training_log.csv"))]

@@ -17,8 +17,9 @@ from test_train import TINY, one_line_error, run
 
 
 def rows(model_dir):
-    return [(int(r["step"]), float(r["loss"]), float(r["grad_norm"]))
-            for r in read_log(str(model_dir / "training_log.csv"))]
+    return [
+        (int(r["step"]), float(r["loss"]), float(r["grad_norm"])) for r in read_log(str(model_dir / "training_log.csv"))
+    ]
 
 
 def test_two_processes_train_like_one_accumulating_two(dataset, tmp_path):
@@ -36,8 +37,19 @@ def test_two_processes_train_like_one_accumulating_two(dataset, tmp_path):
 
 def test_data_parallel_resume_continues_the_same_run(dataset, tmp_path):
     """With dropout (each process draws its own masks), stopped and resumed: bitwise the same run."""
-    common = ["--dataset", dataset, "--steps", "8", "--checkpoint_every", "4", "--nproc", "2", "--dropout", "0.1",
-              *TINY]
+    common = [
+        "--dataset",
+        dataset,
+        "--steps",
+        "8",
+        "--checkpoint_every",
+        "4",
+        "--nproc",
+        "2",
+        "--dropout",
+        "0.1",
+        *TINY,
+    ]
     run("--model_dir", str(tmp_path / "straight"), *common)
     run("--model_dir", str(tmp_path / "split"), "--stop_after", "4", *common)
     run("--model_dir", str(tmp_path / "split"), "--resume", "--dataset", dataset, "--no_progress")
@@ -49,17 +61,21 @@ def test_resume_on_another_process_count_keeps_the_batch(dataset, tmp_path):
     common = ["--dataset", dataset, "--steps", "8", "--checkpoint_every", "4", *TINY]
     run("--model_dir", str(tmp_path / "straight"), "--nproc", "2", *common)
     run("--model_dir", str(tmp_path / "split"), "--nproc", "2", "--stop_after", "4", *common)
-    proc = run("--model_dir", str(tmp_path / "split"), "--resume", "--nproc", "1", "--dataset", dataset,
-               "--no_progress")
+    proc = run(
+        "--model_dir", str(tmp_path / "split"), "--resume", "--nproc", "1", "--dataset", dataset, "--no_progress"
+    )
     assert "4 x 2 sequences" in proc.stderr
-    np.testing.assert_allclose([r[1:] for r in rows(tmp_path / "split")],
-                               [r[1:] for r in rows(tmp_path / "straight")], rtol=2e-4)
+    np.testing.assert_allclose(
+        [r[1:] for r in rows(tmp_path / "split")], [r[1:] for r in rows(tmp_path / "straight")], rtol=2e-4
+    )
 
 
 def test_bad_process_counts_get_one_line(dataset, tmp_path):
     out = str(tmp_path / "bad")
-    one_line_error(run("--dataset", dataset, "--model_dir", out, *TINY, "--nproc", "2", "--target_batch", "4",
-                       check=False), "--target_batch 4 is not a multiple of --batch_size 4 x --nproc 2")
+    one_line_error(
+        run("--dataset", dataset, "--model_dir", out, *TINY, "--nproc", "2", "--target_batch", "4", check=False),
+        "--target_batch 4 is not a multiple of --batch_size 4 x --nproc 2",
+    )
     one_line_error(run("--dataset", dataset, "--model_dir", out, *TINY, "--nproc", "0", check=False), "--nproc")
 
 
@@ -100,8 +116,21 @@ def _scatter_and_gather(group, device):
 
 @pytest.mark.skipif(gc.device.is_available("cuda"), reason="this machine has a GPU")
 def test_cuda_processes_without_a_gpu_one_line(dataset, tmp_path):
-    one_line_error(run("--dataset", dataset, "--model_dir", str(tmp_path / "x"), *TINY, "--device", "cuda",
-                       "--nproc", "2", check=False), "--nproc 2")
+    one_line_error(
+        run(
+            "--dataset",
+            dataset,
+            "--model_dir",
+            str(tmp_path / "x"),
+            *TINY,
+            "--device",
+            "cuda",
+            "--nproc",
+            "2",
+            check=False,
+        ),
+        "--nproc 2",
+    )
 
 
 def test_single_process_group_is_a_no_op():

@@ -49,6 +49,7 @@ def kernel_mask(n, seed, counter, stream, p):
 
 # ------------------------------------------------------------------ the kernel
 
+
 def test_the_numpy_reference_is_the_cuda_kernels_philox_mapping():
     """Bit for bit what dropout.cu computes (the GPU test compares the CUDA kernel with the reference)."""
     rng = np.random.default_rng(0)
@@ -63,8 +64,9 @@ def test_a_mask_depends_only_on_seed_counter_stream_and_index():
     np.testing.assert_array_equal(mask(37, 7, 3, 2), base[:37])  # element i's bit does not depend on the size
     state = np.array([7, 3], dtype=np.int64)
     for dtype in (np.float32, np.float64, np.dtype("bfloat16")):  # nor on the dtype
-        np.testing.assert_array_equal(REFERENCE(np.ones((10, 100), dtype), state, p=0.5, stream=2) != 0,
-                                      base.reshape(10, 100))
+        np.testing.assert_array_equal(
+            REFERENCE(np.ones((10, 100), dtype), state, p=0.5, stream=2) != 0, base.reshape(10, 100)
+        )
     for other in (mask(1000, 8, 3, 2), mask(1000, 7, 4, 2), mask(1000, 7, 3, 3)):
         assert 0.3 < (other != base).mean() < 0.7  # any other seed, counter or stream: another mask
     assert 0.45 < base.mean() < 0.55
@@ -73,11 +75,13 @@ def test_a_mask_depends_only_on_seed_counter_stream_and_index():
 def test_counter_0_stream_0_is_numpys_philox_stream_of_the_seed():
     """The old seed-only form (kernel tests): state [seed, 0], the stream that `rand` draws from."""
     x = np.ones(1001)
-    np.testing.assert_array_equal(REFERENCE(x, p=0.3, seed=123) != 0,
-                                  np.random.Generator(np.random.Philox(key=123)).random(1001) >= 0.3)
+    np.testing.assert_array_equal(
+        REFERENCE(x, p=0.3, seed=123) != 0, np.random.Generator(np.random.Philox(key=123)).random(1001) >= 0.3
+    )
 
 
 # ------------------------------------------------------------------ the op
+
 
 def _state():
     return gc.get_rng_state()["dropout"]["cpu"]  # [counter, streams]
@@ -146,6 +150,7 @@ def test_a_lazy_mask_realized_after_the_counter_moved_is_refused():
 
 # ------------------------------------------------------------------ captured steps (CUDA graphs played on the CPU)
 
+
 class CPUGraphs:
     """CUDA-graph semantics for the CPU backend: `capture` records every kernel call of one step (the
     engine's, the gradient norm's and AdamW's) with its arrays and attributes; `replay` runs the calls
@@ -166,6 +171,7 @@ class CPUGraphs:
                 out = method(*args, **kwargs)
                 calls.append((method, args, kwargs, out))
                 return out
+
             return call
 
         for name in self.METHODS:
@@ -256,19 +262,35 @@ def test_without_the_counters_move_replays_would_repeat_the_masks(cpu_graphs):
 
 # ------------------------------------------------------------------ the trainer
 
+
 def _train(tmp_path, name, resume=False, **over):
     from gradcraft.data.tokenfile import write_token_file
     from gradcraft.training.log import read_log
     from gradcraft.training.trainer import TrainConfig, train
+
     data = tmp_path / "tokens.bin"
     if not data.exists():
-        write_token_file(str(data), np.random.default_rng(0).integers(0, 64, size=4000).astype(np.uint16),
-                         vocab_size=64)
+        write_token_file(
+            str(data), np.random.default_rng(0).integers(0, 64, size=4000).astype(np.uint16), vocab_size=64
+        )
     notes = []
-    tc = TrainConfig(dataset=str(data), model_dir=str(tmp_path / name), steps=10, batch_size=4, target_batch=8,
-                     warmup_steps=2, checkpoint_every=5, progress=False, **over)
-    train(tc, preset("toy-v0", vocab_size=64, dim=32, n_heads=2, n_layers=2, seq_len=16, dropout=0.1),
-          resume=resume, log=notes.append)
+    tc = TrainConfig(
+        dataset=str(data),
+        model_dir=str(tmp_path / name),
+        steps=10,
+        batch_size=4,
+        target_batch=8,
+        warmup_steps=2,
+        checkpoint_every=5,
+        progress=False,
+        **over,
+    )
+    train(
+        tc,
+        preset("toy-v0", vocab_size=64, dim=32, n_heads=2, n_layers=2, seq_len=16, dropout=0.1),
+        resume=resume,
+        log=notes.append,
+    )
     rows = [(r["step"], r["loss"], r["grad_norm"]) for r in read_log(str(tmp_path / name / "training_log.csv"))]
     return rows, notes
 

@@ -13,8 +13,10 @@ from gradcraft.errors import UserError
 
 
 def test_import_does_not_pull_in_a_framework():
-    code = ("import sys, gradcraft, gradcraft.nn.functional; "
-            "print([m for m in ('torch', 'jax', 'tensorflow') if m in sys.modules])")
+    code = (
+        "import sys, gradcraft, gradcraft.nn.functional; "
+        "print([m for m in ('torch', 'jax', 'tensorflow') if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

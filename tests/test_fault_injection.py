@@ -18,8 +18,9 @@ def load_script():
 def test_a_round_of_faults_ends_exact(tmp_path):
     script = load_script()
     # the faults injected in-process always land (the timed kills of the full script may come too late)
-    result = script.run_rounds(rounds=1, faults=3, seed=3, folder=str(tmp_path), log=lambda *_: None,
-                               kinds=("kill-ckpt", "enospc", "corrupt"))
+    result = script.run_rounds(
+        rounds=1, faults=3, seed=3, folder=str(tmp_path), log=lambda *_: None, kinds=("kill-ckpt", "enospc", "corrupt")
+    )
     assert result["problems"] == [] and result["rounds_exact"] == 1, result
     assert result["faults_hit"] == 3, result
 
@@ -32,5 +33,6 @@ def test_the_check_sees_a_resume_that_is_not_exact(tmp_path):
     proc = script.launch(script.command(dataset, other, False) + ["--seed", "7"])
     proc.communicate(timeout=600)
     import random
+
     problems = script.one_round(dataset, str(tmp_path), script.weights(other), 1.0, random.Random(0), 0, {})
     assert problems == ["the final weights differ from the uninterrupted run's"]

@@ -38,8 +38,12 @@ GENERATE_CASES = [
     ("config-negative-dim", "gradcraft_config.json", lambda d: d.update(dim=-32), ["'dim'"]),
     ("config-nan-eps", "gradcraft_config.json", '{"norm_eps": NaN}', ["'norm_eps'"]),
     ("config-bool-as-int", "gradcraft_config.json", lambda d: d.update(n_layers=True), ["'n_layers'"]),
-    ("config-huge-dim", "gradcraft_config.json", lambda d: d.update(dim=10**9, n_heads=1, n_kv_heads=1, ffn_dim=1),
-     ["parameters", "RAM"]),
+    (
+        "config-huge-dim",
+        "gradcraft_config.json",
+        lambda d: d.update(dim=10**9, n_heads=1, n_kv_heads=1, ffn_dim=1),
+        ["parameters", "RAM"],
+    ),
     ("config-huge-layers", "gradcraft_config.json", lambda d: d.update(n_layers=10**9), ["parameters", "RAM"]),
     ("config-list", "gradcraft_config.json", "[]", ["must hold a JSON object"]),
     ("config-null", "gradcraft_config.json", "null", ["must hold a JSON object"]),
@@ -52,10 +56,18 @@ GENERATE_CASES = [
     ("tokenizer-nested", "gradcraft_tokenizer.json", '{"format": ' + NESTED + "}", ["nested too deeply"]),
     ("tokenizer-list", "gradcraft_tokenizer.json", "[1, 2]", ["not a tokenizer"]),
     ("tokenizer-wrong-types", "gradcraft_tokenizer.json", lambda d: d.update(merges="abc"), ["gradcraft_tokenizer"]),
-    ("tokenizer-hf-wrong-types", "gradcraft_tokenizer.json", '{"model": {"type": "BPE", "vocab": [1]}, '
-     '"pre_tokenizer": {"type": "ByteLevel"}}', ["damaged HF tokenizer.json"]),
-    ("tokenizer-hf-pre-string", "gradcraft_tokenizer.json", '{"model": {"type": "BPE", "vocab": {}}, '
-     '"pre_tokenizer": "x"}', ["gradcraft_tokenizer.json"]),
+    (
+        "tokenizer-hf-wrong-types",
+        "gradcraft_tokenizer.json",
+        '{"model": {"type": "BPE", "vocab": [1]}, "pre_tokenizer": {"type": "ByteLevel"}}',
+        ["damaged HF tokenizer.json"],
+    ),
+    (
+        "tokenizer-hf-pre-string",
+        "gradcraft_tokenizer.json",
+        '{"model": {"type": "BPE", "vocab": {}}, "pre_tokenizer": "x"}',
+        ["gradcraft_tokenizer.json"],
+    ),
 ]
 GENERATE_CASES = [c for c in GENERATE_CASES if c[2] is not None]
 
@@ -73,8 +85,9 @@ def _damage(folder, name, content):
 @pytest.mark.parametrize("name,content,words", [pytest.param(n, c, w, id=i) for i, n, c, w in GENERATE_CASES])
 def test_damaged_file_is_one_error_line_naming_it(name, content, words, run_copy, capsys):
     _damage(run_copy / "run", name, content)
-    status, out, err = run_cli(["generate", "--model_dir", run_copy / "run", "--prompt", "def", "--max_tokens", 2],
-                               capsys)
+    status, out, err = run_cli(
+        ["generate", "--model_dir", run_copy / "run", "--prompt", "def", "--max_tokens", 2], capsys
+    )
     assert status == 2, err
     assert err.count("\n") == 1 and err.startswith("error: "), err
     assert name in err
@@ -105,8 +118,12 @@ RESUME_CASES = [
     ("train-config-wrong-type", "train_config.json", lambda d: d.update(steps="30"), ["train_config.json", "'steps'"]),
     ("train-config-negative-lr", "train_config.json", lambda d: d.update(max_lr=-1), ["'max_lr'", "> 0"]),
     ("train-config-beta", "train_config.json", lambda d: d.update(beta1=2), ["'beta1'"]),
-    ("train-config-checkpoint-every-0", "train_config.json", lambda d: d.update(checkpoint_every=0),
-     ["'checkpoint_every'"]),
+    (
+        "train-config-checkpoint-every-0",
+        "train_config.json",
+        lambda d: d.update(checkpoint_every=0),
+        ["'checkpoint_every'"],
+    ),
     ("train-config-unknown", "train_config.json", lambda d: d.update(learning_rate=1), ["unknown field"]),
     ("train-config-null", "train_config.json", "null", ["must hold a JSON object"]),
     ("train-config-nested", "train_config.json", NESTED, ["nested too deeply"]),
@@ -130,10 +147,13 @@ def test_damaged_run_file_on_resume_is_one_error_line(name, content, words, run_
 
 # ---------------------------------------------------------------- checkpoints: fall back, never crash
 
+
 def _rehash(checkpoint):
     """Recompute the manifest, as anyone who edits a checkpoint by hand can."""
-    manifest = {n: hashlib.sha256((checkpoint / n).read_bytes()).hexdigest()
-                for n in ("model.safetensors", "optimizer.safetensors", "state.json")}
+    manifest = {
+        n: hashlib.sha256((checkpoint / n).read_bytes()).hexdigest()
+        for n in ("model.safetensors", "optimizer.safetensors", "state.json")
+    }
     (checkpoint / "manifest.json").write_text(json.dumps(manifest))
 
 
@@ -147,18 +167,48 @@ STATE_CASES = [
     ("lr-negative", lambda d: d["optimizer"]["param_groups"][0].update(lr=-1.0), "'lr'"),
     ("scalar-key", lambda d: d["optimizer"]["scalars"].update({"x": 1}), "optimizer scalar 'x'"),
 ]
-MANIFEST_CASES = [("manifest-list", "[]", "must hold a JSON object"), ("manifest-null", "null", "JSON object"),
-                  ("manifest-missing-key", '{"state.json": "00"}', "is missing"),
-                  ("manifest-not-hex", None, "not a sha256"), ("manifest-garbage", "\x00\x01", "not valid JSON")]
+MANIFEST_CASES = [
+    ("manifest-list", "[]", "must hold a JSON object"),
+    ("manifest-null", "null", "JSON object"),
+    ("manifest-missing-key", '{"state.json": "00"}', "is missing"),
+    ("manifest-not-hex", None, "not a sha256"),
+    ("manifest-garbage", "\x00\x01", "not valid JSON"),
+]
 
 
 @pytest.fixture(scope="module")
 def two_checkpoints(dataset, tmp_path_factory):
     """A run with checkpoints at steps 2 and 4 (the newest is the one the cases damage)."""
     folder = tmp_path_factory.mktemp("ckpt") / "run"
-    assert main(["train", "--dataset", dataset, "--model_dir", str(folder), "--preset", "toy-v0", "--embed_dim", "16",
-                 "--num_layers", "1", "--num_heads", "2", "--seq_len", "16", "--batch_size", "2", "--steps", "4",
-                 "--checkpoint_every", "2", "--no_progress"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--dataset",
+                dataset,
+                "--model_dir",
+                str(folder),
+                "--preset",
+                "toy-v0",
+                "--embed_dim",
+                "16",
+                "--num_layers",
+                "1",
+                "--num_heads",
+                "2",
+                "--seq_len",
+                "16",
+                "--batch_size",
+                "2",
+                "--steps",
+                "4",
+                "--checkpoint_every",
+                "2",
+                "--no_progress",
+            ]
+        )
+        == 0
+    )
     return folder
 
 
@@ -166,8 +216,20 @@ def _resume_after_damage(two_checkpoints, tmp_path, damage, capsys):
     run = tmp_path / "run"
     shutil.copytree(two_checkpoints, run)
     damage(run / "checkpoints" / "step_00000004")
-    status, _, err = run_cli(["train", "--dataset", json.loads((run / "train_config.json").read_text())["dataset"],
-                              "--model_dir", run, "--resume", "--steps", "5", "--no_progress"], capsys)
+    status, _, err = run_cli(
+        [
+            "train",
+            "--dataset",
+            json.loads((run / "train_config.json").read_text())["dataset"],
+            "--model_dir",
+            run,
+            "--resume",
+            "--steps",
+            "5",
+            "--no_progress",
+        ],
+        capsys,
+    )
     return status, err
 
 
@@ -176,6 +238,7 @@ def test_edited_state_falls_back_to_the_previous_checkpoint(change, words, two_c
     def damage(checkpoint):
         _edit_json(checkpoint / "state.json", change)
         _rehash(checkpoint)
+
     status, err = _resume_after_damage(two_checkpoints, tmp_path, damage, capsys)
     assert status == 0, err
     assert "warning: checkpoint step_00000004 is unusable" in err and words in err, err
@@ -189,6 +252,7 @@ def test_broken_manifest_falls_back_to_the_previous_checkpoint(content, words, t
             _edit_json(checkpoint / "manifest.json", lambda d: d.update({"state.json": "z" * 64}))
         else:
             (checkpoint / "manifest.json").write_text(content)
+
     status, err = _resume_after_damage(two_checkpoints, tmp_path, damage, capsys)
     assert status == 0, err
     assert "step_00000004 is unusable" in err and words in err and "(step 2)" in err, err
@@ -199,8 +263,20 @@ def test_no_intact_checkpoint_is_one_error_after_the_warnings(two_checkpoints, t
     shutil.copytree(two_checkpoints, run)
     for checkpoint in (run / "checkpoints").iterdir():
         (checkpoint / "manifest.json").write_text("[]")
-    status, _, err = run_cli(["train", "--dataset", json.loads((run / "train_config.json").read_text())["dataset"],
-                              "--model_dir", run, "--resume", "--steps", "5", "--no_progress"], capsys)
+    status, _, err = run_cli(
+        [
+            "train",
+            "--dataset",
+            json.loads((run / "train_config.json").read_text())["dataset"],
+            "--model_dir",
+            run,
+            "--resume",
+            "--steps",
+            "5",
+            "--no_progress",
+        ],
+        capsys,
+    )
     lines = err.strip().splitlines()
     assert status == 2 and lines[-1].startswith("error: no usable checkpoint"), err
     assert all(line.startswith("warning: ") for line in lines[:-1]) and len(lines) == 3, err

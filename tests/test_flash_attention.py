@@ -35,8 +35,12 @@ def torch_attention(q, k, v, causal, window):
 
 
 CASES = [  # (B, H, Hkv, T, S, D, causal, window)
-    (2, 4, 4, 7, 7, 8, True, None), (1, 4, 2, 5, 9, 16, True, None), (2, 6, 2, 11, 11, 8, True, 3),
-    (1, 2, 1, 6, 4, 8, False, None), (1, 2, 2, 1, 10, 8, True, None), (1, 3, 3, 9, 9, 12, False, 2),
+    (2, 4, 4, 7, 7, 8, True, None),
+    (1, 4, 2, 5, 9, 16, True, None),
+    (2, 6, 2, 11, 11, 8, True, 3),
+    (1, 2, 1, 6, 4, 8, False, None),
+    (1, 2, 2, 1, 10, 8, True, None),
+    (1, 3, 3, 9, 9, 12, False, 2),
 ]
 
 
@@ -62,19 +66,21 @@ def test_log_sum_exp_and_empty_rows():
     """The saved statistic is log sum exp(scale q.k) over visible keys; a query that sees no key (T > S,
     causal) gets zeros and -inf, and no NaN reaches any gradient."""
     from gradcraft.device import get_backend
+
     kernels = get_backend("cpu").reference_kernels
     r = np.random.default_rng(1)
     q, k, v = r.standard_normal((1, 1, 5, 4)), r.standard_normal((1, 1, 3, 4)), r.standard_normal((1, 1, 3, 4))
     out, lse = kernels["flash_attention"](q, k, v, scale=0.5, causal=True, window=None)
     scores = 0.5 * q[0, 0] @ k[0, 0].T
     for i in range(5):
-        visible = scores[i, :i - 1] if i >= 2 else scores[i, :0]
+        visible = scores[i, : i - 1] if i >= 2 else scores[i, :0]
         if visible.size:
             assert np.isclose(lse[0, 0, i], np.log(np.exp(visible).sum()))
         else:
             assert lse[0, 0, i] == -np.inf and not out[0, 0, i].any()
-    grads = kernels["flash_attention_backward"](q, k, v, out, lse, np.ones_like(out), scale=0.5, causal=True,
-                                                window=None)
+    grads = kernels["flash_attention_backward"](
+        q, k, v, out, lse, np.ones_like(out), scale=0.5, causal=True, window=None
+    )
     assert all(np.isfinite(g).all() for g in grads)
 
 

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 import gradcraft as gc
-from gradcraft.inference.generate import (SamplingParams, _Decoder, _realize_step, generate,
-                                          generate_without_cache)
+from gradcraft.inference.generate import SamplingParams, _Decoder, _realize_step, generate, generate_without_cache
 from gradcraft.models import Transformer
 from gradcraft.models.hf import export_hf
 from test_models import FAMILIES, randomize, small_config
@@ -62,6 +61,7 @@ def test_static_caches_are_freed_when_generation_ends(monkeypatch):
     import weakref
 
     from gradcraft.models import transformer
+
     model = Transformer(small_config("llama_gqa", seq_len=24))
     made = []
     plain = transformer.StaticKVCache.from_cache.__func__
@@ -70,6 +70,7 @@ def test_static_caches_are_freed_when_generation_ends(monkeypatch):
         cache = plain(cls, *args)
         made.append(weakref.ref(cache))
         return cache
+
     monkeypatch.setattr(transformer.StaticKVCache, "from_cache", classmethod(tracked))
     python_gc.disable()
     try:
@@ -99,6 +100,7 @@ def test_generation_stops_at_the_context_length():
 @pytest.mark.parametrize("family", ["gpt", "llama_gqa"])
 def test_greedy_generation_equals_hf_generate(family, tmp_path):
     import transformers
+
     cfg = small_config(family, seq_len=40)
     model = Transformer(cfg)
     randomize(model, seed=8)
@@ -106,8 +108,9 @@ def test_greedy_generation_equals_hf_generate(family, tmp_path):
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path), attn_implementation="eager").eval()
     prompt = [5, 9, 2, 7]
     with torch.no_grad():
-        hf_out = hf.generate(torch.tensor([prompt]), max_new_tokens=20, do_sample=False, min_new_tokens=20,
-                             pad_token_id=0)[0, len(prompt):].tolist()
+        hf_out = hf.generate(
+            torch.tensor([prompt]), max_new_tokens=20, do_sample=False, min_new_tokens=20, pad_token_id=0
+        )[0, len(prompt) :].tolist()
     ours, _ = generate(model, [prompt], SamplingParams(max_tokens=20))
     assert ours[0] == hf_out
 
@@ -115,6 +118,7 @@ def test_greedy_generation_equals_hf_generate(family, tmp_path):
 def test_streaming_output_equals_non_streaming(trained_run):
     from gradcraft.cli.generate import load
     import argparse
+
     args = argparse.Namespace(model_dir=str(trained_run / "run"), vocab=None, config=None, weights=None, device="cpu")
     generator = load(args)
     params = SamplingParams(max_tokens=40, temperature=1.5, top_k=50, seed=11)
@@ -129,14 +133,16 @@ def test_streaming_output_equals_non_streaming(trained_run):
 
 
 def _generate(*args):
-    return subprocess.run([sys.executable, "-m", "gradcraft.cli.main", "generate", *args], capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "gradcraft.cli.main", "generate", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def _one_line(proc, needle):
     lines = proc.stderr.strip().splitlines()
-    assert (proc.returncode != 0 and len(lines) == 1 and lines[0].startswith("error:")
-            and needle in lines[0]), proc.stderr
+    assert proc.returncode != 0 and len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], (
+        proc.stderr
+    )
 
 
 def test_cli_generates_and_rejects_mismatched_files(trained_run, tmp_path):
@@ -144,24 +150,69 @@ def test_cli_generates_and_rejects_mismatched_files(trained_run, tmp_path):
     ok = _generate("--model_dir", str(run), "--prompt", "def ", "--max_tokens", "5")
     assert ok.returncode == 0, ok.stderr
     _one_line(_generate("--model_dir", str(tmp_path / "none")), "does not exist")
-    _one_line(_generate("--vocab", str(tmp_path / "x.json"), "--config", str(run / "config.json"),
-                        "--weights", str(run / "model.safetensors"), "--prompt", "a"), "does not exist")
+    _one_line(
+        _generate(
+            "--vocab",
+            str(tmp_path / "x.json"),
+            "--config",
+            str(run / "config.json"),
+            "--weights",
+            str(run / "model.safetensors"),
+            "--prompt",
+            "a",
+        ),
+        "does not exist",
+    )
     # a tokenizer of another size
     from gradcraft.tokenizer import train as train_tokenizer
+
     rng = np.random.default_rng(0)
     words = ["".join(chr(97 + c) for c in rng.integers(0, 26, size=rng.integers(2, 9))) for _ in range(3000)]
     other = train_tokenizer([" ".join(words)], vocab_size=280)
     other.save(str(tmp_path / "other.json"))
-    _one_line(_generate("--vocab", str(tmp_path / "other.json"), "--config", str(run / "config.json"),
-                        "--weights", str(run / "model.safetensors"), "--prompt", "a"), "has 280 tokens")
+    _one_line(
+        _generate(
+            "--vocab",
+            str(tmp_path / "other.json"),
+            "--config",
+            str(run / "config.json"),
+            "--weights",
+            str(run / "model.safetensors"),
+            "--prompt",
+            "a",
+        ),
+        "has 280 tokens",
+    )
     # a tokenizer of the same size but different merges: the fingerprint catches it
     same_size = train_tokenizer([" ".join(reversed(words)) + " zz"], vocab_size=300)
     same_size.save(str(tmp_path / "same_size.json"))
-    _one_line(_generate("--vocab", str(tmp_path / "same_size.json"), "--config", str(run / "config.json"),
-                        "--weights", str(run / "model.safetensors"), "--prompt", "a"), "not the one the weights")
+    _one_line(
+        _generate(
+            "--vocab",
+            str(tmp_path / "same_size.json"),
+            "--config",
+            str(run / "config.json"),
+            "--weights",
+            str(run / "model.safetensors"),
+            "--prompt",
+            "a",
+        ),
+        "not the one the weights",
+    )
     # weights that do not fit the config
     cfg = json.loads((run / "gradcraft_config.json").read_text())
     cfg["dim"] = 64
     (tmp_path / "big.json").write_text(json.dumps(cfg))
-    _one_line(_generate("--vocab", str(trained_run / "tokenizer.json"), "--config", str(tmp_path / "big.json"),
-                        "--weights", str(run / "model.safetensors"), "--prompt", "a"), "does not fit")
+    _one_line(
+        _generate(
+            "--vocab",
+            str(trained_run / "tokenizer.json"),
+            "--config",
+            str(tmp_path / "big.json"),
+            "--weights",
+            str(run / "model.safetensors"),
+            "--prompt",
+            "a",
+        ),
+        "does not fit",
+    )

@@ -35,15 +35,26 @@ def torch_mean_loss_gradients(cfg, state, batches):
 
 
 def test_accumulated_gradients_equal_the_gradient_of_the_mean_loss():
-    cfg = ModelConfig(vocab_size=50, seq_len=8, dim=32, n_layers=1, n_heads=2, norm="rmsnorm", mlp="swiglu",
-                      positions="rope", bias=False, tie_embeddings=False)
+    cfg = ModelConfig(
+        vocab_size=50,
+        seq_len=8,
+        dim=32,
+        n_layers=1,
+        n_heads=2,
+        norm="rmsnorm",
+        mlp="swiglu",
+        positions="rope",
+        bias=False,
+        tie_embeddings=False,
+    )
     gc.manual_seed(0)
     model = Transformer(cfg)
     rng = np.random.default_rng(0)
     accum, batch = 3, 2
     batches = [(rng.integers(0, 50, (batch, 8)), rng.integers(0, 50, (batch, 8))) for _ in range(accum)]
-    tc = TrainConfig(dataset="unused", model_dir="unused", batch_size=batch, target_batch=batch * accum,
-                     cuda_graph="off")
+    tc = TrainConfig(
+        dataset="unused", model_dir="unused", batch_size=batch, target_batch=batch * accum, cuda_graph="off"
+    )
     step = GradientStep(model, None, tc, accum, cfg.seq_len, gc.float32, log=print)
     mean_loss, _, grad_stats = step.run(batches)
     want_loss, want = torch_mean_loss_gradients(cfg, {k: v.numpy() for k, v in model.state_dict().items()}, batches)
@@ -58,8 +69,21 @@ def test_accumulated_gradients_equal_the_gradient_of_the_mean_loss():
 def test_first_logged_gradient_norm_is_that_of_the_mean_loss(dataset, tmp_path, nproc, target_batch):
     """micro-batches of 4: 2 per step on one process, 1 on each of 2, 2 on each of 2."""
     out = tmp_path / "run"
-    run("--dataset", dataset, "--model_dir", str(out), "--steps", "1", "--nproc", str(nproc),
-        "--target_batch", str(target_batch), "--dropout", "0", *TINY)
+    run(
+        "--dataset",
+        dataset,
+        "--model_dir",
+        str(out),
+        "--steps",
+        "1",
+        "--nproc",
+        str(nproc),
+        "--target_batch",
+        str(target_batch),
+        "--dropout",
+        "0",
+        *TINY,
+    )
     mc = ModelConfig.from_dict(json.loads((out / "gradcraft_config.json").read_text()))
     tc = json.loads((out / "train_config.json").read_text())
     first = read_log(str(out / "training_log.csv"))[0]

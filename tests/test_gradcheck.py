@@ -34,8 +34,9 @@ def check(fn, shapes, consts=(), seed=0):
     leaves = [gc.tensor(a, requires_grad=True) for a in arrays]
     (fn(*leaves, *consts) * gc.tensor(upstream)).sum().backward()
     for i, leaf in enumerate(leaves):
-        np.testing.assert_allclose(leaf.grad.numpy(), numeric_grad(scalar, arrays, i), rtol=1e-5, atol=1e-7,
-                                   err_msg=f"input {i}")
+        np.testing.assert_allclose(
+            leaf.grad.numpy(), numeric_grad(scalar, arrays, i), rtol=1e-5, atol=1e-7, err_msg=f"input {i}"
+        )
 
 
 TARGETS = gc.tensor(np.array([1, 0, 3, 2, 3]))
@@ -52,10 +53,14 @@ FUSED = {
     "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), [(3, 4)]),
     "silu": (lambda x: F.silu(x), [(3, 4)]),
     "rope": (lambda x: F.rotary_embedding(x, COS.double(), SIN.double()), [(1, 2, 4, 6)]),
-    "sdpa_causal_gqa": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-                        [(1, 4, 3, 2), (1, 2, 3, 2), (1, 2, 3, 2)]),
-    "sdpa_window": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, window=2),
-                    [(1, 1, 5, 3), (1, 1, 5, 3), (1, 1, 5, 3)]),
+    "sdpa_causal_gqa": (
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        [(1, 4, 3, 2), (1, 2, 3, 2), (1, 2, 3, 2)],
+    ),
+    "sdpa_window": (
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, window=2),
+        [(1, 1, 5, 3), (1, 1, 5, 3), (1, 1, 5, 3)],
+    ),
 }
 
 

@@ -15,11 +15,16 @@ def both(data, **kw):
 
 
 def same(a, b, tol=1e-6):
-    np.testing.assert_allclose(a.numpy() if isinstance(a, gc.Tensor) else a,
-                               b.detach().numpy() if isinstance(b, torch.Tensor) else b, rtol=tol, atol=tol)
+    np.testing.assert_allclose(
+        a.numpy() if isinstance(a, gc.Tensor) else a,
+        b.detach().numpy() if isinstance(b, torch.Tensor) else b,
+        rtol=tol,
+        atol=tol,
+    )
 
 
 # ------------------------------------------------------------------ writes into buffers (nothing recorded)
+
 
 def test_manual_sgd_updates_the_parameter_object():
     rng = np.random.default_rng(0)
@@ -40,9 +45,21 @@ def test_manual_sgd_updates_the_parameter_object():
     np.testing.assert_allclose(results[0], results[1], rtol=1e-12)
 
 
-@pytest.mark.parametrize("name,args", [("add_", (2.0,)), ("sub_", (0.5,)), ("mul_", (3.0,)), ("div_", (4.0,)),
-                                       ("zero_", ()), ("fill_", (7.0,)), ("clamp_", (-0.2, 0.3)),
-                                       ("pow_", (2,)), ("neg_", ()), ("relu_", ())])
+@pytest.mark.parametrize(
+    "name,args",
+    [
+        ("add_", (2.0,)),
+        ("sub_", (0.5,)),
+        ("mul_", (3.0,)),
+        ("div_", (4.0,)),
+        ("zero_", ()),
+        ("fill_", (7.0,)),
+        ("clamp_", (-0.2, 0.3)),
+        ("pow_", (2,)),
+        ("neg_", ()),
+        ("relu_", ()),
+    ],
+)
 def test_underscore_methods_match_torch(name, args):
     data = np.random.default_rng(1).standard_normal((3, 4))
     g, t = both(data)
@@ -54,11 +71,13 @@ def test_underscore_methods_match_torch(name, args):
 def test_tensor_arguments_alpha_masked_fill_copy_lerp_addcmul():
     rng = np.random.default_rng(2)
     a, b, m = rng.standard_normal((3, 4)), rng.standard_normal((4,)), rng.random((3, 4)) < 0.5
-    for op in (lambda lib, x, y, mask: x.add_(y, alpha=-2),
-               lambda lib, x, y, mask: x.masked_fill_(mask, 9.0),
-               lambda lib, x, y, mask: x.copy_(y.expand(3, 4)),
-               lambda lib, x, y, mask: x.lerp_(y, 0.25),
-               lambda lib, x, y, mask: x.addcmul_(y, y, value=0.5).addcdiv_(y, y.abs() + 1, value=-1)):
+    for op in (
+        lambda lib, x, y, mask: x.add_(y, alpha=-2),
+        lambda lib, x, y, mask: x.masked_fill_(mask, 9.0),
+        lambda lib, x, y, mask: x.copy_(y.expand(3, 4)),
+        lambda lib, x, y, mask: x.lerp_(y, 0.25),
+        lambda lib, x, y, mask: x.addcmul_(y, y, value=0.5).addcdiv_(y, y.abs() + 1, value=-1),
+    ):
         g, t = both(a)
         op(gc, g, gc.tensor(b), gc.tensor(m))
         op(torch, t, torch.tensor(b), torch.tensor(m))
@@ -74,8 +93,21 @@ def test_copy_converts_dtype_and_accepts_arrays():
     assert g.dtype == gc.float32 and g.numpy().sum() == 6
 
 
-@pytest.mark.parametrize("index", [0, -1, (1, 2), (slice(None), 1), (slice(1, 3), slice(None, None, 2)),
-                                   (Ellipsis, 0), (0, None), [2, 0], (slice(None), [1, 3]), ([0, 2], [1, 3])])
+@pytest.mark.parametrize(
+    "index",
+    [
+        0,
+        -1,
+        (1, 2),
+        (slice(None), 1),
+        (slice(1, 3), slice(None, None, 2)),
+        (Ellipsis, 0),
+        (0, None),
+        [2, 0],
+        (slice(None), [1, 3]),
+        ([0, 2], [1, 3]),
+    ],
+)
 def test_setitem_matches_torch(index):
     data = np.arange(20, dtype=np.float64).reshape(4, 5)
     g, t = both(data)
@@ -122,8 +154,8 @@ def test_lazy_readers_keep_the_old_values_and_views_see_the_new():
     g, t = both(np.arange(6, dtype=np.float32).reshape(2, 3))
     out = []
     for lib, x in ((gc, g), (torch, t)):
-        doubled = x * 2       # computed from the old values
-        row = x[1]            # a view: sees the write
+        doubled = x * 2  # computed from the old values
+        row = x[1]  # a view: sees the write
         x.add_(10)
         out.append((doubled, row))
     same(out[0][0], out[1][0])
@@ -167,6 +199,7 @@ def test_uniform_and_normal_fill_in_place_reproducibly():
 
 # ------------------------------------------------------------------ recorded by autograd
 
+
 def test_inplace_on_non_leaf_flows_gradients_like_torch():
     rng = np.random.default_rng(4)
     x0, w0 = rng.standard_normal((3, 4)), rng.standard_normal((4,))
@@ -201,10 +234,17 @@ def test_value_requiring_grad_into_a_constant_buffer():
 
 # ------------------------------------------------------------------ refusals, as in PyTorch
 
+
 def test_leaf_requiring_grad_refuses_outside_no_grad():
     w = gc.ones(3, requires_grad=True)
-    for op in (lambda: w.add_(1), lambda: w.__isub__(1.0), lambda: w.zero_(), lambda: w.__setitem__(0, 2.0),
-               lambda: w[0].fill_(3.0), lambda: w.uniform_()):
+    for op in (
+        lambda: w.add_(1),
+        lambda: w.__isub__(1.0),
+        lambda: w.zero_(),
+        lambda: w.__setitem__(0, 2.0),
+        lambda: w[0].fill_(3.0),
+        lambda: w.uniform_(),
+    ):
         with pytest.raises(RuntimeError, match="leaf") as info:
             op()
         assert isinstance(info.value, UserError)
@@ -271,6 +311,7 @@ def test_input_not_saved_may_be_modified():
 
 # ------------------------------------------------------------------ iteration and exception types
 
+
 def test_iteration_protocol():
     g, t = both(np.arange(6).reshape(3, 2))
     assert [r.tolist() for r in g] == [r.tolist() for r in t]
@@ -313,10 +354,19 @@ def test_retain_graph_accumulates_like_torch():
     same(*grads)
 
 
-@pytest.mark.parametrize("bad", [lambda m: m.ones(2, 3) + m.ones(4), lambda m: m.ones(2, 3).reshape(5),
-                                 lambda m: m.ones(2, 3) @ m.ones(2, 3), lambda m: m.ones(2).item(),
-                                 lambda m: m.ones(2).sum(3), lambda m: m.ones(2, 3)[2], lambda m: len(m.tensor(1.0)),
-                                 lambda m: m.cat([m.ones(2, 3), m.ones(3, 2)])])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda m: m.ones(2, 3) + m.ones(4),
+        lambda m: m.ones(2, 3).reshape(5),
+        lambda m: m.ones(2, 3) @ m.ones(2, 3),
+        lambda m: m.ones(2).item(),
+        lambda m: m.ones(2).sum(3),
+        lambda m: m.ones(2, 3)[2],
+        lambda m: len(m.tensor(1.0)),
+        lambda m: m.cat([m.ones(2, 3), m.ones(3, 2)]),
+    ],
+)
 def test_errors_have_torch_exception_types(bad):
     with pytest.raises(Exception) as expected:
         bad(torch)
@@ -330,7 +380,7 @@ def test_computations_through_views_keep_the_old_values():
     results = []
     for lib in (gc, torch):
         x = lib.arange(6, dtype=lib.float32).reshape(2, 3)
-        through_view = x[:, :2] * 2     # computed from the old values
+        through_view = x[:, :2] * 2  # computed from the old values
         view_of_view = x[1].reshape(3, 1)  # a view: sees the write
         x.add_(10)
         x[0, 0] = -1.0

@@ -11,16 +11,24 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "gradcraft"
 # a module may import its own layer and the ones below). The root package `gradcraft` is the public
 # API: any layer at or above the tensor may import it.
 LAYERS = {
-    "errors": 0, "atomic": 0,
+    "errors": 0,
+    "atomic": 0,
     "validation": 1,
-    "dtypes": 2, "device": 2, "typing": 2,  # typing: the annotations' names (gradcraft/typing.py)
+    "dtypes": 2,
+    "device": 2,
+    "typing": 2,  # typing: the annotations' names (gradcraft/typing.py)
     "backend": 3,
     "engine": 4,
-    "tensor": 5, "autograd": 5, "ops": 5, "cuda": 5,
+    "tensor": 5,
+    "autograd": 5,
+    "ops": 5,
+    "cuda": 5,
     "gradcraft": 7,  # the root package: the public API, re-exporting tensor, ops, nn and optim
     "serialization": 6,
-    "nn": 7, "optim": 7,
-    "tokenizer": 8, "data": 8,
+    "nn": 7,
+    "optim": 7,
+    "tokenizer": 8,
+    "data": 8,
     "models": 9,
     "distributed": 10,  # (listed after training in design.md; the trainer uses it, it never imports training)
     "training": 11,
@@ -34,9 +42,18 @@ BUFFER_ACCESS = ("tensor", "autograd", "engine", "ops", "backend", "serializatio
 # Above the ops layer nothing imports a backend (capabilities are asked through get_backend(...).has).
 NO_BACKEND = ("nn", "optim", "models", "training", "inference", "cli")
 # What model code imports: the public API, its siblings, and the public helpers.
-MODEL_IMPORTS = ("gradcraft", "gradcraft.nn", "gradcraft.nn.functional", "gradcraft.nn.init", "gradcraft.dtypes",
-                 "gradcraft.errors", "gradcraft.atomic", "gradcraft.models", "gradcraft.tokenizer",
-                 "gradcraft.validation")  # validation: the configs' field declarations (setting, Value)
+MODEL_IMPORTS = (
+    "gradcraft",
+    "gradcraft.nn",
+    "gradcraft.nn.functional",
+    "gradcraft.nn.init",
+    "gradcraft.dtypes",
+    "gradcraft.errors",
+    "gradcraft.atomic",
+    "gradcraft.models",
+    "gradcraft.tokenizer",
+    "gradcraft.validation",
+)  # validation: the configs' field declarations (setting, Value)
 
 # Known violations: none left (issue 16 removed the last: memory accounting now in backend/, process
 # groups through the device registry, kernel status asked of the backend). Keep it empty.
@@ -55,9 +72,13 @@ def _imports(name, path, tree):
     names the submodule x when there is one."""
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     # imports under `if TYPE_CHECKING:` never run: annotations may name any layer's types
-    typing_only = {id(inner) for node in ast.walk(tree) if isinstance(node, ast.If)
-                   and getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING"
-                   for stmt in node.body for inner in ast.walk(stmt)}
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING"
+        for stmt in node.body
+        for inner in ast.walk(stmt)
+    }
     for node in ast.walk(tree):
         if id(node) in typing_only:
             continue
@@ -67,11 +88,12 @@ def _imports(name, path, tree):
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+                base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
             for alias in node.names:
                 sub = f"{base}.{alias.name}"
-                is_module = (ROOT.parent / (sub.replace(".", "/") + ".py")).exists() or \
-                    (ROOT.parent / sub.replace(".", "/")).is_dir()
+                is_module = (ROOT.parent / (sub.replace(".", "/") + ".py")).exists() or (
+                    ROOT.parent / sub.replace(".", "/")
+                ).is_dir()
                 yield node.lineno, sub if is_module else base
 
 
@@ -108,8 +130,12 @@ def test_models_import_only_the_public_api():
         if not name.startswith("gradcraft.models"):
             continue
         for line, target in _imports(name, path, tree):
-            if target.startswith("gradcraft") and not target.startswith("gradcraft.models") and \
-                    target not in MODEL_IMPORTS and not target.startswith("gradcraft.tokenizer"):
+            if (
+                target.startswith("gradcraft")
+                and not target.startswith("gradcraft.models")
+                and target not in MODEL_IMPORTS
+                and not target.startswith("gradcraft.tokenizer")
+            ):
                 wrong.append(f"{path.relative_to(ROOT.parent)}:{line} imports {target}")
     assert not wrong, "\n".join(wrong)
 
@@ -136,10 +162,14 @@ def test_the_checker_sees_a_violation(tmp_path):
 def test_no_two_modules_import_each_other():
     """No import circles between two modules (function-level imports included), except tensor.py and
     the ops: one layer, where Tensor's methods call the ops and the ops build Tensors."""
-    graph = {name: {target for _, target in _imports(name, path, tree) if target.startswith("gradcraft.")}
-             for name, path, tree in _modules()}
-    circles = sorted({tuple(sorted((a, b))) for a, targets in graph.items() for b in targets
-                      if b != a and a in graph.get(b, ())})
-    allowed = [pair for pair in circles
-               if "gradcraft.tensor" in pair and any(m.startswith("gradcraft.ops.") for m in pair)]
+    graph = {
+        name: {target for _, target in _imports(name, path, tree) if target.startswith("gradcraft.")}
+        for name, path, tree in _modules()
+    }
+    circles = sorted(
+        {tuple(sorted((a, b))) for a, targets in graph.items() for b in targets if b != a and a in graph.get(b, ())}
+    )
+    allowed = [
+        pair for pair in circles if "gradcraft.tensor" in pair and any(m.startswith("gradcraft.ops.") for m in pair)
+    ]
     assert [pair for pair in circles if pair not in allowed] == []

@@ -44,12 +44,14 @@ def test_loss_and_gradients_match_torch(fused, reduction, smoothing):
     target[[3, 10]] = -100  # ignored rows
     tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
     logits = (tx @ tw.T)[:, :valid]
-    expected = torch.nn.functional.cross_entropy(logits, torch.tensor(target), reduction=reduction,
-                                                 label_smoothing=smoothing)
+    expected = torch.nn.functional.cross_entropy(
+        logits, torch.tensor(target), reduction=reduction, label_smoothing=smoothing
+    )
     (expected * 3.0).backward()
     gx, gw = (gc.tensor(a, dtype=gc.float32, requires_grad=True) for a in (x, w))
-    loss = F.linear_cross_entropy(gx, gw, gc.tensor(target), reduction=reduction, label_smoothing=smoothing,
-                                  valid_classes=valid)
+    loss = F.linear_cross_entropy(
+        gx, gw, gc.tensor(target), reduction=reduction, label_smoothing=smoothing, valid_classes=valid
+    )
     assert ("linear_cross_entropy" in ops_of(loss)) == fused
     (loss * 3.0).backward()
     np.testing.assert_allclose(loss.item(), expected.item(), rtol=1e-5)

@@ -11,14 +11,24 @@ from gradcraft.models.hf import export_hf, import_hf
 
 FAMILIES = {
     "gpt": dict(norm="layernorm", mlp="gelu", positions="learned", bias=True, tie_embeddings=True),
-    "llama_gqa": dict(norm="rmsnorm", mlp="swiglu", positions="rope", bias=False, tie_embeddings=False,
-                      n_kv_heads=2, norm_eps=1e-6),
-    "k2_learned_beta": dict(norm="rmsnorm", mlp="swiglu", learned_beta=True, positions="learned", bias=False,
-                            tie_embeddings=False, ffn_dim=50),
-    "gpt_erf_untied_nobias": dict(norm="layernorm", mlp="gelu", gelu_approximate="none", positions="learned",
-                                  bias=False, tie_embeddings=False),
-    "hybrid_window": dict(norm="rmsnorm", mlp="swiglu", positions="rope", bias=False, n_kv_heads=1,
-                          attention_pattern="LG", window=3),
+    "llama_gqa": dict(
+        norm="rmsnorm", mlp="swiglu", positions="rope", bias=False, tie_embeddings=False, n_kv_heads=2, norm_eps=1e-6
+    ),
+    "k2_learned_beta": dict(
+        norm="rmsnorm",
+        mlp="swiglu",
+        learned_beta=True,
+        positions="learned",
+        bias=False,
+        tie_embeddings=False,
+        ffn_dim=50,
+    ),
+    "gpt_erf_untied_nobias": dict(
+        norm="layernorm", mlp="gelu", gelu_approximate="none", positions="learned", bias=False, tie_embeddings=False
+    ),
+    "hybrid_window": dict(
+        norm="rmsnorm", mlp="swiglu", positions="rope", bias=False, n_kv_heads=1, attention_pattern="LG", window=3
+    ),
 }
 
 
@@ -32,9 +42,13 @@ def small_config(family, **over):
 def randomize(model, seed=0):
     """Random weights everywhere (norm gains and biases too), so every parameter matters."""
     rng = np.random.default_rng(seed)
-    model.load_state_dict({k: rng.standard_normal(p.shape).astype(np.float32) * (0.3 if p.ndim > 1 else 0.5)
-                           + (1.0 if "norm" in k and k.endswith("weight") else 0.0)
-                           for k, p in model.state_dict().items()})
+    model.load_state_dict(
+        {
+            k: rng.standard_normal(p.shape).astype(np.float32) * (0.3 if p.ndim > 1 else 0.5)
+            + (1.0 if "norm" in k and k.endswith("weight") else 0.0)
+            for k, p in model.state_dict().items()
+        }
+    )
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -50,8 +64,9 @@ def test_logits_loss_and_gradients_match_an_independent_torch_model(family):
 
     params = {k: torch.tensor(v.numpy(), requires_grad=True) for k, v in model.state_dict().items()}
     ref_logits = torch_reference.forward(cfg, params, torch.tensor(idx))
-    ref_loss = torch.nn.functional.cross_entropy(ref_logits.reshape(-1, cfg.vocab_size),
-                                                 torch.tensor(targets).reshape(-1))
+    ref_loss = torch.nn.functional.cross_entropy(
+        ref_logits.reshape(-1, cfg.vocab_size), torch.tensor(targets).reshape(-1)
+    )
     ref_loss.backward()
     np.testing.assert_allclose(logits.numpy(), ref_logits.detach().numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(loss.item(), ref_loss.item(), rtol=1e-5)
@@ -68,6 +83,7 @@ HF_FAMILIES = {
 
 def _hf_logits(directory, idx):
     import transformers
+
     model = transformers.AutoModelForCausalLM.from_pretrained(directory, attn_implementation="eager")
     model.eval()
     with torch.no_grad():
@@ -89,13 +105,21 @@ def test_export_to_hf_transformers_gives_the_same_logits(name, tmp_path):
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_import_from_hf_transformers_gives_the_same_logits(arch, tmp_path):
     import transformers
+
     torch.manual_seed(0)
     if arch == "gpt2":
         hf_cfg = transformers.GPT2Config(vocab_size=70, n_positions=20, n_embd=32, n_layer=2, n_head=4)
         hf_model = transformers.GPT2LMHeadModel(hf_cfg)
     else:
-        hf_cfg = transformers.LlamaConfig(vocab_size=70, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=20)
+        hf_cfg = transformers.LlamaConfig(
+            vocab_size=70,
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=20,
+        )
         hf_model = transformers.LlamaForCausalLM(hf_cfg)
     with torch.no_grad():  # non-trivial norms and biases
         for name, p in hf_model.named_parameters():

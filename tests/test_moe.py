@@ -23,7 +23,7 @@ def numpy_moe(moe, x, capacity=None):
     gate_up, down = moe.gate_up.numpy().astype(np.float64), moe.down.numpy().astype(np.float64)
     xf = x.reshape(-1, x.shape[-1]).astype(np.float64)
     logits = xf @ W.T
-    top = np.argsort(-logits, axis=1, kind="stable")[:, :moe.top_k]
+    top = np.argsort(-logits, axis=1, kind="stable")[:, : moe.top_k]
     kept = reference_dispatch(top, moe.n_experts, capacity if capacity else xf.shape[0])
     out = np.zeros_like(xf)
     for n in range(xf.shape[0]):
@@ -33,7 +33,7 @@ def numpy_moe(moe, x, capacity=None):
         for s, e in enumerate(top[n]):
             if kept[n, s]:
                 h = gate_up[e] @ xf[n]
-                g, u = h[:moe.ffn_dim], h[moe.ffn_dim:]
+                g, u = h[: moe.ffn_dim], h[moe.ffn_dim :]
                 out[n] += w[s] * (down[e] @ (g / (1 + np.exp(-g)) * u))
     return out.reshape(x.shape), logits, top, kept
 
@@ -64,7 +64,7 @@ def test_auxiliary_losses_equal_the_numpy_formulas():
     balance = 4 * np.sum(fraction * probs.mean(0))
     lse = np.log(np.exp(logits).sum(1))
     np.testing.assert_allclose(moe.aux["balance"].item(), balance, rtol=1e-5)
-    np.testing.assert_allclose(moe.aux["z"].item(), np.mean(lse ** 2), rtol=1e-5)
+    np.testing.assert_allclose(moe.aux["z"].item(), np.mean(lse**2), rtol=1e-5)
     np.testing.assert_allclose(moe.aux["load"].numpy(), fraction / 2, rtol=1e-6)
 
 
@@ -97,24 +97,44 @@ def test_router_and_expert_gradients_match_pytorch():
     z = (logits.logsumexp(-1) ** 2).mean()
     ((y.reshape(2, 8, 12) * torch.tensor(upstream)).sum() + balance * 0.5 + z * 0.1).backward()
     np.testing.assert_allclose(out.numpy(), y.detach().reshape(2, 8, 12).numpy(), rtol=1e-4, atol=1e-5)
-    for ours, theirs, name in ((moe.router.weight, W, "router"), (moe.gate_up, GU, "gate_up"), (moe.down, D, "down"),
-                               (xg, xt, "input")):
+    for ours, theirs, name in (
+        (moe.router.weight, W, "router"),
+        (moe.gate_up, GU, "gate_up"),
+        (moe.down, D, "down"),
+        (xg, xt, "input"),
+    ):
         np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
 
 
 def small(**over):
-    base = dict(vocab_size=61, seq_len=24, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=24, norm="rmsnorm",
-                norm_eps=1e-6, mlp="swiglu", positions="rope", bias=False, tie_embeddings=False)
+    base = dict(
+        vocab_size=61,
+        seq_len=24,
+        dim=32,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        ffn_dim=24,
+        norm="rmsnorm",
+        norm_eps=1e-6,
+        mlp="swiglu",
+        positions="rope",
+        bias=False,
+        tie_embeddings=False,
+    )
     base.update(over)
     return ModelConfig(**base)
 
 
-@pytest.mark.parametrize("name,over", [
-    ("mistral", dict(attention_pattern="LL", window=4)),
-    ("ministral", dict(attention_pattern="LG", window=3)),
-    ("mixtral", dict(ffn_pattern="MM", n_experts=4, experts_per_token=2, capacity_factor=None)),
-    ("mixtral_window", dict(ffn_pattern="MM", capacity_factor=None, attention_pattern="LL", window=5)),
-])
+@pytest.mark.parametrize(
+    "name,over",
+    [
+        ("mistral", dict(attention_pattern="LL", window=4)),
+        ("ministral", dict(attention_pattern="LG", window=3)),
+        ("mixtral", dict(ffn_pattern="MM", n_experts=4, experts_per_token=2, capacity_factor=None)),
+        ("mixtral_window", dict(ffn_pattern="MM", capacity_factor=None, attention_pattern="LL", window=5)),
+    ],
+)
 def test_hf_sliding_window_and_moe_families_give_the_same_logits(name, over, tmp_path):
     cfg = small(**over)
     model = Transformer(cfg)
@@ -127,8 +147,17 @@ def test_hf_sliding_window_and_moe_families_give_the_same_logits(name, over, tmp
 
 
 def test_toy_v1_shaped_model_trains_and_balance_loss_keeps_experts_in_use():
-    cfg = small(n_layers=4, attention_pattern="LLLG", window=6, ffn_pattern="DMDM", n_experts=4, experts_per_token=2,
-                capacity_factor=1.25, tie_embeddings=True, moe_balance=0.05)
+    cfg = small(
+        n_layers=4,
+        attention_pattern="LLLG",
+        window=6,
+        ffn_pattern="DMDM",
+        n_experts=4,
+        experts_per_token=2,
+        capacity_factor=1.25,
+        tie_embeddings=True,
+        moe_balance=0.05,
+    )
     gc.manual_seed(0)
     model = Transformer(cfg)
     opt = gc.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
@@ -154,6 +183,7 @@ def test_blockwise_windowed_attention_equals_masking_the_full_matrix(offset, sav
     kernels mask the whole (T, S) matrix."""
     import gradcraft.nn.functional as F
     from gradcraft.ops.attention import sdpa_kernel
+
     rng = np.random.default_rng(7)
     q = rng.standard_normal((2, 4, 37, 8))
     k, v = (rng.standard_normal((2, 2, 37 + offset, 8)) for _ in range(2))

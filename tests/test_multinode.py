@@ -29,8 +29,7 @@ def train_command(*args):
 
 
 def start(*args, env=None):
-    return subprocess.Popen(train_command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+    return subprocess.Popen(train_command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def finish(proc, timeout=120):
@@ -67,8 +66,23 @@ def one_process(dataset, tmp_path_factory):
 def test_two_launchers_as_two_nodes_equal_one_process(dataset, one_process, tmp_path):
     port = rendezvous.free_port()
     folder = tmp_path / "nodes"
-    node = ["--dataset", dataset, "--model_dir", str(folder), "--nnodes", "2", "--master_addr", "127.0.0.1",
-            "--master_port", str(port), "--rdzv_timeout", "60", "--bucket_mb", "0.01", *COMMON]
+    node = [
+        "--dataset",
+        dataset,
+        "--model_dir",
+        str(folder),
+        "--nnodes",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(port),
+        "--rdzv_timeout",
+        "60",
+        "--bucket_mb",
+        "0.01",
+        *COMMON,
+    ]
     second = start(*node, "--node_rank", "1")  # the node that is not the master may start first
     first = start(*node, "--node_rank", "0")
     code0, out0, err0 = finish(first)
@@ -87,10 +101,32 @@ def test_torchrun_environment_with_zero_then_resume_on_one_process(dataset, one_
     folder = tmp_path / "env"
     procs = []
     for rank in (1, 0):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(start("--dataset", dataset, "--model_dir", str(folder), "--zero", "--bucket_mb", "0.01",
-                           "--rdzv_timeout", "60", "--stop_after", "2", *COMMON, env=env))
+        env = dict(
+            os.environ,
+            RANK=str(rank),
+            WORLD_SIZE="2",
+            LOCAL_RANK="0",
+            LOCAL_WORLD_SIZE="1",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+        )
+        procs.append(
+            start(
+                "--dataset",
+                dataset,
+                "--model_dir",
+                str(folder),
+                "--zero",
+                "--bucket_mb",
+                "0.01",
+                "--rdzv_timeout",
+                "60",
+                "--stop_after",
+                "2",
+                *COMMON,
+                env=env,
+            )
+        )
     results = [finish(p) for p in procs]
     assert all(code == 0 for code, _, _ in results), "".join(err for _, _, err in results)
     assert "ZeRO-1: AdamW state" in results[1][2] and "MiB saved per process" in results[1][2]
@@ -101,8 +137,19 @@ def test_torchrun_environment_with_zero_then_resume_on_one_process(dataset, one_
 
 
 def test_zero_equals_plain_data_parallel(dataset, tmp_path):
-    common = ["--dataset", dataset, "--nproc", "2", "--steps", "3", "--checkpoint_every", "3", "--bucket_mb", "0.005",
-              *TINY]
+    common = [
+        "--dataset",
+        dataset,
+        "--nproc",
+        "2",
+        "--steps",
+        "3",
+        "--checkpoint_every",
+        "3",
+        "--bucket_mb",
+        "0.005",
+        *TINY,
+    ]
     run("--model_dir", str(tmp_path / "plain"), *common)
     run("--model_dir", str(tmp_path / "zero"), "--zero", *common)
     same_rows(tmp_path / "zero", tmp_path / "plain", rtol=1e-5)
@@ -123,10 +170,12 @@ def _one_error_line(code, err):
 def test_a_node_that_never_arrives_is_one_line_within_the_timeout(dataset, tmp_path):
     base = ["--dataset", dataset, "--nnodes", "2", "--master_addr", "127.0.0.1", "--rdzv_timeout", "2", *COMMON]
     began = time.monotonic()
-    alone_master = start(*base, "--model_dir", str(tmp_path / "a"), "--node_rank", "0",
-                         "--master_port", str(rendezvous.free_port()))
-    alone_worker = start(*base, "--model_dir", str(tmp_path / "b"), "--node_rank", "1",
-                         "--master_port", str(rendezvous.free_port()))
+    alone_master = start(
+        *base, "--model_dir", str(tmp_path / "a"), "--node_rank", "0", "--master_port", str(rendezvous.free_port())
+    )
+    alone_worker = start(
+        *base, "--model_dir", str(tmp_path / "b"), "--node_rank", "1", "--master_port", str(rendezvous.free_port())
+    )
     code, _, err = finish(alone_master, timeout=60)
     _one_error_line(code, err)
     assert "1 of 2 ranks arrived within 2 s; missing rank 1" in err
@@ -139,15 +188,24 @@ def test_a_node_that_never_arrives_is_one_line_within_the_timeout(dataset, tmp_p
 
 def test_launch_flag_mistakes_are_one_line(dataset, tmp_path):
     out = ["--dataset", dataset, "--model_dir", str(tmp_path / "x"), *TINY]
-    for flags, message in ((["--nnodes", "2", "--node_rank", "2", "--master_port", "1234"], "--node_rank 2 must be"),
-                           (["--nnodes", "2"], "needs --master_port"),
-                           (["--nnodes", "2", "--node_rank", "0", "--master_port", "99999"], "--master_port"),
-                           (["--nproc", "2", "--bucket_mb", "0"], "--bucket_mb")):
+    for flags, message in (
+        (["--nnodes", "2", "--node_rank", "2", "--master_port", "1234"], "--node_rank 2 must be"),
+        (["--nnodes", "2"], "needs --master_port"),
+        (["--nnodes", "2", "--node_rank", "0", "--master_port", "99999"], "--master_port"),
+        (["--nproc", "2", "--bucket_mb", "0"], "--bucket_mb"),
+    ):
         proc = run(*out, *flags, check=False)
         _one_error_line(proc.returncode, proc.stderr)
         assert message in proc.stderr, proc.stderr
-    env = dict(os.environ, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT="1234")
+    env = dict(
+        os.environ,
+        RANK="0",
+        WORLD_SIZE="2",
+        LOCAL_RANK="0",
+        LOCAL_WORLD_SIZE="1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT="1234",
+    )
     code, _, err = finish(start(*out, "--nnodes", "2", env=env))
     _one_error_line(code, err)
     assert "--nnodes given while RANK and WORLD_SIZE are set" in err
@@ -155,9 +213,16 @@ def test_launch_flag_mistakes_are_one_line(dataset, tmp_path):
 
 # ---------------------------------------------------------------- in-process: topology, rendezvous
 
+
 def test_torchrun_environment_becomes_a_topology():
-    env = {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "node0",
-           "MASTER_PORT": "29500"}
+    env = {
+        "RANK": "5",
+        "WORLD_SIZE": "8",
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "4",
+        "MASTER_ADDR": "node0",
+        "MASTER_PORT": "29500",
+    }
     t = Topology.from_environment(env)
     assert (t.nnodes, t.node_rank, t.nproc, t.local_rank, t.rank, t.world) == (2, 1, 4, 1, 5, 8)
     assert (t.master_addr, t.master_port, t.started_by) == ("node0", 29500, "environment")
@@ -180,6 +245,7 @@ def _serve_in_thread(port, world, signature, timeout):
             result["peers"] = rendezvous.serve("127.0.0.1", port, world, signature, timeout)
         except UserError as e:
             result["error"] = str(e)
+
     thread = threading.Thread(target=target)
     thread.start()
     return thread, result
@@ -209,6 +275,7 @@ def test_rendezvous_port_in_use_is_one_line():
 
 
 # ---------------------------------------------------------------- buckets during backward
+
 
 def _bucketed_gradients(group, device):
     """Small model, buckets of ~1 KB: several buckets, the first one issued before backward ends;
@@ -275,6 +342,9 @@ def test_peer_watch_tells_a_death_from_a_normal_end():
         other.close()
         watch._thread.join(5)  # it stops watching once the peer has gone, either way
         assert not watch._thread.is_alive() and lost.is_set() is not peer_says_bye
-        assert messages == ([] if peer_says_bye else
-                            ["rank 0 left the job (its connection closed without finishing); see that process's error"])
+        assert messages == (
+            []
+            if peer_says_bye
+            else ["rank 0 left the job (its connection closed without finishing); see that process's error"]
+        )
         watch.close()

@@ -75,8 +75,9 @@ def check_op(op, sample, dtype_name, noncontiguous=False, seed=0):
         if i in skip:
             continue
         assert g_leaf.grad is not None, f"{op.name}: no gradient for input {i}"
-        np.testing.assert_allclose(g_leaf.grad.numpy(), t_leaf.grad.numpy(), rtol=rtol, atol=atol,
-                                   err_msg=f"{op.name} gradient of input {i}")
+        np.testing.assert_allclose(
+            g_leaf.grad.numpy(), t_leaf.grad.numpy(), rtol=rtol, atol=atol, err_msg=f"{op.name} gradient of input {i}"
+        )
 
 
 CASES = [pytest.param(op, i, id=f"{op.name}-{i}") for op in OPS for i in range(len(op.samples))]

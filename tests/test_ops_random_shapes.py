@@ -30,16 +30,24 @@ BINARY = {
 
 
 @SETTINGS
-@given(pair=broadcastable_pair(), name=st.sampled_from(sorted(BINARY)), swap=st.booleans(),
-       dtype=st.sampled_from(["float64", "float32"]))
+@given(
+    pair=broadcastable_pair(),
+    name=st.sampled_from(sorted(BINARY)),
+    swap=st.booleans(),
+    dtype=st.sampled_from(["float64", "float32"]),
+)
 def test_broadcasting_binary_ops(pair, name, swap, dtype):
     a, b = pair if not swap else pair[::-1]
     check_op(OpInfo(name, BINARY[name], []), (a, b), dtype)
 
 
 @SETTINGS
-@given(shape=st.lists(dims, min_size=1, max_size=4).map(tuple), data=st.data(),
-       reduction=st.sampled_from(["sum", "mean", "amax", "var", "logsumexp"]), keepdim=st.booleans())
+@given(
+    shape=st.lists(dims, min_size=1, max_size=4).map(tuple),
+    data=st.data(),
+    reduction=st.sampled_from(["sum", "mean", "amax", "var", "logsumexp"]),
+    keepdim=st.booleans(),
+)
 def test_reductions_over_random_axes(shape, data, reduction, keepdim):
     axes = tuple(data.draw(st.sets(st.integers(0, len(shape) - 1), min_size=1)))
     if reduction == "var" and np.prod([shape[a] for a in axes]) < 2:
@@ -53,7 +61,7 @@ def test_reductions_over_random_axes(shape, data, reduction, keepdim):
 def test_views_compose(shape, data):
     perm = tuple(data.draw(st.permutations(range(len(shape)))))
     start = data.draw(st.integers(0, shape[0] - 1))
-    fn = lambda m, x: (x.permute(*perm)[..., None].flatten(-2) * 1.5)[..., :].reshape(-1)[start:] # noqa: E731
+    fn = lambda m, x: (x.permute(*perm)[..., None].flatten(-2) * 1.5)[..., :].reshape(-1)[start:]  # noqa: E731
     check_op(OpInfo("views", fn, []), (shape,), "float64")
 
 

@@ -13,8 +13,10 @@ from gradcraft.optim import SGD, AdamW, CosineWithWarmup, clip_grad_norm_, grad_
 
 def _problem(seed=0):
     rng = np.random.default_rng(seed)
-    return ([rng.standard_normal(s).astype(np.float32) for s in ((5, 3), (3,))],
-            rng.standard_normal((8, 5)).astype(np.float32))
+    return (
+        [rng.standard_normal(s).astype(np.float32) for s in ((5, 3), (3,))],
+        rng.standard_normal((8, 5)).astype(np.float32),
+    )
 
 
 def _loss_gc(params, x):
@@ -33,10 +35,15 @@ def test_adamw_matches_torch(fused, clip):
     (w0, b0), x = _problem()
     w, b = Parameter(gc.tensor(w0)), Parameter(gc.tensor(b0))
     tw, tb = torch.tensor(w0, requires_grad=True), torch.tensor(b0, requires_grad=True)
-    opt = AdamW([{"params": [w], "weight_decay": 0.1}, {"params": [b], "weight_decay": 0.0}], lr=0.01,
-                betas=(0.9, 0.95), fused=fused)
-    topt = torch.optim.AdamW([{"params": [tw], "weight_decay": 0.1}, {"params": [tb], "weight_decay": 0.0}],
-                             lr=0.01, betas=(0.9, 0.95))
+    opt = AdamW(
+        [{"params": [w], "weight_decay": 0.1}, {"params": [b], "weight_decay": 0.0}],
+        lr=0.01,
+        betas=(0.9, 0.95),
+        fused=fused,
+    )
+    topt = torch.optim.AdamW(
+        [{"params": [tw], "weight_decay": 0.1}, {"params": [tb], "weight_decay": 0.0}], lr=0.01, betas=(0.9, 0.95)
+    )
     for step in range(6):
         for g in opt.param_groups:
             g["lr"] = 0.01 * (step + 1) / 6  # a changing lr must reach the device scalars

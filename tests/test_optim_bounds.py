@@ -47,8 +47,13 @@ CHILD = textwrap.dedent("""
 
 def _child(which: str, native: bool):
     env = dict(os.environ, GRADCRAFT_CPU_NATIVE="1" if native else "0")
-    return subprocess.run([sys.executable, "-c", CHILD, which, "native" if native else "numpy"],
-                          capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", CHILD, which, "native" if native else "numpy"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("which,native", [("c", True), ("step", True), ("step", False)])
@@ -66,6 +71,7 @@ def test_mismatched_exp_avg_is_a_user_error(which, native):
 
 def test_checker_names_each_tensor():
     from gradcraft.backend import check_optimizer_state
+
     a, b = np.zeros(3, np.float32), np.zeros(5, np.float32)
     check_optimizer_state([a, b], [a, b], [a, b], [a, b])  # consistent: fine
     with pytest.raises(UserError, match="grad of parameter 1 has 3 elements"):
@@ -82,6 +88,7 @@ def test_checker_names_each_tensor():
 def test_cuda_mismatched_exp_avg_is_a_user_error():
     import cupy as cp
     from gradcraft.backend.cuda import optim
+
     p, g, v = cp.ones(4096, cp.float32), cp.ones(4096, cp.float32), cp.zeros(4096, cp.float32)
     m = cp.zeros(16, cp.float32)
     lr_step = cp.asarray([1e-3, 1.0], dtype=cp.float32)

@@ -33,8 +33,10 @@ def served(trained_run):
 def browser(tmp_path_factory):
     executable = find_chromium()
     if executable is None:
-        pytest.skip("no Chromium on PATH: install Debian's `chromium` package (scripts/setup_venv.sh test does "
-                    "where apt-get is available and it can run as root)")
+        pytest.skip(
+            "no Chromium on PATH: install Debian's `chromium` package (scripts/setup_venv.sh test does "
+            "where apt-get is available and it can run as root)"
+        )
     folder = tmp_path_factory.mktemp("chromium")
     b = Browser(executable, folder / "profile", folder / "chromium.log")
     yield b
@@ -68,8 +70,9 @@ def submit_and_wait(page, submit=None):
     else:
         submit()
     page.wait_for("document.body.dataset.state !== 'idle'", timeout=5)
-    return page.wait_for("['done', 'error', 'stopped'].includes(document.body.dataset.state) && "
-                         "document.body.dataset.state", timeout=30)
+    return page.wait_for(
+        "['done', 'error', 'stopped'].includes(document.body.dataset.state) && document.body.dataset.state", timeout=30
+    )
 
 
 def text(page, selector):
@@ -77,10 +80,14 @@ def text(page, selector):
 
 
 CASES = [  # what is typed in the page -> the API request it stands for
-    ({"max_tokens": "12", "temperature": "0.9", "top_k": "50", "seed": "5"},
-     {"max_tokens": 12, "temperature": 0.9, "top_k": 50, "seed": 5}),
-    ({"max_tokens": "16", "temperature": "1.3", "top_p": "0.9", "seed": "9223372036854775807", "stop": "\\n\nee"},
-     {"max_tokens": 16, "temperature": 1.3, "top_p": 0.9, "seed": 2**63 - 1, "stop": ["\n", "ee"]}),
+    (
+        {"max_tokens": "12", "temperature": "0.9", "top_k": "50", "seed": "5"},
+        {"max_tokens": 12, "temperature": 0.9, "top_k": 50, "seed": 5},
+    ),
+    (
+        {"max_tokens": "16", "temperature": "1.3", "top_p": "0.9", "seed": "9223372036854775807", "stop": "\\n\nee"},
+        {"max_tokens": 16, "temperature": 1.3, "top_p": 0.9, "seed": 2**63 - 1, "stop": ["\n", "ee"]},
+    ),
     ({"max_tokens": "10", "temperature": "0"}, {"max_tokens": 10, "temperature": 0}),
 ]
 
@@ -107,10 +114,12 @@ def test_the_page_streams_the_apis_answer_for_the_same_request(served, browser, 
 
 def test_a_bad_parameter_shows_the_apis_error_in_the_page(served, browser):
     page = open_playground(browser, served)
-    cases = [("def ", {"top_p": "5"}, {"top_p": 5}, "top_p"),
-             ("def ", {"max_tokens": "2.5"}, {"max_tokens": 2.5}, "max_tokens"),
-             ("def ", {"temperature": "hot"}, {"temperature": "hot"}, "temperature"),
-             ("def " * 40, {}, {}, "prompt")]  # longer than the 24-token context
+    cases = [
+        ("def ", {"top_p": "5"}, {"top_p": 5}, "top_p"),
+        ("def ", {"max_tokens": "2.5"}, {"max_tokens": 2.5}, "max_tokens"),
+        ("def ", {"temperature": "hot"}, {"temperature": "hot"}, "temperature"),
+        ("def " * 40, {}, {}, "prompt"),
+    ]  # longer than the 24-token context
     for prompt, typed, request, field in cases:
         fill_request(page, prompt, typed)
         assert submit_and_wait(page) == "error"
@@ -141,8 +150,12 @@ def test_the_page_shows_the_model_and_offers_chat_only_when_the_server_has_it(se
     # fields filled from the address
     linked = browser.open(served + "/?prompt=def%20f&max_tokens=7&seed=42&stop=x&stop=%5Cn")
     linked.wait_for("document.body.dataset.state === 'idle'")
-    assert linked.evaluate("['prompt', 'max_tokens', 'seed', 'stop'].map(id => document.getElementById(id).value)") \
-        == ["def f", "7", "42", "x\n\\n"]
+    assert linked.evaluate("['prompt', 'max_tokens', 'seed', 'stop'].map(id => document.getElementById(id).value)") == [
+        "def f",
+        "7",
+        "42",
+        "x\n\\n",
+    ]
 
     has_chat = get(served + "/v1/chat/completions")[0] != 404
     assert page.evaluate("document.getElementById('mode-chat').disabled") is (not has_chat)
@@ -154,9 +167,12 @@ def test_the_page_shows_the_model_and_offers_chat_only_when_the_server_has_it(se
     fill_request(page, "hello", {"max_tokens": "8", "temperature": "0.9", "seed": "3"})
     assert submit_and_wait(page) == "done", text(page, "#error")
     request = urllib.request.Request(
-        served + "/v1/chat/completions", headers={"Content-Type": "application/json"},
-        data=json.dumps({"messages": [{"role": "user", "content": "hello"}], "max_tokens": 8, "temperature": 0.9,
-                         "seed": 3}).encode())
+        served + "/v1/chat/completions",
+        headers={"Content-Type": "application/json"},
+        data=json.dumps(
+            {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 8, "temperature": 0.9, "seed": 3}
+        ).encode(),
+    )
     answer = json.loads(urllib.request.urlopen(request).read())
     assert text(page, "#transcript li:last-child span:last-child") == answer["choices"][0]["message"]["content"]
 
@@ -186,6 +202,7 @@ def contrast(a, b):
         c = [v / 255 for v in rgb]
         c = [v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4 for v in c]
         return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2]
+
     high, low = sorted((luminance(a), luminance(b)), reverse=True)
     return (high + 0.05) / (low + 0.05)
 
@@ -193,8 +210,9 @@ def contrast(a, b):
 def test_phone_sized_labelled_readable_and_usable_by_touch(served, browser, tmp_path):
     page = open_playground(browser, served, PHONE, mobile=True)
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")  # no sideways scrolling
-    unlabelled = page.evaluate("[...document.querySelectorAll('input, textarea')].filter(e => !e.labels.length)"
-                               ".map(e => e.id || e.name)")
+    unlabelled = page.evaluate(
+        "[...document.querySelectorAll('input, textarea')].filter(e => !e.labels.length).map(e => e.id || e.name)"
+    )
     assert unlabelled == []
     assert page.evaluate("document.getElementById('generate').getBoundingClientRect().height") >= 44  # touch size
     fill_request(page, "def ", {"max_tokens": "12", "seed": "1", "temperature": "0.8", "top_k": "40"})
@@ -235,8 +253,10 @@ def test_stop_and_escape_stop_a_running_generation_and_the_server_cancels_it(lon
     (the client went away)."""
     url, scheduler = long_server
     page = open_playground(browser, url)
-    stops = [lambda: page.evaluate("document.getElementById('stop-button').click()"),
-             lambda: page.press("Escape", "Escape", 27)]
+    stops = [
+        lambda: page.evaluate("document.getElementById('stop-button').click()"),
+        lambda: page.press("Escape", "Escape", 27),
+    ]
     for i, stop in enumerate(stops):
         fill_request(page, "def ", {"max_tokens": "4000", "seed": str(i), "temperature": "1"})
         page.press("Enter", "Enter", 13, modifiers=4)  # Cmd+Enter, as on a Mac

@@ -31,8 +31,11 @@ def test_each_dropout_defaults_to_dropout_and_round_trips():
     cfg = tiny(dropout=0.2, attn_dropout=0.0, embd_dropout=0.05)
     assert (cfg.dropout, cfg.attn_dropout, cfg.resid_dropout, cfg.embd_dropout) == (0.2, 0.0, 0.2, 0.05)
     assert ModelConfig.from_dict(json.loads(cfg.to_json())) == cfg  # gradcraft_config.json and checkpoints
-    old = {k: v for k, v in tiny(dropout=0.1).to_dict().items() if k not in ("attn_dropout", "resid_dropout",
-                                                                              "embd_dropout")}
+    old = {
+        k: v
+        for k, v in tiny(dropout=0.1).to_dict().items()
+        if k not in ("attn_dropout", "resid_dropout", "embd_dropout")
+    }
     back = ModelConfig.from_dict(old)  # a run folder from before the three fields
     assert (back.attn_dropout, back.resid_dropout, back.embd_dropout) == (0.1, 0.1, 0.1)
     assert not tiny().uses_dropout and tiny(embd_dropout=0.1).uses_dropout
@@ -41,8 +44,9 @@ def test_each_dropout_defaults_to_dropout_and_round_trips():
 
 
 def test_hf_export_keeps_the_dropouts_hf_has():
-    gpt = ModelConfig(vocab_size=64, dim=32, n_heads=2, n_layers=1, seq_len=16, dropout=0.1, attn_dropout=0.2,
-                      embd_dropout=0.05)
+    gpt = ModelConfig(
+        vocab_size=64, dim=32, n_heads=2, n_layers=1, seq_len=16, dropout=0.1, attn_dropout=0.2, embd_dropout=0.05
+    )
     hf = hf_config(gpt)
     assert (hf["resid_pdrop"], hf["attn_pdrop"], hf["embd_pdrop"]) == (0.1, 0.2, 0.05)
     back = config_from_hf(hf)
@@ -104,20 +108,33 @@ def test_eval_mode_is_deterministic_and_equals_no_dropout(rates):
 
 def _tokens(tmp_path):
     from gradcraft.data.tokenfile import write_token_file
+
     path = tmp_path / "tokens.bin"
     if not path.exists():
-        write_token_file(str(path), np.random.default_rng(0).integers(0, 64, size=4000).astype(np.uint16),
-                         vocab_size=64)
+        write_token_file(
+            str(path), np.random.default_rng(0).integers(0, 64, size=4000).astype(np.uint16), vocab_size=64
+        )
     return str(path)
 
 
 def _train(tmp_path, name, cfg, resume=False, **over):
     from gradcraft.training.trainer import TrainConfig, train
+
     notes = []
-    tc = TrainConfig(dataset=_tokens(tmp_path), model_dir=str(tmp_path / name), steps=6, batch_size=4,
-                     warmup_steps=2, checkpoint_every=3, progress=False, cuda_graph="off", **over)
+    tc = TrainConfig(
+        dataset=_tokens(tmp_path),
+        model_dir=str(tmp_path / name),
+        steps=6,
+        batch_size=4,
+        warmup_steps=2,
+        checkpoint_every=3,
+        progress=False,
+        cuda_graph="off",
+        **over,
+    )
     train(tc, cfg, resume=resume, log=notes.append)
     from safetensors.numpy import load_file
+
     last = sorted(os.listdir(tmp_path / name / "checkpoints"))[-1]
     return load_file(str(tmp_path / name / "checkpoints" / last / "model.safetensors")), notes
 
@@ -145,8 +162,9 @@ def _shrunk(name: str) -> ModelConfig:
     """The preset's architecture (layers, patterns, families, tying) at a size that builds in milliseconds."""
     cfg = PRESETS[name]
     heads, kv = cfg["n_heads"], cfg.get("n_kv_heads") or cfg["n_heads"]
-    return preset(name, vocab_size=50, seq_len=16, dim=4 * heads, ffn_dim=16, window=min(cfg.get("window", 0), 8),
-                  n_kv_heads=kv)
+    return preset(
+        name, vocab_size=50, seq_len=16, dim=4 * heads, ffn_dim=16, window=min(cfg.get("window", 0), 8), n_kv_heads=kv
+    )
 
 
 def _nanogpt_lists(cfg: ModelConfig) -> tuple[list, list]:
@@ -197,6 +215,7 @@ def test_decay_split_of_every_preset_is_nanogpts_rule(name):
 def test_decay_groups_decay_what_the_rule_says():
     """One AdamW step with zero gradients: only decay moves a weight, by lr * wd * w exactly."""
     from gradcraft.optim import AdamW
+
     gc.manual_seed(0)
     model = Transformer(tiny(bias=True))
     groups = weight_decay_groups(model, 0.5)
@@ -215,8 +234,10 @@ def test_training_prints_the_split_and_a_resume_keeps_the_checkpoints_split(tmp_
     cfg = tiny()
     _, notes = _train(tmp_path, "run", cfg, stop_after=3)
     decayed, kept = decay_split(Transformer(cfg))
-    line = f"weight decay 0.1 on {len(decayed)} tensors ({sum(p.numel() for _, p in decayed):,} parameters); " \
-           f"none on {len(kept)} tensors ({sum(p.numel() for _, p in kept):,} parameters)"
+    line = (
+        f"weight decay 0.1 on {len(decayed)} tensors ({sum(p.numel() for _, p in decayed):,} parameters); "
+        f"none on {len(kept)} tensors ({sum(p.numel() for _, p in kept):,} parameters)"
+    )
     assert line in notes
     with pytest.raises(UserError, match="--decay_embeddings false splits the parameters differently"):
         _train(tmp_path, "run", cfg, resume=True, decay_embeddings=False)
@@ -241,11 +262,48 @@ def test_training_prints_the_split_and_a_resume_keeps_the_checkpoints_split(tmp_
 
 def test_cli_flags_reach_the_config_and_the_optimizer(dataset, tmp_path, capsys):
     from gradcraft.cli.main import main
+
     out = tmp_path / "run"
-    common = ["train", "--dataset", dataset, "--model_dir", str(out), "--preset", "toy-v0", "--embed_dim", "32",
-              "--num_heads", "2", "--num_layers", "2", "--seq_len", "16", "--batch_size", "4", "--no_progress"]
-    assert main([*common, "--steps", "2", "--dropout", "0.2", "--attn_dropout", "0", "--embd_dropout", "0.05",
-                 "--decay_embeddings", "false", "--checkpoint_every", "1"]) == 0
+    common = [
+        "train",
+        "--dataset",
+        dataset,
+        "--model_dir",
+        str(out),
+        "--preset",
+        "toy-v0",
+        "--embed_dim",
+        "32",
+        "--num_heads",
+        "2",
+        "--num_layers",
+        "2",
+        "--seq_len",
+        "16",
+        "--batch_size",
+        "4",
+        "--no_progress",
+    ]
+    assert (
+        main(
+            [
+                *common,
+                "--steps",
+                "2",
+                "--dropout",
+                "0.2",
+                "--attn_dropout",
+                "0",
+                "--embd_dropout",
+                "0.05",
+                "--decay_embeddings",
+                "false",
+                "--checkpoint_every",
+                "1",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     saved = json.loads((out / "gradcraft_config.json").read_text())
     rates = (saved["dropout"], saved["attn_dropout"], saved["resid_dropout"], saved["embd_dropout"])

@@ -12,8 +12,25 @@ import pytest
 import gradcraft as gc
 from gradcraft.cli.main import main
 
-SMALL = ["--embed_dim", "32", "--num_layers", "1", "--num_heads", "2", "--seq_len", "24", "--steps", "30",
-         "--batch_size", "4", "--warmup_steps", "2", "--max_lr", "1e-2", "--no_progress"]
+SMALL = [
+    "--embed_dim",
+    "32",
+    "--num_layers",
+    "1",
+    "--num_heads",
+    "2",
+    "--seq_len",
+    "24",
+    "--steps",
+    "30",
+    "--batch_size",
+    "4",
+    "--warmup_steps",
+    "2",
+    "--max_lr",
+    "1e-2",
+    "--no_progress",
+]
 FAMILIES = {"llama": ["--preset", "toy-v0"], "gpt2": ["--preset", "mallmoc", "--ffn_dim", "64"]}
 TEXT = "def reverse_string(s):\n    return s[::-1]\n# ünïcödé ✓ 漢字 🙂\n"
 
@@ -23,8 +40,22 @@ def _tokenize(data):
     raw.mkdir(parents=True)
     for i in range(20):
         (raw / f"f{i}.txt").write_text(TEXT * 3 + f"x = {i}\n")
-    assert main(["tokenize", "--data_dir", str(raw), "--output_path", str(data / "tokens.bin"),
-                 "--vocab_size", "300", "--workers", "1"]) == 0
+    assert (
+        main(
+            [
+                "tokenize",
+                "--data_dir",
+                str(raw),
+                "--output_path",
+                str(data / "tokens.bin"),
+                "--vocab_size",
+                "300",
+                "--workers",
+                "1",
+            ]
+        )
+        == 0
+    )
     return data / "tokens.bin"
 
 
@@ -40,32 +71,53 @@ def runs(tmp_path_factory):
 
 def _cli(*args, cwd=None):
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return subprocess.run([sys.executable, "-m", "gradcraft.cli.main", *args], capture_output=True, text=True,
-                          timeout=120, cwd=cwd, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "gradcraft.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env=env,
+    )
 
 
 def _generate(model_dir, cwd):
-    proc = _cli("generate", "--model_dir", str(model_dir), "--prompt", "def ", "--max_tokens", "12",
-                "--temp", "1.0", "--seed", "3", cwd=cwd)
+    proc = _cli(
+        "generate",
+        "--model_dir",
+        str(model_dir),
+        "--prompt",
+        "def ",
+        "--max_tokens",
+        "12",
+        "--temp",
+        "1.0",
+        "--seed",
+        "3",
+        cwd=cwd,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
 
 def _one_line(proc, needle):
     lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], \
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], (
         proc.stderr
+    )
 
 
 def test_run_folder_holds_its_tokenizer_and_generates_after_a_move(tmp_path):
     tokens = _tokenize(tmp_path / "data")
     run = tmp_path / "runs" / "mine"
     # relative paths, as a user types them: the run's train_config.json records "data/tokens.bin"
-    proc = _cli("train", "--dataset", "data/tokens.bin", "--model_dir", "runs/mine", "--preset", "toy-v0", *SMALL,
-                cwd=tmp_path)
+    proc = _cli(
+        "train", "--dataset", "data/tokens.bin", "--model_dir", "runs/mine", "--preset", "toy-v0", *SMALL, cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     from gradcraft.tokenizer import Tokenizer
     from gradcraft.data.tokenfile import read_token_header
+
     copy = Tokenizer.load(run / "gradcraft_tokenizer.json")
     assert copy.fingerprint == read_token_header(str(tokens)).fingerprint
     before = _generate(run, cwd=tmp_path)
@@ -92,6 +144,7 @@ def test_old_run_folder_finds_its_tokenizer_through_the_dataset(runs, tmp_path):
 def test_a_tokenizer_that_did_not_make_the_dataset_is_not_copied(tmp_path):
     tokens = _tokenize(tmp_path / "data")
     from gradcraft.tokenizer import train as train_tokenizer
+
     train_tokenizer(["something else entirely " * 50], vocab_size=300).save(str(tmp_path / "data" / "tokenizer.json"))
     proc = _cli("train", "--dataset", str(tokens), "--model_dir", str(tmp_path / "run"), "--preset", "toy-v0", *SMALL)
     assert proc.returncode == 0, proc.stderr
@@ -101,6 +154,7 @@ def test_a_tokenizer_that_did_not_make_the_dataset_is_not_copied(tmp_path):
 
 def _our_logits(model_dir, ids):
     from gradcraft.inference.text import load_model, paths_from_model_dir
+
     _, config, weights = paths_from_model_dir(str(model_dir))
     model, _ = load_model(config, weights)
     model.eval()
@@ -112,6 +166,7 @@ def _our_logits(model_dir, ids):
 def test_hf_export_opens_in_transformers_with_our_logits_and_ids(runs, tmp_path, family):
     import torch
     import transformers
+
     out = tmp_path / "hf"
     proc = _cli("export", "--model_dir", str(runs / family), "--format", "hf", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
@@ -119,6 +174,7 @@ def test_hf_export_opens_in_transformers_with_our_logits_and_ids(runs, tmp_path,
     assert json.loads((out / "config.json").read_text())["architectures"] == [expected]
 
     from gradcraft.tokenizer import Tokenizer
+
     ours = Tokenizer.load(runs / family / "gradcraft_tokenizer.json")
     text = TEXT + "<|endoftext|>x = 3"
     ids = ours.encode(text, allowed_special="all")
@@ -148,6 +204,7 @@ def test_new_layout_names_are_read_first(runs, tmp_path):
     """gradcraft_config.json / gradcraft_model.safetensors (our files beside HF's) win over config.json."""
     from gradcraft.inference.text import load_model
     from gradcraft.training.trainer import save_weights
+
     run = tmp_path / "renamed"
     shutil.copytree(runs / "llama", run)
     model, metadata = load_model(str(run / "gradcraft_config.json"), str(run / "model.safetensors"))
@@ -163,6 +220,7 @@ def test_run_folder_opens_in_transformers_as_is(runs, family):
     (float32, CPU) and AutoTokenizer our ids; gradcraft's config sits beside HF's, the weights once."""
     import torch
     import transformers
+
     run = runs / family
     expected = "GPT2LMHeadModel" if family == "gpt2" else "LlamaForCausalLM"
     assert json.loads((run / "config.json").read_text())["architectures"] == [expected]
@@ -170,11 +228,13 @@ def test_run_folder_opens_in_transformers_as_is(runs, family):
     assert not (run / "gradcraft_model.safetensors").exists()  # no second copy of the weights
 
     from gradcraft.tokenizer import Tokenizer
+
     text = TEXT + "<|endoftext|>x = 3"
     ids = Tokenizer.load(run / "gradcraft_tokenizer.json").encode(text, allowed_special="all")
     assert transformers.AutoTokenizer.from_pretrained(str(run))(text)["input_ids"] == ids
-    hf = transformers.AutoModelForCausalLM.from_pretrained(str(run), attn_implementation="eager",
-                                                           torch_dtype=torch.float32).eval()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        str(run), attn_implementation="eager", torch_dtype=torch.float32
+    ).eval()
     assert type(hf).__name__ == expected
     with torch.no_grad():
         theirs = hf(torch.tensor([ids[:20]])).logits.numpy()
@@ -189,6 +249,7 @@ def test_run_folder_weights_read_back_bit_exact(runs, family):
     from gradcraft.data.tokenfile import read_token_header
     from gradcraft.inference.text import load_model, paths_from_model_dir
     from gradcraft.training import checkpoint as ckpt
+
     run = runs / family
     _, config, weights = paths_from_model_dir(str(run))
     assert os.path.basename(config) == "gradcraft_config.json" and os.path.basename(weights) == "model.safetensors"
@@ -205,6 +266,7 @@ def test_hf_layout_round_trip_is_bit_exact_for_every_family_hf_computes():
     from gradcraft.models import Transformer
     from gradcraft.models.hf import from_hf_state, hf_exact_family, to_hf_state
     from test_models import FAMILIES as MODEL_FAMILIES, randomize, small_config
+
     checked = 0
     for family in sorted(MODEL_FAMILIES):
         cfg = small_config(family)
@@ -227,6 +289,7 @@ def test_old_run_folder_layout_still_generates_and_resumes(runs, tmp_path):
     from gradcraft.inference.text import load_model
     from gradcraft.models.hf import is_hf_config, is_hf_state
     from gradcraft.training.trainer import save_weights
+
     old = tmp_path / "old"
     shutil.copytree(runs / "llama", old)
     ours = json.loads((old / "gradcraft_config.json").read_text())
@@ -236,8 +299,17 @@ def test_old_run_folder_layout_still_generates_and_resumes(runs, tmp_path):
     assert not is_hf_state(load_file(str(old / "model.safetensors")))
     assert _generate(old, cwd=tmp_path) == _generate(runs / "llama", cwd=tmp_path)
 
-    proc = _cli("train", "--dataset", str(runs / "data" / "tokens.bin"), "--model_dir", str(old), "--resume",
-                "--steps", "32", "--no_progress")
+    proc = _cli(
+        "train",
+        "--dataset",
+        str(runs / "data" / "tokens.bin"),
+        "--model_dir",
+        str(old),
+        "--resume",
+        "--steps",
+        "32",
+        "--no_progress",
+    )
     assert proc.returncode == 0, proc.stderr
     assert "resuming from" in proc.stderr and "step 30" in proc.stderr
     # the resumed run leaves the new layout
@@ -251,30 +323,40 @@ def test_a_family_hf_lacks_has_no_config_json_and_still_generates(runs, tmp_path
     """Learned-beta SwiGLU with learned positions: transformers has no class for it, so the run folder
     holds no config.json (HF refuses it) and keeps its weights in gradcraft_model.safetensors."""
     import transformers
+
     run = tmp_path / "k2"
     tokens = str(runs / "data" / "tokens.bin")
-    assert main(["train", "--dataset", tokens, "--model_dir", str(run), "--preset", "k2-83m", "--ffn_dim", "64",
-                 *SMALL]) == 0
+    assert (
+        main(["train", "--dataset", tokens, "--model_dir", str(run), "--preset", "k2-83m", "--ffn_dim", "64", *SMALL])
+        == 0
+    )
     assert not (run / "config.json").exists() and not (run / "model.safetensors").exists()
     assert (run / "gradcraft_config.json").exists() and (run / "gradcraft_model.safetensors").exists()
     _generate(run, cwd=tmp_path)
     with pytest.raises((OSError, ValueError), match="config.json"):  # "Unrecognized model ... config.json"
         transformers.AutoModelForCausalLM.from_pretrained(str(run))
-    assert main(["train", "--dataset", tokens, "--model_dir", str(run), "--resume", "--steps", "32",
-                 "--no_progress"]) == 0
+    assert (
+        main(["train", "--dataset", tokens, "--model_dir", str(run), "--resume", "--steps", "32", "--no_progress"]) == 0
+    )
     assert not (run / "config.json").exists() and (run / "gradcraft_model.safetensors").exists()
     _generate(run, cwd=tmp_path)
 
 
 def test_export_refuses_bad_input_with_one_line(runs, tmp_path):
-    _one_line(_cli("export", "--model_dir", str(runs / "llama"), "--format", "onnx", "--out", str(tmp_path / "a")),
-              "--format must be one of hf, safetensors")
-    _one_line(_cli("export", "--model_dir", str(tmp_path / "none"), "--format", "hf", "--out", str(tmp_path / "b")),
-              "does not exist")
+    _one_line(
+        _cli("export", "--model_dir", str(runs / "llama"), "--format", "onnx", "--out", str(tmp_path / "a")),
+        "--format must be one of hf, safetensors",
+    )
+    _one_line(
+        _cli("export", "--model_dir", str(tmp_path / "none"), "--format", "hf", "--out", str(tmp_path / "b")),
+        "does not exist",
+    )
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
-    _one_line(_cli("export", "--model_dir", str(runs / "llama"), "--format", "hf", "--out", str(tmp_path / "full")),
-              "is not empty")
+    _one_line(
+        _cli("export", "--model_dir", str(runs / "llama"), "--format", "hf", "--out", str(tmp_path / "full")),
+        "is not empty",
+    )
     # an architecture HF has no class for (learned-beta SwiGLU, learned positions): refused, nothing written
     odd = tmp_path / "odd"
     odd.mkdir()
@@ -283,17 +365,20 @@ def test_export_refuses_bad_input_with_one_line(runs, tmp_path):
     (odd / "config.json").write_text(json.dumps(cfg))
     from gradcraft.models import ModelConfig, Transformer
     from gradcraft.training.trainer import save_weights
+
     save_weights(Transformer(ModelConfig.from_dict(cfg)), str(odd / "model.safetensors"))
-    _one_line(_cli("export", "--model_dir", str(odd), "--format", "hf", "--out", str(tmp_path / "c")),
-              "no Hugging Face equivalent")
+    _one_line(
+        _cli("export", "--model_dir", str(odd), "--format", "hf", "--out", str(tmp_path / "c")),
+        "no Hugging Face equivalent",
+    )
     assert not (tmp_path / "c").exists()
-    assert _cli("export", "--model_dir", str(odd), "--format", "safetensors",
-                "--out", str(tmp_path / "d")).returncode == 0
+    assert (
+        _cli("export", "--model_dir", str(odd), "--format", "safetensors", "--out", str(tmp_path / "d")).returncode == 0
+    )
     # mixture-of-experts with a capacity limit: HF's Mixtral has none, so it would compute other outputs
     cfg = json.loads((runs / "llama" / "gradcraft_config.json").read_text())
     cfg.update(ffn_pattern="M", n_experts=2, experts_per_token=1, capacity_factor=1.25)
     (odd / "config.json").write_text(json.dumps(cfg))
     save_weights(Transformer(ModelConfig.from_dict(cfg)), str(odd / "model.safetensors"))
-    _one_line(_cli("export", "--model_dir", str(odd), "--format", "hf", "--out", str(tmp_path / "e")),
-              "capacity limit")
+    _one_line(_cli("export", "--model_dir", str(odd), "--format", "hf", "--out", str(tmp_path / "e")), "capacity limit")
     assert not (tmp_path / "e").exists()

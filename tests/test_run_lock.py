@@ -13,14 +13,46 @@ from gradcraft.training.log import read_log
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="fcntl.flock and SIGTERM are POSIX")
 
-TINY = ["--preset", "toy-v0", "--embed_dim", "32", "--num_heads", "2", "--num_layers", "2", "--seq_len", "16",
-        "--batch_size", "4", "--warmup_steps", "2", "--no_progress", "--max_lr", "3e-3"]
+TINY = [
+    "--preset",
+    "toy-v0",
+    "--embed_dim",
+    "32",
+    "--num_heads",
+    "2",
+    "--num_layers",
+    "2",
+    "--seq_len",
+    "16",
+    "--batch_size",
+    "4",
+    "--warmup_steps",
+    "2",
+    "--no_progress",
+    "--max_lr",
+    "3e-3",
+]
 
 
 def _train(dataset, out, *flags, **kwargs):
-    return subprocess.Popen([sys.executable, "-m", "gradcraft.cli.main", "train", "--dataset", dataset,
-                             "--model_dir", str(out), *TINY, *flags],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gradcraft.cli.main",
+            "train",
+            "--dataset",
+            dataset,
+            "--model_dir",
+            str(out),
+            *TINY,
+            *flags,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
 
 
 def _wait_for_checkpoint(out, step, proc, timeout=300):
@@ -38,8 +70,12 @@ def _wait_for_checkpoint(out, step, proc, timeout=300):
 
 
 def _listing(folder):
-    return sorted((os.path.relpath(os.path.join(d, n), folder), os.path.getmtime(os.path.join(d, n)))
-                  for d, dirs, files in os.walk(folder) for n in dirs + files if n != ".lock")
+    return sorted(
+        (os.path.relpath(os.path.join(d, n), folder), os.path.getmtime(os.path.join(d, n)))
+        for d, dirs, files in os.walk(folder)
+        for n in dirs + files
+        if n != ".lock"
+    )
 
 
 def test_a_second_train_on_a_running_folder_is_refused_and_the_first_finishes(dataset, tmp_path):
@@ -62,6 +98,7 @@ def test_a_second_train_on_a_running_folder_is_refused_and_the_first_finishes(da
     assert first.returncode == 0, err
     assert "error" not in err and "Traceback" not in err
     from gradcraft.inference.text import load_model, paths_from_model_dir
+
     _, config_path, weights_path = paths_from_model_dir(str(out))
     load_model(config_path, weights_path)  # the final weights load
     rows = read_log(str(out / "training_log.csv"))
@@ -78,11 +115,19 @@ def test_a_second_train_on_a_running_folder_is_refused_and_the_first_finishes(da
 def test_a_refused_train_writes_nothing(dataset, tmp_path):
     """While a process holds the lock, a second train changes nothing in the folder, not even .lock."""
     from gradcraft.training.runlock import lock_run_folder, release_run_folder
+
     out = tmp_path / "run"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
-                               "from gradcraft.training.runlock import lock_run_folder\n"
-                               f"fd = lock_run_folder({str(out)!r}); print('locked', flush=True); time.sleep(60)"],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from gradcraft.training.runlock import lock_run_folder\n"
+            f"fd = lock_run_folder({str(out)!r}); print('locked', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         before = _listing(out), (out / ".lock").read_text(), os.path.getmtime(out / ".lock")
@@ -116,8 +161,9 @@ def test_sigterm_stops_like_ctrl_c_and_the_run_resumes(dataset, tmp_path):
     assert last.endswith(f"resume with: gradcraft train --dataset {dataset} --model_dir {out} --resume")
     step = int(last.split("holds step ")[1].split()[0])
     assert (out / "checkpoints" / f"step_{step:08d}").exists()
-    leftovers = [n for d in (out, out / "checkpoints") for n in os.listdir(d)
-                 if n.startswith(".tmp-") or n.endswith(".tmp")]
+    leftovers = [
+        n for d in (out, out / "checkpoints") for n in os.listdir(d) if n.startswith(".tmp-") or n.endswith(".tmp")
+    ]
     assert leftovers == []
 
     again = _train(dataset, out, "--resume", "--steps", str(step + 3))
@@ -130,6 +176,7 @@ def test_sigterm_stops_like_ctrl_c_and_the_run_resumes(dataset, tmp_path):
 def test_the_sigterm_handler_is_restored_and_skipped_off_the_main_thread():
     import threading
     from gradcraft.training.runlock import sigterm_as_interrupt
+
     before = signal.getsignal(signal.SIGTERM)
     with sigterm_as_interrupt():
         assert signal.getsignal(signal.SIGTERM) is not before
@@ -142,6 +189,7 @@ def test_the_sigterm_handler_is_restored_and_skipped_off_the_main_thread():
                 pass
         except Exception as e:  # signal.signal off the main thread would raise ValueError
             errors.append(e)
+
     t = threading.Thread(target=other)
     t.start()
     t.join()
@@ -150,6 +198,7 @@ def test_the_sigterm_handler_is_restored_and_skipped_off_the_main_thread():
 
 def test_without_fcntl_there_is_no_lock(tmp_path, monkeypatch):
     from gradcraft.training import runlock
+
     monkeypatch.setattr(runlock, "fcntl", None)
     assert runlock.lock_run_folder(str(tmp_path / "run")) is None
     assert not (tmp_path / "run").exists()
@@ -158,6 +207,7 @@ def test_without_fcntl_there_is_no_lock(tmp_path, monkeypatch):
 
 def test_remove_temporaries_takes_the_leftovers_of_a_stopped_write(tmp_path):
     from gradcraft.training.checkpoint import remove_temporaries
+
     (tmp_path / "checkpoints" / ".tmp-step_00000004-123").mkdir(parents=True)
     (tmp_path / "checkpoints" / "step_00000003").mkdir()
     for name in (".tmp-abc.json", "gradcraft_model.safetensors.tmp", "loss.png.tmp.png", ".lock", "notes.txt"):

@@ -30,7 +30,7 @@ def test_sequential_epochs_visit_every_window_once_per_epoch():
         np.testing.assert_array_equal(y, x + 1)  # targets are the next tokens
         drawn += starts_of(x)
     every = list(range(0, n_windows * SEQ, SEQ))
-    first, second = drawn[:n_windows], drawn[n_windows:2 * n_windows]
+    first, second = drawn[:n_windows], drawn[n_windows : 2 * n_windows]
     assert sorted(first) == every and sorted(second) == every  # each window once per epoch
     assert first != every and first != second  # shuffled, and reshuffled per epoch
     assert sampler.epoch == 2

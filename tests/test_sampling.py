@@ -89,5 +89,6 @@ def test_oracle_agrees_with_hf_logits_warpers(temperature, top_k, top_p):
         warpers.append(transformers.TopPLogitsWarper(top_p))
     for warp in warpers:
         scores = warp(None, scores)
-    np.testing.assert_allclose(torch.softmax(scores, -1)[0].numpy(), oracle(LOGITS, temperature, top_k, top_p),
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        torch.softmax(scores, -1)[0].numpy(), oracle(LOGITS, temperature, top_k, top_p), atol=1e-12
+    )

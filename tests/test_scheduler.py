@@ -14,17 +14,31 @@ from test_models import FAMILIES, randomize, small_config
 
 # every attention and feed-forward kind: learned positions and RoPE, GQA, a sliding window of 3 that
 # wraps its ring many times, and mixture-of-experts layers (with a capacity limit in training)
-SERVED = dict(FAMILIES, moe_window=dict(norm="rmsnorm", mlp="swiglu", positions="rope", bias=False, n_kv_heads=2,
-                                        attention_pattern="LG", window=4, ffn_pattern="MD", n_experts=4,
-                                        experts_per_token=2, capacity_factor=1.0))
+SERVED = dict(
+    FAMILIES,
+    moe_window=dict(
+        norm="rmsnorm",
+        mlp="swiglu",
+        positions="rope",
+        bias=False,
+        n_kv_heads=2,
+        attention_pattern="LG",
+        window=4,
+        ffn_pattern="MD",
+        n_experts=4,
+        experts_per_token=2,
+        capacity_factor=1.0,
+    ),
+)
 
 
 def make_model(family, seq_len=32, seed=3):
     if family in FAMILIES:
         config = small_config(family, seq_len=seq_len)
     else:
-        config = ModelConfig(**dict(dict(vocab_size=61, dim=32, n_layers=2, n_heads=4), **SERVED[family]),
-                             seq_len=seq_len)
+        config = ModelConfig(
+            **dict(dict(vocab_size=61, dim=32, n_layers=2, n_heads=4), **SERVED[family]), seq_len=seq_len
+        )
     model = Transformer(config)
     randomize(model, seed=seed)
     return model
@@ -48,6 +62,7 @@ class Collector:
             with self.done:
                 self.reasons[key] = reason
                 self.done.notify_all()
+
         return Sequence(list(prompt), params, on_token, on_finish, **kwargs)
 
     def wait(self, keys, timeout=60):
@@ -59,8 +74,13 @@ def params_for(i):
     """Greedy and sampled requests of different lengths, seeds and sampling settings."""
     if i % 3 == 0:
         return SamplingParams(max_tokens=6 + i % 7)
-    return SamplingParams(max_tokens=5 + i % 9, temperature=0.7 + 0.1 * (i % 4), top_k=None if i % 2 else 8,
-                          top_p=0.9 if i % 5 == 1 else None, seed=100 + i)
+    return SamplingParams(
+        max_tokens=5 + i % 9,
+        temperature=0.7 + 0.1 * (i % 4),
+        top_k=None if i % 2 else 8,
+        top_p=0.9 if i % 5 == 1 else None,
+        seed=100 + i,
+    )
 
 
 PROMPTS = [[3, 1, 4, 1, 5], [9, 2], [6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3], [8], [4, 6, 2, 6, 4, 3, 3]]
@@ -110,8 +130,9 @@ def test_the_context_end_and_stop_ids_end_a_sequence():
         assert len(tokens[0]) == 3 and reasons == ["context"]
         assert generate(model, [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]], SamplingParams(max_tokens=50)) == (tokens, reasons)
         stop = tokens[0][1]
-        tokens, reasons = served(scheduler, [([1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
-                                              SamplingParams(max_tokens=50, stop_ids=(stop,)))])
+        tokens, reasons = served(
+            scheduler, [([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], SamplingParams(max_tokens=50, stop_ids=(stop,)))]
+        )
         assert tokens[0] == tokens[0][:1] and reasons == ["stop"]
     finally:
         scheduler.close()
@@ -130,11 +151,13 @@ def test_logprobs_are_the_models_log_softmax():
     ids = prompt + out.tokens[0]
     with gc.no_grad():
         logits = model(gc.tensor(np.array([ids[:-1]]))).numpy()[0].astype(np.float64)
-    expected = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
+    expected = (
+        logits
+        - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True))
         - logits.max(-1, keepdims=True)
+    )
     got = [lp.logprob for lp in out.logprobs[0]]
-    np.testing.assert_allclose(got, [expected[len(prompt) - 1 + i, t] for i, t in enumerate(out.tokens[0])],
-                               atol=1e-4)
+    np.testing.assert_allclose(got, [expected[len(prompt) - 1 + i, t] for i, t in enumerate(out.tokens[0])], atol=1e-4)
     first = out.logprobs[0][0]
     assert [t for t, _ in first.top] == list(np.argsort(-expected[len(prompt) - 1], kind="stable")[:2])
 
@@ -171,8 +194,9 @@ def test_a_cancelled_or_expired_sequence_frees_its_slot_and_the_queue_is_bounded
 def test_memory_stays_flat_over_a_thousand_requests():
     model = make_model("llama_gqa", seq_len=16)
     scheduler = Scheduler(model, slots=8, max_queue=1000)
-    requests = [(PROMPTS[i % len(PROMPTS)], SamplingParams(max_tokens=1 + i % 2, temperature=1.0, seed=i))
-                for i in range(1000)]
+    requests = [
+        (PROMPTS[i % len(PROMPTS)], SamplingParams(max_tokens=1 + i % 2, temperature=1.0, seed=i)) for i in range(1000)
+    ]
     try:
         served(scheduler, requests[:100])
         gc.reset_peak_memory_stats()

@@ -37,9 +37,22 @@ def _serve(trained_run, *flags, log_path=None):
     port = _free_port()
     stderr = open(log_path, "w") if log_path else subprocess.DEVNULL
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "gradcraft.cli.main", "serve", "--model_dir",
-                                 str(trained_run / "run"), "--port", str(port), *flags],
-                                stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gradcraft.cli.main",
+                "serve",
+                "--model_dir",
+                str(trained_run / "run"),
+                "--port",
+                str(port),
+                *flags,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            text=True,
+        )
     finally:
         if log_path:
             stderr.close()
@@ -48,6 +61,7 @@ def _serve(trained_run, *flags, log_path=None):
     def check_alive():
         if proc.poll() is not None:
             raise AssertionError(log_path.read_text() if log_path else f"serve exited with {proc.returncode}")
+
     _wait_healthy(url, check_alive)
     return proc, url
 
@@ -88,8 +102,7 @@ def test_200_requests_from_16_clients_each_equal_the_single_answer(server):
     cases = [(p, seed) for p in prompts for seed in (1, 2, 3)]
     single = {}
     for prompt, seed in cases:
-        status, text = post(server, {"prompt": prompt, "max_tokens": 8, "temperature": 1.0, "top_k": 50,
-                                     "seed": seed})
+        status, text = post(server, {"prompt": prompt, "max_tokens": 8, "temperature": 1.0, "top_k": 50, "seed": seed})
         assert status == 200
         single[(prompt, seed)] = json.loads(text)["choices"][0]["text"]
     rng = np.random.default_rng(0)
@@ -143,37 +156,40 @@ def test_streaming_equals_non_streaming_and_reports_the_real_token_count(server)
     assert usage["completion_tokens"] > 0
 
 
-@pytest.mark.parametrize("payload,raw,status", [
-    (None, b"{not json", 400),
-    ({"prompt": 123, "max_tokens": 5}, None, 422),
-    ({"prompt": "a", "max_tokens": "many"}, None, 422),
-    ({"prompt": "a", "max_tokens": 5.0}, None, 422),
-    ({"prompt": "a", "max_tokens": True}, None, 422),
-    ({"prompt": "a", "max_tokens": 0}, None, 422),
-    ({"prompt": "a", "max_tokens": 100000}, None, 422),
-    ({"prompt": "", "max_tokens": 5}, None, 422),
-    ({"prompt": "word " * 500, "max_tokens": 5}, None, 400),
-    ({"max_tokens": 5}, None, 422),
-    ([1, 2], None, 422),
-    ({"prompt": "a", "temperature": -1}, None, 422),
-    (None, b'{"prompt": "a", "temperature": NaN}', 422),
-    (None, b'{"prompt": "a", "temperature": Infinity}', 422),
-    (None, b'{"prompt": "a", "top_p": NaN}', 422),
-    ({"prompt": "a", "temperature": 1e-310}, None, 422),
-    ({"prompt": "a", "temperature": 1e9}, None, 422),
-    ({"prompt": "a", "top_p": 0}, None, 422),
-    ({"prompt": "a", "top_p": 1.5}, None, 422),
-    ({"prompt": "a", "top_p": -0.1}, None, 422),
-    ({"prompt": "a", "top_k": 0}, None, 422),
-    ({"prompt": "a", "seed": -1}, None, 422),
-    ({"prompt": "a", "seed": 2**70}, None, 422),
-    ({"prompt": "a", "seed": 1.5}, None, 422),
-    ({"prompt": "a", "stop": ["a", "b", "c", "d", "e"]}, None, 422),
-    ({"prompt": "a", "stop": "x" * 1000}, None, 422),
-    ({"prompt": "a", "stop": [1]}, None, 422),
-    ({"prompt": "a", "stream": "yes"}, None, 422),
-    (None, b'{"prompt": "\\ud800"}', 422),
-])
+@pytest.mark.parametrize(
+    "payload,raw,status",
+    [
+        (None, b"{not json", 400),
+        ({"prompt": 123, "max_tokens": 5}, None, 422),
+        ({"prompt": "a", "max_tokens": "many"}, None, 422),
+        ({"prompt": "a", "max_tokens": 5.0}, None, 422),
+        ({"prompt": "a", "max_tokens": True}, None, 422),
+        ({"prompt": "a", "max_tokens": 0}, None, 422),
+        ({"prompt": "a", "max_tokens": 100000}, None, 422),
+        ({"prompt": "", "max_tokens": 5}, None, 422),
+        ({"prompt": "word " * 500, "max_tokens": 5}, None, 400),
+        ({"max_tokens": 5}, None, 422),
+        ([1, 2], None, 422),
+        ({"prompt": "a", "temperature": -1}, None, 422),
+        (None, b'{"prompt": "a", "temperature": NaN}', 422),
+        (None, b'{"prompt": "a", "temperature": Infinity}', 422),
+        (None, b'{"prompt": "a", "top_p": NaN}', 422),
+        ({"prompt": "a", "temperature": 1e-310}, None, 422),
+        ({"prompt": "a", "temperature": 1e9}, None, 422),
+        ({"prompt": "a", "top_p": 0}, None, 422),
+        ({"prompt": "a", "top_p": 1.5}, None, 422),
+        ({"prompt": "a", "top_p": -0.1}, None, 422),
+        ({"prompt": "a", "top_k": 0}, None, 422),
+        ({"prompt": "a", "seed": -1}, None, 422),
+        ({"prompt": "a", "seed": 2**70}, None, 422),
+        ({"prompt": "a", "seed": 1.5}, None, 422),
+        ({"prompt": "a", "stop": ["a", "b", "c", "d", "e"]}, None, 422),
+        ({"prompt": "a", "stop": "x" * 1000}, None, 422),
+        ({"prompt": "a", "stop": [1]}, None, 422),
+        ({"prompt": "a", "stream": "yes"}, None, 422),
+        (None, b'{"prompt": "\\ud800"}', 422),
+    ],
+)
 def test_bad_requests_get_an_openai_error_and_the_server_keeps_serving(server, payload, raw, status):
     got, text = post(server, payload, raw)
     assert got == status, text
@@ -182,8 +198,17 @@ def test_bad_requests_get_an_openai_error_and_the_server_keeps_serving(server, p
 
 
 def test_edge_values_that_are_valid_are_served(server):
-    for extra in ({"temperature": 0}, {"temperature": 1e-6}, {"top_p": 1}, {"top_p": 1e-300}, {"seed": 2**63 - 1},
-                  {"seed": 0}, {"top_k": 10**6}, {"stop": ["a", "b", "c", "d"]}, {"temperature": None}):
+    for extra in (
+        {"temperature": 0},
+        {"temperature": 1e-6},
+        {"top_p": 1},
+        {"top_p": 1e-300},
+        {"seed": 2**63 - 1},
+        {"seed": 0},
+        {"top_k": 10**6},
+        {"stop": ["a", "b", "c", "d"]},
+        {"temperature": None},
+    ):
         status, text = post(server, dict({"prompt": "def ", "max_tokens": 3, "temperature": 1.0}, **extra))
         assert status == 200, (extra, text)
 
@@ -234,8 +259,10 @@ def test_abandoned_requests_free_the_engine_within_a_second(served, stream):
     url, log_path = served
     host, port = url.rsplit("/", 1)[-1].split(":")
     payload = json.dumps({"prompt": "def ", "max_tokens": 23, "temperature": 1.0, "stream": stream}).encode()
-    request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-               b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))
+    request = (
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)
+    )
     before = log_path.read_text().count("cancelled (client disconnected)")
     sockets = []
     for _ in range(200):  # without cancelling, these 200 generations would run to the end (seconds)
@@ -252,8 +279,9 @@ def test_abandoned_requests_free_the_engine_within_a_second(served, stream):
 
 
 def serve_cli(*flags, timeout=60):
-    return subprocess.run([sys.executable, "-m", "gradcraft.cli.main", "serve", *flags], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gradcraft.cli.main", "serve", *flags], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_serve_refuses_a_bad_device_or_port_with_one_error_line(trained_run):
@@ -262,8 +290,13 @@ def test_serve_refuses_a_bad_device_or_port_with_one_error_line(trained_run):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         in_use = str(taken.getsockname()[1])
-        for flags in (["--device", "gpu"], ["--port", "99999"], ["--port", "0"], ["--port", in_use],
-                      ["--max_body_bytes", "0"]):
+        for flags in (
+            ["--device", "gpu"],
+            ["--port", "99999"],
+            ["--port", "0"],
+            ["--port", in_use],
+            ["--max_body_bytes", "0"],
+        ):
             result = serve_cli(*model, *flags)
             assert result.returncode == 2, (flags, result.stderr)
             assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, (flags, result.stderr)
@@ -273,8 +306,9 @@ def test_serve_refuses_a_bad_device_or_port_with_one_error_line(trained_run):
 def test_serve_help_describes_the_command():
     out = serve_cli("--help").stdout
     assert "OpenAI-compatible" in out and "--max_body_bytes" in out and "--docs" in out
-    listing = subprocess.run([sys.executable, "-m", "gradcraft.cli.main", "--help"], capture_output=True,
-                             text=True).stdout
+    listing = subprocess.run(
+        [sys.executable, "-m", "gradcraft.cli.main", "--help"], capture_output=True, text=True
+    ).stdout
     assert "serve" in listing
 
 
@@ -295,6 +329,7 @@ def start_in_process(generator, name="test", **options):
     import uvicorn
 
     from gradcraft.inference.server import bind, create_app
+
     app = create_app(generator, name, **options)
     sock = bind("127.0.0.1", _free_port())
     server = uvicorn.Server(uvicorn.Config(app, log_level="error"))
@@ -308,6 +343,7 @@ def start_in_process(generator, name="test", **options):
         thread.join(timeout=10)
         sock.close()
         app.scheduler.close()
+
     return url, app, stop
 
 
@@ -318,12 +354,14 @@ def long_server(trained_run):
     from gradcraft.inference.text import TextGenerator, paths_from_model_dir
     from gradcraft.models import ModelConfig, Transformer
     from gradcraft.tokenizer import Tokenizer
+
     tokenizer = Tokenizer.load(paths_from_model_dir(str(trained_run / "run"))[0])
     model = Transformer(ModelConfig(vocab_size=tokenizer.vocab_size, seq_len=4096, dim=32, n_layers=1, n_heads=2))
 
     class WithoutEndOfText(TextGenerator):  # random weights would end at <|endoftext|> now and then
         def stop_ids(self):
             return ()
+
     url, app, stop = start_in_process(WithoutEndOfText(model, tokenizer), slots=2)
     yield url, app.scheduler
     stop()
@@ -333,11 +371,14 @@ def long_server(trained_run):
 def test_a_running_generation_stops_when_its_client_disconnects(long_server, stream):
     url, scheduler = long_server
     host, port = url.rsplit("/", 1)[-1].split(":")
-    payload = json.dumps({"prompt": "def ", "max_tokens": 4000, "temperature": 1.0, "seed": 1,
-                          "stream": stream}).encode()
+    payload = json.dumps(
+        {"prompt": "def ", "max_tokens": 4000, "temperature": 1.0, "seed": 1, "stream": stream}
+    ).encode()
     with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))
+        s.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)
+        )
         deadline = time.monotonic() + 10
         while scheduler.steps < 20 and time.monotonic() < deadline:  # the generation is under way
             time.sleep(0.01)

@@ -20,16 +20,19 @@ def _generator(trained_run, seq_len=None, dim=32, n_layers=1):
     from gradcraft.inference.text import TextGenerator, load_model, paths_from_model_dir
     from gradcraft.models import ModelConfig, Transformer
     from gradcraft.tokenizer import Tokenizer
+
     vocab, config, weights = paths_from_model_dir(str(trained_run / "run"))
     tokenizer = Tokenizer.load(vocab)
     if seq_len is None:
         return TextGenerator(load_model(config, weights)[0], tokenizer)
-    model = Transformer(ModelConfig(vocab_size=tokenizer.vocab_size, seq_len=seq_len, dim=dim, n_layers=n_layers,
-                                    n_heads=2))
+    model = Transformer(
+        ModelConfig(vocab_size=tokenizer.vocab_size, seq_len=seq_len, dim=dim, n_layers=n_layers, n_heads=2)
+    )
 
     class WithoutEndOfText(TextGenerator):  # random weights would end at <|endoftext|> now and then
         def stop_ids(self):
             return ()
+
     return WithoutEndOfText(model, tokenizer)
 
 
@@ -55,8 +58,9 @@ def chat_api(long_context):
 
 def call(url, path, payload=None, headers=None, method=None):
     data = None if payload is None else json.dumps(payload).encode()
-    req = urllib.request.Request(url + path, data=data, method=method,
-                                 headers=dict({"Content-Type": "application/json"}, **(headers or {})))
+    req = urllib.request.Request(
+        url + path, data=data, method=method, headers=dict({"Content-Type": "application/json"}, **(headers or {}))
+    )
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             return r.status, r.read().decode(), dict(r.headers)
@@ -121,8 +125,14 @@ def test_logprobs_and_echo(api):
 def test_chat_completions_use_the_default_template(chat_api):
     api = chat_api
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "def"}]
-    payload = {"messages": messages, "max_tokens": 6, "temperature": 0.8, "seed": 2, "logprobs": True,
-               "top_logprobs": 2}
+    payload = {
+        "messages": messages,
+        "max_tokens": 6,
+        "temperature": 0.8,
+        "seed": 2,
+        "logprobs": True,
+        "top_logprobs": 2,
+    }
     status, text, _ = call(api, "/v1/chat/completions", payload)
     assert status == 200, text
     answer = json.loads(text)
@@ -136,11 +146,17 @@ def test_chat_completions_use_the_default_template(chat_api):
     status, text, _ = call(api, "/v1/chat/completions", dict(payload, stream=True))
     chunks = events(text)
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
-    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == \
-        answer["choices"][0]["message"]["content"]
+    assert (
+        "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+        == answer["choices"][0]["message"]["content"]
+    )
     assert chunks[-1]["usage"] == answer["usage"]
-    for bad in ({"messages": []}, {"messages": [{"role": "robot", "content": "x"}]}, {"messages": "hi"},
-                {"messages": [{"role": "user"}]}):
+    for bad in (
+        {"messages": []},
+        {"messages": [{"role": "robot", "content": "x"}]},
+        {"messages": "hi"},
+        {"messages": [{"role": "user"}]},
+    ):
         status, text, _ = call(api, "/v1/chat/completions", bad)
         assert status == 422 and is_openai_error(text)
 
@@ -149,8 +165,14 @@ def test_errors_of_every_status_have_the_openai_shape(api):
     assert call(api, "/v1/nope", {})[0] == 404 and is_openai_error(call(api, "/v1/nope", {})[1])
     status, text, _ = call(api, "/v1/completions", method="GET")
     assert status == 405 and is_openai_error(text)
-    for bad in ({"prompt": "a", "n": 0}, {"prompt": "a", "n": 99}, {"prompt": "a", "logprobs": 6},
-                {"prompt": [], "max_tokens": 2}, {"prompt": ["a", 1]}, {"prompt": "a", "echo": "yes"}):
+    for bad in (
+        {"prompt": "a", "n": 0},
+        {"prompt": "a", "n": 99},
+        {"prompt": "a", "logprobs": 6},
+        {"prompt": [], "max_tokens": 2},
+        {"prompt": ["a", 1]},
+        {"prompt": "a", "echo": "yes"},
+    ):
         status, text, _ = call(api, "/v1/completions", bad)
         assert status == 422 and is_openai_error(text), (bad, text)
 
@@ -166,8 +188,10 @@ def test_a_full_queue_answers_429_and_a_slow_request_503(long_context, trained_r
         holders = []
         for _ in range(2):  # one takes the slot, one waits
             s = socket.create_connection((host, int(port)), timeout=10)
-            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      b"Content-Length: %d\r\n\r\n%s" % (len(long), long))
+            s.sendall(
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(long), long)
+            )
             holders.append(s)
         deadline = time.monotonic() + 30
         while app.scheduler.load()["waiting"] < 1 and time.monotonic() < deadline:
@@ -211,23 +235,32 @@ def test_the_openai_client_talks_to_the_server(chat_api):
     client = openai.OpenAI(base_url=api + "/v1", api_key="unused", max_retries=0)
     answer = client.completions.create(model="run", prompt="def ", max_tokens=5, temperature=0.7, seed=4, n=2)
     assert len(answer.choices) == 2 and answer.usage.completion_tokens > 0
-    stream = client.completions.create(model="run", prompt="def ", max_tokens=5, temperature=0.7, seed=4,
-                                       stream=True)
+    stream = client.completions.create(model="run", prompt="def ", max_tokens=5, temperature=0.7, seed=4, stream=True)
     pieces = [(c.choices[0].index, c.choices[0].text) for c in stream if c.choices]
     assert "".join(t for i, t in pieces if i == 0) == answer.choices[0].text
-    chat = client.chat.completions.create(model="run", messages=[{"role": "user", "content": "hi"}], max_tokens=4,
-                                          seed=4)
+    chat = client.chat.completions.create(
+        model="run", messages=[{"role": "user", "content": "hi"}], max_tokens=4, seed=4
+    )
     assert chat.choices[0].message.role == "assistant" and chat.usage.completion_tokens >= 0
-    chunks = list(client.chat.completions.create(model="run", messages=[{"role": "user", "content": "hi"}],
-                                                 max_tokens=4, seed=4, stream=True))
+    chunks = list(
+        client.chat.completions.create(
+            model="run", messages=[{"role": "user", "content": "hi"}], max_tokens=4, seed=4, stream=True
+        )
+    )
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == chat.choices[0].message.content
 
 
 def test_serve_warns_when_bound_beyond_this_machine_and_refuses_bad_limits(trained_run, tmp_path, capsys):
     from gradcraft.cli.main import main
+
     model = ["--model_dir", str(trained_run / "run")]
-    for flags in (["--max_batch", "0"], ["--max_queue", "-1"], ["--request_timeout", "0"], ["--api_key", " "],
-                  ["--prefill_chunk", "0"]):
+    for flags in (
+        ["--max_batch", "0"],
+        ["--max_queue", "-1"],
+        ["--request_timeout", "0"],
+        ["--api_key", " "],
+        ["--prefill_chunk", "0"],
+    ):
         try:
             status = main(["serve", *model, *flags])
         except SystemExit as e:  # a flag's range is checked by its argparse type
@@ -238,8 +271,11 @@ def test_serve_warns_when_bound_beyond_this_machine_and_refuses_bad_limits(train
     port = _free_port()
     err = tmp_path / "stderr.txt"
     with open(err, "w") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "gradcraft.cli.main", "serve", *model, "--host", "0.0.0.0",
-                                 "--port", str(port)], stdout=subprocess.DEVNULL, stderr=stderr)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gradcraft.cli.main", "serve", *model, "--host", "0.0.0.0", "--port", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
     try:
         _wait_healthy(f"http://127.0.0.1:{port}")
     finally:

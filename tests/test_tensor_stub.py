@@ -42,6 +42,7 @@ def test_stub_keeps_signatures_and_hints():
 
 def test_package_ships_the_stub_and_py_typed():
     import tomllib
+
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["gradcraft"]
     assert "py.typed" in data and "tensor.pyi" in data
     assert (ROOT / "gradcraft" / "py.typed").exists()

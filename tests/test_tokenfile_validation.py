@@ -62,8 +62,12 @@ def test_empty_and_short_files(tmp_path):
 
 
 def test_wrong_version_dtype_reserved_fingerprint(tmp_path):
-    for offset, fmt, value, needle in [(8, "<I", 7, "version 7"), (12, "<I", 3, "token size 3"),
-                                       (28, "<I", 5, "reserved"), (32, "B", 0xFF, "fingerprint")]:
+    for offset, fmt, value, needle in [
+        (8, "<I", 7, "version 7"),
+        (12, "<I", 3, "token size 3"),
+        (28, "<I", 5, "reserved"),
+        (32, "B", 0xFF, "fingerprint"),
+    ]:
         path = _good(tmp_path, name=f"h{offset}.bin")
         _patch(path, offset, fmt, value)
         with pytest.raises(UserError) as e:
@@ -73,7 +77,7 @@ def test_wrong_version_dtype_reserved_fingerprint(tmp_path):
 
 def test_truncated_data_and_count_larger_than_data(tmp_path):
     path = _good(tmp_path)
-    path.write_bytes(path.read_bytes()[:HEADER_BYTES + 999])  # 499 tokens and half of one
+    path.write_bytes(path.read_bytes()[: HEADER_BYTES + 999])  # 499 tokens and half of one
     with pytest.raises(UserError) as e:
         read_token_file(path)
     _one_line(e, "truncated", "header says 1000 tokens, file holds 499", "partial token")
@@ -128,10 +132,36 @@ def test_train_cli_one_line_error_for_bad_ids(tmp_path):
     ids = (np.arange(4000) % 64).astype(np.uint16)
     ids[1234] = 64  # one id == the vocabulary size
     write_token_file(str(path), ids, dtype=np.uint16, vocab_size=64)
-    proc = subprocess.run([sys.executable, "-m", "gradcraft.cli.main", "train", "--dataset", str(path),
-                           "--model_dir", str(tmp_path / "run"), "--preset", "toy-v0", "--embed_dim", "32",
-                           "--num_heads", "2", "--num_layers", "1", "--seq_len", "16", "--batch_size", "2",
-                           "--steps", "2", "--no_progress"], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gradcraft.cli.main",
+            "train",
+            "--dataset",
+            str(path),
+            "--model_dir",
+            str(tmp_path / "run"),
+            "--preset",
+            "toy-v0",
+            "--embed_dim",
+            "32",
+            "--num_heads",
+            "2",
+            "--num_layers",
+            "1",
+            "--seq_len",
+            "16",
+            "--batch_size",
+            "2",
+            "--steps",
+            "2",
+            "--no_progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert lines[-1].startswith("error: ") and "Traceback" not in proc.stderr, proc.stderr

@@ -24,10 +24,21 @@ def tok(request):
 
 
 SAMPLES = [
-    "", "a", "hello world", "  leading and trailing  ", "line\nbreaks\r\n\r\nand\ttabs",
-    "日本語のテキスト、世界", "emoji 😀👍🏽🇫🇷 and ZWJ 👩‍👩‍👧", "\x00\x01\x1b[31mred\x7f",
-    "don't WE'LL it's 12345678 3.14159", "x" * 5000, " " * 3000 + "y", "ab" * 2000,
-    "<|endoftext|>", "a<|endoftext|>b", "<|endoftext|><|endoftext|>",
+    "",
+    "a",
+    "hello world",
+    "  leading and trailing  ",
+    "line\nbreaks\r\n\r\nand\ttabs",
+    "日本語のテキスト、世界",
+    "emoji 😀👍🏽🇫🇷 and ZWJ 👩‍👩‍👧",
+    "\x00\x01\x1b[31mred\x7f",
+    "don't WE'LL it's 12345678 3.14159",
+    "x" * 5000,
+    " " * 3000 + "y",
+    "ab" * 2000,
+    "<|endoftext|>",
+    "a<|endoftext|>b",
+    "<|endoftext|><|endoftext|>",
 ]
 
 
@@ -66,7 +77,7 @@ def test_invalid_utf8_and_lone_surrogates(tok):
 def test_long_piece_heap_matches_scan(tok, monkeypatch):
     text = "".join(CORPUS[:3])
     fast = tok.encode_ordinary(text)
-    monkeypatch.setattr(bpe, "LONG_PIECE", 10 ** 9)  # force the quadratic scan everywhere
+    monkeypatch.setattr(bpe, "LONG_PIECE", 10**9)  # force the quadratic scan everywhere
     slow = bpe._rebuild(tok.state())
     assert slow.encode_ordinary(text) == fast
 
@@ -161,6 +172,7 @@ def test_incremental_trainer_matches_naive(pattern):
 def test_none_pattern_trains_fast_on_long_documents():
     # one 1 MB piece: each merge must visit only its occurrences
     import time
+
     text = "".join(CORPUS) * 25
     t = time.perf_counter()
     tok = train([text], vocab_size=600, pattern="none", special_tokens=[])
@@ -173,6 +185,7 @@ def test_deterministic_and_worker_independent(monkeypatch):
     a = train(big, vocab_size=500, pattern="gpt4", workers=1)
     monkeypatch.setattr(parallel, "CHUNK_BYTES", 20_000)
     from gradcraft.tokenizer.parallel import count_pieces_parallel
+
     serial = Counter()
     for doc in big:
         serial.update(count_pieces(doc, compile_pattern("gpt4"), None))
@@ -213,6 +226,7 @@ def test_pieces_split_as_documented():
 
 def test_pickle_round_trip(tok):
     import pickle
+
     t2 = pickle.loads(pickle.dumps(tok))
     assert t2.fingerprint == tok.fingerprint
     assert t2.encode(CORPUS[0]) == tok.encode(CORPUS[0])
@@ -226,6 +240,7 @@ def test_ascii_fast_path_equals_full_pattern(name):
     import regex
     from gradcraft.tokenizer.pretokenize import ASCII_PATTERNS
     from gradcraft.tokenizer.pretokenize import PATTERNS as RX
+
     full, fast = regex.compile(RX[name]), re.compile(ASCII_PATTERNS[name])
     rng = random.Random(0)
     alphabet = [chr(c) for c in range(128)] + list("aZ09 \n'sSdDlLvVtTmMrReE") * 3
@@ -236,6 +251,7 @@ def test_ascii_fast_path_equals_full_pattern(name):
 
 
 # ------------------------------------------------- merge order, without optional libraries
+
 
 def naive_encode_piece(data: bytes, merges) -> list[int]:
     """Reference BPE on one piece, from the definition: while some adjacent pair is a merge rule,
@@ -280,6 +296,9 @@ def test_trained_tokenizer_encodes_as_the_naive_reference(pattern):
     rx = compile_pattern(pattern)
     for text in CORPUS[10:14] + SAMPLES[:10]:
         text = text[:2000]
-        want = [t for piece in split_pieces(text, rx)
-                for t in naive_encode_piece(piece.encode("utf-8", "surrogatepass"), tok.merges)]
+        want = [
+            t
+            for piece in split_pieces(text, rx)
+            for t in naive_encode_piece(piece.encode("utf-8", "surrogatepass"), tok.merges)
+        ]
         assert tok.encode_ordinary(text) == want

@@ -64,16 +64,24 @@ def test_load_rejects_damaged_files(tmp_path):
 # ------------------------------------------------------------------------- HF
 def hf_trained(pattern: str):
     from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
+
     tk = hf.Tokenizer(models.BPE())
     if pattern == "gpt2":
         tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     else:
-        tk.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(PATTERNS[pattern]), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tk.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(PATTERNS[pattern]), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
     tk.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=700, special_tokens=["<|endoftext|>"], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=700,
+        special_tokens=["<|endoftext|>"],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tk.train_from_iterator(CORPUS, trainer)
     return tk
 
@@ -112,8 +120,12 @@ def test_hf_import_rejects_other_models():
 
 # ------------------------------------------------------------------- tiktoken
 def tiktoken_encoding(ranks: dict, pattern: str):
-    return tiktoken.Encoding(name="test", pat_str=PATTERNS[pattern], mergeable_ranks=ranks,
-                             special_tokens={"<|endoftext|>": max(ranks.values()) + 1})
+    return tiktoken.Encoding(
+        name="test",
+        pat_str=PATTERNS[pattern],
+        mergeable_ranks=ranks,
+        special_tokens={"<|endoftext|>": max(ranks.values()) + 1},
+    )
 
 
 @pytest.mark.parametrize("pattern", ["gpt2", "gpt4"])
@@ -150,7 +162,7 @@ def test_token_file_round_trip(tmp_path, vocab_size, dtype):
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, vocab_size, size=10_000)
     path = tmp_path / "t.bin"
-    chunks = (tokens[i:i + 999] for i in range(0, tokens.size, 999))  # streamed
+    chunks = (tokens[i : i + 999] for i in range(0, tokens.size, 999))  # streamed
     n = write_token_file(path, chunks, vocab_size=vocab_size, fingerprint="abcdef0123456789")
     assert n == tokens.size
     got, header = read_token_file(path)

@@ -18,8 +18,21 @@ from gradcraft.tokenizer import train
 from gradcraft.tokenizer.parallel import encode_chunks, plan_chunks, sample_chunks
 from gradcraft.tokenizer.pretokenize import compile_pattern, next_cut, split_pieces, split_text
 
-ALPHABET = list("abcXYZ019 \n\t\r.,;'\"()-_=+#") + ["'s", "'ll", "  ", "   ", "\n\n", " \n", "é", "中文", "\u00a0",
-                                                     "\u3000", "\r\n", "\x1c", "123456"]
+ALPHABET = list("abcXYZ019 \n\t\r.,;'\"()-_=+#") + [
+    "'s",
+    "'ll",
+    "  ",
+    "   ",
+    "\n\n",
+    " \n",
+    "é",
+    "中文",
+    "\u00a0",
+    "\u3000",
+    "\r\n",
+    "\x1c",
+    "123456",
+]
 
 
 def _random_text(rng, n):
@@ -69,8 +82,14 @@ def test_hard_cuts_bound_every_part_and_keep_the_text(pattern):
         assert all(len(p) <= 2 * step for p in parts)
         # Where every cut is a LINE_CUT or SPACE_CUT point, the pieces are exactly those of one pass.
         ends = np.cumsum([len(p) for p in parts])[:-1]
-        if all(text[e - 1] == "\n" and "!" <= text[e - 2] <= "~" and "!" <= text[e] <= "~"
-               or "!" <= text[e - 1] <= "~" and text[e] == " " for e in ends):
+        if all(
+            text[e - 1] == "\n"
+            and "!" <= text[e - 2] <= "~"
+            and "!" <= text[e] <= "~"
+            or "!" <= text[e - 1] <= "~"
+            and text[e] == " "
+            for e in ends
+        ):
             assert [p for part in parts for p in split_pieces(part, rx)] == split_pieces(text, rx)
     # No cut point at all: a hard cut, after at most 2 * step characters.
     assert next_cut("x" * 100, 0, 100, 10) == 20
@@ -133,8 +152,23 @@ CHILD = textwrap.dedent("""
 
 def _tokenize_peak_rss(data_dir, out, sample_mb):
     """Run `gradcraft tokenize` in a subprocess; (peak RSS in bytes of it and its workers, output)."""
-    cmd = [sys.executable, "-m", "gradcraft.cli.main", "tokenize", "--data_dir", str(data_dir), "--output_path",
-           str(out), "--vocab_size", "1000", "--sample_mb", str(sample_mb), "--quiet", "--workers", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gradcraft.cli.main",
+        "tokenize",
+        "--data_dir",
+        str(data_dir),
+        "--output_path",
+        str(out),
+        "--vocab_size",
+        "1000",
+        "--sample_mb",
+        str(sample_mb),
+        "--quiet",
+        "--workers",
+        "2",
+    ]
     r = subprocess.run([sys.executable, "-c", CHILD, *cmd], capture_output=True, text=True, timeout=300)
     code, peak, output = r.stdout.split("\n", 2)
     assert code == "0", output + r.stderr

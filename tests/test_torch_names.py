@@ -44,10 +44,14 @@ def _train(lib, model, opt, sched=None, steps=6):
 
 
 OPTIMIZERS = [
-    ("Adam", {"lr": 0.05}), ("Adam", {"lr": 0.05, "weight_decay": 0.1, "amsgrad": True}),
-    ("Adam", {"lr": 0.05, "betas": (0.8, 0.9)}), ("RMSprop", {"lr": 0.01}),
+    ("Adam", {"lr": 0.05}),
+    ("Adam", {"lr": 0.05, "weight_decay": 0.1, "amsgrad": True}),
+    ("Adam", {"lr": 0.05, "betas": (0.8, 0.9)}),
+    ("RMSprop", {"lr": 0.01}),
     ("RMSprop", {"lr": 0.01, "momentum": 0.9, "centered": True, "weight_decay": 0.01}),
-    ("Adagrad", {"lr": 0.1, "lr_decay": 0.01}), ("SGD", {"lr": 0.1}), ("SGD", {"lr": 0.1, "momentum": 0.9}),
+    ("Adagrad", {"lr": 0.1, "lr_decay": 0.01}),
+    ("SGD", {"lr": 0.1}),
+    ("SGD", {"lr": 0.1, "momentum": 0.9}),
     ("SGD", {"lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 0.01}),
     ("SGD", {"lr": 0.1, "momentum": 0.9, "dampening": 0.5}),
 ]
@@ -63,10 +67,14 @@ def test_optimizer_matches_torch(name, kwargs):
 
 
 SCHEDULERS = [
-    ("StepLR", {"step_size": 2, "gamma": 0.5}), ("MultiStepLR", {"milestones": [1, 4], "gamma": 0.3}),
-    ("ExponentialLR", {"gamma": 0.9}), ("CosineAnnealingLR", {"T_max": 4, "eta_min": 0.001}),
-    ("LinearLR", {"start_factor": 0.25, "total_iters": 3}), ("ConstantLR", {"factor": 0.5, "total_iters": 2}),
-    ("LambdaLR", {"lr_lambda": lambda s: 1.0 / (s + 1)}), ("PolynomialLR", {"total_iters": 5, "power": 2.0}),
+    ("StepLR", {"step_size": 2, "gamma": 0.5}),
+    ("MultiStepLR", {"milestones": [1, 4], "gamma": 0.3}),
+    ("ExponentialLR", {"gamma": 0.9}),
+    ("CosineAnnealingLR", {"T_max": 4, "eta_min": 0.001}),
+    ("LinearLR", {"start_factor": 0.25, "total_iters": 3}),
+    ("ConstantLR", {"factor": 0.5, "total_iters": 2}),
+    ("LambdaLR", {"lr_lambda": lambda s: 1.0 / (s + 1)}),
+    ("PolynomialLR", {"total_iters": 5, "power": 2.0}),
     ("OneCycleLR", {"max_lr": 0.2, "total_steps": 10}),
     ("OneCycleLR", {"max_lr": 0.2, "total_steps": 10, "three_phase": True, "anneal_strategy": "linear"}),
 ]
@@ -141,8 +149,9 @@ class _TorchNet(torch.nn.Module):
         super().__init__()
         self.embed = torch.nn.Embedding(10, 4)
         self.blocks = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(3)])
-        self.head = torch.nn.Sequential(torch.nn.LayerNorm(4), torch.nn.GELU(), torch.nn.Dropout(0.1),
-                                        torch.nn.Linear(4, 2, bias=False))
+        self.head = torch.nn.Sequential(
+            torch.nn.LayerNorm(4), torch.nn.GELU(), torch.nn.Dropout(0.1), torch.nn.Linear(4, 2, bias=False)
+        )
         self.act = torch.nn.LeakyReLU(0.2)
         self.register_buffer("scale", torch.ones(4))
         self.register_buffer("cache", torch.zeros(2), persistent=False)
@@ -154,8 +163,18 @@ def test_print_model_and_state_dict_keys_match_torch():
     assert list(g.state_dict()) == list(t.state_dict())
     assert [n for n, _ in g.named_buffers()] == [n for n, _ in t.named_buffers()]
     assert next(g.parameters()).shape == tuple(next(t.parameters()).shape)
-    for module in (gnn.Softmax(dim=1), gnn.LogSoftmax(dim=-1), gnn.Flatten(), gnn.ReLU(), gnn.SiLU(), gnn.Identity(),
-                   gnn.CrossEntropyLoss(), gnn.MSELoss(), gnn.ELU(alpha=0.5), gnn.Softplus(beta=2.0)):
+    for module in (
+        gnn.Softmax(dim=1),
+        gnn.LogSoftmax(dim=-1),
+        gnn.Flatten(),
+        gnn.ReLU(),
+        gnn.SiLU(),
+        gnn.Identity(),
+        gnn.CrossEntropyLoss(),
+        gnn.MSELoss(),
+        gnn.ELU(alpha=0.5),
+        gnn.Softplus(beta=2.0),
+    ):
         assert repr(module) == repr(getattr(torch.nn, type(module).__name__)(**_same_args(module)))
 
 
@@ -167,8 +186,16 @@ def test_save_and_load_round_trip(tmp_path):
     g, _ = _models()
     opt = gc.optim.Adam(g.parameters(), lr=0.01)
     _train(gc, g, opt, steps=2)
-    state = {"model": g.state_dict(), "opt": opt.state_dict(), "step": 2, "name": "mlp", "pair": (1, 2.5),
-             "half": gc.ones(3, dtype=gc.bfloat16) * 1.5, "ints": gc.arange(4), "none": None}
+    state = {
+        "model": g.state_dict(),
+        "opt": opt.state_dict(),
+        "step": 2,
+        "name": "mlp",
+        "pair": (1, 2.5),
+        "half": gc.ones(3, dtype=gc.bfloat16) * 1.5,
+        "ints": gc.arange(4),
+        "none": None,
+    }
     gc.save(state, tmp_path / "ckpt.pt")
     loaded = gc.load(tmp_path / "ckpt.pt")
     assert loaded["step"] == 2 and loaded["name"] == "mlp" and loaded["pair"] == (1, 2.5) and loaded["none"] is None
@@ -244,11 +271,16 @@ def test_functional_and_loss_modules_match_torch():
         np.testing.assert_allclose(a.item(), b.item(), rtol=1e-10)
         np.testing.assert_allclose(gx.grad.numpy(), tx.grad.numpy(), rtol=1e-9, atol=1e-12)
     logp = gF.log_softmax(gc.tensor(x), dim=1)
-    np.testing.assert_allclose(gnn.NLLLoss()(logp, gc.tensor(y)).item(),
-                               torch.nn.NLLLoss()(torch.log_softmax(torch.tensor(x), 1), torch.tensor(y)).item())
+    np.testing.assert_allclose(
+        gnn.NLLLoss()(logp, gc.tensor(y)).item(),
+        torch.nn.NLLLoss()(torch.log_softmax(torch.tensor(x), 1), torch.tensor(y)).item(),
+    )
     p = 1 / (1 + np.exp(-x))
-    np.testing.assert_allclose(gnn.BCELoss()(gc.tensor(p), gc.tensor(target)).item(),
-                               torch.nn.BCELoss()(torch.tensor(p), torch.tensor(target)).item(), rtol=1e-10)
+    np.testing.assert_allclose(
+        gnn.BCELoss()(gc.tensor(p), gc.tensor(target)).item(),
+        torch.nn.BCELoss()(torch.tensor(p), torch.tensor(target)).item(),
+        rtol=1e-10,
+    )
 
 
 def test_init_functions_have_torch_statistics():

@@ -12,13 +12,31 @@ import pytest
 from gradcraft.data.tokenfile import write_token_file
 from gradcraft.training.log import read_log
 
-TINY = ["--preset", "toy-v0", "--embed_dim", "32", "--num_heads", "2", "--num_layers", "2", "--seq_len", "16",
-        "--batch_size", "4", "--warmup_steps", "2", "--no_progress", "--max_lr", "3e-3"]
+TINY = [
+    "--preset",
+    "toy-v0",
+    "--embed_dim",
+    "32",
+    "--num_heads",
+    "2",
+    "--num_layers",
+    "2",
+    "--seq_len",
+    "16",
+    "--batch_size",
+    "4",
+    "--warmup_steps",
+    "2",
+    "--no_progress",
+    "--max_lr",
+    "3e-3",
+]
 
 
 def run(*args, check=True, timeout=300):
-    proc = subprocess.run([sys.executable, "-m", "gradcraft.cli.main", "train", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gradcraft.cli.main", "train", *args], capture_output=True, text=True, timeout=timeout
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}:\n{proc.stderr}")
     return proc
@@ -26,10 +44,31 @@ def run(*args, check=True, timeout=300):
 
 def test_training_writes_every_output_and_learns(dataset, tmp_path):
     out = tmp_path / "run"
-    run("--dataset", dataset, "--model_dir", str(out), "--steps", "30", "--checkpoint_every", "10",
-        "--eval_every", "10", "--keep_checkpoints", "2", "--target_batch", "8", *TINY)
-    for name in ("gradcraft_config.json", "config.json", "train_config.json", "model.safetensors", "training_log.csv",
-                 "loss.png"):
+    run(
+        "--dataset",
+        dataset,
+        "--model_dir",
+        str(out),
+        "--steps",
+        "30",
+        "--checkpoint_every",
+        "10",
+        "--eval_every",
+        "10",
+        "--keep_checkpoints",
+        "2",
+        "--target_batch",
+        "8",
+        *TINY,
+    )
+    for name in (
+        "gradcraft_config.json",
+        "config.json",
+        "train_config.json",
+        "model.safetensors",
+        "training_log.csv",
+        "loss.png",
+    ):
         assert (out / name).exists(), name
     assert sorted(os.listdir(out / "checkpoints")) == ["step_00000020", "step_00000030"]  # the last 2 kept
     rows = read_log(str(out / "training_log.csv"))
@@ -41,8 +80,19 @@ def test_training_writes_every_output_and_learns(dataset, tmp_path):
 @pytest.mark.parametrize("sampling", ["random", "sequential"])
 def test_resume_is_bitwise_exact(dataset, tmp_path, sampling):
     straight, split = tmp_path / "straight", tmp_path / "split"
-    common = ["--dataset", dataset, "--checkpoint_every", "6", "--dropout", "0.1", "--target_batch", "8",
-              "--sampling", sampling, *TINY]
+    common = [
+        "--dataset",
+        dataset,
+        "--checkpoint_every",
+        "6",
+        "--dropout",
+        "0.1",
+        "--target_batch",
+        "8",
+        "--sampling",
+        sampling,
+        *TINY,
+    ]
     run("--model_dir", str(straight), "--steps", "12", *common)
     run("--model_dir", str(split), "--steps", "12", "--stop_after", "6", *common)
     run("--model_dir", str(split), "--steps", "12", "--resume", "--dataset", dataset, "--no_progress")
@@ -53,8 +103,21 @@ def test_resume_is_bitwise_exact(dataset, tmp_path, sampling):
 
 def test_sigkill_at_any_moment_leaves_a_resumable_run(dataset, tmp_path):
     out = tmp_path / "killed"
-    args = [sys.executable, "-m", "gradcraft.cli.main", "train", "--dataset", dataset, "--model_dir", str(out),
-            "--steps", "400", "--checkpoint_every", "1", *TINY]
+    args = [
+        sys.executable,
+        "-m",
+        "gradcraft.cli.main",
+        "train",
+        "--dataset",
+        dataset,
+        "--model_dir",
+        str(out),
+        "--steps",
+        "400",
+        "--checkpoint_every",
+        "1",
+        *TINY,
+    ]
     rng = np.random.default_rng(0)
     for attempt in range(4):
         resume = ["--resume"] if (out / "checkpoints").exists() and os.listdir(out / "checkpoints") else []
@@ -62,8 +125,18 @@ def test_sigkill_at_any_moment_leaves_a_resumable_run(dataset, tmp_path):
         time.sleep(2.5 + rng.random() * 2.0)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    proc = run("--dataset", dataset, "--model_dir", str(out), "--steps", "400", "--resume", "--no_progress",
-               "--steps", str(_last_step(out) + 2))
+    proc = run(
+        "--dataset",
+        dataset,
+        "--model_dir",
+        str(out),
+        "--steps",
+        "400",
+        "--resume",
+        "--no_progress",
+        "--steps",
+        str(_last_step(out) + 2),
+    )
     assert "resuming from" in proc.stderr
     rows = read_log(str(out / "training_log.csv"))
     steps = [int(r["step"]) for r in rows]
@@ -95,31 +168,57 @@ def one_line_error(proc, *needles):
 
 def test_bad_input_gets_one_clear_line(dataset, tmp_path):
     out = str(tmp_path / "bad")
-    one_line_error(run("--dataset", str(tmp_path / "missing.bin"), "--model_dir", out, *TINY, check=False),
-                   "does not exist")
+    one_line_error(
+        run("--dataset", str(tmp_path / "missing.bin"), "--model_dir", out, *TINY, check=False), "does not exist"
+    )
     not_tokens = tmp_path / "text.bin"
     not_tokens.write_bytes(b"hello world, not a token file at all" * 10)
     one_line_error(run("--dataset", str(not_tokens), "--model_dir", out, *TINY, check=False), "token file")
     short = tmp_path / "short.bin"
     write_token_file(str(short), np.arange(10, dtype=np.uint16), vocab_size=64)
-    one_line_error(run("--dataset", str(short), "--model_dir", out, *TINY, check=False), "holds 10 tokens",
-                   "at least 18")
-    one_line_error(run("--dataset", dataset, "--model_dir", out, *TINY, "--vocab_size", "100", check=False),
-                   "--vocab_size 100", "(64)")
-    one_line_error(run("--dataset", dataset, "--model_dir", out, *TINY, "--target_batch", "6", check=False),
-                   "--target_batch 6 is not a multiple of --batch_size 4")
+    one_line_error(
+        run("--dataset", str(short), "--model_dir", out, *TINY, check=False), "holds 10 tokens", "at least 18"
+    )
+    one_line_error(
+        run("--dataset", dataset, "--model_dir", out, *TINY, "--vocab_size", "100", check=False),
+        "--vocab_size 100",
+        "(64)",
+    )
+    one_line_error(
+        run("--dataset", dataset, "--model_dir", out, *TINY, "--target_batch", "6", check=False),
+        "--target_batch 6 is not a multiple of --batch_size 4",
+    )
     run("--dataset", dataset, "--model_dir", out, "--steps", "2", *TINY)
-    one_line_error(run("--dataset", dataset, "--model_dir", out, "--steps", "3", "--resume", "--embed_dim", "64",
-                       check=False), "--embed_dim 64 differs from 32")
+    one_line_error(
+        run("--dataset", dataset, "--model_dir", out, "--steps", "3", "--resume", "--embed_dim", "64", check=False),
+        "--embed_dim 64 differs from 32",
+    )
 
 
 def test_non_finite_loss_skips_steps_then_stops_cleanly(dataset, tmp_path):
     out = tmp_path / "nan"
-    proc = run("--dataset", dataset, "--model_dir", str(out), "--steps", "50", "--checkpoint_every", "1",
-               "--grad_clip", "0", *TINY, "--max_lr", "1e6", "--warmup_steps", "1", check=False)
+    proc = run(
+        "--dataset",
+        dataset,
+        "--model_dir",
+        str(out),
+        "--steps",
+        "50",
+        "--checkpoint_every",
+        "1",
+        "--grad_clip",
+        "0",
+        *TINY,
+        "--max_lr",
+        "1e6",
+        "--warmup_steps",
+        "1",
+        check=False,
+    )
     assert proc.returncode == 2
     assert "skipped the update" in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: the loss was not finite for 3 steps in a row")
     from gradcraft.training.checkpoint import latest_checkpoint
+
     assert latest_checkpoint(str(out)) is not None  # the last good checkpoint is intact

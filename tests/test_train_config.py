@@ -44,21 +44,65 @@ def test_config_file_alone_trains_and_flags_override_it(dataset, tmp_path):
     assert (model["dim"], model["n_heads"], model["n_layers"], model["seq_len"]) == (32, 2, 2, 16)
     assert (run["steps"], run["batch_size"], run["max_lr"], run["dataset"]) == (2, 4, 3e-3, str(dataset))
     # flags (any spelling) win over the file, which wins over the preset
-    assert train("--config", config, "--model_dir", tmp_path / "b", "--steps", 3, "--num_heads", 4,
-                 "--max-lr", "1e-3") == 0
+    assert (
+        train("--config", config, "--model_dir", tmp_path / "b", "--steps", 3, "--num_heads", 4, "--max-lr", "1e-3")
+        == 0
+    )
     model, run = saved(tmp_path / "b", "gradcraft_config.json"), saved(tmp_path / "b", "train_config.json")
     assert (model["n_heads"], model["dim"], run["steps"], run["max_lr"]) == (4, 32, 3, 1e-3)
 
 
 def test_a_runs_saved_train_config_is_a_config_file(dataset, tmp_path):
-    assert train("--dataset", dataset, "--model_dir", tmp_path / "a", "--preset", "toy-v0", "--dim", 32,
-                 "--n_heads", 2, "--n_layers", 2, "--seq_len", 16, "--steps", 2, "--batch_size", 4,
-                 "--label_smoothing", 0.1, "--sampling", "sequential", "--no_progress") == 0
+    assert (
+        train(
+            "--dataset",
+            dataset,
+            "--model_dir",
+            tmp_path / "a",
+            "--preset",
+            "toy-v0",
+            "--dim",
+            32,
+            "--n_heads",
+            2,
+            "--n_layers",
+            2,
+            "--seq_len",
+            16,
+            "--steps",
+            2,
+            "--batch_size",
+            4,
+            "--label_smoothing",
+            0.1,
+            "--sampling",
+            "sequential",
+            "--no_progress",
+        )
+        == 0
+    )
     first = saved(tmp_path / "a", "train_config.json")
     model = {k: v for k, v in saved(tmp_path / "a", "gradcraft_config.json").items() if k != "extra"}
     (tmp_path / "model.json").write_text(json.dumps({"model": model, "train": first}))
-    assert train("--config", tmp_path / "a" / "train_config.json", "--model_dir", tmp_path / "b",
-                 "--preset", "toy-v0", "--dim", 32, "--n_heads", 2, "--n_layers", 2, "--seq_len", 16) == 0
+    assert (
+        train(
+            "--config",
+            tmp_path / "a" / "train_config.json",
+            "--model_dir",
+            tmp_path / "b",
+            "--preset",
+            "toy-v0",
+            "--dim",
+            32,
+            "--n_heads",
+            2,
+            "--n_layers",
+            2,
+            "--seq_len",
+            16,
+        )
+        == 0
+    )
     assert saved(tmp_path / "b", "train_config.json") == {**first, "model_dir": str(tmp_path / "b")}
     # both saved files in one JSON settings file: the same run again
     assert train("--config", tmp_path / "model.json", "--model_dir", tmp_path / "c") == 0
@@ -66,17 +110,20 @@ def test_a_runs_saved_train_config_is_a_config_file(dataset, tmp_path):
     assert saved(tmp_path / "c", "gradcraft_config.json")["dim"] == 32
 
 
-@pytest.mark.parametrize("text,needles", [
-    ("[train]\nstepz = 3\n", ["run.toml [train]", "unknown field 'stepz'"]),
-    ("steps = 3\nflavour = 1\n", ["run.toml", "unknown field 'flavour'"]),
-    ("[model]\nsteps = 3\n", ["run.toml [model]", "unknown field 'steps'"]),
-    ("[train]\nsteps = \"many\"\n", ["field 'steps' must be an integer >= 1", '"many"']),
-    ("[model]\nn_heads = 0\n", ["field 'n_heads' must be an integer >= 1, got 0"]),
-    ("[model]\ndropout = 1.0\n", ["field 'dropout' must be a number in [0, 1)"]),
-    ("[train]\nsampling = \"zigzag\"\n", ["field 'sampling' must be one of random, sequential"]),
-    ("[train]\ndecay_embeddings = \"yes\"\n", ["field 'decay_embeddings' must be true or false"]),
-    ("[train\nsteps = 3\n", ["run.toml is not valid TOML"]),
-])
+@pytest.mark.parametrize(
+    "text,needles",
+    [
+        ("[train]\nstepz = 3\n", ["run.toml [train]", "unknown field 'stepz'"]),
+        ("steps = 3\nflavour = 1\n", ["run.toml", "unknown field 'flavour'"]),
+        ("[model]\nsteps = 3\n", ["run.toml [model]", "unknown field 'steps'"]),
+        ('[train]\nsteps = "many"\n', ["field 'steps' must be an integer >= 1", '"many"']),
+        ("[model]\nn_heads = 0\n", ["field 'n_heads' must be an integer >= 1, got 0"]),
+        ("[model]\ndropout = 1.0\n", ["field 'dropout' must be a number in [0, 1)"]),
+        ('[train]\nsampling = "zigzag"\n', ["field 'sampling' must be one of random, sequential"]),
+        ('[train]\ndecay_embeddings = "yes"\n', ["field 'decay_embeddings' must be true or false"]),
+        ("[train\nsteps = 3\n", ["run.toml is not valid TOML"]),
+    ],
+)
 def test_a_bad_config_file_is_one_error_line(tmp_path, dataset, capsys, text, needles):
     config = tmp_path / "run.toml"
     config.write_text(text)
@@ -119,6 +166,7 @@ def test_every_field_has_help_and_a_flag_or_a_reason(tmp_path):
     """The flags are the fields: each has help text, and ranges come from the metadata only."""
     import dataclasses
     from gradcraft.cli.main import build_parser
+
     sub = build_parser().subcommands["train"]
     dests = {a.dest for a in sub._actions}
     for cls in (ModelConfig, TrainConfig):

@@ -10,8 +10,25 @@ import pytest
 
 from gradcraft.training.log import JSONLLog, read_events, read_log
 
-TINY = ["--preset", "toy-v0", "--embed_dim", "32", "--num_heads", "2", "--num_layers", "2", "--seq_len", "16",
-        "--batch_size", "4", "--warmup_steps", "2", "--no_progress", "--max_lr", "3e-3"]
+TINY = [
+    "--preset",
+    "toy-v0",
+    "--embed_dim",
+    "32",
+    "--num_heads",
+    "2",
+    "--num_layers",
+    "2",
+    "--seq_len",
+    "16",
+    "--batch_size",
+    "4",
+    "--warmup_steps",
+    "2",
+    "--no_progress",
+    "--max_lr",
+    "3e-3",
+]
 
 
 def run(*args, check=True, prelude=""):
@@ -42,8 +59,9 @@ def test_events_jsonl_matches_the_csv(dataset, tmp_path):
             assert e[key] == float(r[key]), (key, e, r)  # the same value, to the last bit
         assert e["elapsed"] >= 0 and "val_loss" not in e
     evals = [e for e in events if e["event"] == "eval"]
-    assert [(e["step"], e["val_loss"]) for e in evals] == \
-        [(int(r["step"]), float(r["val_loss"])) for r in rows if r["val_loss"]] and len(evals) == 3
+    assert [(e["step"], e["val_loss"]) for e in evals] == [
+        (int(r["step"]), float(r["val_loss"])) for r in rows if r["val_loss"]
+    ] and len(evals) == 3
 
 
 def test_resume_cuts_events_back_like_the_csv(dataset, tmp_path):
@@ -60,8 +78,12 @@ def test_resume_cuts_events_back_like_the_csv(dataset, tmp_path):
     steps = [e["step"] for e in events if e["event"] == "step"]
     assert steps == list(range(1, 13))  # no duplicates, nothing stale
     assert all(e.get("loss") != 99.0 for e in events)
-    assert [(e["event"], e["step"]) for e in events if e["event"] in ("start", "end")] == \
-        [("start", 0), ("end", 8), ("start", 8), ("end", 12)]
+    assert [(e["event"], e["step"]) for e in events if e["event"] in ("start", "end")] == [
+        ("start", 0),
+        ("end", 8),
+        ("start", 8),
+        ("end", 12),
+    ]
     rows = read_log(str(out / "training_log.csv"))
     assert [e["loss"] for e in events if e["event"] == "step"] == [float(r["loss"]) for r in rows]
 
@@ -82,16 +104,37 @@ def test_jsonl_log_is_line_buffered_and_cut_on_resume(tmp_path):
 
 
 def test_log_flag_rejects_unknown_names(dataset, tmp_path):
-    proc = run("--dataset", dataset, "--model_dir", str(tmp_path / "r"), "--steps", "2", "--log", "csv,wandb",
-               *TINY, check=False)
+    proc = run(
+        "--dataset",
+        dataset,
+        "--model_dir",
+        str(tmp_path / "r"),
+        "--steps",
+        "2",
+        "--log",
+        "csv,wandb",
+        *TINY,
+        check=False,
+    )
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "wandb" in lines[0] and lines[0].startswith("error: ")
 
 
 def test_log_tensorboard_without_the_package_is_one_error_line(dataset, tmp_path):
     out = tmp_path / "tb"
-    proc = run("--dataset", dataset, "--model_dir", str(out), "--steps", "2", "--log", "jsonl,tensorboard", *TINY,
-               check=False, prelude="sys.modules['tensorboard'] = None; ")  # as if it were not installed
+    proc = run(
+        "--dataset",
+        dataset,
+        "--model_dir",
+        str(out),
+        "--steps",
+        "2",
+        "--log",
+        "jsonl,tensorboard",
+        *TINY,
+        check=False,
+        prelude="sys.modules['tensorboard'] = None; ",
+    )  # as if it were not installed
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2, proc.stderr
     assert len(lines) == 1 and lines[0].startswith("error: ") and "pip install tensorboard" in lines[0], proc.stderr
@@ -103,8 +146,19 @@ def test_log_tensorboard_writes_the_scalars(dataset, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     out = tmp_path / "tb"
-    common = ["--dataset", dataset, "--model_dir", str(out), "--checkpoint_every", "3", "--eval_every", "3",
-              "--log", "jsonl,tensorboard", *TINY]
+    common = [
+        "--dataset",
+        dataset,
+        "--model_dir",
+        str(out),
+        "--checkpoint_every",
+        "3",
+        "--eval_every",
+        "3",
+        "--log",
+        "jsonl,tensorboard",
+        *TINY,
+    ]
     run("--steps", "9", "--stop_after", "8", *common)
     with open(out / "train_config.json") as f:
         assert json.load(f)["log"] == "jsonl,tensorboard"  # --resume keeps the run's logs
@@ -123,7 +177,9 @@ def test_log_tensorboard_writes_the_scalars(dataset, tmp_path):
 
 def test_tensorboard_writer_does_not_import_torch(tmp_path):
     pytest.importorskip("tensorboard")
-    code = ("import sys; from gradcraft.training.log import TensorBoardLog; w = TensorBoardLog(sys.argv[1]); "
-            "w.scalars(1, {'train/loss': 1.0}); w.close(); print('torch' in sys.modules)")
+    code = (
+        "import sys; from gradcraft.training.log import TensorBoardLog; w = TensorBoardLog(sys.argv[1]); "
+        "w.scalars(1, {'train/loss': 1.0}); w.close(); print('torch' in sys.modules)"
+    )
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stderr

@@ -13,8 +13,9 @@ import gradcraft.optim as optim
 
 def _missing(function, skip_first: bool) -> list:
     sig = inspect.signature(function)
-    names = [p.name for i, p in enumerate(sig.parameters.values())
-             if p.annotation is p.empty and not (skip_first and i == 0)]
+    names = [
+        p.name for i, p in enumerate(sig.parameters.values()) if p.annotation is p.empty and not (skip_first and i == 0)
+    ]
     return names + (["return"] if sig.return_annotation is sig.empty else [])
 
 
@@ -53,5 +54,6 @@ def test_layer_and_optimizer_signatures_are_annotated():
 def test_the_check_sees_a_function_without_hints():
     def untyped(x, y: int):
         return x
+
     assert _missing(untyped, False) == ["x", "return"]
     assert len(list(_public_functions(gc))) > 100 and nn.Linear in list(_classes(nn))

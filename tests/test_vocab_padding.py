@@ -32,24 +32,38 @@ V = 70  # padded to 128 by the default multiple of 64
 
 FAMILIES = {
     "gpt2": dict(norm="layernorm", mlp="gelu", positions="learned", bias=True, tie_embeddings=True),
-    "llama": dict(norm="rmsnorm", mlp="swiglu", positions="rope", bias=False, tie_embeddings=False, n_kv_heads=2,
-                  norm_eps=1e-6),
-    "moe_window": dict(norm="rmsnorm", mlp="swiglu", positions="rope", bias=False, tie_embeddings=True,
-                       attention_pattern="LG", window=3, ffn_pattern="MD", n_experts=4, experts_per_token=2),
+    "llama": dict(
+        norm="rmsnorm", mlp="swiglu", positions="rope", bias=False, tie_embeddings=False, n_kv_heads=2, norm_eps=1e-6
+    ),
+    "moe_window": dict(
+        norm="rmsnorm",
+        mlp="swiglu",
+        positions="rope",
+        bias=False,
+        tie_embeddings=True,
+        attention_pattern="LG",
+        window=3,
+        ffn_pattern="MD",
+        n_experts=4,
+        experts_per_token=2,
+    ),
 }
 
 
 def config(family, **over):
-    return ModelConfig(**{**dict(vocab_size=V, seq_len=16, dim=32, n_layers=2, n_heads=4), **FAMILIES[family],
-                          **over})
+    return ModelConfig(**{**dict(vocab_size=V, seq_len=16, dim=32, n_layers=2, n_heads=4), **FAMILIES[family], **over})
 
 
 def random_weights(model, seed=0):
     """Random values for every parameter (norm gains and biases too), as NumPy arrays by name."""
     rng = np.random.default_rng(seed)
-    return {k: (rng.standard_normal(p.shape) * (0.3 if p.ndim > 1 else 0.5)
-                + (1.0 if "norm" in k and k.endswith("weight") else 0.0)).astype(np.float32)
-            for k, p in model.state_dict().items()}
+    return {
+        k: (
+            rng.standard_normal(p.shape) * (0.3 if p.ndim > 1 else 0.5)
+            + (1.0 if "norm" in k and k.endswith("weight") else 0.0)
+        ).astype(np.float32)
+        for k, p in model.state_dict().items()
+    }
 
 
 def padded_and_unpadded(family, seed=0):
@@ -62,6 +76,7 @@ def padded_and_unpadded(family, seed=0):
 
 
 # ------------------------------------------------------------------ the config
+
 
 def test_padded_vocab_size():
     assert preset("gpt2-124m").padded_vocab_size == 50304
@@ -79,6 +94,7 @@ def test_padded_vocab_size():
 
 # ------------------------------------------------------------------ cross-entropy over the valid classes
 
+
 @pytest.mark.parametrize("dtype", [gc.float32, gc.float64])
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
@@ -93,8 +109,7 @@ def test_cross_entropy_valid_classes_is_the_loss_of_the_sliced_input(dtype, smoo
     loss = F.cross_entropy(x, gc.tensor(target), reduction=reduction, label_smoothing=smoothing, valid_classes=C)
     loss.sum().backward()
     ref_x = torch.tensor(data[:, :C], requires_grad=True)
-    ref = torch.nn.functional.cross_entropy(ref_x, torch.tensor(target), reduction=reduction,
-                                            label_smoothing=smoothing)
+    ref = torch.nn.functional.cross_entropy(ref_x, torch.tensor(target), reduction=reduction, label_smoothing=smoothing)
     ref.sum().backward()
     tol = 1e-5 if dtype == gc.float32 else 1e-12
     np.testing.assert_allclose(loss.numpy(), ref.detach().numpy(), rtol=tol, atol=tol)
@@ -129,19 +144,28 @@ def test_native_kernels_match_numpy_with_valid_classes(smoothing):
     target[::5] = -100
     g = rng.standard_normal(N).astype(np.float32)
     attrs = dict(ignore_index=-100, label_smoothing=smoothing, valid_classes=C)
-    np.testing.assert_allclose(native["cross_entropy"](logits, target, **attrs),
-                               reference["cross_entropy"](logits, target, **attrs), rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(
+        native["cross_entropy"](logits, target, **attrs),
+        reference["cross_entropy"](logits, target, **attrs),
+        rtol=2e-5,
+        atol=2e-6,
+    )
     got = native["cross_entropy_backward"](logits, target, g, **attrs)
-    np.testing.assert_allclose(got, reference["cross_entropy_backward"](logits, target, g, **attrs),
-                               rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(
+        got, reference["cross_entropy_backward"](logits, target, g, **attrs), rtol=2e-5, atol=2e-6
+    )
     assert not got[:, C:].any()
     sliced = np.ascontiguousarray(logits[:, :C])  # and both equal the loss without the padding
-    np.testing.assert_allclose(got[:, :C], reference["cross_entropy_backward"](sliced, target, g, ignore_index=-100,
-                                                                               label_smoothing=smoothing),
-                               rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(
+        got[:, :C],
+        reference["cross_entropy_backward"](sliced, target, g, ignore_index=-100, label_smoothing=smoothing),
+        rtol=2e-5,
+        atol=2e-6,
+    )
 
 
 # ------------------------------------------------------------------ the model
+
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_padded_model_equals_unpadded_model(family, monkeypatch):
@@ -152,6 +176,7 @@ def test_padded_model_equals_unpadded_model(family, monkeypatch):
     def recording_linear_cross_entropy(x, weight, *args, **kwargs):
         widths.append(weight.shape[0])  # the classes of the output layer + loss
         return real_linear_cross_entropy(x, weight, *args, **kwargs)
+
     monkeypatch.setattr(F, "linear_cross_entropy", recording_linear_cross_entropy)
 
     rng = np.random.default_rng(1)
@@ -162,8 +187,14 @@ def test_padded_model_equals_unpadded_model(family, monkeypatch):
     for model in (padded, plain):
         logits, loss = model(gc.tensor(idx), gc.tensor(targets), label_smoothing=0.1)
         loss.backward()
-        results.append((logits.numpy(), loss.item(), model(gc.tensor(idx)).numpy(),
-                        {name: p.grad.numpy() for name, p in model.named_parameters()}))
+        results.append(
+            (
+                logits.numpy(),
+                loss.item(),
+                model(gc.tensor(idx)).numpy(),
+                {name: p.grad.numpy() for name, p in model.named_parameters()},
+            )
+        )
     assert widths == [128, V]  # the padded model's loss did run over the padded vocabulary
     (logits, loss, inference, grads), (ref_logits, ref_loss, ref_inference, ref_grads) = results
     assert logits.shape == inference.shape == (3, 10, V)
@@ -178,8 +209,9 @@ def test_padded_model_equals_unpadded_model(family, monkeypatch):
 def test_padded_model_in_mixed_precision():
     padded, plain = padded_and_unpadded("llama", seed=3)
     idx = np.random.default_rng(2).integers(0, V, (2, 12))
-    losses = [m(gc.tensor(idx[:, :-1]), gc.tensor(idx[:, 1:]), compute_dtype=gc.bfloat16)[1].item()
-              for m in (padded, plain)]
+    losses = [
+        m(gc.tensor(idx[:, :-1]), gc.tensor(idx[:, 1:]), compute_dtype=gc.bfloat16)[1].item() for m in (padded, plain)
+    ]
     assert losses[0] == pytest.approx(losses[1], rel=1e-3)
 
 
@@ -198,6 +230,7 @@ def test_sampling_sees_only_the_true_vocabulary(family):
 
 
 # ------------------------------------------------------------------ files
+
 
 def test_checkpoint_round_trip_keeps_the_true_vocabulary(tmp_path):
     padded, plain = padded_and_unpadded("llama", seed=5)
@@ -248,6 +281,7 @@ def test_weights_saved_before_padding_existed_load(tmp_path):
 
 # ------------------------------------------------------------------ training
 
+
 @pytest.fixture(scope="module")
 def odd_dataset(tmp_path_factory):
     """A token file whose vocabulary (70) is not a multiple of 64."""
@@ -260,8 +294,17 @@ def odd_dataset(tmp_path_factory):
 
 
 def _train(dataset, model_dir, pad, **over):
-    tc = TrainConfig(dataset=dataset, model_dir=str(model_dir), steps=8, batch_size=4, warmup_steps=2, max_lr=3e-3,
-                     checkpoint_every=4, progress=False, **over)
+    tc = TrainConfig(
+        dataset=dataset,
+        model_dir=str(model_dir),
+        steps=8,
+        batch_size=4,
+        warmup_steps=2,
+        max_lr=3e-3,
+        checkpoint_every=4,
+        progress=False,
+        **over,
+    )
     mc = config("gpt2", seq_len=16, dropout=0.1, vocab_pad_multiple=pad)
     train(tc, mc, resume=(model_dir / "checkpoints").exists(), log=lambda msg: None)
     return [(r["step"], float(r["loss"]), float(r["grad_norm"])) for r in read_log(str(model_dir / "training_log.csv"))]
@@ -273,7 +316,8 @@ def test_training_with_padding_resumes_exactly_and_matches_no_padding(odd_datase
     split = _train(odd_dataset, tmp_path / "split", 64)
     assert split == straight  # bitwise
     unpadded = _train(odd_dataset, tmp_path / "unpadded", 1)
-    np.testing.assert_allclose(np.array(straight)[:, 1:].astype(float), np.array(unpadded)[:, 1:].astype(float),
-                               rtol=1e-4)
+    np.testing.assert_allclose(
+        np.array(straight)[:, 1:].astype(float), np.array(unpadded)[:, 1:].astype(float), rtol=1e-4
+    )
     weights = load_file(str(tmp_path / "straight" / "model.safetensors"))  # GPT-2: in Hugging Face's layout
     assert weights["transformer.wte.weight"].shape[0] == V

@@ -13,16 +13,32 @@ import gradcraft.atomic as atomic
 from gradcraft.training import checkpoint as ckpt
 from cli_helpers import run_cli
 
-TINY = ["--preset", "toy-v0", "--embed_dim", "16", "--num_layers", "1", "--num_heads", "2", "--seq_len", "16",
-        "--batch_size", "2", "--no_progress"]
+TINY = [
+    "--preset",
+    "toy-v0",
+    "--embed_dim",
+    "16",
+    "--num_layers",
+    "1",
+    "--num_heads",
+    "2",
+    "--seq_len",
+    "16",
+    "--batch_size",
+    "2",
+    "--no_progress",
+]
 
 
 def leftovers(folder) -> list:
     """Temporary files and folders anywhere under `folder`."""
     found = []
     for root, dirs, files in os.walk(folder):
-        found += [os.path.join(root, n) for n in dirs + files
-                  if n.startswith((".tmp", ".tokens")) or ".partial-" in n or n.endswith(".tmp")]
+        found += [
+            os.path.join(root, n)
+            for n in dirs + files
+            if n.startswith((".tmp", ".tokens")) or ".partial-" in n or n.endswith(".tmp")
+        ]
     return found
 
 
@@ -34,7 +50,7 @@ class _FullDisk:
 
     def write(self, data):
         if len(data) >= self.from_size:
-            self.f.write(bytes(data[:len(data) // 2]))
+            self.f.write(bytes(data[: len(data) // 2]))
             self.f.flush()
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return self.f.write(data)
@@ -66,8 +82,9 @@ def test_full_disk_during_a_checkpoint_keeps_the_previous_one(dataset, tmp_path,
         return real(tensors, path, *args, **kwargs)
 
     monkeypatch.setattr(ckpt, "save_file", save_file)
-    status, _, err = run_cli(["train", "--dataset", dataset, "--model_dir", run, *TINY, "--steps", "6",
-                              "--checkpoint_every", "2"], capsys)
+    status, _, err = run_cli(
+        ["train", "--dataset", dataset, "--model_dir", run, *TINY, "--steps", "6", "--checkpoint_every", "2"], capsys
+    )
     assert status == 2, err
     lines = err.strip().splitlines()
     assert lines[-1].startswith("error: cannot write") and "step_00000004" in lines[-1], err
@@ -90,8 +107,9 @@ def test_read_only_checkpoint_folder_is_one_line(dataset, tmp_path, capsys, monk
         return real(path, *args, **kwargs)
 
     monkeypatch.setattr(os, "makedirs", makedirs)
-    status, _, err = run_cli(["train", "--dataset", dataset, "--model_dir", tmp_path / "run", *TINY, "--steps", "2"],
-                             capsys)
+    status, _, err = run_cli(
+        ["train", "--dataset", dataset, "--model_dir", tmp_path / "run", *TINY, "--steps", "2"], capsys
+    )
     assert status == 2 and err.strip().splitlines()[-1].startswith("error: cannot write"), err
     assert "read-only" in err and "Traceback" not in err, err
 
@@ -116,8 +134,7 @@ def corpus(tmp_path):
 
 def test_full_disk_while_tokenizing_keeps_the_previous_token_file(corpus, tmp_path, capsys, monkeypatch):
     out = tmp_path / "data" / "tokens.bin"
-    argv = ["tokenize", "--data_dir", corpus, "--output_path", out, "--vocab_size", "280", "--workers", "1",
-            "--quiet"]
+    argv = ["tokenize", "--data_dir", corpus, "--output_path", out, "--vocab_size", "280", "--workers", "1", "--quiet"]
     assert run_cli(argv, capsys)[0] == 0
     before = {p.name: p.read_bytes() for p in out.parent.iterdir()}
     fill_disk_in_atomic_writes(monkeypatch, 1)
@@ -129,10 +146,13 @@ def test_full_disk_while_tokenizing_keeps_the_previous_token_file(corpus, tmp_pa
 def test_read_only_folder_for_tokens_is_one_line(corpus, tmp_path, capsys, monkeypatch):
     def mkstemp(*args, **kwargs):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
     monkeypatch.setattr(atomic.tempfile, "mkstemp", mkstemp)
     out = tmp_path / "tokens.bin"
-    status, _, err = run_cli(["tokenize", "--data_dir", corpus, "--output_path", out, "--vocab_size", "280",
-                              "--workers", "1", "--quiet"], capsys)
+    status, _, err = run_cli(
+        ["tokenize", "--data_dir", corpus, "--output_path", out, "--vocab_size", "280", "--workers", "1", "--quiet"],
+        capsys,
+    )
     assert status == 2 and err.count("\n") == 1 and "read-only" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]
 
@@ -143,8 +163,21 @@ def test_real_read_only_folder(corpus, tmp_path, capsys):
     locked.mkdir()
     locked.chmod(0o555)
     try:
-        status, _, err = run_cli(["tokenize", "--data_dir", corpus, "--output_path", locked / "tokens.bin",
-                                  "--vocab_size", "280", "--workers", "1", "--quiet"], capsys)
+        status, _, err = run_cli(
+            [
+                "tokenize",
+                "--data_dir",
+                corpus,
+                "--output_path",
+                locked / "tokens.bin",
+                "--vocab_size",
+                "280",
+                "--workers",
+                "1",
+                "--quiet",
+            ],
+            capsys,
+        )
         assert status == 2 and err.count("\n") == 1, err
         status, _, err = run_cli(["train", "--dataset", "x.bin", "--model_dir", locked / "run"], capsys)
         assert status == 2 and err.count("\n") == 1, err
@@ -161,11 +194,13 @@ def fill_disk_in_save_file(monkeypatch, module):
         with open(path, "r+b") as f:
             f.truncate(os.path.getsize(path) // 2)
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+
     monkeypatch.setattr(module, "save_file", save_file)
 
 
 def test_full_disk_during_export_leaves_no_half_export(trained_run, tmp_path, capsys, monkeypatch):
     from gradcraft.training import run_folder
+
     fill_disk_in_atomic_writes(monkeypatch, 10_000)  # --format hf writes through atomic_file
     fill_disk_in_save_file(monkeypatch, run_folder)  # --format safetensors through safetensors' save_file
     for fmt in ("hf", "safetensors"):
@@ -178,10 +213,17 @@ def test_full_disk_during_export_leaves_no_half_export(trained_run, tmp_path, ca
 def test_storage_error_outside_the_atomic_writes_is_one_line(dataset, tmp_path, capsys, monkeypatch):
     """A write no command anticipated (here: the training log) still ends as one line and exit 2."""
     from gradcraft.training import log as run_logs
-    monkeypatch.setattr(run_logs.RunLogs, "append", lambda self, row: (_ for _ in ()).throw(
-        OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "run" / "training_log.csv"))))
-    status, _, err = run_cli(["train", "--dataset", dataset, "--model_dir", tmp_path / "run", *TINY, "--steps", "2"],
-                             capsys)
+
+    monkeypatch.setattr(
+        run_logs.RunLogs,
+        "append",
+        lambda self, row: (_ for _ in ()).throw(
+            OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "run" / "training_log.csv"))
+        ),
+    )
+    status, _, err = run_cli(
+        ["train", "--dataset", dataset, "--model_dir", tmp_path / "run", *TINY, "--steps", "2"], capsys
+    )
     assert status == 2 and err.strip().splitlines()[-1].startswith("error: ") and "training_log.csv" in err, err
     assert "Traceback" not in err
 
@@ -202,22 +244,38 @@ def test_run_folder_files_have_the_usual_mode(trained_run):
 
 def test_a_second_export_or_tokenize_into_a_folder_in_use_is_refused(trained_run, corpus, tmp_path, capsys):
     from gradcraft.training.runlock import lock_directory
+
     out = tmp_path / "export"
     out.mkdir()
     with lock_directory(str(out), "export"):  # as another export in progress holds it
-        status, _, err = run_cli(["export", "--model_dir", trained_run / "run", "--format", "safetensors",
-                                  "--out", out], capsys)
+        status, _, err = run_cli(
+            ["export", "--model_dir", trained_run / "run", "--format", "safetensors", "--out", out], capsys
+        )
     assert status == 2 and "in use by another `gradcraft export`" in err, err
     assert list(out.iterdir()) == []
     data = tmp_path / "data"
     data.mkdir()
     with lock_directory(str(data), "tokenize"):
-        status, _, err = run_cli(["tokenize", "--data_dir", corpus, "--output_path", data / "t.bin",
-                                  "--vocab_size", "280", "--workers", "1", "--quiet"], capsys)
+        status, _, err = run_cli(
+            [
+                "tokenize",
+                "--data_dir",
+                corpus,
+                "--output_path",
+                data / "t.bin",
+                "--vocab_size",
+                "280",
+                "--workers",
+                "1",
+                "--quiet",
+            ],
+            capsys,
+        )
     assert status == 2 and "in use by another `gradcraft tokenize`" in err, err
     assert list(data.iterdir()) == []
-    assert run_cli(["export", "--model_dir", trained_run / "run", "--format", "safetensors", "--out", out],
-                   capsys)[0] == 0
+    assert (
+        run_cli(["export", "--model_dir", trained_run / "run", "--format", "safetensors", "--out", out], capsys)[0] == 0
+    )
 
 
 def test_leftover_helper_sees_temporaries(tmp_path):

@@ -3,11 +3,28 @@ CJK, emoji, control characters, odd whitespace."""
 
 import random
 
-WORDS = ("the of and to in is it that for you was with on as have but be they at one this from "
-         "def return self import class None True False print if else elif while lambda yield "
-         "don't we'll I'm they've she's you'd it's CAPS Hello World naïve café Straße").split()
-EXTRA = ["世界", "你好", "日本語", "😀", "👍🏽", "🇫🇷", "ℝ", "∑", "\t", "\u00a0", "\u2028", "\x00", "\x1b[0m", "\r\n",
-         "<|endoftext|>"]
+WORDS = (
+    "the of and to in is it that for you was with on as have but be they at one this from "
+    "def return self import class None True False print if else elif while lambda yield "
+    "don't we'll I'm they've she's you'd it's CAPS Hello World naïve café Straße"
+).split()
+EXTRA = [
+    "世界",
+    "你好",
+    "日本語",
+    "😀",
+    "👍🏽",
+    "🇫🇷",
+    "ℝ",
+    "∑",
+    "\t",
+    "\u00a0",
+    "\u2028",
+    "\x00",
+    "\x1b[0m",
+    "\r\n",
+    "<|endoftext|>",
+]
 
 
 def make_corpus(n_docs: int = 40, words_per_doc: int = 120, seed: int = 0) -> list[str]:

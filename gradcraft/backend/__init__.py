@@ -18,42 +18,98 @@ reference the C and CUDA kernels are tested against.
 
 from gradcraft.errors import UserError
 
-PRIMITIVES = frozenset({
-    # elementwise unary (a) -> same shape
-    "neg", "exp", "log", "sqrt", "rsqrt", "abs", "sin", "cos", "tanh", "sigmoid", "relu",
-    "sign", "logical_not", "cast",
-    # elementwise binary (a, b) with NumPy broadcasting
-    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
-    "where",
-    # reductions over `axes` with `keepdim`
-    "sum", "max", "min", "argmax", "argmin", "cumsum", "topk",
-    # matrix product with batch broadcasting
-    "matmul",
-    # movement: views where the layout allows
-    "reshape", "permute", "expand", "slice", "flip", "contiguous",
-    # gathers and their scatter-add gradients
-    "index", "index_put_add", "take_along_dim", "scatter_add_along_dim", "cat", "pad", "tril", "triu",
-    "put_slices",  # (*gs, specs, shape): zeros with each g added at its slices (gradients of slicing)
-    # creation
-    "full", "arange", "rand", "randn", "randint", "copy_from", "assign",
-    # random masks that must match across devices bit for bit (Philox): not composable from rand
-    "dropout",
-    "attention_dropout",  # (weights, state) with backend/philox.py's mask: the explicit path's dropout
-    # mixture of experts: tokens to their experts' rows and back; slot (N, k) gives each assignment's row
-    "moe_permute", "moe_permute_backward", "moe_unpermute", "moe_unpermute_backward",  # unpermute bwd: (dy, dw)
-})
+PRIMITIVES = frozenset(
+    {
+        # elementwise unary (a) -> same shape
+        "neg",
+        "exp",
+        "log",
+        "sqrt",
+        "rsqrt",
+        "abs",
+        "sin",
+        "cos",
+        "tanh",
+        "sigmoid",
+        "relu",
+        "sign",
+        "logical_not",
+        "cast",
+        # elementwise binary (a, b) with NumPy broadcasting
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "pow",
+        "maximum",
+        "minimum",
+        "eq",
+        "ne",
+        "lt",
+        "le",
+        "gt",
+        "ge",
+        "where",
+        # reductions over `axes` with `keepdim`
+        "sum",
+        "max",
+        "min",
+        "argmax",
+        "argmin",
+        "cumsum",
+        "topk",
+        # matrix product with batch broadcasting
+        "matmul",
+        # movement: views where the layout allows
+        "reshape",
+        "permute",
+        "expand",
+        "slice",
+        "flip",
+        "contiguous",
+        # gathers and their scatter-add gradients
+        "index",
+        "index_put_add",
+        "take_along_dim",
+        "scatter_add_along_dim",
+        "cat",
+        "pad",
+        "tril",
+        "triu",
+        "put_slices",  # (*gs, specs, shape): zeros with each g added at its slices (gradients of slicing)
+        # creation
+        "full",
+        "arange",
+        "rand",
+        "randn",
+        "randint",
+        "copy_from",
+        "assign",
+        # random masks that must match across devices bit for bit (Philox): not composable from rand
+        "dropout",
+        "attention_dropout",  # (weights, state) with backend/philox.py's mask: the explicit path's dropout
+        # mixture of experts: tokens to their experts' rows and back; slot (N, k) gives each assignment's row
+        "moe_permute",
+        "moe_permute_backward",
+        "moe_unpermute",
+        "moe_unpermute_backward",  # unpermute bwd: (dy, dw)
+    }
+)
 
 # optional fused forward kernel -> its fused backward kernels
 OPTIONAL_PAIRS = {
-    "gelu": ("gelu_backward",), "silu": ("silu_backward",),
+    "gelu": ("gelu_backward",),
+    "silu": ("silu_backward",),
     # SwiGLU: (h) -> silu(h[..., :F]) * h[..., F:] for h of 2F features; backward (h, g) -> dh
     "swiglu": ("swiglu_backward",),
-    "softmax": ("softmax_backward",), "log_softmax": ("log_softmax_backward",),
+    "softmax": ("softmax_backward",),
+    "log_softmax": ("log_softmax_backward",),
     "cross_entropy": ("cross_entropy_backward",),
     "linear_cross_entropy": (),  # (multi) (x, w, target) -> (sum of the rows' losses, dx, dw): logits never whole
     "layer_norm": ("layer_norm_backward",),  # backward (multi): dx, dweight, dbias
     "rms_norm": ("rms_norm_backward",),  # backward (multi): dx, dweight
-    "embedding": ("embedding_backward",), "rope": (),  # (rope's gradient is rope with the inverse angle)
+    "embedding": ("embedding_backward",),
+    "rope": (),  # (rope's gradient is rope with the inverse angle)
     "sdpa": ("sdpa_backward",),  # backward (multi): dq, dk, dv
     # flash attention (multi): (q, k, v[, dropout state]) -> (out, log-sum-exp per query);
     # backward (q, k, v, out, lse, g[, state]) -> dq, dk, dv
@@ -90,11 +146,14 @@ def check_optimizer_state(params, grads, exp_avgs, exp_avg_sqs, what: str = "ada
         for name, arrays in lists.items():
             a = arrays[k]
             if int(a.size) != n:
-                raise UserError(f"{what}: {name[:-1]} of parameter {k} has {int(a.size)} elements {tuple(a.shape)}, "
-                                f"the parameter has {n} {tuple(p.shape)} (a damaged or mismatched optimizer state?)")
+                raise UserError(
+                    f"{what}: {name[:-1]} of parameter {k} has {int(a.size)} elements {tuple(a.shape)}, "
+                    f"the parameter has {n} {tuple(p.shape)} (a damaged or mismatched optimizer state?)"
+                )
             if name != "grads" and a.dtype.kind != "f" and a.dtype.name != "bfloat16":
-                raise UserError(f"{what}: {name[:-1]} of parameter {k} has dtype {a.dtype}; optimizer states "
-                                f"must be floating point")
+                raise UserError(
+                    f"{what}: {name[:-1]} of parameter {k} has dtype {a.dtype}; optimizer states must be floating point"
+                )
 
 
 class Backend:
@@ -130,8 +189,9 @@ class Backend:
     # Multi-tensor optimizer kernels (outside the graph: they update buffers in place, in one launch
     # on the GPU). Step-dependent numbers arrive in device arrays so the launches never change.
 
-    def adamw_step(self, params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1, beta2, eps, weight_decay,
-                   grad_scale=None) -> None:
+    def adamw_step(
+        self, params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1, beta2, eps, weight_decay, grad_scale=None
+    ) -> None:
         """PyTorch's AdamW rule over lists of buffers, in place. lr_step: float32 array [lr, step];
         grad_scale: None or an array whose first element multiplies every gradient (clipping)."""
         raise NotImplementedError
@@ -162,6 +222,7 @@ class Backend:
         """Bytes the device's allocator holds (`reserved_bytes`, what the process takes from the device)
         and hands out now (`used_bytes`)."""
         from gradcraft.backend.memory import stats
+
         return {"used_bytes": stats.live_bytes, "reserved_bytes": stats.peak_bytes}
 
     def check_contract(self) -> None:
@@ -186,8 +247,10 @@ def slices_tile_one_axis(specs, shape) -> bool:
     """True when the boxes of `specs` (one tuple of (start, stop, step) per leading axis each) differ
     on one axis only, where they are disjoint step-1 ranges covering it whole: then writing each
     gradient into its box fills the output, and no zero-fill is needed."""
-    boxes = [[slice(*item).indices(n) for item, n in zip(spec, shape)] + [(0, n, 1) for n in shape[len(spec):]]
-             for spec in specs]
+    boxes = [
+        [slice(*item).indices(n) for item, n in zip(spec, shape)] + [(0, n, 1) for n in shape[len(spec) :]]
+        for spec in specs
+    ]
     varying = [a for a in range(len(shape)) if len({box[a] for box in boxes}) > 1]
     if len(varying) > 1 or any(s[2] != 1 for box in boxes for s in box):
         return False

@@ -46,8 +46,12 @@ class MemoryStats:
         self.peak_bytes = self.live_bytes
 
     def as_dict(self) -> dict:
-        return {"live_bytes": self.live_bytes, "peak_bytes": self.peak_bytes,
-                "allocations": self.allocations, "fresh_allocations": self.fresh_allocations}
+        return {
+            "live_bytes": self.live_bytes,
+            "peak_bytes": self.peak_bytes,
+            "allocations": self.allocations,
+            "fresh_allocations": self.fresh_allocations,
+        }
 
 
 class CPUPool:

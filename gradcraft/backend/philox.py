@@ -32,8 +32,12 @@ def philox4x32(c0, c1, c2, c3, k0, k1):
     with np.errstate(over="ignore"):
         for _ in range(10):
             p0, p1 = _M0 * c0, _M1 * c2  # exact: both factors < 2^32
-            c0, c1, c2, c3 = ((p1 >> np.uint64(32)) ^ c1 ^ np.uint64(k0), p1 & _LO,
-                              (p0 >> np.uint64(32)) ^ c3 ^ np.uint64(k1), p0 & _LO)
+            c0, c1, c2, c3 = (
+                (p1 >> np.uint64(32)) ^ c1 ^ np.uint64(k0),
+                p1 & _LO,
+                (p0 >> np.uint64(32)) ^ c3 ^ np.uint64(k1),
+                p0 & _LO,
+            )
             k0, k1 = k0 + _W0, k1 + _W1
     return tuple(x.astype(np.uint32) for x in (c0, c1, c2, c3))
 
@@ -48,25 +52,27 @@ def keep_scale(p: float) -> float:
     return 65536.0 / (65536.0 - threshold(p))
 
 
-def attention_keep(rows: int, T: int, S: int, i0: int, t: int, j0: int, s: int, state, stream: int,
-                   p: float) -> np.ndarray:
+def attention_keep(
+    rows: int, T: int, S: int, i0: int, t: int, j0: int, s: int, state, stream: int, p: float
+) -> np.ndarray:
     """The keep mask (bool, (rows, t, s)) of queries i0..i0+t and keys j0..j0+s of `rows` head rows of a
     (B, H, T, S) attention (rows = B * H), for the dropout state [seed, counter] and a stream id."""
     seed, counter = (int(v) & 0xFFFFFFFFFFFFFFFF for v in state)
     groups = -(-S // 8)
     g0, g1 = j0 // 8, -(-(j0 + s) // 8)  # the 8-key groups that the keys j0..j0+s lie in
-    row = (np.arange(rows, dtype=np.uint64)[:, None] * np.uint64(T)
-           + np.arange(i0, i0 + t, dtype=np.uint64)[None, :])  # (rows, t) global query rows
+    row = (
+        np.arange(rows, dtype=np.uint64)[:, None] * np.uint64(T) + np.arange(i0, i0 + t, dtype=np.uint64)[None, :]
+    )  # (rows, t) global query rows
     index = row[:, :, None] * np.uint64(groups) + np.arange(g0, g1, dtype=np.uint64)  # (rows, t, g)
-    words = philox4x32(index & _LO, index >> np.uint64(32), counter & 0xFFFFFFFF, stream,
-                       seed & 0xFFFFFFFF, seed >> 32)
+    words = philox4x32(index & _LO, index >> np.uint64(32), counter & 0xFFFFFFFF, stream, seed & 0xFFFFFFFF, seed >> 32)
     halves = np.stack(words, axis=-1).view(np.uint16)  # little-endian: low half first, (rows, t, g, 8)
-    numbers = halves.reshape(rows, t, (g1 - g0) * 8)[:, :, j0 - g0 * 8:j0 - g0 * 8 + s]
+    numbers = halves.reshape(rows, t, (g1 - g0) * 8)[:, :, j0 - g0 * 8 : j0 - g0 * 8 + s]
     return numbers >= threshold(p)
 
 
-def attention_dropout(x: np.ndarray, state, *, p: float, stream: int, T: int, S: int, i0: int = 0,
-                      j0: int = 0) -> np.ndarray:
+def attention_dropout(
+    x: np.ndarray, state, *, p: float, stream: int, T: int, S: int, i0: int = 0, j0: int = 0
+) -> np.ndarray:
     """x (..., t, s): attention weights of queries i0.. and keys j0.. of a (B, H, T, S) attention, the
     leading axes flattening to B * H head rows; zeroed where dropped, scaled by keep_scale(p)."""
     t, s = x.shape[-2], x.shape[-1]

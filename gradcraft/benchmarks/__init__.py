@@ -15,6 +15,7 @@ def limit_threads(threads: int):
     import os
 
     from gradcraft.backend.cpu import blas
+
     os.environ["OMP_NUM_THREADS"] = str(threads)
     blas.set_threads(threads)
     try:

@@ -28,7 +28,7 @@ def _rope(x, start=0, base=10000.0):
     inv = 1.0 / base ** (torch.arange(0, D, 2, dtype=torch.float64, device=x.device) / D)
     ang = torch.outer(torch.arange(start, start + T, dtype=torch.float64, device=x.device), inv)
     cos, sin = torch.cat([ang.cos(), ang.cos()], -1).to(x.dtype), torch.cat([ang.sin(), ang.sin()], -1).to(x.dtype)
-    rotated = torch.cat([-x[..., D // 2:], x[..., :D // 2]], -1)
+    rotated = torch.cat([-x[..., D // 2 :], x[..., : D // 2]], -1)
     return x * cos + rotated * sin
 
 
@@ -69,20 +69,22 @@ def _sdpa(q, k, v, band=None, dropout_p=0.0):
     if H != Hkv and not flash:
         k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)
     if band is None:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=H != k.shape[1],
-                                              dropout_p=dropout_p)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=H != k.shape[1], dropout_p=dropout_p)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=band, dropout_p=dropout_p)
 
 
-def forward(cfg, params: dict, idx: torch.Tensor, with_aux: bool = False, attention: str = "explicit",
-            train: bool = False):
+def forward(
+    cfg, params: dict, idx: torch.Tensor, with_aux: bool = False, attention: str = "explicit", train: bool = False
+):
     """Logits (B, T, V); with_aux, also the sum of the mixture-of-experts auxiliary losses.
     attention: "explicit" (written out; the tests' oracle) or "sdpa" (F.scaled_dot_product_attention).
     train: training-mode dropout at the config's rates where gradcraft's Transformer (and GPT-2) puts
     it: after the embeddings (embd_dropout), on the attention weights (attn_dropout), after each
     block's attention and MLP projections (resid_dropout); False for the oracle."""
+
     def dropper(p):
         return (lambda t: F.dropout(t, p, training=True)) if train and p else (lambda t: t)
+
     drop_embd, drop_attn, drop = dropper(cfg.embd_dropout), dropper(cfg.attn_dropout), dropper(cfg.resid_dropout)
     if attention not in ("explicit", "sdpa"):
         raise ValueError(f"attention must be 'explicit' or 'sdpa', got {attention!r}")

@@ -59,6 +59,7 @@ class SideResult:
 
 # ---------------------------------------------------------------- choosing the sides
 
+
 def default_baselines(device: str) -> list[str]:
     """All three on CUDA; eager only on the CPU, where torch.compile takes minutes to compile (and
     needs a C++ compiler) and the flash kernels are not what sdpa measures on a GPU."""
@@ -70,8 +71,9 @@ def parse_baselines(values, device: str) -> list[str]:
     names = [n.strip() for v in values or [] for n in v.split(",") if n.strip()]
     unknown = [n for n in names if n not in BASELINES]
     if unknown:
-        raise UserError(f"unknown baseline {unknown[0]!r}; choose from {', '.join(BASELINES)} "
-                        "(comma-separated or repeated)")
+        raise UserError(
+            f"unknown baseline {unknown[0]!r}; choose from {', '.join(BASELINES)} (comma-separated or repeated)"
+        )
     return list(dict.fromkeys(names)) or default_baselines(device)
 
 
@@ -86,6 +88,7 @@ def select_sides(only: str | None, baselines: list[str]) -> list[str]:
 
 # ---------------------------------------------------------------- the sides
 
+
 def batches(vocab: int, batch: int, seq: int, n: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     for _ in range(n):
@@ -97,6 +100,7 @@ def initial_weights(cfg) -> dict:
     """Our freshly initialized weights (seed 0) as NumPy arrays: every side starts from these."""
     import gradcraft as gc
     from gradcraft.models import Transformer
+
     gc.manual_seed(0)
     return {k: v.numpy().copy() for k, v in Transformer(cfg).state_dict().items()}
 
@@ -112,6 +116,7 @@ def run_ours(cfg, weights, setup: Setup, n_steps: int):
 
     if setup.device.startswith("cuda"):
         from gradcraft.backend import cuda as gc_cuda
+
         gc_cuda.set_tf32(setup.tf32)
     model = Transformer(cfg)
     model.load_state_dict(weights)
@@ -132,8 +137,11 @@ def run_ours(cfg, weights, setup: Setup, n_steps: int):
         return loss
 
     # The captured step copies each batch into its own fixed input tensors (what graph replay needs).
-    run_step = CapturedStep(step, device) if setup.graph else (
-        lambda x, y: step(gc.tensor(x, device=device), gc.tensor(y, device=device)))
+    run_step = (
+        CapturedStep(step, device)
+        if setup.graph
+        else (lambda x, y: step(gc.tensor(x, device=device), gc.tensor(y, device=device)))
+    )
     losses, times, peak = [], [], 0
     for x, y in batches(cfg.vocab_size, setup.batch, cfg.seq_len, n_steps):
         t0 = time.perf_counter()
@@ -174,14 +182,17 @@ def run_torch(cfg, weights, setup: Setup, n_steps: int, baseline: str = "eager")
     # eager keeps the multi-tensor (foreach) AdamW it always had; the others take the fused kernel on
     # CUDA (the fastest PyTorch offers), foreach on the CPU
     fused = {"fused": True} if baseline != "eager" and cuda else {"foreach": True}
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                            lr=3e-4, betas=(0.9, 0.95), **fused)
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+        lr=3e-4,
+        betas=(0.9, 0.95),
+        **fused,
+    )
     attention = "explicit" if baseline == "eager" else "sdpa"
 
     def forward_and_loss(params, x, y):
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=setup.dtype == "bfloat16"):
-            logits, aux = torch_reference.forward(cfg, params, x, with_aux=True, attention=attention,
-                                                  train=True)
+            logits, aux = torch_reference.forward(cfg, params, x, with_aux=True, attention=attention, train=True)
             logits = logits[..., :V].reshape(-1, V).float()
             return torch.nn.functional.cross_entropy(logits, y.reshape(-1)) + aux
 
@@ -220,6 +231,7 @@ def runner(side: str):
 
 # ---------------------------------------------------------------- MFU
 
+
 def matmul_flops(device: str, dtype: str = "float32", tf32: bool = False, n: int | None = None) -> float | None:
     """The matmul rate (FLOP/s) PyTorch reaches on `device` in the run's dtype: a square n^3 product
     (8192 on a GPU, 1024 on the CPU), the median of 5 timed bursts. The ceiling MFU is measured
@@ -254,18 +266,20 @@ def matmul_flops(device: str, dtype: str = "float32", tf32: bool = False, n: int
     del a, b
     if cuda:
         torch.cuda.empty_cache()
-    return 2 * n ** 3 / float(np.median(times))
+    return 2 * n**3 / float(np.median(times))
 
 
 def flops_per_token(cfg) -> float:
     """Training FLOPs per token (Transformer.flops_per_token), counting for a mixture-of-experts model
     only the parameters a token uses (the experts it is routed to)."""
     from gradcraft.models import Transformer
+
     model = Transformer(cfg)
     return model.flops_per_token() - 6 * (model.num_parameters() - model.active_parameters())
 
 
 # ---------------------------------------------------------------- running and reporting
+
 
 def compare(cfg, setup: Setup, sides=(OURS, "eager"), rounds: int = 1, peak_flops: float | None = None) -> dict:
     """Run the sides in turn (`rounds` times, alternating, so that a burst of load on the machine hits
@@ -285,7 +299,7 @@ def compare(cfg, setup: Setup, sides=(OURS, "eager"), rounds: int = 1, peak_flop
                 first_line = (str(e).strip().splitlines() or [""])[0]
                 results[side].error = f"{type(e).__name__}: {first_line}"
                 continue
-            times[side] += step_times[setup.warmup:]
+            times[side] += step_times[setup.warmup :]
             r = results[side]
             r.losses = losses
             r.first_step_s = r.first_step_s or step_times[0]  # the first round's: torch.compile compiles there
@@ -322,8 +336,10 @@ def report(results: dict, setup: Setup | None = None, peak_flops: float | None =
             continue
         peak_s = f"{r.peak_bytes / 2**20:9.0f}" if r.peak_bytes else f"{'-':>9s}"
         mfu_s = f"{r.mfu:6.1%}" if r.mfu is not None else f"{'-':>6s}"
-        lines.append(f"{name:10s} {r.ms:9.1f} {r.tokens_per_s:11,.0f} {peak_s} {mfu_s}  "
-                     f"{' '.join(f'{v:.4f}' for v in r.losses[:3])}")
+        lines.append(
+            f"{name:10s} {r.ms:9.1f} {r.tokens_per_s:11,.0f} {peak_s} {mfu_s}  "
+            f"{' '.join(f'{v:.4f}' for v in r.losses[:3])}"
+        )
     if "compile" in results and not results["compile"].error:
         lines.append(f"compile: the first step (compilation included) took {results['compile'].first_step_s:.1f} s")
     ran = {name: r for name, r in results.items() if not r.error}
@@ -336,9 +352,10 @@ def report(results: dict, setup: Setup | None = None, peak_flops: float | None =
     for name, r in ran.items():
         if name == ref_name:
             continue
-        memory = (f"; peak memory ratio {ref.peak_bytes / r.peak_bytes:.2f}" if ref.peak_bytes and r.peak_bytes else "")
-        lines.append(f"speed ratio ({ref_name} tokens/s / {name} tokens/s): {ref.tokens_per_s / r.tokens_per_s:.2f}x"
-                     + memory)
+        memory = f"; peak memory ratio {ref.peak_bytes / r.peak_bytes:.2f}" if ref.peak_bytes and r.peak_bytes else ""
+        lines.append(
+            f"speed ratio ({ref_name} tokens/s / {name} tokens/s): {ref.tokens_per_s / r.tokens_per_s:.2f}x" + memory
+        )
     for name, r in ran.items():
         if name == ref_name:
             continue
@@ -353,7 +370,16 @@ def to_json(results: dict, **context) -> dict:
     (configuration, device, ...) and every side's numbers."""
     sides = {}
     for name, r in results.items():
-        sides[name] = {"error": r.error} if r.error else {
-            "ms_per_step": r.ms, "tokens_per_s": r.tokens_per_s, "peak_bytes": r.peak_bytes, "mfu": r.mfu,
-            "first_step_s": r.first_step_s, "losses": r.losses}
+        sides[name] = (
+            {"error": r.error}
+            if r.error
+            else {
+                "ms_per_step": r.ms,
+                "tokens_per_s": r.tokens_per_s,
+                "peak_bytes": r.peak_bytes,
+                "mfu": r.mfu,
+                "first_step_s": r.first_step_s,
+                "losses": r.losses,
+            }
+        )
     return {**context, "sides": sides}

@@ -20,19 +20,31 @@ import sys
 
 # Range-checked argparse types (gradcraft/validation.py): a string in, the value or one error line out.
 from gradcraft.validation import (  # noqa: F401 (the flags' types, defined with the fields that share them)
-    Value, fraction, non_negative_float, non_negative_int, port, positive_float, positive_int, probability, seed)
+    Value,
+    fraction,
+    non_negative_float,
+    non_negative_int,
+    port,
+    positive_float,
+    positive_int,
+    probability,
+    seed,
+)
 
 # importable module -> (the extra that installs it, what needs it)
-OPTIONAL_MODULES = {"matplotlib": ("plot", "the loss plot"),
-                    "fastapi": ("serve", "gradcraft serve"),
-                    "uvicorn": ("serve", "gradcraft serve"),
-                    "starlette": ("serve", "gradcraft serve")}
+OPTIONAL_MODULES = {
+    "matplotlib": ("plot", "the loss plot"),
+    "fastapi": ("serve", "gradcraft serve"),
+    "uvicorn": ("serve", "gradcraft serve"),
+    "starlette": ("serve", "gradcraft serve"),
+}
 
 
 def version() -> str:
     """The installed package's version (from its metadata), or "unknown" when run from a bare checkout."""
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as dist_version
+
     try:
         return dist_version("gradcraft")
     except PackageNotFoundError:
@@ -46,6 +58,7 @@ NEEDS = {"serve": ("fastapi", "uvicorn")}
 def check_dependencies(command: str) -> None:
     """Raise ModuleNotFoundError (turned into one line by main) for a module `command` needs."""
     import importlib.util
+
     for name in NEEDS.get(command, ()):
         if importlib.util.find_spec(name) is None:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
@@ -57,8 +70,10 @@ def missing_dependency_message(module_name: str) -> str | None:
     if top not in OPTIONAL_MODULES:
         return None
     extra, needed_by = OPTIONAL_MODULES[top]
-    return (f"{needed_by} needs {top}, which is not installed here; install it with "
-            f"pip install 'gradcraft[{extra}]' (or: bash scripts/setup_venv.sh {extra})")
+    return (
+        f"{needed_by} needs {top}, which is not installed here; install it with "
+        f"pip install 'gradcraft[{extra}]' (or: bash scripts/setup_venv.sh {extra})"
+    )
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -95,10 +110,14 @@ class Parser(argparse.ArgumentParser):
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """--model_dir, or --vocab, --config and --weights: where generate and serve find a model."""
-    parser.add_argument("--model_dir", help="a training run: takes the tokenizer, config and weights from it "
-                                            "(default: none; then give --vocab, --config and --weights)")
-    parser.add_argument("--vocab", help="tokenizer file (gradcraft, HF tokenizer.json or .tiktoken) "
-                                        "(default: the one in --model_dir)")
+    parser.add_argument(
+        "--model_dir",
+        help="a training run: takes the tokenizer, config and weights from it "
+        "(default: none; then give --vocab, --config and --weights)",
+    )
+    parser.add_argument(
+        "--vocab", help="tokenizer file (gradcraft, HF tokenizer.json or .tiktoken) (default: the one in --model_dir)"
+    )
     parser.add_argument("--config", help="model config.json (default: the one in --model_dir)")
     parser.add_argument("--weights", help="model.safetensors (default: the one in --model_dir)")
 

@@ -25,12 +25,19 @@ FORMATS = ("hf", "safetensors", "k2")
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("export", help="write a trained model as a Hugging Face or safetensors folder",
-                              description="Export a run folder's final weights, config and tokenizer.")
-    p.add_argument("--model_dir", required=True, help="a training run (or any folder `generate` reads); required, "
-                                                      "no default")
-    p.add_argument("--format", required=True, help="hf (transformers' layout), safetensors (gradcraft's) or k2 "
-                                                   "(K2's latest.ckpt); required, no default")
+    p = subparsers.add_parser(
+        "export",
+        help="write a trained model as a Hugging Face or safetensors folder",
+        description="Export a run folder's final weights, config and tokenizer.",
+    )
+    p.add_argument(
+        "--model_dir", required=True, help="a training run (or any folder `generate` reads); required, no default"
+    )
+    p.add_argument(
+        "--format",
+        required=True,
+        help="hf (transformers' layout), safetensors (gradcraft's) or k2 (K2's latest.ckpt); required, no default",
+    )
     p.add_argument("--out", required=True, help="a new or empty folder to write; required, no default")
     p.set_defaults(func=run)
 
@@ -66,6 +73,7 @@ def run(args) -> int:
             elif args.format == "k2":
                 from gradcraft.models.k2 import export_k2
                 from gradcraft.training.checkpoint import run_step
+
                 written = export_k2(model, tokenizer, run_step(args.model_dir, model.config), out)
             else:
                 written = _export_safetensors(model, tokenizer, metadata, out)
@@ -93,8 +101,10 @@ def _export_hf(model, tokenizer, metadata, out) -> list:
     cfg = model.config
     family_of(cfg)  # refuse an architecture HF has no class for, before creating anything
     if "M" in cfg.ffn_pattern and cfg.capacity_factor:
-        raise UserError(f"this model's experts have a capacity limit (capacity_factor {cfg.capacity_factor}) that "
-                        "HF's Mixtral lacks, so transformers would compute other outputs; export --format safetensors")
+        raise UserError(
+            f"this model's experts have a capacity limit (capacity_factor {cfg.capacity_factor}) that "
+            "HF's Mixtral lacks, so transformers would compute other outputs; export --format safetensors"
+        )
     fingerprint = metadata.get("tokenizer_fingerprint", "")
     export_hf(model, out, metadata={"tokenizer_fingerprint": fingerprint} if fingerprint else None)
     written = ["config.json", "model.safetensors"]

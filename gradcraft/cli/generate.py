@@ -11,18 +11,32 @@ def add_parser(subparsers) -> None:
     from gradcraft.inference.generate import MAX_TEMPERATURE, MIN_TEMPERATURE
     from gradcraft.validation import Value
 
-    p = subparsers.add_parser("generate", help="generate text from a trained model",
-                              description="Greedy by default; --temp enables sampling (with --top_k/--top_p). "
-                                          "With no --prompt and no piped input, opens an interactive session.")
+    p = subparsers.add_parser(
+        "generate",
+        help="generate text from a trained model",
+        description="Greedy by default; --temp enables sampling (with --top_k/--top_p). "
+        "With no --prompt and no piped input, opens an interactive session.",
+    )
     add_model_arguments(p)
-    p.add_argument("--prompt", help="one prompt; the completion is printed and the command exits (default: none: "
-                                    "read piped input, or open an interactive session)")
+    p.add_argument(
+        "--prompt",
+        help="one prompt; the completion is printed and the command exits (default: none: "
+        "read piped input, or open an interactive session)",
+    )
     p.add_argument("--max_tokens", type=positive_int, default=512, help="tokens to generate at most")
-    p.add_argument("--temp", type=Value(float, low=0, high=MAX_TEMPERATURE, not_between=(0, MIN_TEMPERATURE)),
-                   default=None, help="sampling temperature, 0 (greedy) or 1e-6 to 100 (default: none: greedy)")
+    p.add_argument(
+        "--temp",
+        type=Value(float, low=0, high=MAX_TEMPERATURE, not_between=(0, MIN_TEMPERATURE)),
+        default=None,
+        help="sampling temperature, 0 (greedy) or 1e-6 to 100 (default: none: greedy)",
+    )
     p.add_argument("--top_k", type=positive_int, default=20, help="sample among the k most likely tokens (with --temp)")
-    p.add_argument("--top_p", type=Value(float, low=0, high=1, low_open=True), default=None,
-                   help="sample among the most likely tokens holding this much probability (default: none: off)")
+    p.add_argument(
+        "--top_p",
+        type=Value(float, low=0, high=1, low_open=True),
+        default=None,
+        help="sample among the most likely tokens holding this much probability (default: none: off)",
+    )
     p.add_argument("--seed", type=seed, default=None, help="random seed of the sampling (default: none: a fresh one)")
     p.add_argument("--stop", action="append", default=[], help="stop string, repeatable (default: none)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
@@ -53,20 +67,31 @@ def load(args):
 
 def params_from(args):
     from gradcraft.inference.generate import SamplingParams
-    return SamplingParams(max_tokens=args.max_tokens, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
-                          seed=args.seed, stop_strings=tuple(args.stop))
+
+    return SamplingParams(
+        max_tokens=args.max_tokens,
+        temperature=args.temp,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        stop_strings=tuple(args.stop),
+    )
 
 
 def stream(generator, prompt: str, params) -> str:
     """Print the completion as it is produced; returns the stop reason."""
+
     def on_text(_, piece):
         sys.stdout.write(piece)
         sys.stdout.flush()
+
     _, reasons = generator.complete([prompt], params, on_text)
     sys.stdout.write("\n")
     if reasons[0] == "context":
-        print(f"[stopped: the model's context length ({generator.model.config.seq_len} tokens) was reached]",
-              file=sys.stderr)
+        print(
+            f"[stopped: the model's context length ({generator.model.config.seq_len} tokens) was reached]",
+            file=sys.stderr,
+        )
     return reasons[0]
 
 
@@ -75,8 +100,10 @@ def interactive(generator, params) -> None:
         import readline  # noqa: F401  (history and line editing for input())
     except ImportError:
         pass
-    print("interactive session: enter a prompt; Ctrl-C stops a generation, Ctrl-D (or an empty line twice) exits",
-          file=sys.stderr)
+    print(
+        "interactive session: enter a prompt; Ctrl-C stops a generation, Ctrl-D (or an empty line twice) exits",
+        file=sys.stderr,
+    )
     empty = 0
     while True:
         try:
@@ -116,8 +143,9 @@ def run(args) -> int:
         try:
             prompt = sys.stdin.read()
         except UnicodeDecodeError as e:
-            raise UserError(f"the piped prompt is not valid text in {sys.stdin.encoding} ({e.reason}); "
-                            "pipe UTF-8 text") from None
+            raise UserError(
+                f"the piped prompt is not valid text in {sys.stdin.encoding} ({e.reason}); pipe UTF-8 text"
+            ) from None
         stream(generator, prompt, params)
     else:
         interactive(generator, params)

@@ -33,10 +33,14 @@ SUBCOMMANDS = {
 
 
 def build_parser() -> Parser:
-    parser = Parser(prog="gradcraft", description="Train and run small language models with the gradcraft engine. "
-                                                   "Every --flag_name may also be spelled --flag-name.")
-    parser.add_argument("--version", action="version", version=f"gradcraft {version()}",
-                        help="print the installed version and exit")
+    parser = Parser(
+        prog="gradcraft",
+        description="Train and run small language models with the gradcraft engine. "
+        "Every --flag_name may also be spelled --flag-name.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"gradcraft {version()}", help="print the installed version and exit"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     parser.subcommands = sub.choices

@@ -7,26 +7,33 @@ from gradcraft.cli.common import add_model_arguments, non_negative_int, port, po
 from gradcraft.cli.generate import load
 from gradcraft.errors import UserError
 
-DESCRIPTION = ("Serve a trained model over HTTP: OpenAI-compatible POST /v1/completions and "
-               "POST /v1/chat/completions (streaming with \"stream\": true), GET /v1/models, GET /health, and a "
-               "browser playground at GET / (off with --no_ui). "
-               "Concurrent requests are batched continuously (up to --max_batch sequences decoded together, "
-               "--max_queue more waiting; beyond that, 429); a request whose client disconnects is cancelled. "
-               "One access-log line per request goes to stderr.")
+DESCRIPTION = (
+    "Serve a trained model over HTTP: OpenAI-compatible POST /v1/completions and "
+    'POST /v1/chat/completions (streaming with "stream": true), GET /v1/models, GET /health, and a '
+    "browser playground at GET / (off with --no_ui). "
+    "Concurrent requests are batched continuously (up to --max_batch sequences decoded together, "
+    "--max_queue more waiting; beyond that, 429); a request whose client disconnects is cancelled. "
+    "One access-log line per request goes to stderr."
+)
 
 
 def add_parser(subparsers) -> None:
     from gradcraft.inference.server import MAX_BODY_BYTES
 
-    p = subparsers.add_parser("serve", help="serve a model over HTTP (OpenAI-compatible /v1/completions)",
-                              description=DESCRIPTION)
+    p = subparsers.add_parser(
+        "serve", help="serve a model over HTTP (OpenAI-compatible /v1/completions)", description=DESCRIPTION
+    )
     add_model_arguments(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s, this machine only)")
     p.add_argument("--port", type=port, default=8000, help="TCP port, 1-65535 (default: %(default)s)")
     p.add_argument("--name", default=None, help="model name reported by /v1/models (default: the model_dir name)")
     p.add_argument("--device", default="cpu", help="'cpu', 'cuda' or 'cuda:N' (default: %(default)s)")
-    p.add_argument("--max_body_bytes", type=positive_int, default=MAX_BODY_BYTES,
-                   help="largest request body accepted; larger ones get a 413 (default: %(default)s)")
+    p.add_argument(
+        "--max_body_bytes",
+        type=positive_int,
+        default=MAX_BODY_BYTES,
+        help="largest request body accepted; larger ones get a 413 (default: %(default)s)",
+    )
     p.add_argument("--docs", action="store_true", help="also serve the API docs at /docs and /openapi.json")
     p.add_argument("--no_ui", action="store_true", help="do not serve the browser playground at / (a 404 there)")
     add_batching_arguments(p)
@@ -37,22 +44,44 @@ def add_batching_arguments(p) -> None:
     """Continuous batching, limits and access (inference/scheduler.py, inference/server.py)."""
     from gradcraft.inference.server import MAX_QUEUE, REQUEST_TIMEOUT, SLOTS
 
-    p.add_argument("--max_batch", type=positive_int, default=SLOTS,
-                   help="sequences decoded together: the KV cache's slots, allocated once (default: %(default)s)")
-    p.add_argument("--max_queue", type=non_negative_int, default=MAX_QUEUE,
-                   help="sequences that may wait for a slot; more get a 429 (default: %(default)s)")
-    p.add_argument("--prefill_chunk", type=positive_int, default=256,
-                   help="prompt tokens prefilled between two decoding steps (default: %(default)s)")
-    p.add_argument("--request_timeout", type=positive_float, default=REQUEST_TIMEOUT,
-                   help="seconds a request may take, waiting included; later, a 503 (default: %(default)s)")
-    p.add_argument("--api_key", default=None,
-                   help="require 'Authorization: Bearer <key>' on /v1/ (default: the GRADCRAFT_API_KEY "
-                        "environment variable, else no key)")
+    p.add_argument(
+        "--max_batch",
+        type=positive_int,
+        default=SLOTS,
+        help="sequences decoded together: the KV cache's slots, allocated once (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max_queue",
+        type=non_negative_int,
+        default=MAX_QUEUE,
+        help="sequences that may wait for a slot; more get a 429 (default: %(default)s)",
+    )
+    p.add_argument(
+        "--prefill_chunk",
+        type=positive_int,
+        default=256,
+        help="prompt tokens prefilled between two decoding steps (default: %(default)s)",
+    )
+    p.add_argument(
+        "--request_timeout",
+        type=positive_float,
+        default=REQUEST_TIMEOUT,
+        help="seconds a request may take, waiting included; later, a 503 (default: %(default)s)",
+    )
+    p.add_argument(
+        "--api_key",
+        default=None,
+        help="require 'Authorization: Bearer <key>' on /v1/ (default: the GRADCRAFT_API_KEY "
+        "environment variable, else no key)",
+    )
 
 
 def _check_batching(args) -> None:
-    for flag, value, least in (("--max_batch", args.max_batch, 1), ("--max_queue", args.max_queue, 0),
-                               ("--prefill_chunk", args.prefill_chunk, 1)):
+    for flag, value, least in (
+        ("--max_batch", args.max_batch, 1),
+        ("--max_queue", args.max_queue, 0),
+        ("--prefill_chunk", args.prefill_chunk, 1),
+    ):
         if value < least:
             raise UserError(f"{flag} must be at least {least}, got {value}")
     if not args.request_timeout > 0:
@@ -65,6 +94,7 @@ def _check_batching(args) -> None:
 
 def _is_loopback(host: str) -> bool:
     import ipaddress
+
     if host == "localhost":
         return True
     try:
@@ -76,6 +106,7 @@ def _is_loopback(host: str) -> bool:
 def _check_device(device: str) -> str:
     """The canonical device, or a UserError (one line): a wrong name, or a GPU this machine lacks."""
     from gradcraft import device as devices
+
     parse = getattr(devices, "parse_device", None)  # the shared parser (checks availability too)
     return parse(device) if parse is not None else devices.canonical(device)
 
@@ -89,19 +120,37 @@ def run(args) -> int:
     _check_batching(args)
     sock = bind(args.host, args.port)  # before loading the model: a taken port fails at once
     if not _is_loopback(args.host):
-        print(f"warning: --host {args.host} lets other machines reach this server"
-              f"{'' if args.api_key else ' with no API key (--api_key)'}; the default 127.0.0.1 serves "
-              "this machine only", file=sys.stderr, flush=True)
+        print(
+            f"warning: --host {args.host} lets other machines reach this server"
+            f"{'' if args.api_key else ' with no API key (--api_key)'}; the default 127.0.0.1 serves "
+            "this machine only",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         generator = load(args)
         name = args.name or os.path.basename(os.path.normpath(args.model_dir or os.path.dirname(args.weights)))
-        print(f"serving {name} on http://{args.host}:{args.port} (POST /v1/completions, POST /v1/chat/completions, "
-              f"GET /v1/models, GET /health{', /docs' if args.docs else ''}"
-              f"{'' if args.no_ui else ', playground at /'}; {args.max_batch} sequences at once)",
-              flush=True)
-        serve(generator, name, args.host, args.port, sock=sock, max_body_bytes=args.max_body_bytes, docs=args.docs,
-              slots=args.max_batch, max_queue=args.max_queue, prefill_chunk=args.prefill_chunk,
-              request_timeout=args.request_timeout, api_key=args.api_key, ui=not args.no_ui)
+        print(
+            f"serving {name} on http://{args.host}:{args.port} (POST /v1/completions, POST /v1/chat/completions, "
+            f"GET /v1/models, GET /health{', /docs' if args.docs else ''}"
+            f"{'' if args.no_ui else ', playground at /'}; {args.max_batch} sequences at once)",
+            flush=True,
+        )
+        serve(
+            generator,
+            name,
+            args.host,
+            args.port,
+            sock=sock,
+            max_body_bytes=args.max_body_bytes,
+            docs=args.docs,
+            slots=args.max_batch,
+            max_queue=args.max_queue,
+            prefill_chunk=args.prefill_chunk,
+            request_timeout=args.request_timeout,
+            api_key=args.api_key,
+            ui=not args.no_ui,
+        )
     finally:
         sock.close()
     return 0

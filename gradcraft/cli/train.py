@@ -15,29 +15,53 @@ def add_parser(subparsers) -> None:
     from gradcraft.models.config import ModelConfig
     from gradcraft.training.config import TrainConfig, field_help
 
-    p = subparsers.add_parser("train", help="train a model on a token file",
-                              description="Train a decoder-only transformer. Flags override the --config file, "
-                                          "which overrides the preset; with --resume, unset flags keep the values "
-                                          "of the interrupted run. The model and training flags are the fields of "
-                                          "ModelConfig and TrainConfig (docs/training.md).")
-    p.add_argument("--config", help="a TOML or JSON file of model and training settings by field name ([model] and "
-                                    "[train] tables, or flat; a run's train_config.json is one); flags override it "
-                                    "(default: none)")
+    p = subparsers.add_parser(
+        "train",
+        help="train a model on a token file",
+        description="Train a decoder-only transformer. Flags override the --config file, "
+        "which overrides the preset; with --resume, unset flags keep the values "
+        "of the interrupted run. The model and training flags are the fields of "
+        "ModelConfig and TrainConfig (docs/training.md).",
+    )
+    p.add_argument(
+        "--config",
+        help="a TOML or JSON file of model and training settings by field name ([model] and "
+        "[train] tables, or flat; a run's train_config.json is one); flags override it "
+        "(default: none)",
+    )
     p.add_argument("--dataset", help=f"token file from `gradcraft tokenize` (default: {DEFAULT_DATASET})")
-    p.add_argument("--model_dir", help="where checkpoints, logs and weights go; a folder holding another run is "
-                                       f"refused without --resume or --overwrite (default: {DEFAULT_MODEL_DIR})")
+    p.add_argument(
+        "--model_dir",
+        help="where checkpoints, logs and weights go; a folder holding another run is "
+        f"refused without --resume or --overwrite (default: {DEFAULT_MODEL_DIR})",
+    )
     p.add_argument("--preset", default=None, help="named architecture (default: demo); see docs/training.md")
     p.add_argument("--resume", action="store_true", help="continue from the newest intact checkpoint in --model_dir")
-    p.add_argument("--overwrite", action="store_true",
-                   help="delete the run already in --model_dir (its checkpoints, logs, weights) and start a new one")
-    model_help = {f.name: f.metadata["help"] + ("" if "default" in f.metadata["help"] else " (default: the preset's)")
-                  for f in dataclasses.fields(ModelConfig)}
-    add_field_flags(p.add_argument_group("model: ModelConfig's fields (override the preset; the mixture-of-experts "
-                                         "loss coefficients may change on --resume)"), ModelConfig, model_help)
-    add_field_flags(p.add_argument_group("training: TrainConfig's fields (with --resume, default: the run's)"),
-                    TrainConfig, field_help(TrainConfig))
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete the run already in --model_dir (its checkpoints, logs, weights) and start a new one",
+    )
+    model_help = {
+        f.name: f.metadata["help"] + ("" if "default" in f.metadata["help"] else " (default: the preset's)")
+        for f in dataclasses.fields(ModelConfig)
+    }
+    add_field_flags(
+        p.add_argument_group(
+            "model: ModelConfig's fields (override the preset; the mixture-of-experts "
+            "loss coefficients may change on --resume)"
+        ),
+        ModelConfig,
+        model_help,
+    )
+    add_field_flags(
+        p.add_argument_group("training: TrainConfig's fields (with --resume, default: the run's)"),
+        TrainConfig,
+        field_help(TrainConfig),
+    )
     p.add_argument("--no_progress", action="store_true", help="print lines instead of a progress bar")
     from gradcraft.cli.launch_flags import add_distributed_arguments
+
     add_distributed_arguments(p)  # --nnodes, --node_rank, --master_addr, --master_port, --bucket_mb, --zero...
     p.set_defaults(func=run_train)
 
@@ -83,6 +107,7 @@ def spell(args, name: str) -> str:
 
 def _field_kind(cls, name: str):
     from gradcraft.validation import dataclass_fields
+
     found = dataclass_fields(cls).get(name)
     return found.kind if found is not None else None
 
@@ -97,6 +122,7 @@ def apply_settings_file(args) -> None:
     the file), then the defaults of --dataset and --model_dir."""
     if args.config:
         from gradcraft.training.config import read_settings_file
+
         model, train = read_settings_file(args.config)
         args.from_file = {**model, **train}
         for name, value in args.from_file.items():
@@ -111,6 +137,7 @@ def apply_settings_file(args) -> None:
 def given_model_values(args) -> dict:
     """The ModelConfig fields given by a flag or the --config file."""
     from gradcraft.models.config import ModelConfig
+
     given = {}
     for f in dataclasses.fields(ModelConfig):
         value = getattr(args, f.name, None)
@@ -145,8 +172,10 @@ def build_configs(args):
         saved = model_config.to_dict()
         for name, value in given_model.items():
             if name not in resumable and saved.get(name) != value:
-                raise UserError(f"--resume: {spell(args, name)} {value} differs from {saved.get(name)} "
-                                f"in {config_path}; drop the setting, or train into a new --model_dir")
+                raise UserError(
+                    f"--resume: {spell(args, name)} {value} differs from {saved.get(name)} "
+                    f"in {config_path}; drop the setting, or train into a new --model_dir"
+                )
         for name in resumable & set(given_model):
             setattr(model_config, name, given_model[name])
         model_config.validate()
@@ -167,9 +196,11 @@ def build_configs(args):
     if args.no_progress:
         train_values["progress"] = False
     from gradcraft.device import parse_device
+
     # with --nproc > 1, gradcraft.distributed checks the GPUs and names all it needs
-    train_values["device"] = parse_device(train_values.get("device") or "cpu",
-                                          require_available=(train_values.get("nproc") or 1) == 1)
+    train_values["device"] = parse_device(
+        train_values.get("device") or "cpu", require_available=(train_values.get("nproc") or 1) == 1
+    )
     return TrainConfig(**train_values), model_config
 
 
@@ -206,8 +237,9 @@ def _run_train(args) -> int:
                 check_memory(train_config, model_config)
                 created = not os.path.exists(train_config.model_dir)
                 lock, locked = lock_run_folder(train_config.model_dir), True
-            summary = train_processes(train_config, model_config, resume=args.resume, overwrite=args.overwrite,
-                                      topology=topology)
+            summary = train_processes(
+                train_config, model_config, resume=args.resume, overwrite=args.overwrite, topology=topology
+            )
         except (UserError, OSError):  # a full disk, a damaged file...: one line (cli/main.py), no temporaries
             if locked:
                 ckpt.remove_temporaries(args.model_dir)  # ours: we hold the folder's lock
@@ -225,15 +257,23 @@ def _run_train(args) -> int:
             # a folder this command created and left empty (a run refused before it wrote anything) goes
             release_run_folder(lock, train_config.model_dir if created else None)
     if summary.get("finished"):
-        print(f"nothing to do: the run in {train_config.model_dir} is at step {summary['step']} and --steps is "
-              f"{summary['steps']}" + (f" (--stop_after {train_config.stop_after})" if train_config.stop_after else "")
-              + "; pass a larger --steps to train it further")
+        print(
+            f"nothing to do: the run in {train_config.model_dir} is at step {summary['step']} and --steps is "
+            f"{summary['steps']}"
+            + (f" (--stop_after {train_config.stop_after})" if train_config.stop_after else "")
+            + "; pass a larger --steps to train it further"
+        )
         return 0
-    where = f"weights in {_final_weights(train_config.model_dir)}" if summary.get("writer", True) else \
-        "rank 0 on node 0 wrote the run"
-    print(f"trained {summary['step']} steps; final loss {summary['loss']:.4f}; "
-          f"peak memory {summary['peak_bytes'] / 2**20:,.0f} MiB; "
-          f"{summary['tokens_per_s']:,.0f} tokens/s; {where}")
+    where = (
+        f"weights in {_final_weights(train_config.model_dir)}"
+        if summary.get("writer", True)
+        else "rank 0 on node 0 wrote the run"
+    )
+    print(
+        f"trained {summary['step']} steps; final loss {summary['loss']:.4f}; "
+        f"peak memory {summary['peak_bytes'] / 2**20:,.0f} MiB; "
+        f"{summary['tokens_per_s']:,.0f} tokens/s; {where}"
+    )
     if summary.get("hard_exit"):  # a torchrun rank on a GPU: skip the teardown that can hang (launch._run_rank)
         sys.stdout.flush()
         sys.stderr.flush()
@@ -243,4 +283,5 @@ def _run_train(args) -> int:
 
 def _final_weights(model_dir: str) -> str:
     from gradcraft.inference.text import paths_from_model_dir
+
     return paths_from_model_dir(model_dir)[2]

@@ -29,10 +29,23 @@ from gradcraft.errors import UserError
 SMALL_INPUT = 4 << 20  # below this many bytes, worker processes cost more than they save
 
 
-def prepare_dataset(data_dir: str, output_path: str, *, vocab_path: str | None = None, retrain: bool = False,
-                    vocab_size: int = 8192, sample_mb: float = 200, pattern: str = "gpt4",
-                    special_tokens=("<|endoftext|>",), exts=(".txt",), exclude=(), val_fraction: float = 0.0,
-                    workers: int | None = None, progress: bool = True, log=None) -> dict:
+def prepare_dataset(
+    data_dir: str,
+    output_path: str,
+    *,
+    vocab_path: str | None = None,
+    retrain: bool = False,
+    vocab_size: int = 8192,
+    sample_mb: float = 200,
+    pattern: str = "gpt4",
+    special_tokens=("<|endoftext|>",),
+    exts=(".txt",),
+    exclude=(),
+    val_fraction: float = 0.0,
+    workers: int | None = None,
+    progress: bool = True,
+    log=None,
+) -> dict:
     """Tokenize the `exts` files under `data_dir` into `output_path` (and its validation split),
     learning the tokenizer into `vocab_path` (default: tokenizer.json next to output_path) or
     reusing it. Returns a summary: files, documents, bytes, tokens ({path: count}), the tokenizer,
@@ -59,6 +72,7 @@ def prepare_dataset(data_dir: str, output_path: str, *, vocab_path: str | None =
         if sample_mb <= 0:
             raise UserError(f"sample_mb (--sample_mb) must be positive, not {sample_mb}")
         from gradcraft.tokenizer.train import check_vocab_size
+
         check_vocab_size(vocab_size, special_tokens)
     check_writable(output_path, "output")
     stale_val = val_fraction == 0 and os.path.exists(val_path)
@@ -106,8 +120,13 @@ def prepare_dataset(data_dir: str, output_path: str, *, vocab_path: str | None =
                     continue
                 tmp = _temp_name(path)
                 pending.append((tmp, path))
-                counts[path] = write_token_file(tmp, encode_documents(tok, part, sep_id, workers, dtype, bar),
-                                                vocab_size=tok.vocab_size, fingerprint=tok.fingerprint, dtype=dtype)
+                counts[path] = write_token_file(
+                    tmp,
+                    encode_documents(tok, part, sep_id, workers, dtype, bar),
+                    vocab_size=tok.vocab_size,
+                    fingerprint=tok.fingerprint,
+                    dtype=dtype,
+                )
         if not reuse:
             tmp = _temp_name(vocab_path)
             save_tokenizer(tok, tmp)
@@ -127,9 +146,21 @@ def prepare_dataset(data_dir: str, output_path: str, *, vocab_path: str | None =
             for d in reversed(created_dirs):
                 if os.path.isdir(d) and not os.listdir(d):
                     os.rmdir(d)
-    return dict(files=len(files), documents=len(docs), bytes=total_bytes, tokens=counts, tokenizer=tok,
-                vocab_path=vocab_path, reused=reuse, sample_bytes=sample, removed_val=val_path if stale_val else None,
-                dtype=dtype, seconds=time.perf_counter() - t0, learn_seconds=t_learn, workers=workers)
+    return dict(
+        files=len(files),
+        documents=len(docs),
+        bytes=total_bytes,
+        tokens=counts,
+        tokenizer=tok,
+        vocab_path=vocab_path,
+        reused=reuse,
+        sample_bytes=sample,
+        removed_val=val_path if stale_val else None,
+        dtype=dtype,
+        seconds=time.perf_counter() - t0,
+        learn_seconds=t_learn,
+        workers=workers,
+    )
 
 
 def find_files(data_dir: str, exts: list[str], exclude: list[str] = ()) -> list[str]:
@@ -153,11 +184,13 @@ def split_documents(files: list[str], data_dir: str, val_fraction: float):
     if val_fraction <= 0:
         return files, []
     if len(files) < 2:
-        raise UserError(f"val_fraction (--val_fraction) needs at least 2 non-empty documents; {data_dir} has "
-                        f"{len(files)}")
+        raise UserError(
+            f"val_fraction (--val_fraction) needs at least 2 non-empty documents; {data_dir} has {len(files)}"
+        )
     n_val = min(len(files) - 1, max(1, round(val_fraction * len(files))))
-    key = {f: hashlib.sha256(os.path.relpath(f, data_dir).encode("utf-8", "surrogateescape")).hexdigest()
-           for f in files}
+    key = {
+        f: hashlib.sha256(os.path.relpath(f, data_dir).encode("utf-8", "surrogateescape")).hexdigest() for f in files
+    }
     val = set(sorted(files, key=key.get)[:n_val])
     return [f for f in files if f not in val], [f for f in files if f in val]
 
@@ -178,9 +211,11 @@ def check_writable(path: str, what: str) -> None:
 
 def _bar(progress: bool, total, desc):
     from tqdm import tqdm
+
     tqdm.monitor_interval = 0  # no monitor thread: worker processes are forked
-    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, disable=not progress, file=sys.stderr,
-                mininterval=0.5)
+    return tqdm(
+        total=total, desc=desc, unit="B", unit_scale=True, disable=not progress, file=sys.stderr, mininterval=0.5
+    )
 
 
 def learn(chunks, vocab_size, sample_mb, pattern, special_tokens, workers, progress):
@@ -200,8 +235,9 @@ def learn(chunks, vocab_size, sample_mb, pattern, special_tokens, workers, progr
     picked.sort()
     n_merges = vocab_size - 256 - len(special_tokens)
     with _bar(progress, size, "counting pieces") as bar:
-        counts = count_pieces_parallel(picked, pattern, special_tokens,
-                                       workers if size > SMALL_INPUT else 1, progress=bar.update)
+        counts = count_pieces_parallel(
+            picked, pattern, special_tokens, workers if size > SMALL_INPUT else 1, progress=bar.update
+        )
     pairs = learn_merges(counts, n_merges, progress=progress)
     return tokenizer_from_merges(pairs, pattern, special_tokens), size
 

@@ -16,8 +16,10 @@ from gradcraft.errors import UserError
 
 def _check_length(tokens, seq_len: int, what: str = "dataset") -> None:
     if len(tokens) < seq_len + 2:
-        raise UserError(f"the {what} holds {len(tokens)} tokens; sequences of {seq_len} need at least "
-                        f"{seq_len + 2} (seq_len + 2): use more data or a smaller --seq_len")
+        raise UserError(
+            f"the {what} holds {len(tokens)} tokens; sequences of {seq_len} need at least "
+            f"{seq_len + 2} (seq_len + 2): use more data or a smaller --seq_len"
+        )
 
 
 def _check_vocab(tokens, vocab_size, what: str = "the dataset") -> None:
@@ -27,6 +29,7 @@ def _check_vocab(tokens, vocab_size, what: str = "the dataset") -> None:
     that record none (vocabulary 0) and models with a smaller vocabulary."""
     if vocab_size is not None:
         from gradcraft.data.tokenfile import check_token_ids
+
         check_token_ids(tokens, int(vocab_size), what, "the model's vocabulary")
 
 
@@ -86,7 +89,7 @@ SAMPLERS = {"random": RandomWindows, "sequential": SequentialEpochs}
 
 
 def _gather(tokens, starts, seq_len):
-    windows = np.stack([np.asarray(tokens[s:s + seq_len + 1], dtype=np.int64) for s in starts])
+    windows = np.stack([np.asarray(tokens[s : s + seq_len + 1], dtype=np.int64) for s in starts])
     return windows[:, :-1], windows[:, 1:]
 
 
@@ -97,4 +100,4 @@ def eval_batches(tokens, seq_len: int, batch_size: int, max_batches: int, vocab_
     n = min(max_batches * batch_size, (len(tokens) - 1) // seq_len)
     starts = np.linspace(0, len(tokens) - seq_len - 1, num=max(n, 1)).astype(np.int64)
     for i in range(0, len(starts), batch_size):
-        yield _gather(tokens, starts[i:i + batch_size], seq_len)
+        yield _gather(tokens, starts[i : i + batch_size], seq_len)

@@ -53,8 +53,7 @@ def _pack_header(itemsize: int, count: int, vocab_size: int, fingerprint: str) -
     return _HEADER.pack(MAGIC, VERSION, itemsize, count, vocab_size, 0, fp)
 
 
-def write_token_file(path, tokens, *, vocab_size: int | None = None, fingerprint: str = "",
-                     dtype=None) -> int:
+def write_token_file(path, tokens, *, vocab_size: int | None = None, fingerprint: str = "", dtype=None) -> int:
     """Write tokens (an array, or an iterable of arrays / lists of ints,
     consumed one piece at a time) to `path`, atomically: a temp file in the
     same folder, fsync, then rename over `path`. Returns the token count.
@@ -115,8 +114,10 @@ def read_token_header(path) -> TokenFileHeader:
         raise UserError(f"{path} is truncated: the header needs {HEADER_BYTES} bytes, file holds {len(raw)}")
     _, version, itemsize, count, vocab_size, reserved, fp = _HEADER.unpack(raw)
     if version != VERSION:
-        raise UserError(f"{path} has token file format version {version}; this gradcraft reads version "
-                        f"{VERSION} (re-run `gradcraft tokenize` or upgrade gradcraft)")
+        raise UserError(
+            f"{path} has token file format version {version}; this gradcraft reads version "
+            f"{VERSION} (re-run `gradcraft tokenize` or upgrade gradcraft)"
+        )
     if itemsize not in _DTYPES:
         raise UserError(f"{path} has a damaged header (token size {itemsize} bytes; expected 2 or 4)")
     if reserved != 0:
@@ -128,8 +129,10 @@ def read_token_header(path) -> TokenFileHeader:
     held = (size - HEADER_BYTES) // itemsize
     if size - HEADER_BYTES != count * itemsize:
         what = "truncated" if held < count else "longer than its header says"
-        raise UserError(f"{path} is {what}: header says {count} tokens, file holds {held}"
-                        + (" (and a partial token)" if (size - HEADER_BYTES) % itemsize else ""))
+        raise UserError(
+            f"{path} is {what}: header says {count} tokens, file holds {held}"
+            + (" (and a partial token)" if (size - HEADER_BYTES) % itemsize else "")
+        )
     return TokenFileHeader(version, _DTYPES[itemsize], count, vocab_size, fingerprint)
 
 
@@ -143,8 +146,7 @@ def read_token_file(path, *, check_ids: bool = True) -> tuple[np.ndarray, TokenF
     if header.count == 0:  # mmap cannot map zero bytes
         return np.zeros(0, dtype=header.dtype), header
     try:
-        tokens = np.memmap(os.fspath(path), dtype=header.dtype, mode="r", offset=HEADER_BYTES,
-                           shape=(header.count,))
+        tokens = np.memmap(os.fspath(path), dtype=header.dtype, mode="r", offset=HEADER_BYTES, shape=(header.count,))
     except (OSError, ValueError) as e:
         raise UserError(f"cannot map token file {os.fspath(path)}: {getattr(e, 'strerror', None) or e}") from None
     if check_ids and header.vocab_size:
@@ -160,18 +162,21 @@ def max_token_id(tokens, chunk: int = CHECK_CHUNK) -> int:
     time so memory stays bounded whatever the file size; -1 if empty."""
     top = -1
     for i in range(0, len(tokens), chunk):
-        top = max(top, int(np.max(tokens[i:i + chunk])))
+        top = max(top, int(np.max(tokens[i : i + chunk])))
     return top
 
 
-def check_token_ids(tokens, vocab_size: int, path: str = "the dataset", against: str = "the vocabulary",
-                    chunk: int = CHECK_CHUNK) -> None:
+def check_token_ids(
+    tokens, vocab_size: int, path: str = "the dataset", against: str = "the vocabulary", chunk: int = CHECK_CHUNK
+) -> None:
     """UserError (one line: the file, the first bad id and where, the vocabulary)
     if any id is >= vocab_size. One pass over the file, `chunk` tokens at a time."""
     for i in range(0, len(tokens), chunk):
-        part = np.asarray(tokens[i:i + chunk])
+        part = np.asarray(tokens[i : i + chunk])
         if part.size and int(part.max()) >= vocab_size:
             pos = int(np.argmax(part >= vocab_size))
-            raise UserError(f"{path} holds token id {int(part[pos])} at position {i + pos}, but {against} has "
-                            f"{vocab_size} ids (0..{vocab_size - 1}): the file is damaged or was made with "
-                            f"another tokenizer (re-run `gradcraft tokenize`)")
+            raise UserError(
+                f"{path} holds token id {int(part[pos])} at position {i + pos}, but {against} has "
+                f"{vocab_size} ids (0..{vocab_size - 1}): the file is damaged or was made with "
+                f"another tokenizer (re-run `gradcraft tokenize`)"
+            )

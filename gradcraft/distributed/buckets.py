@@ -112,7 +112,7 @@ class GradientBuckets:
     def _close(self, bucket: Bucket) -> None:
         self._open.pop(bucket.dtype, None)
         bucket.flat = self._empty(bucket.padded_size, bucket.dtype, like=bucket.pending[0])
-        bucket.flat[bucket.size:] = 0
+        bucket.flat[bucket.size :] = 0
         if self.scatter and self._is_cuda(bucket.flat):  # (allocated outside any graph capture)
             bucket.shard_buffer = self._empty(bucket.padded_size // self.group.world, bucket.dtype, bucket.flat)
         for (_, offset, size), buffer in zip(bucket.slots, bucket.pending):
@@ -128,11 +128,11 @@ class GradientBuckets:
             for bucket in list(self._open.values()):
                 self._close(bucket)
             self.laid_out = True
-        for bucket in self.buckets[self._next:]:
+        for bucket in self.buckets[self._next :]:
             if bucket.arrived < len(bucket.slots):  # a parameter without a gradient this step: zeros
                 for param, offset, size in bucket.slots:
                     if id(param) not in self._got:
-                        bucket.flat[offset:offset + size] = 0
+                        bucket.flat[offset : offset + size] = 0
                 bucket.arrived = len(bucket.slots)
         self._issue_ready()
         self._wait()
@@ -140,13 +140,14 @@ class GradientBuckets:
             for bucket in self.buckets:
                 for param, offset, size in bucket.slots:
                     if id(param) in self._got:
-                        view = bucket.flat[offset:offset + size].reshape(param.shape)
+                        view = bucket.flat[offset : offset + size].reshape(param.shape)
                         param.grad = from_device_array(view, param.dtype, param.device)
         extra = [p for p in self.params if id(p) not in self.where and p.grad is not None]
         if extra:  # no gradient on the first step, one now: summed here, at the end
             if self.scatter:
-                raise UserError("ZeRO-1 needs every parameter to have a gradient on the first step; train without "
-                                "--zero")
+                raise UserError(
+                    "ZeRO-1 needs every parameter to have a gradient on the first step; train without --zero"
+                )
             grads = [p.grad.contiguous().realize() for p in extra]
             all_reduce(self.group, grads)
             for p, g in zip(extra, grads):
@@ -168,12 +169,13 @@ class GradientBuckets:
     def _empty(self, n, dtype, like):
         if self._is_cuda(like):
             import cupy as cp
+
             return cp.empty(n, dtype)
         return np.empty(n, dtype)
 
     def _copy_in(self, bucket: Bucket, offset: int, size: int, buffer) -> None:
         # (on CUDA: a copy kernel on the compute stream, ordered after the gradient's own kernel)
-        bucket.flat[offset:offset + size] = buffer.reshape(-1)
+        bucket.flat[offset : offset + size] = buffer.reshape(-1)
 
     def _issue(self, bucket: Bucket) -> None:
         if self._is_cuda(bucket.flat):
@@ -206,6 +208,7 @@ class GradientBuckets:
 
     def _issue_cuda(self, bucket: Bucket) -> None:
         import cupy as cp
+
         if self._cuda is None:
             self._cuda = cp.cuda.Stream(non_blocking=True)
         compute = cp.cuda.get_current_stream()
@@ -226,6 +229,7 @@ class GradientBuckets:
                 raise error
         if self._cuda is not None:
             import cupy as cp
+
             summed = cp.cuda.Event(disable_timing=True)
             summed.record(self._cuda)
             cp.cuda.get_current_stream().wait_event(summed)  # the join back (a captured graph needs it)

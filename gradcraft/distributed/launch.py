@@ -33,18 +33,23 @@ def check_devices(topology: Topology, device: str) -> None:
         return
     try:
         from gradcraft.device import collectives
+
         nccl = collectives(device)
         nccl.check_nccl()
         gpus = nccl.available_devices()
     except UserError:
         raise
     except Exception as e:  # no CuPy, no driver
-        raise UserError(f"--device {device} --nproc {topology.nproc} needs CuPy, NCCL and NVIDIA GPUs "
-                        f"({type(e).__name__}: {e}); use --device cpu, or install gradcraft[cuda]") from None
+        raise UserError(
+            f"--device {device} --nproc {topology.nproc} needs CuPy, NCCL and NVIDIA GPUs "
+            f"({type(e).__name__}: {e}); use --device cpu, or install gradcraft[cuda]"
+        ) from None
     first = int(index or 0)
     if first + topology.nproc > gpus:
-        raise UserError(f"--nproc {topology.nproc} from {device} needs GPUs cuda:{first}..cuda:"
-                        f"{first + topology.nproc - 1}; this machine has {gpus}")
+        raise UserError(
+            f"--nproc {topology.nproc} from {device} needs GPUs cuda:{first}..cuda:"
+            f"{first + topology.nproc - 1}; this machine has {gpus}"
+        )
 
 
 def rank_device(device: str, local_rank: int) -> str:
@@ -76,11 +81,13 @@ def join_group(topology: Topology, rank: int, device: str, signature: str = "", 
             connections = [rendezvous.join(addr, port, rank, world, signature, topology.timeout)[0]]
         return TCPGroup(rank, world, connections)
     from gradcraft.device import collectives
+
     nccl = collectives(device)
     if rank == 0:
         uid = nccl.unique_id()
-        connections = rendezvous.serve(addr, port, world, signature, topology.timeout,
-                                       make_payload=lambda: {"nccl_id": list(uid)})
+        connections = rendezvous.serve(
+            addr, port, world, signature, topology.timeout, make_payload=lambda: {"nccl_id": list(uid)}
+        )
     else:
         sock, answer = rendezvous.join(addr, port, rank, world, signature, topology.timeout)
         connections, uid = [sock], tuple(answer["nccl_id"])
@@ -105,6 +112,7 @@ def _exit_with_error(message: str) -> None:
 def _run_rank(topology, local_rank, device, signature, fn, args, result_pipe):
     code = 0
     rank = topology.node_rank * topology.nproc + local_rank
+
     def lost(message):  # (on the watching thread: a GPU process of the job died; NCCL would wait forever)
         result_pipe.send(("lost", message))
         result_pipe.close()
@@ -149,9 +157,14 @@ def launch(fn, nproc: int, device: str, *args, topology: Topology | None = None,
     nproc = topology.nproc
     context = mp.get_context("spawn")  # a forked CUDA context is unusable in the child
     pipes = [context.Pipe(duplex=False) for _ in range(nproc)]  # (parent's end, rank's end)
-    processes = [context.Process(target=_run_rank, args=(topology, r, rank_device(device, r), signature, fn, args,
-                                                         pipes[r][1]),
-                                 name=f"gradcraft-rank{topology.node_rank * nproc + r}") for r in range(nproc)]
+    processes = [
+        context.Process(
+            target=_run_rank,
+            args=(topology, r, rank_device(device, r), signature, fn, args, pipes[r][1]),
+            name=f"gradcraft-rank{topology.node_rank * nproc + r}",
+        )
+        for r in range(nproc)
+    ]
     for process in processes:
         process.start()
     for _, rank_end in pipes:

@@ -54,8 +54,10 @@ def recv_bytes(sock: socket.socket, into: memoryview | None = None) -> bytes | N
         recv_exact(sock, memoryview(data))
         return bytes(data)
     if length != into.nbytes:
-        raise ConnectionError(f"expected a message of {into.nbytes} bytes, got {length}: the processes disagree "
-                              "on the model or the batch (were they started with the same flags?)")
+        raise ConnectionError(
+            f"expected a message of {into.nbytes} bytes, got {length}: the processes disagree "
+            "on the model or the batch (were they started with the same flags?)"
+        )
     recv_exact(sock, into)
     return None
 
@@ -84,8 +86,10 @@ def serve(addr: str, port: int, world: int, signature: str, timeout: float, make
         if e.errno == errno.EADDRINUSE:
             raise UserError(f"--master_port {port} is already in use on {addr}; choose another free port") from None
         if e.errno in (errno.EADDRNOTAVAIL, errno.EINVAL) or isinstance(e, socket.gaierror):
-            raise UserError(f"--master_addr {addr} is not an address of this machine: the node with --node_rank 0 "
-                            "(global rank 0) must run on the master host") from None
+            raise UserError(
+                f"--master_addr {addr} is not an address of this machine: the node with --node_rank 0 "
+                "(global rank 0) must run on the master host"
+            ) from None
         raise UserError(f"cannot listen on {_where(addr, port)} for the other ranks ({e})") from None
     listener.listen(max(world, 8))
     deadline = time.monotonic() + timeout
@@ -95,10 +99,12 @@ def serve(addr: str, port: int, world: int, signature: str, timeout: float, make
             left = deadline - time.monotonic()
             if left <= 0:
                 missing = sorted(set(range(1, world)) - set(peers))
-                message = (f"rendezvous at {_where(addr, port)}: {len(peers) + 1} of {world} ranks arrived within "
-                           f"{timeout:g} s; missing rank{'s' if len(missing) > 1 else ''} "
-                           f"{', '.join(map(str, missing))}; start every node with the same --nnodes, --nproc, "
-                           "--master_addr and --master_port (or raise --rdzv_timeout)")
+                message = (
+                    f"rendezvous at {_where(addr, port)}: {len(peers) + 1} of {world} ranks arrived within "
+                    f"{timeout:g} s; missing rank{'s' if len(missing) > 1 else ''} "
+                    f"{', '.join(map(str, missing))}; start every node with the same --nnodes, --nproc, "
+                    "--master_addr and --master_port (or raise --rdzv_timeout)"
+                )
                 for sock in peers.values():
                     _try_send(sock, {"error": f"the master gave up waiting: {message}"})
                 raise UserError(message)
@@ -138,15 +144,19 @@ def serve(addr: str, port: int, world: int, signature: str, timeout: float, make
 def _check_hello(hello: dict, world: int, signature: str, peers: dict) -> str | None:
     rank = hello.get("rank")
     if hello.get("world") != world:
-        return (f"rank {rank} was started for a world of {hello.get('world')} processes but rank 0 for {world}; "
-                "give every node the same --nnodes and --nproc")
+        return (
+            f"rank {rank} was started for a world of {hello.get('world')} processes but rank 0 for {world}; "
+            "give every node the same --nnodes and --nproc"
+        )
     if not isinstance(rank, int) or not 0 < rank < world:
         return f"a process claims rank {rank} in a world of {world}; check --node_rank on each node"
     if rank in peers:
         return f"two processes claim rank {rank}; give each node its own --node_rank"
     if hello.get("signature") != signature:
-        return (f"rank {rank} was started with other training settings than rank 0 ({hello.get('signature')} vs "
-                f"{signature}); start every node with the same flags")
+        return (
+            f"rank {rank} was started with other training settings than rank 0 ({hello.get('signature')} vs "
+            f"{signature}); start every node with the same flags"
+        )
     return None
 
 
@@ -169,15 +179,18 @@ def join(addr: str, port: int, rank: int, world: int, signature: str, timeout: f
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise UserError(f"rank {rank} could not reach the master at {_where(addr, port)} within {timeout:g} s "
-                            f"({last_error or 'no answer'}); start the node with --node_rank 0 there, check "
-                            "--master_addr/--master_port and the firewall (or raise --rdzv_timeout)")
+            raise UserError(
+                f"rank {rank} could not reach the master at {_where(addr, port)} within {timeout:g} s "
+                f"({last_error or 'no answer'}); start the node with --node_rank 0 there, check "
+                "--master_addr/--master_port and the firewall (or raise --rdzv_timeout)"
+            )
         try:
             sock = socket.create_connection((addr, port), timeout=min(left, 5.0))
             break
         except socket.gaierror as e:
-            raise UserError(f"--master_addr {addr} is not a known host ({e.strerror}); give the master's "
-                            "address or name") from None
+            raise UserError(
+                f"--master_addr {addr} is not a known host ({e.strerror}); give the master's address or name"
+            ) from None
         except OSError as e:
             last_error = e.strerror or str(e)
             time.sleep(min(_RETRY_S, max(0.0, deadline - time.monotonic())))
@@ -188,12 +201,15 @@ def join(addr: str, port: int, rank: int, world: int, signature: str, timeout: f
         answer = recv_json(sock)
     except TimeoutError:
         sock.close()
-        raise UserError(f"rank {rank} reached the master at {_where(addr, port)} but the other ranks did not all "
-                        f"arrive within {timeout:g} s; start every node (or raise --rdzv_timeout)") from None
+        raise UserError(
+            f"rank {rank} reached the master at {_where(addr, port)} but the other ranks did not all "
+            f"arrive within {timeout:g} s; start every node (or raise --rdzv_timeout)"
+        ) from None
     except (OSError, ValueError) as e:
         sock.close()
-        raise UserError(f"rank {rank}: the master at {_where(addr, port)} closed the rendezvous ({e}); see the "
-                        "master's error") from None
+        raise UserError(
+            f"rank {rank}: the master at {_where(addr, port)} closed the rendezvous ({e}); see the master's error"
+        ) from None
     if "error" in answer:
         sock.close()
         raise UserError(answer["error"])

@@ -94,7 +94,7 @@ class TCPGroup:
                 self._recv(sock, part, peer)
                 total += part
             for peer, sock in self._peers():
-                self._send(sock, total[peer * shard:(peer + 1) * shard], peer)
+                self._send(sock, total[peer * shard : (peer + 1) * shard], peer)
             return total[:shard].copy()
         self._send(self.connections[0], flat, 0)
         mine = np.empty(shard, flat.dtype)
@@ -104,12 +104,12 @@ class TCPGroup:
     def all_gather(self, shard: np.ndarray, flat: np.ndarray) -> None:
         """flat (world x shard.size elements, contiguous) = every rank's shard in rank order."""
         n = shard.size
-        flat[self.rank * n:(self.rank + 1) * n] = shard.reshape(-1)
+        flat[self.rank * n : (self.rank + 1) * n] = shard.reshape(-1)
         if self.world == 1:
             return
         if self.rank == 0:
             for peer, sock in self._peers():
-                self._recv(sock, flat[peer * n:(peer + 1) * n], peer)
+                self._recv(sock, flat[peer * n : (peer + 1) * n], peer)
             for peer, sock in self._peers():
                 self._send(sock, flat, peer)
         else:

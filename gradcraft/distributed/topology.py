@@ -54,8 +54,10 @@ class Topology:
         if self.master_port is not None and not 0 < self.master_port < 65536:
             raise UserError(f"--master_port {self.master_port} must be a TCP port, 1..65535")
         if self.nnodes > 1 and self.master_port is None:
-            raise UserError(f"--nnodes {self.nnodes} needs --master_port (and --master_addr: node 0's address), "
-                            "the same on every node")
+            raise UserError(
+                f"--nnodes {self.nnodes} needs --master_port (and --master_addr: node 0's address), "
+                "the same on every node"
+            )
         if not self.timeout > 0:
             raise UserError(f"--rdzv_timeout {self.timeout} must be positive (seconds)")
 
@@ -66,32 +68,55 @@ class Topology:
         if "RANK" not in env or "WORLD_SIZE" not in env:
             return None
         values = {}
-        for name, default in (("RANK", None), ("WORLD_SIZE", None), ("LOCAL_RANK", "0"),
-                              ("LOCAL_WORLD_SIZE", None), ("MASTER_PORT", None)):
+        for name, default in (
+            ("RANK", None),
+            ("WORLD_SIZE", None),
+            ("LOCAL_RANK", "0"),
+            ("LOCAL_WORLD_SIZE", None),
+            ("MASTER_PORT", None),
+        ):
             text = env.get(name, default)
             if text is None and name == "LOCAL_WORLD_SIZE":
                 text = "1" if "LOCAL_RANK" not in env else None
             if text is None:
-                raise UserError(f"RANK and WORLD_SIZE are set but {name} is not; a launcher that sets them must set "
-                                f"all of {', '.join(TORCHRUN_VARIABLES)} (or unset RANK to train on one host)")
+                raise UserError(
+                    f"RANK and WORLD_SIZE are set but {name} is not; a launcher that sets them must set "
+                    f"all of {', '.join(TORCHRUN_VARIABLES)} (or unset RANK to train on one host)"
+                )
             try:
                 values[name] = int(text)
             except ValueError:
-                raise UserError(f"the environment variable {name}={text!r} is not a whole number; fix the "
-                                "launcher's settings") from None
+                raise UserError(
+                    f"the environment variable {name}={text!r} is not a whole number; fix the launcher's settings"
+                ) from None
         addr = env.get("MASTER_ADDR")
         if not addr:
             raise UserError("RANK and WORLD_SIZE are set but MASTER_ADDR is not; set it to global rank 0's host")
-        world, local_world, rank, local = (values["WORLD_SIZE"], values["LOCAL_WORLD_SIZE"], values["RANK"],
-                                           values["LOCAL_RANK"])
+        world, local_world, rank, local = (
+            values["WORLD_SIZE"],
+            values["LOCAL_WORLD_SIZE"],
+            values["RANK"],
+            values["LOCAL_RANK"],
+        )
         if world < 1 or local_world < 1 or world % local_world:
-            raise UserError(f"WORLD_SIZE={world} is not a multiple of LOCAL_WORLD_SIZE={local_world} (every node "
-                            "must run the same number of processes)")
+            raise UserError(
+                f"WORLD_SIZE={world} is not a multiple of LOCAL_WORLD_SIZE={local_world} (every node "
+                "must run the same number of processes)"
+            )
         if not 0 <= rank < world or not 0 <= local < local_world or rank % local_world != local:
-            raise UserError(f"RANK={rank} with LOCAL_RANK={local} does not fit WORLD_SIZE={world}, "
-                            f"LOCAL_WORLD_SIZE={local_world} (ranks must be numbered node by node)")
-        topology = cls(nnodes=world // local_world, node_rank=rank // local_world, nproc=local_world,
-                       master_addr=addr, master_port=values["MASTER_PORT"], timeout=timeout,
-                       started_by="environment", local_rank=local)
+            raise UserError(
+                f"RANK={rank} with LOCAL_RANK={local} does not fit WORLD_SIZE={world}, "
+                f"LOCAL_WORLD_SIZE={local_world} (ranks must be numbered node by node)"
+            )
+        topology = cls(
+            nnodes=world // local_world,
+            node_rank=rank // local_world,
+            nproc=local_world,
+            master_addr=addr,
+            master_port=values["MASTER_PORT"],
+            timeout=timeout,
+            started_by="environment",
+            local_rank=local,
+        )
         topology.check()
         return topology

@@ -45,8 +45,10 @@ class PeerWatch:
                 if not data:
                     selector.unregister(key.fileobj)
                     if key.data not in said_bye and not self._finished.is_set():
-                        self.on_lost(f"rank {self._peer(key.data)} left the job (its connection closed without "
-                                     "finishing); see that process's error")
+                        self.on_lost(
+                            f"rank {self._peer(key.data)} left the job (its connection closed without "
+                            "finishing); see that process's error"
+                        )
                         return
                     said_bye.add(key.data)
 

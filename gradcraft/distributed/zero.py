@@ -52,12 +52,14 @@ class ZeroAdamW:
                 a, b = max(lo, offset), min(hi, offset + size)
                 if a >= b:
                     continue
-                view = device_array(param).reshape(-1)[a - offset:b - offset]  # shares the weights' memory
+                view = device_array(param).reshape(-1)[a - offset : b - offset]  # shares the weights' memory
                 piece = Parameter(from_device_array(view, param.dtype, param.device))  # decay: its group's
                 self.pieces.append((piece, param, bucket, a - lo, a - offset, b - a))
                 per_group[group_of[id(param)]].append(piece)
-        groups = [dict({k: v for k, v in g.items() if k != "params" and not k.startswith("_")}, params=pieces)
-                  for g, pieces in zip(self.outer.param_groups, per_group)]
+        groups = [
+            dict({k: v for k, v in g.items() if k != "params" and not k.startswith("_")}, params=pieces)
+            for g, pieces in zip(self.outer.param_groups, per_group)
+        ]
         # (a process whose slices hold only padding has no optimizer of its own: AdamW needs parameters)
         nonempty = [g for g in groups if g["params"]]
         self._group_index = [gi for gi, g in enumerate(groups) if g["params"]]
@@ -68,8 +70,10 @@ class ZeroAdamW:
         total = sum(size for b in self.buckets.buckets for _, _, size in b.slots)
         mine = sum(p[5] for p in self.pieces)
         full, sharded = 8 * total, 8 * mine
-        self.log(f"ZeRO-1: AdamW state {full / 2**20:,.1f} MiB per process without sharding, {sharded / 2**20:,.1f} "
-                 f"MiB with it on {world} processes: {(full - sharded) / 2**20:,.1f} MiB saved per process")
+        self.log(
+            f"ZeRO-1: AdamW state {full / 2**20:,.1f} MiB per process without sharding, {sharded / 2**20:,.1f} "
+            f"MiB with it on {world} processes: {(full - sharded) / 2**20:,.1f} MiB saved per process"
+        )
 
     # ------------------------------------------------------------ one step
 
@@ -78,7 +82,7 @@ class ZeroAdamW:
         if not self.built:
             self._build()
         for piece, _, bucket, at, _, size in self.pieces:
-            piece.grad = from_device_array(bucket.shard[at:at + size], piece.dtype, piece.device)
+            piece.grad = from_device_array(bucket.shard[at : at + size], piece.dtype, piece.device)
         device = self.buckets.params[0].device
         grads = [p.grad for p, *_ in self.pieces]
         if grads:
@@ -103,10 +107,10 @@ class ZeroAdamW:
             mine[...] = 0
             for piece, param, b, at, _, size in self.pieces:
                 if b is bucket:
-                    mine[at:at + size] = device_array(piece)
+                    mine[at : at + size] = device_array(piece)
             self.group.all_gather(mine[:shard], bucket.flat)
             for param, offset, size in bucket.slots:
-                write_flat(param, bucket.flat[offset:offset + size])
+                write_flat(param, bucket.flat[offset : offset + size])
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.outer.zero_grad()
@@ -135,12 +139,12 @@ class ZeroAdamW:
                 mine = xp.zeros(shard, xp.float32)
                 for piece, param, b, at, _, size in self.pieces:
                     if b is bucket and id(piece) in self.inner.state:
-                        mine[at:at + size] = device_array(self.inner.state[id(piece)][name])
+                        mine[at : at + size] = device_array(self.inner.state[id(piece)][name])
                 gathered = xp.empty(bucket.padded_size, xp.float32)
                 self.group.all_gather(mine, gathered)
                 gathered = gathered if xp is np else xp.asnumpy(gathered)
                 for param, offset, size in bucket.slots:
-                    full[id(param)] = gathered[offset:offset + size].reshape(param.shape).copy()
+                    full[id(param)] = gathered[offset : offset + size].reshape(param.shape).copy()
             for index, param in enumerate(params):
                 if id(param) in full and step:
                     state.setdefault(index, {"step": step})[name] = full[id(param)]
@@ -162,10 +166,9 @@ class ZeroAdamW:
                 continue
             entry = {"step": int(saved["step"])}
             for name in ("exp_avg", "exp_avg_sq"):
-                values = np.asarray(saved[name], np.float32).reshape(-1)[start:start + size]
+                values = np.asarray(saved[name], np.float32).reshape(-1)[start : start + size]
                 entry[name] = Tensor(np.ascontiguousarray(values), device=piece.device)
             self.inner.state[id(piece)] = entry
-
 
 
 def _array_module(array):
@@ -173,4 +176,5 @@ def _array_module(array):
     if isinstance(array, np.ndarray):
         return np
     import cupy
+
     return cupy

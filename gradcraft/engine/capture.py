@@ -64,15 +64,18 @@ class CapturedStep:
         first call's arguments when the step was given none; returns those tensors."""
         Tensor = TENSOR_TYPE[0]
         if self.inputs is None:  # the step's own tensors: copies, whose memory nothing else writes
-            self.inputs = [Tensor(a.numpy() if isinstance(a, Tensor) else np.array(a), device=self.device).realize()
-                           for a in args]
+            self.inputs = [
+                Tensor(a.numpy() if isinstance(a, Tensor) else np.array(a), device=self.device).realize() for a in args
+            ]
             return self.inputs
         if len(args) != len(self.inputs):
             raise UserError(f"this captured step takes {len(self.inputs)} inputs, got {len(args)}")
         for target, value in zip(self.inputs, args):
             if tuple(value.shape if hasattr(value, "shape") else np.shape(value)) != target.shape:
-                raise UserError(f"a captured step's input has shape {tuple(np.shape(value))}, the step was built "
-                                f"for {target.shape}: keep the shapes fixed, or build another step")
+                raise UserError(
+                    f"a captured step's input has shape {tuple(np.shape(value))}, the step was built "
+                    f"for {target.shape}: keep the shapes fixed, or build another step"
+                )
             if isinstance(value, Tensor):
                 target.copy_(value)  # on the device
                 continue

@@ -120,7 +120,10 @@ def _trace(step, node, args, outputs, backend, start) -> None:
         ms = (time.perf_counter() - start) * 1e3
         shapes = " ".join(str(tuple(a.shape)) for a in args)
         out_bytes = sum(o.nbytes for o in outputs)
-        print(f"[gradcraft] {step:5d} {node.device:7s} {node.op:24s} in {shapes} -> "
-              f"{' '.join(str(tuple(o.shape)) for o in outputs)} {out_bytes / 1e6:.3f} MB {ms:.3f} ms", file=sys.stderr)
+        print(
+            f"[gradcraft] {step:5d} {node.device:7s} {node.op:24s} in {shapes} -> "
+            f"{' '.join(str(tuple(o.shape)) for o in outputs)} {out_bytes / 1e6:.3f} MB {ms:.3f} ms",
+            file=sys.stderr,
+        )
     else:
         print(f"[gradcraft] {step:5d} {node.device:7s} {node.op}", file=sys.stderr)

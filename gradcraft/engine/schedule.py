@@ -38,7 +38,8 @@ def schedule(targets):
             elif inp._version != version:
                 raise RuntimeError_(
                     f"a lazy tensor ({node.op}) reads a {tuple(inp.shape)} tensor that was modified in place after the "
-                    "lazy tensor was built; realize it before the update (e.g. call .realize() first)")
+                    "lazy tensor was built; realize it before the update (e.g. call .realize() first)"
+                )
     return _writes_last(order), readers
 
 
@@ -49,7 +50,8 @@ def _writes_last(order: list) -> list:
     if not assigns:
         return order
     assign_ids = {id(n) for n in assigns}
-    if any(inp._node is not None and id(inp._node) in assign_ids and inp._buf is None
-           for n in order for inp in n.inputs):
+    if any(
+        inp._node is not None and id(inp._node) in assign_ids and inp._buf is None for n in order for inp in n.inputs
+    ):
         return order
     return [n for n in order if id(n) not in assign_ids] + assigns

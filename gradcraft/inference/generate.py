@@ -149,8 +149,9 @@ def generate_batch(model, prompts: list, params: SamplingParams, on_token=None, 
     logits = model(gc.tensor(np.array(prompts, dtype=np.int64), device=device), caches=caches)[:, -1]
     _realize_step(logits, caches)
     position = prompt_len  # where the next fed token sits
-    decoder = _Decoder(model, caches, len(prompts), position, device,
-                       static=device.startswith("cuda") if static is None else static)
+    decoder = _Decoder(
+        model, caches, len(prompts), position, device, static=device.startswith("cuda") if static is None else static
+    )
     rows = logits.float().numpy()
     try:
         return _decode_loop(decoder, rows, position, prompts, params, rngs, on_token, context)

@@ -21,8 +21,9 @@ from gradcraft.errors import UserError
 log = logging.getLogger("gradcraft.server")
 
 
-def error_body(message: str, kind: str = "invalid_request_error", param: str | None = None,
-               code: str | None = None) -> dict:
+def error_body(
+    message: str, kind: str = "invalid_request_error", param: str | None = None, code: str | None = None
+) -> dict:
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
@@ -39,9 +40,13 @@ def _header(scope, name: bytes) -> bytes | None:
 
 async def _send_json(send, status: int, content: dict, headers=()) -> None:
     body = json.dumps(content).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            *headers]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers],
+        }
+    )
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
@@ -93,9 +98,16 @@ class _Front:
         watcher = None
         try:
             if not self._authorized(scope):
-                await _send_json(send_logged, 401, error_body(
-                    "a missing or wrong API key: send the header Authorization: Bearer <key> with the server's "
-                    "--api_key", code="invalid_api_key"), [(b"www-authenticate", b"Bearer")])
+                await _send_json(
+                    send_logged,
+                    401,
+                    error_body(
+                        "a missing or wrong API key: send the header Authorization: Bearer <key> with the server's "
+                        "--api_key",
+                        code="invalid_api_key",
+                    ),
+                    [(b"www-authenticate", b"Bearer")],
+                )
                 return
             try:
                 body = await self._read_body(scope, receive)
@@ -103,9 +115,14 @@ class _Front:
                 state["gc_outcome"] = "cancelled"
                 return
             if body is None:
-                await _send_json(send_logged, 413, error_body(
-                    f"the request body is over the server's limit of {self.max_body_bytes} bytes",
-                    code="request_too_large"))
+                await _send_json(
+                    send_logged,
+                    413,
+                    error_body(
+                        f"the request body is over the server's limit of {self.max_body_bytes} bytes",
+                        code="request_too_large",
+                    ),
+                )
                 return
             gone = asyncio.Event()
 
@@ -143,8 +160,16 @@ class _Front:
         note = " cancelled (client disconnected)" if outcome == "cancelled" else ""
         query = scope.get("query_string", b"")
         path = scope.get("path", "") + ("?" + query.decode("latin-1") if query else "")
-        log.info("%s %s %s %s %.3fs%s%s", client[0] if client else "-", scope.get("method"), path,
-                 status if status is not None else "-", seconds, tokens, note)
+        log.info(
+            "%s %s %s %s %.3fs%s%s",
+            client[0] if client else "-",
+            scope.get("method"),
+            path,
+            status if status is not None else "-",
+            seconds,
+            tokens,
+            note,
+        )
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -152,8 +177,9 @@ def bind(host: str, port: int) -> socket.socket:
     if not 1 <= port <= 65535:
         raise UserError(f"--port must be between 1 and 65535, got {port}")
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                             flags=socket.AI_PASSIVE)[0]
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
     except (socket.gaierror, UnicodeError) as e:
         raise UserError(f"cannot resolve --host {host!r}: {getattr(e, 'strerror', None) or e}")
     sock = socket.socket(family, kind, proto)
@@ -175,6 +201,7 @@ class _StderrHandler(logging.StreamHandler):
     @property
     def stream(self):
         import sys
+
         return sys.stderr
 
     @stream.setter

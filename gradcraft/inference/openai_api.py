@@ -37,6 +37,7 @@ CHAT_STOP = "\nUser:"
 
 class _Sampling(BaseModel):
     """The fields /v1/completions and /v1/chat/completions share."""
+
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(1.0, ge=0, le=MAX_TEMPERATURE, allow_inf_nan=False)
@@ -117,8 +118,9 @@ def chat_prompt(messages: list[tuple[str, str]]) -> str:
     return "".join(f"{role.capitalize()}: {content}\n" for role, content in messages) + "Assistant:"
 
 
-def error_body(message: str, kind: str = "invalid_request_error", param: str | None = None,
-               code: str | None = None) -> dict:
+def error_body(
+    message: str, kind: str = "invalid_request_error", param: str | None = None, code: str | None = None
+) -> dict:
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
@@ -127,8 +129,11 @@ def new_id(prefix: str) -> tuple[str, int]:
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
 def finish_reason(reason: str | None) -> str | None:
@@ -138,16 +143,24 @@ def finish_reason(reason: str | None) -> str | None:
 
 def completion_logprobs(entries: list) -> dict:
     """/v1/completions' logprobs object from (text, TokenLogprob or None, text offset, top texts) entries."""
-    return {"tokens": [text for text, _, _, _ in entries],
-            "token_logprobs": [None if lp is None else lp.logprob for _, lp, _, _ in entries],
-            "top_logprobs": [None if lp is None else dict(zip(top, (v for _, v in lp.top)))
-                             for _, lp, _, top in entries],
-            "text_offset": [offset for _, _, offset, _ in entries]}
+    return {
+        "tokens": [text for text, _, _, _ in entries],
+        "token_logprobs": [None if lp is None else lp.logprob for _, lp, _, _ in entries],
+        "top_logprobs": [None if lp is None else dict(zip(top, (v for _, v in lp.top))) for _, lp, _, top in entries],
+        "text_offset": [offset for _, _, offset, _ in entries],
+    }
 
 
 def chat_logprobs(entries: list) -> dict:
     """/v1/chat/completions' logprobs object from the same entries."""
+
     def one(text, logprob):
         return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
-    return {"content": [dict(one(text, lp.logprob), top_logprobs=[one(t, v) for t, (_, v) in zip(top, lp.top)])
-                        for text, lp, _, top in entries if lp is not None]}
+
+    return {
+        "content": [
+            dict(one(text, lp.logprob), top_logprobs=[one(t, v) for t, (_, v) in zip(top, lp.top)])
+            for text, lp, _, top in entries
+            if lp is not None
+        ]
+    }

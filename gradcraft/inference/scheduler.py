@@ -61,6 +61,7 @@ class SchedulerClosed(Exception):
 class TokenLogprob:
     """A token's log-probability under the model (logits at temperature 1), and the `top` most
     likely tokens at that position as (id, log-probability), most likely first."""
+
     token: int
     logprob: float | None
     top: list = field(default_factory=list)
@@ -84,6 +85,7 @@ class Sequence:
     (a stop string); on_finish(seq, reason) once at the end: a StopReason, CANCELLED, TIMEOUT or ERROR.
     Both run on the scheduler's thread: keep them short. prompt_logprobs: also report each prompt
     token's log-probability (`seq.prompt_logprobs_out`, None for the first) before on_finish."""
+
     prompt: list
     params: SamplingParams
     on_token: object = None
@@ -110,8 +112,10 @@ class Sequence:
 class Scheduler:
     def __init__(self, model, slots: int = 8, max_queue: int = 64, prefill_chunk: int = 256):
         if slots < 1 or max_queue < 0 or prefill_chunk < 1:
-            raise UserError(f"slots and prefill_chunk must be at least 1 and max_queue at least 0 "
-                            f"(got {slots}, {prefill_chunk}, {max_queue})")
+            raise UserError(
+                f"slots and prefill_chunk must be at least 1 and max_queue at least 0 "
+                f"(got {slots}, {prefill_chunk}, {max_queue})"
+            )
         model.eval()
         self.model, self.slots, self.max_queue, self.prefill_chunk = model, slots, max_queue, prefill_chunk
         self.context = model.config.seq_len
@@ -151,8 +155,11 @@ class Scheduler:
 
     def load(self) -> dict:
         with self.wake:
-            return {"waiting": len(self.waiting), "running": len(self.running) + len(self.prefilling),
-                    "slots": self.slots}
+            return {
+                "waiting": len(self.waiting),
+                "running": len(self.running) + len(self.prefilling),
+                "slots": self.slots,
+            }
 
     def close(self) -> None:
         with self.wake:
@@ -252,7 +259,7 @@ class Scheduler:
         """Run the next chunk of seq's prompt (bounds at multiples of prefill_chunk: they depend on the
         prompt alone); when the prompt is done, move the sequence into its slot. Returns the tokens run."""
         start = seq.prefilled
-        chunk = seq.prompt[start:start - start % self.prefill_chunk + self.prefill_chunk]
+        chunk = seq.prompt[start : start - start % self.prefill_chunk + self.prefill_chunk]
         if seq.caches is None:
             seq.caches = self.model.new_caches()
         ids = gc.tensor(np.array([chunk], dtype=np.int64), device=self.device)
@@ -265,7 +272,7 @@ class Scheduler:
             rows = rows.numpy()
             if start == 0:
                 seq.prompt_logprobs_out.append(None)
-            for i, token in enumerate(seq.prompt[start + 1:seq.prefilled + (0 if done else 1)]):
+            for i, token in enumerate(seq.prompt[start + 1 : seq.prefilled + (0 if done else 1)]):
                 seq.prompt_logprobs_out.append(token_logprob(rows[i], token, seq.logprobs or 0))
             last = rows[-1]
         else:
@@ -308,8 +315,10 @@ class Scheduler:
         positions = np.zeros(self.slots, dtype=np.int64)
         for slot, seq in self.running.items():
             ids[slot, 0], positions[slot] = seq.last, seq.position
-        gc.realize(self.ids.assign(gc.tensor(ids, device=self.device)),
-                   self.position.assign(gc.tensor(positions, device=self.device)))
+        gc.realize(
+            self.ids.assign(gc.tensor(ids, device=self.device)),
+            self.position.assign(gc.tensor(positions, device=self.device)),
+        )
         rows = self._bucket()().numpy()
         self.steps += 1
         for slot, seq in list(self.running.items()):
@@ -344,8 +353,9 @@ class _Bucket:
         self.model = scheduler.model
         self.ids = scheduler.ids[:rows].realize()
         position = scheduler.position[:rows].realize()
-        self.caches = [type(c)(c.k[:rows].realize(), c.v[:rows].realize(), position, c.window)
-                       for c in scheduler.caches]
+        self.caches = [
+            type(c)(c.k[:rows].realize(), c.v[:rows].realize(), position, c.window) for c in scheduler.caches
+        ]
         self.position = position
         self.captured = CapturedStep(self._step, scheduler.device)
 

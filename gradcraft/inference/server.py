@@ -52,8 +52,15 @@ REQUEST_TIMEOUT = 600.0  # default seconds a request may take, waiting included 
 class RequestError(Exception):
     """A request the server refuses: becomes an HTTP answer with OpenAI's error shape."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 kind: str = "invalid_request_error", headers: dict | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        kind: str = "invalid_request_error",
+        headers: dict | None = None,
+    ):
         super().__init__(message)
         self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
         self.headers = headers
@@ -66,14 +73,34 @@ class _Choice:
     final, and ("end", index, reason, piece, logprob entries) once. A logprob entry is
     (token text, TokenLogprob or None, text offset, top token texts)."""
 
-    def __init__(self, index: int, prompt: str, prompt_ids: list, params: SamplingParams, tokenizer, events,
-                 loop, cancel: threading.Event, deadline: float | None, logprobs: int | None, echo: bool):
+    def __init__(
+        self,
+        index: int,
+        prompt: str,
+        prompt_ids: list,
+        params: SamplingParams,
+        tokenizer,
+        events,
+        loop,
+        cancel: threading.Event,
+        deadline: float | None,
+        logprobs: int | None,
+        echo: bool,
+    ):
         self.index, self.prompt, self.tokenizer, self.events, self.loop = index, prompt, tokenizer, events, loop
         self.echo, self.text = echo, TextStream(tokenizer, params.stop_strings)
         self.entries = []  # logprob entries not yet sent
         self.offset = len(prompt) if echo else 0  # where the next token's text starts in the choice's text
-        self.seq = Sequence(prompt_ids, params, self._on_token, self._on_finish, logprobs=logprobs,
-                            prompt_logprobs=echo and logprobs is not None, deadline=deadline, cancel=cancel)
+        self.seq = Sequence(
+            prompt_ids,
+            params,
+            self._on_token,
+            self._on_finish,
+            logprobs=logprobs,
+            prompt_logprobs=echo and logprobs is not None,
+            deadline=deadline,
+            cancel=cancel,
+        )
         self.echoed = False
 
     def _token_text(self, token: int) -> str:
@@ -141,26 +168,42 @@ def model_card(generator, model_name: str, context: int) -> dict:
         card["parameters"] = count()
     tokenizer = getattr(generator, "tokenizer", None)
     if getattr(tokenizer, "vocab_size", None) is not None:
-        card["tokenizer"] = {"type": "bpe", "vocab_size": tokenizer.vocab_size,
-                             "pattern": getattr(tokenizer, "pattern_name", None),
-                             "fingerprint": getattr(tokenizer, "fingerprint", None)}
+        card["tokenizer"] = {
+            "type": "bpe",
+            "vocab_size": tokenizer.vocab_size,
+            "pattern": getattr(tokenizer, "pattern_name", None),
+            "fingerprint": getattr(tokenizer, "fingerprint", None),
+        }
     return card
 
 
 def playground_page() -> bytes:
     """The browser playground: one self-contained HTML file shipped in the package."""
     from importlib.resources import files
+
     return (files("gradcraft.inference") / "static" / "playground.html").read_bytes()
 
 
 # The page loads nothing from anywhere but this server (no CDN): the browser enforces it.
-PLAYGROUND_CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-                  "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'")
+PLAYGROUND_CSP = (
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+    "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'"
+)
 
 
-def create_app(generator, model_name: str, *, max_body_bytes: int = MAX_BODY_BYTES, docs: bool = False,
-               slots: int = SLOTS, max_queue: int = MAX_QUEUE, request_timeout: float | None = REQUEST_TIMEOUT,
-               api_key: str | None = None, prefill_chunk: int = 256, ui: bool = True):
+def create_app(
+    generator,
+    model_name: str,
+    *,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    docs: bool = False,
+    slots: int = SLOTS,
+    max_queue: int = MAX_QUEUE,
+    request_timeout: float | None = REQUEST_TIMEOUT,
+    api_key: str | None = None,
+    prefill_chunk: int = 256,
+    ui: bool = True,
+):
     """The ASGI app (its `.scheduler` drives the model). docs: serve /docs and /openapi.json (off by
     default). api_key: demand `Authorization: Bearer <api_key>` on the /v1/ paths. ui: serve the
     playground at /."""
@@ -177,13 +220,24 @@ def create_app(generator, model_name: str, *, max_body_bytes: int = MAX_BODY_BYT
     bytes_per_token = _max_token_bytes(tokenizer)
     scheduler = Scheduler(generator.model, slots=slots, max_queue=max_queue, prefill_chunk=prefill_chunk)
 
-    app = FastAPI(title="gradcraft", version="0.1.0", docs_url="/docs" if docs else None, redoc_url=None,
-                  openapi_url="/openapi.json" if docs else None)
+    app = FastAPI(
+        title="gradcraft",
+        version="0.1.0",
+        docs_url="/docs" if docs else None,
+        redoc_url=None,
+        openapi_url="/openapi.json" if docs else None,
+    )
 
     # ------------------------------------------------------------------ errors, all in OpenAI's shape
 
-    def error(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None,
-              code: str | None = None, headers=None):
+    def error(
+        status: int,
+        message: str,
+        kind: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers=None,
+    ):
         return JSONResponse(status_code=status, content=error_body(message, kind, param, code), headers=headers)
 
     @app.exception_handler(RequestValidationError)
@@ -194,17 +248,23 @@ def create_app(generator, model_name: str, *, max_body_bytes: int = MAX_BODY_BYT
         kind = first.get("type", "invalid")
         message = f"{where or 'body'}: {first.get('msg', 'invalid request')}"
         if where is None and kind in ("model_attributes_type", "missing"):
-            return error(422, "the body must be a JSON object (sent with Content-Type: application/json)",
-                         code=kind)
+            return error(422, "the body must be a JSON object (sent with Content-Type: application/json)", code=kind)
         if kind == "json_invalid":
-            return error(400, f"the body is not valid JSON: {first.get('ctx', {}).get('error', 'parse error')}",
-                         code="json_invalid")
+            return error(
+                400,
+                f"the body is not valid JSON: {first.get('ctx', {}).get('error', 'parse error')}",
+                code="json_invalid",
+            )
         return error(422, message, param=where.split(".")[0] if where else None, code=kind)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
-        return error(exc.status_code, str(exc.detail), code="not_found" if exc.status_code == 404 else None,
-                     headers=getattr(exc, "headers", None))
+        return error(
+            exc.status_code,
+            str(exc.detail),
+            code="not_found" if exc.status_code == 404 else None,
+            headers=getattr(exc, "headers", None),
+        )
 
     @app.exception_handler(RequestError)
     async def refused(request: Request, exc: RequestError):
@@ -225,24 +285,37 @@ def create_app(generator, model_name: str, *, max_body_bytes: int = MAX_BODY_BYT
             raise RequestError(422, "prompt is not valid Unicode (a lone surrogate)", "prompt", "invalid_prompt")
         # Refuse a prompt whose length alone proves it too long, before encoding it whole.
         if bytes_per_token and -(-prompt_bytes // bytes_per_token) >= context:
-            raise RequestError(400, f"the prompt is {prompt_bytes} bytes, at least "
-                                    f"{-(-prompt_bytes // bytes_per_token)} tokens; the model's context is "
-                                    f"{context} tokens", "prompt", "context_length_exceeded")
+            raise RequestError(
+                400,
+                f"the prompt is {prompt_bytes} bytes, at least "
+                f"{-(-prompt_bytes // bytes_per_token)} tokens; the model's context is "
+                f"{context} tokens",
+                "prompt",
+                "context_length_exceeded",
+            )
         try:
             ids = generator.encode_prompt(prompt)
         except UserError as e:
             raise RequestError(422, str(e), "prompt")
         if len(ids) >= context:
-            raise RequestError(400, f"the prompt is {len(ids)} tokens; the model's context is {context} "
-                                    f"tokens", "prompt", "context_length_exceeded")
+            raise RequestError(
+                400,
+                f"the prompt is {len(ids)} tokens; the model's context is {context} tokens",
+                "prompt",
+                "context_length_exceeded",
+            )
         return ids
 
     def start(request: Request, loop, req, prompts: list, max_tokens: int | None, stops: tuple, logprobs, echo: bool):
         """Encode the prompts and queue one sequence per (prompt, choice). Returns (choices, events,
         prompt token count)."""
         if max_tokens is not None and max_tokens > context:
-            raise RequestError(422, f"max_tokens must be at most the context length {context}, got {max_tokens}",
-                               "max_tokens", "less_than_equal")
+            raise RequestError(
+                422,
+                f"max_tokens must be at most the context length {context}, got {max_tokens}",
+                "max_tokens",
+                "less_than_equal",
+            )
         encoded = [encode(p) for p in prompts]
         state = request.scope.setdefault("state", {})
         cancel = state.get("gc_cancel") or threading.Event()
@@ -253,17 +326,30 @@ def create_app(generator, model_name: str, *, max_body_bytes: int = MAX_BODY_BYT
         choices = []
         for p, (prompt, ids) in enumerate(zip(prompts, encoded)):
             for i in range(req.n):
-                params = SamplingParams(max_tokens=max_tokens or context, temperature=req.temperature,
-                                        top_k=req.top_k, top_p=req.top_p,
-                                        seed=None if req.seed is None else req.seed + i,
-                                        stop_ids=generator.stop_ids(), stop_strings=stops)
-                choices.append(_Choice(len(choices), prompt, ids, params, tokenizer, events, loop,
-                                       cancel, deadline, logprobs, echo))
+                params = SamplingParams(
+                    max_tokens=max_tokens or context,
+                    temperature=req.temperature,
+                    top_k=req.top_k,
+                    top_p=req.top_p,
+                    seed=None if req.seed is None else req.seed + i,
+                    stop_ids=generator.stop_ids(),
+                    stop_strings=stops,
+                )
+                choices.append(
+                    _Choice(
+                        len(choices), prompt, ids, params, tokenizer, events, loop, cancel, deadline, logprobs, echo
+                    )
+                )
         try:
             scheduler.submit([c.seq for c in choices])
         except QueueFull as e:
-            raise RequestError(429, f"the server is busy ({e}); retry shortly", code="queue_full",
-                               kind="rate_limit_error", headers={"Retry-After": "1"})
+            raise RequestError(
+                429,
+                f"the server is busy ({e}); retry shortly",
+                code="queue_full",
+                kind="rate_limit_error",
+                headers={"Retry-After": "1"},
+            )
         except SchedulerClosed as e:
             raise RequestError(503, f"the server cannot generate ({e})", code="unavailable", kind="server_error")
         return choices, events, sum(len(ids) for ids in encoded)
@@ -296,8 +382,12 @@ def create_app(generator, model_name: str, *, max_body_bytes: int = MAX_BODY_BYT
             state["gc_outcome"] = "cancelled"
             return error(499, "the client closed the request", code="client_closed_request")
         if TIMEOUT in reasons:
-            return error(503, f"the request did not finish within the server's limit of {request_timeout:g} s "
-                              "(--request_timeout)", kind="server_error", code="timeout")
+            return error(
+                503,
+                f"the request did not finish within the server's limit of {request_timeout:g} s (--request_timeout)",
+                kind="server_error",
+                code="timeout",
+            )
         if ERROR in reasons:
             failed = next((c.seq.error for c in choices if c.seq.error), None)
             return error(500, failed or scheduler.failure or "generation failed", kind="server_error")
@@ -306,6 +396,7 @@ def create_app(generator, model_name: str, *, max_body_bytes: int = MAX_BODY_BYT
     def stream_events(choices, events, state, chunk, last_chunk):
         """Server-sent events: chunk(index, piece, entries) per piece of text, last_chunk(index, reason,
         piece, entries) per ending (the final one carries usage), then [DONE]."""
+
         async def generate():
             open_choices, finished = len(choices), False
             try:
@@ -334,6 +425,7 @@ def create_app(generator, model_name: str, *, max_body_bytes: int = MAX_BODY_BYT
                 if not finished:
                     state["gc_outcome"] = "cancelled"
                 choices[0].seq.cancel.set()  # the client left (or the stream ended): stop the generation
+
         return StreamingResponse(generate(), media_type="text/event-stream")
 
     # ------------------------------------------------------------------ routes
@@ -353,8 +445,11 @@ def create_app(generator, model_name: str, *, max_body_bytes: int = MAX_BODY_BYT
 
         @app.get("/", include_in_schema=False)
         def playground():
-            return Response(page, media_type="text/html; charset=utf-8",
-                            headers={"Content-Security-Policy": PLAYGROUND_CSP, "Cache-Control": "no-cache"})
+            return Response(
+                page,
+                media_type="text/html; charset=utf-8",
+                headers={"Content-Security-Policy": PLAYGROUND_CSP, "Cache-Control": "no-cache"},
+            )
 
     @app.post("/v1/completions")
     async def completions(req: api.CompletionRequest, request: Request):
@@ -369,13 +464,24 @@ def create_app(generator, model_name: str, *, max_body_bytes: int = MAX_BODY_BYT
 
         def body(index, text, reason, entries):
             logprobs = None if req.logprobs is None else api.completion_logprobs(entries)
-            return {"id": rid, "object": "text_completion", "created": created, "model": model_name,
-                    "choices": [{"text": text, "index": index, "logprobs": logprobs,
-                                 "finish_reason": api.finish_reason(reason)}]}
+            return {
+                "id": rid,
+                "object": "text_completion",
+                "created": created,
+                "model": model_name,
+                "choices": [
+                    {"text": text, "index": index, "logprobs": logprobs, "finish_reason": api.finish_reason(reason)}
+                ],
+            }
 
         if req.stream:
-            return stream_events(choices, events, state, lambda i, piece, e: body(i, piece, None, e),
-                                 lambda i, reason, piece, e: body(i, piece, reason, e))
+            return stream_events(
+                choices,
+                events,
+                state,
+                lambda i, piece, e: body(i, piece, None, e),
+                lambda i, reason, piece, e: body(i, piece, reason, e),
+            )
         texts, reasons, entries = await collect(choices, events, state)
         refused = failure(reasons, state, choices)
         if refused is not None:
@@ -392,8 +498,9 @@ def create_app(generator, model_name: str, *, max_body_bytes: int = MAX_BODY_BYT
         state = request.scope.setdefault("state", {})
         top = (req.top_logprobs or 0) if req.logprobs else None
         stops = req.stop_strings() + (api.CHAT_STOP,)
-        started = await admit(request, req, [req.prompt()], req.max_completion_tokens or req.max_tokens, stops,
-                              top, False)
+        started = await admit(
+            request, req, [req.prompt()], req.max_completion_tokens or req.max_tokens, stops, top, False
+        )
         if started is None:
             state["gc_outcome"] = "cancelled"
             return error(499, "the client closed the request", code="client_closed_request")
@@ -407,8 +514,10 @@ def create_app(generator, model_name: str, *, max_body_bytes: int = MAX_BODY_BYT
         def chunk(index, piece, entries, reason=None, first=False):
             delta = {"role": "assistant", "content": piece} if first else ({"content": piece} if piece else {})
             logprobs = api.chat_logprobs(entries) if top is not None else None
-            return envelope("chat.completion.chunk", [{"index": index, "delta": delta, "logprobs": logprobs,
-                                                       "finish_reason": api.finish_reason(reason)}])
+            return envelope(
+                "chat.completion.chunk",
+                [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": api.finish_reason(reason)}],
+            )
 
         if req.stream:
             greeted = set()
@@ -417,18 +526,32 @@ def create_app(generator, model_name: str, *, max_body_bytes: int = MAX_BODY_BYT
                 first = i not in greeted
                 greeted.add(i)
                 return chunk(i, piece, entries, first=first)
-            return stream_events(choices, events, state, piece_chunk,
-                                 lambda i, reason, piece, e: chunk(i, piece, e, reason, first=i not in greeted))
+
+            return stream_events(
+                choices,
+                events,
+                state,
+                piece_chunk,
+                lambda i, reason, piece, e: chunk(i, piece, e, reason, first=i not in greeted),
+            )
         texts, reasons, entries = await collect(choices, events, state)
         refused = failure(reasons, state, choices)
         if refused is not None:
             return refused
         completion = sum(c.seq.generated for c in choices)
         state["gc_usage"] = (prompt_tokens, completion)
-        out = envelope("chat.completion", [
-            {"index": i, "message": {"role": "assistant", "content": texts[i]},
-             "logprobs": api.chat_logprobs(entries[i]) if top is not None else None,
-             "finish_reason": api.finish_reason(reasons[i])} for i in range(len(choices))])
+        out = envelope(
+            "chat.completion",
+            [
+                {
+                    "index": i,
+                    "message": {"role": "assistant", "content": texts[i]},
+                    "logprobs": api.chat_logprobs(entries[i]) if top is not None else None,
+                    "finish_reason": api.finish_reason(reasons[i]),
+                }
+                for i in range(len(choices))
+            ],
+        )
         out["usage"] = api.usage(prompt_tokens, completion)
         return out
 
@@ -437,8 +560,16 @@ def create_app(generator, model_name: str, *, max_body_bytes: int = MAX_BODY_BYT
     return front
 
 
-def serve(generator, model_name: str, host: str = "127.0.0.1", port: int = 8000, *, sock: socket.socket | None = None,
-          access_log: bool = True, **app_options) -> None:
+def serve(
+    generator,
+    model_name: str,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    sock: socket.socket | None = None,
+    access_log: bool = True,
+    **app_options,
+) -> None:
     """Serve until interrupted. sock: an already bound socket (see bind); else host:port is bound here.
     app_options: create_app's (max_body_bytes, docs, slots, max_queue, request_timeout, api_key, ...)."""
     import uvicorn

@@ -41,8 +41,13 @@ def paths_from_model_dir(model_dir: str) -> tuple[str, str, str]:
     train_config = os.path.join(model_dir, "train_config.json")
     if os.path.exists(train_config) and not any(os.path.exists(c) for c in candidates):
         from gradcraft.validation import Value, check_fields, read_json
-        doc = check_fields(read_json(train_config), train_config, {"dataset": Value(str)},
-                           hint="the file was damaged or edited by hand; pass --vocab")
+
+        doc = check_fields(
+            read_json(train_config),
+            train_config,
+            {"dataset": Value(str)},
+            hint="the file was damaged or edited by hand; pass --vocab",
+        )
         candidates.append(os.path.join(os.path.dirname(doc.get("dataset", "")), "tokenizer.json"))
     vocab = next((c for c in candidates if os.path.exists(c)), candidates[-1])
     return vocab, config, weights
@@ -81,12 +86,16 @@ def load_model(config_path: str, weights_path: str, device: str = "cpu") -> tupl
 def check_tokenizer(tokenizer, config: ModelConfig, metadata: dict, vocab_path: str) -> None:
     """Refuse a tokenizer that does not belong to the weights (the silent-garbage failure)."""
     if tokenizer.vocab_size != config.vocab_size:
-        raise UserError(f"the tokenizer {vocab_path} has {tokenizer.vocab_size} tokens but the model was built for "
-                        f"{config.vocab_size}; use the tokenizer the model was trained with")
+        raise UserError(
+            f"the tokenizer {vocab_path} has {tokenizer.vocab_size} tokens but the model was built for "
+            f"{config.vocab_size}; use the tokenizer the model was trained with"
+        )
     expected = metadata.get("tokenizer_fingerprint")
     if expected and expected != tokenizer.fingerprint:
-        raise UserError(f"the tokenizer {vocab_path} (fingerprint {tokenizer.fingerprint}) is not the one the weights "
-                        f"were trained with ({expected}); use the tokenizer the model was trained with")
+        raise UserError(
+            f"the tokenizer {vocab_path} (fingerprint {tokenizer.fingerprint}) is not the one the weights "
+            f"were trained with ({expected}); use the tokenizer the model was trained with"
+        )
 
 
 class TextGenerator:
@@ -158,7 +167,7 @@ class TextStream:
         self.stopped = self.stopped or hit
         hold = 0 if hit or final else max(_longest(self.stops) - 1, 0)
         safe = max(self.emitted, len(self.visible) - hold)
-        piece = self.visible[self.emitted:safe]
+        piece = self.visible[self.emitted : safe]
         self.emitted = safe
         return piece
 

@@ -23,56 +23,96 @@ from gradcraft.models.transformer import Transformer
 
 def family_of(cfg: ModelConfig) -> str:
     if cfg.mlp_bias != cfg.bias:
-        raise UserError("this architecture (biases in the MLP but not in attention, or the reverse) has no Hugging "
-                        "Face equivalent")
-    if ((cfg.norm, cfg.mlp, cfg.positions) == ("layernorm", "gelu", "learned") and cfg.bias
-            and cfg.n_kv_heads == cfg.n_heads):
+        raise UserError(
+            "this architecture (biases in the MLP but not in attention, or the reverse) has no Hugging Face equivalent"
+        )
+    if (
+        (cfg.norm, cfg.mlp, cfg.positions) == ("layernorm", "gelu", "learned")
+        and cfg.bias
+        and cfg.n_kv_heads == cfg.n_heads
+    ):
         return "gpt2"
     if (cfg.norm, cfg.mlp, cfg.positions) == ("rmsnorm", "swiglu", "rope") and not cfg.bias and not cfg.learned_beta:
         pattern = set(cfg.attention_pattern)
         if "M" in cfg.ffn_pattern:
             if set(cfg.ffn_pattern) != {"M"} or pattern == {"L", "G"}:
-                raise UserError("Mixtral has mixture-of-experts in every layer and one attention kind: this "
-                                "model's ffn_pattern/attention_pattern has no Hugging Face equivalent")
+                raise UserError(
+                    "Mixtral has mixture-of-experts in every layer and one attention kind: this "
+                    "model's ffn_pattern/attention_pattern has no Hugging Face equivalent"
+                )
             return "mixtral"
         if not pattern or pattern == {"G"}:
             return "llama"
         return "mistral" if pattern == {"L"} else "ministral"
-    raise UserError("this architecture has no Hugging Face equivalent: export needs GPT-2 style "
-                    "(layernorm, gelu, learned positions, biases) or LLaMA style (rmsnorm, swiglu, rope, no biases)")
+    raise UserError(
+        "this architecture has no Hugging Face equivalent: export needs GPT-2 style "
+        "(layernorm, gelu, learned positions, biases) or LLaMA style (rmsnorm, swiglu, rope, no biases)"
+    )
 
 
-ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "ministral": "MinistralForCausalLM",
-                 "mixtral": "MixtralForCausalLM"}
+ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "ministral": "MinistralForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+}
 
 
 # ------------------------------------------------------------------ configs
 
+
 def hf_config(cfg: ModelConfig) -> dict:
     family = family_of(cfg)
     if family == "gpt2":
-        return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": cfg.vocab_size,
-                "n_positions": cfg.seq_len, "n_embd": cfg.dim, "n_layer": cfg.n_layers, "n_head": cfg.n_heads,
-                "n_inner": cfg.ffn_dim, "layer_norm_epsilon": cfg.norm_eps,
-                "activation_function": "gelu_new" if cfg.gelu_approximate == "tanh" else "gelu",
-                "resid_pdrop": cfg.resid_dropout, "embd_pdrop": cfg.embd_dropout, "attn_pdrop": cfg.attn_dropout,
-                "tie_word_embeddings": cfg.tie_embeddings, "initializer_range": cfg.init_std}
-    out = {"architectures": [ARCHITECTURES[family]], "model_type": family, "vocab_size": cfg.vocab_size,
-           "hidden_size": cfg.dim, "intermediate_size": cfg.ffn_dim, "num_hidden_layers": cfg.n_layers,
-           "num_attention_heads": cfg.n_heads,
-           "num_key_value_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim, "max_position_embeddings": cfg.seq_len,
-           "rms_norm_eps": cfg.norm_eps, "rope_theta": cfg.rope_base, "hidden_act": "silu",
-           "tie_word_embeddings": cfg.tie_embeddings, "attention_bias": False, "mlp_bias": False,
-           "initializer_range": cfg.init_std,
-           # HF's LLaMA family has attention-weight dropout only (none after the embeddings or projections)
-           "attention_dropout": cfg.attn_dropout}
+        return {
+            "architectures": ["GPT2LMHeadModel"],
+            "model_type": "gpt2",
+            "vocab_size": cfg.vocab_size,
+            "n_positions": cfg.seq_len,
+            "n_embd": cfg.dim,
+            "n_layer": cfg.n_layers,
+            "n_head": cfg.n_heads,
+            "n_inner": cfg.ffn_dim,
+            "layer_norm_epsilon": cfg.norm_eps,
+            "activation_function": "gelu_new" if cfg.gelu_approximate == "tanh" else "gelu",
+            "resid_pdrop": cfg.resid_dropout,
+            "embd_pdrop": cfg.embd_dropout,
+            "attn_pdrop": cfg.attn_dropout,
+            "tie_word_embeddings": cfg.tie_embeddings,
+            "initializer_range": cfg.init_std,
+        }
+    out = {
+        "architectures": [ARCHITECTURES[family]],
+        "model_type": family,
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.dim,
+        "intermediate_size": cfg.ffn_dim,
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_kv_heads,
+        "head_dim": cfg.head_dim,
+        "max_position_embeddings": cfg.seq_len,
+        "rms_norm_eps": cfg.norm_eps,
+        "rope_theta": cfg.rope_base,
+        "hidden_act": "silu",
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "initializer_range": cfg.init_std,
+        # HF's LLaMA family has attention-weight dropout only (none after the embeddings or projections)
+        "attention_dropout": cfg.attn_dropout,
+    }
     if family in ("mistral", "ministral", "mixtral"):
         out["sliding_window"] = cfg.window if "L" in cfg.attention_pattern else None
     if family == "ministral":
         out["layer_types"] = ["sliding_attention" if c == "L" else "full_attention" for c in cfg.attention_pattern]
     if family == "mixtral":
-        out.update(num_local_experts=cfg.n_experts, num_experts_per_tok=cfg.experts_per_token,
-                   router_aux_loss_coef=cfg.moe_balance, output_router_logits=False)
+        out.update(
+            num_local_experts=cfg.n_experts,
+            num_experts_per_tok=cfg.experts_per_token,
+            router_aux_loss_coef=cfg.moe_balance,
+            output_router_logits=False,
+        )
     return out
 
 
@@ -80,13 +120,25 @@ def config_from_hf(hf: dict) -> ModelConfig:
     kind = hf.get("model_type")
     if kind == "gpt2":
         act = hf.get("activation_function", "gelu_new")
-        return ModelConfig(vocab_size=hf["vocab_size"], seq_len=hf["n_positions"], dim=hf["n_embd"],
-                           n_layers=hf["n_layer"], n_heads=hf["n_head"], ffn_dim=hf.get("n_inner") or 4 * hf["n_embd"],
-                           norm="layernorm", norm_eps=hf.get("layer_norm_epsilon", 1e-5), mlp="gelu",
-                           gelu_approximate="tanh" if act in ("gelu_new", "gelu_pytorch_tanh") else "none",
-                           positions="learned", bias=True, tie_embeddings=hf.get("tie_word_embeddings", True),
-                           dropout=hf.get("resid_pdrop", 0.0), attn_dropout=hf.get("attn_pdrop", 0.0),
-                           resid_dropout=hf.get("resid_pdrop", 0.0), embd_dropout=hf.get("embd_pdrop", 0.0))
+        return ModelConfig(
+            vocab_size=hf["vocab_size"],
+            seq_len=hf["n_positions"],
+            dim=hf["n_embd"],
+            n_layers=hf["n_layer"],
+            n_heads=hf["n_head"],
+            ffn_dim=hf.get("n_inner") or 4 * hf["n_embd"],
+            norm="layernorm",
+            norm_eps=hf.get("layer_norm_epsilon", 1e-5),
+            mlp="gelu",
+            gelu_approximate="tanh" if act in ("gelu_new", "gelu_pytorch_tanh") else "none",
+            positions="learned",
+            bias=True,
+            tie_embeddings=hf.get("tie_word_embeddings", True),
+            dropout=hf.get("resid_pdrop", 0.0),
+            attn_dropout=hf.get("attn_pdrop", 0.0),
+            resid_dropout=hf.get("resid_pdrop", 0.0),
+            embd_dropout=hf.get("embd_pdrop", 0.0),
+        )
     if kind in ("llama", "mistral", "ministral", "mixtral"):
         n_layers = hf["num_hidden_layers"]
         pattern, window, moe = "", 0, {}
@@ -95,21 +147,41 @@ def config_from_hf(hf: dict) -> ModelConfig:
             types = hf.get("layer_types") or ["sliding_attention"] * n_layers
             pattern = "".join("L" if t == "sliding_attention" else "G" for t in types)
         if kind == "mixtral":  # HF has no capacity limit
-            moe = dict(ffn_pattern="M" * n_layers, n_experts=hf["num_local_experts"],
-                       experts_per_token=hf["num_experts_per_tok"], capacity_factor=None)
-        return ModelConfig(vocab_size=hf["vocab_size"], seq_len=hf.get("max_position_embeddings", 2048),
-                           dim=hf["hidden_size"], n_layers=n_layers, n_heads=hf["num_attention_heads"],
-                           n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
-                           ffn_dim=hf["intermediate_size"], norm="rmsnorm", norm_eps=hf.get("rms_norm_eps", 1e-6),
-                           mlp="swiglu", positions="rope", rope_base=hf.get("rope_theta", 10000.0), bias=False,
-                           tie_embeddings=hf.get("tie_word_embeddings", False), attention_pattern=pattern,
-                           window=window, attn_dropout=hf.get("attention_dropout", 0.0), resid_dropout=0.0,
-                           embd_dropout=0.0, **moe)
-    raise UserError(f"unsupported Hugging Face model_type {kind!r}; gpt2, llama, mistral, ministral and mixtral "
-                    "can be imported")
+            moe = dict(
+                ffn_pattern="M" * n_layers,
+                n_experts=hf["num_local_experts"],
+                experts_per_token=hf["num_experts_per_tok"],
+                capacity_factor=None,
+            )
+        return ModelConfig(
+            vocab_size=hf["vocab_size"],
+            seq_len=hf.get("max_position_embeddings", 2048),
+            dim=hf["hidden_size"],
+            n_layers=n_layers,
+            n_heads=hf["num_attention_heads"],
+            n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
+            ffn_dim=hf["intermediate_size"],
+            norm="rmsnorm",
+            norm_eps=hf.get("rms_norm_eps", 1e-6),
+            mlp="swiglu",
+            positions="rope",
+            rope_base=hf.get("rope_theta", 10000.0),
+            bias=False,
+            tie_embeddings=hf.get("tie_word_embeddings", False),
+            attention_pattern=pattern,
+            window=window,
+            attn_dropout=hf.get("attention_dropout", 0.0),
+            resid_dropout=0.0,
+            embd_dropout=0.0,
+            **moe,
+        )
+    raise UserError(
+        f"unsupported Hugging Face model_type {kind!r}; gpt2, llama, mistral, ministral and mixtral can be imported"
+    )
 
 
 # ------------------------------------------------------------------ weights
+
 
 def to_hf_state(model: Transformer) -> dict:
     cfg = model.config
@@ -125,8 +197,12 @@ def to_hf_state(model: Transformer) -> dict:
             for ours_name, hf_name in (("norm1", "ln_1"), ("norm2", "ln_2")):
                 out[b + hf_name + ".weight"] = ours[a + ours_name + ".weight"]
                 out[b + hf_name + ".bias"] = ours[a + ours_name + ".bias"]
-            for ours_name, hf_name in (("attn.qkv", "attn.c_attn"), ("attn.proj", "attn.c_proj"),
-                                       ("mlp.fc", "mlp.c_fc"), ("mlp.proj", "mlp.c_proj")):
+            for ours_name, hf_name in (
+                ("attn.qkv", "attn.c_attn"),
+                ("attn.proj", "attn.c_proj"),
+                ("mlp.fc", "mlp.c_fc"),
+                ("mlp.proj", "mlp.c_proj"),
+            ):
                 out[b + hf_name + ".weight"] = ours[a + ours_name + ".weight"].T  # Conv1D keeps (in, out)
                 out[b + hf_name + ".bias"] = ours[a + ours_name + ".bias"]
         out["transformer.ln_f.weight"] = ours["norm.weight"]
@@ -138,9 +214,9 @@ def to_hf_state(model: Transformer) -> dict:
         for i in range(cfg.n_layers):
             a, b = f"blocks.{i}.", f"model.layers.{i}."
             qkv = ours[a + "attn.qkv.weight"]
-            out[b + "self_attn.q_proj.weight"] = qkv[:H * D]
-            out[b + "self_attn.k_proj.weight"] = qkv[H * D:(H + Hkv) * D]
-            out[b + "self_attn.v_proj.weight"] = qkv[(H + Hkv) * D:]
+            out[b + "self_attn.q_proj.weight"] = qkv[: H * D]
+            out[b + "self_attn.k_proj.weight"] = qkv[H * D : (H + Hkv) * D]
+            out[b + "self_attn.v_proj.weight"] = qkv[(H + Hkv) * D :]
             out[b + "self_attn.o_proj.weight"] = ours[a + "attn.proj.weight"]
             if family == "mixtral":
                 out[b + "block_sparse_moe.gate.weight"] = ours[a + "mlp.router.weight"]
@@ -180,8 +256,12 @@ def from_hf_state(cfg: ModelConfig, hf: dict) -> dict:
             for ours_name, hf_name in (("norm1", "ln_1"), ("norm2", "ln_2")):
                 ours[a + ours_name + ".weight"] = take(b + hf_name + ".weight")
                 ours[a + ours_name + ".bias"] = take(b + hf_name + ".bias")
-            for ours_name, hf_name in (("attn.qkv", "attn.c_attn"), ("attn.proj", "attn.c_proj"),
-                                       ("mlp.fc", "mlp.c_fc"), ("mlp.proj", "mlp.c_proj")):
+            for ours_name, hf_name in (
+                ("attn.qkv", "attn.c_attn"),
+                ("attn.proj", "attn.c_proj"),
+                ("mlp.fc", "mlp.c_fc"),
+                ("mlp.proj", "mlp.c_proj"),
+            ):
                 ours[a + ours_name + ".weight"] = take(b + hf_name + ".weight").T
                 ours[a + ours_name + ".bias"] = take(b + hf_name + ".bias")
         ours["norm.weight"] = take("transformer.ln_f.weight")
@@ -195,12 +275,14 @@ def from_hf_state(cfg: ModelConfig, hf: dict) -> dict:
             if family == "mixtral":
                 ours[a + "mlp.router.weight"] = take(b + "block_sparse_moe.gate.weight")
                 experts = [b + f"block_sparse_moe.experts.{e}." for e in range(cfg.n_experts)]
-                ours[a + "mlp.gate_up"] = np.stack([np.concatenate([take(x + "w1.weight"), take(x + "w3.weight")])
-                                                    for x in experts])
+                ours[a + "mlp.gate_up"] = np.stack(
+                    [np.concatenate([take(x + "w1.weight"), take(x + "w3.weight")]) for x in experts]
+                )
                 ours[a + "mlp.down"] = np.stack([take(x + "w2.weight") for x in experts])
             else:
-                ours[a + "mlp.fc.weight"] = np.concatenate([take(b + "mlp.gate_proj.weight"),
-                                                            take(b + "mlp.up_proj.weight")])
+                ours[a + "mlp.fc.weight"] = np.concatenate(
+                    [take(b + "mlp.gate_proj.weight"), take(b + "mlp.up_proj.weight")]
+                )
                 ours[a + "mlp.proj.weight"] = take(b + "mlp.down_proj.weight")
             ours[a + "norm1.weight"] = take(b + "input_layernorm.weight")
             ours[a + "norm2.weight"] = take(b + "post_attention_layernorm.weight")
@@ -254,14 +336,18 @@ def hf_tokenizer_files(tok, seq_len: int | None = None) -> dict | None:
     (`tokenizer.json` + `tokenizer_config.json`), or None when HF would encode differently than we
     do (a tiktoken-style vocabulary whose merges HF would apply as rules): then write none."""
     from gradcraft.tokenizer import from_hf_json, to_hf_json
+
     doc = to_hf_json(tok)
     try:
         if from_hf_json(json.loads(json.dumps(doc))).fingerprint != tok.fingerprint:
             return None
     except UserError:
         return None
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
-              "add_prefix_space": False}
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "clean_up_tokenization_spaces": False,
+        "add_prefix_space": False,
+    }
     if seq_len:
         config["model_max_length"] = seq_len
     if tok.eot_id is not None:
@@ -286,8 +372,9 @@ def import_hf(directory: str) -> Transformer:
     weights_path = os.path.join(directory, "model.safetensors")
     for path in (config_path, weights_path):
         if not os.path.exists(path):
-            raise UserError(f"{path} does not exist; a Hugging Face model directory holds config.json and "
-                            "model.safetensors")
+            raise UserError(
+                f"{path} does not exist; a Hugging Face model directory holds config.json and model.safetensors"
+            )
     with open(config_path) as f:
         cfg = config_from_hf(json.load(f))
     model = Transformer(cfg)

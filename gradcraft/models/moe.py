@@ -28,8 +28,16 @@ from gradcraft.nn import Linear, Module, Parameter, init
 
 
 class MoE(Module):
-    def __init__(self, dim: int, ffn_dim: int, n_experts: int, top_k: int, capacity_factor: float | None,
-                 init_std: float = 0.02, out_std: float = 0.02):
+    def __init__(
+        self,
+        dim: int,
+        ffn_dim: int,
+        n_experts: int,
+        top_k: int,
+        capacity_factor: float | None,
+        init_std: float = 0.02,
+        out_std: float = 0.02,
+    ):
         super().__init__()
         self.dim, self.ffn_dim, self.n_experts, self.top_k = dim, ffn_dim, n_experts, top_k
         self.capacity_factor = capacity_factor
@@ -75,7 +83,7 @@ class MoE(Module):
             slot = (flat_expert * cap + position).masked_fill(kept.logical_not(), E * cap).reshape(N, K)
         self.aux["kept_fraction"] = kept.float().mean()
 
-        expert_in = F.moe_permute(xf, slot, E * cap + 1)[:E * cap].reshape(E, cap, C)
+        expert_in = F.moe_permute(xf, slot, E * cap + 1)[: E * cap].reshape(E, cap, C)
         h = expert_in @ self.gate_up.to(x.dtype).mT  # (E, cap, 2F): one batched matmul for all experts
         h = F.swiglu(h)  # silu(gate) * up, gate and up the two halves of the last axis
         expert_out = h @ self.down.to(x.dtype).mT  # (E, cap, C)
@@ -110,4 +118,3 @@ def reference_dispatch(top_idx: np.ndarray, n_experts: int, capacity: int) -> np
                 kept[n, s] = True
                 used[e] += 1
     return kept
-

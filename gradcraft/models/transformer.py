@@ -40,7 +40,7 @@ class KVCache:
             v = gc.cat([self.v, v], dim=2)
         full_k, full_v = k, v
         if self.window is not None and k.shape[2] > self.window:
-            k, v = k[:, :, -self.window:], v[:, :, -self.window:]
+            k, v = k[:, :, -self.window :], v[:, :, -self.window :]
         self.k, self.v = k, v
         return full_k, full_v
 
@@ -116,7 +116,8 @@ def ring_layout(cache: KVCache):
         return cache.k, cache.v  # not wrapped yet: position p is already at index p
 
     def roll(t):  # index i holds position seen - held + i, which belongs at (shift + i) % w
-        return gc.cat([t[:, :, held - shift:], t[:, :, :held - shift]], dim=2)
+        return gc.cat([t[:, :, held - shift :], t[:, :, : held - shift]], dim=2)
+
     return roll(cache.k), roll(cache.v)
 
 
@@ -145,9 +146,9 @@ class Attention(Module):
         B, T, C = x.shape
         H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
         qkv = self.qkv(x)  # (B, T, (H + 2 Hkv) D)
-        q = qkv[..., :H * D].reshape(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
-        k = qkv[..., H * D:(H + Hkv) * D].reshape(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
-        v = qkv[..., (H + Hkv) * D:].reshape(B, T, Hkv, D).transpose(1, 2)
+        q = qkv[..., : H * D].reshape(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+        k = qkv[..., H * D : (H + Hkv) * D].reshape(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
+        v = qkv[..., (H + Hkv) * D :].reshape(B, T, Hkv, D).transpose(1, 2)
         if rope is not None:
             q, k = _rotate(q, rope), _rotate(k, rope)
         if isinstance(cache, StaticKVCache):
@@ -159,11 +160,18 @@ class Attention(Module):
         window = self.window
         if window is not None and k.shape[2] > window + T - 1:
             # Keys older than any query's window are never read: drop them before attention.
-            k, v = k[:, :, -(window + T - 1):], v[:, :, -(window + T - 1):]
+            k, v = k[:, :, -(window + T - 1) :], v[:, :, -(window + T - 1) :]
         # Training keeps the attention weights for the backward pass where no flash kernel runs.
         save = self.training and gc.is_grad_enabled()
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_dropout if self.training else 0.0,
-                                           is_causal=True, window=window, save_weights=save)
+        y = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            dropout_p=self.attn_dropout if self.training else 0.0,
+            is_causal=True,
+            window=window,
+            save_weights=save,
+        )
         y = y.transpose(1, 2).reshape(B, T, H * D)  # (B, H, T, D) -> (B, T, C)
         return self.dropout(self.proj(y))
 
@@ -188,7 +196,7 @@ class MLP(Module):
             h = F.gelu(h, approximate=self.approximate)
         else:
             if self.beta is not None:  # Swish with a learned beta: gate * sigmoid(beta * gate)
-                gate, up = h[..., :self.ffn_dim], h[..., self.ffn_dim:]
+                gate, up = h[..., : self.ffn_dim], h[..., self.ffn_dim :]
                 h = gate * (gate * self.beta.to(gate.dtype)).sigmoid() * up
             else:
                 h = F.swiglu(h)  # silu(gate) * up in one kernel
@@ -203,8 +211,9 @@ class Block(Module):
         self.norm2 = make_norm(cfg)
         if cfg.is_moe(layer):
             out_std = init.scaled_residual_std(cfg.init_std, cfg.n_layers)
-            self.mlp = MoE(cfg.dim, cfg.ffn_dim, cfg.n_experts, cfg.experts_per_token, cfg.capacity_factor,
-                           cfg.init_std, out_std)
+            self.mlp = MoE(
+                cfg.dim, cfg.ffn_dim, cfg.n_experts, cfg.experts_per_token, cfg.capacity_factor, cfg.init_std, out_std
+            )
         else:
             self.mlp = MLP(cfg)
 
@@ -250,12 +259,24 @@ class Transformer(Module):
         if key not in self._rope_cache:
             if len(self._rope_cache) > 64:
                 self._rope_cache.clear()
-            self._rope_cache[key] = tuple(t.realize() for t in F.rope_frequencies(
-                length, self.config.head_dim, self.config.rope_base, device=device, start=start))
+            self._rope_cache[key] = tuple(
+                t.realize()
+                for t in F.rope_frequencies(
+                    length, self.config.head_dim, self.config.rope_base, device=device, start=start
+                )
+            )
         return self._rope_cache[key]
 
-    def forward(self, idx, targets=None, caches: list | None = None, label_smoothing: float = 0.0,
-                compute_dtype=None, start: int | None = None, position=None):
+    def forward(
+        self,
+        idx,
+        targets=None,
+        caches: list | None = None,
+        label_smoothing: float = 0.0,
+        compute_dtype=None,
+        start: int | None = None,
+        position=None,
+    ):
         """idx (B, T) token ids -> logits (B, T, V); with targets, (logits, mean cross-entropy loss).
 
         With `caches` (one KVCache per layer, see `new_caches`), idx holds only the new tokens and
@@ -268,9 +289,11 @@ class Transformer(Module):
         B, T = idx.shape
         if position is not None:
             if T != 1 or targets is not None or not caches:
-                raise UserError("position= decodes one new token per sequence through static caches "
-                                f"(got {T} tokens{', targets' if targets is not None else ''}); "
-                                "use start= for the growing caches")
+                raise UserError(
+                    "position= decodes one new token per sequence through static caches "
+                    f"(got {T} tokens{', targets' if targets is not None else ''}); "
+                    "use start= for the growing caches"
+                )
             return self._forward_at(idx, caches, position, compute_dtype)
         if start is None:
             start = caches[0].seen if caches else 0
@@ -304,8 +327,9 @@ class Transformer(Module):
         # logits are never held whole (they and their gradient are computed chunk by chunk in the
         # forward pass); the float32 loss is read from bf16 logits either way. The logits returned are
         # lazy: computed only if the caller reads them.
-        loss = F.linear_cross_entropy(x.reshape(B * T, -1), weight, targets.reshape(B * T),
-                                      label_smoothing=label_smoothing, valid_classes=V)
+        loss = F.linear_cross_entropy(
+            x.reshape(B * T, -1), weight, targets.reshape(B * T), label_smoothing=label_smoothing, valid_classes=V
+        )
         logits = x @ weight.mT  # (B, T, Vp)
         if padded != V:
             logits = logits[..., :V]  # a view
@@ -383,9 +407,14 @@ def describe(model: Transformer) -> str:
     cfg = model.config
     total = model.num_parameters()
     active = model.active_parameters()
-    moe = (f" ({active / 1e6:.2f}M active per token; {len(model.moe_layers())} MoE layers of {cfg.n_experts} experts, "
-           f"top-{cfg.experts_per_token})" if active != total else "")
-    return (f"{total / 1e6:.2f}M parameters{moe}: {cfg.n_layers} layers, dim {cfg.dim}, {cfg.n_heads} heads "
-            f"({cfg.n_kv_heads} kv), ffn {cfg.ffn_dim} {cfg.mlp}, {cfg.norm}, {cfg.positions} positions, "
-            f"context {cfg.seq_len}, vocab {cfg.vocab_size}")
-
+    moe = (
+        f" ({active / 1e6:.2f}M active per token; {len(model.moe_layers())} MoE layers of {cfg.n_experts} experts, "
+        f"top-{cfg.experts_per_token})"
+        if active != total
+        else ""
+    )
+    return (
+        f"{total / 1e6:.2f}M parameters{moe}: {cfg.n_layers} layers, dim {cfg.dim}, {cfg.n_heads} heads "
+        f"({cfg.n_kv_heads} kv), ffn {cfg.ffn_dim} {cfg.mlp}, {cfg.norm}, {cfg.positions} positions, "
+        f"context {cfg.seq_len}, vocab {cfg.vocab_size}"
+    )

@@ -10,13 +10,35 @@ if TYPE_CHECKING:
 from gradcraft.ops import losses as _losses
 from gradcraft.ops import nn as _nn
 from gradcraft.ops.elementwise import gelu, relu as _relu, sigmoid, silu, tanh  # noqa: F401
-from gradcraft.ops.losses import (binary_cross_entropy, binary_cross_entropy_with_logits,  # noqa: F401
-                                  cosine_similarity, huber_loss, l1_loss, normalize, smooth_l1_loss, softplus)
+from gradcraft.ops.losses import (
+    binary_cross_entropy,
+    binary_cross_entropy_with_logits,  # noqa: F401
+    cosine_similarity,
+    huber_loss,
+    l1_loss,
+    normalize,
+    smooth_l1_loss,
+    softplus,
+)
 from gradcraft.ops.moe import moe_permute, moe_unpermute  # noqa: F401
 from gradcraft.ops.movement import pad  # noqa: F401
-from gradcraft.ops.nn import (cross_entropy, embedding, layer_norm, linear, linear_cross_entropy,  # noqa: F401
-                              log_softmax, mse_loss, nll_loss, one_hot, rms_norm, rope_frequencies,
-                              rotary_embedding, scaled_dot_product_attention, softmax, swiglu)
+from gradcraft.ops.nn import (
+    cross_entropy,
+    embedding,
+    layer_norm,
+    linear,
+    linear_cross_entropy,  # noqa: F401
+    log_softmax,
+    mse_loss,
+    nll_loss,
+    one_hot,
+    rms_norm,
+    rope_frequencies,
+    rotary_embedding,
+    scaled_dot_product_attention,
+    softmax,
+    swiglu,
+)
 
 
 def _maybe_inplace(input, result, inplace: bool):
@@ -24,6 +46,7 @@ def _maybe_inplace(input, result, inplace: bool):
     if not inplace:
         return result
     from gradcraft.ops.inplace import write
+
     return write(input, result)
 
 

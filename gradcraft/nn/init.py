@@ -24,6 +24,7 @@ def ones_(p):
 
 def uniform_(p, a: float = 0.0, b: float = 1.0):
     from gradcraft.ops.creation import rand
+
     return _fill(p, rand(p.shape) * (b - a) + a)
 
 
@@ -40,6 +41,7 @@ def scaled_residual_std(std: float, n_layers: int) -> float:
 
 # ---------------------------------------------------------------- torch.nn.init's other names
 
+
 def constant_(p, val: float):
     return _fill(p, zeros(p.shape) + val)
 
@@ -52,11 +54,18 @@ def _fans(p) -> tuple:
 
 
 def calculate_gain(nonlinearity: str, param=None) -> float:
-    gains = {"linear": 1.0, "sigmoid": 1.0, "conv1d": 1.0, "conv2d": 1.0, "tanh": 5.0 / 3, "relu": math.sqrt(2.0),
-             "selu": 3.0 / 4}
+    gains = {
+        "linear": 1.0,
+        "sigmoid": 1.0,
+        "conv1d": 1.0,
+        "conv2d": 1.0,
+        "tanh": 5.0 / 3,
+        "relu": math.sqrt(2.0),
+        "selu": 3.0 / 4,
+    }
     if nonlinearity == "leaky_relu":
         slope = 0.01 if param is None else param
-        return math.sqrt(2.0 / (1 + slope ** 2))
+        return math.sqrt(2.0 / (1 + slope**2))
     if nonlinearity not in gains:
         raise ValueError(f"unsupported nonlinearity {nonlinearity!r}")
     return gains[nonlinearity]
@@ -94,6 +103,7 @@ def trunc_normal_(p, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: fl
 
     from gradcraft.ops.creation import next_seed
     from gradcraft.tensor import Tensor
+
     rng = np.random.default_rng(next_seed())
     values = rng.normal(mean, std, size=p.shape)
     bad = (values < a) | (values > b)

@@ -17,8 +17,9 @@ from gradcraft.ops.creation import ones, zeros
 class Linear(Module):
     """y = x W^T + b, W of shape (out_features, in_features) as in PyTorch."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, device: Device = None,
-                 dtype: DTypeLike = None) -> None:
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool = True, device: Device = None, dtype: DTypeLike = None
+    ) -> None:
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.weight = Parameter(zeros(out_features, in_features, device=device, dtype=dtype))
@@ -51,8 +52,14 @@ class Embedding(Module):
 
 
 class LayerNorm(Module):
-    def __init__(self, normalized_shape: Shape, eps: float = 1e-5, bias: bool = True, device: Device = None,
-                 dtype: DTypeLike = None) -> None:
+    def __init__(
+        self,
+        normalized_shape: Shape,
+        eps: float = 1e-5,
+        bias: bool = True,
+        device: Device = None,
+        dtype: DTypeLike = None,
+    ) -> None:
         super().__init__()
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         self.eps = eps
@@ -68,8 +75,9 @@ class LayerNorm(Module):
 
 
 class RMSNorm(Module):
-    def __init__(self, normalized_shape: Shape, eps: float | None = None, device: Device = None,
-                 dtype: DTypeLike = None) -> None:
+    def __init__(
+        self, normalized_shape: Shape, eps: float | None = None, device: Device = None, dtype: DTypeLike = None
+    ) -> None:
         super().__init__()
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         self.eps = eps

@@ -188,18 +188,22 @@ class Module:
 
     def float(self) -> Module:
         from gradcraft import dtypes
+
         return self.to(dtypes.float32)
 
     def double(self) -> Module:
         from gradcraft import dtypes
+
         return self.to(dtypes.float64)
 
     def half(self) -> Module:
         from gradcraft import dtypes
+
         return self.to(dtypes.float16)
 
     def bfloat16(self) -> Module:
         from gradcraft import dtypes
+
         return self.to(dtypes.bfloat16)
 
     # ------------------------------------------------------------ printing
@@ -256,8 +260,10 @@ class Module:
             value = state[name]
             array = value.numpy() if isinstance(value, Tensor) else np.asarray(value)
             if tuple(array.shape) != p.shape:
-                raise UserError(f"weights do not match the model: {name} has shape {tuple(array.shape)}, "
-                                f"the model expects {p.shape}")
+                raise UserError(
+                    f"weights do not match the model: {name} has shape {tuple(array.shape)}, "
+                    f"the model expects {p.shape}"
+                )
             loaded = Tensor(array, dtype=p.dtype, device=p.device)
             p.data = loaded
 

@@ -7,15 +7,18 @@ from gradcraft.optim.clip import clip_grad_norm_ as _clip_l2
 
 def _tensors(parameters) -> list:
     from gradcraft.tensor import Tensor
+
     return [parameters] if isinstance(parameters, Tensor) else list(parameters)
 
 
 @no_grad()
-def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False,
-                    foreach=None):
+def clip_grad_norm_(
+    parameters, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False, foreach=None
+):
     """Scale the gradients so that their global norm is at most max_norm; returns the norm before.
     Same formula as PyTorch: coefficient min(1, max_norm / (norm + 1e-6))."""
     from gradcraft.ops.creation import zeros
+
     params = [p for p in _tensors(parameters) if p.grad is not None]
     if not params:
         return zeros(())
@@ -46,4 +49,5 @@ def clip_grad_value_(parameters, clip_value: float, foreach=None) -> None:
 
 def parameters_to_vector(parameters):
     from gradcraft.ops.movement import cat
+
     return cat([p.reshape(-1) for p in parameters])

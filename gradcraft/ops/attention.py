@@ -60,16 +60,26 @@ def _use_flash(query, value, has_mask: bool) -> bool:
             raise UserError("flash attention takes is_causal and window, not attn_mask")
         if query.device != "cpu" or not get_backend(query.device).has_kernel("flash_attention"):
             # (the CPU's reference kernels take every case)
-            raise UserError(f"no flash attention kernel on {query.device} for {query.dtype.name} with head dim "
-                            f"{D}; use bfloat16/float16 and a supported head dim, or sdpa_kernel('auto')")
+            raise UserError(
+                f"no flash attention kernel on {query.device} for {query.dtype.name} with head dim "
+                f"{D}; use bfloat16/float16 and a supported head dim, or sdpa_kernel('auto')"
+            )
         return True
     return fast
 
 
-def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
-                                 dropout_p: float = 0.0, is_causal: bool = False,
-                                 scale: float | None = None, enable_gqa: bool = False, window: int | None = None,
-                                 save_weights: bool = False) -> Tensor:
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    window: int | None = None,
+    save_weights: bool = False,
+) -> Tensor:
     """softmax(q k^T * scale + mask) v, fused, as F.scaled_dot_product_attention.
 
     query (B, H, T, D), key (B, Hkv, S, D), value (B, Hkv, S, Dv). With H > Hkv (grouped-query
@@ -95,17 +105,23 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     B, H, T, D = query.shape
     Hkv, S = key.shape[1], key.shape[2]
     if key.shape[0] != B or value.shape[:3] != key.shape[:3] or key.shape[3] != D:
-        raise UserError(f"scaled_dot_product_attention: shapes do not fit: q {query.shape}, k {key.shape}, "
-                        f"v {value.shape}")
+        raise UserError(
+            f"scaled_dot_product_attention: shapes do not fit: q {query.shape}, k {key.shape}, v {value.shape}"
+        )
     if H % Hkv:
         raise UserError(f"grouped-query attention needs query heads ({H}) divisible by key/value heads ({Hkv})")
     if window is not None and window < 1:
         raise UserError(f"attention window must be >= 1, got {window}")
     if key.dtype != query.dtype or value.dtype != query.dtype:
-        raise UserError(f"scaled_dot_product_attention: query, key and value must share a dtype, got "
-                        f"{query.dtype.name}, {key.dtype.name}, {value.dtype.name}")
-    attrs = {"scale": float(scale if scale is not None else 1.0 / math.sqrt(D)), "causal": bool(is_causal),
-             "window": window}
+        raise UserError(
+            f"scaled_dot_product_attention: query, key and value must share a dtype, got "
+            f"{query.dtype.name}, {key.dtype.name}, {value.dtype.name}"
+        )
+    attrs = {
+        "scale": float(scale if scale is not None else 1.0 / math.sqrt(D)),
+        "causal": bool(is_causal),
+        "window": window,
+    }
     drop = None
     if dropout_p:
         state, stream = dropout_stream(query.device)
@@ -135,8 +151,15 @@ def _attend(query, key, value, attn_mask, attrs, save_weights: bool, drop, i0: i
         if drop is not None:
             inputs += (drop.state,)
             flash_attrs = {**attrs, "dropout_p": drop.p, "stream": drop.stream}
-        out, _ = apply("flash_attention", inputs, flash_attrs, ((B, H, T, value.shape[3]), (B, H, T)),
-                       (query.dtype, stats_dtype), n_outputs=2, saves_outputs=True)
+        out, _ = apply(
+            "flash_attention",
+            inputs,
+            flash_attrs,
+            ((B, H, T, value.shape[3]), (B, H, T)),
+            (query.dtype, stats_dtype),
+            n_outputs=2,
+            saves_outputs=True,
+        )
         return out
     if window is not None and attn_mask is None and attrs["causal"] and T > 2 * window:
         return _windowed_blocks(query, key, value, attrs, save_weights, drop, i0, j0)
@@ -155,6 +178,7 @@ def _windowed_blocks(q, k, v, attrs, save_weights: bool, drop, i0: int, j0: int)
     (T, S) blocks wholly outside the window are never computed (O(T w) instead of O(T^2)).
     q: (B, H, T, D); k, v: (B, Hkv, S, D) whose last T positions are the queries' own."""
     from gradcraft.ops.movement import cat
+
     window = attrs["window"]
     T, S = q.shape[2], k.shape[2]
     offset = S - T  # keys before the first query (a KV cache)
@@ -162,8 +186,19 @@ def _windowed_blocks(q, k, v, attrs, save_weights: bool, drop, i0: int, j0: int)
     for start in range(0, T, window):
         end = min(start + window, T)
         first_key = max(0, offset + start - window + 1)
-        blocks.append(_attend(q[:, :, start:end], k[:, :, first_key:offset + end], v[:, :, first_key:offset + end],
-                              None, attrs, save_weights, drop, i0 + start, j0 + first_key))
+        blocks.append(
+            _attend(
+                q[:, :, start:end],
+                k[:, :, first_key : offset + end],
+                v[:, :, first_key : offset + end],
+                None,
+                attrs,
+                save_weights,
+                drop,
+                i0 + start,
+                j0 + first_key,
+            )
+        )
     return cat(blocks, dim=2)
 
 
@@ -196,8 +231,14 @@ def _masked_softmax_grad(node, out, g):
 @gradient("sdpa")
 def _sdpa_grad(node, out, g):
     q, k, v, *mask = node.inputs
-    dq, dk, dv = apply("sdpa_backward", (q, k, v, g, *mask), node.attrs, (q.shape, k.shape, v.shape),
-                       (q.dtype, k.dtype, v.dtype), n_outputs=3)
+    dq, dk, dv = apply(
+        "sdpa_backward",
+        (q, k, v, g, *mask),
+        node.attrs,
+        (q.shape, k.shape, v.shape),
+        (q.dtype, k.dtype, v.dtype),
+        n_outputs=3,
+    )
     return (dq, dk, dv) + (None,) * len(mask)
 
 
@@ -205,6 +246,12 @@ def _sdpa_grad(node, out, g):
 def _flash_attention_grad(node, out, g):
     q, k, v, *state = node.inputs  # state: the dropout state, with dropout
     lse = node.saved[0]
-    grads = apply("flash_attention_backward", (q, k, v, out, lse, g, *state), node.attrs,
-                  (q.shape, k.shape, v.shape), (q.dtype, k.dtype, v.dtype), n_outputs=3)
+    grads = apply(
+        "flash_attention_backward",
+        (q, k, v, out, lse, g, *state),
+        node.attrs,
+        (q.shape, k.shape, v.shape),
+        (q.dtype, k.dtype, v.dtype),
+        n_outputs=3,
+    )
     return tuple(grads) + (None,) * len(state)

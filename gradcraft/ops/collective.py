@@ -38,6 +38,7 @@ def device_array(t):
 def from_device_array(array, dtype, device: str):
     """A tensor over a device array (the memory is shared: a slice of a bucket, a shard)."""
     from gradcraft.tensor import Tensor
+
     return Tensor._from_buffer(array, dtype, device)
 
 

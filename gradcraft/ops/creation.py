@@ -67,8 +67,11 @@ def get_rng_state() -> dict:
     dropout seed, and each device's dropout counter (read back from the device) and stream count."""
     counters = dict(_restored)
     counters.update({device: state.get() for device, state in _dropout_states.items()})
-    return {"generator": _seed_source.bit_generator.state, "dropout_seed": _dropout_seed,
-            "dropout": {device: list(value) for device, value in counters.items()}}
+    return {
+        "generator": _seed_source.bit_generator.state,
+        "dropout_seed": _dropout_seed,
+        "dropout": {device: list(value) for device, value in counters.items()},
+    }
 
 
 def set_rng_state(state: dict) -> None:
@@ -95,6 +98,7 @@ class _DropoutState:
 
     def __init__(self, device: str, seed: int, counter: int, streams: int):
         from gradcraft.tensor import Tensor
+
         self.tensor = Tensor(_words(seed, counter), device=device)
         refuse_stale_readers(self.tensor)  # (a stale mask and its later backward would disagree)
         self.one_step = Tensor(np.array([0, 1], dtype=np.int64), device=device)  # the seed stays
@@ -158,31 +162,47 @@ def _creation(op, shape, dtype, device, requires_grad, **attrs):
     return out
 
 
-def full(size: Shape, fill_value: Number, *, dtype: DTypeLike = None, device: Device = None,
-         requires_grad: bool = False) -> Tensor:
+def full(
+    size: Shape, fill_value: Number, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False
+) -> Tensor:
     if dtype is None:
-        dtype = (dtypes.bool_ if isinstance(fill_value, bool) else
-                 dtypes.default_int if isinstance(fill_value, int) else dtypes.default_float)
+        dtype = (
+            dtypes.bool_
+            if isinstance(fill_value, bool)
+            else dtypes.default_int
+            if isinstance(fill_value, int)
+            else dtypes.default_float
+        )
     return _creation("full", _shape((size,)), dtype, device, requires_grad, value=fill_value)
 
 
-def zeros(*size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None,
-          requires_grad: bool = False) -> Tensor:
+def zeros(
+    *size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False
+) -> Tensor:
     return _creation("full", _shape(size), dtype, device, requires_grad, value=0)
 
 
-def ones(*size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None,
-         requires_grad: bool = False) -> Tensor:
+def ones(
+    *size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False
+) -> Tensor:
     return _creation("full", _shape(size), dtype, device, requires_grad, value=1)
 
 
-def empty(*size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None,
-          requires_grad: bool = False) -> Tensor:
+def empty(
+    *size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False
+) -> Tensor:
     return zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
-def arange(start: Number, end: Number | None = None, step: Number = 1, *, dtype: DTypeLike = None,
-           device: Device = None, requires_grad: bool = False) -> Tensor:
+def arange(
+    start: Number,
+    end: Number | None = None,
+    step: Number = 1,
+    *,
+    dtype: DTypeLike = None,
+    device: Device = None,
+    requires_grad: bool = False,
+) -> Tensor:
     if end is None:
         start, end = 0, start
     if step == 0:
@@ -193,24 +213,28 @@ def arange(start: Number, end: Number | None = None, step: Number = 1, *, dtype:
     return _creation("arange", (n,), dtype, device, requires_grad, start=start, stop=end, step=step)
 
 
-def rand(*size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None,
-         requires_grad: bool = False) -> Tensor:
+def rand(
+    *size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False
+) -> Tensor:
     return _creation("rand", _shape(size), dtype, device, requires_grad, seed=next_seed())
 
 
-def randn(*size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None,
-          requires_grad: bool = False) -> Tensor:
+def randn(
+    *size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False
+) -> Tensor:
     return _creation("randn", _shape(size), dtype, device, requires_grad, seed=next_seed())
 
 
-def randint(low: int, high: int | None = None, size: Shape = (), *, dtype: DTypeLike = None,
-            device: Device = None) -> Tensor:
+def randint(
+    low: int, high: int | None = None, size: Shape = (), *, dtype: DTypeLike = None, device: Device = None
+) -> Tensor:
     if high is None:
         low, high = 0, low
     if high <= low:
         raise UserError(f"randint needs low < high, got {low} and {high}")
-    return _creation("randint", _shape((size,)), dtype or dtypes.default_int, device, False,
-                     low=low, high=high, seed=next_seed())
+    return _creation(
+        "randint", _shape((size,)), dtype or dtypes.default_int, device, False, low=low, high=high, seed=next_seed()
+    )
 
 
 def _like(fn, x, dtype, device, **kwargs):
@@ -225,8 +249,9 @@ def ones_like(x: Tensor, *, dtype: DTypeLike = None, device: Device = None, requ
     return _like(ones, x, dtype, device, requires_grad=requires_grad)
 
 
-def full_like(x: Tensor, fill_value: Number, *, dtype: DTypeLike = None, device: Device = None,
-              requires_grad: bool = False) -> Tensor:
+def full_like(
+    x: Tensor, fill_value: Number, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False
+) -> Tensor:
     return full(x.shape, fill_value, dtype=dtype or x.dtype, device=device or x.device, requires_grad=requires_grad)
 
 
@@ -240,6 +265,7 @@ def randn_like(x: Tensor, *, dtype: DTypeLike = None, device: Device = None, req
 
 def eye(n: int, m: int | None = None, *, dtype: DTypeLike = None, device: Device = None) -> Tensor:
     from gradcraft.ops.elementwise import eq
+
     rows = arange(n, device=device).reshape(n, 1)
     cols = arange(m if m is not None else n, device=device).reshape(1, -1)
     return eq(rows, cols).to(dtype or dtypes.default_float)
@@ -247,6 +273,7 @@ def eye(n: int, m: int | None = None, *, dtype: DTypeLike = None, device: Device
 
 def tensor(data: Any, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
     from gradcraft.tensor import Tensor
+
     return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
@@ -254,42 +281,52 @@ def empty_like(x: Tensor, *, dtype: DTypeLike = None, device: Device = None, req
     return zeros_like(x, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
-def linspace(start: float, end: float, steps: int, *, dtype: DTypeLike = None, device: Device = None,
-             requires_grad: bool = False) -> Tensor:
+def linspace(
+    start: float, end: float, steps: int, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False
+) -> Tensor:
     """`steps` evenly spaced values from start to end inclusive; the second half is counted back from
     `end`, as PyTorch does, so both ends are exact."""
     from gradcraft.tensor import Tensor
+
     if steps < 0:
         raise UserError(f"linspace: number of steps must be non-negative, got {steps}")
     dtype = dtypes.to_dtype(dtype) if dtype is not None else dtypes.default_float
     i = np.arange(steps, dtype=np.float64)
     step = (end - start) / (steps - 1) if steps > 1 else 0.0
-    values = np.where(i < steps // 2, start + step * i, end - step * (steps - 1 - i)) if steps > 1 else \
-        np.full(steps, float(start))
-    out = Tensor(values.astype(dtype.np if dtype.is_floating_point else np.float64), dtype=dtype,
-                 device=canonical(device))
+    values = (
+        np.where(i < steps // 2, start + step * i, end - step * (steps - 1 - i))
+        if steps > 1
+        else np.full(steps, float(start))
+    )
+    out = Tensor(
+        values.astype(dtype.np if dtype.is_floating_point else np.float64), dtype=dtype, device=canonical(device)
+    )
     out.requires_grad = requires_grad
     return out
 
 
-def logspace(start: float, end: float, steps: int, base: float = 10.0, *, dtype: DTypeLike = None,
-             device: Device = None) -> Tensor:
+def logspace(
+    start: float, end: float, steps: int, base: float = 10.0, *, dtype: DTypeLike = None, device: Device = None
+) -> Tensor:
     from gradcraft.ops.elementwise import pow
-    return pow(base, linspace(start, end, steps, dtype=dtypes.float64, device=device)).to(
-        dtype or dtypes.default_float)
+
+    return pow(base, linspace(start, end, steps, dtype=dtypes.float64, device=device)).to(dtype or dtypes.default_float)
 
 
 def from_numpy(array: np.ndarray) -> Tensor:
     """A tensor with the array's dtype and values (float64 stays float64, as in PyTorch)."""
     from gradcraft.tensor import Tensor
+
     if not isinstance(array, np.ndarray):
         from gradcraft.errors import TypeError_
+
         raise TypeError_(f"from_numpy expects a numpy.ndarray, got {type(array).__name__}; use gradcraft.tensor()")
     return Tensor(array, dtype=dtypes.to_dtype(array.dtype))
 
 
 def as_tensor(data: Any, dtype: DTypeLike = None, device: Device = None) -> Tensor:
     from gradcraft.tensor import Tensor
+
     if isinstance(data, Tensor):
         return data.to(*(a for a in (device, dtype) if a is not None))
     if isinstance(data, np.ndarray) and dtype is None:
@@ -300,10 +337,12 @@ def as_tensor(data: Any, dtype: DTypeLike = None, device: Device = None) -> Tens
 def randperm(n: int, *, dtype: DTypeLike = None, device: Device = None) -> Tensor:
     """A random permutation of 0..n-1 (drawn on the host from the seeded generator)."""
     from gradcraft.tensor import Tensor
+
     order = np.random.default_rng(next_seed()).permutation(n)
     return Tensor(order.astype(np.int64), dtype=dtype or dtypes.default_int, device=canonical(device))
 
 
-def randint_like(x: Tensor, low: int, high: int | None = None, *, dtype: DTypeLike = None,
-                 device: Device = None) -> Tensor:
+def randint_like(
+    x: Tensor, low: int, high: int | None = None, *, dtype: DTypeLike = None, device: Device = None
+) -> Tensor:
     return randint(low, high, x.shape, dtype=dtype or x.dtype, device=device or x.device)

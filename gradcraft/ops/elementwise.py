@@ -20,6 +20,7 @@ from gradcraft.ops.function import apply, gradient
 
 def _is_tensor(x) -> bool:
     from gradcraft.tensor import Tensor
+
     return isinstance(x, Tensor)
 
 
@@ -69,67 +70,155 @@ def _cast_grad(node, out, g):
 
 # ------------------------------------------------------------------ unary
 
+
 def _unary(op, x, **attrs):
     if x.dtype.is_floating_point or op in ("neg", "abs", "sign", "relu", "logical_not"):
         return apply(op, (x,), attrs, x.shape, x.dtype)
     return apply(op, (cast(x, dtypes.default_float),), attrs, x.shape, dtypes.default_float)
 
 
-def neg(x: Tensor) -> Tensor: return _unary("neg", x)
-def exp(x: Tensor) -> Tensor: return _unary("exp", x)
-def log(x: Tensor) -> Tensor: return _unary("log", x)
-def sqrt(x: Tensor) -> Tensor: return _unary("sqrt", x)
-def rsqrt(x: Tensor) -> Tensor: return _unary("rsqrt", x)
-def abs(x: Tensor) -> Tensor: return _unary("abs", x)
-def sin(x: Tensor) -> Tensor: return _unary("sin", x)
-def cos(x: Tensor) -> Tensor: return _unary("cos", x)
-def tanh(x: Tensor) -> Tensor: return _unary("tanh", x)
-def sigmoid(x: Tensor) -> Tensor: return _unary("sigmoid", x)
-def relu(x: Tensor) -> Tensor: return _unary("relu", x)
-def silu(x: Tensor) -> Tensor: return _unary("silu", x)
-def sign(x: Tensor) -> Tensor: return _unary("sign", x)
+def neg(x: Tensor) -> Tensor:
+    return _unary("neg", x)
+
+
+def exp(x: Tensor) -> Tensor:
+    return _unary("exp", x)
+
+
+def log(x: Tensor) -> Tensor:
+    return _unary("log", x)
+
+
+def sqrt(x: Tensor) -> Tensor:
+    return _unary("sqrt", x)
+
+
+def rsqrt(x: Tensor) -> Tensor:
+    return _unary("rsqrt", x)
+
+
+def abs(x: Tensor) -> Tensor:
+    return _unary("abs", x)
+
+
+def sin(x: Tensor) -> Tensor:
+    return _unary("sin", x)
+
+
+def cos(x: Tensor) -> Tensor:
+    return _unary("cos", x)
+
+
+def tanh(x: Tensor) -> Tensor:
+    return _unary("tanh", x)
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    return _unary("sigmoid", x)
+
+
+def relu(x: Tensor) -> Tensor:
+    return _unary("relu", x)
+
+
+def silu(x: Tensor) -> Tensor:
+    return _unary("silu", x)
+
+
+def sign(x: Tensor) -> Tensor:
+    return _unary("sign", x)
+
+
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     if approximate not in ("none", "tanh"):
         raise UserError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
     return _unary("gelu", x, approximate=approximate)
-def logical_not(x: Tensor) -> Tensor: return apply("logical_not", (x,), {}, x.shape, dtypes.bool_)
-def square(x: Tensor) -> Tensor: return mul(x, x)
-def reciprocal(x): return div(1.0, x)
+
+
+def logical_not(x: Tensor) -> Tensor:
+    return apply("logical_not", (x,), {}, x.shape, dtypes.bool_)
+
+
+def square(x: Tensor) -> Tensor:
+    return mul(x, x)
+
+
+def reciprocal(x):
+    return div(1.0, x)
 
 
 @gradient("neg")
-def _neg_grad(node, out, g): return (neg(g),)
+def _neg_grad(node, out, g):
+    return (neg(g),)
+
+
 @gradient("exp")
-def _exp_grad(node, out, g): return (mul(g, out),)
+def _exp_grad(node, out, g):
+    return (mul(g, out),)
+
+
 @gradient("log")
-def _log_grad(node, out, g): return (div(g, node.inputs[0]),)
+def _log_grad(node, out, g):
+    return (div(g, node.inputs[0]),)
+
+
 @gradient("sqrt")
-def _sqrt_grad(node, out, g): return (div(mul(g, 0.5), out),)
+def _sqrt_grad(node, out, g):
+    return (div(mul(g, 0.5), out),)
+
+
 @gradient("rsqrt")
-def _rsqrt_grad(node, out, g): return (mul(mul(g, -0.5), mul(out, mul(out, out))),)
+def _rsqrt_grad(node, out, g):
+    return (mul(mul(g, -0.5), mul(out, mul(out, out))),)
+
+
 @gradient("abs")
-def _abs_grad(node, out, g): return (mul(g, sign(node.inputs[0])),)
+def _abs_grad(node, out, g):
+    return (mul(g, sign(node.inputs[0])),)
+
+
 @gradient("sin")
-def _sin_grad(node, out, g): return (mul(g, cos(node.inputs[0])),)
+def _sin_grad(node, out, g):
+    return (mul(g, cos(node.inputs[0])),)
+
+
 @gradient("cos")
-def _cos_grad(node, out, g): return (neg(mul(g, sin(node.inputs[0]))),)
+def _cos_grad(node, out, g):
+    return (neg(mul(g, sin(node.inputs[0]))),)
+
+
 @gradient("tanh")
-def _tanh_grad(node, out, g): return (mul(g, sub(1.0, mul(out, out))),)
+def _tanh_grad(node, out, g):
+    return (mul(g, sub(1.0, mul(out, out))),)
+
+
 @gradient("sigmoid")
-def _sigmoid_grad(node, out, g): return (mul(g, mul(out, sub(1.0, out))),)
+def _sigmoid_grad(node, out, g):
+    return (mul(g, mul(out, sub(1.0, out))),)
+
+
 @gradient("relu")
-def _relu_grad(node, out, g): return (mul(g, cast(gt(out, 0), g.dtype)),)
+def _relu_grad(node, out, g):
+    return (mul(g, cast(gt(out, 0), g.dtype)),)
+
+
 @gradient("sign")
-def _sign_grad(node, out, g): return (mul(g, 0.0),)
+def _sign_grad(node, out, g):
+    return (mul(g, 0.0),)
+
+
 @gradient("gelu")
 def _gelu_grad(node, out, g):
     return (apply("gelu_backward", (node.inputs[0], g), node.attrs, g.shape, g.dtype),)
+
+
 @gradient("silu")
 def _silu_grad(node, out, g):
     return (apply("silu_backward", (node.inputs[0], g), {}, g.shape, g.dtype),)
 
 
 # ------------------------------------------------------------------ binary
+
 
 def _binary(op, a, b):
     a, b = _operands(a, b, op)
@@ -150,7 +239,8 @@ def sub(a: TensorOrNumber, b: TensorOrNumber, alpha: Number = 1) -> Tensor:
     return _binary("sub", a, b if alpha == 1 else mul(b, alpha))
 
 
-def mul(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return _binary("mul", a, b)
+def mul(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
+    return _binary("mul", a, b)
 
 
 def div(a, b):
@@ -160,15 +250,40 @@ def div(a, b):
     return apply("div", (a, b), {}, broadcast_shape(a.shape, b.shape, "div"), a.dtype)
 
 
-def pow(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return _binary("pow", a, b)
-def maximum(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return _binary("maximum", a, b)
-def minimum(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return _binary("minimum", a, b)
-def eq(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return _compare("eq", a, b)
-def ne(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return _compare("ne", a, b)
-def lt(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return _compare("lt", a, b)
-def le(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return _compare("le", a, b)
-def gt(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return _compare("gt", a, b)
-def ge(a: TensorOrNumber, b: TensorOrNumber) -> Tensor: return _compare("ge", a, b)
+def pow(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
+    return _binary("pow", a, b)
+
+
+def maximum(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
+    return _binary("maximum", a, b)
+
+
+def minimum(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
+    return _binary("minimum", a, b)
+
+
+def eq(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
+    return _compare("eq", a, b)
+
+
+def ne(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
+    return _compare("ne", a, b)
+
+
+def lt(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
+    return _compare("lt", a, b)
+
+
+def le(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
+    return _compare("le", a, b)
+
+
+def gt(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
+    return _compare("gt", a, b)
+
+
+def ge(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
+    return _compare("ge", a, b)
 
 
 def logical_and(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
@@ -235,14 +350,17 @@ def _minmax_grad(node, g, first_wins):
 
 
 @gradient("maximum")
-def _maximum_grad(node, out, g): return _minmax_grad(node, g, gt)
+def _maximum_grad(node, out, g):
+    return _minmax_grad(node, g, gt)
 
 
 @gradient("minimum")
-def _minimum_grad(node, out, g): return _minmax_grad(node, g, lt)
+def _minimum_grad(node, out, g):
+    return _minmax_grad(node, g, lt)
 
 
 # ------------------------------------------------------------------ where / clamp
+
 
 def where(condition: Tensor, x: TensorOrNumber, y: TensorOrNumber) -> Tensor:
     if not _is_tensor(condition):

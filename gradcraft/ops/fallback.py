@@ -21,11 +21,14 @@ _HALF = (dtypes.float16, dtypes.bfloat16)
 
 def _widened(fn):
     """Compute a half-precision input in float32 and round once at the end, as the fused kernels do."""
+
     def run(x, *rest, **attrs):
         if x.dtype not in _HALF:
             return fn(x, *rest, **attrs)
-        return fn(x.float(), *(r.float() if getattr(r, "dtype", None) in _HALF else r for r in rest),
-                  **attrs).to(x.dtype)
+        return fn(x.float(), *(r.float() if getattr(r, "dtype", None) in _HALF else r for r in rest), **attrs).to(
+            x.dtype
+        )
+
     run.__name__, run.__doc__ = fn.__name__, fn.__doc__
     return run
 
@@ -72,6 +75,7 @@ def cross_entropy(logits, target, ignore_index, label_smoothing, valid_classes=N
     valid_classes columns: (1 - eps) * -log p[target] + eps * -mean(log p)."""
     from gradcraft.ops.elementwise import where
     from gradcraft.ops.nn import log_softmax as log_softmax_op
+
     wide = logits.float() if logits.dtype in _HALF else logits
     if valid_classes is not None and valid_classes < wide.shape[1]:
         wide = wide[:, :valid_classes]
@@ -110,6 +114,7 @@ def embedding(weight, idx):
 def rope(x, cos, sin, inverse):
     """Pairs (x[..., i], x[..., i + D/2]) rotated by the angles of cos/sin (T, D/2); inverse: by -angle."""
     from gradcraft.ops.movement import cat
+
     first, second = x.chunk(2, dim=-1)
     if inverse:
         sin = -sin
@@ -122,6 +127,7 @@ def masked_softmax(scores, mask=None, *, scale, causal, window):
     from gradcraft.ops.creation import arange
     from gradcraft.ops.elementwise import where
     from gradcraft.ops.nn import softmax as softmax_op
+
     s = scores * scale
     if mask is not None:
         s = where(mask, s, float("-inf")) if mask.dtype == dtypes.bool_ else s + mask
@@ -139,13 +145,25 @@ def masked_softmax(scores, mask=None, *, scale, causal, window):
 def sdpa(q, k, v, mask=None, *, scale, causal, window):
     """Explicit attention: the weights through masked_softmax, then their product with v."""
     from gradcraft.ops.attention import _explicit_attention
+
     attrs = {"scale": scale, "causal": causal, "window": window}
     return _explicit_attention(q, k, v, [mask] if mask is not None else [], attrs)
 
 
-FALLBACKS = {"gelu": gelu, "silu": silu, "swiglu": swiglu, "softmax": softmax, "log_softmax": log_softmax,
-             "cross_entropy": cross_entropy, "layer_norm": layer_norm, "rms_norm": rms_norm,
-             "embedding": embedding, "rope": rope, "masked_softmax": masked_softmax, "sdpa": sdpa}
+FALLBACKS = {
+    "gelu": gelu,
+    "silu": silu,
+    "swiglu": swiglu,
+    "softmax": softmax,
+    "log_softmax": log_softmax,
+    "cross_entropy": cross_entropy,
+    "layer_norm": layer_norm,
+    "rms_norm": rms_norm,
+    "embedding": embedding,
+    "rope": rope,
+    "masked_softmax": masked_softmax,
+    "sdpa": sdpa,
+}
 
 # Asked for only where the backend has them (the op layer checks first): no fallback needed.
 CAPABILITY_GATED = frozenset({"flash_attention", "linear_cross_entropy"})

@@ -26,9 +26,11 @@ _VIEW_OUTPUTS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 
 def gradient(op: str):
     """Register `rule(node, out, grad) -> tuple of input gradients (None where there is none)`."""
+
     def register(rule):
         GRADIENTS[op] = rule
         return rule
+
     return register
 
 
@@ -50,6 +52,7 @@ class no_grad:
         def wrapper(*args, **kwargs):
             with no_grad():
                 return fn(*args, **kwargs)
+
         wrapper.__name__, wrapper.__doc__ = fn.__name__, fn.__doc__
         return wrapper
 
@@ -60,8 +63,16 @@ class enable_grad(no_grad):
         _state.grad_enabled = True
 
 
-def apply(op: str, inputs: tuple, attrs: dict | None, shape, dtype, device=None, n_outputs: int = 1,
-          saves_outputs: bool = False):
+def apply(
+    op: str,
+    inputs: tuple,
+    attrs: dict | None,
+    shape,
+    dtype,
+    device=None,
+    n_outputs: int = 1,
+    saves_outputs: bool = False,
+):
     """Build a node for `op` and return its output Tensor (a tuple when n_outputs > 1).
 
     An optional fused kernel the device's backend lacks (backend.OPTIONAL) is computed from
@@ -76,19 +87,27 @@ def apply(op: str, inputs: tuple, attrs: dict | None, shape, dtype, device=None,
     device = device or inputs[0].device
     if op in OPTIONAL and not get_backend(device).has_kernel(op):
         from gradcraft.ops.fallback import FALLBACKS  # (imports Tensor ops: not at module level)
+
         return FALLBACKS[op](*inputs, **(attrs or {}))
     node = Node(op, tuple(inputs), attrs or {}, device, n_outputs)
     register_reader(node, inputs)
     first_dtype = dtype if n_outputs == 1 else dtype[0]
-    requires_grad = ((n_outputs == 1 or saves_outputs) and op in GRADIENTS and is_grad_enabled()
-                     and any(t.requires_grad for t in inputs) and first_dtype.is_floating_point)
+    requires_grad = (
+        (n_outputs == 1 or saves_outputs)
+        and op in GRADIENTS
+        and is_grad_enabled()
+        and any(t.requires_grad for t in inputs)
+        and first_dtype.is_floating_point
+    )
     if n_outputs == 1:
         out = Tensor._lazy(node, 0, tuple(shape), dtype, device, requires_grad)
         if op in VIEW_OPS and not inputs[0].requires_grad:
             _VIEW_OUTPUTS[id(node)] = out
         return out
-    outputs = tuple(Tensor._lazy(node, i, tuple(s), d, device, requires_grad and i == 0)
-                    for i, (s, d) in enumerate(zip(shape, dtype)))
+    outputs = tuple(
+        Tensor._lazy(node, i, tuple(s), d, device, requires_grad and i == 0)
+        for i, (s, d) in enumerate(zip(shape, dtype))
+    )
     if requires_grad:
         node.saved = outputs[1:]
     return outputs

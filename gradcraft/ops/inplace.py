@@ -31,21 +31,61 @@ from gradcraft.errors import IndexError_, RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops import movement as mv
 from gradcraft.ops.creation import next_seed
-from gradcraft.ops.function import (VIEW_OPS, apply, gradient, is_grad_enabled, live_readers, no_grad,
-                                    refuses_stale_readers, register_reader, view_output)
+from gradcraft.ops.function import (
+    VIEW_OPS,
+    apply,
+    gradient,
+    is_grad_enabled,
+    live_readers,
+    no_grad,
+    refuses_stale_readers,
+    register_reader,
+    view_output,
+)
 
 
 # Gradient rules that do not read the value of an input (only its shape, or their output): an op of
 # another kind built from a tensor that is later modified in place has lost what its backward needs.
-_GRADIENT_NEEDS_NO_INPUT = frozenset({
-    "add", "sub", "neg", "cast", "reshape", "permute", "expand", "slice", "contiguous", "flip", "cat",
-    "pad", "tril", "triu", "sum", "cumsum", "copy_from", "put_slices", "index_put_add", "sign",
-    "exp", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "softmax", "log_softmax",
-    "index", "take_along_dim", "embedding", "where",  # (read only their integer or boolean inputs)
-})
+_GRADIENT_NEEDS_NO_INPUT = frozenset(
+    {
+        "add",
+        "sub",
+        "neg",
+        "cast",
+        "reshape",
+        "permute",
+        "expand",
+        "slice",
+        "contiguous",
+        "flip",
+        "cat",
+        "pad",
+        "tril",
+        "triu",
+        "sum",
+        "cumsum",
+        "copy_from",
+        "put_slices",
+        "index_put_add",
+        "sign",
+        "exp",
+        "sqrt",
+        "rsqrt",
+        "tanh",
+        "sigmoid",
+        "relu",
+        "softmax",
+        "log_softmax",
+        "index",
+        "take_along_dim",
+        "embedding",
+        "where",  # (read only their integer or boolean inputs)
+    }
+)
 # Rules that read their own output (PyTorch saves it): writing into that output breaks them.
-_GRADIENT_READS_OUTPUT = frozenset({"exp", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "softmax", "log_softmax",
-                                    "div", "pow"})
+_GRADIENT_READS_OUTPUT = frozenset(
+    {"exp", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "softmax", "log_softmax", "div", "pow"}
+)
 # Rules that read an input only for the other operand's gradient.
 _GRADIENT_OF_OTHERS = frozenset({"mul", "matmul", "maximum", "minimum"})
 
@@ -67,9 +107,12 @@ def lost_saved_value(node) -> bool:
 
 def _writable_dtype(x, value) -> None:
     if not dtypes.promote_types(x.dtype, value.dtype) == x.dtype and not (
-            x.dtype.is_floating_point and value.dtype.is_floating_point):
-        raise RuntimeError_(f"result type {value.dtype.name} can't be cast to the desired output type "
-                            f"{x.dtype.name} of an in-place operation; convert the tensor first (e.g. .float())")
+        x.dtype.is_floating_point and value.dtype.is_floating_point
+    ):
+        raise RuntimeError_(
+            f"result type {value.dtype.name} can't be cast to the desired output type "
+            f"{x.dtype.name} of an in-place operation; convert the tensor first (e.g. .float())"
+        )
 
 
 def _view_base(x):
@@ -82,18 +125,24 @@ def _view_base(x):
 
 def _check_allowed(x, recording: bool) -> None:
     if recording and x._node is None and x.requires_grad:
-        raise RuntimeError_("a leaf tensor that requires grad is being used in an in-place operation; "
-                            "do it under `with gradcraft.no_grad():` (or on .detach())")
+        raise RuntimeError_(
+            "a leaf tensor that requires grad is being used in an in-place operation; "
+            "do it under `with gradcraft.no_grad():` (or on .detach())"
+        )
     t, expanded = x, False
     while t._buf is None and t._node is not None and t._node.op in VIEW_OPS:
         expanded = expanded or (t._node.op == "expand" and t.numel() != t._node.inputs[0].numel())
         t = t._node.inputs[0]
     if expanded:
-        raise RuntimeError_("unsupported operation: more than one element of the written-to tensor refers to a "
-                            "single memory location; call .clone() before writing")
+        raise RuntimeError_(
+            "unsupported operation: more than one element of the written-to tensor refers to a "
+            "single memory location; call .clone() before writing"
+        )
     if recording and t is not x and t._node is None and t.requires_grad:
-        raise RuntimeError_("a view of a leaf tensor that requires grad is being used in an in-place operation; "
-                            "do it under `with gradcraft.no_grad():`")
+        raise RuntimeError_(
+            "a view of a leaf tensor that requires grad is being used in an in-place operation; "
+            "do it under `with gradcraft.no_grad():`"
+        )
 
 
 class _Before:
@@ -108,16 +157,20 @@ class _Before:
 def write(x, value, before: _Before | None = None):
     """Make `value` (a tensor or a Python number, broadcast to x's shape) the contents of x; returns x."""
     from gradcraft.tensor import Tensor
+
     before = before or _Before(x)
     if not isinstance(value, Tensor):
         value = ew.scalar(value, x.dtype, x.device)
     if value.device != x.device:
-        raise UserError(f"in-place operation: value is on {value.device}, the tensor on {x.device}; "
-                        "move one with .to()")
+        raise UserError(
+            f"in-place operation: value is on {value.device}, the tensor on {x.device}; move one with .to()"
+        )
     _writable_dtype(x, value)
     if ew.broadcast_shape(x.shape, value.shape, "in-place operation") != x.shape:
-        raise RuntimeError_(f"output with shape {list(x.shape)} doesn't match the broadcast shape "
-                            f"{list(ew.broadcast_shape(x.shape, value.shape))} of an in-place operation")
+        raise RuntimeError_(
+            f"output with shape {list(x.shape)} doesn't match the broadcast shape "
+            f"{list(ew.broadcast_shape(x.shape, value.shape))} of an in-place operation"
+        )
     recording = is_grad_enabled() and (x.requires_grad or value.requires_grad)
     _check_allowed(x, recording)
     value = ew.cast(value, x.dtype)
@@ -137,6 +190,7 @@ def _inplace(x, compute):
 def _rebind(x, value, before: _Before) -> None:
     """x becomes the lazy node computing `value`; what read x before reads its old self."""
     from gradcraft.tensor import Tensor
+
     old = Tensor.__new__(Tensor)
     old._init(x.shape, x.dtype, x.device, False)
     old._requires_grad, old._buf, old._node, old._index = x._requires_grad, x._buf, x._node, x._index
@@ -180,7 +234,8 @@ def _needs_value(node, x) -> bool:
         return False
     if node.op in _GRADIENT_OF_OTHERS:  # x is read only for the other operand's gradient
         return builtins.sum(1 for t in node.inputs if t is x) > 1 or builtins.any(
-            t.requires_grad for t in node.inputs if t is not x)
+            t.requires_grad for t in node.inputs if t is not x
+        )
     return True
 
 
@@ -261,11 +316,13 @@ def _copy_of(t):
     """A constant tensor holding a copy of t's buffer now (no schedule: this runs inside one)."""
     from gradcraft.device import get_backend
     from gradcraft.tensor import Tensor
+
     return Tensor._from_buffer(get_backend(t.device).run("contiguous", [t._buf], {}), t.dtype, t.device)
 
 
 def _install_hook() -> None:
     from gradcraft.engine.realize import BEFORE_WRITE
+
     if keep_readers_on_old_data not in BEFORE_WRITE:
         BEFORE_WRITE.append(keep_readers_on_old_data)
 
@@ -274,6 +331,7 @@ _install_hook()
 
 
 # ------------------------------------------------------------------ the `_` methods
+
 
 def add_(x, other, *, alpha=1):
     return _inplace(x, lambda: ew.add(x, other, alpha=alpha))
@@ -289,6 +347,7 @@ def mul_(x, other):
 
 def div_(x, other, *, rounding_mode=None):
     from gradcraft.ops.rounding import div_rounded
+
     return _inplace(x, lambda: div_rounded(x, other, rounding_mode=rounding_mode))
 
 
@@ -306,6 +365,7 @@ def fill_(x, value):
 
 def copy_(x, src, non_blocking: bool = False):
     from gradcraft.tensor import Tensor
+
     if not isinstance(src, Tensor):
         src = Tensor(np.asarray(src), device=x.device)
     if src.device != x.device:
@@ -351,34 +411,43 @@ def addcdiv_(x, tensor1, tensor2, *, value=1):
 
 
 def uniform_(x, a: float = 0.0, b: float = 1.0):
-    rand = apply("rand", (), {"shape": x.shape, "seed": next_seed(), "dtype": x.dtype.np}, x.shape, x.dtype,
-                 device=x.device)
+    rand = apply(
+        "rand", (), {"shape": x.shape, "seed": next_seed(), "dtype": x.dtype.np}, x.shape, x.dtype, device=x.device
+    )
     return write(x, ew.add(ew.mul(rand, b - a), a))
 
 
 def normal_(x, mean: float = 0.0, std: float = 1.0):
-    randn = apply("randn", (), {"shape": x.shape, "seed": next_seed(), "dtype": x.dtype.np}, x.shape, x.dtype,
-                  device=x.device)
+    randn = apply(
+        "randn", (), {"shape": x.shape, "seed": next_seed(), "dtype": x.dtype.np}, x.shape, x.dtype, device=x.device
+    )
     return write(x, ew.add(ew.mul(randn, std), mean))
 
 
 # ------------------------------------------------------------------ x[index] = value
 
+
 def setitem(x, index, value):
     """`x[index] = value` with ints, slices, None, Ellipsis, integer index tensors and boolean masks."""
     from gradcraft.tensor import Tensor
+
     if not isinstance(value, Tensor):
-        value = Tensor(np.asarray(value), device=x.device) if isinstance(value, (list, tuple, np.ndarray)) \
+        value = (
+            Tensor(np.asarray(value), device=x.device)
+            if isinstance(value, (list, tuple, np.ndarray))
             else ew.scalar(value, x.dtype, x.device)
+        )
     value = ew.cast(value, x.dtype)  # x[i] = v converts v as copy_ does (int_tensor[0] = 2.7 stores 2)
     parts = index if isinstance(index, tuple) else (index,)
     before = _Before(x)
     if builtins.any(mv._is_bool_mask(i) for i in parts):
         if value.numel() == 1 and len(parts) == 1 and isinstance(parts[0], Tensor):
             mask = parts[0]  # x[mask] = scalar: a where(), no data-dependent shapes
-            if x.shape[:mask.ndim] != mask.shape:
-                raise IndexError_(f"a boolean mask of shape {tuple(mask.shape)} does not match the leading "
-                                  f"dimensions of a tensor of shape {x.shape}")
+            if x.shape[: mask.ndim] != mask.shape:
+                raise IndexError_(
+                    f"a boolean mask of shape {tuple(mask.shape)} does not match the leading "
+                    f"dimensions of a tensor of shape {x.shape}"
+                )
             mask = mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim))
             return write(x, ew.where(mask, ew.cast(value.reshape(()), x.dtype), x), before)
         parts = mv._masks_to_indices(parts, x.device)
@@ -414,16 +483,32 @@ def _slice_put(x, index, value):
         slices.append(s)
         dim += 1
     value = ew.cast(value, x.dtype)
-    value = mv.expand(value, ew.broadcast_shape(tuple(target_shape), value.shape, "setitem")) \
-        if value.shape != tuple(target_shape) else value
+    value = (
+        mv.expand(value, ew.broadcast_shape(tuple(target_shape), value.shape, "setitem"))
+        if value.shape != tuple(target_shape)
+        else value
+    )
     if value.shape != tuple(target_shape):
-        raise RuntimeError_(f"shape mismatch: value of shape {value.shape} cannot be written to a slice of shape "
-                            f"{tuple(target_shape)}")
+        raise RuntimeError_(
+            f"shape mismatch: value of shape {value.shape} cannot be written to a slice of shape {tuple(target_shape)}"
+        )
     value = mv.contiguous(value.reshape(tuple(box)))
     placed = mv.put_slices([value], [tuple(slices)], x.shape)
     with no_grad():
-        hit = mv.put_slices([apply("full", (), {"shape": tuple(box), "value": 1, "dtype": np.dtype(np.int32)},
-                                   tuple(box), dtypes.int32, device=x.device)], [tuple(slices)], x.shape)
+        hit = mv.put_slices(
+            [
+                apply(
+                    "full",
+                    (),
+                    {"shape": tuple(box), "value": 1, "dtype": np.dtype(np.int32)},
+                    tuple(box),
+                    dtypes.int32,
+                    device=x.device,
+                )
+            ],
+            [tuple(slices)],
+            x.shape,
+        )
     return ew.where(ew.ne(hit, 0), placed, x)
 
 
@@ -434,12 +519,20 @@ def _index_put(x, index, value):
     if value.shape != tuple(out_shape):
         value = mv.contiguous(mv.expand(value, ew.broadcast_shape(tuple(out_shape), value.shape, "index_put")))
         if value.shape != tuple(out_shape):
-            raise RuntimeError_(f"shape mismatch: value of shape {value.shape} cannot be written to an index of "
-                                f"shape {tuple(out_shape)}")
+            raise RuntimeError_(
+                f"shape mismatch: value of shape {value.shape} cannot be written to an index of "
+                f"shape {tuple(out_shape)}"
+            )
     attrs = {"spec": spec, "shape": x.shape}
     with no_grad():
-        ones = apply("full", (), {"shape": tuple(out_shape), "value": 1, "dtype": x.dtype.np}, tuple(out_shape),
-                     x.dtype, device=x.device)
+        ones = apply(
+            "full",
+            (),
+            {"shape": tuple(out_shape), "value": 1, "dtype": x.dtype.np},
+            tuple(out_shape),
+            x.dtype,
+            device=x.device,
+        )
         count = apply("index_put_add", (ones, *tensors), attrs, x.shape, x.dtype)
     scattered = apply("index_put_add", (value, *tensors), attrs, x.shape, x.dtype)
     if x.dtype.is_floating_point:
@@ -451,8 +544,10 @@ def _index_put(x, index, value):
 
 @gradient("put_slices")
 def _put_slices_grad(node, out, g):
-    return tuple(apply("slice", (g,), {"slices": spec}, inp.shape, g.dtype)
-                 for inp, spec in zip(node.inputs, node.attrs["specs"]))
+    return tuple(
+        apply("slice", (g,), {"slices": spec}, inp.shape, g.dtype)
+        for inp, spec in zip(node.inputs, node.attrs["specs"])
+    )
 
 
 @gradient("index_put_add")

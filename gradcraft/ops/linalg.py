@@ -75,6 +75,7 @@ def vector_norm(x, ord=2, dim=None, keepdim: bool = False, dtype=None):
 
 # ------------------------------------------------------------------ einsum
 
+
 def _parse(equation: str, operands):
     equation = equation.replace(" ", "")
     inputs, arrow, output = equation.partition("->")
@@ -82,14 +83,15 @@ def _parse(equation: str, operands):
     if len(terms) != len(operands):
         raise UserError(f"einsum: the equation {equation!r} names {len(terms)} operands, {len(operands)} were given")
     spare = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in equation]
-    ellipsis_dims = builtins.max([t.ndim - len(term.replace("...", "")) for term, t in zip(terms, operands)
-                                  if "..." in term] or [0])
+    ellipsis_dims = builtins.max(
+        [t.ndim - len(term.replace("...", "")) for term, t in zip(terms, operands) if "..." in term] or [0]
+    )
     fill = "".join(spare[:ellipsis_dims])
     expanded = []
     for term, t in zip(terms, operands):
         if "..." in term:
             n = t.ndim - len(term.replace("...", ""))
-            term = term.replace("...", fill[ellipsis_dims - n:])
+            term = term.replace("...", fill[ellipsis_dims - n :])
         if not term.isalpha() or len(term) != t.ndim:
             raise UserError(f"einsum: {term!r} does not describe an operand of shape {t.shape}")
         if len(set(term)) != len(term):
@@ -160,7 +162,7 @@ def einsum(equation: str, *operands: Tensor) -> Tensor:
         tensors[i], terms[i] = _sum_out(tensors[i], terms[i], others)
     t, term = tensors[0], terms[0]
     for i in range(1, len(tensors)):
-        later = set(output).union(*(set(x) for x in terms[i + 1:]))
+        later = set(output).union(*(set(x) for x in terms[i + 1 :]))
         t, term = _contract(t, term, tensors[i], terms[i], later, sizes)
     t, term = _sum_out(t, term, set(output))
     t = mv.permute(t, tuple(term.index(c) for c in output)) if term != output else t

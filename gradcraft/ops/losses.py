@@ -42,8 +42,9 @@ def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: fl
     return _reduce(loss, reduction, "huber_loss")
 
 
-def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,
-                         reduction: str = "mean") -> Tensor:
+def binary_cross_entropy(
+    input: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = "mean"
+) -> Tensor:
     """-(t log p + (1 - t) log(1 - p)), the logs clamped at -100 as PyTorch does."""
     log_p = ew.maximum(ew.log(input), -100.0)
     log_q = ew.maximum(ew.log(ew.sub(1.0, input)), -100.0)
@@ -53,8 +54,13 @@ def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = 
     return _reduce(loss, reduction, "binary_cross_entropy")
 
 
-def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None,
-                                     reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
+def binary_cross_entropy_with_logits(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    reduction: str = "mean",
+    pos_weight: Tensor | None = None,
+) -> Tensor:
     """The stable form: max(x, 0) - x t + log(1 + exp(-|x|)) (with pos_weight: PyTorch's formula)."""
     log_sig_neg = softplus(ew.neg(input))  # -log(sigmoid(x)) = softplus(-x)
     if pos_weight is None:
@@ -87,10 +93,12 @@ def elu(input, alpha: float = 1.0):
 
 def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
     from gradcraft.ops.linalg import norm
+
     return ew.div(input, ew.maximum(norm(input, p, dim, keepdim=True), eps))
 
 
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
     from gradcraft.ops.linalg import norm
+
     dot = rd.sum(ew.mul(x1, x2), dim)
     return ew.div(dot, ew.mul(ew.maximum(norm(x1, 2, dim), eps), ew.maximum(norm(x2, 2, dim), eps)))

@@ -25,8 +25,9 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     a2 = a.reshape(1, a.shape[0]) if a.ndim == 1 else a
     b2 = b.reshape(b.shape[0], 1) if b.ndim == 1 else b
     if a2.shape[-1] != b2.shape[-2]:
-        raise RuntimeError_(f"matmul shape mismatch: {a.shape} @ {b.shape} (inner dimensions {a2.shape[-1]} "
-                        f"and {b2.shape[-2]} differ)")
+        raise RuntimeError_(
+            f"matmul shape mismatch: {a.shape} @ {b.shape} (inner dimensions {a2.shape[-1]} and {b2.shape[-2]} differ)"
+        )
     try:
         batch = tuple(np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]))
     except ValueError:

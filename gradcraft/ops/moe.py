@@ -31,6 +31,5 @@ def moe_unpermute(y: Tensor, slot: Tensor, weights: Tensor) -> Tensor:
 @gradient("moe_unpermute")
 def _moe_unpermute_grad(node, out, g):
     y, slot, w = node.inputs
-    dy, dw = apply("moe_unpermute_backward", (y, slot, w, g), {}, (y.shape, w.shape), (y.dtype, w.dtype),
-                   n_outputs=2)
+    dy, dw = apply("moe_unpermute_backward", (y, slot, w, g), {}, (y.shape, w.shape), (y.dtype, w.dtype), n_outputs=2)
     return dy, None, dw

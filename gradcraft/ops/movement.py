@@ -34,6 +34,7 @@ def _dims(args) -> tuple:
 
 # ------------------------------------------------------------------ reshape family
 
+
 def reshape(x: Tensor, *shape: int | Sequence[int]) -> Tensor:
     shape = [int(n) for n in _dims(shape)]
     if shape.count(-1) > 1:
@@ -60,12 +61,12 @@ def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     if x.ndim == 0:
         return reshape(x, 1)
     s, e = normalize_dim(start_dim, x.ndim), normalize_dim(end_dim, x.ndim)
-    return reshape(x, x.shape[:s] + (math.prod(x.shape[s:e + 1]),) + x.shape[e + 1:])
+    return reshape(x, x.shape[:s] + (math.prod(x.shape[s : e + 1]),) + x.shape[e + 1 :])
 
 
 def unflatten(x, dim: int, sizes):
     d = normalize_dim(dim, x.ndim)
-    return reshape(x, x.shape[:d] + tuple(sizes) + x.shape[d + 1:])
+    return reshape(x, x.shape[:d] + tuple(sizes) + x.shape[d + 1 :])
 
 
 def squeeze(x: Tensor, dim: Dims = None) -> Tensor:
@@ -144,13 +145,16 @@ def _flip_grad(node, out, g):
 
 # ------------------------------------------------------------------ indexing
 
+
 def _is_index_tensor(item) -> bool:
     from gradcraft.tensor import Tensor
+
     return isinstance(item, (Tensor, list, np.ndarray))
 
 
 def _as_index_tensor(item, device):
     from gradcraft.tensor import Tensor
+
     if isinstance(item, Tensor):
         if item.dtype.kind not in "iu":
             raise UserError(f"tensors used as indices must be integers or booleans, got {item.dtype.name}")
@@ -160,6 +164,7 @@ def _as_index_tensor(item, device):
 
 def _is_bool_mask(item) -> bool:
     from gradcraft.tensor import Tensor
+
     if isinstance(item, Tensor):
         return item.dtype == dtypes.bool_
     return isinstance(item, (np.ndarray, list)) and np.asarray(item).dtype == np.bool_
@@ -169,6 +174,7 @@ def _masks_to_indices(index: tuple, device) -> tuple:
     """A boolean mask of k dimensions stands for the k integer index tensors of its True positions
     (NumPy's and PyTorch's rule). Their number depends on the data, so the mask is computed here."""
     from gradcraft.tensor import Tensor
+
     out = []
     for item in index:
         if _is_bool_mask(item):
@@ -191,7 +197,7 @@ def _expand_ellipsis(index: tuple, ndim: int) -> tuple:
         raise UserError("an index can only have a single ellipsis ('...')")
     if ellipses:
         at = ellipses[0]
-        return index[:at] + (slice(None),) * (ndim - consumed) + index[at + 1:]
+        return index[:at] + (slice(None),) * (ndim - consumed) + index[at + 1 :]
     return index + (slice(None),) * (ndim - consumed)
 
 
@@ -249,8 +255,11 @@ def merge_slice_gradients(a, b):
             return None
     if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
         return None
-    return put_slices(list(a._node.inputs) + list(b._node.inputs),
-                      list(a._node.attrs["specs"]) + list(b._node.attrs["specs"]), a.shape)
+    return put_slices(
+        list(a._node.inputs) + list(b._node.inputs),
+        list(a._node.attrs["specs"]) + list(b._node.attrs["specs"]),
+        a.shape,
+    )
 
 
 def _advanced_index(x, index):
@@ -293,11 +302,15 @@ def take_along_dim(x: Tensor, indices: Tensor, dim: int) -> Tensor:
     axis = normalize_dim(dim, x.ndim)
     if indices.ndim != x.ndim:
         raise UserError(f"take_along_dim: indices must have {x.ndim} dimensions like the input, got {indices.shape}")
-    shape = tuple(np.broadcast_shapes(tuple(1 if i == axis else n for i, n in enumerate(x.shape)),
-                                      tuple(1 if i == axis else n for i, n in enumerate(indices.shape))))
-    shape = shape[:axis] + (indices.shape[axis],) + shape[axis + 1:]
+    shape = tuple(
+        np.broadcast_shapes(
+            tuple(1 if i == axis else n for i, n in enumerate(x.shape)),
+            tuple(1 if i == axis else n for i, n in enumerate(indices.shape)),
+        )
+    )
+    shape = shape[:axis] + (indices.shape[axis],) + shape[axis + 1 :]
     indices = expand(indices.to(dtypes.int64), shape)
-    src = expand(x, shape[:axis] + (x.shape[axis],) + shape[axis + 1:])
+    src = expand(x, shape[:axis] + (x.shape[axis],) + shape[axis + 1 :])
     return apply("take_along_dim", (src, indices), {"axis": axis}, shape, x.dtype)
 
 
@@ -329,8 +342,9 @@ def narrow(x: Tensor, dim: int, start: int, length: int) -> Tensor:
     d = normalize_dim(dim, x.ndim)
     start = int(start) + (x.shape[d] if start < 0 else 0)
     if start < 0 or length < 0 or start + length > x.shape[d]:
-        raise IndexError_(f"narrow: [{start}, {start + length}) is out of range for dimension {dim} of size "
-                          f"{x.shape[d]}")
+        raise IndexError_(
+            f"narrow: [{start}, {start + length}) is out of range for dimension {dim} of size {x.shape[d]}"
+        )
     return getitem(x, (slice(None),) * d + (slice(start, start + length),))
 
 
@@ -340,6 +354,7 @@ def unbind(x: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
 
 
 # ------------------------------------------------------------------ joining and splitting
+
 
 def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     tensors = list(tensors)
@@ -355,7 +370,7 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
         if t.device != first.device:
             raise UserError(f"cat got tensors on different devices ({first.device} and {t.device})")
     tensors = [ew.cast(t, dtype) for t in tensors]
-    shape = first.shape[:axis] + (builtins.sum(t.shape[axis] for t in tensors),) + first.shape[axis + 1:]
+    shape = first.shape[:axis] + (builtins.sum(t.shape[axis] for t in tensors),) + first.shape[axis + 1 :]
     return apply("cat", tuple(tensors), {"axis": axis}, shape, dtype)
 
 
@@ -456,14 +471,16 @@ def repeat(x, *sizes):
 def repeat_interleave(x: Tensor, repeats: int, dim: int = 0) -> Tensor:
     d = normalize_dim(dim, x.ndim)
     y = unsqueeze(x, d + 1)
-    y = expand(y, x.shape[:d + 1] + (repeats,) + x.shape[d + 1:])
-    return reshape(contiguous(y), x.shape[:d] + (x.shape[d] * repeats,) + x.shape[d + 1:])
+    y = expand(y, x.shape[: d + 1] + (repeats,) + x.shape[d + 1 :])
+    return reshape(contiguous(y), x.shape[:d] + (x.shape[d] * repeats,) + x.shape[d + 1 :])
 
 
 # ------------------------------------------------------------------ devices and in-place writes
 
+
 def to_device(x, device: str):
     from gradcraft.device import get_backend
+
     return apply("copy_from", (x,), {"source_backend": get_backend(x.device)}, x.shape, x.dtype, device=device)
 
 
@@ -475,6 +492,7 @@ def _copy_from_grad(node, out, g):
 def assign(target, value):
     """Write `value` into `target`'s buffer when realized; later reads of target see the new data."""
     from gradcraft.tensor import Tensor
+
     if target._buf is None:
         target.realize()
     if not isinstance(value, Tensor):

@@ -29,6 +29,7 @@ def _float_input(x, op):
 
 # ------------------------------------------------------------------ softmax family
 
+
 def softmax(x: Tensor, dim: int = -1, dtype: DTypeLike = None) -> Tensor:
     if dtype is not None:
         x = ew.cast(x, dtype)
@@ -53,9 +54,16 @@ def _log_softmax_grad(node, out, g):
     return (apply("log_softmax_backward", (out, g), node.attrs, g.shape, g.dtype),)
 
 
-def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
-                  reduction: str = "mean", label_smoothing: float = 0.0, valid_classes: int | None = None,
-                  dtype: DTypeLike = None) -> Tensor:
+def cross_entropy(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+    valid_classes: int | None = None,
+    dtype: DTypeLike = None,
+) -> Tensor:
     """F.cross_entropy with class indices: input (N, C) or (N, C, d1, ...), target (N) or (N, d1, ...).
 
     dtype (as F.softmax's): the loss is computed as if the input were cast to dtype first. For
@@ -81,19 +89,28 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, i
     logits = input if input.ndim > 1 else input.reshape(1, -1)
     expected = logits.shape[:1] + logits.shape[2:]
     if tuple(target.shape if input.ndim > 1 else (1,) + target.shape) != expected:
-        raise UserError(f"cross_entropy: target shape {target.shape} does not match input shape {input.shape} "
-                        f"(expected {expected if input.ndim > 1 else ()})")
+        raise UserError(
+            f"cross_entropy: target shape {target.shape} does not match input shape {input.shape} "
+            f"(expected {expected if input.ndim > 1 else ()})"
+        )
     classes = logits.shape[1]
     if valid_classes is not None and not 1 <= valid_classes <= classes:
-        raise UserError(f"cross_entropy: valid_classes must be between 1 and the {classes} classes of the input, "
-                        f"got {valid_classes}")
+        raise UserError(
+            f"cross_entropy: valid_classes must be between 1 and the {classes} classes of the input, "
+            f"got {valid_classes}"
+        )
     if logits.ndim > 2:  # (N, C, d...) -> (N*d..., C)
         logits = logits.permute(0, *range(2, logits.ndim), 1).reshape(-1, classes)
     flat_target = target.reshape(-1).to(dtypes.int64)
-    attrs = {"ignore_index": ignore_index, "label_smoothing": float(label_smoothing),
-             "valid_classes": classes if valid_classes is None else int(valid_classes), "float_loss": float_loss}
-    losses = apply("cross_entropy", (logits, flat_target), attrs, flat_target.shape,
-                   dtypes.float32 if float_loss else logits.dtype)
+    attrs = {
+        "ignore_index": ignore_index,
+        "label_smoothing": float(label_smoothing),
+        "valid_classes": classes if valid_classes is None else int(valid_classes),
+        "float_loss": float_loss,
+    }
+    losses = apply(
+        "cross_entropy", (logits, flat_target), attrs, flat_target.shape, dtypes.float32 if float_loss else logits.dtype
+    )
     if reduction == "none":
         return losses.reshape(target.shape)
     total = reduce_sum(losses)
@@ -103,9 +120,15 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, i
     return ew.div(total, ew.cast(count, total.dtype))
 
 
-def linear_cross_entropy(input: Tensor, weight: Tensor | None, target: Tensor, ignore_index: int = -100,
-                         reduction: str = "mean", label_smoothing: float = 0.0,
-                         valid_classes: int | None = None) -> Tensor:
+def linear_cross_entropy(
+    input: Tensor,
+    weight: Tensor | None,
+    target: Tensor,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+    valid_classes: int | None = None,
+) -> Tensor:
     """cross_entropy(input @ weight^T, target) with float32 losses: an output layer and its loss in one
     op. input (N, C), weight (V, C), target (N,) class indices; reduction "mean" or "sum";
     valid_classes as in cross_entropy (a vocabulary padded with rows the classes leave out).
@@ -120,35 +143,58 @@ def linear_cross_entropy(input: Tensor, weight: Tensor | None, target: Tensor, i
     if reduction not in ("mean", "sum"):
         raise UserError(f"linear_cross_entropy reduction must be 'mean' or 'sum', got {reduction!r}")
     if input.ndim != 2 or weight.ndim != 2 or input.shape[1] != weight.shape[1]:
-        raise UserError(f"linear_cross_entropy: input (N, C) and weight (V, C) do not fit: {input.shape}, "
-                        f"{weight.shape}")
+        raise UserError(
+            f"linear_cross_entropy: input (N, C) and weight (V, C) do not fit: {input.shape}, {weight.shape}"
+        )
     if target.shape != input.shape[:1]:
         raise UserError(f"linear_cross_entropy: target shape {target.shape} does not match input {input.shape}")
     from gradcraft.device import get_backend
     from gradcraft.ops.function import is_grad_enabled
+
     wants_grad = is_grad_enabled() and (input.requires_grad or weight.requires_grad)
-    fused = (wants_grad and weight.dtype == input.dtype
-             and get_backend(input.device).has_kernel("linear_cross_entropy")
-             and get_backend(input.device).fused_linear_cross_entropy(input.dtype.np))
+    fused = (
+        wants_grad
+        and weight.dtype == input.dtype
+        and get_backend(input.device).has_kernel("linear_cross_entropy")
+        and get_backend(input.device).fused_linear_cross_entropy(input.dtype.np)
+    )
     if not fused:
-        return cross_entropy(input @ weight.mT, target, ignore_index=ignore_index, reduction=reduction,
-                             label_smoothing=label_smoothing, valid_classes=valid_classes, dtype=dtypes.float32)
+        return cross_entropy(
+            input @ weight.mT,
+            target,
+            ignore_index=ignore_index,
+            reduction=reduction,
+            label_smoothing=label_smoothing,
+            valid_classes=valid_classes,
+            dtype=dtypes.float32,
+        )
     _float_input(input, "linear_cross_entropy")
     if not 0.0 <= label_smoothing <= 1.0:
         raise UserError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
     classes = weight.shape[0]
     if valid_classes is not None and not 1 <= valid_classes <= classes:
-        raise UserError(f"linear_cross_entropy: valid_classes must be between 1 and the {classes} rows of the "
-                        f"weight, got {valid_classes}")
+        raise UserError(
+            f"linear_cross_entropy: valid_classes must be between 1 and the {classes} rows of the "
+            f"weight, got {valid_classes}"
+        )
     if target.dtype.kind not in "iu":
         raise UserError(f"cross_entropy targets must be class indices (integers), got {target.dtype.name}")
     flat_target = target.to(dtypes.int64)
-    attrs = {"ignore_index": ignore_index, "label_smoothing": float(label_smoothing),
-             "valid_classes": classes if valid_classes is None else int(valid_classes)}
+    attrs = {
+        "ignore_index": ignore_index,
+        "label_smoothing": float(label_smoothing),
+        "valid_classes": classes if valid_classes is None else int(valid_classes),
+    }
     acc = dtypes.float64 if input.dtype == dtypes.float64 else dtypes.float32
-    total, _, _ = apply("linear_cross_entropy", (input, weight, flat_target), attrs,
-                        ((), input.shape, weight.shape), (acc, input.dtype, weight.dtype), n_outputs=3,
-                        saves_outputs=True)
+    total, _, _ = apply(
+        "linear_cross_entropy",
+        (input, weight, flat_target),
+        attrs,
+        ((), input.shape, weight.shape),
+        (acc, input.dtype, weight.dtype),
+        n_outputs=3,
+        saves_outputs=True,
+    )
     if reduction == "sum":
         return total
     count = reduce_sum(ew.ne(flat_target, ignore_index))
@@ -181,6 +227,7 @@ def nll_loss(input: Tensor, target: Tensor, ignore_index: int = -100, reduction:
 
 def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     from gradcraft.ops.reduce import mean
+
     diff = ew.sub(input, target)
     sq = ew.mul(diff, diff)
     return {"mean": mean, "sum": reduce_sum}[reduction](sq) if reduction != "none" else sq
@@ -188,9 +235,10 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
 
 # ------------------------------------------------------------------ normalization
 
+
 def _norm_dims(x, normalized_shape, op, **params):
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    if x.shape[x.ndim - len(shape):] != shape:
+    if x.shape[x.ndim - len(shape) :] != shape:
         raise UserError(f"{op}: normalized_shape {shape} does not match the trailing dimensions of {x.shape}")
     for name, p in params.items():
         if p is not None and tuple(p.shape) != shape:
@@ -198,8 +246,9 @@ def _norm_dims(x, normalized_shape, op, **params):
     return shape
 
 
-def layer_norm(input: Tensor, normalized_shape: Shape, weight: Tensor | None = None, bias: Tensor | None = None,
-               eps: float = 1e-5) -> Tensor:
+def layer_norm(
+    input: Tensor, normalized_shape: Shape, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5
+) -> Tensor:
     _float_input(input, "layer_norm")
     shape = _norm_dims(input, normalized_shape, "layer_norm", weight=weight, bias=bias)
     weight = weight if weight is not None else ones(shape, dtype=input.dtype, device=input.device)
@@ -211,8 +260,14 @@ def layer_norm(input: Tensor, normalized_shape: Shape, weight: Tensor | None = N
 @gradient("layer_norm")
 def _layer_norm_grad(node, out, g):
     x, weight, bias = node.inputs
-    return apply("layer_norm_backward", (x, weight, g), node.attrs, (x.shape, weight.shape, bias.shape),
-                 (x.dtype, weight.dtype, bias.dtype), n_outputs=3)
+    return apply(
+        "layer_norm_backward",
+        (x, weight, g),
+        node.attrs,
+        (x.shape, weight.shape, bias.shape),
+        (x.dtype, weight.dtype, bias.dtype),
+        n_outputs=3,
+    )
 
 
 def rms_norm(input: Tensor, normalized_shape: Shape, weight: Tensor | None = None, eps: float | None = None) -> Tensor:
@@ -221,6 +276,7 @@ def rms_norm(input: Tensor, normalized_shape: Shape, weight: Tensor | None = Non
     shape = _norm_dims(input, normalized_shape, "rms_norm", weight=weight)
     if eps is None:
         import numpy as np
+
         eps = float(np.finfo(np.float32 if input.dtype in (dtypes.bfloat16, dtypes.float16) else input.dtype.np).eps)
     weight = weight if weight is not None else ones(shape, dtype=input.dtype, device=input.device)
     attrs = {"eps": float(eps), "n_dims": len(shape)}
@@ -230,11 +286,13 @@ def rms_norm(input: Tensor, normalized_shape: Shape, weight: Tensor | None = Non
 @gradient("rms_norm")
 def _rms_norm_grad(node, out, g):
     x, weight = node.inputs
-    return apply("rms_norm_backward", (x, weight, g), node.attrs, (x.shape, weight.shape),
-                 (x.dtype, weight.dtype), n_outputs=2)
+    return apply(
+        "rms_norm_backward", (x, weight, g), node.attrs, (x.shape, weight.shape), (x.dtype, weight.dtype), n_outputs=2
+    )
 
 
 # ------------------------------------------------------------------ embedding, dropout, rope
+
 
 def embedding(input: Tensor, weight: Tensor | None) -> Tensor:
     if input.dtype.kind not in "iu":
@@ -273,15 +331,19 @@ def _dropout_grad(node, out, g):
     return apply("dropout", (g, state), node.attrs, g.shape, g.dtype), None
 
 
-def rope_frequencies(seq_len: int, head_dim: int, base: float = 10000.0, device: Device = None,
-                     start: int = 0) -> Tensor:
+def rope_frequencies(
+    seq_len: int, head_dim: int, base: float = 10000.0, device: Device = None, start: int = 0
+) -> Tensor:
     """(cos, sin) tables of shape (seq_len, head_dim // 2) for positions start..start+seq_len-1."""
     import numpy as np
     from gradcraft.tensor import Tensor
+
     inv_freq = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
     angles = np.outer(np.arange(start, start + seq_len, dtype=np.float64), inv_freq)
-    return (Tensor(np.cos(angles).astype(np.float32), device=device),
-            Tensor(np.sin(angles).astype(np.float32), device=device))
+    return (
+        Tensor(np.cos(angles).astype(np.float32), device=device),
+        Tensor(np.sin(angles).astype(np.float32), device=device),
+    )
 
 
 def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -293,8 +355,10 @@ def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     if x.shape[-1] % 2:
         raise UserError(f"rotary embedding needs an even head dimension, got {x.shape[-1]}")
     if cos.shape != (x.shape[-2], x.shape[-1] // 2) or sin.shape != cos.shape:
-        raise UserError(f"rotary embedding: cos/sin must have shape {(x.shape[-2], x.shape[-1] // 2)}, "
-                        f"got {cos.shape} and {sin.shape}")
+        raise UserError(
+            f"rotary embedding: cos/sin must have shape {(x.shape[-2], x.shape[-1] // 2)}, "
+            f"got {cos.shape} and {sin.shape}"
+        )
     return apply("rope", (x, ew.cast(cos, x.dtype), ew.cast(sin, x.dtype)), {"inverse": False}, x.shape, x.dtype)
 
 
@@ -311,6 +375,7 @@ from gradcraft.ops.attention import scaled_dot_product_attention  # noqa: E402,F
 
 # ------------------------------------------------------------------ composites
 
+
 def linear(input: Tensor, weight: Tensor | None, bias: Tensor | None = None) -> Tensor:
     out = input @ weight.mT
     return out + bias if bias is not None else out
@@ -318,6 +383,7 @@ def linear(input: Tensor, weight: Tensor | None, bias: Tensor | None = None) -> 
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     from gradcraft.ops.creation import arange
+
     if tensor.dtype.kind not in "iu":
         raise UserError(f"one_hot needs integer class indices, got {tensor.dtype.name}")
     if num_classes < 0:

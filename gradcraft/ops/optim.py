@@ -34,8 +34,19 @@ def _contiguous_buffer(t, dtype=None):
     return t._buf
 
 
-def adamw_step(params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1: float, beta2: float, eps: float,
-               weight_decay: float, grad_scale=None) -> None:
+def adamw_step(
+    params,
+    grads,
+    exp_avgs,
+    exp_avg_sqs,
+    lr_step,
+    *,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    grad_scale=None,
+) -> None:
     """PyTorch's AdamW rule over lists of tensors, in place, in one launch: params (fused dtypes),
     their gradients (converted to the params' dtype where they differ), float32 moments; lr_step a
     float32 tensor [lr, step]; grad_scale None or the [norm, coefficient] tensor of `grad_norm`,
@@ -45,9 +56,17 @@ def adamw_step(params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1: float, b
     for p in params:
         before_write(p)
     get_backend(params[0].device).adamw_step(
-        [p._buf for p in params], grad_buffers, [m._buf for m in exp_avgs], [v._buf for v in exp_avg_sqs],
-        lr_step._buf, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay,
-        grad_scale=grad_scale._buf[1:] if grad_scale is not None else None)
+        [p._buf for p in params],
+        grad_buffers,
+        [m._buf for m in exp_avgs],
+        [v._buf for v in exp_avg_sqs],
+        lr_step._buf,
+        beta1=beta1,
+        beta2=beta2,
+        eps=eps,
+        weight_decay=weight_decay,
+        grad_scale=grad_scale._buf[1:] if grad_scale is not None else None,
+    )
     for t in (*params, *exp_avgs, *exp_avg_sqs):
         t._version += 1
 
@@ -56,6 +75,7 @@ def grad_norm(grads, max_norm: float | None = None):
     """float32 tensor [global L2 norm of all grads, min(1, max_norm / (norm + 1e-6))] (coefficient 1
     when max_norm is None or 0), by one multi-tensor kernel."""
     from gradcraft.tensor import Tensor
+
     grads = list(grads)
     device = grads[0].device
     stats = get_backend(device).grad_norm([_contiguous_buffer(g) for g in grads], float(max_norm or 0.0))

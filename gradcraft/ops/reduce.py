@@ -112,8 +112,7 @@ def _arg(op, x, dim, keepdim):
         shape = (1,) * x.ndim if keepdim else ()
         return apply(op, (x,), {"axis": None, "keepdim": keepdim}, shape, dtypes.int64)
     axis = normalize_dim(dim, x.ndim)
-    return apply(op, (x,), {"axis": axis, "keepdim": keepdim}, _reduced_shape(x.shape, (axis,), keepdim),
-                 dtypes.int64)
+    return apply(op, (x,), {"axis": axis, "keepdim": keepdim}, _reduced_shape(x.shape, (axis,), keepdim), dtypes.int64)
 
 
 def argmax(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
@@ -126,11 +125,13 @@ def argmin(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
 
 def take_along_dim(x, indices, dim):
     from gradcraft.ops.movement import take_along_dim as take
+
     return take(x, indices, dim)
 
 
-def var(x: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False, *,
-        correction: int | None = None) -> Tensor:
+def var(
+    x: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False, *, correction: int | None = None
+) -> Tensor:
     """Variance with Bessel's correction by default (correction=1), as in PyTorch."""
     if correction is None:
         correction = 1 if unbiased is None or unbiased else 0
@@ -142,8 +143,9 @@ def var(x: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool
     return ew.div(sum(ew.mul(centered, centered), axes, keepdim), builtins.max(count - correction, 0))
 
 
-def std(x: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False, *,
-        correction: int | None = None) -> Tensor:
+def std(
+    x: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False, *, correction: int | None = None
+) -> Tensor:
     return ew.sqrt(var(x, dim, unbiased, keepdim, correction=correction))
 
 
@@ -216,21 +218,43 @@ def prod(x: Tensor, dim: Dims = None, keepdim: bool = False, dtype: DTypeLike = 
 
 def _accepts_axis(fn):
     """NumPy's `axis=` keyword, which PyTorch's reductions accept as another name for `dim`."""
+
     def with_axis(x, *args, axis=None, **kwargs):
         if axis is not None:
             kwargs["dim"] = axis
         return fn(x, *args, **kwargs)
+
     with_axis.__name__, with_axis.__doc__, with_axis.__wrapped__ = fn.__name__, fn.__doc__, fn
     return with_axis
 
 
 sum, mean, amax, amin, max, min, argmax, argmin, var, std, logsumexp, all, any, cumsum, prod, sort, argsort = (
-    _accepts_axis(f) for f in (sum, mean, amax, amin, max, min, argmax, argmin, var, std, logsumexp, all, any,
-                               cumsum, prod, sort, argsort))
+    _accepts_axis(f)
+    for f in (
+        sum,
+        mean,
+        amax,
+        amin,
+        max,
+        min,
+        argmax,
+        argmin,
+        var,
+        std,
+        logsumexp,
+        all,
+        any,
+        cumsum,
+        prod,
+        sort,
+        argsort,
+    )
+)
 
 
-def allclose(a: TensorOrNumber, b: TensorOrNumber, rtol: float = 1e-5, atol: float = 1e-8,
-             equal_nan: bool = False) -> bool:
+def allclose(
+    a: TensorOrNumber, b: TensorOrNumber, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False
+) -> bool:
     return bool(all(rounding.isclose(a, b, rtol, atol, equal_nan)).item())
 
 

@@ -18,7 +18,7 @@ from gradcraft import dtypes
 from gradcraft.errors import UserError
 from gradcraft.ops import elementwise as ew
 
-_EXACT = 2.0 ** 52  # float64 values this large are already integers (float32: from 2**23)
+_EXACT = 2.0**52  # float64 values this large are already integers (float32: from 2**23)
 
 
 def trunc(x: Tensor) -> Tensor:
@@ -43,7 +43,7 @@ def round(x: Tensor, decimals: int = 0) -> Tensor:
     """Half to even, as torch.round."""
     if not x.dtype.is_floating_point:
         return x
-    scale = 10.0 ** decimals
+    scale = 10.0**decimals
     y = ew.mul(x, scale) if decimals else x
     f = floor(y)
     diff = ew.sub(y, f)
@@ -112,8 +112,9 @@ def isfinite(x: Tensor) -> Tensor:
     return ew.eq(ew.sub(x, x), 0.0)  # inf - inf and NaN - NaN are NaN
 
 
-def isclose(a: TensorOrNumber, b: TensorOrNumber, rtol: float = 1e-5, atol: float = 1e-8,
-            equal_nan: bool = False) -> Tensor:
+def isclose(
+    a: TensorOrNumber, b: TensorOrNumber, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False
+) -> Tensor:
     a_t, b_t = ew._operands(a, b, "isclose")
     if not a_t.dtype.is_floating_point:
         return ew.eq(a_t, b_t)

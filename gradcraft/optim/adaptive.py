@@ -42,8 +42,14 @@ class Adam(Optimizer):
     """torch.optim.Adam: m and v moments (exp_avg, exp_avg_sq), bias-corrected; amsgrad keeps the
     running maximum of v (max_exp_avg_sq)."""
 
-    defaults = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0, "amsgrad": False,
-                "maximize": False}
+    defaults = {
+        "lr": 1e-3,
+        "betas": (0.9, 0.999),
+        "eps": 1e-8,
+        "weight_decay": 0.0,
+        "amsgrad": False,
+        "maximize": False,
+    }
 
     def _update(self, gi, group, p):
         state = self.state.setdefault(id(p), {"step": 0})
@@ -63,8 +69,8 @@ class Adam(Optimizer):
             v_max = state["max_exp_avg_sq"]
             v_new = v_max.maximum(v_new)
             out.append(v_max.assign(v_new))
-        step_size = group["lr"] / (1.0 - beta1 ** step)
-        denom = v_new.sqrt() / math.sqrt(1.0 - beta2 ** step) + group["eps"]
+        step_size = group["lr"] / (1.0 - beta1**step)
+        denom = v_new.sqrt() / math.sqrt(1.0 - beta2**step) + group["eps"]
         out.append(p.assign((p.to(_math_dtype(p)) - step_size * (m_new / denom)).to(p.dtype)))
         return out
 
@@ -72,8 +78,15 @@ class Adam(Optimizer):
 class RMSprop(Optimizer):
     """torch.optim.RMSprop: square_avg (and grad_avg when centered, momentum_buffer with momentum)."""
 
-    defaults = {"lr": 1e-2, "alpha": 0.99, "eps": 1e-8, "weight_decay": 0.0, "momentum": 0.0, "centered": False,
-                "maximize": False}
+    defaults = {
+        "lr": 1e-2,
+        "alpha": 0.99,
+        "eps": 1e-8,
+        "weight_decay": 0.0,
+        "momentum": 0.0,
+        "centered": False,
+        "maximize": False,
+    }
 
     def _update(self, gi, group, p):
         state = self.state.setdefault(id(p), {"step": 0})
@@ -110,8 +123,14 @@ class RMSprop(Optimizer):
 class Adagrad(Optimizer):
     """torch.optim.Adagrad: sum of squared gradients (state "sum"), learning-rate decay per step."""
 
-    defaults = {"lr": 1e-2, "lr_decay": 0.0, "weight_decay": 0.0, "initial_accumulator_value": 0.0, "eps": 1e-10,
-                "maximize": False}
+    defaults = {
+        "lr": 1e-2,
+        "lr_decay": 0.0,
+        "weight_decay": 0.0,
+        "initial_accumulator_value": 0.0,
+        "eps": 1e-10,
+        "maximize": False,
+    }
 
     def _update(self, gi, group, p):
         state = self.state.setdefault(id(p), {"step": 0})
@@ -122,8 +141,10 @@ class Adagrad(Optimizer):
         clr = group["lr"] / (1.0 + (state["step"] - 1) * group["lr_decay"])
         total = state["sum"]
         total_new = total + g * g
-        return [total.assign(total_new),
-                p.assign((p.to(_math_dtype(p)) - clr * g / (total_new.sqrt() + group["eps"])).to(p.dtype))]
+        return [
+            total.assign(total_new),
+            p.assign((p.to(_math_dtype(p)) - clr * g / (total_new.sqrt() + group["eps"])).to(p.dtype)),
+        ]
 
 
 class SGD(_PlainSGD):
@@ -137,4 +158,5 @@ class SGD(_PlainSGD):
         for group in self.param_groups:
             if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
                 from gradcraft.errors import UserError
+
                 raise UserError("Nesterov momentum requires a momentum and zero dampening")

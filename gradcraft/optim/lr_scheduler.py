@@ -20,8 +20,9 @@ class LRScheduler:
             if last_epoch == -1:
                 group.setdefault("initial_lr", group["lr"])
             elif "initial_lr" not in group:
-                raise UserError("param 'initial_lr' is not specified in param_groups when resuming a scheduler "
-                                "(last_epoch != -1)")
+                raise UserError(
+                    "param 'initial_lr' is not specified in param_groups when resuming a scheduler (last_epoch != -1)"
+                )
         self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
         self.last_epoch = last_epoch
         self._step_count = 0
@@ -44,8 +45,11 @@ class LRScheduler:
         return self._last_lr
 
     def state_dict(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "optimizer" and not callable(v)
-                and not (isinstance(v, list) and any(callable(x) for x in v))}
+        return {
+            k: v
+            for k, v in self.__dict__.items()
+            if k != "optimizer" and not callable(v) and not (isinstance(v, list) and any(callable(x) for x in v))
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -110,7 +114,7 @@ class ExponentialLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def lr_at(self, base_lr, epoch, i):
-        return base_lr * self.gamma ** epoch
+        return base_lr * self.gamma**epoch
 
 
 class ConstantLR(LRScheduler):
@@ -125,8 +129,14 @@ class ConstantLR(LRScheduler):
 class LinearLR(LRScheduler):
     """The factor goes linearly from start_factor to end_factor over total_iters steps."""
 
-    def __init__(self, optimizer, start_factor: float = 1.0 / 3, end_factor: float = 1.0, total_iters: int = 5,
-                 last_epoch: int = -1):
+    def __init__(
+        self,
+        optimizer,
+        start_factor: float = 1.0 / 3,
+        end_factor: float = 1.0,
+        total_iters: int = 5,
+        last_epoch: int = -1,
+    ):
         if not 0 < start_factor <= 1 or not 0 <= end_factor <= 1:
             raise UserError("LinearLR: start_factor must be in (0, 1] and end_factor in [0, 1]")
         self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
@@ -161,10 +171,23 @@ class OneCycleLR(LRScheduler):
     """Warm up from max_lr/div_factor to max_lr, then anneal to max_lr/(div_factor*final_div_factor);
     momentum (or Adam's beta1) cycles the other way between max_momentum and base_momentum."""
 
-    def __init__(self, optimizer, max_lr, total_steps: int | None = None, epochs: int | None = None,
-                 steps_per_epoch: int | None = None, pct_start: float = 0.3, anneal_strategy: str = "cos",
-                 cycle_momentum: bool = True, base_momentum=0.85, max_momentum=0.95, div_factor: float = 25.0,
-                 final_div_factor: float = 1e4, three_phase: bool = False, last_epoch: int = -1):
+    def __init__(
+        self,
+        optimizer,
+        max_lr,
+        total_steps: int | None = None,
+        epochs: int | None = None,
+        steps_per_epoch: int | None = None,
+        pct_start: float = 0.3,
+        anneal_strategy: str = "cos",
+        cycle_momentum: bool = True,
+        base_momentum=0.85,
+        max_momentum=0.95,
+        div_factor: float = 25.0,
+        final_div_factor: float = 1e4,
+        three_phase: bool = False,
+        last_epoch: int = -1,
+    ):
         if total_steps is None:
             if epochs is None or steps_per_epoch is None:
                 raise UserError("OneCycleLR needs total_steps, or epochs and steps_per_epoch")
@@ -174,12 +197,16 @@ class OneCycleLR(LRScheduler):
         self.total_steps, self.anneal_strategy, self.cycle_momentum = total_steps, anneal_strategy, cycle_momentum
         p = float(pct_start * total_steps)
         if three_phase:
-            self._phases = [(p - 1, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
-                            (2 * p - 2, "max_lr", "initial_lr", "base_momentum", "max_momentum"),
-                            (total_steps - 1, "initial_lr", "min_lr", "max_momentum", "max_momentum")]
+            self._phases = [
+                (p - 1, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
+                (2 * p - 2, "max_lr", "initial_lr", "base_momentum", "max_momentum"),
+                (total_steps - 1, "initial_lr", "min_lr", "max_momentum", "max_momentum"),
+            ]
         else:
-            self._phases = [(p - 1, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
-                            (total_steps - 1, "max_lr", "min_lr", "base_momentum", "max_momentum")]
+            self._phases = [
+                (p - 1, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
+                (total_steps - 1, "max_lr", "min_lr", "base_momentum", "max_momentum"),
+            ]
         max_lrs = _per_group(max_lr, optimizer, "max_lr")
         if last_epoch == -1:
             for group, lr in zip(optimizer.param_groups, max_lrs):
@@ -192,8 +219,11 @@ class OneCycleLR(LRScheduler):
             if "momentum" not in first and "betas" not in first:
                 raise UserError("optimizer must support momentum or beta1 with `cycle_momentum` enabled")
             self._use_betas = "betas" in first
-            for group, low, high in zip(optimizer.param_groups, _per_group(base_momentum, optimizer, "base_momentum"),
-                                        _per_group(max_momentum, optimizer, "max_momentum")):
+            for group, low, high in zip(
+                optimizer.param_groups,
+                _per_group(base_momentum, optimizer, "base_momentum"),
+                _per_group(max_momentum, optimizer, "max_momentum"),
+            ):
                 if last_epoch == -1:
                     if self._use_betas:
                         group["betas"] = (high, *group["betas"][1:])
@@ -235,8 +265,10 @@ class SequentialLR(LRScheduler):
 
     def __init__(self, optimizer, schedulers, milestones, last_epoch: int = -1):
         if len(milestones) != len(schedulers) - 1:
-            raise UserError(f"SequentialLR expects {len(schedulers) - 1} milestones for {len(schedulers)} schedulers, "
-                            f"got {len(milestones)}")
+            raise UserError(
+                f"SequentialLR expects {len(schedulers) - 1} milestones for {len(schedulers)} schedulers, "
+                f"got {len(milestones)}"
+            )
         self.optimizer, self._schedulers, self._milestones = optimizer, list(schedulers), list(milestones)
         self.last_epoch = last_epoch + 1
         for group in optimizer.param_groups:
@@ -262,9 +294,18 @@ class ReduceLROnPlateau:
     """Multiply the lr by `factor` when the metric passed to step(metric) has not improved for more
     than `patience` steps (PyTorch's rules for mode, threshold, cooldown and min_lr)."""
 
-    def __init__(self, optimizer, mode: str = "min", factor: float = 0.1, patience: int = 10,
-                 threshold: float = 1e-4, threshold_mode: str = "rel", cooldown: int = 0, min_lr=0.0,
-                 eps: float = 1e-8):
+    def __init__(
+        self,
+        optimizer,
+        mode: str = "min",
+        factor: float = 0.1,
+        patience: int = 10,
+        threshold: float = 1e-4,
+        threshold_mode: str = "rel",
+        cooldown: int = 0,
+        min_lr=0.0,
+        eps: float = 1e-8,
+    ):
         if factor >= 1.0:
             raise UserError("ReduceLROnPlateau: factor should be < 1.0")
         if mode not in ("min", "max") or threshold_mode not in ("rel", "abs"):
@@ -278,8 +319,9 @@ class ReduceLROnPlateau:
 
     def _is_better(self, a: float) -> bool:
         if self.mode == "min":
-            return a < (self.best * (1 - self.threshold) if self.threshold_mode == "rel"
-                        else self.best - self.threshold)
+            return a < (
+                self.best * (1 - self.threshold) if self.threshold_mode == "rel" else self.best - self.threshold
+            )
         return a > (self.best * (1 + self.threshold) if self.threshold_mode == "rel" else self.best + self.threshold)
 
     def step(self, metrics) -> None:

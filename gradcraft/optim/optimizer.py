@@ -93,8 +93,9 @@ class Optimizer:
         self.state = {}
         for i, s in state_dict["state"].items():
             p = params[int(i)]
-            self.state[id(p)] = {k: (Tensor(v, device=p.device) if isinstance(v, np.ndarray) else v)
-                                 for k, v in s.items()}
+            self.state[id(p)] = {
+                k: (Tensor(v, device=p.device) if isinstance(v, np.ndarray) else v) for k, v in s.items()
+            }
 
 
 class SGD(Optimizer):
@@ -199,9 +200,18 @@ class AdamW(Optimizer):
             states = [self._state(p) for p in params]
             lr_step = self._scalars[("lr_step", gi, params[0].device)]
             beta1, beta2 = group["betas"]
-            adamw_step(params, [p.grad for p in params], [s["exp_avg"] for s in states],
-                       [s["exp_avg_sq"] for s in states], lr_step, beta1=beta1, beta2=beta2, eps=group["eps"],
-                       weight_decay=group["weight_decay"], grad_scale=grad_scale)
+            adamw_step(
+                params,
+                [p.grad for p in params],
+                [s["exp_avg"] for s in states],
+                [s["exp_avg_sq"] for s in states],
+                lr_step,
+                beta1=beta1,
+                beta2=beta2,
+                eps=group["eps"],
+                weight_decay=group["weight_decay"],
+                grad_scale=grad_scale,
+            )
 
     def _update(self, gi, group, p):
         state = self._state(p)
@@ -213,7 +223,7 @@ class AdamW(Optimizer):
         # Step-dependent numbers go through device scalars, not kernel constants. A group's parameters
         # share them: all of a group's parameters are updated on the same steps (one with no gradient
         # on some step would count its own steps, as in PyTorch, through a plain constant instead).
-        step_size, bc2_sqrt = lr / (1.0 - beta1 ** step), math.sqrt(1.0 - beta2 ** step)
+        step_size, bc2_sqrt = lr / (1.0 - beta1**step), math.sqrt(1.0 - beta2**step)
         if step == group.setdefault("_step", {}).setdefault("now", step):
             shrink = self._scalar(("shrink", gi, decay), 1.0 - lr * decay, p.device, dtypes.float32)
             step_size = self._scalar(("step_size", gi), step_size, p.device, dtypes.float32)
@@ -227,4 +237,3 @@ class AdamW(Optimizer):
         denom = v_new.sqrt() / bc2_sqrt + group["eps"]
         p_new = p.float() * shrink - step_size * (m_new / denom)
         return [m.assign(m_new), v.assign(v_new), p.assign(p_new)]
-

@@ -1,7 +1,7 @@
 """Learning-rate schedules: a function of the step number, and nothing else to save.
 
-    sched = CosineWithWarmup(max_lr=6e-4, min_lr=6e-5, warmup_steps=100, total_steps=5000)
-    lr = sched(step)          # step counts from 0
+sched = CosineWithWarmup(max_lr=6e-4, min_lr=6e-5, warmup_steps=100, total_steps=5000)
+lr = sched(step)          # step counts from 0
 """
 
 import math
@@ -119,8 +119,13 @@ class Shifted:
         return {"kind": "shifted", "base": self.base, "offset": self.offset}
 
 
-SCHEDULES = {"cosine": CosineWithWarmup, "constant": Constant, "linear": LinearWithWarmup, "rescaled": Rescaled,
-             "shifted": Shifted}
+SCHEDULES = {
+    "cosine": CosineWithWarmup,
+    "constant": Constant,
+    "linear": LinearWithWarmup,
+    "rescaled": Rescaled,
+    "shifted": Shifted,
+}
 
 
 def from_state_dict(state: dict):

@@ -33,13 +33,17 @@ def weight_decay_groups(model, weight_decay: float, decay_embeddings: bool = Tru
     """Two optimizer parameter groups: the decayed parameters with `weight_decay`, the rest with 0.
     Each group also carries the parameter names (key "names"), for messages and checkpoints."""
     decayed, kept = decay_split(model, decay_embeddings)
-    return [{"params": [p for _, p in decayed], "names": [n for n, _ in decayed], "weight_decay": weight_decay},
-            {"params": [p for _, p in kept], "names": [n for n, _ in kept], "weight_decay": 0.0}]
+    return [
+        {"params": [p for _, p in decayed], "names": [n for n, _ in decayed], "weight_decay": weight_decay},
+        {"params": [p for _, p in kept], "names": [n for n, _ in kept], "weight_decay": 0.0},
+    ]
 
 
 def describe_decay(groups: list[dict]) -> str:
     """One line: how many tensors and parameters are decayed and how many are not."""
+
     def count(group):
         return f"{len(group['params'])} tensors ({sum(p.numel() for p in group['params']):,} parameters)"
+
     decayed, kept = groups
     return f"weight decay {decayed['weight_decay']:g} on {count(decayed)}; none on {count(kept)}"

@@ -35,9 +35,7 @@ import heapq
 import json
 from itertools import chain
 
-from gradcraft.tokenizer.pretokenize import (
-    compile_pattern, resolve_pattern, special_regex, split_pieces, split_special,
-)
+from gradcraft.tokenizer.pretokenize import compile_pattern, resolve_pattern, special_regex, split_pieces, split_special
 
 INF = float("inf")
 # Pieces longer than this (bytes) merge with a heap, O(n log n), instead of
@@ -57,7 +55,7 @@ def _bytes_errors(err: UnicodeEncodeError):
     their 3-byte "surrogatepass" encoding, so encoding never fails.
     """
     out = bytearray()
-    for ch in err.object[err.start:err.end]:
+    for ch in err.object[err.start : err.end]:
         cp = ord(ch)
         out += bytes([cp - 0xDC00]) if 0xDC80 <= cp <= 0xDCFF else ch.encode("utf-8", "surrogatepass")
     return bytes(out), err.end
@@ -107,8 +105,18 @@ class Tokenizer:
                     only those the caller allows
     """
 
-    def __init__(self, *, pattern="gpt2", byte_ids=None, merges=(), special_tokens=None,
-                 merge_mode="merges", extra_tokens=None, whole_piece=False, split_specials=False):
+    def __init__(
+        self,
+        *,
+        pattern="gpt2",
+        byte_ids=None,
+        merges=(),
+        special_tokens=None,
+        merge_mode="merges",
+        extra_tokens=None,
+        whole_piece=False,
+        split_specials=False,
+    ):
         if merge_mode not in ("merges", "ranks"):
             raise ValueError(f"merge_mode must be 'merges' or 'ranks', not {merge_mode!r}")
         self.pattern_name, self.pattern = resolve_pattern(pattern)
@@ -191,8 +199,10 @@ class Tokenizer:
         return hashlib.sha256(canon.encode("ascii")).hexdigest()
 
     def __repr__(self):
-        return (f"Tokenizer(vocab_size={self.vocab_size}, pattern={self.pattern_name!r}, "
-                f"merges={len(self.merges)}, special_tokens={list(self.special_tokens)})")
+        return (
+            f"Tokenizer(vocab_size={self.vocab_size}, pattern={self.pattern_name!r}, "
+            f"merges={len(self.merges)}, special_tokens={list(self.special_tokens)})"
+        )
 
     # --------------------------------------------------------------- encoding
     def _encode_piece(self, piece: str) -> tuple:
@@ -217,7 +227,7 @@ class Tokenizer:
                 break
             i = ranks.index(best)  # leftmost of the lowest rank
             new = pair_id[ids[i], ids[i + 1]]
-            ids[i:i + 2] = (new,)
+            ids[i : i + 2] = (new,)
             del ranks[i]
             if i > 0:
                 ranks[i - 1] = rank_get((ids[i - 1], new), INF)
@@ -323,11 +333,18 @@ class Tokenizer:
     # their entry points in _ENTRY when the package is imported (tokenizer/__init__.py imports both),
     # so this module imports neither and the three form no import circle.
     @staticmethod
-    def train(texts, vocab_size: int, pattern: str = "gpt4", special_tokens=("<|endoftext|>",),
-              workers: int = 1, progress: bool = False) -> Tokenizer:
+    def train(
+        texts,
+        vocab_size: int,
+        pattern: str = "gpt4",
+        special_tokens=("<|endoftext|>",),
+        workers: int = 1,
+        progress: bool = False,
+    ) -> Tokenizer:
         """Learn a vocabulary (same as `gradcraft.tokenizer.train`)."""
-        return _ENTRY["train"](texts, vocab_size, pattern=pattern, special_tokens=special_tokens,
-                               workers=workers, progress=progress)
+        return _ENTRY["train"](
+            texts, vocab_size, pattern=pattern, special_tokens=special_tokens, workers=workers, progress=progress
+        )
 
     def save(self, path) -> None:
         """Write our versioned JSON format (see docs/tokenizer.md), atomically."""

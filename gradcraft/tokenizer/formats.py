@@ -32,8 +32,12 @@ FORMAT_VERSION = 1
 
 # ------------------------------------------------------------- our own format
 def save_tokenizer(tok: Tokenizer, path) -> None:
-    doc = {"format": FORMAT_NAME, "version": FORMAT_VERSION,
-           "fingerprint": tok.full_fingerprint, "vocab_size": tok.vocab_size}
+    doc = {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "fingerprint": tok.full_fingerprint,
+        "vocab_size": tok.vocab_size,
+    }
     doc.update(tok.state())
     # One merge per line keeps the file diffable and readable.
     text = json.dumps(doc, indent=1, ensure_ascii=False)
@@ -46,12 +50,15 @@ def load_tokenizer(path, pattern: str | None = None, special_tokens=None) -> Tok
     `pattern` and `special_tokens` are only used for tiktoken rank files,
     which carry neither (default: gpt4 pattern, no special tokens)."""
     from gradcraft import validation
+
     path = os.fspath(path)
     try:
         with open(path, "rb") as f:
             if os.fstat(f.fileno()).st_size > validation.MAX_TOKENIZER_BYTES:
-                raise UserError(f"tokenizer file {path} is larger than {validation.MAX_TOKENIZER_BYTES:,} bytes; "
-                                "no tokenizer is that large: check the path")
+                raise UserError(
+                    f"tokenizer file {path} is larger than {validation.MAX_TOKENIZER_BYTES:,} bytes; "
+                    "no tokenizer is that large: check the path"
+                )
             raw = f.read()
     except FileNotFoundError:
         raise UserError(f"tokenizer file {path} not found") from None
@@ -59,10 +66,10 @@ def load_tokenizer(path, pattern: str | None = None, special_tokens=None) -> Tok
         raise UserError(f"cannot read tokenizer file {path}: {e.strerror}") from None
     if raw[:6] == b"BBPEV1" or raw.startswith(b"#version") or os.path.basename(path) == "vocab.json":
         from gradcraft.tokenizer.k2 import load_k2_tokenizer  # K2's tokenizer.bbpe, merges.txt or vocab.json
+
         return load_k2_tokenizer(path)
     if raw.lstrip()[:1] != b"{":
-        return from_tiktoken(_parse_rank_file(raw, path), pattern=pattern or "gpt4",
-                             special_tokens=special_tokens)
+        return from_tiktoken(_parse_rank_file(raw, path), pattern=pattern or "gpt4", special_tokens=special_tokens)
     doc = validation.parse_json(raw, path)  # also refuses JSON nested too deeply to parse
     if not isinstance(doc, dict):
         raise UserError(f"{path} holds a JSON {type(doc).__name__}, not a tokenizer object")
@@ -80,12 +87,28 @@ def load_tokenizer(path, pattern: str | None = None, special_tokens=None) -> Tok
 def _from_ours(doc: dict, path: str) -> Tokenizer:
     version = doc.get("version")
     if version != FORMAT_VERSION:
-        raise UserError(f"{path} has tokenizer format version {version}; this gradcraft reads "
-                        f"version {FORMAT_VERSION} (upgrade gradcraft)")
+        raise UserError(
+            f"{path} has tokenizer format version {version}; this gradcraft reads "
+            f"version {FORMAT_VERSION} (upgrade gradcraft)"
+        )
     try:
-        tok = _rebuild({**{k: doc[k] for k in ("pattern", "byte_ids", "merges", "special_tokens",
-                                               "merge_mode", "extra_tokens", "whole_piece")},
-                        "split_specials": bool(doc.get("split_specials", False))})
+        tok = _rebuild(
+            {
+                **{
+                    k: doc[k]
+                    for k in (
+                        "pattern",
+                        "byte_ids",
+                        "merges",
+                        "special_tokens",
+                        "merge_mode",
+                        "extra_tokens",
+                        "whole_piece",
+                    )
+                },
+                "split_specials": bool(doc.get("split_specials", False)),
+            }
+        )
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, MemoryError) as e:
         raise UserError(f"{path} is a damaged gradcraft tokenizer file ({type(e).__name__}: {e})") from None
     if doc.get("fingerprint") != tok.full_fingerprint:
@@ -96,6 +119,7 @@ def _from_ours(doc: dict, path: str) -> Tokenizer:
 # ------------------------------------------------- HF byte-level tokenizer.json
 def _hf_pre_tokenizer(pre, source) -> str:
     """HF pre_tokenizer JSON -> our pattern (regex or None)."""
+
     def byte_level(p):
         if p.get("add_prefix_space"):
             raise UserError(f"{source}: ByteLevel add_prefix_space=true is not supported")
@@ -107,12 +131,20 @@ def _hf_pre_tokenizer(pre, source) -> str:
         return PATTERNS["gpt2"] if byte_level(pre) else None
     if pre.get("type") == "Sequence":
         steps = pre.get("pretokenizers", [])
-        if (len(steps) == 2 and steps[0].get("type") == "Split" and steps[1].get("type") == "ByteLevel"
-                and not byte_level(steps[1]) and steps[0].get("behavior") == "Isolated"
-                and not steps[0].get("invert") and "Regex" in steps[0].get("pattern", {})):
+        if (
+            len(steps) == 2
+            and steps[0].get("type") == "Split"
+            and steps[1].get("type") == "ByteLevel"
+            and not byte_level(steps[1])
+            and steps[0].get("behavior") == "Isolated"
+            and not steps[0].get("invert")
+            and "Regex" in steps[0].get("pattern", {})
+        ):
             return steps[0]["pattern"]["Regex"]
-    raise UserError(f"{source}: unsupported pre_tokenizer {pre.get('type')!r} "
-                    "(supported: ByteLevel, or Sequence[Split(Regex, Isolated), ByteLevel(use_regex=false)])")
+    raise UserError(
+        f"{source}: unsupported pre_tokenizer {pre.get('type')!r} "
+        "(supported: ByteLevel, or Sequence[Split(Regex, Isolated), ByteLevel(use_regex=false)])"
+    )
 
 
 def from_hf_json(doc, source: str = "tokenizer.json") -> Tokenizer:
@@ -155,9 +187,15 @@ def from_hf_json(doc, source: str = "tokenizer.json") -> Tokenizer:
         merges.append((vocab[ab], vocab[bb], vocab[ab + bb]))
     made = {t for _, _, t in merges} | {vocab[bytes([b])] for b in range(256)}
     extra = {i: b for b, i in vocab.items() if i not in made}
-    return Tokenizer(pattern=pattern, byte_ids=[vocab[bytes([b])] for b in range(256)], merges=merges,
-                     special_tokens=specials, merge_mode="merges", extra_tokens=extra,
-                     whole_piece=bool(model.get("ignore_merges")))
+    return Tokenizer(
+        pattern=pattern,
+        byte_ids=[vocab[bytes([b])] for b in range(256)],
+        merges=merges,
+        special_tokens=specials,
+        merge_mode="merges",
+        extra_tokens=extra,
+        whole_piece=bool(model.get("ignore_merges")),
+    )
 
 
 def to_hf_json(tok: Tokenizer) -> dict:
@@ -176,18 +214,46 @@ def to_hf_json(tok: Tokenizer) -> dict:
     elif tok.pattern is None:
         pre = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
     else:
-        pre = {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": tok.pattern}, "behavior": "Isolated", "invert": False},
-            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
-    added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": True} for s, i in sorted(tok.special_tokens.items(), key=lambda x: x[1])]
+        pre = {
+            "type": "Sequence",
+            "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": tok.pattern}, "behavior": "Isolated", "invert": False},
+                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+            ],
+        }
+    added = [
+        {
+            "id": i,
+            "content": s,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for s, i in sorted(tok.special_tokens.items(), key=lambda x: x[1])
+    ]
     return {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-        "normalizer": None, "pre_tokenizer": pre, "post_processor": None,
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": pre,
+        "post_processor": None,
         "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
-                  "ignore_merges": tok.whole_piece, "vocab": vocab, "merges": merges},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": tok.whole_piece,
+            "vocab": vocab,
+            "merges": merges,
+        },
     }
 
 
@@ -219,7 +285,7 @@ def save_tiktoken(tok: Tokenizer, path) -> None:
 
 def _bpe_parts(ranks: dict[bytes, int], token: bytes, max_rank: int) -> list[bytes]:
     """tiktoken's merging of `token`, using only ranks below max_rank."""
-    parts = [token[i:i + 1] for i in range(len(token))]
+    parts = [token[i : i + 1] for i in range(len(token))]
     while len(parts) > 1:
         best, best_i = None, -1
         for i in range(len(parts) - 1):
@@ -228,7 +294,7 @@ def _bpe_parts(ranks: dict[bytes, int], token: bytes, max_rank: int) -> list[byt
                 best, best_i = r, i
         if best is None:
             break
-        parts[best_i:best_i + 2] = [parts[best_i] + parts[best_i + 1]]
+        parts[best_i : best_i + 2] = [parts[best_i] + parts[best_i + 1]]
     return parts
 
 
@@ -259,9 +325,15 @@ def from_tiktoken(ranks, pattern: str = "gpt4", special_tokens=None) -> Tokenize
     if isinstance(special_tokens, (list, tuple)):
         first = max(ranks.values()) + 1
         special_tokens = {s: first + k for k, s in enumerate(special_tokens)}
-    return Tokenizer(pattern=pattern, byte_ids=[ranks[bytes([b])] for b in range(256)], merges=merges,
-                     special_tokens=special_tokens or {}, merge_mode="ranks", extra_tokens=extra,
-                     whole_piece=True)
+    return Tokenizer(
+        pattern=pattern,
+        byte_ids=[ranks[bytes([b])] for b in range(256)],
+        merges=merges,
+        special_tokens=special_tokens or {},
+        merge_mode="ranks",
+        extra_tokens=extra,
+        whole_piece=True,
+    )
 
 
 _bpe_entry.update(save=save_tokenizer, load=load_tokenizer)  # Tokenizer.save / Tokenizer.load

@@ -43,8 +43,17 @@ def _k2_class(cp: int) -> str:
     return ""
 
 
-_LETTER_RANGES = ((0x00AA, 0x02AF), (0x0370, 0x04FF), (0x0590, 0x08FF), (0x0900, 0x0DFF), (0x1E00, 0x1EFF),
-                  (0x3040, 0x30FF), (0x3400, 0x9FFF), (0xAC00, 0xD7A3), (0xF900, 0xFAFF))
+_LETTER_RANGES = (
+    (0x00AA, 0x02AF),
+    (0x0370, 0x04FF),
+    (0x0590, 0x08FF),
+    (0x0900, 0x0DFF),
+    (0x1E00, 0x1EFF),
+    (0x3040, 0x30FF),
+    (0x3400, 0x9FFF),
+    (0xAC00, 0xD7A3),
+    (0xF900, 0xFAFF),
+)
 _WHITESPACE = {0x20, 0x09, 0x0A, 0x0D, 0x0B, 0x0C, 0xA0, 0x1680, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000}
 
 
@@ -57,7 +66,7 @@ def _decode_at(data: bytes, i: int) -> tuple[int, int]:
         return c0, 1
     for lead_mask, lead_bits, extra in ((0xE0, 0xC0, 1), (0xF0, 0xE0, 2), (0xF8, 0xF0, 3)):
         if c0 & lead_mask == lead_bits:
-            tail = data[i + 1:i + 1 + extra]
+            tail = data[i + 1 : i + 1 + extra]
             if len(tail) < extra or any(c & 0xC0 != 0x80 for c in tail):
                 return c0, 1
             cp = c0 & (0x7F >> (extra + 1))
@@ -97,7 +106,7 @@ def k2_pieces(data: bytes) -> list[bytes]:
             pieces.append(data[i:j])
             i = j
             continue
-        pieces.append(data[i:i + length])
+        pieces.append(data[i : i + length])
         i += length
     return pieces
 
@@ -123,11 +132,14 @@ def tokenizer_from_k2(pairs, specials: dict[str, int], source: str) -> Tokenizer
     for k, (a, b) in enumerate(pairs):
         new = 256 + k
         if a >= new or b >= new:
-            raise UserError(f"{source}: merge {k} joins token {max(a, b)}, which does not exist yet; "
-                            "the file is damaged")
+            raise UserError(
+                f"{source}: merge {k} joins token {max(a, b)}, which does not exist yet; the file is damaged"
+            )
         if (a, b) in seen:
-            raise UserError(f"{source}: merges {seen[a, b]} and {k} join the same pair ({a}, {b}); "
-                            "not a tokenizer K2's trainer writes")
+            raise UserError(
+                f"{source}: merges {seen[a, b]} and {k} join the same pair ({a}, {b}); "
+                "not a tokenizer K2's trainer writes"
+            )
         seen[a, b] = k
         merges.append((a, b, new))
     for text, i in specials.items():
@@ -141,10 +153,16 @@ def tokenizer_from_k2(pairs, specials: dict[str, int], source: str) -> Tokenizer
 def is_k2_tokenizer(tok: Tokenizer) -> bool:
     """Whether K2's files can hold this tokenizer exactly: K2's pre-tokenizer, byte ids 0..255, merge k
     making id 256 + k, special tokens after the merges and honoured in any text."""
-    return (tok.pattern == PATTERNS["k2"] and tok.byte_ids == list(range(256)) and not tok.extra_tokens
-            and tok.merge_mode == "merges" and not tok.whole_piece and tok.split_specials
-            and all(t == 256 + k for k, (_, _, t) in enumerate(tok.merges))
-            and all(i >= 256 + len(tok.merges) for i in tok.special_tokens.values()))
+    return (
+        tok.pattern == PATTERNS["k2"]
+        and tok.byte_ids == list(range(256))
+        and not tok.extra_tokens
+        and tok.merge_mode == "merges"
+        and not tok.whole_piece
+        and tok.split_specials
+        and all(t == 256 + k for k, (_, _, t) in enumerate(tok.merges))
+        and all(i >= 256 + len(tok.merges) for i in tok.special_tokens.values())
+    )
 
 
 # ------------------------------------------------------------------ files
@@ -157,10 +175,12 @@ def read_bbpe(path: str) -> Tokenizer:
     def take(size: int, what: str) -> bytes:
         nonlocal pos
         if pos + size > len(data):
-            raise UserError(f"{path} is truncated: {what} needs {size} bytes at offset {pos}, the file has "
-                            f"{len(data)}; copy the tokenizer again")
+            raise UserError(
+                f"{path} is truncated: {what} needs {size} bytes at offset {pos}, the file has "
+                f"{len(data)}; copy the tokenizer again"
+            )
         pos += size
-        return data[pos - size:pos]
+        return data[pos - size : pos]
 
     (n_merges,) = struct.unpack("<I", take(4, "the merge count"))
     raw = take(8 * n_merges, f"{n_merges} merges")
@@ -208,12 +228,16 @@ def read_merges_vocab(merges_path: str, vocab_path: str | None = None) -> Tokeni
             raise UserError(f"{merges_path} line {n + 2}: {line!r} is not a merge of two tokens of {vocab_path}")
         a, b = vocab[parts[0]], vocab[parts[1]]
         if vocab.get(parts[0] + parts[1]) != 256 + n:
-            raise UserError(f"{merges_path} line {n + 2}: the merge makes {parts[0] + parts[1]!r}, which "
-                            f"{vocab_path} does not hold as token {256 + n}; the two files do not belong together")
+            raise UserError(
+                f"{merges_path} line {n + 2}: the merge makes {parts[0] + parts[1]!r}, which "
+                f"{vocab_path} does not hold as token {256 + n}; the two files do not belong together"
+            )
         pairs.append((a, b))
     if len(vocab) != 256 + len(pairs):
-        raise UserError(f"{vocab_path} has {len(vocab)} tokens but {merges_path} makes {256 + len(pairs)}; "
-                        "the two files do not belong together")
+        raise UserError(
+            f"{vocab_path} has {len(vocab)} tokens but {merges_path} makes {256 + len(pairs)}; "
+            "the two files do not belong together"
+        )
     first = 256 + len(pairs)
     return tokenizer_from_k2(pairs, {s: first + k for k, s in enumerate(SPECIAL_TOKENS)}, merges_path)
 
@@ -258,6 +282,7 @@ def human_readable_files(tok: Tokenizer) -> tuple[str, str]:
 def write_k2_tokenizer(tok: Tokenizer, folder: str) -> list[str]:
     """tokenizer.bbpe, vocab.json and merges.txt into folder (atomically each); their names."""
     from gradcraft.atomic import write_bytes, write_text
+
     write_bytes(os.path.join(folder, "tokenizer.bbpe"), bbpe_bytes(tok))
     vocab, merges = human_readable_files(tok)
     write_text(os.path.join(folder, "vocab.json"), vocab)

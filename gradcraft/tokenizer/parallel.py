@@ -27,8 +27,15 @@ from itertools import chain
 import numpy as np
 
 from gradcraft.tokenizer.bpe import CACHE_ENTRIES
-from gradcraft.tokenizer.pretokenize import (CHUNKABLE, compile_pattern, count_pieces, next_cut, resolve_pattern,
-                                             special_regex, split_text)
+from gradcraft.tokenizer.pretokenize import (
+    CHUNKABLE,
+    compile_pattern,
+    count_pieces,
+    next_cut,
+    resolve_pattern,
+    special_regex,
+    split_text,
+)
 
 CHUNK_BYTES = 1 << 20
 
@@ -64,6 +71,7 @@ def sample_chunks(chunks, budget_bytes: int, seed: int = 0, chunk_bytes: int | N
     of one more chunk, cut at a next_cut point, so the sample is budget_bytes
     (to within one cut window) instead of budget + a whole chunk. In input order."""
     import random
+
     chunk_bytes = chunk_bytes or CHUNK_BYTES
     order = list(range(len(chunks)))
     random.Random(seed).shuffle(order)

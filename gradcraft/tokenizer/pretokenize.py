@@ -36,14 +36,16 @@ PATTERNS = {
     "gpt4": r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+""",  # noqa: E501
     "none": None,
     # K2's letters (code-point ranges of its unicode_utils), digits and whitespace, in its rule order
-    "k2": (r"""(?s)'[a-zA-Z\u00aa-\u02af\u0370-\u04ff\u0590-\u08ff\u0900-\u0dff\u1e00-\u1eff\u3040-\u30ff"""
-           r"""\u3400-\u9fff\uac00-\ud7a3\uf900-\ufaff]{1,2}"""
-           r"""|[a-zA-Z\u00aa-\u02af\u0370-\u04ff\u0590-\u08ff\u0900-\u0dff\u1e00-\u1eff\u3040-\u30ff"""
-           r"""\u3400-\u9fff\uac00-\ud7a3\uf900-\ufaff]+"""
-           r"""|[0-9\uff10-\uff19]{1,3}"""
-           r"""|[ \t\n\r\v\f\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+\Z"""
-           r"""|[ \t\n\r\v\f\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+"""
-           r"""(?=[ \t\n\r\v\f\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000])|."""),
+    "k2": (
+        r"""(?s)'[a-zA-Z\u00aa-\u02af\u0370-\u04ff\u0590-\u08ff\u0900-\u0dff\u1e00-\u1eff\u3040-\u30ff"""
+        r"""\u3400-\u9fff\uac00-\ud7a3\uf900-\ufaff]{1,2}"""
+        r"""|[a-zA-Z\u00aa-\u02af\u0370-\u04ff\u0590-\u08ff\u0900-\u0dff\u1e00-\u1eff\u3040-\u30ff"""
+        r"""\u3400-\u9fff\uac00-\ud7a3\uf900-\ufaff]+"""
+        r"""|[0-9\uff10-\uff19]{1,3}"""
+        r"""|[ \t\n\r\v\f\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+\Z"""
+        r"""|[ \t\n\r\v\f\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+"""
+        r"""(?=[ \t\n\r\v\f\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000])|."""
+    ),
 }
 
 # The same patterns for pure-ASCII text, written for the standard `re` module
@@ -90,8 +92,10 @@ CHUNKABLE = {"gpt2", "gpt4", "k2"}
 # <|endoftext|> cannot).
 LINE_CUT = r"(?<=[!-~])\n[!-~]"
 SPACE_CUT = r"[!-~] "
-_CUT_RX = {str: (re.compile(LINE_CUT), re.compile(SPACE_CUT)),
-           bytes: (re.compile(LINE_CUT.encode()), re.compile(SPACE_CUT.encode()))}
+_CUT_RX = {
+    str: (re.compile(LINE_CUT), re.compile(SPACE_CUT)),
+    bytes: (re.compile(LINE_CUT.encode()), re.compile(SPACE_CUT.encode())),
+}
 
 
 def next_cut(buf, start: int, size: int, step: int, *, hard: bool = True) -> int:
@@ -214,7 +218,7 @@ def split_special(text: str, finder) -> list[tuple[str, bool]]:
     parts, start = [], 0
     for m in finder.finditer(text):
         if m.start() > start:
-            parts.append((text[start:m.start()], False))
+            parts.append((text[start : m.start()], False))
         parts.append((m.group(), True))
         start = m.end()
     if start < len(text):

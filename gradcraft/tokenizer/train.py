@@ -29,8 +29,16 @@ from gradcraft.errors import UserError
 from gradcraft.tokenizer.bpe import _ENTRY as _bpe_entry
 from gradcraft.tokenizer.bpe import Tokenizer, piece_bytes
 from gradcraft.tokenizer.parallel import count_pieces_parallel
-from gradcraft.tokenizer.pretokenize import (compile_pattern, count_pieces, special_regex,  # noqa: F401 (count_pieces:
-                                             split_pieces, split_special, split_text)  # its old home)
+
+# count_pieces, split_pieces, split_special: re-exported from their old home
+from gradcraft.tokenizer.pretokenize import (
+    compile_pattern,
+    count_pieces,  # noqa: F401
+    special_regex,
+    split_pieces,  # noqa: F401
+    split_special,  # noqa: F401
+    split_text,
+)
 
 COUNT_PART = 1 << 20  # characters counted at a time by train() on one process
 
@@ -72,6 +80,7 @@ def learn_merges(piece_counts, n_merges: int, progress: bool = False) -> list[tu
     bar = None
     if progress:
         from tqdm import tqdm
+
         bar = tqdm(total=n_merges, desc="learning merges", unit="merge", mininterval=0.5, file=sys.stderr)
     merges = []
     while len(merges) < n_merges and heap:
@@ -122,8 +131,10 @@ def check_vocab_size(vocab_size: int, special_tokens) -> int:
     """Number of merges for a vocabulary of `vocab_size` ids in all."""
     n_merges = vocab_size - 256 - len(special_tokens)
     if n_merges < 0:
-        raise UserError(f"--vocab_size {vocab_size} is too small: it must be at least 256 bytes + "
-                        f"{len(special_tokens)} special tokens = {256 + len(special_tokens)}")
+        raise UserError(
+            f"--vocab_size {vocab_size} is too small: it must be at least 256 bytes + "
+            f"{len(special_tokens)} special tokens = {256 + len(special_tokens)}"
+        )
     return n_merges
 
 
@@ -135,8 +146,14 @@ def tokenizer_from_merges(pairs, pattern, special_tokens) -> Tokenizer:
     return Tokenizer(pattern=pattern, merges=merges, special_tokens=specials)
 
 
-def train(texts, vocab_size: int, pattern: str = "gpt4", special_tokens=("<|endoftext|>",),
-          workers: int = 1, progress: bool = False) -> Tokenizer:
+def train(
+    texts,
+    vocab_size: int,
+    pattern: str = "gpt4",
+    special_tokens=("<|endoftext|>",),
+    workers: int = 1,
+    progress: bool = False,
+) -> Tokenizer:
     """Learn a tokenizer from an iterable of texts (str or bytes).
 
     `vocab_size` counts everything: 256 bytes + merges + special tokens. If the

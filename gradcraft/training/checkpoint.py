@@ -161,6 +161,7 @@ def verify(path: str) -> str | None:
     """None when the checkpoint is intact, else why not: a manifest or state.json that is missing
     or fails its schema (training/runfiles.py), or a file that does not match its checksum."""
     from gradcraft.training.runfiles import check_manifest, check_state
+
     manifest_path = os.path.join(path, "manifest.json")
     if not os.path.exists(manifest_path):
         return "its manifest is missing"
@@ -201,6 +202,7 @@ def latest_checkpoint(model_dir: str, log=None) -> str | None:
 def read_state(path: str) -> dict:
     """A checkpoint's state.json, checked (step, optimizer scalars and groups, schedule, RNG, sampler...)."""
     from gradcraft.training.runfiles import check_state
+
     return check_state(os.path.join(path, "state.json"))
 
 
@@ -208,6 +210,7 @@ def load_checkpoint(path: str, model, optimizer) -> dict:
     """Load weights and optimizer state in place; returns the saved state dict (step, rng, sampler...),
     checked against its schema (training/runfiles.py)."""
     from gradcraft.training.runfiles import check_state
+
     state = check_state(os.path.join(path, "state.json"))
     try:
         weights = load_file(os.path.join(path, "model.safetensors"))
@@ -274,8 +277,10 @@ def copy_tokenizer(model_dir: str, dataset: str, fingerprint: str, seq_len: int 
         log(f"warning: the tokenizer next to the dataset is unreadable ({e}); not copied into the run folder")
         return None
     if fingerprint and tok.fingerprint != fingerprint:
-        log(f"warning: {source} (fingerprint {tok.fingerprint}) is not the tokenizer that made {dataset} "
-            f"({fingerprint}); not copied into the run folder (generate with --vocab)")
+        log(
+            f"warning: {source} (fingerprint {tok.fingerprint}) is not the tokenizer that made {dataset} "
+            f"({fingerprint}); not copied into the run folder (generate with --vocab)"
+        )
         return None
     write_hf_tokenizer(tok, model_dir, seq_len)
     save_tokenizer(tok, target)  # last: its presence says the copy is complete
@@ -285,6 +290,7 @@ def copy_tokenizer(model_dir: str, dataset: str, fingerprint: str, seq_len: int 
 def _fingerprint_of(path: str) -> str:
     """The fingerprint a gradcraft tokenizer file declares ("" when unreadable), without rebuilding it."""
     from gradcraft.validation import MAX_TOKENIZER_BYTES, read_json
+
     try:
         doc = read_json(path, MAX_TOKENIZER_BYTES)
     except UserError:

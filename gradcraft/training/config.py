@@ -25,63 +25,109 @@ from dataclasses import dataclass
 from gradcraft.data.sampler import SAMPLERS
 from gradcraft.errors import ConfigError, UserError
 from gradcraft.training.log import check_tensorboard, parse_log_kinds
-from gradcraft.validation import (Value, check_fields, field_values, fraction, non_negative_float, non_negative_int,
-                                  parse_json, positive_float, positive_int, seed, setting)
+from gradcraft.validation import (
+    Value,
+    check_fields,
+    field_values,
+    fraction,
+    non_negative_float,
+    non_negative_int,
+    parse_json,
+    positive_float,
+    positive_int,
+    seed,
+    setting,
+)
 
 
 @dataclass
 class TrainConfig:
     dataset: str = setting(help="token file from `gradcraft tokenize`", flag=False)
     model_dir: str = setting(help="where checkpoints, logs and weights go", flag=False)
-    steps: int = setting(1000, value=positive_int,
-                         help="optimizer steps in the whole run; the schedule ends at this step")
+    steps: int = setting(
+        1000, value=positive_int, help="optimizer steps in the whole run; the schedule ends at this step"
+    )
     batch_size: int = setting(8, value=positive_int, help="sequences per micro-batch")
-    target_batch: int | None = setting(None, value=positive_int,
-                                       help="sequences per optimizer step, all processes (a multiple of batch_size x "
-                                            "nproc) (default: batch_size x nproc)")
+    target_batch: int | None = setting(
+        None,
+        value=positive_int,
+        help="sequences per optimizer step, all processes (a multiple of batch_size x "
+        "nproc) (default: batch_size x nproc)",
+    )
     max_lr: float = setting(1e-3, value=positive_float, help="peak learning rate, reached after warmup")
     min_lr: float = setting(1e-4, value=non_negative_float, help="learning rate at the end of the cosine decay")
     warmup_steps: int = setting(100, value=non_negative_int, help="steps of linear warmup")
     beta1: float = setting(0.9, value=fraction, help="AdamW beta1")
     beta2: float = setting(0.95, value=fraction, help="AdamW beta2")
-    weight_decay: float = setting(0.1, value=non_negative_float,
-                                  help="AdamW weight decay, on every weight of 2+ dimensions (none on norms, biases, "
-                                       "vectors); gradcraft/optim/weight_decay.py")
-    decay_embeddings: bool = setting(True, help="true: the embeddings (and a tied output layer) are decayed too, as "
-                                                "in nanoGPT; false: not")
-    grad_clip: float = setting(1.0, value=non_negative_float,
-                               help="clip the global gradient norm to this (0: no clipping)")
+    weight_decay: float = setting(
+        0.1,
+        value=non_negative_float,
+        help="AdamW weight decay, on every weight of 2+ dimensions (none on norms, biases, "
+        "vectors); gradcraft/optim/weight_decay.py",
+    )
+    decay_embeddings: bool = setting(
+        True, help="true: the embeddings (and a tied output layer) are decayed too, as in nanoGPT; false: not"
+    )
+    grad_clip: float = setting(
+        1.0, value=non_negative_float, help="clip the global gradient norm to this (0: no clipping)"
+    )
     label_smoothing: float = setting(0.0, value=fraction, help="label smoothing of the cross-entropy")
     print_every: int = setting(10, value=positive_int, help="print a line every N steps (without a progress bar)")
     checkpoint_every: int = setting(100, value=positive_int, help="write a checkpoint every N steps (and at the end)")
     keep_checkpoints: int = setting(3, value=positive_int, help="checkpoints kept (the newest)")
-    eval_every: int = setting(0, value=non_negative_int,
-                              help="evaluate on the validation split every N steps (0: at the end only)")
+    eval_every: int = setting(
+        0, value=non_negative_int, help="evaluate on the validation split every N steps (0: at the end only)"
+    )
     eval_batches: int = setting(8, value=positive_int, help="batches per evaluation")
-    sampling: str = setting("random", value=Value(str, choices=tuple(SAMPLERS)),
-                            help="random: windows anywhere; sequential: each window once per epoch, shuffled")
+    sampling: str = setting(
+        "random",
+        value=Value(str, choices=tuple(SAMPLERS)),
+        help="random: windows anywhere; sequential: each window once per epoch, shuffled",
+    )
     seed: int = setting(0, value=seed, help="random seed (weights, batches, dropout)")
     device: str = setting("cpu", help="cpu, cuda or cuda:N")
-    dtype: str = setting("float32", value=Value(str, choices=("float32", "bfloat16")),
-                         help="bfloat16 = mixed precision (fp32 master weights)")
+    dtype: str = setting(
+        "float32",
+        value=Value(str, choices=("float32", "bfloat16")),
+        help="bfloat16 = mixed precision (fp32 master weights)",
+    )
     max_bad_steps: int = setting(3, value=positive_int, help="stop after this many non-finite steps in a row")
-    stop_after: int | None = setting(None, value=positive_int,
-                                     help="end this session at step N while the schedule still spans steps (then "
-                                          "--resume) (default: none: run to steps)")
+    stop_after: int | None = setting(
+        None,
+        value=positive_int,
+        help="end this session at step N while the schedule still spans steps (then "
+        "--resume) (default: none: run to steps)",
+    )
     progress: bool = setting(True, flag=False, help="a progress bar (the flag --no_progress turns it off)")
-    cuda_graph: str = setting("auto", value=Value(str, choices=("auto", "on", "off")),
-                              help="record the step as a CUDA graph and replay it (auto: on for cuda)")
-    nproc: int = setting(1, value=positive_int, help="data-parallel processes on this machine: one per GPU from "
-                                                     "device on (NCCL), or CPU processes")
+    cuda_graph: str = setting(
+        "auto",
+        value=Value(str, choices=("auto", "on", "off")),
+        help="record the step as a CUDA graph and replay it (auto: on for cuda)",
+    )
+    nproc: int = setting(
+        1,
+        value=positive_int,
+        help="data-parallel processes on this machine: one per GPU from device on (NCCL), or CPU processes",
+    )
     # nnodes, bucket_mb and zero have their flags with the other multi-node ones (cli/launch_flags.py)
-    nnodes: int = setting(1, value=positive_int, flag=False,
-                          help="nodes of this session (set by the launch, never saved: a run may resume on others)")
-    bucket_mb: float = setting(25.0, value=positive_float, flag=False,
-                               help="gradients are summed over the processes in buckets of this many MB, while "
-                                    "backward runs")
+    nnodes: int = setting(
+        1,
+        value=positive_int,
+        flag=False,
+        help="nodes of this session (set by the launch, never saved: a run may resume on others)",
+    )
+    bucket_mb: float = setting(
+        25.0,
+        value=positive_float,
+        flag=False,
+        help="gradients are summed over the processes in buckets of this many MB, while backward runs",
+    )
     zero: bool = setting(False, flag=False, help="ZeRO-1: each process keeps the AdamW state of 1/world of the weights")
-    log: str = setting("csv,jsonl", help="logs to write, a comma list of csv, jsonl (events.jsonl), tensorboard "
-                                         "(needs `pip install tensorboard`); training_log.csv is always written")
+    log: str = setting(
+        "csv,jsonl",
+        help="logs to write, a comma list of csv, jsonl (events.jsonl), tensorboard "
+        "(needs `pip install tensorboard`); training_log.csv is always written",
+    )
 
     @property
     def world(self) -> int:
@@ -96,10 +142,15 @@ class TrainConfig:
                 raise ConfigError(f"{name} {problem}", (name,))
         target = self.target_batch or self.batch_size * self.world
         if target % (self.batch_size * self.world):
-            per_step = f"batch_size {self.batch_size}" + (f" x nproc {self.nproc}" if self.nproc > 1 else "") \
+            per_step = (
+                f"batch_size {self.batch_size}"
+                + (f" x nproc {self.nproc}" if self.nproc > 1 else "")
                 + (f" x nnodes {self.nnodes}" if self.nnodes > 1 else "")
-            raise ConfigError(f"target_batch {target} is not a multiple of {per_step}",
-                              ("target_batch", "batch_size", "nproc", "nnodes"))
+            )
+            raise ConfigError(
+                f"target_batch {target} is not a multiple of {per_step}",
+                ("target_batch", "batch_size", "nproc", "nnodes"),
+            )
         if "tensorboard" in parse_log_kinds(self.log):
             check_tensorboard()  # before anything is trained or written
 
@@ -154,6 +205,7 @@ def _parse_settings(path: str):
     if os.path.splitext(path)[1].lower() != ".toml":
         return parse_json(raw, path, hint="a settings file is TOML (.toml) or JSON")
     import tomllib
+
     try:
         return tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:

@@ -45,8 +45,7 @@ def parse_log_kinds(spec: str) -> list:
     kinds = [k.strip() for k in (spec or "").split(",") if k.strip()]
     bad = [k for k in kinds if k not in LOG_KINDS]
     if bad:
-        raise ConfigError(f"log names an unknown log {bad[0]!r}; give a comma list of {', '.join(LOG_KINDS)}",
-                          ("log",))
+        raise ConfigError(f"log names an unknown log {bad[0]!r}; give a comma list of {', '.join(LOG_KINDS)}", ("log",))
     return ["csv"] + [k for k in LOG_KINDS[1:] if k in kinds]
 
 
@@ -124,8 +123,9 @@ class TensorBoardLog:
         self.writer = EventFileWriter(log_dir, flush_secs=10)
         if resume_step is not None:
             # TensorBoard keeps the points before this event's step and drops those at it and after
-            self.writer.add_event(Event(wall_time=time.time(), step=resume_step + 1,
-                                        session_log=SessionLog(status=SessionLog.START)))
+            self.writer.add_event(
+                Event(wall_time=time.time(), step=resume_step + 1, session_log=SessionLog(status=SessionLog.START))
+            )
 
     def scalars(self, step: int, values: dict) -> None:
         values = {k: float(v) for k, v in values.items() if v is not None and math.isfinite(float(v))}
@@ -144,11 +144,13 @@ class RunLogs:
     """The run's logs together: the CSV always, events.jsonl and TensorBoard as `--log` names them."""
 
     def __init__(self, model_dir: str, kinds, resume_step: int | None = None, extra_columns=()):
-        self.csv = CSVLog(os.path.join(model_dir, "training_log.csv"), resume_step=resume_step,
-                          extra_columns=extra_columns)
+        self.csv = CSVLog(
+            os.path.join(model_dir, "training_log.csv"), resume_step=resume_step, extra_columns=extra_columns
+        )
         self.jsonl = JSONLLog(os.path.join(model_dir, "events.jsonl"), resume_step) if "jsonl" in kinds else None
-        self.tb = TensorBoardLog(os.path.join(model_dir, "tensorboard"), resume_step) \
-            if "tensorboard" in kinds else None
+        self.tb = (
+            TensorBoardLog(os.path.join(model_dir, "tensorboard"), resume_step) if "tensorboard" in kinds else None
+        )
 
     def start(self, step: int, resumed: bool, config: dict, model: dict) -> None:
         if self.jsonl:
@@ -163,8 +165,15 @@ class RunLogs:
             if row.get("val_loss") is not None:
                 self.jsonl.write("eval", step, val_loss=row["val_loss"])
         if self.tb:
-            self.tb.scalars(step, {"train/loss": row["loss"], "train/lr": row["lr"],
-                                   "train/grad_norm": row["grad_norm"], "val/loss": row.get("val_loss")})
+            self.tb.scalars(
+                step,
+                {
+                    "train/loss": row["loss"],
+                    "train/lr": row["lr"],
+                    "train/grad_norm": row["grad_norm"],
+                    "val/loss": row.get("val_loss"),
+                },
+            )
 
     def end(self, step: int, status: str, **values) -> None:
         if self.jsonl:
@@ -194,6 +203,7 @@ def read_log(path: str) -> list:
 def plot_loss(log_path: str, png_path: str) -> None:
     """Training (and validation) loss against step."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -14,9 +14,21 @@ from safetensors.numpy import save_file
 # folder), so list every new file a run writes here. A folder "holds a run" when it has a checkpoint
 # or final weights: a run stopped before its first checkpoint has nothing to resume, so the same
 # command may start it again.
-RUN_FILES = ("gradcraft_config.json", "config.json", "train_config.json", "checkpoints", "model.safetensors",
-             "gradcraft_model.safetensors", "training_log.csv", "loss.png",
-             "events.jsonl", "tensorboard", "gradcraft_tokenizer.json", "tokenizer.json", "tokenizer_config.json")
+RUN_FILES = (
+    "gradcraft_config.json",
+    "config.json",
+    "train_config.json",
+    "checkpoints",
+    "model.safetensors",
+    "gradcraft_model.safetensors",
+    "training_log.csv",
+    "loss.png",
+    "events.jsonl",
+    "tensorboard",
+    "gradcraft_tokenizer.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+)
 
 
 # The final weights: Hugging Face's model.safetensors (older run folders: gradcraft's), or
@@ -35,8 +47,10 @@ def check_model_dir(model_dir: str, resume: bool, overwrite: bool) -> None:
     weights = any(os.path.exists(os.path.join(model_dir, name)) for name in FINAL_WEIGHTS)
     if (checkpoints or weights) and not resume and not overwrite:
         what = f"checkpoints up to step {int(os.path.basename(checkpoints[-1])[5:])}" if checkpoints else "weights"
-        raise UserError(f"{model_dir} already holds a run ({what}); pass --resume to continue it, "
-                        "--overwrite to replace it, or choose another --model_dir")
+        raise UserError(
+            f"{model_dir} already holds a run ({what}); pass --resume to continue it, "
+            "--overwrite to replace it, or choose another --model_dir"
+        )
 
 
 def clear_run(model_dir: str, log) -> None:
@@ -59,8 +73,11 @@ def save_weights(model, path: str, fingerprint: str = "") -> None:
     """The final weights, atomically, with the tokenizer fingerprint in the safetensors metadata."""
     tmp = path + ".tmp"
     try:
-        save_file(ckpt.weights_to_numpy(model), tmp, metadata={"tokenizer_fingerprint": fingerprint or "",
-                                                               "config": json.dumps(model.config.to_dict())})
+        save_file(
+            ckpt.weights_to_numpy(model),
+            tmp,
+            metadata={"tokenizer_fingerprint": fingerprint or "", "config": json.dumps(model.config.to_dict())},
+        )
         usual_mode(tmp)  # safetensors writes 0600; the rest of the run folder is 0644
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())

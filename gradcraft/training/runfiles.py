@@ -23,8 +23,13 @@ _positive = Value(int, low=1)
 _non_negative = Value(int, low=0)
 
 STATE_FIELDS = {
-    "step": _non_negative, "sampler": Value(dict), "rng": Value(dict), "schedule": Value(dict, optional=True),
-    "optimizer": Value(dict), "tokenizer_fingerprint": Value(str, optional=True), "vocab_size": _positive,
+    "step": _non_negative,
+    "sampler": Value(dict),
+    "rng": Value(dict),
+    "schedule": Value(dict, optional=True),
+    "optimizer": Value(dict),
+    "tokenizer_fingerprint": Value(str, optional=True),
+    "vocab_size": _positive,
 }
 SAMPLER_FIELDS = {"kind": Value(str), "epoch": _non_negative, "position": _non_negative, "rng": Value(dict)}
 OPTIMIZER_FIELDS = {"scalars": Value(dict), "param_groups": Value(list)}
@@ -33,6 +38,7 @@ _SHA256 = Value(str)
 
 def model_config_fields() -> dict:
     from gradcraft.models.config import ModelConfig
+
     return field_values(ModelConfig)
 
 
@@ -63,8 +69,9 @@ def read_model_config(path: str):
 def parameter_count(config) -> int:
     """The parameters of a model with this config (the dense estimate; MoE layers count one expert)."""
     dim, ffn = config.dim, config.ffn_dim or 4 * config.dim
-    count = (config.vocab_size * dim * (1 if config.tie_embeddings else 2)
-             + config.n_layers * (4 * dim * dim + 3 * dim * ffn))
+    count = config.vocab_size * dim * (1 if config.tie_embeddings else 2) + config.n_layers * (
+        4 * dim * dim + 3 * dim * ffn
+    )
     if config.positions == "learned":
         count += config.seq_len * dim
     return count
@@ -78,15 +85,18 @@ def check_model_fits(config, path: str) -> None:
     except (ValueError, OSError, AttributeError):
         return
     if need > have:
-        raise UserError(f"{path} describes a model of {parameter_count(config):,} parameters ({need / 2**30:,.1f} GiB "
-                        f"of weights), more than this machine's {have / 2**30:,.1f} GiB of RAM; {EDITED}, or the "
-                        "model is too large for this machine")
+        raise UserError(
+            f"{path} describes a model of {parameter_count(config):,} parameters ({need / 2**30:,.1f} GiB "
+            f"of weights), more than this machine's {have / 2**30:,.1f} GiB of RAM; {EDITED}, or the "
+            "model is too large for this machine"
+        )
 
 
 def read_train_config(path: str) -> dict:
     """train_config.json as a dict of TrainConfig fields, each checked against its range (the field's
     metadata; the `train` flag that sets it has the same)."""
     from gradcraft.training.config import TrainConfig
+
     fields = field_values(TrainConfig)
     hint = f"{EDITED}; fix or delete it (the flags of the resumed command are then used)"
     return check_fields(read_json(path, hint=hint), path, fields, allow_unknown=False, hint=hint)
@@ -97,12 +107,22 @@ def check_state(path: str) -> dict:
     doc = read_json(path, hint=EDITED)
     check_fields(doc, path, STATE_FIELDS, required=("step", "sampler", "rng", "optimizer"), hint=EDITED)
     check_fields(doc["sampler"], f"{path} (sampler)", SAMPLER_FIELDS, required=("kind",), hint=EDITED)
-    check_fields(doc["optimizer"], f"{path} (optimizer)", OPTIMIZER_FIELDS, required=tuple(OPTIMIZER_FIELDS),
-                 hint=EDITED)
+    check_fields(
+        doc["optimizer"], f"{path} (optimizer)", OPTIMIZER_FIELDS, required=tuple(OPTIMIZER_FIELDS), hint=EDITED
+    )
     for i, group in enumerate(doc["optimizer"]["param_groups"]):
-        check_fields(group, f"{path} (optimizer param_groups[{i}])", {"lr": Value(float, low=0),
-                     "weight_decay": Value(float, low=0), "eps": Value(float, low=0, low_open=True),
-                     "betas": Value(list), "names": Value(list, optional=True)}, hint=EDITED)
+        check_fields(
+            group,
+            f"{path} (optimizer param_groups[{i}])",
+            {
+                "lr": Value(float, low=0),
+                "weight_decay": Value(float, low=0),
+                "eps": Value(float, low=0, low_open=True),
+                "betas": Value(list),
+                "names": Value(list, optional=True),
+            },
+            hint=EDITED,
+        )
     for key in doc["optimizer"]["scalars"]:
         index, _, name = key.partition(".")
         if not (index.isdigit() and name):

@@ -61,8 +61,10 @@ def lock_run_folder(model_dir: str):
         pid = _holder(fd)
         os.close(fd)
         who = f"process {pid}" if pid else "another process"
-        raise UserError(f"{model_dir} is in use by {who} (another `gradcraft train` on this folder); "
-                        "wait for it to end, or stop it, or choose another --model_dir") from None
+        raise UserError(
+            f"{model_dir} is in use by {who} (another `gradcraft train` on this folder); "
+            "wait for it to end, or stop it, or choose another --model_dir"
+        ) from None
     os.ftruncate(fd, 0)
     os.lseek(fd, 0, os.SEEK_SET)
     os.write(fd, f"{os.getpid()}\n".encode())
@@ -106,8 +108,10 @@ def lock_directory(folder: str, command: str):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            raise UserError(f"{folder} is in use by another `gradcraft {command}` writing into it; wait for it "
-                            "to end, or write elsewhere") from None
+            raise UserError(
+                f"{folder} is in use by another `gradcraft {command}` writing into it; wait for it "
+                "to end, or write elsewhere"
+            ) from None
         yield
     finally:
         os.close(fd)  # closing releases the flock

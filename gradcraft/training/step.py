@@ -54,15 +54,18 @@ class GradientStep:
             # `loss` the root, which the backward schedule realizes: its value is read afterwards, never
             # recomputed. Summed over the micro-batches and processes, the gradient is that of the mean loss.
             seed = 1.0 / (self.accum * self.world)
-            loss.backward(gc.full(loss.shape, seed, dtype=loss.dtype, device=loss.device),
-                          on_grad_ready=self.buckets.ready if summing else None)
+            loss.backward(
+                gc.full(loss.shape, seed, dtype=loss.dtype, device=loss.device),
+                on_grad_ready=self.buckets.ready if summing else None,
+            )
             losses.append(logged.pop("loss"))
             stats.append(logged)
         if self.buckets is not None:
             self.buckets.finish()  # the last buckets, and .grad pointed at the sums
             # the logged values too (a few scalars)
-            all_reduce_tensors(self.group, [t.realize() for t in losses] + [t.realize() for s in stats
-                                                                            for t in s.values()])
+            all_reduce_tensors(
+                self.group, [t.realize() for t in losses] + [t.realize() for s in stats for t in s.values()]
+            )
         if isinstance(self.opt, ZeroAdamW):
             return losses, stats, self.opt.grad_norm_and_scale(self.tc.grad_clip)
         return losses, stats, grad_norm_and_scale(self.model.parameters(), self.tc.grad_clip)

@@ -28,8 +28,14 @@ from gradcraft.optim.weight_decay import describe_decay, weight_decay_groups
 from gradcraft.training import checkpoint as ckpt
 from gradcraft.training.config import TrainConfig  # noqa: F401 (re-exported: its home is training/config.py)
 from gradcraft.training.log import RunLogs, parse_log_kinds, plot_loss
-from gradcraft.training.run_folder import (FINAL_WEIGHTS, RUN_FILES, check_model_dir, clear_run,  # noqa: F401
-                                           save_run_weights, save_weights)
+from gradcraft.training.run_folder import (
+    FINAL_WEIGHTS,
+    RUN_FILES,  # noqa: F401
+    check_model_dir,
+    clear_run,  # noqa: F401
+    save_run_weights,
+    save_weights,  # noqa: F401
+)
 from gradcraft.training.step import GradientStep, _moe_stats
 
 
@@ -41,6 +47,7 @@ def estimate_memory_bytes(tc: TrainConfig, mc: ModelConfig) -> int:
     which one layer's backward holds at once. The real peak is higher; this is for refusing a run
     that cannot fit before anything is allocated."""
     from gradcraft.training.runfiles import parameter_count
+
     dim, layers, heads = mc.dim, mc.n_layers, mc.n_heads
     ffn = mc.ffn_dim
     params = parameter_count(mc)
@@ -56,6 +63,7 @@ def available_memory_bytes(device: str) -> int | None:
     try:
         if device.startswith("cuda"):
             import cupy
+
             with cupy.cuda.Device(int(device.partition(":")[2] or 0)):
                 return int(cupy.cuda.runtime.memGetInfo()[1])
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -67,9 +75,11 @@ def check_memory(tc: TrainConfig, mc: ModelConfig) -> None:
     need, have = estimate_memory_bytes(tc, mc), available_memory_bytes(tc.device)
     if have is not None and need > have:
         where = "this machine's RAM" if tc.device == "cpu" else f"{tc.device}'s memory"
-        raise UserError(f"this run needs at least {_gib(need)} but {where} is {_gib(have)} (--seq_len {mc.seq_len}, "
-                        f"--batch_size {tc.batch_size}, {describe_size(mc)}); lower --seq_len or --batch_size, "
-                        "or pick a smaller model")
+        raise UserError(
+            f"this run needs at least {_gib(need)} but {where} is {_gib(have)} (--seq_len {mc.seq_len}, "
+            f"--batch_size {tc.batch_size}, {describe_size(mc)}); lower --seq_len or --batch_size, "
+            "or pick a smaller model"
+        )
 
 
 def _gib(n: int) -> str:
@@ -89,8 +99,10 @@ def interrupted_message(tc: TrainConfig) -> str:
     """What to say after Ctrl-C: the newest checkpoint's step and how to go on from it."""
     paths = ckpt.list_checkpoints(os.path.join(tc.model_dir, "checkpoints"))
     if not paths:
-        return f"interrupted before the first checkpoint (every --checkpoint_every {tc.checkpoint_every} steps): " \
-               "nothing to resume; run the same command again"
+        return (
+            f"interrupted before the first checkpoint (every --checkpoint_every {tc.checkpoint_every} steps): "
+            "nothing to resume; run the same command again"
+        )
     step = int(os.path.basename(paths[-1])[5:])
     return f"interrupted: the newest checkpoint holds step {step} ({paths[-1]}); resume with: {resume_command(tc)}"
 
@@ -111,6 +123,7 @@ def peak_flops(device: str, dtype: str) -> float | None:
         return None
     try:
         import cupy
+
         name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode()
     except Exception:
         return None
@@ -135,18 +148,23 @@ def _decay_groups(model, tc: TrainConfig, checkpoint: str | None, log):
     if saved[0] is None:
         old = weight_decay_groups(model, tc.weight_decay, decay_embeddings=False)
         if tc.decay_embeddings and [g["names"] for g in old] != [g["names"] for g in groups]:
-            log("note: this run's checkpoints come from before embeddings were decayed: it goes on without "
-                "decaying them (--decay_embeddings false)")
+            log(
+                "note: this run's checkpoints come from before embeddings were decayed: it goes on without "
+                "decaying them (--decay_embeddings false)"
+            )
         return replace(tc, decay_embeddings=False), old
     if saved != [g["names"] for g in groups]:
-        raise UserError(f"--resume: --decay_embeddings {str(tc.decay_embeddings).lower()} splits the parameters "
-                        f"differently from the checkpoint {checkpoint} ({len(saved[0])} decayed tensors there, "
-                        f"{len(groups[0]['names'])} here); drop the flag, or train into a new --model_dir")
+        raise UserError(
+            f"--resume: --decay_embeddings {str(tc.decay_embeddings).lower()} splits the parameters "
+            f"differently from the checkpoint {checkpoint} ({len(saved[0])} decayed tensors there, "
+            f"{len(groups[0]['names'])} here); drop the flag, or train into a new --model_dir"
+        )
     return tc, groups
 
 
-def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, group=None,
-          overwrite: bool = False) -> dict:
+def train(
+    tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, group=None, overwrite: bool = False
+) -> dict:
     """Run training; returns a summary (final step, last loss, tokens/s).
 
     group: this process's place among data-parallel processes (gradcraft/distributed.py), or None.
@@ -162,11 +180,15 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
     tokens, header, val_tokens = load_dataset(tc.dataset)
     if header.vocab_size and header.vocab_size != mc.vocab_size:
         if resume:
-            raise UserError(f"the dataset {tc.dataset} has a vocabulary of {header.vocab_size} but the run in "
-                            f"{tc.model_dir} was trained with {mc.vocab_size}: it was made with another tokenizer; "
-                            "resume with the run's own dataset, or train into a new --model_dir")
-        raise UserError(f"--vocab_size {mc.vocab_size} differs from the dataset's tokenizer vocabulary "
-                        f"({header.vocab_size}); leave --vocab_size unset to take it from the dataset")
+            raise UserError(
+                f"the dataset {tc.dataset} has a vocabulary of {header.vocab_size} but the run in "
+                f"{tc.model_dir} was trained with {mc.vocab_size}: it was made with another tokenizer; "
+                "resume with the run's own dataset, or train into a new --model_dir"
+            )
+        raise UserError(
+            f"--vocab_size {mc.vocab_size} differs from the dataset's tokenizer vocabulary "
+            f"({header.vocab_size}); leave --vocab_size unset to take it from the dataset"
+        )
     sampler = SAMPLERS[tc.sampling](tokens, mc.seq_len, tc.batch_size, seed=tc.seed)
     if world != tc.world:
         raise ValueError(f"TrainConfig asks for {tc.world} processes but the process group has {world}")
@@ -200,11 +222,16 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
     start_step = 0
     if resume:
         state = ckpt.load_checkpoint(checkpoint, model, opt)
-        if state.get("tokenizer_fingerprint") and header.fingerprint and \
-                state["tokenizer_fingerprint"] != header.fingerprint:
-            raise UserError(f"the dataset {tc.dataset} was made with a different tokenizer ({header.fingerprint}) "
-                            f"than the run in {tc.model_dir} ({state['tokenizer_fingerprint']}); resume with the "
-                            "run's own dataset, or train into a new --model_dir")
+        if (
+            state.get("tokenizer_fingerprint")
+            and header.fingerprint
+            and state["tokenizer_fingerprint"] != header.fingerprint
+        ):
+            raise UserError(
+                f"the dataset {tc.dataset} was made with a different tokenizer ({header.fingerprint}) "
+                f"than the run in {tc.model_dir} ({state['tokenizer_fingerprint']}); resume with the "
+                "run's own dataset, or train into a new --model_dir"
+            )
         start_step = state["step"]
         end = min(tc.steps, tc.stop_after) if tc.stop_after else tc.steps
         if start_step >= end:
@@ -224,14 +251,23 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
 
     log(f"model: {describe(model)}")
     log(describe_decay(groups) + ("" if tc.decay_embeddings else " (embeddings not decayed)"))
-    log(f"data: {len(tokens):,} tokens; {tc.batch_size} x {accum} sequences of {mc.seq_len} per step"
+    log(
+        f"data: {len(tokens):,} tokens; {tc.batch_size} x {accum} sequences of {mc.seq_len} per step"
         + (f" on each of {world} processes" + (f" ({tc.nnodes} nodes)" if tc.nnodes > 1 else "") if world > 1 else "")
-        + f"; device {tc.device}, {tc.dtype}")
-    run_log = RunLogs(tc.model_dir, parse_log_kinds(tc.log), resume_step=start_step if resume else None,
-                      extra_columns=list(_moe_stats(model, names_only=True))) if main else None
+        + f"; device {tc.device}, {tc.dtype}"
+    )
+    run_log = (
+        RunLogs(
+            tc.model_dir,
+            parse_log_kinds(tc.log),
+            resume_step=start_step if resume else None,
+            extra_columns=list(_moe_stats(model, names_only=True)),
+        )
+        if main
+        else None
+    )
     if main:
-        run_log.start(start_step, resumed=resume, config=saved_train_config(tc, per_step),
-                      model=mc.to_dict())
+        run_log.start(start_step, resumed=resume, config=saved_train_config(tc, per_step), model=mc.to_dict())
     peak = peak_flops(tc.device, tc.dtype)
     flops_per_token = model.flops_per_token()
     tokens_per_step = per_step * mc.seq_len
@@ -254,21 +290,25 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
             gc.manual_seed(tc.seed + 7919 * rank + 104729 * step)
         # every process draws the whole step's micro-batches and computes its own share of them
         batches = [sampler.next_batch() for _ in range(accum * world)]
-        step_loss, moe_sums, grad_stats = runner.run(batches[rank * accum:(rank + 1) * accum])
+        step_loss, moe_sums, grad_stats = runner.run(batches[rank * accum : (rank + 1) * accum])
         norm_value = float(grad_stats.numpy()[0])
         if not (math.isfinite(step_loss) and math.isfinite(norm_value)):
             bad_steps += 1
             runner.discard_gradients()
-            log(f"warning: step {step + 1}: loss {step_loss} / grad norm {norm_value} is not finite; "
-                "skipped the update")
+            log(
+                f"warning: step {step + 1}: loss {step_loss} / grad norm {norm_value} is not finite; skipped the update"
+            )
             if bad_steps >= tc.max_bad_steps:
                 if run_log:
                     run_log.end(step, "stopped: the loss was not finite", bad_steps=bad_steps)
                     run_log.close()
-                where = (f"the last good checkpoint is {last_good_ckpt}" if last_good_ckpt
-                         else "no checkpoint was written")
-                raise UserError(f"the loss was not finite for {bad_steps} steps in a row (last at step {step + 1}); "
-                                f"stopped: {where}. Try a lower --max_lr")
+                where = (
+                    f"the last good checkpoint is {last_good_ckpt}" if last_good_ckpt else "no checkpoint was written"
+                )
+                raise UserError(
+                    f"the loss was not finite for {bad_steps} steps in a row (last at step {step + 1}); "
+                    f"stopped: {where}. Try a lower --max_lr"
+                )
             continue
         bad_steps = 0
         opt.step(grad_scale=grad_stats if tc.grad_clip else None)
@@ -285,10 +325,18 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
         if not main:
             continue
         if val_tokens is not None and ((tc.eval_every and done % tc.eval_every == 0) or done == tc.steps):
-            val_loss = evaluate(model, val_tokens, mc.seq_len, tc.batch_size, tc.eval_batches, tc.device,
-                                compute_dtype)
-        run_log.append({"step": done, "loss": step_loss, "grad_norm": norm_value, "lr": lr,
-                        "tokens_per_s": round(tok_per_s, 1), "val_loss": val_loss, **moe_sums})
+            val_loss = evaluate(model, val_tokens, mc.seq_len, tc.batch_size, tc.eval_batches, tc.device, compute_dtype)
+        run_log.append(
+            {
+                "step": done,
+                "loss": step_loss,
+                "grad_norm": norm_value,
+                "lr": lr,
+                "tokens_per_s": round(tok_per_s, 1),
+                "val_loss": val_loss,
+                **moe_sums,
+            }
+        )
         if bar is not None:
             postfix = {"loss": f"{step_loss:.4f}", "lr": f"{lr:.2e}", "tok/s": f"{tok_per_s:,.0f}"}
             if peak:
@@ -296,13 +344,25 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
             bar.set_postfix(postfix, refresh=False)
             bar.update(1)
         elif done % tc.print_every == 0 or done == end_step:
-            log(f"step {done}/{tc.steps} loss {step_loss:.4f} lr {lr:.2e} {tok_per_s:,.0f} tok/s"
-                + (f" val {val_loss:.4f}" if val_loss is not None else ""))
+            log(
+                f"step {done}/{tc.steps} loss {step_loss:.4f} lr {lr:.2e} {tok_per_s:,.0f} tok/s"
+                + (f" val {val_loss:.4f}" if val_loss is not None else "")
+            )
         if checkpoint_due:
             last_good_ckpt = ckpt.save_checkpoint(
-                tc.model_dir, done, model, saved_opt, keep=tc.keep_checkpoints,
-                state={"sampler": sampler.state_dict(), "rng": gc.get_rng_state(), "schedule": schedule.state_dict(),
-                       "tokenizer_fingerprint": header.fingerprint, "vocab_size": mc.vocab_size})
+                tc.model_dir,
+                done,
+                model,
+                saved_opt,
+                keep=tc.keep_checkpoints,
+                state={
+                    "sampler": sampler.state_dict(),
+                    "rng": gc.get_rng_state(),
+                    "schedule": schedule.state_dict(),
+                    "tokenizer_fingerprint": header.fingerprint,
+                    "vocab_size": mc.vocab_size,
+                },
+            )
 
     if bar is not None:
         bar.close()
@@ -310,10 +370,19 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
         buckets.close()
     if not main:
         memory = gc.device.get_backend(tc.device).memory_info()
-        return {"step": end_step, "loss": last_loss, "tokens_per_s": tok_per_s, "peak_bytes": memory["reserved_bytes"],
-                "writer": False}
-    run_log.end(end_step, "finished" if end_step == tc.steps else "stopped (--stop_after)", loss=last_loss,
-                tokens_per_s=round(tok_per_s, 1))
+        return {
+            "step": end_step,
+            "loss": last_loss,
+            "tokens_per_s": tok_per_s,
+            "peak_bytes": memory["reserved_bytes"],
+            "writer": False,
+        }
+    run_log.end(
+        end_step,
+        "finished" if end_step == tc.steps else "stopped (--stop_after)",
+        loss=last_loss,
+        tokens_per_s=round(tok_per_s, 1),
+    )
     run_log.close()
     save_run_weights(model, tc.model_dir, header.fingerprint)
     try:
@@ -321,8 +390,10 @@ def train(tc: TrainConfig, mc: ModelConfig, resume: bool = False, log=None, grou
     except ModuleNotFoundError as e:
         if e.name.split(".")[0] != "matplotlib":
             raise
-        log("note: no loss.png: matplotlib is not installed (pip install 'gradcraft[plot]'); "
-            "the losses are in training_log.csv")
+        log(
+            "note: no loss.png: matplotlib is not installed (pip install 'gradcraft[plot]'); "
+            "the losses are in training_log.csv"
+        )
     memory = gc.device.get_backend(tc.device).memory_info()
     return {"step": end_step, "loss": last_loss, "tokens_per_s": tok_per_s, "peak_bytes": memory["reserved_bytes"]}
 
@@ -358,19 +429,23 @@ def _resumed_schedule(saved_state, fresh, step: int, log):
     base = from_state_dict(saved.base) if hasattr(saved, "base") else saved
     if (base.max_lr, base.min_lr, base.warmup_steps) != (fresh.max_lr, fresh.min_lr, fresh.warmup_steps):
         if isinstance(saved, Shifted):  # an imported run (docs/k2.md): the new settings, still from its start
-            fresh = Shifted(replace(fresh, total_steps=max(1, fresh.total_steps - saved.offset)).state_dict(),
-                            saved.offset)
+            fresh = Shifted(
+                replace(fresh, total_steps=max(1, fresh.total_steps - saved.offset)).state_dict(), saved.offset
+            )
         log(f"schedule: new learning-rate settings from step {step}: {saved(step):.3g} becomes {fresh(step):.3g}")
         return fresh
     schedule = with_total_steps(saved, step, fresh.total_steps)
     if schedule is not saved:
-        log(f"schedule: --steps {saved.total_steps} -> {fresh.total_steps}: the learning rate goes on from "
-            f"{saved(step):.3g} at step {step} and reaches --min_lr {fresh.min_lr:.3g} at step {fresh.total_steps}")
+        log(
+            f"schedule: --steps {saved.total_steps} -> {fresh.total_steps}: the learning rate goes on from "
+            f"{saved(step):.3g} at step {step} and reaches --min_lr {fresh.min_lr:.3g} at step {fresh.total_steps}"
+        )
     return schedule
 
 
-def train_processes(tc: TrainConfig, mc: ModelConfig, resume: bool = False, overwrite: bool = False,
-                    topology=None) -> dict:
+def train_processes(
+    tc: TrainConfig, mc: ModelConfig, resume: bool = False, overwrite: bool = False, topology=None
+) -> dict:
     """`train` on tc.nproc data-parallel processes (one per GPU from tc.device on); the summary of
     this node's first process (rank 0's on node 0).
 
@@ -387,6 +462,7 @@ def train_processes(tc: TrainConfig, mc: ModelConfig, resume: bool = False, over
         return train(tc, mc, resume, overwrite=overwrite)
     from gradcraft.distributed import finished, join_group, launch
     from gradcraft.distributed.launch import check_devices, rank_device
+
     signature = job_signature(tc)
     if topology is not None and topology.started_by == "environment":  # torchrun: this process is one rank
         check_devices(replace(topology, nproc=topology.local_rank + 1), tc.device)
@@ -400,8 +476,20 @@ def train_processes(tc: TrainConfig, mc: ModelConfig, resume: bool = False, over
 
 def job_signature(tc: TrainConfig) -> str:
     """What every rank must agree on, compared at the rendezvous: the settings that shape the step."""
-    keys = ("steps", "batch_size", "target_batch", "seed", "sampling", "dtype", "nproc", "nnodes", "zero",
-            "bucket_mb", "max_lr", "grad_clip")
+    keys = (
+        "steps",
+        "batch_size",
+        "target_batch",
+        "seed",
+        "sampling",
+        "dtype",
+        "nproc",
+        "nnodes",
+        "zero",
+        "bucket_mb",
+        "max_lr",
+        "grad_clip",
+    )
     return ",".join(f"{k}={getattr(tc, k)}" for k in keys)
 
 
@@ -428,4 +516,5 @@ def _progress(tc: TrainConfig, start: int):
     if not tc.progress or not sys.stderr.isatty():
         return None
     from tqdm import tqdm
+
     return tqdm(total=tc.steps, initial=start, unit="step", dynamic_ncols=True)

@@ -24,8 +24,10 @@ from pathlib import Path
 PROGRAMS = Path(__file__).parent / "programs"
 EDIT_MARK = "# gradcraft-edit:"
 _SUBMODULES = ("nn", "nn.functional", "nn.init", "nn.utils", "optim", "optim.lr_scheduler")
-_IGNORED = re.compile(r"dtype=[\w.]+|device='[^']*'|grad_fn=<\w+>|torch\.return_types\.\w+|\w+Result|"
-                      r"gradcraft\.[\w.]+|torch\.[\w.]+")
+_IGNORED = re.compile(
+    r"dtype=[\w.]+|device='[^']*'|grad_fn=<\w+>|torch\.return_types\.\w+|\w+Result|"
+    r"gradcraft\.[\w.]+|torch\.[\w.]+"
+)
 _TOKEN = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|\bnan\b|[-+]?\binf\b|\bTrue\b|\bFalse\b")
 
 
@@ -39,7 +41,7 @@ def edits(path: Path) -> int:
 
 def _edited(line: str) -> str:
     code, _, replacement = line.partition(EDIT_MARK)
-    return code[:len(code) - len(code.lstrip())] + replacement.strip()
+    return code[: len(code) - len(code.lstrip())] + replacement.strip()
 
 
 def source(path: Path, library: str) -> str:
@@ -53,10 +55,12 @@ def source(path: Path, library: str) -> str:
 def torch_is(library: str):
     """Within the block, `import torch` (and torch.nn, ...) gives `library`'s modules."""
     import importlib
+
     if library == "torch":
         yield
         return
     import gradcraft
+
     saved = {name: sys.modules.get(name) for name in ["torch"] + [f"torch.{s}" for s in _SUBMODULES]}
     sys.modules["torch"] = gradcraft
     for sub in _SUBMODULES:
@@ -117,15 +121,20 @@ def compare(expected: str, got: str) -> list:
 
 def summary_line(stats: dict) -> str | None:
     """The suite's line for the test summary (pytest's terminalreporter.stats), None if it did not run."""
-    reports = [r for r in stats.get("passed", []) + stats.get("failed", [])
-               if "test_program_matches_torch" in r.nodeid and r.when == "call"]
+    reports = [
+        r
+        for r in stats.get("passed", []) + stats.get("failed", [])
+        if "test_program_matches_torch" in r.nodeid and r.when == "call"
+    ]
     if not reports:
         return None
     passed = {r.nodeid for r in reports if r.passed}
     paths = programs()
     unchanged = [p for p in paths if edits(p) == 0 and any(f"[{p.stem}]" in n for n in passed)]
-    return (f"PyTorch compatibility suite: {len(passed)} of {len(reports)} programs print torch's numbers; "
-            f"{len(unchanged)} of {len(paths)} run unchanged (no edited line)")
+    return (
+        f"PyTorch compatibility suite: {len(passed)} of {len(reports)} programs print torch's numbers; "
+        f"{len(unchanged)} of {len(paths)} run unchanged (no edited line)"
+    )
 
 
 if __name__ == "__main__":

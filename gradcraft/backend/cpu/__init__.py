@@ -16,15 +16,51 @@ import sys
 import numpy as np
 
 from gradcraft.backend import Backend, assemble_kernels
-from gradcraft.backend.cpu import (activations, attention, blas, creation, cross_entropy, dropout, elementwise,
-                                   embedding, flash_attention, gather, matmul, moe, movement, native, norms, optim,
-                                   random, reduce, rope, softmax)
+from gradcraft.backend.cpu import (
+    activations,
+    attention,
+    blas,
+    creation,
+    cross_entropy,
+    dropout,
+    elementwise,
+    embedding,
+    flash_attention,
+    gather,
+    matmul,
+    moe,
+    movement,
+    native,
+    norms,
+    optim,
+    random,
+    reduce,
+    rope,
+    softmax,
+)
 from gradcraft.backend.cpu.common import _out, _pool, stats
 from gradcraft.backend.cpu.threads import num_threads, set_num_threads  # noqa: F401  (public here)
 
 # The kernel families; the backend's table is their KERNELS dicts put together.
-FAMILIES = (elementwise, activations, reduce, matmul, movement, gather, creation, random, softmax, cross_entropy,
-            norms, embedding, dropout, rope, attention, flash_attention, moe)
+FAMILIES = (
+    elementwise,
+    activations,
+    reduce,
+    matmul,
+    movement,
+    gather,
+    creation,
+    random,
+    softmax,
+    cross_entropy,
+    norms,
+    embedding,
+    dropout,
+    rope,
+    attention,
+    flash_attention,
+    moe,
+)
 
 
 class CPUBackend(Backend):
@@ -33,6 +69,7 @@ class CPUBackend(Backend):
     def kernel_status(self) -> str:
         """Whether the C kernels (native/) are compiled, and for which target."""
         from gradcraft.backend.cpu import native
+
         return native.status()
 
     def __init__(self):

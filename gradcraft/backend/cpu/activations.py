@@ -44,7 +44,9 @@ def _gelu(x, approximate="none"):
             o += 1.0
             o *= w
             o *= 0.5
+
         _into(out, compute)
+
     return _rowwise(block, _out(x.shape, x.dtype), x)
 
 
@@ -70,7 +72,9 @@ def _gelu_backward(x, g, approximate="none"):
                 cdf = 0.5 * (1.0 + _erf(w / math.sqrt(2.0)))
                 o[...] = cdf + w * np.exp(-0.5 * w * w) / math.sqrt(2.0 * math.pi)
             o *= gw
+
         _into(out, compute)
+
     return _rowwise(block, _out(x.shape, x.dtype), x, g)
 
 
@@ -80,7 +84,9 @@ def _silu(x):
             w = _wide(xb)
             _sigmoid(w, out=o)
             o *= w
+
         _into(out, compute)
+
     return _rowwise(block, _out(x.shape, x.dtype), x)
 
 
@@ -95,7 +101,9 @@ def _swiglu(h):
             _sigmoid(gate, out=o)
             o *= gate
             o *= w[..., f:]
+
         _into(out, compute)
+
     return _rowwise(block, _out(h.shape[:-1] + (f,), h.dtype), h, inner=1)
 
 
@@ -117,7 +125,9 @@ def _swiglu_backward(h, g):
             dgate *= gw
             dup *= gate
             dup *= gw
+
         _into(out, compute)
+
     return _rowwise(block, _out(h.shape, h.dtype), h, g, inner=1)
 
 
@@ -132,9 +142,17 @@ def _silu_backward(x, g):
             d += 1.0
             s *= d
             s *= _wide(gb)
+
         _into(out, compute)
+
     return _rowwise(block, _out(x.shape, x.dtype), x, g)
 
 
-KERNELS = {"gelu": _gelu, "gelu_backward": _gelu_backward, "silu": _silu, "silu_backward": _silu_backward,
-           "swiglu": _swiglu, "swiglu_backward": _swiglu_backward}
+KERNELS = {
+    "gelu": _gelu,
+    "gelu_backward": _gelu_backward,
+    "silu": _silu,
+    "silu_backward": _silu_backward,
+    "swiglu": _swiglu,
+    "swiglu_backward": _swiglu_backward,
+}

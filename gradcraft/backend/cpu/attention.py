@@ -36,6 +36,7 @@ def _attention_weights(q, k, mask, scale, causal, window):
         sb -= sb.max(axis=1, keepdims=True)
         np.exp(sb, out=sb)
         np.sum(sb, axis=1, keepdims=True, out=sums[lo:hi])
+
     _parallel(block, B * Hkv, S * G * T)
     return scores, sums.reshape(B, Hkv, G * T, 1)
 
@@ -94,6 +95,7 @@ def _sdpa_backward(q, k, v, g, mask=None, *, scale, causal, window):
         row *= inv_sums[lo:hi]
         d -= row
         d *= e
+
     _parallel(block, B * Hkv, S * GT)
     ks = np.multiply(_wide(k), dtype.type(scale))
     dq = _out((B, Hkv, GT, D), dtype)

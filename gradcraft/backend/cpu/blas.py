@@ -30,15 +30,18 @@ import time
 ONE_THREAD_BELOW = 1 << 22  # about 4 M multiply-adds, e.g. (128 x 256) @ (256 x 128)
 
 # (set, get) function names of OpenBLAS builds: NumPy's scipy-openblas (64-bit ints), plain OpenBLAS
-_NAMES = [("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
-          ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
-          ("openblas_set_num_threads", "openblas_get_num_threads")]
+_NAMES = [
+    ("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
+    ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
+    ("openblas_set_num_threads", "openblas_get_num_threads"),
+]
 
 
 @functools.cache
 def _functions():
     """(set, get, set_local or None) of the OpenBLAS that NumPy loaded, or None."""
     import numpy  # noqa: F401  (loads NumPy's BLAS)
+
     try:
         with open("/proc/self/maps") as f:
             paths = {line.split()[-1] for line in f if "openblas" in line.lower() and ".so" in line}
@@ -112,6 +115,7 @@ class _ThreadChooser:
     On idle cores the configured threads win on big products; when another process holds a core,
     a multi-threaded call waits at its barrier for a descheduled thread (a 1 ms product took 7 ms
     at the median, BENCHMARK.md) and one thread wins."""
+
     EXPLORE = 16
 
     def __init__(self):
@@ -160,6 +164,7 @@ def _below_threshold_on_one_thread(fn, per_call):
             return result
         finally:
             set_local(previous)
+
     return kernel
 
 

@@ -33,13 +33,15 @@ def _cross_entropy(logits, target, ignore_index, label_smoothing, valid_classes=
         if label_smoothing:
             nll = (1.0 - label_smoothing) * nll + label_smoothing * (lse - mean_shifted)
         loss[a:b] = nll
+
     _parallel(block, n, classes, _CE_BLOCK)
     loss[~valid] = 0.0
     return _finish(loss, np.dtype(np.float32) if float_loss and logits.dtype in _HALF else logits.dtype)
 
 
-def _linear_cross_entropy(x, w, target, *, ignore_index=-100, label_smoothing=0.0, valid_classes=None,
-                          chunk_bytes=256 << 20):
+def _linear_cross_entropy(
+    x, w, target, *, ignore_index=-100, label_smoothing=0.0, valid_classes=None, chunk_bytes=256 << 20
+):
     """Reference of the fused output layer + loss (cuda/nn.py linear_cross_entropy): the sum over rows
     of cross_entropy(x @ w^T, target) and its gradients dx and dw, chunk by chunk of rows, so the
     (N, V) logits are never held whole. Logits and dlogits are rounded to x's dtype as the unfused
@@ -58,8 +60,11 @@ def _linear_cross_entropy(x, w, target, *, ignore_index=-100, label_smoothing=0.
         logits = _finish(wx[start:end] @ ww.T, x.dtype)
         losses = _cross_entropy(logits, target[start:end], ignore_index, label_smoothing, valid_classes, True)
         total += _wide(losses).astype(wide).sum()
-        dlogits = _wide(_cross_entropy_backward(logits, target[start:end], ones[:end - start], ignore_index,
-                                                label_smoothing, valid_classes, True)).astype(wide, copy=False)
+        dlogits = _wide(
+            _cross_entropy_backward(
+                logits, target[start:end], ones[: end - start], ignore_index, label_smoothing, valid_classes, True
+            )
+        ).astype(wide, copy=False)
         dx[start:end] = dlogits @ ww
         dw += dlogits.T @ wx[start:end]
     return total, _finish(dx, x.dtype), _finish(dw, w.dtype)
@@ -86,11 +91,16 @@ def _cross_entropy_backward(logits, target, g, ignore_index, label_smoothing, va
             p[np.arange(b - a), safe[a:b]] -= (1.0 - label_smoothing) * scale[a:b]
             if label_smoothing:
                 p -= (label_smoothing / classes) * scale[a:b, None]
+
         _into(out[a:b, :classes], compute)
         out[a:b, classes:] = 0
+
     _parallel(block, n, width, _CE_BLOCK)
     return out
 
 
-KERNELS = {"cross_entropy": _cross_entropy, "cross_entropy_backward": _cross_entropy_backward,
-           "linear_cross_entropy": _linear_cross_entropy}
+KERNELS = {
+    "cross_entropy": _cross_entropy,
+    "cross_entropy_backward": _cross_entropy_backward,
+    "linear_cross_entropy": _linear_cross_entropy,
+}

@@ -25,8 +25,7 @@ def _dropout(x, state=None, *, p, stream=0, seed=None):
 def _attention_dropout(x, state, *, p, stream, T, S, i0=0, j0=0):
     """Attention weights x (..., t, s) of queries i0.. and keys j0.. of a (B, H, T, S) attention, dropped
     with the flash kernels' mask (backend/philox.py) and scaled; the explicit path's dropout."""
-    return _finish(philox.attention_dropout(_wide(x), state, p=p, stream=stream, T=T, S=S, i0=i0, j0=j0),
-                   x.dtype)
+    return _finish(philox.attention_dropout(_wide(x), state, p=p, stream=stream, T=T, S=S, i0=i0, j0=j0), x.dtype)
 
 
 KERNELS = {"dropout": _dropout, "attention_dropout": _attention_dropout}

@@ -23,6 +23,7 @@ def _unary(fn):
         out = _out(w.shape, w.dtype)
         _map(fn, out, w)
         return _finish(out, a.dtype) if w is not a else out
+
     return kernel
 
 
@@ -33,6 +34,7 @@ def _binary(fn):
         out = _out(shape, np.result_type(wa, wb))
         _map(fn, out, wa, wb)
         return _finish(out, a.dtype) if wa is not a else out
+
     return kernel
 
 
@@ -41,6 +43,7 @@ def _compare(fn):
         out = _out(np.broadcast_shapes(a.shape, b.shape), np.bool_)
         _map(fn, out, _wide(a), _wide(b))
         return out
+
     return kernel
 
 
@@ -65,14 +68,32 @@ def _where(cond, a, b):
 
 
 KERNELS = {
-    "neg": _unary(np.negative), "exp": _unary(np.exp), "log": _unary(np.log), "sqrt": _unary(np.sqrt),
-    "rsqrt": _rsqrt, "abs": _unary(np.abs), "sin": _unary(np.sin), "cos": _unary(np.cos),
-    "tanh": _unary(np.tanh), "relu": lambda a: _finish(np.maximum(a, 0), a.dtype),
-    "sigmoid": lambda a: _finish(_sigmoid(_wide(a)), a.dtype), "sign": _unary(np.sign),
-    "logical_not": lambda a: stats.track(np.logical_not(a)), "cast": _cast,
-    "add": _binary(np.add), "sub": _binary(np.subtract), "mul": _binary(np.multiply),
-    "div": _binary(np.true_divide), "pow": _pow, "maximum": _binary(np.maximum), "minimum": _binary(np.minimum),
-    "eq": _compare(np.equal), "ne": _compare(np.not_equal), "lt": _compare(np.less),
-    "le": _compare(np.less_equal), "gt": _compare(np.greater), "ge": _compare(np.greater_equal),
+    "neg": _unary(np.negative),
+    "exp": _unary(np.exp),
+    "log": _unary(np.log),
+    "sqrt": _unary(np.sqrt),
+    "rsqrt": _rsqrt,
+    "abs": _unary(np.abs),
+    "sin": _unary(np.sin),
+    "cos": _unary(np.cos),
+    "tanh": _unary(np.tanh),
+    "relu": lambda a: _finish(np.maximum(a, 0), a.dtype),
+    "sigmoid": lambda a: _finish(_sigmoid(_wide(a)), a.dtype),
+    "sign": _unary(np.sign),
+    "logical_not": lambda a: stats.track(np.logical_not(a)),
+    "cast": _cast,
+    "add": _binary(np.add),
+    "sub": _binary(np.subtract),
+    "mul": _binary(np.multiply),
+    "div": _binary(np.true_divide),
+    "pow": _pow,
+    "maximum": _binary(np.maximum),
+    "minimum": _binary(np.minimum),
+    "eq": _compare(np.equal),
+    "ne": _compare(np.not_equal),
+    "lt": _compare(np.less),
+    "le": _compare(np.less_equal),
+    "gt": _compare(np.greater),
+    "ge": _compare(np.greater_equal),
     "where": _where,
 }

@@ -37,8 +37,7 @@ def _flash_attention(q, k, v, state=None, *, scale, causal, window, dropout_p=0.
     return _finish(out.reshape(B, H, T, v.shape[-1]), q.dtype), lse.reshape(B, H, T).astype(s.dtype)
 
 
-def _flash_attention_backward(q, k, v, out, lse, g, state=None, *, scale, causal, window, dropout_p=0.0,
-                              stream=0):
+def _flash_attention_backward(q, k, v, out, lse, g, state=None, *, scale, causal, window, dropout_p=0.0, stream=0):
     """Reference of the CUDA kernels: p = exp(scores - lse) recomputed, dvec = rowsum(g * out),
     ds = p (g v^T - dvec) scale; dq = ds k, dk = ds^T q and dv = p^T g summed over each KV head's group.
     With dropout (mask m, scaled): dv = (p m)^T g and ds = p ((g v^T) m - dvec) scale; dvec is still

@@ -28,7 +28,7 @@ def _put_slices(g, spec, shape):
     """Zeros of `shape` with g written at the slices of spec (the gradient of slicing): writes the
     box and zero-fills only the rest, instead of zero-filling everything and then the box again."""
     out = _out(shape, g.dtype)
-    slices = [slice(*item).indices(n) for item, n in zip(spec, shape)] + [(0, n, 1) for n in shape[len(spec):]]
+    slices = [slice(*item).indices(n) for item, n in zip(spec, shape)] + [(0, n, 1) for n in shape[len(spec) :]]
     if any(step != 1 for _, _, step in slices) or out.ndim == 0:
         out.fill(0)
         out[tuple(slice(*s) for s in slices)] = g
@@ -46,6 +46,7 @@ def _put_slices(g, spec, shape):
             if stop < view.shape[axis]:
                 view[lead + (slice(stop, None),)] = 0
         view[tuple(box)] = g[lo:hi] if hi - lo != shape[0] else g
+
     if slices[0] == (0, shape[0], 1):
         _parallel(fill, shape[0], out.size // max(shape[0], 1), _MAP_BLOCK)
     else:
@@ -83,5 +84,10 @@ def _scatter_add_along_dim(g, idx, axis, shape):
     return _finish(out, g.dtype)
 
 
-KERNELS = {"index": _index, "index_put_add": _index_put_add, "take_along_dim": _take_along_dim,
-           "scatter_add_along_dim": _scatter_add_along_dim, "put_slices": _put_slices_many}
+KERNELS = {
+    "index": _index,
+    "index_put_add": _index_put_add,
+    "take_along_dim": _take_along_dim,
+    "scatter_add_along_dim": _scatter_add_along_dim,
+    "put_slices": _put_slices_many,
+}

@@ -33,5 +33,9 @@ def _moe_unpermute_backward(y, slot, w, g):
     return _finish(dy, y.dtype), _finish(dw, w.dtype)
 
 
-KERNELS = {"moe_permute": _moe_permute, "moe_permute_backward": _moe_permute_backward,
-           "moe_unpermute": _moe_unpermute, "moe_unpermute_backward": _moe_unpermute_backward}
+KERNELS = {
+    "moe_permute": _moe_permute,
+    "moe_permute_backward": _moe_permute_backward,
+    "moe_unpermute": _moe_unpermute,
+    "moe_unpermute_backward": _moe_unpermute_backward,
+}

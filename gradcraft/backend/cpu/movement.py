@@ -37,8 +37,14 @@ def _triu(a, diagonal):
 
 
 KERNELS = {
-    "reshape": _reshape, "permute": lambda a, axes: np.transpose(a, axes),
-    "expand": lambda a, shape: np.broadcast_to(a, shape), "slice": _slice,
-    "flip": lambda a, axes: np.flip(a, axes), "contiguous": _contiguous,
-    "cat": _cat, "pad": _pad, "tril": _tril, "triu": _triu,
+    "reshape": _reshape,
+    "permute": lambda a, axes: np.transpose(a, axes),
+    "expand": lambda a, shape: np.broadcast_to(a, shape),
+    "slice": _slice,
+    "flip": lambda a, axes: np.flip(a, axes),
+    "contiguous": _contiguous,
+    "cat": _cat,
+    "pad": _pad,
+    "tril": _tril,
+    "triu": _triu,
 }

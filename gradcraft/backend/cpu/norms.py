@@ -10,7 +10,7 @@ from gradcraft.backend.cpu.threads import _into, _parallel, _rowwise
 
 def _rows(x, n_dims):
     """View x as (rows, features) over its last n_dims dimensions."""
-    features = math.prod(x.shape[x.ndim - n_dims:])
+    features = math.prod(x.shape[x.ndim - n_dims :])
     return x.reshape(-1, features)
 
 
@@ -45,7 +45,9 @@ def _layer_norm(x, weight, bias, eps, n_dims):
                 o *= wt
             if b is not None:
                 o += b
+
         _into(ob, compute)
+
     _rowwise(block, out, rows, inner=1)
     return out.reshape(x.shape)
 
@@ -70,12 +72,16 @@ def _layer_norm_backward(x, weight, g, eps, n_dims):
         dxhat -= xhat
         dxhat *= rstd
         dx[a:b] = dxhat
+
     _parallel(block, rows.shape[0], features)
-    norm_shape = x.shape[x.ndim - n_dims:]
+    norm_shape = x.shape[x.ndim - n_dims :]
     dweight = _sum_blocks({k: v[0] for k, v in partials.items()}, features, fdt)
     dbias = _sum_blocks({k: v[1] for k, v in partials.items()}, features, fdt)
-    return (dx.reshape(x.shape), _finish(dweight.reshape(norm_shape), x.dtype),
-            _finish(dbias.reshape(norm_shape), x.dtype))
+    return (
+        dx.reshape(x.shape),
+        _finish(dweight.reshape(norm_shape), x.dtype),
+        _finish(dbias.reshape(norm_shape), x.dtype),
+    )
 
 
 def _rms_norm(x, weight, eps, n_dims):
@@ -90,7 +96,9 @@ def _rms_norm(x, weight, eps, n_dims):
             np.multiply(w, rstd, out=o)
             if wt is not None:
                 o *= wt
+
         _into(ob, compute)
+
     _rowwise(block, out, rows, inner=1)
     return out.reshape(x.shape)
 
@@ -114,10 +122,15 @@ def _rms_norm_backward(x, weight, g, eps, n_dims):
         dxhat -= xhat
         dxhat *= rstd
         dx[a:b] = dxhat
+
     _parallel(block, rows.shape[0], features)
-    dweight = _sum_blocks(partials, features, fdt).reshape(x.shape[x.ndim - n_dims:])
+    dweight = _sum_blocks(partials, features, fdt).reshape(x.shape[x.ndim - n_dims :])
     return dx.reshape(x.shape), _finish(dweight, x.dtype)
 
 
-KERNELS = {"layer_norm": _layer_norm, "layer_norm_backward": _layer_norm_backward,
-           "rms_norm": _rms_norm, "rms_norm_backward": _rms_norm_backward}
+KERNELS = {
+    "layer_norm": _layer_norm,
+    "layer_norm_backward": _layer_norm_backward,
+    "rms_norm": _rms_norm,
+    "rms_norm_backward": _rms_norm_backward,
+}

@@ -11,13 +11,20 @@ from gradcraft.backend.cpu.common import _wide
 from gradcraft.backend.cpu.threads import _BLOCK, _parallel
 
 
-def _adamw_step(params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1, beta2, eps, weight_decay,
-                grad_scale=None) -> None:
+def _adamw_step(
+    params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1, beta2, eps, weight_decay, grad_scale=None
+) -> None:
     check_optimizer_state(params, grads, exp_avgs, exp_avg_sqs)  # before any write: UserError
     lr, step = float(lr_step[0]), float(lr_step[1])
-    consts = dict(scale=float(grad_scale[0]) if grad_scale is not None else 1.0,
-                  step_size=lr / (1.0 - beta1 ** step), bc2_sqrt=math.sqrt(1.0 - beta2 ** step),
-                  decay=1.0 - lr * weight_decay if weight_decay else 1.0, beta1=beta1, beta2=beta2, eps=eps)
+    consts = dict(
+        scale=float(grad_scale[0]) if grad_scale is not None else 1.0,
+        step_size=lr / (1.0 - beta1**step),
+        bc2_sqrt=math.sqrt(1.0 - beta2**step),
+        decay=1.0 - lr * weight_decay if weight_decay else 1.0,
+        beta1=beta1,
+        beta2=beta2,
+        eps=eps,
+    )
     # Every parameter cut into flat chunks: the chunks of all parameters are shared among the threads,
     # and each chunk's temporaries stay in cache.
     chunks = []
@@ -28,8 +35,10 @@ def _adamw_step(params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1, beta2, 
             _adamw_update(p, g, m, v, **consts)  # (flat views need contiguous buffers)
             continue
         fp, fg, fm, fv = p.reshape(-1), g.reshape(-1), m.reshape(-1), v.reshape(-1)
-        chunks += [(fp[a:a + _BLOCK], fg[a:a + _BLOCK], fm[a:a + _BLOCK], fv[a:a + _BLOCK])
-                   for a in range(0, fp.size, _BLOCK)]
+        chunks += [
+            (fp[a : a + _BLOCK], fg[a : a + _BLOCK], fm[a : a + _BLOCK], fv[a : a + _BLOCK])
+            for a in range(0, fp.size, _BLOCK)
+        ]
 
     _parallel(lambda a, b: [_adamw_update(*chunk, **consts) for chunk in chunks[a:b]], len(chunks), _BLOCK)
 
@@ -60,8 +69,10 @@ def _adamw_update(p, g, m, v, *, scale, step_size, bc2_sqrt, decay, beta1, beta2
 
 
 def _grad_norm(grads, max_norm: float = 0.0):
-    total = sum(float(np.dot(g.reshape(-1).astype(np.float32, copy=False),
-                             g.reshape(-1).astype(np.float32, copy=False))) for g in grads)
+    total = sum(
+        float(np.dot(g.reshape(-1).astype(np.float32, copy=False), g.reshape(-1).astype(np.float32, copy=False)))
+        for g in grads
+    )
     norm = math.sqrt(total)
     coef = min(1.0, max_norm / (norm + 1e-6)) if max_norm > 0 else 1.0
     return np.array([norm, coef], dtype=np.float32)

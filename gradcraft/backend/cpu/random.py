@@ -12,13 +12,19 @@ def _generator(seed):
 
 
 def _rand(shape, seed, dtype):
-    return _finish(_generator(seed).random(shape, dtype=np.float64).astype(np.float32)
-                   if np.dtype(dtype) != np.float64 else _generator(seed).random(shape), dtype)
+    return _finish(
+        _generator(seed).random(shape, dtype=np.float64).astype(np.float32)
+        if np.dtype(dtype) != np.float64
+        else _generator(seed).random(shape),
+        dtype,
+    )
 
 
 def _randn(shape, seed, dtype):
-    return _finish(_generator(seed).standard_normal(shape).astype(np.dtype(dtype) if np.dtype(dtype) not in _HALF
-                                                                      else np.float32), dtype)
+    return _finish(
+        _generator(seed).standard_normal(shape).astype(np.dtype(dtype) if np.dtype(dtype) not in _HALF else np.float32),
+        dtype,
+    )
 
 
 def _randint(shape, low, high, seed, dtype):

@@ -9,6 +9,7 @@ def _reduce(fn):
     def kernel(a, axes, keepdim):
         w = _wide(a)
         return _finish(np.asarray(fn(w, axis=axes, keepdims=keepdim)), a.dtype)
+
     return kernel
 
 
@@ -28,6 +29,7 @@ def _arg(fn):
             return stats.track(result.reshape((1,) * a.ndim) if keepdim else result)
         result = np.asarray(fn(w, axis=axis), dtype=np.int64)
         return stats.track(np.expand_dims(result, axis).copy() if keepdim else result)
+
     return kernel
 
 
@@ -48,5 +50,12 @@ def _topk(a, k, axis, largest):
     return stats.track(np.ascontiguousarray(np.take(order, np.arange(k), axis=axis)).astype(np.int64))
 
 
-KERNELS = {"sum": _sum, "max": _reduce(np.max), "min": _reduce(np.min), "argmax": _arg(np.argmax),
-           "argmin": _arg(np.argmin), "cumsum": _cumsum, "topk": _topk}
+KERNELS = {
+    "sum": _sum,
+    "max": _reduce(np.max),
+    "min": _reduce(np.min),
+    "argmax": _arg(np.argmax),
+    "argmin": _arg(np.argmin),
+    "cumsum": _cumsum,
+    "topk": _topk,
+}

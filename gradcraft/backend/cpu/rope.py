@@ -27,7 +27,9 @@ def _rope(x, cos, sin, inverse):
             swapped *= sin2
             np.multiply(w, cos2, out=o)
             o += swapped
+
         _into(out, compute)
+
     # the blocks keep (T, D) whole: cos and sin broadcast over the leading axes only
     return _rowwise(block, _out(x.shape, x.dtype), x, inner=2)
 

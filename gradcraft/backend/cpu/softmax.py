@@ -23,7 +23,9 @@ def _softmax(x, axis):
             np.subtract(w, w.max(axis=-1, keepdims=True), out=o)
             np.exp(o, out=o)
             o /= o.sum(axis=-1, keepdims=True)
+
         _into(out, compute)
+
     out = _out(x.shape, x.dtype)
     _rowwise(block, *_last_axis_rows(out, x), inner=1)
     return out
@@ -41,7 +43,9 @@ def _softmax_backward(y, g, axis):
             row = o.sum(axis=-1, keepdims=True)
             np.subtract(wg, row, out=o)
             o *= wy
+
         _into(out, compute)
+
     out = _out(y.shape, y.dtype)
     _rowwise(block, *_last_axis_rows(out, y, g), inner=1)
     return out
@@ -59,7 +63,9 @@ def _log_softmax(x, axis):
             w = _wide(xb)
             np.subtract(w, w.max(axis=-1, keepdims=True), out=o)
             o -= np.log(np.exp(o).sum(axis=-1, keepdims=True))
+
         _into(out, compute)
+
     out = _out(x.shape, x.dtype)
     _rowwise(block, *_last_axis_rows(out, x), inner=1)
     return out
@@ -76,7 +82,9 @@ def _log_softmax_backward(y, g, axis):
             np.exp(wy, out=o)
             o *= -wg.sum(axis=-1, keepdims=True)  # wg - exp(y) * sum(wg), sign moved: exact
             o += wg
+
         _into(out, compute)
+
     out = _out(y.shape, y.dtype)
     _rowwise(block, *_last_axis_rows(out, y, g), inner=1)
     return out
@@ -92,8 +100,11 @@ def _masked_softmax(scores, mask=None, *, scale, causal, window):
     heads, out_heads = scores.reshape(n, T, S), out.reshape(n, T, S)
     if mask is not None:
         mask = np.broadcast_to(mask, scores.shape).reshape(n, T, S)  # copies only a mask with fewer dims
-    position = _position_mask(T, S, causal, window, np.float32 if scores.dtype in _HALF else scores.dtype) \
-        if causal or window else None
+    position = (
+        _position_mask(T, S, causal, window, np.float32 if scores.dtype in _HALF else scores.dtype)
+        if causal or window
+        else None
+    )
 
     def block(lo, hi):
         def compute(o):
@@ -110,7 +121,9 @@ def _masked_softmax(scores, mask=None, *, scale, causal, window):
             o -= o.max(axis=-1, keepdims=True)
             np.exp(o, out=o)
             o /= o.sum(axis=-1, keepdims=True)
+
         _into(out_heads[lo:hi], compute)
+
     _parallel(block, n, T * S)
     return out
 
@@ -125,7 +138,9 @@ def _masked_softmax_backward(p, g, *, scale):
             np.subtract(wg, np.einsum("...s,...s->...", wg, wp)[..., None], out=o)
             o *= wp
             o *= o.dtype.type(scale)
+
         _into(ob, compute)
+
     _rowwise(block, *_last_axis_rows(out, p, g), inner=1)
     return out
 
@@ -144,6 +159,11 @@ def _position_mask(T, S, causal, window, dtype):
     return mask
 
 
-KERNELS = {"softmax": _softmax, "softmax_backward": _softmax_backward, "log_softmax": _log_softmax,
-           "log_softmax_backward": _log_softmax_backward,
-           "masked_softmax": _masked_softmax, "masked_softmax_backward": _masked_softmax_backward}
+KERNELS = {
+    "softmax": _softmax,
+    "softmax_backward": _softmax_backward,
+    "log_softmax": _log_softmax,
+    "log_softmax_backward": _log_softmax_backward,
+    "masked_softmax": _masked_softmax,
+    "masked_softmax_backward": _masked_softmax_backward,
+}

@@ -81,6 +81,7 @@ def _parallel(fn, n: int, row_size: int = 1, block: int | None = None) -> None:
             if i >= n_blocks:
                 return
             fn(i * step, min((i + 1) * step, n))
+
     futures = [_executor.submit(drain) for _ in range(min(num_threads(), n_blocks) - 1)]
     try:
         drain()
@@ -99,13 +100,18 @@ def _map(fn, out: np.ndarray, *args) -> np.ndarray:
     if out.flags.c_contiguous and all(a.shape == out.shape and a.flags.c_contiguous for a in arrays):
         # one flat range: the same split for every shape
         flat_out, flat_args = out.reshape(-1), [a.reshape(-1) if isinstance(a, np.ndarray) else a for a in args]
-        _parallel(lambda lo, hi: fn(*[a[lo:hi] if isinstance(a, np.ndarray) else a for a in flat_args],
-                                    out=flat_out[lo:hi]), out.size, 1, _MAP_BLOCK)
+        _parallel(
+            lambda lo, hi: fn(*[a[lo:hi] if isinstance(a, np.ndarray) else a for a in flat_args], out=flat_out[lo:hi]),
+            out.size,
+            1,
+            _MAP_BLOCK,
+        )
         return out
     lead = [a.reshape((1,) * (out.ndim - a.ndim) + a.shape) if isinstance(a, np.ndarray) else a for a in args]
 
     def piece(lo, hi):
         fn(*[a[lo:hi] if isinstance(a, np.ndarray) and a.shape[0] != 1 else a for a in lead], out=out[lo:hi])
+
     _parallel(piece, out.shape[0], out.size // max(out.shape[0], 1), _MAP_BLOCK)
     return out
 

@@ -14,8 +14,9 @@ def _cupy():
     try:
         import cupy
     except ImportError:
-        raise UserError("the cuda device needs CuPy: pip install 'gradcraft[cuda]' on a machine with an NVIDIA GPU") \
-            from None
+        raise UserError(
+            "the cuda device needs CuPy: pip install 'gradcraft[cuda]' on a machine with an NVIDIA GPU"
+        ) from None
     return cupy
 
 
@@ -24,11 +25,14 @@ def create_backend(index: int = 0):
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as error:  # no driver, no device, driver too old for this CuPy
-        raise UserError(f"no usable NVIDIA GPU for device 'cuda:{index}' ({type(error).__name__}: "
-                        f"{str(error).strip()}); use device='cpu'") from None
+        raise UserError(
+            f"no usable NVIDIA GPU for device 'cuda:{index}' ({type(error).__name__}: "
+            f"{str(error).strip()}); use device='cpu'"
+        ) from None
     if not 0 <= index < count:
         raise UserError(f"device 'cuda:{index}' does not exist: this machine has {count} CUDA device(s)")
     from gradcraft.backend.cuda.backend import CUDABackend
+
     return CUDABackend(index)
 
 
@@ -36,6 +40,7 @@ def set_tf32(enabled: bool) -> None:
     """Let float32 matmuls use TF32 tensor cores (about 1e-3 relative error, several times faster)."""
     _cupy()
     from gradcraft.backend.cuda import matmul
+
     matmul.set_tf32(enabled)
 
 
@@ -44,5 +49,4 @@ def memory_info(index: int = 0) -> dict:
     cupy = _cupy()
     with cupy.cuda.Device(index):
         pool = cupy.get_default_memory_pool()
-        return {"used_bytes": pool.used_bytes(), "total_bytes": pool.total_bytes(),
-                "free_bytes": pool.free_bytes()}
+        return {"used_bytes": pool.used_bytes(), "total_bytes": pool.total_bytes(), "free_bytes": pool.free_bytes()}

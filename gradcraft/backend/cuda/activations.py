@@ -13,8 +13,13 @@ def _elementwise(kernel, x, *rest, extra=()):
     if x.size:
         access = _access(x.dtype, x, *rest, y)
         units = x.size // (16 // x.dtype.itemsize) if access == "v" else x.size
-        L.run("activations.cu", f"{kernel}_{access}_{L.suffix(x.dtype)}", L.grid_1d(units, 256, 2), 256,
-              (x, *rest, y, i64(x.size), *extra))
+        L.run(
+            "activations.cu",
+            f"{kernel}_{access}_{L.suffix(x.dtype)}",
+            L.grid_1d(units, 256, 2),
+            256,
+            (x, *rest, y, i64(x.size), *extra),
+        )
     return y
 
 
@@ -41,8 +46,13 @@ def swiglu(h):
     if y.size:
         access = _access(h.dtype, h, y, width=F)
         units = y.size // (16 // h.dtype.itemsize) if access == "v" else y.size
-        L.run("activations.cu", f"swiglu_fwd_{access}_{L.suffix(h.dtype)}", L.grid_1d(units), 256,
-              (h, y, i64(y.size // F), i64(F)))
+        L.run(
+            "activations.cu",
+            f"swiglu_fwd_{access}_{L.suffix(h.dtype)}",
+            L.grid_1d(units),
+            256,
+            (h, y, i64(y.size // F), i64(F)),
+        )
     return y
 
 
@@ -54,10 +64,21 @@ def swiglu_backward(h, g):
     if g.size:
         access = _access(h.dtype, h, g, dh, width=F)
         units = g.size // (16 // h.dtype.itemsize) if access == "v" else g.size
-        L.run("activations.cu", f"swiglu_bwd_{access}_{L.suffix(h.dtype)}", L.grid_1d(units), 256,
-              (h, g, dh, i64(g.size // F), i64(F)))
+        L.run(
+            "activations.cu",
+            f"swiglu_bwd_{access}_{L.suffix(h.dtype)}",
+            L.grid_1d(units),
+            256,
+            (h, g, dh, i64(g.size // F), i64(F)),
+        )
     return dh
 
 
-KERNELS = {"gelu": gelu, "gelu_backward": gelu_backward, "silu": silu, "silu_backward": silu_backward,
-           "swiglu": swiglu, "swiglu_backward": swiglu_backward}
+KERNELS = {
+    "gelu": gelu,
+    "gelu_backward": gelu_backward,
+    "silu": silu,
+    "silu_backward": silu_backward,
+    "swiglu": swiglu,
+    "swiglu_backward": swiglu_backward,
+}

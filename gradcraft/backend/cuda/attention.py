@@ -35,8 +35,12 @@ def _dropout_args(state, dropout_p, stream):
     replayed graph draws new masks), the stream id, backend/philox.py's 16-bit threshold and scale."""
     if not dropout_p:
         return [L.ptr(None), np.uint32(0), np.uint32(0), np.float32(1.0)]
-    return [L.contiguous(state), np.uint32(stream), np.uint32(philox.threshold(dropout_p)),
-            np.float32(philox.keep_scale(dropout_p))]
+    return [
+        L.contiguous(state),
+        np.uint32(stream),
+        np.uint32(philox.threshold(dropout_p)),
+        np.float32(philox.keep_scale(dropout_p)),
+    ]
 
 
 @functools.cache
@@ -84,9 +88,24 @@ def flash_attention(q, k, v, state=None, *, scale, causal, window, dropout_p=0.0
         return out, lse
     (q, qs), (k, ks), (v, vs) = _rows(q), _rows(k), _rows(v)
     shared = (128 + 2 * (32 if D >= 128 else 64)) * (D + _PAD) * 2  # query, key, value tiles (FWD_BLOCK_*)
-    _launch(_name("fwd", q.dtype, D, bool(dropout_p)), (-(-T // 128), B * H), shared,
-            (q, k, v, out, lse, *qs, *ks, *vs, *_strides(out), *_shape_args(q, k, scale, causal, window),
-             *_dropout_args(state, dropout_p, stream)))
+    _launch(
+        _name("fwd", q.dtype, D, bool(dropout_p)),
+        (-(-T // 128), B * H),
+        shared,
+        (
+            q,
+            k,
+            v,
+            out,
+            lse,
+            *qs,
+            *ks,
+            *vs,
+            *_strides(out),
+            *_shape_args(q, k, scale, causal, window),
+            *_dropout_args(state, dropout_p, stream),
+        ),
+    )
     return out, lse
 
 
@@ -96,8 +115,9 @@ def flash_attention_backward(q, k, v, out, lse, g, state=None, *, scale, causal,
         for a in (dq, dk, dv):
             a.fill(0)
         return dq, dk, dv
-    for launch in backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window,
-                                    _dropout_args(state, dropout_p, stream)).values():
+    for launch in backward_launches(
+        q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, _dropout_args(state, dropout_p, stream)
+    ).values():
         launch()
     return dq, dk, dv
 
@@ -127,12 +147,25 @@ def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, d
     dq_shared = max(2 * 64, 2 * 2 * block_n) * row_bytes  # staging of q/dO, then two key/value buffers
     dkdv_shared = (2 * 64 + 2 * 2 * block_m) * row_bytes + 2 * 2 * block_m * 4
     return {
-        "dot": lambda: _launch(f"flash_bwd_dot_{L.suffix(q.dtype)}", (-(-rows * 8 // 256),), 0,
-                               (out, g, dvec, *os, *gs, L.i32(H), L.i32(T), L.i32(D), L.i64(rows)), threads=256),
-        "dq": lambda: _launch(_name("bwd_dq", q.dtype, D, with_dropout), (-(-T // 64), B * H), dq_shared,
-                              (q, k, v, g, lse, dvec, dq, *qs, *ks, *vs, *gs, *_strides(dq), *shape, *drop)),
-        "dkdv": lambda: _launch(_name("bwd_dkdv", q.dtype, D, with_dropout), (-(-S // 64), B * Hkv), dkdv_shared,
-                                (q, k, v, g, lse, dvec, dk, dv, *qs, *ks, *vs, *gs, *_strides(dk), *shape, *drop)),
+        "dot": lambda: _launch(
+            f"flash_bwd_dot_{L.suffix(q.dtype)}",
+            (-(-rows * 8 // 256),),
+            0,
+            (out, g, dvec, *os, *gs, L.i32(H), L.i32(T), L.i32(D), L.i64(rows)),
+            threads=256,
+        ),
+        "dq": lambda: _launch(
+            _name("bwd_dq", q.dtype, D, with_dropout),
+            (-(-T // 64), B * H),
+            dq_shared,
+            (q, k, v, g, lse, dvec, dq, *qs, *ks, *vs, *gs, *_strides(dq), *shape, *drop),
+        ),
+        "dkdv": lambda: _launch(
+            _name("bwd_dkdv", q.dtype, D, with_dropout),
+            (-(-S // 64), B * Hkv),
+            dkdv_shared,
+            (q, k, v, g, lse, dvec, dk, dv, *qs, *ks, *vs, *gs, *_strides(dk), *shape, *drop),
+        ),
     }
 
 

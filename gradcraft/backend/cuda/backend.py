@@ -9,14 +9,12 @@ kernels/*.cu. Extra methods beyond the contract: `adamw_step`, `grad_norm` (opti
 `cross_entropy_with_grad` (nn.py).
 """
 
-
 import cupy as cp
 
 import numpy as np
 
 from gradcraft.backend import Backend, assemble_kernels
-from gradcraft.backend.cuda import (activations, attention, creation, elementwise, moe, movement, nn, optim, reduce,
-                                    sdpa)
+from gradcraft.backend.cuda import activations, attention, creation, elementwise, moe, movement, nn, optim, reduce, sdpa
 from gradcraft.backend.cuda import launch as L
 from gradcraft.backend.cuda import matmul as matmul_family
 
@@ -72,12 +70,34 @@ class CUDABackend(Backend):
         with self._device:
             return nn.cross_entropy_with_grad(logits, target, None, ignore_index, label_smoothing, grad_scale)
 
-    def adamw_step(self, params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1=0.9, beta2=0.999, eps=1e-8,
-                   weight_decay=0.01, grad_scale=None) -> None:
+    def adamw_step(
+        self,
+        params,
+        grads,
+        exp_avgs,
+        exp_avg_sqs,
+        lr_step,
+        *,
+        beta1=0.9,
+        beta2=0.999,
+        eps=1e-8,
+        weight_decay=0.01,
+        grad_scale=None,
+    ) -> None:
         """In-place AdamW over every parameter in one launch; see optim.adamw_step."""
         with self._device:
-            optim.adamw_step(params, grads, exp_avgs, exp_avg_sqs, lr_step, beta1=beta1, beta2=beta2, eps=eps,
-                             weight_decay=weight_decay, grad_scale=grad_scale)
+            optim.adamw_step(
+                params,
+                grads,
+                exp_avgs,
+                exp_avg_sqs,
+                lr_step,
+                beta1=beta1,
+                beta2=beta2,
+                eps=eps,
+                weight_decay=weight_decay,
+                grad_scale=grad_scale,
+            )
 
     def grad_norm(self, grads, max_norm=0.0):
         """float32 device array [norm, clip coefficient]; see optim.grad_norm."""
@@ -121,8 +141,10 @@ class CUDABackend(Backend):
         with self._device:
             default = cp.get_default_memory_pool()
             graph_pools = [pool for _, pool, _ in self._graph_memory.values()]
-            return {"used_bytes": default.used_bytes() + sum(p.used_bytes() for p in graph_pools),
-                    "reserved_bytes": default.total_bytes() + sum(p.total_bytes() for p in graph_pools)}
+            return {
+                "used_bytes": default.used_bytes() + sum(p.used_bytes() for p in graph_pools),
+                "reserved_bytes": default.total_bytes() + sum(p.total_bytes() for p in graph_pools),
+            }
 
     def replay(self, graph) -> None:
         """Launch a captured graph on the current stream (after anything queued there)."""

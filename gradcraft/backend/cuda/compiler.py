@@ -47,6 +47,7 @@ def source(name: str) -> str:
 def module(name: str, device_id: int, options: tuple = OPTIONS):
     """The compiled cupy.RawModule of kernels/<name> for one device (CuPy picks its architecture)."""
     import cupy
+
     with cupy.cuda.Device(device_id):
         mod = cupy.RawModule(code=source(name), options=options, backend="nvrtc")
         mod.compile()
@@ -60,6 +61,7 @@ def function(name: str, kernel: str, device_id: int):
 
 
 # ---------------------------------------------------------------- NVRTC without a GPU
+
 
 class NVRTCError(RuntimeError):
     pass

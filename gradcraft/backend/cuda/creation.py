@@ -29,17 +29,28 @@ def _random(kind):
         dtype = np.dtype(dtype)
         out = L.empty(shape, dtype)
         if out.size:
-            L.run("random.cu", f"{kind}_{L.suffix(dtype)}", L.grid_1d(-(-out.size // 4)), 256,
-                  (out, L.i64(out.size), np.uint64(seed)))
+            L.run(
+                "random.cu",
+                f"{kind}_{L.suffix(dtype)}",
+                L.grid_1d(-(-out.size // 4)),
+                256,
+                (out, L.i64(out.size), np.uint64(seed)),
+            )
         return out
+
     return kernel
 
 
 def _randint(shape, low, high, seed, dtype):
     out = L.empty(shape, np.int64)
     if out.size:
-        L.run("random.cu", "randint_i64", L.grid_1d(-(-out.size // 4)), 256,
-              (out, L.i64(out.size), np.uint64(seed), L.i64(low), L.i64(high)))
+        L.run(
+            "random.cu",
+            "randint_i64",
+            L.grid_1d(-(-out.size // 4)),
+            256,
+            (out, L.i64(out.size), np.uint64(seed), L.i64(low), L.i64(high)),
+        )
     return out.astype(dtype, copy=False)
 
 
@@ -48,5 +59,11 @@ def _assign(target, value):
     return target
 
 
-KERNELS = {"full": _full, "arange": _arange, "rand": _random("rand"), "randn": _random("randn"),
-           "randint": _randint, "assign": _assign}
+KERNELS = {
+    "full": _full,
+    "arange": _arange,
+    "rand": _random("rand"),
+    "randn": _random("randn"),
+    "randint": _randint,
+    "assign": _assign,
+}

@@ -13,6 +13,7 @@ HALF = L.HALF
 def _unary(fn):
     def kernel(a):
         return L.finish(fn(L.wide(a)), a.dtype)
+
     return kernel
 
 
@@ -38,7 +39,7 @@ def _binary_one_pass(name, a, b):
     if b_n == 1:
         vector = L.aligned(a, out)
     else:
-        vector = (b_n == n or (b_n % per_access == 0 and b_n < 2 ** 31)) and L.aligned(a, b, out)
+        vector = (b_n == n or (b_n % per_access == 0 and b_n < 2**31)) and L.aligned(a, b, out)
     if vector:
         # A grid-stride loop over n // per_access accesses; at most 16 blocks of 256 an SM: several waves
         # at the 4..6 blocks an SM these kernels' registers allow, so a last partial wave costs little.
@@ -51,21 +52,30 @@ def _binary_one_pass(name, a, b):
 
 def _binary(name, fn):
     def kernel(a, b):
-        if (name in _FAST_BINARY and a.dtype in L.FLOAT and b.dtype == a.dtype and a.flags.c_contiguous
-                and b.flags.c_contiguous and b.ndim <= a.ndim and b.size
-                and (b.size == 1 or a.shape[a.ndim - b.ndim:] == b.shape)):
+        if (
+            name in _FAST_BINARY
+            and a.dtype in L.FLOAT
+            and b.dtype == a.dtype
+            and a.flags.c_contiguous
+            and b.flags.c_contiguous
+            and b.ndim <= a.ndim
+            and b.size
+            and (b.size == 1 or a.shape[a.ndim - b.ndim :] == b.shape)
+        ):
             # One pass for the common cases: same shape, a bias along the last axes, or times a
             # scalar (b's values repeat along a's leading axes).
             return _binary_one_pass(name, a, b)
         wa, wb = L.wide(a), L.wide(b)
         out = fn(wa, wb)
         return L.finish(out, a.dtype) if a.dtype in HALF else out
+
     return kernel
 
 
 def _compare(fn):
     def kernel(a, b):
         return fn(L.wide(a), L.wide(b))
+
     return kernel
 
 
@@ -93,15 +103,32 @@ def _where(cond, a, b):
 
 
 KERNELS = {
-    "neg": _unary(cp.negative), "exp": _unary(cp.exp), "log": _unary(cp.log), "sqrt": _unary(cp.sqrt),
-    "rsqrt": _rsqrt, "abs": _unary(cp.abs), "sin": _unary(cp.sin), "cos": _unary(cp.cos),
-    "tanh": _unary(cp.tanh), "relu": lambda a: L.finish(cp.maximum(L.wide(a), 0), a.dtype),
-    "sigmoid": lambda a: L.finish(_sigmoid(L.wide(a)), a.dtype), "sign": _unary(cp.sign),
-    "logical_not": cp.logical_not, "cast": _cast,
-    "add": _binary("add", cp.add), "sub": _binary("sub", cp.subtract), "mul": _binary("mul", cp.multiply),
-    "div": _binary("div", cp.true_divide), "pow": _pow, "maximum": _binary("maximum", cp.maximum),
+    "neg": _unary(cp.negative),
+    "exp": _unary(cp.exp),
+    "log": _unary(cp.log),
+    "sqrt": _unary(cp.sqrt),
+    "rsqrt": _rsqrt,
+    "abs": _unary(cp.abs),
+    "sin": _unary(cp.sin),
+    "cos": _unary(cp.cos),
+    "tanh": _unary(cp.tanh),
+    "relu": lambda a: L.finish(cp.maximum(L.wide(a), 0), a.dtype),
+    "sigmoid": lambda a: L.finish(_sigmoid(L.wide(a)), a.dtype),
+    "sign": _unary(cp.sign),
+    "logical_not": cp.logical_not,
+    "cast": _cast,
+    "add": _binary("add", cp.add),
+    "sub": _binary("sub", cp.subtract),
+    "mul": _binary("mul", cp.multiply),
+    "div": _binary("div", cp.true_divide),
+    "pow": _pow,
+    "maximum": _binary("maximum", cp.maximum),
     "minimum": _binary("minimum", cp.minimum),
-    "eq": _compare(cp.equal), "ne": _compare(cp.not_equal), "lt": _compare(cp.less),
-    "le": _compare(cp.less_equal), "gt": _compare(cp.greater), "ge": _compare(cp.greater_equal),
+    "eq": _compare(cp.equal),
+    "ne": _compare(cp.not_equal),
+    "lt": _compare(cp.less),
+    "le": _compare(cp.less_equal),
+    "gt": _compare(cp.greater),
+    "ge": _compare(cp.greater_equal),
     "where": _where,
 }

@@ -11,8 +11,12 @@ import numpy as np
 from gradcraft.backend.cuda import compiler
 
 HALF = {np.dtype(np.float16), np.dtype("bfloat16")}
-FLOAT = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64", np.dtype("bfloat16"): "bf16",
-         np.dtype(np.float16): "f16"}
+FLOAT = {
+    np.dtype(np.float32): "f32",
+    np.dtype(np.float64): "f64",
+    np.dtype("bfloat16"): "bf16",
+    np.dtype(np.float16): "f16",
+}
 
 # Tests set this: every output the handwritten kernels get is filled with NaN bits (0xFF bytes) first,
 # so an element a kernel forgets to write shows up.
@@ -96,8 +100,13 @@ def constant(values, dtype) -> cp.ndarray:
         host[:] = key[0]
         device = cp.empty(len(key[0]), dtype=dtype)
         # (ndarray.set refuses while a graph is being captured; the runtime call records a copy node)
-        cp.cuda.runtime.memcpyAsync(device.data.ptr, host.ctypes.data, host.nbytes,
-                                    cp.cuda.runtime.memcpyHostToDevice, cp.cuda.get_current_stream().ptr)
+        cp.cuda.runtime.memcpyAsync(
+            device.data.ptr,
+            host.ctypes.data,
+            host.nbytes,
+            cp.cuda.runtime.memcpyHostToDevice,
+            cp.cuda.get_current_stream().ptr,
+        )
         hit = _constants[key] = (host, device)
         if len(_constants) > 256:  # tables of gradients that no longer exist
             _constants.popitem(last=False)

@@ -66,8 +66,14 @@ def _operand(a: cp.ndarray, batch: tuple):
     return a, layout[0], layout[1], stride
 
 
-def gemm(a: cp.ndarray, b: cp.ndarray, out_dtype=None, allow_tf32: bool = True, out: cp.ndarray | None = None,
-         accumulate: bool = False) -> cp.ndarray:
+def gemm(
+    a: cp.ndarray,
+    b: cp.ndarray,
+    out_dtype=None,
+    allow_tf32: bool = True,
+    out: cp.ndarray | None = None,
+    accumulate: bool = False,
+) -> cp.ndarray:
     """a (..., M, K) @ b (..., K, N) for float32/float16/bfloat16 operands of one dtype, ndim >= 2.
     out: a C-contiguous array of the result's shape to write into (its dtype is the result's);
     accumulate: add the product to what out holds (cuBLAS's beta = 1)."""
@@ -98,13 +104,34 @@ def gemm(a: cp.ndarray, b: cp.ndarray, out_dtype=None, allow_tf32: bool = True, 
     # one is the capturing stream while a graph is recorded.
     _check(lib.cublasSetStream_v2(handle, cp.cuda.get_current_stream().ptr), "cublasSetStream")
     # column-major: C^T (N x M) = op(B^T) (N x K) @ op(A^T) (K x M)
-    _check(lib.cublasGemmStridedBatchedEx(
-        handle, int(b_t), int(a_t), N, M, K, _ONE.ctypes.data,
-        b.data.ptr, _CUDA_TYPE[b.dtype], ldb, stride_b,
-        a.data.ptr, _CUDA_TYPE[a.dtype], lda, stride_a,
-        (_ONE if accumulate else _ZERO).ctypes.data, out.data.ptr, _CUDA_TYPE[out_dtype], N, M * N, count, compute,
-        -1),
-        "cublasGemmStridedBatchedEx")
+    _check(
+        lib.cublasGemmStridedBatchedEx(
+            handle,
+            int(b_t),
+            int(a_t),
+            N,
+            M,
+            K,
+            _ONE.ctypes.data,
+            b.data.ptr,
+            _CUDA_TYPE[b.dtype],
+            ldb,
+            stride_b,
+            a.data.ptr,
+            _CUDA_TYPE[a.dtype],
+            lda,
+            stride_a,
+            (_ONE if accumulate else _ZERO).ctypes.data,
+            out.data.ptr,
+            _CUDA_TYPE[out_dtype],
+            N,
+            M * N,
+            count,
+            compute,
+            -1,
+        ),
+        "cublasGemmStridedBatchedEx",
+    )
     return out
 
 
@@ -117,6 +144,7 @@ def _check(status: int, what: str) -> None:
 def _cublas():
     """libcublas as CuPy loaded it (found in this process's memory map), with the two signatures we call."""
     from cupy_backends.cuda.libs import cublas  # noqa: F401  (loads libcublas)
+
     cp.cuda.device.get_cublas_handle()
     path = None
     with open("/proc/self/maps") as maps:
@@ -129,8 +157,31 @@ def _cublas():
     p, i, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
     lib.cublasSetStream_v2.argtypes = [p, p]
     lib.cublasSetStream_v2.restype = i
-    lib.cublasGemmStridedBatchedEx.argtypes = [p, i, i, i, i, i, p, p, i, i, i64, p, i, i, i64, p, p, i, i, i64,
-                                               i, i, i]
+    lib.cublasGemmStridedBatchedEx.argtypes = [
+        p,
+        i,
+        i,
+        i,
+        i,
+        i,
+        p,
+        p,
+        i,
+        i,
+        i64,
+        p,
+        i,
+        i,
+        i64,
+        p,
+        p,
+        i,
+        i,
+        i64,
+        i,
+        i,
+        i,
+    ]
     lib.cublasGemmStridedBatchedEx.restype = i
     return lib
 

@@ -19,6 +19,7 @@ def _moe_permute_backward(g, slot):
 # (Elementwise products and sums, not cp.einsum: einsum calls cuBLAS through CuPy's bindings, which
 # refuse while a CUDA graph is being captured.)
 
+
 def _moe_unpermute(y, slot, w):
     wy = L.wide(y)
     return L.finish((wy[slot] * L.wide(w).astype(wy.dtype)[:, :, None]).sum(axis=1), y.dtype)
@@ -32,5 +33,9 @@ def _moe_unpermute_backward(y, slot, w, g):
     return L.finish(dy, y.dtype), L.finish(dw, w.dtype)
 
 
-KERNELS = {"moe_permute": _moe_permute, "moe_permute_backward": _moe_permute_backward,
-           "moe_unpermute": _moe_unpermute, "moe_unpermute_backward": _moe_unpermute_backward}
+KERNELS = {
+    "moe_permute": _moe_permute,
+    "moe_permute_backward": _moe_permute_backward,
+    "moe_unpermute": _moe_unpermute,
+    "moe_unpermute_backward": _moe_unpermute_backward,
+}

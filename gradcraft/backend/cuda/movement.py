@@ -36,16 +36,24 @@ def _copy_rows(dst, src) -> bool:
     if dst.ndim == 0 or dst.shape != src.shape or dst.dtype != src.dtype or not src.flags.c_contiguous:
         return False
     item, width = dst.itemsize, dst.shape[-1] * dst.itemsize
-    if dst.strides[-1] != item or width % 16 or any(dst.strides[i] != dst.shape[i + 1] * dst.strides[i + 1]
-                                                    for i in range(dst.ndim - 2)):
+    if (
+        dst.strides[-1] != item
+        or width % 16
+        or any(dst.strides[i] != dst.shape[i + 1] * dst.strides[i + 1] for i in range(dst.ndim - 2))
+    ):
         return False
     row_stride = dst.strides[-2] if dst.ndim > 1 else width
     if row_stride % 16 or dst.data.ptr % 16 or src.data.ptr % 16:
         return False
     rows = dst.size // dst.shape[-1]
     if rows:
-        L.run("elementwise.cu", "copy_rows_16", L.grid_1d(rows * (width // 16)), 256,
-              (src, dst, L.i64(rows), L.i64(width // 16), L.i64(row_stride // 16)))
+        L.run(
+            "elementwise.cu",
+            "copy_rows_16",
+            L.grid_1d(rows * (width // 16)),
+            256,
+            (src, dst, L.i64(rows), L.i64(width // 16), L.i64(row_stride // 16)),
+        )
     return True
 
 
@@ -85,9 +93,11 @@ def _scatter_add_along_dim(g, idx, axis, shape):
 
 
 def _pad(a, pads, value):
-    out = cp.full(tuple(n + lo + hi for n, (lo, hi) in zip(a.shape, pads)), value, dtype=a.dtype) \
-        if a.dtype not in HALF else cp.full(tuple(n + lo + hi for n, (lo, hi) in zip(a.shape, pads)), value,
-                                            dtype=np.float32).astype(a.dtype)
+    out = (
+        cp.full(tuple(n + lo + hi for n, (lo, hi) in zip(a.shape, pads)), value, dtype=a.dtype)
+        if a.dtype not in HALF
+        else cp.full(tuple(n + lo + hi for n, (lo, hi) in zip(a.shape, pads)), value, dtype=np.float32).astype(a.dtype)
+    )
     out[tuple(slice(lo, lo + n) for n, (lo, _) in zip(a.shape, pads))] = a
     return out
 
@@ -99,15 +109,24 @@ def _triangle(fn):
         if a.dtype in HALF:
             return cp.where(keep, a.view(np.uint16), np.uint16(0)).view(a.dtype)
         return cp.where(keep, a, cp.zeros((), dtype=a.dtype))
+
     return kernel
 
 
 KERNELS = {
-    "reshape": lambda a, shape: cp.reshape(a, shape), "permute": lambda a, axes: cp.transpose(a, axes),
-    "expand": lambda a, shape: cp.broadcast_to(a, shape), "slice": _slice,
-    "flip": lambda a, axes: cp.flip(a, axes), "contiguous": lambda a: cp.array(a, copy=True, order="C"),
-    "index": _index, "index_put_add": _index_put_add, "take_along_dim": _take_along_dim,
-    "scatter_add_along_dim": _scatter_add_along_dim, "put_slices": _put_slices,
-    "cat": lambda *arrays, axis: cp.concatenate(arrays, axis=axis), "pad": _pad,
-    "tril": _triangle(cp.tril), "triu": _triangle(cp.triu),
+    "reshape": lambda a, shape: cp.reshape(a, shape),
+    "permute": lambda a, axes: cp.transpose(a, axes),
+    "expand": lambda a, shape: cp.broadcast_to(a, shape),
+    "slice": _slice,
+    "flip": lambda a, axes: cp.flip(a, axes),
+    "contiguous": lambda a: cp.array(a, copy=True, order="C"),
+    "index": _index,
+    "index_put_add": _index_put_add,
+    "take_along_dim": _take_along_dim,
+    "scatter_add_along_dim": _scatter_add_along_dim,
+    "put_slices": _put_slices,
+    "cat": lambda *arrays, axis: cp.concatenate(arrays, axis=axis),
+    "pad": _pad,
+    "tril": _triangle(cp.tril),
+    "triu": _triangle(cp.triu),
 }

@@ -13,8 +13,10 @@ def _nccl():
     try:
         from cupy.cuda import nccl
     except ImportError as e:
-        raise UserError(f"NCCL is not available to CuPy ({e}); install the nvidia-nccl wheel for your CUDA "
-                        "version (e.g. pip install nvidia-nccl-cu12)") from None
+        raise UserError(
+            f"NCCL is not available to CuPy ({e}); install the nvidia-nccl wheel for your CUDA "
+            "version (e.g. pip install nvidia-nccl-cu12)"
+        ) from None
     return nccl
 
 
@@ -40,10 +42,14 @@ class NCCLGroup:
         self.rank, self.world, self.device_index = rank, world, device_index
         cp.cuda.Device(device_index).use()
         self.comm = nccl.NcclCommunicator(world, uid, rank)
-        self._types = {cp.dtype(cp.float32): nccl.NCCL_FLOAT32, cp.dtype(cp.float16): nccl.NCCL_FLOAT16,
-                       cp.dtype(cp.float64): nccl.NCCL_FLOAT64}
+        self._types = {
+            cp.dtype(cp.float32): nccl.NCCL_FLOAT32,
+            cp.dtype(cp.float16): nccl.NCCL_FLOAT16,
+            cp.dtype(cp.float64): nccl.NCCL_FLOAT64,
+        }
         if hasattr(nccl, "NCCL_BFLOAT16"):
             import ml_dtypes
+
             self._types[cp.dtype(ml_dtypes.bfloat16)] = nccl.NCCL_BFLOAT16
         self._sum = nccl.NCCL_SUM
 
@@ -72,15 +78,22 @@ class NCCLGroup:
         self._check_types([flat], "reduce-scatter")
         shard = flat.size // self.world
         out = cp.empty(shard, flat.dtype) if out is None else out
-        self.comm.reduceScatter(flat.data.ptr, out.data.ptr, shard, self._types[flat.dtype], self._sum,
-                                (stream or cp.cuda.get_current_stream()).ptr)
+        self.comm.reduceScatter(
+            flat.data.ptr,
+            out.data.ptr,
+            shard,
+            self._types[flat.dtype],
+            self._sum,
+            (stream or cp.cuda.get_current_stream()).ptr,
+        )
         return out
 
     def all_gather(self, shard, flat) -> None:
         """flat (world x shard.size, contiguous) = every rank's shard in rank order (current stream)."""
         self._check_types([shard], "all-gather")
-        self.comm.allGather(shard.data.ptr, flat.data.ptr, shard.size, self._types[shard.dtype],
-                            cp.cuda.get_current_stream().ptr)
+        self.comm.allGather(
+            shard.data.ptr, flat.data.ptr, shard.size, self._types[shard.dtype], cp.cuda.get_current_stream().ptr
+        )
 
     def close(self) -> None:
         self.comm.destroy()

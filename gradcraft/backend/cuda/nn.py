@@ -64,6 +64,7 @@ def _row_grid(layout, rows):
 
 # ---------------------------------------------------------------- softmax family
 
+
 def softmax_rows(x, scale=1.0, mask=None, causal=False, window=None, T=1, S=1, log=False):
     """Row softmax of x (..., C) * scale (+ float32 additive mask of x's shape), attention masking fused."""
     x = _c(x)
@@ -73,9 +74,25 @@ def softmax_rows(x, scale=1.0, mask=None, causal=False, window=None, T=1, S=1, l
     y = L.empty(x.shape, x.dtype)
     if rows and C:
         layout, access, threads = _layout(C, x.dtype, (x, y, mask), *_SOFTMAX_E, 1024)
-        L.run("softmax.cu", f"softmax_fwd_{layout}_{access}_{L.suffix(x.dtype)}", _row_grid(layout, rows), threads,
-              (x, y, i64(rows), i32(C), f64(scale), ptr(mask), i32(bool(causal)), i32(window or 0), i32(T), i32(S),
-               i32(bool(log))))
+        L.run(
+            "softmax.cu",
+            f"softmax_fwd_{layout}_{access}_{L.suffix(x.dtype)}",
+            _row_grid(layout, rows),
+            threads,
+            (
+                x,
+                y,
+                i64(rows),
+                i32(C),
+                f64(scale),
+                ptr(mask),
+                i32(bool(causal)),
+                i32(window or 0),
+                i32(T),
+                i32(S),
+                i32(bool(log)),
+            ),
+        )
     return y
 
 
@@ -87,8 +104,13 @@ def softmax_rows_backward(y, g, scale=1.0, log=False):
     dx = L.empty(y.shape, y.dtype)
     if rows and C:
         layout, access, threads = _layout(C, y.dtype, (y, g, dx), *_SOFTMAX_E, 1024)
-        L.run("softmax.cu", f"softmax_bwd_{layout}_{access}_{L.suffix(y.dtype)}", _row_grid(layout, rows), threads,
-              (y, g, dx, i64(rows), i32(C), f64(scale), i32(bool(log))))
+        L.run(
+            "softmax.cu",
+            f"softmax_bwd_{layout}_{access}_{L.suffix(y.dtype)}",
+            _row_grid(layout, rows),
+            threads,
+            (y, g, dx, i64(rows), i32(C), f64(scale), i32(bool(log))),
+        )
     return dx
 
 
@@ -110,9 +132,21 @@ def log_softmax_backward(y, g, axis):
 
 # ---------------------------------------------------------------- cross-entropy
 
-def cross_entropy_with_grad(logits, target, g=None, ignore_index=-100, label_smoothing=0.0, grad_scale=1.0,
-                            want_loss=True, want_grad=True, valid_classes=None, float_loss=False, loss_out=None,
-                            dlogits_out=None):
+
+def cross_entropy_with_grad(
+    logits,
+    target,
+    g=None,
+    ignore_index=-100,
+    label_smoothing=0.0,
+    grad_scale=1.0,
+    want_loss=True,
+    want_grad=True,
+    valid_classes=None,
+    float_loss=False,
+    loss_out=None,
+    dlogits_out=None,
+):
     """Per-row losses and dlogits of (N, W) logits in one launch (either may be skipped).
 
     dlogits is scaled by g[row] (None: 1) times grad_scale, e.g. 1 / count for a mean loss. Only the
@@ -131,9 +165,24 @@ def cross_entropy_with_grad(logits, target, g=None, ignore_index=-100, label_smo
         g = None if g is None else _c(g, loss_dtype)  # (named: kept alive through the launch)
         access, threads = _ce_layout(W, logits.dtype, (logits, dlogits))
         name = f"cross_entropy_{access}_{L.suffix(logits.dtype)}" + ("_f32loss" if wide_loss else "")
-        L.run("cross_entropy.cu", name, N, threads,
-              (logits, target, ptr(g), ptr(loss), ptr(dlogits), i32(C), i32(W), i64(ignore_index),
-               f64(label_smoothing), f64(grad_scale)))
+        L.run(
+            "cross_entropy.cu",
+            name,
+            N,
+            threads,
+            (
+                logits,
+                target,
+                ptr(g),
+                ptr(loss),
+                ptr(dlogits),
+                i32(C),
+                i32(W),
+                i64(ignore_index),
+                f64(label_smoothing),
+                f64(grad_scale),
+            ),
+        )
     return loss, dlogits
 
 
@@ -154,14 +203,16 @@ def lce_chunk_rows(n: int, width: int, itemsize: int, chunk_bytes: int) -> int:
     return min(n, max(1, -(-rows // 64) * 64 if rows > 64 else rows))
 
 
-def linear_cross_entropy(x, w, target, *, ignore_index=-100, label_smoothing=0.0, valid_classes=None,
-                         chunk_bytes=LCE_CHUNK_BYTES):
+def linear_cross_entropy(
+    x, w, target, *, ignore_index=-100, label_smoothing=0.0, valid_classes=None, chunk_bytes=LCE_CHUNK_BYTES
+):
     """The sum over rows of cross_entropy(x @ w^T, target), and its gradients dx (N, C) and dw (V, C),
     without ever holding the (N, V) logits: chunk by chunk of rows, the logits (cuBLAS, in x's dtype),
     the losses and dlogits in one kernel (dlogits written over the logits), then dx = dlogits w and
     dw += dlogits^T x (accumulated in float32, rounded to w's dtype at the end). Returns (float32 loss
     sum (), dx, dw). The reference is `_linear_cross_entropy` in backend/cpu/cross_entropy.py."""
     from gradcraft.backend.cuda.matmul import gemm
+
     x, w, target = _c(x), _c(w), _c(target, np.int64)
     N, C = x.shape
     V = w.shape[0]
@@ -176,9 +227,17 @@ def linear_cross_entropy(x, w, target, *, ignore_index=-100, label_smoothing=0.0
         end = min(N, start + rows)
         xc = x[start:end]
         logits = gemm(xc, w.T)  # (n, V)
-        cross_entropy_with_grad(logits, target[start:end], None, ignore_index, label_smoothing,
-                                valid_classes=valid_classes, float_loss=True, loss_out=losses[start:end],
-                                dlogits_out=logits)
+        cross_entropy_with_grad(
+            logits,
+            target[start:end],
+            None,
+            ignore_index,
+            label_smoothing,
+            valid_classes=valid_classes,
+            float_loss=True,
+            loss_out=losses[start:end],
+            dlogits_out=logits,
+        )
         gemm(logits, w, out=dx[start:end])
         gemm(logits.T, xc, out=dw, accumulate=start > 0)
         del logits
@@ -198,16 +257,33 @@ def _ce_layout(width, dtype, arrays):
 
 
 def cross_entropy(logits, target, ignore_index, label_smoothing, valid_classes=None, float_loss=False):
-    return cross_entropy_with_grad(logits, target, None, ignore_index, label_smoothing, want_grad=False,
-                                   valid_classes=valid_classes, float_loss=float_loss)[0]
+    return cross_entropy_with_grad(
+        logits,
+        target,
+        None,
+        ignore_index,
+        label_smoothing,
+        want_grad=False,
+        valid_classes=valid_classes,
+        float_loss=float_loss,
+    )[0]
 
 
 def cross_entropy_backward(logits, target, g, ignore_index, label_smoothing, valid_classes=None, float_loss=False):
-    return cross_entropy_with_grad(logits, target, g, ignore_index, label_smoothing, want_loss=False,
-                                   valid_classes=valid_classes, float_loss=float_loss)[1]
+    return cross_entropy_with_grad(
+        logits,
+        target,
+        g,
+        ignore_index,
+        label_smoothing,
+        want_loss=False,
+        valid_classes=valid_classes,
+        float_loss=float_loss,
+    )[1]
 
 
 # ---------------------------------------------------------------- norms
+
 
 def _norm_params(x, *params):
     """Norm weight/bias as the kernels read them, flat, and w_acc: in x's dtype as they are (0; what the
@@ -219,14 +295,19 @@ def _norm_params(x, *params):
 
 def _norm_forward(x, weight, bias, eps, n_dims, center):
     x = _c(x)
-    F = int(np.prod(x.shape[x.ndim - n_dims:]))
+    F = int(np.prod(x.shape[x.ndim - n_dims :]))
     rows = x.size // max(F, 1)
     y = L.empty(x.shape, x.dtype)
     (w, b), w_acc = _norm_params(x, weight, bias)  # (named: a temporary's memory could be reused before the launch)
     if rows and F:
         layout, access, threads = _layout(F, x.dtype, (x, y, w, b), *_NORM_FWD_E, 1024)
-        L.run("norms.cu", f"norm_fwd_{layout}_{access}_{L.suffix(x.dtype)}", _row_grid(layout, rows), threads,
-              (x, ptr(w), ptr(b), i32(w_acc), y, i64(rows), i32(F), f64(eps), i32(center)))
+        L.run(
+            "norms.cu",
+            f"norm_fwd_{layout}_{access}_{L.suffix(x.dtype)}",
+            _row_grid(layout, rows),
+            threads,
+            (x, ptr(w), ptr(b), i32(w_acc), y, i64(rows), i32(F), f64(eps), i32(center)),
+        )
     return y
 
 
@@ -236,7 +317,7 @@ def _norm_backward(x, weight, g, eps, n_dims, center):
     the slices in a fixed order."""
     x = _c(x)
     g = _c(g, x.dtype)
-    norm_shape = x.shape[x.ndim - n_dims:]
+    norm_shape = x.shape[x.ndim - n_dims :]
     F = int(np.prod(norm_shape))
     rows = x.size // max(F, 1)
     dx = L.empty(x.shape, x.dtype)
@@ -257,11 +338,21 @@ def _norm_backward(x, weight, g, eps, n_dims, center):
     else:
         blocks = min(rows, 2 * sms)
     partial = cp.empty((blocks, 2, F), dtype=L.acc_dtype(x.dtype))  # (every slice read is written first)
-    L.run("norms.cu", f"norm_bwd_{layout}_{access}_{L.suffix(x.dtype)}", blocks, threads,
-          (x, ptr(w), i32(w_acc), g, dx, partial, i64(rows), i32(F), f64(eps), i32(center)))
+    L.run(
+        "norms.cu",
+        f"norm_bwd_{layout}_{access}_{L.suffix(x.dtype)}",
+        blocks,
+        threads,
+        (x, ptr(w), i32(w_acc), g, dx, partial, i64(rows), i32(F), f64(eps), i32(center)),
+    )
     columns = 2 * F if center else F
-    L.run("norms.cu", f"norm_reduce_{L.suffix(x.dtype)}", -(-columns // 32), 1024,  # 32 columns x 32 groups
-          (partial, dweight, ptr(dbias), i32(blocks), i32(F)))
+    L.run(
+        "norms.cu",
+        f"norm_reduce_{L.suffix(x.dtype)}",
+        -(-columns // 32),
+        1024,  # 32 columns x 32 groups
+        (partial, dweight, ptr(dbias), i32(blocks), i32(F)),
+    )
     return dx, dweight, dbias
 
 
@@ -283,13 +374,13 @@ def rms_norm_backward(x, weight, g, eps, n_dims):
 
 # ---------------------------------------------------------------- rope, embedding, dropout
 
+
 def _access(dtype, *arrays, width=None):
-    """"v" where the kernels can move 16 bytes per access (every array 16-byte aligned, and `width`, when
+    """ "v" where the kernels can move 16 bytes per access (every array 16-byte aligned, and `width`, when
     given, a multiple of the values per access), else "s"."""
     per_access = 16 // np.dtype(dtype).itemsize
     ok = (width is None or width % per_access == 0) and L.aligned(*arrays)
     return "v" if ok else "s"
-
 
 
 def rope(x, cos, sin, inverse):
@@ -299,8 +390,13 @@ def rope(x, cos, sin, inverse):
     rows = x.size // max(D, 1)
     y = L.empty(x.shape, x.dtype)
     if rows and half:
-        L.run("rope.cu", f"rope_{L.suffix(x.dtype)}", L.grid_1d(rows * half), 256,
-              (x, _acc(cos, x), _acc(sin, x), y, i64(rows), i32(T), i32(half), i32(bool(inverse))))
+        L.run(
+            "rope.cu",
+            f"rope_{L.suffix(x.dtype)}",
+            L.grid_1d(rows * half),
+            256,
+            (x, _acc(cos, x), _acc(sin, x), y, i64(rows), i32(T), i32(half), i32(bool(inverse))),
+        )
     return y
 
 
@@ -312,8 +408,13 @@ def embedding(weight, idx):
     if n and D:
         row_bytes = D * weight.dtype.itemsize  # copied in the widest unit that divides it and the alignment
         unit = next(u for u in (16, 8, 4, 2, 1) if row_bytes % u == 0 and L.aligned(weight, out, to=u))
-        L.run("embedding.cu", f"embedding_fwd_{unit}", min(-(-n // 8), 65535 * 8), 256,
-              (weight, idx, out, i64(n), i32(row_bytes // unit), i64(weight.shape[0])))
+        L.run(
+            "embedding.cu",
+            f"embedding_fwd_{unit}",
+            min(-(-n // 8), 65535 * 8),
+            256,
+            (weight, idx, out, i64(n), i32(row_bytes // unit), i64(weight.shape[0])),
+        )
     return out
 
 
@@ -334,10 +435,20 @@ def embedding_backward(idx, g, num_embeddings):
         tasks = chunks * -(-vectors // 32)  # a warp each: 32 positions x 32 accesses of a row
         grid = min(-(-tasks // 8), 65535 * 8)
         args = (i64(n), i32(D), i64(num_embeddings))
-        L.run("embedding.cu", f"embedding_bwd_chunk_{access}_{L.suffix(g.dtype)}", grid, 256,
-              (flat, order, g, out, part, *args))
-        L.run("embedding.cu", f"embedding_bwd_join_{access}_{L.suffix(g.dtype)}", grid, 256,
-              (flat, order, out, part, *args))
+        L.run(
+            "embedding.cu",
+            f"embedding_bwd_chunk_{access}_{L.suffix(g.dtype)}",
+            grid,
+            256,
+            (flat, order, g, out, part, *args),
+        )
+        L.run(
+            "embedding.cu",
+            f"embedding_bwd_join_{access}_{L.suffix(g.dtype)}",
+            grid,
+            256,
+            (flat, order, out, part, *args),
+        )
     return out
 
 
@@ -350,8 +461,13 @@ def dropout(x, state=None, *, p, stream=0, seed=None):
         state = cp.asarray(np.array([seed, 0], dtype=np.uint64).view(np.int64))
     y = L.empty(x.shape, x.dtype)
     if x.size:
-        L.run("dropout.cu", f"dropout_{L.suffix(x.dtype)}", L.grid_1d(-(-x.size // 4)), 256,
-              (x, y, i64(x.size), _c(state, np.int64), np.uint64(stream), f64(p), f64(1.0 / (1.0 - p))))
+        L.run(
+            "dropout.cu",
+            f"dropout_{L.suffix(x.dtype)}",
+            L.grid_1d(-(-x.size // 4)),
+            256,
+            (x, y, i64(x.size), _c(state, np.int64), np.uint64(stream), f64(p), f64(1.0 / (1.0 - p))),
+        )
     return y
 
 
@@ -359,24 +475,50 @@ def attention_dropout(x, state, *, p, stream, T, S, i0=0, j0=0):
     """The explicit attention path's dropout: x (..., t, s) weights of queries i0.. and keys j0.. of a
     (B, H, T, S) attention, dropped with the flash kernels' mask (backend/philox.py) and scaled."""
     from gradcraft.backend import philox
+
     x = _c(x)
     y = L.empty(x.shape, x.dtype)
     if x.size:
         t, s = x.shape[-2], x.shape[-1]
-        L.run("dropout.cu", f"attention_dropout_{L.suffix(x.dtype)}", L.grid_1d(x.size), 256,
-              (x, y, i64(x.size), L.i32(t), L.i32(s), L.i32(T), L.i32(S), L.i32(i0), L.i32(j0),
-               _c(state, np.int64), np.uint32(stream), np.uint32(philox.threshold(p)),
-               np.float32(philox.keep_scale(p))))
+        L.run(
+            "dropout.cu",
+            f"attention_dropout_{L.suffix(x.dtype)}",
+            L.grid_1d(x.size),
+            256,
+            (
+                x,
+                y,
+                i64(x.size),
+                L.i32(t),
+                L.i32(s),
+                L.i32(T),
+                L.i32(S),
+                L.i32(i0),
+                L.i32(j0),
+                _c(state, np.int64),
+                np.uint32(stream),
+                np.uint32(philox.threshold(p)),
+                np.float32(philox.keep_scale(p)),
+            ),
+        )
     return y
 
 
 KERNELS = {
-    "softmax": softmax, "softmax_backward": softmax_backward,
-    "log_softmax": log_softmax, "log_softmax_backward": log_softmax_backward,
-    "cross_entropy": cross_entropy, "cross_entropy_backward": cross_entropy_backward,
+    "softmax": softmax,
+    "softmax_backward": softmax_backward,
+    "log_softmax": log_softmax,
+    "log_softmax_backward": log_softmax_backward,
+    "cross_entropy": cross_entropy,
+    "cross_entropy_backward": cross_entropy_backward,
     "linear_cross_entropy": linear_cross_entropy,
-    "layer_norm": layer_norm, "layer_norm_backward": layer_norm_backward,
-    "rms_norm": rms_norm, "rms_norm_backward": rms_norm_backward,
-    "embedding": embedding, "embedding_backward": embedding_backward, "dropout": dropout,
-    "attention_dropout": attention_dropout, "rope": rope,
+    "layer_norm": layer_norm,
+    "layer_norm_backward": layer_norm_backward,
+    "rms_norm": rms_norm,
+    "rms_norm_backward": rms_norm_backward,
+    "embedding": embedding,
+    "embedding_backward": embedding_backward,
+    "dropout": dropout,
+    "attention_dropout": attention_dropout,
+    "rope": rope,
 }

@@ -29,11 +29,14 @@ _CODES = {np.dtype(np.float32): 0, np.dtype("bfloat16"): 1, np.dtype(np.float16)
 def _check(arrays, what):
     for k, a in enumerate(arrays):
         if a.dtype not in _CODES or not a.flags.c_contiguous:
-            raise UserError(f"{what}[{k}]: need contiguous float32/bfloat16/float16 arrays, got {a.dtype} {a.shape}"
-                            f"{'' if a.flags.c_contiguous else ' (not contiguous)'}")
+            raise UserError(
+                f"{what}[{k}]: need contiguous float32/bfloat16/float16 arrays, got {a.dtype} {a.shape}"
+                f"{'' if a.flags.c_contiguous else ' (not contiguous)'}"
+            )
 
 
 # Every table below goes through launch.constant: cached, and copied in a way CUDA-graph capture records.
+
 
 def _table(sizes: tuple, device_id: int):
     """Device arrays (chunk -> tensor, chunk -> first element) for tensors of these sizes."""
@@ -57,8 +60,19 @@ def _int32s(values):
     return L.constant(values, np.int32)
 
 
-def adamw_step(params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1=0.9, beta2=0.999, eps=1e-8,
-               weight_decay=0.01, grad_scale=None) -> None:
+def adamw_step(
+    params,
+    grads,
+    exp_avgs,
+    exp_avg_sqs,
+    lr_step,
+    *,
+    beta1=0.9,
+    beta2=0.999,
+    eps=1e-8,
+    weight_decay=0.01,
+    grad_scale=None,
+) -> None:
     _check(params, "adamw_step params")
     _check(grads, "adamw_step grads")
     # Sizes, dtypes and layout the kernel assumes, checked before the launch: a state of another size
@@ -67,8 +81,10 @@ def adamw_step(params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1=0.9, beta
     for k, a in enumerate((*exp_avgs, *exp_avg_sqs)):
         if a.dtype != np.float32 or not a.flags.c_contiguous:
             name = "exp_avg" if k < len(exp_avgs) else "exp_avg_sq"
-            raise UserError(f"adamw_step: {name} of parameter {k % max(len(exp_avgs), 1)} must be a contiguous "
-                            f"float32 array, got {a.dtype}{'' if a.flags.c_contiguous else ' (not contiguous)'}")
+            raise UserError(
+                f"adamw_step: {name} of parameter {k % max(len(exp_avgs), 1)} must be a contiguous "
+                f"float32 array, got {a.dtype}{'' if a.flags.c_contiguous else ' (not contiguous)'}"
+            )
     sizes = tuple(int(p.size) for p in params)
     chunk_tensor, chunk_start, n_chunks = _table(sizes, cp.cuda.Device().id)
     if not n_chunks:
@@ -76,10 +92,30 @@ def adamw_step(params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1=0.9, beta
     size_array = _pointers(sizes, cp.cuda.Device().id).view(np.int64)
     param_codes = _int32s([_CODES[p.dtype] for p in params])
     grad_codes = _int32s([_CODES[g.dtype] for g in grads])
-    L.run("adamw.cu", "adamw_step", min(n_chunks, 4096), 512,
-          (_list(params), param_codes, _list(grads), grad_codes, _list(exp_avgs), _list(exp_avg_sqs), size_array,
-           chunk_tensor, chunk_start, L.i32(n_chunks), cp.asarray(lr_step, dtype=np.float32),
-           L.ptr(grad_scale), np.float32(beta1), np.float32(beta2), np.float32(eps), np.float32(weight_decay)))
+    L.run(
+        "adamw.cu",
+        "adamw_step",
+        min(n_chunks, 4096),
+        512,
+        (
+            _list(params),
+            param_codes,
+            _list(grads),
+            grad_codes,
+            _list(exp_avgs),
+            _list(exp_avg_sqs),
+            size_array,
+            chunk_tensor,
+            chunk_start,
+            L.i32(n_chunks),
+            cp.asarray(lr_step, dtype=np.float32),
+            L.ptr(grad_scale),
+            np.float32(beta1),
+            np.float32(beta2),
+            np.float32(eps),
+            np.float32(weight_decay),
+        ),
+    )
 
 
 def grad_norm(grads, max_norm=0.0):
@@ -89,10 +125,21 @@ def grad_norm(grads, max_norm=0.0):
     out = L.empty((2,), np.float32)
     partial = L.empty((max(n_chunks, 1),), np.float64)
     if n_chunks:
-        L.run("gradnorm.cu", "grad_sumsq", min(n_chunks, 4096), 512,
-              (_list(grads), _int32s([_CODES[g.dtype] for g in grads]),
-               _pointers(sizes, cp.cuda.Device().id).view(np.int64), chunk_tensor, chunk_start, L.i32(n_chunks),
-               partial))
+        L.run(
+            "gradnorm.cu",
+            "grad_sumsq",
+            min(n_chunks, 4096),
+            512,
+            (
+                _list(grads),
+                _int32s([_CODES[g.dtype] for g in grads]),
+                _pointers(sizes, cp.cuda.Device().id).view(np.int64),
+                chunk_tensor,
+                chunk_start,
+                L.i32(n_chunks),
+                partial,
+            ),
+        )
     else:
         partial.fill(0)
     L.run("gradnorm.cu", "grad_norm_finish", 1, 1024, (partial, L.i32(max(n_chunks, 1)), out, L.f64(max_norm)))

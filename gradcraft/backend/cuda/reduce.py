@@ -23,12 +23,12 @@ def _trailing(a, axes):
 def _reduce_rows(kind, a, k, keepdim):
     """reduce.cu over the trailing k axes of a float array (one block per output element)."""
     a = L.contiguous(a)
-    C = int(np.prod(a.shape[a.ndim - k:], dtype=np.int64))
+    C = int(np.prod(a.shape[a.ndim - k :], dtype=np.int64))
     rows = a.size // C
-    out = L.empty(a.shape[:a.ndim - k], a.dtype)
+    out = L.empty(a.shape[: a.ndim - k], a.dtype)
     if rows:
         L.run("reduce.cu", f"reduce_{kind}_{L.suffix(a.dtype)}", rows, L.row_threads(C), (a, out, L.i32(C)))
-    return out.reshape(a.shape[:a.ndim - k] + (1,) * k) if keepdim else out
+    return out.reshape(a.shape[: a.ndim - k] + (1,) * k) if keepdim else out
 
 
 def _leading(a, axes) -> int:
@@ -57,14 +57,14 @@ def _reduction(kind, fn):
         k = _trailing(a, axes) if a.ndim else None
         if a.dtype in L.FLOAT and k and a.size and all(a.shape):
             return _reduce_rows(kind, a, k, keepdim)
-        lead = _leading(a, axes) if kind == "sum" and a.dtype in (np.float32, np.dtype("bfloat16"), np.float16) \
-            else 0
+        lead = _leading(a, axes) if kind == "sum" and a.dtype in (np.float32, np.dtype("bfloat16"), np.float16) else 0
         if lead and a.size and all(a.shape):
             return _sum_leading(a, lead, keepdim)
         w = L.wide(a)
         if kind == "sum" and a.dtype.kind in "biu":
             return fn(w, axis=axes, keepdims=keepdim, dtype=np.int64)
         return L.finish(cp.asarray(fn(w, axis=axes, keepdims=keepdim)), a.dtype)
+
     return kernel
 
 
@@ -76,7 +76,6 @@ def _arg(fn):
             return result.reshape((1,) * a.ndim) if keepdim else result
         result = fn(w, axis=axis).astype(np.int64)
         return cp.expand_dims(result, axis) if keepdim else result
-
 
     return kernel
 
@@ -99,5 +98,12 @@ def _topk(a, k, axis, largest):
     return L.contiguous(cp.take(order, cp.arange(k), axis=axis)).astype(np.int64)
 
 
-KERNELS = {"sum": _reduction("sum", cp.sum), "max": _reduction("max", cp.max), "min": _reduction("min", cp.min),
-           "argmax": _arg(cp.argmax), "argmin": _arg(cp.argmin), "cumsum": _cumsum, "topk": _topk}
+KERNELS = {
+    "sum": _reduction("sum", cp.sum),
+    "max": _reduction("max", cp.max),
+    "min": _reduction("min", cp.min),
+    "argmax": _arg(cp.argmax),
+    "argmin": _arg(cp.argmin),
+    "cumsum": _cumsum,
+    "topk": _topk,
+}

@@ -12,6 +12,7 @@ from gradcraft.backend.cuda.nn import softmax_rows, softmax_rows_backward
 def _attention_probs(q, k, mask, scale, causal, window):
     """Softmax weights (B, Hkv, G, T, S): scores by cuBLAS, scale + masks + softmax in one kernel."""
     from gradcraft.backend.cuda.matmul import matmul
+
     B, H, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     qg = q.reshape(B, Hkv, H // Hkv, T, D)
@@ -25,6 +26,7 @@ def _attention_probs(q, k, mask, scale, causal, window):
 
 def _wide_attention(fn):
     """Half-precision attention runs in float32 and rounds once at the end, as cpu.py does."""
+
     def kernel(q, k, v, *rest, **attrs):
         if q.dtype not in L.HALF:
             return fn(q, k, v, *rest, **attrs)
@@ -33,12 +35,14 @@ def _wide_attention(fn):
         if isinstance(out, tuple):
             return tuple(L.finish(o, a.dtype) for o, a in zip(out, (q, k, v)))
         return L.finish(out, q.dtype)
+
     return kernel
 
 
 @_wide_attention
 def sdpa(q, k, v, mask=None, *, scale, causal, window):
     from gradcraft.backend.cuda.matmul import matmul
+
     B, H, T, D = q.shape
     p = _attention_probs(q, k, mask, scale, causal, window)
     out = matmul(p, v[:, :, None])  # (B, Hkv, G, T, Dv)
@@ -48,6 +52,7 @@ def sdpa(q, k, v, mask=None, *, scale, causal, window):
 @_wide_attention
 def sdpa_backward(q, k, v, g, mask=None, *, scale, causal, window):
     from gradcraft.backend.cuda.matmul import matmul
+
     B, H, T, D = q.shape
     Hkv = k.shape[1]
     p = _attention_probs(q, k, mask, scale, causal, window)  # recomputed, as flash attention does
@@ -81,5 +86,9 @@ def masked_softmax_backward(p, g, *, scale):
     return softmax_rows_backward(p, g, scale)
 
 
-KERNELS = {"sdpa": sdpa, "sdpa_backward": sdpa_backward,
-           "masked_softmax": masked_softmax, "masked_softmax_backward": masked_softmax_backward}
+KERNELS = {
+    "sdpa": sdpa,
+    "sdpa_backward": sdpa_backward,
+    "masked_softmax": masked_softmax,
+    "masked_softmax_backward": masked_softmax_backward,
+}

@@ -89,14 +89,20 @@ def kernels(reference: dict, empty) -> dict:
         def run(*args, **kwargs):
             arrays, axis = (args, kwargs["axis"]) if "axis" in kwargs else (args[:-1], args[-1])
             x = arrays[0]
-            if not _f32(*arrays) or x.ndim == 0 or axis not in (-1, x.ndim - 1) or \
-                    any(a.shape != x.shape for a in arrays):
+            if (
+                not _f32(*arrays)
+                or x.ndim == 0
+                or axis not in (-1, x.ndim - 1)
+                or any(a.shape != x.shape for a in arrays)
+            ):
                 return reference[name](*arrays, axis=axis)
             n = x.shape[-1]
             out = empty(x.shape, _F32)
-            _over_rows(lambda a, b: kernel(*[_ptr(v) for v in arrays], _ptr(out), n, *extra, a, b),
-                       x.size // max(n, 1), n)
+            _over_rows(
+                lambda a, b: kernel(*[_ptr(v) for v in arrays], _ptr(out), n, *extra, a, b), x.size // max(n, 1), n
+            )
             return out
+
         return run
 
     def swiglu(h):
@@ -114,81 +120,120 @@ def kernels(reference: dict, empty) -> dict:
         features = h.shape[-1] // 2
         out = empty(h.shape, _F32)
         rows = g.size // max(features, 1)
-        _over_rows(lambda a, b: lib.swiglu_backward_f32(_ptr(h), _ptr(g), _ptr(out), features, a, b), rows,
-                   2 * features)
+        _over_rows(
+            lambda a, b: lib.swiglu_backward_f32(_ptr(h), _ptr(g), _ptr(out), features, a, b), rows, 2 * features
+        )
         return out
 
     def rms_norm(x, weight, eps, n_dims):
-        if not _f32(x, weight) or not _norm_params_fit(math.prod(x.shape[x.ndim - n_dims:]), weight):
+        if not _f32(x, weight) or not _norm_params_fit(math.prod(x.shape[x.ndim - n_dims :]), weight):
             return reference["rms_norm"](x, weight, eps, n_dims)
-        features = math.prod(x.shape[x.ndim - n_dims:])
+        features = math.prod(x.shape[x.ndim - n_dims :])
         out = empty(x.shape, _F32)
-        _over_rows(lambda a, b: lib.rms_norm_f32(_ptr(x), _ptr(weight), _ptr(out), features, eps, a, b),
-                   x.size // max(features, 1), features)
+        _over_rows(
+            lambda a, b: lib.rms_norm_f32(_ptr(x), _ptr(weight), _ptr(out), features, eps, a, b),
+            x.size // max(features, 1),
+            features,
+        )
         return out
 
     def rms_norm_backward(x, weight, g, eps, n_dims):
-        if not _f32(x, weight, g) or x.shape != g.shape or \
-                not _norm_params_fit(math.prod(x.shape[x.ndim - n_dims:]), weight):
+        if (
+            not _f32(x, weight, g)
+            or x.shape != g.shape
+            or not _norm_params_fit(math.prod(x.shape[x.ndim - n_dims :]), weight)
+        ):
             return reference["rms_norm_backward"](x, weight, g, eps, n_dims)
-        norm_shape = x.shape[x.ndim - n_dims:]
+        norm_shape = x.shape[x.ndim - n_dims :]
         features, rows = math.prod(norm_shape), x.size // max(math.prod(norm_shape), 1)
         dx = empty(x.shape, _F32)
         partials = np.zeros((-(-rows // PARTIAL_ROWS), features), _F32)
-        _over_rows(lambda a, b: lib.rms_norm_backward_f32(_ptr(x), _ptr(weight), _ptr(g), _ptr(dx), _ptr(partials),
-                                                          PARTIAL_ROWS, features, eps, a, b),
-                   rows, features, PARTIAL_ROWS)
+        _over_rows(
+            lambda a, b: lib.rms_norm_backward_f32(
+                _ptr(x), _ptr(weight), _ptr(g), _ptr(dx), _ptr(partials), PARTIAL_ROWS, features, eps, a, b
+            ),
+            rows,
+            features,
+            PARTIAL_ROWS,
+        )
         return dx, _sum_partials(partials, norm_shape, empty)
 
     def layer_norm(x, weight, bias, eps, n_dims):
-        if not _f32(x, weight, bias) or not _norm_params_fit(math.prod(x.shape[x.ndim - n_dims:]), weight, bias):
+        if not _f32(x, weight, bias) or not _norm_params_fit(math.prod(x.shape[x.ndim - n_dims :]), weight, bias):
             return reference["layer_norm"](x, weight, bias, eps, n_dims)
-        features = math.prod(x.shape[x.ndim - n_dims:])
+        features = math.prod(x.shape[x.ndim - n_dims :])
         out = empty(x.shape, _F32)
-        _over_rows(lambda a, b: lib.layer_norm_f32(_ptr(x), _ptr(weight), _ptr(bias), _ptr(out), features, eps,
-                                                   a, b), x.size // max(features, 1), features)
+        _over_rows(
+            lambda a, b: lib.layer_norm_f32(_ptr(x), _ptr(weight), _ptr(bias), _ptr(out), features, eps, a, b),
+            x.size // max(features, 1),
+            features,
+        )
         return out
 
     def layer_norm_backward(x, weight, g, eps, n_dims):
-        if not _f32(x, weight, g) or x.shape != g.shape or \
-                not _norm_params_fit(math.prod(x.shape[x.ndim - n_dims:]), weight):
+        if (
+            not _f32(x, weight, g)
+            or x.shape != g.shape
+            or not _norm_params_fit(math.prod(x.shape[x.ndim - n_dims :]), weight)
+        ):
             return reference["layer_norm_backward"](x, weight, g, eps, n_dims)
-        norm_shape = x.shape[x.ndim - n_dims:]
+        norm_shape = x.shape[x.ndim - n_dims :]
         features, rows = math.prod(norm_shape), x.size // max(math.prod(norm_shape), 1)
         dx = empty(x.shape, _F32)
         dweights, dbiases = (np.zeros((-(-rows // PARTIAL_ROWS), features), _F32) for _ in range(2))
-        _over_rows(lambda a, b: lib.layer_norm_backward_f32(_ptr(x), _ptr(weight), _ptr(g), _ptr(dx),
-                                                            _ptr(dweights), _ptr(dbiases), PARTIAL_ROWS, features,
-                                                            eps, a, b), rows, features, PARTIAL_ROWS)
+        _over_rows(
+            lambda a, b: lib.layer_norm_backward_f32(
+                _ptr(x),
+                _ptr(weight),
+                _ptr(g),
+                _ptr(dx),
+                _ptr(dweights),
+                _ptr(dbiases),
+                PARTIAL_ROWS,
+                features,
+                eps,
+                a,
+                b,
+            ),
+            rows,
+            features,
+            PARTIAL_ROWS,
+        )
         return dx, _sum_partials(dweights, norm_shape, empty), _sum_partials(dbiases, norm_shape, empty)
 
     def cross_entropy(logits, target, ignore_index, label_smoothing, valid_classes=None, float_loss=False):
         if not _f32(logits) or logits.ndim != 2:
-            return reference["cross_entropy"](logits, target, ignore_index, label_smoothing, valid_classes,
-                                              float_loss)
+            return reference["cross_entropy"](logits, target, ignore_index, label_smoothing, valid_classes, float_loss)
         n, width = logits.shape
         classes = width if valid_classes is None else valid_classes
         t = np.ascontiguousarray(target, dtype=np.int64)
         _check_targets(t, classes, ignore_index)
         loss = empty((n,), _F32)
-        _over_rows(lambda a, b: lib.cross_entropy_f32(_ptr(logits), _ptr(t), _ptr(loss), classes, width,
-                                                      ignore_index, label_smoothing, a, b), n, classes)
+        _over_rows(
+            lambda a, b: lib.cross_entropy_f32(
+                _ptr(logits), _ptr(t), _ptr(loss), classes, width, ignore_index, label_smoothing, a, b
+            ),
+            n,
+            classes,
+        )
         return loss
 
-    def cross_entropy_backward(logits, target, g, ignore_index, label_smoothing, valid_classes=None,
-                               float_loss=False):
+    def cross_entropy_backward(logits, target, g, ignore_index, label_smoothing, valid_classes=None, float_loss=False):
         if not _f32(logits) or logits.ndim != 2 or g.dtype != _F32:
-            return reference["cross_entropy_backward"](logits, target, g, ignore_index, label_smoothing,
-                                                       valid_classes)
+            return reference["cross_entropy_backward"](logits, target, g, ignore_index, label_smoothing, valid_classes)
         n, width = logits.shape
         classes = width if valid_classes is None else valid_classes
         t = np.ascontiguousarray(target, dtype=np.int64)
         _check_targets(t, classes, ignore_index)
         gs = np.ascontiguousarray(np.broadcast_to(g, (n,)))  # (often a broadcast scalar: the mean's gradient)
         out = empty(logits.shape, _F32)
-        _over_rows(lambda a, b: lib.cross_entropy_backward_f32(_ptr(logits), _ptr(t), _ptr(gs), _ptr(out), classes,
-                                                               width, ignore_index, label_smoothing, a, b),
-                   n, width)
+        _over_rows(
+            lambda a, b: lib.cross_entropy_backward_f32(
+                _ptr(logits), _ptr(t), _ptr(gs), _ptr(out), classes, width, ignore_index, label_smoothing, a, b
+            ),
+            n,
+            width,
+        )
         return out
 
     def masked_softmax(scores, mask=None, *, scale, causal, window):
@@ -196,8 +241,13 @@ def kernels(reference: dict, empty) -> dict:
             return reference["masked_softmax"](scores, mask, scale=scale, causal=causal, window=window)
         T, S = scores.shape[-2:]
         out = empty(scores.shape, _F32)
-        _over_rows(lambda a, b: lib.masked_softmax_f32(_ptr(scores), _ptr(out), T, S, scale, int(bool(causal)),
-                                                       window or 0, a, b), scores.size // max(T * S, 1), T * S)
+        _over_rows(
+            lambda a, b: lib.masked_softmax_f32(
+                _ptr(scores), _ptr(out), T, S, scale, int(bool(causal)), window or 0, a, b
+            ),
+            scores.size // max(T * S, 1),
+            T * S,
+        )
         return out
 
     def masked_softmax_backward(p, g, *, scale):
@@ -205,8 +255,9 @@ def kernels(reference: dict, empty) -> dict:
             return reference["masked_softmax_backward"](p, g, scale=scale)
         S = p.shape[-1]
         out = empty(p.shape, _F32)
-        _over_rows(lambda a, b: lib.softmax_backward_f32(_ptr(p), _ptr(g), _ptr(out), S, scale, a, b),
-                   p.size // max(S, 1), S)
+        _over_rows(
+            lambda a, b: lib.softmax_backward_f32(_ptr(p), _ptr(g), _ptr(out), S, scale, a, b), p.size // max(S, 1), S
+        )
         return out
 
     def rope(x, cos, sin, inverse):
@@ -218,18 +269,36 @@ def kernels(reference: dict, empty) -> dict:
         c = np.ascontiguousarray(cos, dtype=_F32)
         s = np.ascontiguousarray(sin, dtype=_F32)
         out = empty(x.shape, _F32)
-        _over_rows(lambda a, b: lib.rope_f32(_ptr(view), _ptr(strides), _ptr(c), _ptr(s), _ptr(out), H, T, D,
-                                             int(bool(inverse)), a, b), N, H * T * D)
+        _over_rows(
+            lambda a, b: lib.rope_f32(
+                _ptr(view), _ptr(strides), _ptr(c), _ptr(s), _ptr(out), H, T, D, int(bool(inverse)), a, b
+            ),
+            N,
+            H * T * D,
+        )
         return out
 
-    return {"gelu": gelu, "gelu_backward": gelu_backward,
-            "softmax": last_axis("softmax"), "softmax_backward": last_axis("softmax_backward", 1.0),
-            "log_softmax": last_axis("log_softmax"), "log_softmax_backward": last_axis("log_softmax_backward"),
-            "silu": silu, "silu_backward": silu_backward, "swiglu": swiglu, "swiglu_backward": swiglu_backward,
-            "rms_norm": rms_norm, "rms_norm_backward": rms_norm_backward, "layer_norm": layer_norm,
-            "layer_norm_backward": layer_norm_backward, "cross_entropy": cross_entropy,
-            "cross_entropy_backward": cross_entropy_backward, "masked_softmax": masked_softmax,
-            "masked_softmax_backward": masked_softmax_backward, "rope": rope}
+    return {
+        "gelu": gelu,
+        "gelu_backward": gelu_backward,
+        "softmax": last_axis("softmax"),
+        "softmax_backward": last_axis("softmax_backward", 1.0),
+        "log_softmax": last_axis("log_softmax"),
+        "log_softmax_backward": last_axis("log_softmax_backward"),
+        "silu": silu,
+        "silu_backward": silu_backward,
+        "swiglu": swiglu,
+        "swiglu_backward": swiglu_backward,
+        "rms_norm": rms_norm,
+        "rms_norm_backward": rms_norm_backward,
+        "layer_norm": layer_norm,
+        "layer_norm_backward": layer_norm_backward,
+        "cross_entropy": cross_entropy,
+        "cross_entropy_backward": cross_entropy_backward,
+        "masked_softmax": masked_softmax,
+        "masked_softmax_backward": masked_softmax_backward,
+        "rope": rope,
+    }
 
 
 def _sum_partials(partials, shape, empty):
@@ -242,8 +311,10 @@ def _check_targets(target, classes: int, ignore_index: int) -> None:
     """The C kernels index rows with the targets: one out of range would read or write outside them."""
     valid = target[target != ignore_index]
     if valid.size and (valid.min() < 0 or valid.max() >= classes):
-        raise IndexError(f"cross_entropy: target {int(valid.max() if valid.max() >= classes else valid.min())} "
-                         f"is out of range for {classes} classes")
+        raise IndexError(
+            f"cross_entropy: target {int(valid.max() if valid.max() >= classes else valid.min())} "
+            f"is out of range for {classes} classes"
+        )
 
 
 def adamw_update(p, g, m, v, *, scale, step_size, bc2_sqrt, decay, beta1, beta2, eps) -> bool:

@@ -85,8 +85,17 @@ def build(compiler: str, flags=FLAGS) -> Path:
     """Path of the compiled library, compiling it when the cache lacks it. Raises RuntimeError with
     the compiler's message on failure."""
     text = SOURCE.read_bytes()
-    key = hashlib.sha256(b"\0".join([text, _version(compiler).encode(), " ".join(flags).encode(),
-                                     platform.machine().encode(), _cpu_identity().encode()])).hexdigest()[:16]
+    key = hashlib.sha256(
+        b"\0".join(
+            [
+                text,
+                _version(compiler).encode(),
+                " ".join(flags).encode(),
+                platform.machine().encode(),
+                _cpu_identity().encode(),
+            ]
+        )
+    ).hexdigest()[:16]
     target = cache_dir() / f"kernels-{key}.so"
     if target.exists():
         return target
@@ -96,11 +105,15 @@ def build(compiler: str, flags=FLAGS) -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        result = subprocess.run([compiler, *flags, str(SOURCE), "-o", tmp, "-lm"], capture_output=True,
-                                text=True, timeout=300)
+        result = subprocess.run(
+            [compiler, *flags, str(SOURCE), "-o", tmp, "-lm"], capture_output=True, text=True, timeout=300
+        )
         if result.returncode != 0:
-            raise RuntimeError(result.stderr.strip().splitlines()[-1] if result.stderr.strip() else
-                               f"{compiler} exited with {result.returncode}")
+            raise RuntimeError(
+                result.stderr.strip().splitlines()[-1]
+                if result.stderr.strip()
+                else f"{compiler} exited with {result.returncode}"
+            )
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):

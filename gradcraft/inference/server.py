@@ -30,133 +30,18 @@ past the server's time limit (or the generator has failed), 500 (type server_err
 inside the server.
 """
 
-import asyncio
 import json
 import logging
 import socket
-import threading
-import time
 
-from gradcraft.errors import UserError
-from gradcraft.inference.generate import SamplingParams
-from gradcraft.inference.http_front import _Cancelled, _Front, _StderrHandler, bind, error_body, log
-from gradcraft.inference.scheduler import CANCELLED, ERROR, TIMEOUT, QueueFull, Scheduler, SchedulerClosed, Sequence
-from gradcraft.inference.text import TextStream
+from gradcraft.inference.admission import RequestError, Requests
+from gradcraft.inference.http_front import _Front, _StderrHandler, bind, error_body, log
+from gradcraft.inference.scheduler import CANCELLED, ERROR, TIMEOUT, Scheduler
 
 MAX_BODY_BYTES = 1_000_000  # default request-body limit (--max_body_bytes)
 SLOTS = 16  # default sequences decoded together (--max_batch)
 MAX_QUEUE = 256  # default sequences waiting for a slot (--max_queue)
 REQUEST_TIMEOUT = 600.0  # default seconds a request may take, waiting included (--request_timeout)
-
-
-class RequestError(Exception):
-    """A request the server refuses: becomes an HTTP answer with OpenAI's error shape."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        param: str | None = None,
-        code: str | None = None,
-        kind: str = "invalid_request_error",
-        headers: dict | None = None,
-    ):
-        super().__init__(message)
-        self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
-        self.headers = headers
-
-
-class _Choice:
-    """One choice of a request: a Sequence on the scheduler's thread, events on the event loop's.
-
-    Events (put on the request's queue): ("text", index, piece, logprob entries) as text becomes
-    final, and ("end", index, reason, piece, logprob entries) once. A logprob entry is
-    (token text, TokenLogprob or None, text offset, top token texts)."""
-
-    def __init__(
-        self,
-        index: int,
-        prompt: str,
-        prompt_ids: list,
-        params: SamplingParams,
-        tokenizer,
-        events,
-        loop,
-        cancel: threading.Event,
-        deadline: float | None,
-        logprobs: int | None,
-        echo: bool,
-    ):
-        self.index, self.prompt, self.tokenizer, self.events, self.loop = index, prompt, tokenizer, events, loop
-        self.echo, self.text = echo, TextStream(tokenizer, params.stop_strings)
-        self.entries = []  # logprob entries not yet sent
-        self.offset = len(prompt) if echo else 0  # where the next token's text starts in the choice's text
-        self.seq = Sequence(
-            prompt_ids,
-            params,
-            self._on_token,
-            self._on_finish,
-            logprobs=logprobs,
-            prompt_logprobs=echo and logprobs is not None,
-            deadline=deadline,
-            cancel=cancel,
-        )
-        self.echoed = False
-
-    def _token_text(self, token: int) -> str:
-        return self.tokenizer.decode_bytes([token]).decode("utf-8", errors="replace")
-
-    def _entry(self, token: int, logprob):
-        top = [] if logprob is None else [self._token_text(t) for t, _ in logprob.top]
-        return (self._token_text(token), logprob, None, top)
-
-    def _post(self, item) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self.events.put_nowait, item)
-        except RuntimeError:  # the event loop has closed: nobody is listening any more
-            self.seq.cancel.set()
-
-    def _echo_once(self) -> None:
-        """With echo, the prompt (and its tokens' logprobs) goes out first."""
-        if self.echo and not self.echoed:
-            self.echoed = True
-            if self.seq.logprobs is not None:
-                offset = 0
-                for token, logprob in zip(self.seq.prompt, self.seq.prompt_logprobs_out):
-                    text, _, _, top = self._entry(token, logprob)
-                    self.entries.append((text, logprob, offset, top))
-                    offset += len(text)
-            self._post(("text", self.index, self.prompt, self._take_entries()))
-
-    def _take_entries(self) -> list:
-        entries, self.entries = self.entries, []
-        return entries
-
-    def _on_token(self, seq, token: int, logprob) -> bool:
-        self._echo_once()
-        before = len(self.text.text)
-        piece, stopped = self.text.push(token)
-        if seq.logprobs is not None:
-            text, lp, _, top = self._entry(token, logprob)
-            self.entries.append((text, lp, self.offset + before, top))
-        if piece or self.entries:
-            self._post(("text", self.index, piece, self._take_entries()))
-        return not stopped
-
-    def _on_finish(self, seq, reason: str) -> None:
-        self._echo_once()
-        piece = self.text.finish()
-        if self.text.stopped:
-            reason = "stop"
-        self._post(("end", self.index, reason, piece, self._take_entries()))
-
-
-def _max_token_bytes(tokenizer) -> int | None:
-    """The most bytes one token stands for (None when the tokenizer does not say)."""
-    table = getattr(tokenizer, "token_bytes", None)
-    if not table:
-        return None
-    return max(len(b) for b in table.values())
 
 
 def model_card(generator, model_name: str, context: int) -> dict:
@@ -210,15 +95,12 @@ def create_app(
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response, StreamingResponse
-    from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     from gradcraft.inference import openai_api as api
 
-    context = generator.model.config.seq_len
-    tokenizer = generator.tokenizer
-    bytes_per_token = _max_token_bytes(tokenizer)
     scheduler = Scheduler(generator.model, slots=slots, max_queue=max_queue, prefill_chunk=prefill_chunk)
+    requests = Requests(generator, scheduler, request_timeout)
 
     app = FastAPI(
         title="gradcraft",
@@ -266,132 +148,24 @@ def create_app(
             headers=getattr(exc, "headers", None),
         )
 
+    def refusal(exc: RequestError):
+        return error(exc.status, exc.message, kind=exc.kind, param=exc.param, code=exc.code, headers=exc.headers)
+
     @app.exception_handler(RequestError)
     async def refused(request: Request, exc: RequestError):
-        return error(exc.status, exc.message, kind=exc.kind, param=exc.param, code=exc.code, headers=exc.headers)
+        return refusal(exc)
 
     @app.exception_handler(Exception)
     async def server_error(request: Request, exc: Exception):
         return error(500, "internal server error", kind="server_error")
 
-    # ------------------------------------------------------------------ requests into sequences
+    # ------------------------------------------------------------------ answers
 
-    def encode(prompt: str) -> list:
-        if not prompt:
-            raise RequestError(422, "prompt must not be empty", "prompt", "empty_prompt")
-        try:
-            prompt_bytes = len(prompt.encode("utf-8"))
-        except UnicodeEncodeError:
-            raise RequestError(422, "prompt is not valid Unicode (a lone surrogate)", "prompt", "invalid_prompt")
-        # Refuse a prompt whose length alone proves it too long, before encoding it whole.
-        if bytes_per_token and -(-prompt_bytes // bytes_per_token) >= context:
-            raise RequestError(
-                400,
-                f"the prompt is {prompt_bytes} bytes, at least "
-                f"{-(-prompt_bytes // bytes_per_token)} tokens; the model's context is "
-                f"{context} tokens",
-                "prompt",
-                "context_length_exceeded",
-            )
-        try:
-            ids = generator.encode_prompt(prompt)
-        except UserError as e:
-            raise RequestError(422, str(e), "prompt")
-        if len(ids) >= context:
-            raise RequestError(
-                400,
-                f"the prompt is {len(ids)} tokens; the model's context is {context} tokens",
-                "prompt",
-                "context_length_exceeded",
-            )
-        return ids
-
-    def start(request: Request, loop, req, prompts: list, max_tokens: int | None, stops: tuple, logprobs, echo: bool):
-        """Encode the prompts and queue one sequence per (prompt, choice). Returns (choices, events,
-        prompt token count)."""
-        if max_tokens is not None and max_tokens > context:
-            raise RequestError(
-                422,
-                f"max_tokens must be at most the context length {context}, got {max_tokens}",
-                "max_tokens",
-                "less_than_equal",
-            )
-        encoded = [encode(p) for p in prompts]
-        state = request.scope.setdefault("state", {})
-        cancel = state.get("gc_cancel") or threading.Event()
-        if cancel.is_set():
-            raise _Cancelled
-        events: asyncio.Queue = asyncio.Queue()
-        deadline = None if request_timeout is None else time.monotonic() + request_timeout
-        choices = []
-        for p, (prompt, ids) in enumerate(zip(prompts, encoded)):
-            for i in range(req.n):
-                params = SamplingParams(
-                    max_tokens=max_tokens or context,
-                    temperature=req.temperature,
-                    top_k=req.top_k,
-                    top_p=req.top_p,
-                    seed=None if req.seed is None else req.seed + i,
-                    stop_ids=generator.stop_ids(),
-                    stop_strings=stops,
-                )
-                choices.append(
-                    _Choice(
-                        len(choices), prompt, ids, params, tokenizer, events, loop, cancel, deadline, logprobs, echo
-                    )
-                )
-        try:
-            scheduler.submit([c.seq for c in choices])
-        except QueueFull as e:
-            raise RequestError(
-                429,
-                f"the server is busy ({e}); retry shortly",
-                code="queue_full",
-                kind="rate_limit_error",
-                headers={"Retry-After": "1"},
-            )
-        except SchedulerClosed as e:
-            raise RequestError(503, f"the server cannot generate ({e})", code="unavailable", kind="server_error")
-        return choices, events, sum(len(ids) for ids in encoded)
-
-    async def admit(request: Request, *args):
-        """start() off the event loop (encoding a long prompt takes a while); None if the client left."""
-        try:
-            return await run_in_threadpool(start, request, asyncio.get_running_loop(), *args)
-        except _Cancelled:
-            return None
-
-    async def collect(choices, events, state):
-        """Wait for every choice to end: (texts, reasons, logprob entries per choice) or an error answer."""
-        texts, entries, reasons = [""] * len(choices), [[] for _ in choices], [None] * len(choices)
-        cancel = choices[0].seq.cancel
-        try:
-            while any(r is None for r in reasons):
-                item = await events.get()
-                texts[item[1]] += item[2] if item[0] == "text" else item[3]
-                entries[item[1]] += item[-1]
-                if item[0] == "end":
-                    reasons[item[1]] = item[2]
-        finally:
-            cancel.set()  # a no-op when all ended; stops the rest when this handler is cancelled or fails
-        return texts, reasons, entries
-
-    def failure(reasons, state, choices=()):
-        """The error answer for choices that did not end normally, or None."""
-        if CANCELLED in reasons:
-            state["gc_outcome"] = "cancelled"
-            return error(499, "the client closed the request", code="client_closed_request")
-        if TIMEOUT in reasons:
-            return error(
-                503,
-                f"the request did not finish within the server's limit of {request_timeout:g} s (--request_timeout)",
-                kind="server_error",
-                code="timeout",
-            )
-        if ERROR in reasons:
-            failed = next((c.seq.error for c in choices if c.seq.error), None)
-            return error(500, failed or scheduler.failure or "generation failed", kind="server_error")
-        return None
+    def usage(choices, state) -> dict:
+        """The answer's usage (and the access log's token counts) once every choice has ended."""
+        prompt_tokens, completion = state["gc_prompt_tokens"], sum(c.seq.generated for c in choices)
+        state["gc_usage"] = (prompt_tokens, completion)
+        return api.usage(prompt_tokens, completion)
 
     def stream_events(choices, events, state, chunk, last_chunk):
         """Server-sent events: chunk(index, piece, entries) per piece of text, last_chunk(index, reason,
@@ -410,14 +184,12 @@ def create_app(
                     if reason in (CANCELLED, TIMEOUT, ERROR):
                         if reason == CANCELLED:
                             return
-                        message = failure([reason], state, choices).body.decode()
+                        message = refusal(requests.failure([reason], state, choices)).body.decode()
                         yield f"data: {message}\n\n"  # the status line has gone out: the error goes in the stream
                         break
                     body = last_chunk(index, reason, piece, entries)
                     if open_choices == 0:
-                        completion = sum(c.seq.generated for c in choices)
-                        body["usage"] = api.usage(state["gc_prompt_tokens"], completion)
-                        state["gc_usage"] = (state["gc_prompt_tokens"], completion)
+                        body["usage"] = usage(choices, state)
                     yield f"data: {json.dumps(body)}\n\n"
                 finished = True
                 yield "data: [DONE]\n\n"
@@ -434,7 +206,7 @@ def create_app(
     def health():
         return {"status": "ok"}
 
-    card = model_card(generator, model_name, context)
+    card = model_card(generator, model_name, requests.context)
 
     @app.get("/v1/models")
     def models():
@@ -453,13 +225,9 @@ def create_app(
 
     @app.post("/v1/completions")
     async def completions(req: api.CompletionRequest, request: Request):
-        state = request.scope.setdefault("state", {})
-        started = await admit(request, req, req.prompts(), req.max_tokens, req.stop_strings(), req.logprobs, req.echo)
-        if started is None:
-            state["gc_outcome"] = "cancelled"
-            return error(499, "the client closed the request", code="client_closed_request")
-        choices, events, prompt_tokens = started
-        state["gc_prompt_tokens"] = prompt_tokens
+        state, choices, events = await requests.admit(
+            request, req, req.prompts(), req.max_tokens, req.stop_strings(), req.logprobs, req.echo
+        )
         rid, created = api.new_id("cmpl")
 
         def body(index, text, reason, entries):
@@ -482,30 +250,19 @@ def create_app(
                 lambda i, piece, e: body(i, piece, None, e),
                 lambda i, reason, piece, e: body(i, piece, reason, e),
             )
-        texts, reasons, entries = await collect(choices, events, state)
-        refused = failure(reasons, state, choices)
-        if refused is not None:
-            return refused
-        completion = sum(c.seq.generated for c in choices)
-        state["gc_usage"] = (prompt_tokens, completion)
+        texts, reasons, entries = await requests.collect(choices, events, state)
         out = body(0, "", None, [])
         out["choices"] = [body(i, texts[i], reasons[i], entries[i])["choices"][0] for i in range(len(choices))]
-        out["usage"] = api.usage(prompt_tokens, completion)
+        out["usage"] = usage(choices, state)
         return out
 
     @app.post("/v1/chat/completions")
     async def chat_completions(req: api.ChatRequest, request: Request):
-        state = request.scope.setdefault("state", {})
         top = (req.top_logprobs or 0) if req.logprobs else None
         stops = req.stop_strings() + (api.CHAT_STOP,)
-        started = await admit(
+        state, choices, events = await requests.admit(
             request, req, [req.prompt()], req.max_completion_tokens or req.max_tokens, stops, top, False
         )
-        if started is None:
-            state["gc_outcome"] = "cancelled"
-            return error(499, "the client closed the request", code="client_closed_request")
-        choices, events, prompt_tokens = started
-        state["gc_prompt_tokens"] = prompt_tokens
         rid, created = api.new_id("chatcmpl")
 
         def envelope(kind, choice_list):
@@ -534,12 +291,7 @@ def create_app(
                 piece_chunk,
                 lambda i, reason, piece, e: chunk(i, piece, e, reason, first=i not in greeted),
             )
-        texts, reasons, entries = await collect(choices, events, state)
-        refused = failure(reasons, state, choices)
-        if refused is not None:
-            return refused
-        completion = sum(c.seq.generated for c in choices)
-        state["gc_usage"] = (prompt_tokens, completion)
+        texts, reasons, entries = await requests.collect(choices, events, state)
         out = envelope(
             "chat.completion",
             [
@@ -552,7 +304,7 @@ def create_app(
                 for i in range(len(choices))
             ],
         )
-        out["usage"] = api.usage(prompt_tokens, completion)
+        out["usage"] = usage(choices, state)
         return out
 
     front = _Front(app, max_body_bytes, api_key)

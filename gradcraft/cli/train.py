@@ -215,7 +215,8 @@ def run_train(args) -> int:
 def _run_train(args) -> int:
     from gradcraft.training import checkpoint as ckpt
     from gradcraft.training.runlock import Terminated, lock_run_folder, release_run_folder, sigterm_as_interrupt
-    from gradcraft.training.trainer import check_memory, interrupted_message, train_processes
+    from gradcraft.training.resources import check_memory
+    from gradcraft.training.trainer import interrupted_message, train_processes
     from gradcraft.cli.launch_flags import is_writer, topology_from_args
 
     train_config, lock, locked, created = None, None, False, False

@@ -37,33 +37,27 @@ class Tensor:
     def requires_grad(self, value: builtins.bool) -> None: ...
     def requires_grad_(self, value: builtins.bool = ...) -> Tensor: ...
     @property
-    def is_leaf(self) -> builtins.bool:
-        """As in PyTorch: made by the user, or not part of a gradient graph."""
+    def is_leaf(self) -> builtins.bool: """As in PyTorch: made by the user, or not part of a gradient graph."""
     @property
     def ndim(self) -> builtins.int: ...
     def dim(self) -> builtins.int: ...
     def size(self, dim=...): ...
     def numel(self) -> builtins.int: ...
     def __len__(self) -> builtins.int: ...
-    def __iter__(self):
-        """Rows along the first dimension (`for row in t`, `a, b = t`, `list(t)`), as in PyTorch."""
-    def is_contiguous(self) -> builtins.bool:
-        """Whether the data lies in row-major order without gaps (computes a lazy tensor first)."""
+    def __iter__(self): """Rows along the first dimension (`for row in t`, `a, b = t`, `list(t)`), as in PyTorch."""
+    def is_contiguous(self) -> builtins.bool: """Whether the data lies in row-major order without gaps (computes a lazy tensor first)."""
     @property
     def is_cuda(self) -> builtins.bool: ...
     def element_size(self) -> builtins.int: ...
     def nelement(self) -> builtins.int: ...
     @property
-    def data(self) -> Tensor:
-        """The same memory, cut from the gradient graph (in-place writes to it change this tensor)."""
+    def data(self) -> Tensor: """The same memory, cut from the gradient graph (in-place writes to it change this tensor)."""
     @data.setter
     def data(self, value: Tensor) -> None: ...
     @property
     def is_realized(self) -> builtins.bool: ...
-    def realize(self) -> Tensor:
-        """Compute this tensor now (a no-op when it already holds a buffer)."""
-    def numpy(self) -> ndarray:
-        """The data as a NumPy array (realizes first; a copy for devices other than the CPU)."""
+    def realize(self) -> Tensor: """Compute this tensor now (a no-op when it already holds a buffer)."""
+    def numpy(self) -> ndarray: """The data as a NumPy array (realizes first; a copy for devices other than the CPU)."""
     def tolist(self): ...
     def item(self): ...
     def __repr__(self) -> str: ...
@@ -73,15 +67,11 @@ class Tensor:
     def __index__(self) -> builtins.int: ...
     def __hash__(self) -> builtins.int: ...
     def __array__(self, dtype=..., copy=...): ...
-    def backward(self, gradient=..., retain_graph=..., create_graph: builtins.bool = ..., inputs=..., realize: builtins.bool = ..., on_grad_ready=...) -> None:
-        """Accumulate d(self)/d(leaf) into `.grad` of every leaf that requires grad."""
-    def detach(self) -> Tensor:
-        """The same values, cut from the gradient graph (shares the buffer once realized)."""
+    def backward(self, gradient=..., retain_graph=..., create_graph: builtins.bool = ..., inputs=..., realize: builtins.bool = ..., on_grad_ready=...) -> None: """Accumulate d(self)/d(leaf) into `.grad` of every leaf that requires grad."""
+    def detach(self) -> Tensor: """The same values, cut from the gradient graph (shares the buffer once realized)."""
     def zero_grad(self) -> None: ...
-    def assign(self, value) -> Tensor:
-        """Overwrite this realized tensor's buffer with `value` (lazily; used by optimizers)."""
-    def to(self, *args, dtype=..., device=...) -> Tensor:
-        """`.to(device)`, `.to(dtype)` or both, as in PyTorch."""
+    def assign(self, value) -> Tensor: """Overwrite this realized tensor's buffer with `value` (lazily; used by optimizers)."""
+    def to(self, *args, dtype=..., device=...) -> Tensor: """`.to(device)`, `.to(dtype)` or both, as in PyTorch."""
     def type(self, dtype) -> Tensor: ...
     def float(self) -> Tensor: ...
     def double(self) -> Tensor: ...
@@ -102,221 +92,117 @@ class Tensor:
     def new_empty(self, *size, dtype=..., device=..., requires_grad=...) -> Tensor: ...
     def new_full(self, size, fill_value, *, dtype=..., device=..., requires_grad=...) -> Tensor: ...
     def new_tensor(self, data, *, dtype=..., device=..., requires_grad=...) -> Tensor: ...
-    def neg(self) -> Tensor:
-        """The op gradcraft.ops.elementwise.neg."""
-    def exp(self) -> Tensor:
-        """The op gradcraft.ops.elementwise.exp."""
-    def log(self) -> Tensor:
-        """The op gradcraft.ops.elementwise.log."""
-    def sqrt(self) -> Tensor:
-        """The op gradcraft.ops.elementwise.sqrt."""
-    def rsqrt(self) -> Tensor:
-        """The op gradcraft.ops.elementwise.rsqrt."""
-    def abs(self) -> Tensor:
-        """The op gradcraft.ops.elementwise.abs."""
-    def sin(self) -> Tensor:
-        """The op gradcraft.ops.elementwise.sin."""
-    def cos(self) -> Tensor:
-        """The op gradcraft.ops.elementwise.cos."""
-    def tanh(self) -> Tensor:
-        """The op gradcraft.ops.elementwise.tanh."""
-    def sigmoid(self) -> Tensor:
-        """The op gradcraft.ops.elementwise.sigmoid."""
-    def relu(self) -> Tensor:
-        """The op gradcraft.ops.elementwise.relu."""
-    def silu(self) -> Tensor:
-        """The op gradcraft.ops.elementwise.silu."""
-    def sign(self) -> Tensor:
-        """The op gradcraft.ops.elementwise.sign."""
-    def logical_not(self) -> Tensor:
-        """The op gradcraft.ops.elementwise.logical_not."""
-    def square(self) -> Tensor:
-        """The op gradcraft.ops.elementwise.square."""
-    def reciprocal(self):
-        """The op gradcraft.ops.elementwise.reciprocal."""
-    def add(self, b: TensorOrNumber, alpha: Number = ...) -> Tensor:
-        """The op gradcraft.ops.elementwise.add."""
-    def sub(self, b: TensorOrNumber, alpha: Number = ...) -> Tensor:
-        """The op gradcraft.ops.elementwise.sub."""
-    def mul(self, b: TensorOrNumber) -> Tensor:
-        """The op gradcraft.ops.elementwise.mul."""
-    def pow(self, b: TensorOrNumber) -> Tensor:
-        """The op gradcraft.ops.elementwise.pow."""
-    def maximum(self, b: TensorOrNumber) -> Tensor:
-        """The op gradcraft.ops.elementwise.maximum."""
-    def minimum(self, b: TensorOrNumber) -> Tensor:
-        """The op gradcraft.ops.elementwise.minimum."""
-    def eq(self, b: TensorOrNumber) -> Tensor:
-        """The op gradcraft.ops.elementwise.eq."""
-    def ne(self, b: TensorOrNumber) -> Tensor:
-        """The op gradcraft.ops.elementwise.ne."""
-    def lt(self, b: TensorOrNumber) -> Tensor:
-        """The op gradcraft.ops.elementwise.lt."""
-    def le(self, b: TensorOrNumber) -> Tensor:
-        """The op gradcraft.ops.elementwise.le."""
-    def gt(self, b: TensorOrNumber) -> Tensor:
-        """The op gradcraft.ops.elementwise.gt."""
-    def ge(self, b: TensorOrNumber) -> Tensor:
-        """The op gradcraft.ops.elementwise.ge."""
-    def clamp(self, min: TensorOrNumber | None = ..., max: TensorOrNumber | None = ...) -> Tensor:
-        """The op gradcraft.ops.elementwise.clamp."""
-    def clip(self, min: TensorOrNumber | None = ..., max: TensorOrNumber | None = ...) -> Tensor:
-        """The op gradcraft.ops.elementwise.clamp."""
-    def masked_fill(self, mask: Tensor, value: Number) -> Tensor:
-        """The op gradcraft.ops.elementwise.masked_fill."""
+    def neg(self) -> Tensor: """The op gradcraft.ops.elementwise.neg."""
+    def exp(self) -> Tensor: """The op gradcraft.ops.elementwise.exp."""
+    def log(self) -> Tensor: """The op gradcraft.ops.elementwise.log."""
+    def sqrt(self) -> Tensor: """The op gradcraft.ops.elementwise.sqrt."""
+    def rsqrt(self) -> Tensor: """The op gradcraft.ops.elementwise.rsqrt."""
+    def abs(self) -> Tensor: """The op gradcraft.ops.elementwise.abs."""
+    def sin(self) -> Tensor: """The op gradcraft.ops.elementwise.sin."""
+    def cos(self) -> Tensor: """The op gradcraft.ops.elementwise.cos."""
+    def tanh(self) -> Tensor: """The op gradcraft.ops.elementwise.tanh."""
+    def sigmoid(self) -> Tensor: """The op gradcraft.ops.elementwise.sigmoid."""
+    def relu(self) -> Tensor: """The op gradcraft.ops.elementwise.relu."""
+    def silu(self) -> Tensor: """The op gradcraft.ops.elementwise.silu."""
+    def sign(self) -> Tensor: """The op gradcraft.ops.elementwise.sign."""
+    def logical_not(self) -> Tensor: """The op gradcraft.ops.elementwise.logical_not."""
+    def square(self) -> Tensor: """The op gradcraft.ops.elementwise.square."""
+    def reciprocal(self): """The op gradcraft.ops.elementwise.reciprocal."""
+    def add(self, b: TensorOrNumber, alpha: Number = ...) -> Tensor: """The op gradcraft.ops.elementwise.add."""
+    def sub(self, b: TensorOrNumber, alpha: Number = ...) -> Tensor: """The op gradcraft.ops.elementwise.sub."""
+    def mul(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.mul."""
+    def pow(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.pow."""
+    def maximum(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.maximum."""
+    def minimum(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.minimum."""
+    def eq(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.eq."""
+    def ne(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.ne."""
+    def lt(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.lt."""
+    def le(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.le."""
+    def gt(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.gt."""
+    def ge(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.ge."""
+    def clamp(self, min: TensorOrNumber | None = ..., max: TensorOrNumber | None = ...) -> Tensor: """The op gradcraft.ops.elementwise.clamp."""
+    clip = clamp
+    def masked_fill(self, mask: Tensor, value: Number) -> Tensor: """The op gradcraft.ops.elementwise.masked_fill."""
     def where(self, condition, other): ...
-    def lerp(self, end: Tensor, weight: TensorOrNumber) -> Tensor:
-        """The op gradcraft.ops.elementwise.lerp."""
-    def __neg__(self) -> Tensor:
-        """The op gradcraft.ops.elementwise.neg."""
-    def __abs__(self) -> Tensor:
-        """The op gradcraft.ops.elementwise.abs."""
-    def __invert__(self) -> Tensor:
-        """The op gradcraft.ops.elementwise.logical_not."""
-    def __add__(self, b: TensorOrNumber, alpha: Number = ...) -> Tensor:
-        """The op gradcraft.ops.elementwise.add."""
+    def lerp(self, end: Tensor, weight: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.lerp."""
+    __neg__ = neg
+    __abs__ = abs
+    __invert__ = logical_not
+    __add__ = add
     def __radd__(self, b): ...
-    def __sub__(self, b: TensorOrNumber, alpha: Number = ...) -> Tensor:
-        """The op gradcraft.ops.elementwise.sub."""
+    __sub__ = sub
     def __rsub__(self, b): ...
-    def __mul__(self, b: TensorOrNumber) -> Tensor:
-        """The op gradcraft.ops.elementwise.mul."""
+    __mul__ = mul
     def __rmul__(self, b): ...
-    def __truediv__(self, b):
-        """The op gradcraft.ops.elementwise.div."""
+    def __truediv__(self, b): """The op gradcraft.ops.elementwise.div."""
     def __rtruediv__(self, b): ...
-    def __pow__(self, b: TensorOrNumber) -> Tensor:
-        """The op gradcraft.ops.elementwise.pow."""
+    __pow__ = pow
     def __rpow__(self, b): ...
-    def __eq__(self, b: TensorOrNumber) -> Tensor:  # type: ignore[override]
-        """The op gradcraft.ops.elementwise.eq."""
-    def __ne__(self, b: TensorOrNumber) -> Tensor:  # type: ignore[override]
-        """The op gradcraft.ops.elementwise.ne."""
-    def __lt__(self, b: TensorOrNumber) -> Tensor:
-        """The op gradcraft.ops.elementwise.lt."""
-    def __le__(self, b: TensorOrNumber) -> Tensor:
-        """The op gradcraft.ops.elementwise.le."""
-    def __gt__(self, b: TensorOrNumber) -> Tensor:
-        """The op gradcraft.ops.elementwise.gt."""
-    def __ge__(self, b: TensorOrNumber) -> Tensor:
-        """The op gradcraft.ops.elementwise.ge."""
-    def __and__(self, b: TensorOrNumber) -> Tensor:
-        """The op gradcraft.ops.elementwise.logical_and."""
-    def __or__(self, b: TensorOrNumber) -> Tensor:
-        """The op gradcraft.ops.elementwise.logical_or."""
-    def logical_and(self, b: TensorOrNumber) -> Tensor:
-        """The op gradcraft.ops.elementwise.logical_and."""
-    def logical_or(self, b: TensorOrNumber) -> Tensor:
-        """The op gradcraft.ops.elementwise.logical_or."""
-    def sum(self, dim: Dims = ..., keepdim: builtins.bool = ..., dtype: DTypeLike = ...) -> Tensor:
-        """The op gradcraft.ops.reduce.sum."""
-    def mean(self, dim: Dims = ..., keepdim: builtins.bool = ..., dtype: DTypeLike = ...) -> Tensor:
-        """The op gradcraft.ops.reduce.mean."""
-    def max(self, dim: Dims = ..., keepdim: builtins.bool = ...) -> Tensor | tuple[Tensor, Tensor]:
-        """Like torch.max: the maximum of all elements, or (values, indices) along `dim`."""
-    def min(self, dim: Dims = ..., keepdim: builtins.bool = ...) -> Tensor | tuple[Tensor, Tensor]:
-        """The op gradcraft.ops.reduce.min."""
-    def amax(self, dim: Dims = ..., keepdim: builtins.bool = ...) -> Tensor:
-        """The op gradcraft.ops.reduce.amax."""
-    def amin(self, dim: Dims = ..., keepdim: builtins.bool = ...) -> Tensor:
-        """The op gradcraft.ops.reduce.amin."""
-    def var(self, dim: Dims = ..., unbiased: builtins.bool | None = ..., keepdim: builtins.bool = ..., *, correction: builtins.int | None = ...) -> Tensor:
-        """Variance with Bessel's correction by default (correction=1), as in PyTorch."""
-    def std(self, dim: Dims = ..., unbiased: builtins.bool | None = ..., keepdim: builtins.bool = ..., *, correction: builtins.int | None = ...) -> Tensor:
-        """The op gradcraft.ops.reduce.std."""
-    def logsumexp(self, dim: Dims, keepdim: builtins.bool = ...) -> Tensor:
-        """The op gradcraft.ops.reduce.logsumexp."""
-    def argmax(self, dim: Dims = ..., keepdim: builtins.bool = ...) -> Tensor:
-        """The op gradcraft.ops.reduce.argmax."""
-    def argmin(self, dim: Dims = ..., keepdim: builtins.bool = ...) -> Tensor:
-        """The op gradcraft.ops.reduce.argmin."""
-    def cumsum(self, dim: builtins.int, dtype: DTypeLike = ...) -> Tensor:
-        """The op gradcraft.ops.reduce.cumsum."""
-    def topk(self, k: builtins.int, dim: builtins.int = ..., largest: builtins.bool = ..., sorted: builtins.bool = ...) -> tuple[Tensor, Tensor]:
-        """The op gradcraft.ops.reduce.topk."""
-    def all(self, dim: Dims = ..., keepdim: builtins.bool = ...) -> Tensor:
-        """The op gradcraft.ops.reduce.all."""
-    def any(self, dim: Dims = ..., keepdim: builtins.bool = ...) -> Tensor:
-        """The op gradcraft.ops.reduce.any."""
-    def matmul(self, b: Tensor) -> Tensor:
-        """a @ b. 1-D operands are treated as a row (left) or a column (right) vector, then squeezed."""
-    def __matmul__(self, b: Tensor) -> Tensor:
-        """a @ b. 1-D operands are treated as a row (left) or a column (right) vector, then squeezed."""
+    def __eq__(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.eq."""  # type: ignore[override]
+    def __ne__(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.ne."""  # type: ignore[override]
+    __lt__ = lt
+    __le__ = le
+    __gt__ = gt
+    __ge__ = ge
+    def __and__(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.logical_and."""
+    def __or__(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.logical_or."""
+    logical_and = __and__
+    logical_or = __or__
+    def sum(self, dim: Dims = ..., keepdim: builtins.bool = ..., dtype: DTypeLike = ...) -> Tensor: """The op gradcraft.ops.reduce.sum."""
+    def mean(self, dim: Dims = ..., keepdim: builtins.bool = ..., dtype: DTypeLike = ...) -> Tensor: """The op gradcraft.ops.reduce.mean."""
+    def max(self, dim: Dims = ..., keepdim: builtins.bool = ...) -> Tensor | tuple[Tensor, Tensor]: """Like torch.max: the maximum of all elements, or (values, indices) along `dim`."""
+    def min(self, dim: Dims = ..., keepdim: builtins.bool = ...) -> Tensor | tuple[Tensor, Tensor]: """The op gradcraft.ops.reduce.min."""
+    def amax(self, dim: Dims = ..., keepdim: builtins.bool = ...) -> Tensor: """The op gradcraft.ops.reduce.amax."""
+    def amin(self, dim: Dims = ..., keepdim: builtins.bool = ...) -> Tensor: """The op gradcraft.ops.reduce.amin."""
+    def var(self, dim: Dims = ..., unbiased: builtins.bool | None = ..., keepdim: builtins.bool = ..., *, correction: builtins.int | None = ...) -> Tensor: """Variance with Bessel's correction by default (correction=1), as in PyTorch."""
+    def std(self, dim: Dims = ..., unbiased: builtins.bool | None = ..., keepdim: builtins.bool = ..., *, correction: builtins.int | None = ...) -> Tensor: """The op gradcraft.ops.reduce.std."""
+    def logsumexp(self, dim: Dims, keepdim: builtins.bool = ...) -> Tensor: """The op gradcraft.ops.reduce.logsumexp."""
+    def argmax(self, dim: Dims = ..., keepdim: builtins.bool = ...) -> Tensor: """The op gradcraft.ops.reduce.argmax."""
+    def argmin(self, dim: Dims = ..., keepdim: builtins.bool = ...) -> Tensor: """The op gradcraft.ops.reduce.argmin."""
+    def cumsum(self, dim: builtins.int, dtype: DTypeLike = ...) -> Tensor: """The op gradcraft.ops.reduce.cumsum."""
+    def topk(self, k: builtins.int, dim: builtins.int = ..., largest: builtins.bool = ..., sorted: builtins.bool = ...) -> tuple[Tensor, Tensor]: """The op gradcraft.ops.reduce.topk."""
+    def all(self, dim: Dims = ..., keepdim: builtins.bool = ...) -> Tensor: """The op gradcraft.ops.reduce.all."""
+    def any(self, dim: Dims = ..., keepdim: builtins.bool = ...) -> Tensor: """The op gradcraft.ops.reduce.any."""
+    def matmul(self, b: Tensor) -> Tensor: """a @ b. 1-D operands are treated as a row (left) or a column (right) vector, then squeezed."""
+    __matmul__ = matmul
     def __rmatmul__(self, b): ...
-    def reshape(self, *shape: builtins.int | collections.abc.Sequence[builtins.int]) -> Tensor:
-        """The op gradcraft.ops.movement.reshape."""
-    def view(self, *shape: builtins.int | collections.abc.Sequence[builtins.int]) -> Tensor:
-        """The op gradcraft.ops.movement.reshape."""
-    def flatten(self, start_dim: builtins.int = ..., end_dim: builtins.int = ...) -> Tensor:
-        """The op gradcraft.ops.movement.flatten."""
-    def unflatten(self, dim: builtins.int, sizes):
-        """The op gradcraft.ops.movement.unflatten."""
-    def permute(self, *dims: builtins.int | collections.abc.Sequence[builtins.int]) -> Tensor:
-        """The op gradcraft.ops.movement.permute."""
-    def transpose(self, dim0: builtins.int, dim1: builtins.int) -> Tensor:
-        """The op gradcraft.ops.movement.transpose."""
-    def expand(self, *sizes):
-        """The op gradcraft.ops.movement.expand."""
-    def expand_as(self, other):
-        """The op gradcraft.ops.movement.expand_as."""
-    def squeeze(self, dim: Dims = ...) -> Tensor:
-        """The op gradcraft.ops.movement.squeeze."""
-    def unsqueeze(self, dim: builtins.int) -> Tensor:
-        """The op gradcraft.ops.movement.unsqueeze."""
-    def __getitem__(self, index):
-        """`x[...]` with ints, slices (positive steps), None, Ellipsis, integer tensors/lists (gathers)"""
-    def split(self, split_size_or_sections: builtins.int | list[builtins.int], dim: builtins.int = ...) -> tuple[Tensor, ...]:
-        """The op gradcraft.ops.movement.split."""
-    def chunk(self, chunks: builtins.int, dim: builtins.int = ...) -> tuple[Tensor, ...]:
-        """The op gradcraft.ops.movement.chunk."""
-    def flip(self, *dims: builtins.int | collections.abc.Sequence[builtins.int]) -> Tensor:
-        """The op gradcraft.ops.movement.flip."""
-    def contiguous(self):
-        """The op gradcraft.ops.movement.contiguous."""
-    def gather(self, dim: builtins.int, index: Tensor) -> Tensor:
-        """torch.gather: out[i][j] = x[i][index[i][j]] along dim (index no larger than x)."""
-    def take_along_dim(self, indices: Tensor, dim: builtins.int) -> Tensor:
-        """The op gradcraft.ops.movement.take_along_dim."""
-    def tril(self, diagonal: builtins.int = ...) -> Tensor:
-        """The op gradcraft.ops.movement.tril."""
-    def triu(self, diagonal: builtins.int = ...) -> Tensor:
-        """The op gradcraft.ops.movement.triu."""
-    def repeat(self, *sizes):
-        """The op gradcraft.ops.movement.repeat."""
-    def repeat_interleave(self, repeats: builtins.int, dim: builtins.int = ...) -> Tensor:
-        """The op gradcraft.ops.movement.repeat_interleave."""
-    def clone(self):
-        """The op gradcraft.ops.movement.contiguous."""
-    def index_select(self, dim: builtins.int, index: Tensor) -> Tensor:
-        """The op gradcraft.ops.movement.index_select."""
-    def select(self, dim: builtins.int, index: builtins.int) -> Tensor:
-        """The op gradcraft.ops.movement.select."""
-    def narrow(self, dim: builtins.int, start: builtins.int, length: builtins.int) -> Tensor:
-        """The op gradcraft.ops.movement.narrow."""
-    def unbind(self, dim: builtins.int = ...) -> tuple[Tensor, ...]:
-        """The op gradcraft.ops.movement.unbind."""
-    def sort(self, dim: builtins.int = ..., descending: builtins.bool = ..., stable: builtins.bool = ...) -> tuple[Tensor, Tensor]:
-        """(values, indices) sorted along dim; equal elements keep their order (a stable sort)."""
-    def argsort(self, dim: builtins.int = ..., descending: builtins.bool = ..., stable: builtins.bool = ...) -> Tensor:
-        """The op gradcraft.ops.reduce.argsort."""
-    def prod(self, dim: Dims = ..., keepdim: builtins.bool = ..., dtype: DTypeLike = ...) -> Tensor:
-        """The product, as exp(sum(log|x|)) with the sign and zeros counted apart (floating point)."""
-    def norm(self, p: builtins.float | str = ..., dim: Dims = ..., keepdim: builtins.bool = ..., dtype: DTypeLike = ...) -> Tensor:
-        """The vector p-norm over `dim` (all elements by default), as torch.norm / Tensor.norm."""
-    def bmm(self, b: Tensor) -> Tensor:
-        """The op gradcraft.ops.linalg.bmm."""
-    def mm(self, b: Tensor) -> Tensor:
-        """The op gradcraft.ops.linalg.mm."""
-    def dot(self, b: Tensor) -> Tensor:
-        """The op gradcraft.ops.linalg.dot."""
-    def outer(self, b: Tensor) -> Tensor:
-        """The op gradcraft.ops.linalg.outer."""
-    def t(self) -> Tensor:
-        """Tensor.t(): the transpose of a tensor of at most 2 dimensions."""
-    def swapaxes(self, dim0: builtins.int, dim1: builtins.int) -> Tensor:
-        """The op gradcraft.ops.movement.transpose."""
-    def swapdims(self, dim0: builtins.int, dim1: builtins.int) -> Tensor:
-        """The op gradcraft.ops.movement.transpose."""
+    def reshape(self, *shape: builtins.int | collections.abc.Sequence[builtins.int]) -> Tensor: """The op gradcraft.ops.movement.reshape."""
+    view = reshape
+    def flatten(self, start_dim: builtins.int = ..., end_dim: builtins.int = ...) -> Tensor: """The op gradcraft.ops.movement.flatten."""
+    def unflatten(self, dim: builtins.int, sizes): """The op gradcraft.ops.movement.unflatten."""
+    def permute(self, *dims: builtins.int | collections.abc.Sequence[builtins.int]) -> Tensor: """The op gradcraft.ops.movement.permute."""
+    def transpose(self, dim0: builtins.int, dim1: builtins.int) -> Tensor: """The op gradcraft.ops.movement.transpose."""
+    def expand(self, *sizes): """The op gradcraft.ops.movement.expand."""
+    def expand_as(self, other): """The op gradcraft.ops.movement.expand_as."""
+    def squeeze(self, dim: Dims = ...) -> Tensor: """The op gradcraft.ops.movement.squeeze."""
+    def unsqueeze(self, dim: builtins.int) -> Tensor: """The op gradcraft.ops.movement.unsqueeze."""
+    def __getitem__(self, index): """`x[...]` with ints, slices (positive steps), None, Ellipsis, integer tensors/lists (gathers)"""
+    def split(self, split_size_or_sections: builtins.int | list[builtins.int], dim: builtins.int = ...) -> tuple[Tensor, ...]: """The op gradcraft.ops.movement.split."""
+    def chunk(self, chunks: builtins.int, dim: builtins.int = ...) -> tuple[Tensor, ...]: """The op gradcraft.ops.movement.chunk."""
+    def flip(self, *dims: builtins.int | collections.abc.Sequence[builtins.int]) -> Tensor: """The op gradcraft.ops.movement.flip."""
+    def contiguous(self): """The op gradcraft.ops.movement.contiguous."""
+    def gather(self, dim: builtins.int, index: Tensor) -> Tensor: """torch.gather: out[i][j] = x[i][index[i][j]] along dim (index no larger than x)."""
+    def take_along_dim(self, indices: Tensor, dim: builtins.int) -> Tensor: """The op gradcraft.ops.movement.take_along_dim."""
+    def tril(self, diagonal: builtins.int = ...) -> Tensor: """The op gradcraft.ops.movement.tril."""
+    def triu(self, diagonal: builtins.int = ...) -> Tensor: """The op gradcraft.ops.movement.triu."""
+    def repeat(self, *sizes): """The op gradcraft.ops.movement.repeat."""
+    def repeat_interleave(self, repeats: builtins.int, dim: builtins.int = ...) -> Tensor: """The op gradcraft.ops.movement.repeat_interleave."""
+    clone = contiguous
+    def index_select(self, dim: builtins.int, index: Tensor) -> Tensor: """The op gradcraft.ops.movement.index_select."""
+    def select(self, dim: builtins.int, index: builtins.int) -> Tensor: """The op gradcraft.ops.movement.select."""
+    def narrow(self, dim: builtins.int, start: builtins.int, length: builtins.int) -> Tensor: """The op gradcraft.ops.movement.narrow."""
+    def unbind(self, dim: builtins.int = ...) -> tuple[Tensor, ...]: """The op gradcraft.ops.movement.unbind."""
+    def sort(self, dim: builtins.int = ..., descending: builtins.bool = ..., stable: builtins.bool = ...) -> tuple[Tensor, Tensor]: """(values, indices) sorted along dim; equal elements keep their order (a stable sort)."""
+    def argsort(self, dim: builtins.int = ..., descending: builtins.bool = ..., stable: builtins.bool = ...) -> Tensor: """The op gradcraft.ops.reduce.argsort."""
+    def prod(self, dim: Dims = ..., keepdim: builtins.bool = ..., dtype: DTypeLike = ...) -> Tensor: """The product, as exp(sum(log|x|)) with the sign and zeros counted apart (floating point)."""
+    def norm(self, p: builtins.float | str = ..., dim: Dims = ..., keepdim: builtins.bool = ..., dtype: DTypeLike = ...) -> Tensor: """The vector p-norm over `dim` (all elements by default), as torch.norm / Tensor.norm."""
+    def bmm(self, b: Tensor) -> Tensor: """The op gradcraft.ops.linalg.bmm."""
+    def mm(self, b: Tensor) -> Tensor: """The op gradcraft.ops.linalg.mm."""
+    def dot(self, b: Tensor) -> Tensor: """The op gradcraft.ops.linalg.dot."""
+    def outer(self, b: Tensor) -> Tensor: """The op gradcraft.ops.linalg.outer."""
+    def t(self) -> Tensor: """Tensor.t(): the transpose of a tensor of at most 2 dimensions."""
+    swapaxes = transpose
+    swapdims = transpose
     def masked_select(self, mask): ...
     def clamp_min(self, min): ...
     def clamp_max(self, max): ...
@@ -324,107 +210,62 @@ class Tensor:
     def expm1(self): ...
     def log2(self): ...
     def log10(self): ...
-    def floor(self) -> Tensor:
-        """The op gradcraft.ops.rounding.floor."""
-    def ceil(self) -> Tensor:
-        """The op gradcraft.ops.rounding.ceil."""
-    def trunc(self) -> Tensor:
-        """The op gradcraft.ops.rounding.trunc."""
-    def round(self, decimals: builtins.int = ...) -> Tensor:
-        """Half to even, as torch.round."""
-    def floor_divide(self, b: TensorOrNumber) -> Tensor:
-        """a // b rounded toward minus infinity (PyTorch and Python); integers stay integers."""
-    def remainder(self, b: TensorOrNumber) -> Tensor:
-        """a % b with the sign of b (Python's and PyTorch's %)."""
-    def fmod(self, b: TensorOrNumber) -> Tensor:
-        """a - trunc(a / b) * b (the sign of a), as torch.fmod."""
-    def isnan(self) -> Tensor:
-        """The op gradcraft.ops.rounding.isnan."""
-    def isinf(self) -> Tensor:
-        """The op gradcraft.ops.rounding.isinf."""
-    def isfinite(self) -> Tensor:
-        """The op gradcraft.ops.rounding.isfinite."""
-    def isclose(self, b: TensorOrNumber, rtol: builtins.float = ..., atol: builtins.float = ..., equal_nan: builtins.bool = ...) -> Tensor:
-        """The op gradcraft.ops.rounding.isclose."""
-    def allclose(self, b: TensorOrNumber, rtol: builtins.float = ..., atol: builtins.float = ..., equal_nan: builtins.bool = ...) -> builtins.bool:
-        """The op gradcraft.ops.reduce.allclose."""
-    def equal(self, b: TensorOrNumber) -> builtins.bool:
-        """True when a and b have the same shape and elements (torch.equal)."""
+    def floor(self) -> Tensor: """The op gradcraft.ops.rounding.floor."""
+    def ceil(self) -> Tensor: """The op gradcraft.ops.rounding.ceil."""
+    def trunc(self) -> Tensor: """The op gradcraft.ops.rounding.trunc."""
+    def round(self, decimals: builtins.int = ...) -> Tensor: """Half to even, as torch.round."""
+    def floor_divide(self, b: TensorOrNumber) -> Tensor: """a // b rounded toward minus infinity (PyTorch and Python); integers stay integers."""
+    def remainder(self, b: TensorOrNumber) -> Tensor: """a % b with the sign of b (Python's and PyTorch's %)."""
+    def fmod(self, b: TensorOrNumber) -> Tensor: """a - trunc(a / b) * b (the sign of a), as torch.fmod."""
+    def isnan(self) -> Tensor: """The op gradcraft.ops.rounding.isnan."""
+    def isinf(self) -> Tensor: """The op gradcraft.ops.rounding.isinf."""
+    def isfinite(self) -> Tensor: """The op gradcraft.ops.rounding.isfinite."""
+    def isclose(self, b: TensorOrNumber, rtol: builtins.float = ..., atol: builtins.float = ..., equal_nan: builtins.bool = ...) -> Tensor: """The op gradcraft.ops.rounding.isclose."""
+    def allclose(self, b: TensorOrNumber, rtol: builtins.float = ..., atol: builtins.float = ..., equal_nan: builtins.bool = ...) -> builtins.bool: """The op gradcraft.ops.reduce.allclose."""
+    def equal(self, b: TensorOrNumber) -> builtins.bool: """True when a and b have the same shape and elements (torch.equal)."""
     def div(self, other, *, rounding_mode=...): ...
     def divide(self, other, *, rounding_mode=...): ...
-    def __floordiv__(self, b: TensorOrNumber) -> Tensor:
-        """a // b rounded toward minus infinity (PyTorch and Python); integers stay integers."""
+    __floordiv__ = floor_divide
     def __rfloordiv__(self, b): ...
-    def __mod__(self, b: TensorOrNumber) -> Tensor:
-        """a % b with the sign of b (Python's and PyTorch's %)."""
+    __mod__ = remainder
     def __rmod__(self, b): ...
-    def add_(self, other, *, alpha=...):
-        """The op gradcraft.ops.inplace.add_."""
-    def sub_(self, other, *, alpha=...):
-        """The op gradcraft.ops.inplace.sub_."""
-    def mul_(self, other):
-        """The op gradcraft.ops.inplace.mul_."""
-    def div_(self, other, *, rounding_mode=...):
-        """The op gradcraft.ops.inplace.div_."""
-    def pow_(self, exponent):
-        """The op gradcraft.ops.inplace.pow_."""
-    def zero_(self):
-        """The op gradcraft.ops.inplace.zero_."""
-    def fill_(self, value):
-        """The op gradcraft.ops.inplace.fill_."""
-    def copy_(self, src, non_blocking: builtins.bool = ...):
-        """The op gradcraft.ops.inplace.copy_."""
-    def clamp_(self, min=..., max=...):
-        """The op gradcraft.ops.inplace.clamp_."""
-    def clip_(self, min=..., max=...):
-        """The op gradcraft.ops.inplace.clamp_."""
-    def masked_fill_(self, mask, value):
-        """The op gradcraft.ops.inplace.masked_fill_."""
-    def relu_(self):
-        """The op gradcraft.ops.inplace.relu_."""
-    def neg_(self):
-        """The op gradcraft.ops.inplace.neg_."""
-    def exp_(self):
-        """The op gradcraft.ops.inplace.exp_."""
-    def sqrt_(self):
-        """The op gradcraft.ops.inplace.sqrt_."""
-    def lerp_(self, end, weight):
-        """The op gradcraft.ops.inplace.lerp_."""
-    def addcmul_(self, tensor1, tensor2, *, value=...):
-        """The op gradcraft.ops.inplace.addcmul_."""
-    def addcdiv_(self, tensor1, tensor2, *, value=...):
-        """The op gradcraft.ops.inplace.addcdiv_."""
-    def uniform_(self, a: builtins.float = ..., b: builtins.float = ...):
-        """The op gradcraft.ops.inplace.uniform_."""
-    def normal_(self, mean: builtins.float = ..., std: builtins.float = ...):
-        """The op gradcraft.ops.inplace.normal_."""
-    def __setitem__(self, index, value):
-        """`x[index] = value` with ints, slices, None, Ellipsis, integer index tensors and boolean masks."""
-    def __iadd__(self, other, *, alpha=...):  # type: ignore[misc]
-        """The op gradcraft.ops.inplace.add_."""
-    def __isub__(self, other, *, alpha=...):  # type: ignore[misc]
-        """The op gradcraft.ops.inplace.sub_."""
-    def __imul__(self, other):  # type: ignore[misc]
-        """The op gradcraft.ops.inplace.mul_."""
-    def __itruediv__(self, other, *, rounding_mode=...):  # type: ignore[misc]
-        """The op gradcraft.ops.inplace.div_."""
-    def __ipow__(self, exponent):  # type: ignore[misc]
-        """The op gradcraft.ops.inplace.pow_."""
+    def add_(self, other, *, alpha=...): """The op gradcraft.ops.inplace.add_."""
+    def sub_(self, other, *, alpha=...): """The op gradcraft.ops.inplace.sub_."""
+    def mul_(self, other): """The op gradcraft.ops.inplace.mul_."""
+    def div_(self, other, *, rounding_mode=...): """The op gradcraft.ops.inplace.div_."""
+    def pow_(self, exponent): """The op gradcraft.ops.inplace.pow_."""
+    def zero_(self): """The op gradcraft.ops.inplace.zero_."""
+    def fill_(self, value): """The op gradcraft.ops.inplace.fill_."""
+    def copy_(self, src, non_blocking: builtins.bool = ...): """The op gradcraft.ops.inplace.copy_."""
+    def clamp_(self, min=..., max=...): """The op gradcraft.ops.inplace.clamp_."""
+    clip_ = clamp_
+    def masked_fill_(self, mask, value): """The op gradcraft.ops.inplace.masked_fill_."""
+    def relu_(self): """The op gradcraft.ops.inplace.relu_."""
+    def neg_(self): """The op gradcraft.ops.inplace.neg_."""
+    def exp_(self): """The op gradcraft.ops.inplace.exp_."""
+    def sqrt_(self): """The op gradcraft.ops.inplace.sqrt_."""
+    def lerp_(self, end, weight): """The op gradcraft.ops.inplace.lerp_."""
+    def addcmul_(self, tensor1, tensor2, *, value=...): """The op gradcraft.ops.inplace.addcmul_."""
+    def addcdiv_(self, tensor1, tensor2, *, value=...): """The op gradcraft.ops.inplace.addcdiv_."""
+    def uniform_(self, a: builtins.float = ..., b: builtins.float = ...): """The op gradcraft.ops.inplace.uniform_."""
+    def normal_(self, mean: builtins.float = ..., std: builtins.float = ...): """The op gradcraft.ops.inplace.normal_."""
+    def __setitem__(self, index, value): """`x[index] = value` with ints, slices, None, Ellipsis, integer index tensors and boolean masks."""
+    def __iadd__(self, other, *, alpha=...): """The op gradcraft.ops.inplace.add_."""  # type: ignore[misc]
+    def __isub__(self, other, *, alpha=...): """The op gradcraft.ops.inplace.sub_."""  # type: ignore[misc]
+    def __imul__(self, other): """The op gradcraft.ops.inplace.mul_."""  # type: ignore[misc]
+    def __itruediv__(self, other, *, rounding_mode=...): """The op gradcraft.ops.inplace.div_."""  # type: ignore[misc]
+    def __ipow__(self, exponent): """The op gradcraft.ops.inplace.pow_."""  # type: ignore[misc]
     def __ifloordiv__(self, other): ...  # type: ignore[misc]
     def __imod__(self, other): ...  # type: ignore[misc]
-    def softmax(self, dim: builtins.int = ..., dtype: DTypeLike = ...) -> Tensor:
-        """The op gradcraft.ops.nn.softmax."""
-    def log_softmax(self, dim: builtins.int = ..., dtype: DTypeLike = ...) -> Tensor:
-        """The op gradcraft.ops.nn.log_softmax."""
+    def softmax(self, dim: builtins.int = ..., dtype: DTypeLike = ...) -> Tensor: """The op gradcraft.ops.nn.softmax."""
+    def log_softmax(self, dim: builtins.int = ..., dtype: DTypeLike = ...) -> Tensor: """The op gradcraft.ops.nn.log_softmax."""
     @property
     def T(self): ...
     @property
     def mT(self): ...
 
 
-def _t(x) -> Tensor:
-    """Tensor.t(): the transpose of a tensor of at most 2 dimensions."""
+def _t(x) -> Tensor: """Tensor.t(): the transpose of a tensor of at most 2 dimensions."""
 
 
-def _attach_methods() -> None:
-    """Give Tensor its op methods, each a thin call into gradcraft.ops (the op lives there)."""
+def _attach_methods() -> None: """Give Tensor its op methods, each a thin call into gradcraft.ops (the op lives there)."""

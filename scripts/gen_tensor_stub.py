@@ -161,8 +161,9 @@ def signature(function, imports: _Imports, first: str | None = "self") -> str:
     return out
 
 
-def _body(doc: str | None, indent: str) -> str:
-    return f'\n{indent}    """{doc}"""\n' if doc else " ...\n"
+def _body(doc: str | None) -> str:
+    """A stub's body on the line of its `def` (one line a method: the table stays easy to scan)."""
+    return f' """{doc}"""\n' if doc else " ...\n"
 
 
 def _function(name: str, function, imports: _Imports, indent: str, decorator: str | None = None) -> str:
@@ -171,8 +172,8 @@ def _function(name: str, function, imports: _Imports, indent: str, decorator: st
     doc = _doc(function) or _where(function)
     line = f"{indent}def {name}{signature(function, imports, _FIRST.get(decorator, 'self'))}:"
     if ignore:
-        return f"{head}{line} ...{ignore}\n" if not doc else f"{head}{line}{ignore}{_body(doc, indent)}"
-    return head + line + _body(doc, indent)
+        return f"{head}{line} ...{ignore}\n" if not doc else f"{head}{line}{_body(doc).rstrip()}{ignore}\n"
+    return head + line + _body(doc)
 
 
 def _property(name: str, prop: property, imports: _Imports) -> str:
@@ -198,9 +199,15 @@ def tensor_class(cls, imports: _Imports) -> str:
             imports.lines.add("import typing")
         lines.append(f"    {slot}: {hint}\n")
     lines.append("\n")
+    first_name = {}  # id of a method's function -> the first name it was declared under
     for name, member in cls.__dict__.items():
         if name in SKIPPED or name in cls.__slots__:
             continue
+        if inspect.isfunction(member) and id(member) in first_name and name not in OVERRIDES:
+            lines.append(f"    {name} = {first_name[id(member)]}\n")  # another name of the same op (clip = clamp)
+            continue
+        if inspect.isfunction(member):
+            first_name.setdefault(id(member), name)
         if isinstance(member, property):
             lines.append(_property(name, member, imports))
         elif isinstance(member, classmethod):
@@ -227,7 +234,7 @@ def generate() -> str:
         if isinstance(obj, type):
             parts.append(tensor_class(obj, imports))
         elif inspect.isfunction(obj):
-            parts.append(f"def {name}{signature(obj, imports, None)}:{_body(_doc(obj), '')}")
+            parts.append(f"def {name}{signature(obj, imports, None)}:{_body(_doc(obj))}")
     return HEADER + "\n" + imports.render() + "\n\n" + "\n\n".join(parts)
 
 

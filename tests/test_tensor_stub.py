@@ -27,6 +27,11 @@ def test_stub_declares_every_public_method_and_property():
     (cls,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Tensor"]
     declared = {node.name for node in cls.body if isinstance(node, ast.FunctionDef)}
     declared |= {node.target.id for node in cls.body if isinstance(node, ast.AnnAssign)}
+    # another name of a method already declared (`clip = clamp`): the stub's aliases name real methods
+    aliases = {node.targets[0].id: node.value.id for node in cls.body if isinstance(node, ast.Assign)}
+    assert set(aliases.values()) <= declared, aliases
+    assert all(getattr(gc.Tensor, alias) is getattr(gc.Tensor, name) for alias, name in aliases.items())
+    declared |= set(aliases)
     public = {name for name in dir(gc.Tensor) if not name.startswith("_")}
     assert public <= declared, f"missing from the stub: {sorted(public - declared)}"
     for name in ("add", "sum", "reshape", "__add__", "__getitem__", "T", "shape", "dtype"):

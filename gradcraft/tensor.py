@@ -22,6 +22,17 @@ from gradcraft.dtypes import DType, to_dtype
 from gradcraft.errors import RuntimeError_, UserError
 
 
+def _shorthand_for_to(target, name: str):
+    """The method `name` of Tensor (`x.float()`, `x.cpu()`, ...): `x.to(target)`, as in PyTorch."""
+
+    def method(self: "Tensor") -> "Tensor":
+        return self.to(target)
+
+    method.__name__, method.__qualname__ = name, f"Tensor.{name}"
+    method.__doc__ = f"self.to({f'gradcraft.{target.name}' if isinstance(target, DType) else repr(target)})"
+    return method
+
+
 class Tensor:
     __slots__ = (
         "shape",
@@ -288,29 +299,15 @@ class Tensor:
     def type(self, dtype) -> "Tensor":
         return self.to(dtype)
 
-    def float(self) -> "Tensor":
-        return self.to(dtypes.float32)
-
-    def double(self) -> "Tensor":
-        return self.to(dtypes.float64)
-
-    def half(self) -> "Tensor":
-        return self.to(dtypes.float16)
-
-    def bfloat16(self) -> "Tensor":
-        return self.to(dtypes.bfloat16)
-
-    def long(self) -> "Tensor":
-        return self.to(dtypes.int64)
-
-    def int(self) -> "Tensor":
-        return self.to(dtypes.int32)
-
-    def bool(self) -> "Tensor":
-        return self.to(dtypes.bool_)
-
-    def cpu(self) -> "Tensor":
-        return self.to("cpu")
+    # PyTorch's shorthands for .to(dtype) and .to("cpu")
+    float = _shorthand_for_to(dtypes.float32, "float")
+    double = _shorthand_for_to(dtypes.float64, "double")
+    half = _shorthand_for_to(dtypes.float16, "half")
+    bfloat16 = _shorthand_for_to(dtypes.bfloat16, "bfloat16")
+    long = _shorthand_for_to(dtypes.int64, "long")
+    int = _shorthand_for_to(dtypes.int32, "int")
+    bool = _shorthand_for_to(dtypes.bool_, "bool")
+    cpu = _shorthand_for_to("cpu", "cpu")
 
     def cuda(self, index: builtins.int = 0) -> "Tensor":  # (`int` is a method by now)
         return self.to(f"cuda:{index}")
@@ -357,198 +354,11 @@ class Tensor:
         return Tensor(data, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
 
 
-def _t(x) -> Tensor:
-    """Tensor.t(): the transpose of a tensor of at most 2 dimensions."""
-    if x.ndim > 2:
-        raise UserError(f"t() expects a tensor with <= 2 dimensions, got shape {x.shape}; use transpose(a, b)")
-    return x.transpose(0, 1) if x.ndim == 2 else x
-
-
 def _attach_methods() -> None:
-    """Give Tensor its op methods, each a thin call into gradcraft.ops (the op lives there)."""
-    from gradcraft.ops import elementwise as ew, matmul as mm, movement as mv, nn as fn, reduce as rd
-    from gradcraft.ops import inplace as ip, linalg as la, rounding as rn
+    """Give Tensor its op methods, each a thin call into gradcraft.ops (the table: ops/methods.py)."""
+    from gradcraft.ops.methods import attach
 
-    methods = {
-        # elementwise
-        "neg": ew.neg,
-        "exp": ew.exp,
-        "log": ew.log,
-        "sqrt": ew.sqrt,
-        "rsqrt": ew.rsqrt,
-        "abs": ew.abs,
-        "sin": ew.sin,
-        "cos": ew.cos,
-        "tanh": ew.tanh,
-        "sigmoid": ew.sigmoid,
-        "relu": ew.relu,
-        "silu": ew.silu,
-        "sign": ew.sign,
-        "logical_not": ew.logical_not,
-        "square": ew.square,
-        "reciprocal": ew.reciprocal,
-        "add": ew.add,
-        "sub": ew.sub,
-        "mul": ew.mul,
-        "pow": ew.pow,
-        "maximum": ew.maximum,
-        "minimum": ew.minimum,
-        "eq": ew.eq,
-        "ne": ew.ne,
-        "lt": ew.lt,
-        "le": ew.le,
-        "gt": ew.gt,
-        "ge": ew.ge,
-        "clamp": ew.clamp,
-        "clip": ew.clamp,
-        "masked_fill": ew.masked_fill,
-        "where": lambda self, condition, other: ew.where(condition, self, other),
-        "lerp": ew.lerp,
-        "__neg__": ew.neg,
-        "__abs__": ew.abs,
-        "__invert__": ew.logical_not,
-        "__add__": ew.add,
-        "__radd__": lambda a, b: ew.add(b, a),
-        "__sub__": ew.sub,
-        "__rsub__": lambda a, b: ew.sub(b, a),
-        "__mul__": ew.mul,
-        "__rmul__": lambda a, b: ew.mul(b, a),
-        "__truediv__": ew.div,
-        "__rtruediv__": lambda a, b: ew.div(b, a),
-        "__pow__": ew.pow,
-        "__rpow__": lambda a, b: ew.pow(b, a),
-        "__eq__": ew.eq,
-        "__ne__": ew.ne,
-        "__lt__": ew.lt,
-        "__le__": ew.le,
-        "__gt__": ew.gt,
-        "__ge__": ew.ge,
-        "__and__": ew.logical_and,
-        "__or__": ew.logical_or,
-        "logical_and": ew.logical_and,
-        "logical_or": ew.logical_or,
-        # reductions
-        "sum": rd.sum,
-        "mean": rd.mean,
-        "max": rd.max,
-        "min": rd.min,
-        "amax": rd.amax,
-        "amin": rd.amin,
-        "var": rd.var,
-        "std": rd.std,
-        "logsumexp": rd.logsumexp,
-        "argmax": rd.argmax,
-        "argmin": rd.argmin,
-        "cumsum": rd.cumsum,
-        "topk": rd.topk,
-        "all": rd.all,
-        "any": rd.any,
-        # matmul
-        "matmul": mm.matmul,
-        "__matmul__": mm.matmul,
-        "__rmatmul__": lambda a, b: mm.matmul(b, a),
-        # movement
-        "reshape": mv.reshape,
-        "view": mv.reshape,
-        "flatten": mv.flatten,
-        "unflatten": mv.unflatten,
-        "permute": mv.permute,
-        "transpose": mv.transpose,
-        "expand": mv.expand,
-        "expand_as": mv.expand_as,
-        "squeeze": mv.squeeze,
-        "unsqueeze": mv.unsqueeze,
-        "__getitem__": mv.getitem,
-        "split": mv.split,
-        "chunk": mv.chunk,
-        "flip": mv.flip,
-        "contiguous": mv.contiguous,
-        "gather": mv.gather,
-        "take_along_dim": mv.take_along_dim,
-        "tril": mv.tril,
-        "triu": mv.triu,
-        "repeat": mv.repeat,
-        "repeat_interleave": mv.repeat_interleave,
-        "clone": mv.contiguous,
-        "index_select": mv.index_select,
-        "select": mv.select,
-        "narrow": mv.narrow,
-        "unbind": mv.unbind,
-        "sort": rd.sort,
-        "argsort": rd.argsort,
-        "prod": rd.prod,
-        "norm": la.norm,
-        "bmm": la.bmm,
-        "mm": la.mm,
-        "dot": la.dot,
-        "outer": la.outer,
-        "t": _t,
-        "swapaxes": mv.transpose,
-        "swapdims": mv.transpose,
-        "masked_select": lambda self, mask: self[mask],
-        "clamp_min": lambda self, min: ew.clamp(self, min=min),
-        "clamp_max": lambda self, max: ew.clamp(self, max=max),
-        "log1p": lambda self: ew.log(ew.add(self, 1.0)),
-        "expm1": lambda self: ew.sub(ew.exp(self), 1.0),
-        "log2": lambda self: ew.div(ew.log(self), math.log(2.0)),
-        "log10": lambda self: ew.div(ew.log(self), math.log(10.0)),
-        # rounding and number tests
-        "floor": rn.floor,
-        "ceil": rn.ceil,
-        "trunc": rn.trunc,
-        "round": rn.round,
-        "floor_divide": rn.floor_divide,
-        "remainder": rn.remainder,
-        "fmod": rn.fmod,
-        "isnan": rn.isnan,
-        "isinf": rn.isinf,
-        "isfinite": rn.isfinite,
-        "isclose": rn.isclose,
-        "allclose": rd.allclose,
-        "equal": rd.equal,
-        "div": lambda self, other, *, rounding_mode=None: rn.div_rounded(self, other, rounding_mode=rounding_mode),
-        "divide": lambda self, other, *, rounding_mode=None: rn.div_rounded(self, other, rounding_mode=rounding_mode),
-        "__floordiv__": rn.floor_divide,
-        "__rfloordiv__": lambda a, b: rn.floor_divide(b, a),
-        "__mod__": rn.remainder,
-        "__rmod__": lambda a, b: rn.remainder(b, a),
-        # in place (PyTorch's semantics: gradcraft/ops/inplace.py)
-        "add_": ip.add_,
-        "sub_": ip.sub_,
-        "mul_": ip.mul_,
-        "div_": ip.div_,
-        "pow_": ip.pow_,
-        "zero_": ip.zero_,
-        "fill_": ip.fill_,
-        "copy_": ip.copy_,
-        "clamp_": ip.clamp_,
-        "clip_": ip.clamp_,
-        "masked_fill_": ip.masked_fill_,
-        "relu_": ip.relu_,
-        "neg_": ip.neg_,
-        "exp_": ip.exp_,
-        "sqrt_": ip.sqrt_,
-        "lerp_": ip.lerp_,
-        "addcmul_": ip.addcmul_,
-        "addcdiv_": ip.addcdiv_,
-        "uniform_": ip.uniform_,
-        "normal_": ip.normal_,
-        "__setitem__": ip.setitem,
-        "__iadd__": ip.add_,
-        "__isub__": ip.sub_,
-        "__imul__": ip.mul_,
-        "__itruediv__": ip.div_,
-        "__ipow__": ip.pow_,
-        "__ifloordiv__": lambda self, other: ip.div_(self, other, rounding_mode="floor"),
-        "__imod__": lambda self, other: ip._inplace(self, lambda: rn.remainder(self, other)),
-        # fused nn
-        "softmax": fn.softmax,
-        "log_softmax": fn.log_softmax,
-    }
-    for name, function in methods.items():
-        setattr(Tensor, name, function)
-    Tensor.T = property(lambda self: mv.permute(self, *reversed(range(self.ndim))))
-    Tensor.mT = property(lambda self: mv.transpose(self, -2, -1))
+    attach(Tensor)
 
 
 # A captured step makes its own input tensors; the engine, below this layer, gets the class from here.

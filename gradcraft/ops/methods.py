@@ -1,0 +1,210 @@
+"""Tensor's op methods: which op each method (`x.add`, `x.sum`, `x[...]`, `x + y`, ...) calls.
+
+gradcraft/tensor.py holds the Tensor class itself; this table gives it the methods that are thin
+calls into the ops (each op lives in its gradcraft.ops module), attached once when gradcraft is
+imported. scripts/gen_tensor_stub.py writes them into gradcraft/tensor.pyi for editors and type
+checkers.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from gradcraft.errors import UserError
+from gradcraft.ops import elementwise as ew, matmul as mm, movement as mv, nn as fn, reduce as rd
+from gradcraft.ops import inplace as ip, linalg as la, rounding as rn
+
+if TYPE_CHECKING:
+    from gradcraft.tensor import Tensor
+
+
+def _t(x: Tensor) -> Tensor:
+    """Tensor.t(): the transpose of a tensor of at most 2 dimensions."""
+    if x.ndim > 2:
+        raise UserError(f"t() expects a tensor with <= 2 dimensions, got shape {x.shape}; use transpose(a, b)")
+    return x.transpose(0, 1) if x.ndim == 2 else x
+
+
+def attach(tensor_class: type) -> None:
+    """Give the Tensor class its op methods."""
+    methods = {
+        # elementwise
+        "neg": ew.neg,
+        "exp": ew.exp,
+        "log": ew.log,
+        "sqrt": ew.sqrt,
+        "rsqrt": ew.rsqrt,
+        "abs": ew.abs,
+        "sin": ew.sin,
+        "cos": ew.cos,
+        "tanh": ew.tanh,
+        "sigmoid": ew.sigmoid,
+        "relu": ew.relu,
+        "silu": ew.silu,
+        "sign": ew.sign,
+        "logical_not": ew.logical_not,
+        "square": ew.square,
+        "reciprocal": ew.reciprocal,
+        "add": ew.add,
+        "sub": ew.sub,
+        "mul": ew.mul,
+        "pow": ew.pow,
+        "maximum": ew.maximum,
+        "minimum": ew.minimum,
+        "eq": ew.eq,
+        "ne": ew.ne,
+        "lt": ew.lt,
+        "le": ew.le,
+        "gt": ew.gt,
+        "ge": ew.ge,
+        "clamp": ew.clamp,
+        "clip": ew.clamp,
+        "masked_fill": ew.masked_fill,
+        "where": lambda self, condition, other: ew.where(condition, self, other),
+        "lerp": ew.lerp,
+        "__neg__": ew.neg,
+        "__abs__": ew.abs,
+        "__invert__": ew.logical_not,
+        "__add__": ew.add,
+        "__radd__": lambda a, b: ew.add(b, a),
+        "__sub__": ew.sub,
+        "__rsub__": lambda a, b: ew.sub(b, a),
+        "__mul__": ew.mul,
+        "__rmul__": lambda a, b: ew.mul(b, a),
+        "__truediv__": ew.div,
+        "__rtruediv__": lambda a, b: ew.div(b, a),
+        "__pow__": ew.pow,
+        "__rpow__": lambda a, b: ew.pow(b, a),
+        "__eq__": ew.eq,
+        "__ne__": ew.ne,
+        "__lt__": ew.lt,
+        "__le__": ew.le,
+        "__gt__": ew.gt,
+        "__ge__": ew.ge,
+        "__and__": ew.logical_and,
+        "__or__": ew.logical_or,
+        "logical_and": ew.logical_and,
+        "logical_or": ew.logical_or,
+        # reductions
+        "sum": rd.sum,
+        "mean": rd.mean,
+        "max": rd.max,
+        "min": rd.min,
+        "amax": rd.amax,
+        "amin": rd.amin,
+        "var": rd.var,
+        "std": rd.std,
+        "logsumexp": rd.logsumexp,
+        "argmax": rd.argmax,
+        "argmin": rd.argmin,
+        "cumsum": rd.cumsum,
+        "topk": rd.topk,
+        "all": rd.all,
+        "any": rd.any,
+        # matmul
+        "matmul": mm.matmul,
+        "__matmul__": mm.matmul,
+        "__rmatmul__": lambda a, b: mm.matmul(b, a),
+        # movement
+        "reshape": mv.reshape,
+        "view": mv.reshape,
+        "flatten": mv.flatten,
+        "unflatten": mv.unflatten,
+        "permute": mv.permute,
+        "transpose": mv.transpose,
+        "expand": mv.expand,
+        "expand_as": mv.expand_as,
+        "squeeze": mv.squeeze,
+        "unsqueeze": mv.unsqueeze,
+        "__getitem__": mv.getitem,
+        "split": mv.split,
+        "chunk": mv.chunk,
+        "flip": mv.flip,
+        "contiguous": mv.contiguous,
+        "gather": mv.gather,
+        "take_along_dim": mv.take_along_dim,
+        "tril": mv.tril,
+        "triu": mv.triu,
+        "repeat": mv.repeat,
+        "repeat_interleave": mv.repeat_interleave,
+        "clone": mv.contiguous,
+        "index_select": mv.index_select,
+        "select": mv.select,
+        "narrow": mv.narrow,
+        "unbind": mv.unbind,
+        "sort": rd.sort,
+        "argsort": rd.argsort,
+        "prod": rd.prod,
+        "norm": la.norm,
+        "bmm": la.bmm,
+        "mm": la.mm,
+        "dot": la.dot,
+        "outer": la.outer,
+        "t": _t,
+        "swapaxes": mv.transpose,
+        "swapdims": mv.transpose,
+        "masked_select": lambda self, mask: self[mask],
+        "clamp_min": lambda self, min: ew.clamp(self, min=min),
+        "clamp_max": lambda self, max: ew.clamp(self, max=max),
+        "log1p": lambda self: ew.log(ew.add(self, 1.0)),
+        "expm1": lambda self: ew.sub(ew.exp(self), 1.0),
+        "log2": lambda self: ew.div(ew.log(self), math.log(2.0)),
+        "log10": lambda self: ew.div(ew.log(self), math.log(10.0)),
+        # rounding and number tests
+        "floor": rn.floor,
+        "ceil": rn.ceil,
+        "trunc": rn.trunc,
+        "round": rn.round,
+        "floor_divide": rn.floor_divide,
+        "remainder": rn.remainder,
+        "fmod": rn.fmod,
+        "isnan": rn.isnan,
+        "isinf": rn.isinf,
+        "isfinite": rn.isfinite,
+        "isclose": rn.isclose,
+        "allclose": rd.allclose,
+        "equal": rd.equal,
+        "div": lambda self, other, *, rounding_mode=None: rn.div_rounded(self, other, rounding_mode=rounding_mode),
+        "divide": lambda self, other, *, rounding_mode=None: rn.div_rounded(self, other, rounding_mode=rounding_mode),
+        "__floordiv__": rn.floor_divide,
+        "__rfloordiv__": lambda a, b: rn.floor_divide(b, a),
+        "__mod__": rn.remainder,
+        "__rmod__": lambda a, b: rn.remainder(b, a),
+        # in place (PyTorch's semantics: gradcraft/ops/inplace.py)
+        "add_": ip.add_,
+        "sub_": ip.sub_,
+        "mul_": ip.mul_,
+        "div_": ip.div_,
+        "pow_": ip.pow_,
+        "zero_": ip.zero_,
+        "fill_": ip.fill_,
+        "copy_": ip.copy_,
+        "clamp_": ip.clamp_,
+        "clip_": ip.clamp_,
+        "masked_fill_": ip.masked_fill_,
+        "relu_": ip.relu_,
+        "neg_": ip.neg_,
+        "exp_": ip.exp_,
+        "sqrt_": ip.sqrt_,
+        "lerp_": ip.lerp_,
+        "addcmul_": ip.addcmul_,
+        "addcdiv_": ip.addcdiv_,
+        "uniform_": ip.uniform_,
+        "normal_": ip.normal_,
+        "__setitem__": ip.setitem,
+        "__iadd__": ip.add_,
+        "__isub__": ip.sub_,
+        "__imul__": ip.mul_,
+        "__itruediv__": ip.div_,
+        "__ipow__": ip.pow_,
+        "__ifloordiv__": lambda self, other: ip.div_(self, other, rounding_mode="floor"),
+        "__imod__": lambda self, other: ip._inplace(self, lambda: rn.remainder(self, other)),
+        # fused nn
+        "softmax": fn.softmax,
+        "log_softmax": fn.log_softmax,
+    }
+    for name, function in methods.items():
+        setattr(tensor_class, name, function)
+    tensor_class.T = property(lambda self: mv.permute(self, *reversed(range(self.ndim))))
+    tensor_class.mT = property(lambda self: mv.transpose(self, -2, -1))

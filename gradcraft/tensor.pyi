@@ -226,8 +226,8 @@ class Tensor:
     def isclose(self, b: TensorOrNumber, rtol: builtins.float = ..., atol: builtins.float = ..., equal_nan: builtins.bool = ...) -> Tensor: """The op gradcraft.ops.rounding.isclose."""
     def allclose(self, b: TensorOrNumber, rtol: builtins.float = ..., atol: builtins.float = ..., equal_nan: builtins.bool = ...) -> builtins.bool: """The op gradcraft.ops.reduce.allclose."""
     def equal(self, b: TensorOrNumber) -> builtins.bool: """True when a and b have the same shape and elements (torch.equal)."""
-    def div(self, other, *, rounding_mode=...): ...
-    def divide(self, other, *, rounding_mode=...): ...
+    def div(self, other, *, rounding_mode: str | None = ...) -> Tensor: """Tensor.div / Tensor.divide (torch's names: `other`, rounding_mode None, "trunc" or "floor")."""
+    divide = div
     __floordiv__ = floor_divide
     def __rfloordiv__(self, b): ...
     __mod__ = remainder

@@ -26,6 +26,16 @@ def _t(x: Tensor) -> Tensor:
     return x.transpose(0, 1) if x.ndim == 2 else x
 
 
+def _reflected(op):
+    """The reflected operator of op: `2 - x` calls x.__rsub__(2), which is sub(2, x)."""
+    return lambda a, b: op(b, a)
+
+
+def _div(self: Tensor, other, *, rounding_mode: str | None = None) -> Tensor:
+    """Tensor.div / Tensor.divide (torch's names: `other`, rounding_mode None, "trunc" or "floor")."""
+    return rn.div_rounded(self, other, rounding_mode=rounding_mode)
+
+
 def attach(tensor_class: type) -> None:
     """Give the Tensor class its op methods."""
     methods = {
@@ -67,15 +77,15 @@ def attach(tensor_class: type) -> None:
         "__abs__": ew.abs,
         "__invert__": ew.logical_not,
         "__add__": ew.add,
-        "__radd__": lambda a, b: ew.add(b, a),
+        "__radd__": _reflected(ew.add),
         "__sub__": ew.sub,
-        "__rsub__": lambda a, b: ew.sub(b, a),
+        "__rsub__": _reflected(ew.sub),
         "__mul__": ew.mul,
-        "__rmul__": lambda a, b: ew.mul(b, a),
+        "__rmul__": _reflected(ew.mul),
         "__truediv__": ew.div,
-        "__rtruediv__": lambda a, b: ew.div(b, a),
+        "__rtruediv__": _reflected(ew.div),
         "__pow__": ew.pow,
-        "__rpow__": lambda a, b: ew.pow(b, a),
+        "__rpow__": _reflected(ew.pow),
         "__eq__": ew.eq,
         "__ne__": ew.ne,
         "__lt__": ew.lt,
@@ -105,7 +115,7 @@ def attach(tensor_class: type) -> None:
         # matmul
         "matmul": mm.matmul,
         "__matmul__": mm.matmul,
-        "__rmatmul__": lambda a, b: mm.matmul(b, a),
+        "__rmatmul__": _reflected(mm.matmul),
         # movement
         "reshape": mv.reshape,
         "view": mv.reshape,
@@ -165,12 +175,12 @@ def attach(tensor_class: type) -> None:
         "isclose": rn.isclose,
         "allclose": rd.allclose,
         "equal": rd.equal,
-        "div": lambda self, other, *, rounding_mode=None: rn.div_rounded(self, other, rounding_mode=rounding_mode),
-        "divide": lambda self, other, *, rounding_mode=None: rn.div_rounded(self, other, rounding_mode=rounding_mode),
+        "div": _div,
+        "divide": _div,
         "__floordiv__": rn.floor_divide,
-        "__rfloordiv__": lambda a, b: rn.floor_divide(b, a),
+        "__rfloordiv__": _reflected(rn.floor_divide),
         "__mod__": rn.remainder,
-        "__rmod__": lambda a, b: rn.remainder(b, a),
+        "__rmod__": _reflected(rn.remainder),
         # in place (PyTorch's semantics: gradcraft/ops/inplace.py)
         "add_": ip.add_,
         "sub_": ip.sub_,

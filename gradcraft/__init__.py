@@ -86,6 +86,7 @@ from gradcraft.ops.elementwise import (
 )
 from gradcraft.ops.function import enable_grad, is_grad_enabled, no_grad  # noqa: E402
 from gradcraft.ops.linalg import bmm, dot, einsum, mm, norm, outer  # noqa: E402
+from gradcraft.ops.indexing import index_select  # noqa: E402
 from gradcraft.ops.matmul import matmul  # noqa: E402
 from gradcraft.ops.movement import (
     cat,
@@ -93,7 +94,6 @@ from gradcraft.ops.movement import (
     flatten,
     flip,
     gather,
-    index_select,
     narrow,
     permute,  # noqa: E402
     repeat_interleave,

@@ -191,7 +191,7 @@ class Tensor:
     def repeat(self, *sizes): """The op gradcraft.ops.movement.repeat."""
     def repeat_interleave(self, repeats: builtins.int, dim: builtins.int = ...) -> Tensor: """The op gradcraft.ops.movement.repeat_interleave."""
     clone = contiguous
-    def index_select(self, dim: builtins.int, index: Tensor) -> Tensor: """The op gradcraft.ops.movement.index_select."""
+    def index_select(self, dim: builtins.int, index: Tensor) -> Tensor: """The op gradcraft.ops.indexing.index_select."""
     def select(self, dim: builtins.int, index: builtins.int) -> Tensor: """The op gradcraft.ops.movement.select."""
     def narrow(self, dim: builtins.int, start: builtins.int, length: builtins.int) -> Tensor: """The op gradcraft.ops.movement.narrow."""
     def unbind(self, dim: builtins.int = ...) -> tuple[Tensor, ...]: """The op gradcraft.ops.movement.unbind."""

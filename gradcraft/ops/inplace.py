@@ -27,14 +27,13 @@ import weakref
 import numpy as np
 
 from gradcraft import dtypes
-from gradcraft.errors import IndexError_, RuntimeError_, UserError
+from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops import movement as mv
 from gradcraft.ops.creation import next_seed
 from gradcraft.ops.function import (
     VIEW_OPS,
     apply,
-    gradient,
     is_grad_enabled,
     live_readers,
     no_grad,
@@ -422,135 +421,3 @@ def normal_(x, mean: float = 0.0, std: float = 1.0):
         "randn", (), {"shape": x.shape, "seed": next_seed(), "dtype": x.dtype.np}, x.shape, x.dtype, device=x.device
     )
     return write(x, ew.add(ew.mul(randn, std), mean))
-
-
-# ------------------------------------------------------------------ x[index] = value
-
-
-def setitem(x, index, value):
-    """`x[index] = value` with ints, slices, None, Ellipsis, integer index tensors and boolean masks."""
-    from gradcraft.tensor import Tensor
-
-    if not isinstance(value, Tensor):
-        value = (
-            Tensor(np.asarray(value), device=x.device)
-            if isinstance(value, (list, tuple, np.ndarray))
-            else ew.scalar(value, x.dtype, x.device)
-        )
-    value = ew.cast(value, x.dtype)  # x[i] = v converts v as copy_ does (int_tensor[0] = 2.7 stores 2)
-    parts = index if isinstance(index, tuple) else (index,)
-    before = _Before(x)
-    if builtins.any(mv._is_bool_mask(i) for i in parts):
-        if value.numel() == 1 and len(parts) == 1 and isinstance(parts[0], Tensor):
-            mask = parts[0]  # x[mask] = scalar: a where(), no data-dependent shapes
-            if x.shape[: mask.ndim] != mask.shape:
-                raise IndexError_(
-                    f"a boolean mask of shape {tuple(mask.shape)} does not match the leading "
-                    f"dimensions of a tensor of shape {x.shape}"
-                )
-            mask = mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim))
-            return write(x, ew.where(mask, ew.cast(value.reshape(()), x.dtype), x), before)
-        parts = mv._masks_to_indices(parts, x.device)
-    recording = is_grad_enabled() and (x.requires_grad or value.requires_grad)
-    full = mv._expand_ellipsis(parts, x.ndim)
-    if builtins.any(mv._is_index_tensor(i) for i in full):
-        return write(x, _index_put(x, full, value), before)
-    if not recording:
-        return write(mv.getitem(x, parts), value)  # a view of x: the write lands in x's memory
-    return write(x, _slice_put(x, full, value), before)
-
-
-def _slice_put(x, index, value):
-    """x with value written at a basic index (ints, slices, None), as lazy differentiable ops."""
-    slices, box, target_shape, dim = [], [], [], 0
-    for item in index:
-        if item is None:
-            target_shape.append(1)
-            continue
-        size = x.shape[dim]
-        if isinstance(item, slice):
-            if item.step is not None and item.step <= 0:
-                raise UserError("slice step must be positive")
-            s = item.indices(size)
-            box.append(len(range(*s)))
-            target_shape.append(box[-1])
-        else:
-            i = int(item)
-            if not -size <= i < size:
-                raise IndexError_(f"index {i} is out of bounds for dimension {dim} with size {size}")
-            s = (i % size, i % size + 1, 1)
-            box.append(1)
-        slices.append(s)
-        dim += 1
-    value = ew.cast(value, x.dtype)
-    value = (
-        mv.expand(value, ew.broadcast_shape(tuple(target_shape), value.shape, "setitem"))
-        if value.shape != tuple(target_shape)
-        else value
-    )
-    if value.shape != tuple(target_shape):
-        raise RuntimeError_(
-            f"shape mismatch: value of shape {value.shape} cannot be written to a slice of shape {tuple(target_shape)}"
-        )
-    value = mv.contiguous(value.reshape(tuple(box)))
-    placed = mv.put_slices([value], [tuple(slices)], x.shape)
-    with no_grad():
-        hit = mv.put_slices(
-            [
-                apply(
-                    "full",
-                    (),
-                    {"shape": tuple(box), "value": 1, "dtype": np.dtype(np.int32)},
-                    tuple(box),
-                    dtypes.int32,
-                    device=x.device,
-                )
-            ],
-            [tuple(slices)],
-            x.shape,
-        )
-    return ew.where(ew.ne(hit, 0), placed, x)
-
-
-def _index_put(x, index, value):
-    """x with value written at an advanced index; duplicate positions: undefined, as in PyTorch."""
-    spec, tensors, out_shape = mv.advanced_spec(x, index)
-    value = ew.cast(value, x.dtype)
-    if value.shape != tuple(out_shape):
-        value = mv.contiguous(mv.expand(value, ew.broadcast_shape(tuple(out_shape), value.shape, "index_put")))
-        if value.shape != tuple(out_shape):
-            raise RuntimeError_(
-                f"shape mismatch: value of shape {value.shape} cannot be written to an index of "
-                f"shape {tuple(out_shape)}"
-            )
-    attrs = {"spec": spec, "shape": x.shape}
-    with no_grad():
-        ones = apply(
-            "full",
-            (),
-            {"shape": tuple(out_shape), "value": 1, "dtype": x.dtype.np},
-            tuple(out_shape),
-            x.dtype,
-            device=x.device,
-        )
-        count = apply("index_put_add", (ones, *tensors), attrs, x.shape, x.dtype)
-    scattered = apply("index_put_add", (value, *tensors), attrs, x.shape, x.dtype)
-    if x.dtype.is_floating_point:
-        scattered = ew.div(scattered, ew.maximum(count, 1))  # a repeated position gets the value once
-    else:
-        scattered = ew.cast(ew.div(scattered, ew.maximum(count, 1)), x.dtype)
-    return ew.where(ew.ne(count, 0), scattered, x)
-
-
-@gradient("put_slices")
-def _put_slices_grad(node, out, g):
-    return tuple(
-        apply("slice", (g,), {"slices": spec}, inp.shape, g.dtype)
-        for inp, spec in zip(node.inputs, node.attrs["specs"])
-    )
-
-
-@gradient("index_put_add")
-def _index_put_add_grad(node, out, g):
-    value, *indices = node.inputs
-    return (apply("index", (g, *indices), {"spec": node.attrs["spec"]}, value.shape, g.dtype),) + (None,) * len(indices)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from gradcraft.errors import UserError
 from gradcraft.ops import elementwise as ew, matmul as mm, movement as mv, nn as fn, reduce as rd
-from gradcraft.ops import inplace as ip, linalg as la, rounding as rn
+from gradcraft.ops import indexing as ix, inplace as ip, linalg as la, rounding as rn
 
 if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
@@ -127,7 +127,7 @@ def attach(tensor_class: type) -> None:
         "expand_as": mv.expand_as,
         "squeeze": mv.squeeze,
         "unsqueeze": mv.unsqueeze,
-        "__getitem__": mv.getitem,
+        "__getitem__": ix.getitem,
         "split": mv.split,
         "chunk": mv.chunk,
         "flip": mv.flip,
@@ -139,7 +139,7 @@ def attach(tensor_class: type) -> None:
         "repeat": mv.repeat,
         "repeat_interleave": mv.repeat_interleave,
         "clone": mv.contiguous,
-        "index_select": mv.index_select,
+        "index_select": ix.index_select,
         "select": mv.select,
         "narrow": mv.narrow,
         "unbind": mv.unbind,
@@ -202,7 +202,7 @@ def attach(tensor_class: type) -> None:
         "addcdiv_": ip.addcdiv_,
         "uniform_": ip.uniform_,
         "normal_": ip.normal_,
-        "__setitem__": ip.setitem,
+        "__setitem__": ix.setitem,
         "__iadd__": ip.add_,
         "__isub__": ip.sub_,
         "__imul__": ip.mul_,

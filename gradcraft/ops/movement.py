@@ -1,4 +1,4 @@
-"""Movement ops: views (reshape, permute, expand, slicing), indexing, cat/stack/split, pad, tril/triu.
+"""Movement ops: views (reshape, permute, expand, basic slicing), cat/stack/split, pad, tril/triu.
 
 Views share their input's buffer on every backend; their gradients are the
 inverse movement (or a scatter-add for gathers).
@@ -143,51 +143,11 @@ def _flip_grad(node, out, g):
     return (apply("flip", (g,), node.attrs, g.shape, g.dtype),)
 
 
-# ------------------------------------------------------------------ indexing
+# ------------------------------------------------------------------ slicing (indexing.py: x[...] in full)
 
 
-def _is_index_tensor(item) -> bool:
-    from gradcraft.tensor import Tensor
-
-    return isinstance(item, (Tensor, list, np.ndarray))
-
-
-def _as_index_tensor(item, device):
-    from gradcraft.tensor import Tensor
-
-    if isinstance(item, Tensor):
-        if item.dtype.kind not in "iu":
-            raise UserError(f"tensors used as indices must be integers or booleans, got {item.dtype.name}")
-        return item.to(dtypes.int64)
-    return Tensor(np.asarray(item, dtype=np.int64), device=device)
-
-
-def _is_bool_mask(item) -> bool:
-    from gradcraft.tensor import Tensor
-
-    if isinstance(item, Tensor):
-        return item.dtype == dtypes.bool_
-    return isinstance(item, (np.ndarray, list)) and np.asarray(item).dtype == np.bool_
-
-
-def _masks_to_indices(index: tuple, device) -> tuple:
-    """A boolean mask of k dimensions stands for the k integer index tensors of its True positions
-    (NumPy's and PyTorch's rule). Their number depends on the data, so the mask is computed here."""
-    from gradcraft.tensor import Tensor
-
-    out = []
-    for item in index:
-        if _is_bool_mask(item):
-            mask = item.numpy() if isinstance(item, Tensor) else np.asarray(item)
-            out.extend(Tensor(positions.astype(np.int64), device=device) for positions in np.nonzero(mask))
-            if mask.ndim == 0:
-                raise UserError("a 0-d boolean index is not supported; use where()")
-        else:
-            out.append(item)
-    return tuple(out)
-
-
-def _expand_ellipsis(index: tuple, ndim: int) -> tuple:
+def expand_ellipsis(index: tuple, ndim: int) -> tuple:
+    """The index with its Ellipsis (or the dimensions it leaves out at the end) as whole slices."""
     # (identity tests only: `==` on a Tensor index would build an op)
     consumed = builtins.sum(1 for i in index if i is not None and i is not Ellipsis)
     if consumed > ndim:
@@ -201,21 +161,15 @@ def _expand_ellipsis(index: tuple, ndim: int) -> tuple:
     return index + (slice(None),) * (ndim - consumed)
 
 
-def getitem(x, index):
-    """`x[...]` with ints, slices (positive steps), None, Ellipsis, integer tensors/lists (gathers)
-    and boolean masks (which are computed first: the result's shape depends on them)."""
-    index = index if isinstance(index, tuple) else (index,)
-    if builtins.any(_is_bool_mask(i) for i in index):
-        index = _masks_to_indices(index, x.device)
-    index = _expand_ellipsis(index, x.ndim)
-    if any(_is_index_tensor(i) for i in index):
-        return _advanced_index(x, index)
+def basic_slices(shape: tuple, index: tuple) -> tuple[tuple, tuple]:
+    """A basic index (ints, slices with positive steps, None; Ellipsis expanded) of a tensor of
+    `shape`: ((start, stop, step) per dimension, the result's shape)."""
     slices, out_shape, dim = [], [], 0
     for item in index:
         if item is None:
             out_shape.append(1)
             continue
-        size = x.shape[dim]
+        size = shape[dim]
         if isinstance(item, slice):
             if item.step is not None and item.step <= 0:
                 raise UserError("slice step must be positive")
@@ -229,11 +183,18 @@ def getitem(x, index):
             i %= size
             slices.append((i, i + 1, 1))
         dim += 1
+    return tuple(slices), tuple(out_shape)
+
+
+def basic_index(x, index: tuple):
+    """`x[index]` for a basic index (ints, slices, None, Ellipsis; dimensions left out at the end are
+    taken whole): a view. Integer tensors and masks: indexing.getitem."""
+    slices, out_shape = basic_slices(x.shape, expand_ellipsis(index, x.ndim))
     sliced = x
     if any(s != (0, n, 1) for s, n in zip(slices, x.shape)):
         shape = tuple(len(range(*s)) for s in slices)
-        sliced = apply("slice", (x,), {"slices": tuple(slices)}, shape, x.dtype)
-    return reshape(sliced, tuple(out_shape))
+        sliced = apply("slice", (x,), {"slices": slices}, shape, x.dtype)
+    return reshape(sliced, out_shape)
 
 
 @gradient("slice")
@@ -262,40 +223,12 @@ def merge_slice_gradients(a, b):
     )
 
 
-def _advanced_index(x, index):
-    spec, tensors, out_shape = advanced_spec(x, index)
-    return apply("index", (x, *tensors), {"spec": spec}, out_shape, x.dtype)
-
-
-def advanced_spec(x, index):
-    """(spec, index tensors, result shape) of an index with tensors in it, as the "index" kernel
-    takes them: spec holds, per dimension, a position in the tensors or a (start, stop, step)."""
-    spec, tensors, dim = [], [], 0
-    for item in index:
-        if item is None:
-            raise UserError("None cannot be combined with tensor indices; unsqueeze first")
-        if not isinstance(item, slice):
-            # an int among tensor indices acts as a 0-d index tensor (NumPy's rules, which PyTorch shares)
-            t = _as_index_tensor(item if _is_index_tensor(item) else np.int64(int(item)), x.device)
-            spec.append(len(tensors))
-            tensors.append(t)
-        else:
-            if item.step is not None and item.step <= 0:
-                raise UserError("slice step must be positive")
-            spec.append(item.indices(x.shape[dim]))
-        dim += 1
-    # The output shape follows NumPy's rules, which PyTorch shares: compute it on empty stand-ins.
-    probe = np.empty(x.shape, dtype=np.bool_)
-    stand_ins = [np.zeros(t.shape, dtype=np.int64) for t in tensors]
-    out_shape = probe[tuple(stand_ins[s] if isinstance(s, int) else slice(*s) for s in spec)].shape
-    return tuple(spec), tensors, out_shape
-
-
-@gradient("index")
-def _index_grad(node, out, g):
-    x, *indices = node.inputs
-    grad = apply("index_put_add", (g, *indices), {"spec": node.attrs["spec"], "shape": x.shape}, x.shape, g.dtype)
-    return (grad,) + (None,) * len(indices)
+@gradient("put_slices")
+def _put_slices_grad(node, out, g):
+    return tuple(
+        apply("slice", (g,), {"slices": spec}, inp.shape, g.dtype)
+        for inp, spec in zip(node.inputs, node.attrs["specs"])
+    )
 
 
 def take_along_dim(x: Tensor, indices: Tensor, dim: int) -> Tensor:
@@ -326,16 +259,9 @@ def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
     return take_along_dim(x, index, dim)
 
 
-def index_select(x: Tensor, dim: int, index: Tensor) -> Tensor:
-    d = normalize_dim(dim, x.ndim)
-    if index.ndim != 1:
-        raise UserError(f"index_select: the index must be 1-d, got shape {tuple(index.shape)}")
-    return getitem(x, (slice(None),) * d + (index,))
-
-
 def select(x: Tensor, dim: int, index: int) -> Tensor:
     d = normalize_dim(dim, x.ndim)
-    return getitem(x, (slice(None),) * d + (index,))
+    return basic_index(x, (slice(None),) * d + (index,))
 
 
 def narrow(x: Tensor, dim: int, start: int, length: int) -> Tensor:
@@ -345,7 +271,7 @@ def narrow(x: Tensor, dim: int, start: int, length: int) -> Tensor:
         raise IndexError_(
             f"narrow: [{start}, {start + length}) is out of range for dimension {dim} of size {x.shape[d]}"
         )
-    return getitem(x, (slice(None),) * d + (slice(start, start + length),))
+    return basic_index(x, (slice(None),) * d + (slice(start, start + length),))
 
 
 def unbind(x: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
@@ -379,7 +305,7 @@ def _cat_grad(node, out, g):
     axis, grads, start = node.attrs["axis"], [], 0
     for t in node.inputs:
         n = t.shape[axis]
-        grads.append(getitem(g, (slice(None),) * axis + (slice(start, start + n),)))
+        grads.append(basic_index(g, (slice(None),) * axis + (slice(start, start + n),)))
         start += n
     return tuple(grads)
 
@@ -404,7 +330,7 @@ def split(x: Tensor, split_size_or_sections: int | list[int], dim: int = 0) -> t
             raise UserError(f"split: sections {sections} do not add up to dimension {dim} of size {size}")
     out, start = [], 0
     for n in sections:
-        out.append(getitem(x, (slice(None),) * axis + (slice(start, start + n),)))
+        out.append(basic_index(x, (slice(None),) * axis + (slice(start, start + n),)))
         start += n
     return tuple(out)
 
@@ -432,7 +358,7 @@ def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.
 @gradient("pad")
 def _pad_grad(node, out, g):
     x = node.inputs[0]
-    return (getitem(g, tuple(slice(a, a + n) for (a, _), n in zip(node.attrs["pads"], x.shape))),)
+    return (basic_index(g, tuple(slice(a, a + n) for (a, _), n in zip(node.attrs["pads"], x.shape))),)
 
 
 def _triangle(op, x, diagonal):

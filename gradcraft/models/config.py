@@ -188,54 +188,24 @@ class ModelConfig:
 
 GPT = dict(norm="layernorm", mlp="gelu", positions="learned", bias=True, tie_embeddings=True)
 LLAMA = dict(norm="rmsnorm", norm_eps=1e-6, mlp="swiglu", positions="rope", bias=False, tie_embeddings=False)
+LLAMA_TIED = {**LLAMA, "tie_embeddings": True}  # llama2.c's small shapes: the head is the embedding
+# K2 (pstaykov/transformer, docs/k2.md): LLaMA's blocks with RMSNorm eps 1e-5, SwiGLU gate * sigmoid(beta * gate)
+# * value with a learned beta per layer, biases in the MLP only, learned positions, untied head
+K2 = {**LLAMA, "norm_eps": 1e-5, "positions": "learned", "learned_beta": True, "mlp_bias": True}
 
 PRESETS = {
     # a small model that trains on a laptop CPU in minutes (the quick start's main job)
-    "demo": dict(vocab_size=4096, seq_len=128, dim=128, n_layers=4, n_heads=4, **{**LLAMA, "tie_embeddings": True}),
+    "demo": dict(vocab_size=4096, seq_len=128, dim=128, n_layers=4, n_heads=4, **LLAMA_TIED),
     # the original GradCraft benchmark model: GPT style, about 90M parameters
     "mallmoc": dict(vocab_size=8192, seq_len=512, dim=768, n_layers=11, n_heads=12, **GPT),
     "gpt2-124m": dict(vocab_size=50257, seq_len=1024, dim=768, n_layers=12, n_heads=12, **GPT),
     "gpt2-small": dict(vocab_size=50257, seq_len=1024, dim=768, n_layers=12, n_heads=12, **GPT),
     # LLaMA family, small sizes (the llama2.c TinyStories shapes)
-    "llama-15m": dict(
-        vocab_size=32000, seq_len=256, dim=288, n_layers=6, n_heads=6, ffn_dim=768, **{**LLAMA, "tie_embeddings": True}
-    ),
-    "llama-42m": dict(
-        vocab_size=32000,
-        seq_len=1024,
-        dim=512,
-        n_layers=8,
-        n_heads=8,
-        ffn_dim=1376,
-        **{**LLAMA, "tie_embeddings": True},
-    ),
-    "llama-110m": dict(
-        vocab_size=32000,
-        seq_len=1024,
-        dim=768,
-        n_layers=12,
-        n_heads=12,
-        ffn_dim=2048,
-        **{**LLAMA, "tie_embeddings": True},
-    ),
-    # K2 (pstaykov/transformer, docs/k2.md): RMSNorm eps 1e-5, SwiGLU gate * sigmoid(beta * gate) * value with
-    # a learned beta per layer, biases in the MLP only, learned positions, untied head; 82.9M parameters
-    "k2-83m": dict(
-        vocab_size=32000,
-        seq_len=256,
-        dim=512,
-        n_layers=12,
-        n_heads=8,
-        ffn_dim=2026,
-        learned_beta=True,
-        norm="rmsnorm",
-        norm_eps=1e-5,
-        mlp="swiglu",
-        positions="learned",
-        bias=False,
-        mlp_bias=True,
-        tie_embeddings=False,
-    ),
+    "llama-15m": dict(vocab_size=32000, seq_len=256, dim=288, n_layers=6, n_heads=6, ffn_dim=768, **LLAMA_TIED),
+    "llama-42m": dict(vocab_size=32000, seq_len=1024, dim=512, n_layers=8, n_heads=8, ffn_dim=1376, **LLAMA_TIED),
+    "llama-110m": dict(vocab_size=32000, seq_len=1024, dim=768, n_layers=12, n_heads=12, ffn_dim=2048, **LLAMA_TIED),
+    # K2's model (82.9M parameters)
+    "k2-83m": dict(vocab_size=32000, seq_len=256, dim=512, n_layers=12, n_heads=8, ffn_dim=2026, **K2),
     # the v1 "tiny state of the art": hybrid sliding-window/global attention, GQA, MoE (about 99M)
     "toy-v1": dict(
         vocab_size=32000,
@@ -251,11 +221,9 @@ PRESETS = {
         n_experts=4,
         experts_per_token=2,
         capacity_factor=1.25,
-        **{**LLAMA, "tie_embeddings": True},
+        **LLAMA_TIED,
     ),
-    "toy-v0": dict(
-        vocab_size=8192, seq_len=32, dim=128, n_layers=2, n_heads=4, ffn_dim=256, **{**LLAMA, "tie_embeddings": True}
-    ),
+    "toy-v0": dict(vocab_size=8192, seq_len=32, dim=128, n_layers=2, n_heads=4, ffn_dim=256, **LLAMA_TIED),
 }
 
 

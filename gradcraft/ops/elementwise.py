@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 from gradcraft.typing import Number, TensorOrNumber
 
@@ -71,62 +72,37 @@ def _cast_grad(node, out, g):
 # ------------------------------------------------------------------ unary
 
 
-def _unary(op, x, **attrs):
-    if x.dtype.is_floating_point or op in ("neg", "abs", "sign", "relu", "logical_not"):
+def _unary(op, x, keeps_integers: bool = False, **attrs):
+    """op(x): on an integer tensor, in the default float dtype unless the op keeps integers (as in PyTorch)."""
+    if x.dtype.is_floating_point or keeps_integers:
         return apply(op, (x,), attrs, x.shape, x.dtype)
     return apply(op, (cast(x, dtypes.default_float),), attrs, x.shape, dtypes.default_float)
 
 
-def neg(x: Tensor) -> Tensor:
-    return _unary("neg", x)
+def _unary_op(op: str, keeps_integers: bool = False) -> Callable[[Tensor], Tensor]:
+    """The function of the unary op `op` (neg(x), exp(x), ...)."""
+
+    def function(x: Tensor) -> Tensor:
+        return _unary(op, x, keeps_integers)
+
+    function.__name__ = function.__qualname__ = op
+    return function
 
 
-def exp(x: Tensor) -> Tensor:
-    return _unary("exp", x)
-
-
-def log(x: Tensor) -> Tensor:
-    return _unary("log", x)
-
-
-def sqrt(x: Tensor) -> Tensor:
-    return _unary("sqrt", x)
-
-
-def rsqrt(x: Tensor) -> Tensor:
-    return _unary("rsqrt", x)
-
-
-def abs(x: Tensor) -> Tensor:
-    return _unary("abs", x)
-
-
-def sin(x: Tensor) -> Tensor:
-    return _unary("sin", x)
-
-
-def cos(x: Tensor) -> Tensor:
-    return _unary("cos", x)
-
-
-def tanh(x: Tensor) -> Tensor:
-    return _unary("tanh", x)
-
-
-def sigmoid(x: Tensor) -> Tensor:
-    return _unary("sigmoid", x)
-
-
-def relu(x: Tensor) -> Tensor:
-    return _unary("relu", x)
-
-
-def silu(x: Tensor) -> Tensor:
-    return _unary("silu", x)
-
-
-def sign(x: Tensor) -> Tensor:
-    return _unary("sign", x)
+# the unary ops of one kernel each (their gradients below)
+neg = _unary_op("neg", keeps_integers=True)
+abs = _unary_op("abs", keeps_integers=True)
+sign = _unary_op("sign", keeps_integers=True)
+relu = _unary_op("relu", keeps_integers=True)
+exp = _unary_op("exp")
+log = _unary_op("log")
+sqrt = _unary_op("sqrt")
+rsqrt = _unary_op("rsqrt")
+sin = _unary_op("sin")
+cos = _unary_op("cos")
+tanh = _unary_op("tanh")
+sigmoid = _unary_op("sigmoid")
+silu = _unary_op("silu")
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
@@ -231,6 +207,30 @@ def _compare(op, a, b):
     return apply(op, (a, b), {}, broadcast_shape(a.shape, b.shape, op), dtypes.bool_)
 
 
+def _binary_op(op: str, compute=_binary) -> Callable[[TensorOrNumber, TensorOrNumber], Tensor]:
+    """The function of the binary op `op` (mul(a, b), eq(a, b), ...): broadcast, PyTorch's promotion."""
+
+    def function(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
+        return compute(op, a, b)
+
+    function.__name__ = function.__qualname__ = op
+    return function
+
+
+# comparisons: a bool result
+eq = _binary_op("eq", _compare)
+ne = _binary_op("ne", _compare)
+lt = _binary_op("lt", _compare)
+le = _binary_op("le", _compare)
+gt = _binary_op("gt", _compare)
+ge = _binary_op("ge", _compare)
+# arithmetic: the promoted dtype (add, sub and div below take more than two tensors)
+mul = _binary_op("mul")
+pow = _binary_op("pow")
+maximum = _binary_op("maximum")
+minimum = _binary_op("minimum")
+
+
 def add(a: TensorOrNumber, b: TensorOrNumber, alpha: Number = 1) -> Tensor:
     return _binary("add", a, b if alpha == 1 else mul(b, alpha))
 
@@ -239,51 +239,11 @@ def sub(a: TensorOrNumber, b: TensorOrNumber, alpha: Number = 1) -> Tensor:
     return _binary("sub", a, b if alpha == 1 else mul(b, alpha))
 
 
-def mul(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
-    return _binary("mul", a, b)
-
-
 def div(a, b):
     a, b = _operands(a, b, "div")
     if not a.dtype.is_floating_point:  # true division, as in PyTorch
         a, b = cast(a, dtypes.default_float), cast(b, dtypes.default_float)
     return apply("div", (a, b), {}, broadcast_shape(a.shape, b.shape, "div"), a.dtype)
-
-
-def pow(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
-    return _binary("pow", a, b)
-
-
-def maximum(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
-    return _binary("maximum", a, b)
-
-
-def minimum(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
-    return _binary("minimum", a, b)
-
-
-def eq(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
-    return _compare("eq", a, b)
-
-
-def ne(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
-    return _compare("ne", a, b)
-
-
-def lt(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
-    return _compare("lt", a, b)
-
-
-def le(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
-    return _compare("le", a, b)
-
-
-def gt(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
-    return _compare("gt", a, b)
-
-
-def ge(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
-    return _compare("ge", a, b)
 
 
 def logical_and(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:

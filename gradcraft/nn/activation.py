@@ -20,13 +20,25 @@ class Identity(Module):
         return x
 
 
-class ReLU(Module):
-    def __init__(self, inplace: bool = False) -> None:
+class _Activation(Module):
+    """An activation module: its function's settings (named as in torch.nn) and, where torch has it,
+    the inplace flag; its repr lists the settings, and inplace when set."""
+
+    def __init__(self, inplace: bool = False, **settings: float) -> None:
         super().__init__()
+        self._settings = tuple(settings)
+        for name, value in settings.items():
+            setattr(self, name, value)
         self.inplace = inplace
 
     def extra_repr(self) -> str:
-        return "inplace=True" if self.inplace else ""
+        shown = [f"{name}={getattr(self, name)}" for name in self._settings]
+        return ", ".join(shown + (["inplace=True"] if self.inplace else []))
+
+
+class ReLU(_Activation):
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__(inplace)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.relu(x, inplace=self.inplace)
@@ -44,13 +56,9 @@ class GELU(Module):
         return F.gelu(x, approximate=self.approximate)
 
 
-class SiLU(Module):
+class SiLU(_Activation):
     def __init__(self, inplace: bool = False) -> None:
-        super().__init__()
-        self.inplace = inplace
-
-    def extra_repr(self) -> str:
-        return "inplace=True" if self.inplace else ""
+        super().__init__(inplace)
 
     def forward(self, x: Tensor) -> Tensor:
         return x.copy_(F.silu(x)) if self.inplace else F.silu(x)
@@ -66,37 +74,25 @@ class Sigmoid(Module):
         return x.sigmoid()
 
 
-class LeakyReLU(Module):
+class LeakyReLU(_Activation):
     def __init__(self, negative_slope: float = 0.01, inplace: bool = False) -> None:
-        super().__init__()
-        self.negative_slope, self.inplace = negative_slope, inplace
-
-    def extra_repr(self) -> str:
-        return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace else "")
+        super().__init__(inplace, negative_slope=negative_slope)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.leaky_relu(x, self.negative_slope, inplace=self.inplace)
 
 
-class ELU(Module):
+class ELU(_Activation):
     def __init__(self, alpha: float = 1.0, inplace: bool = False) -> None:
-        super().__init__()
-        self.alpha, self.inplace = alpha, inplace
-
-    def extra_repr(self) -> str:
-        return f"alpha={self.alpha}" + (", inplace=True" if self.inplace else "")
+        super().__init__(inplace, alpha=alpha)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.elu(x, self.alpha, inplace=self.inplace)
 
 
-class Softplus(Module):
+class Softplus(_Activation):
     def __init__(self, beta: float = 1.0, threshold: float = 20.0) -> None:
-        super().__init__()
-        self.beta, self.threshold = beta, threshold
-
-    def extra_repr(self) -> str:
-        return f"beta={self.beta}, threshold={self.threshold}"
+        super().__init__(beta=beta, threshold=threshold)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.softplus(x, self.beta, self.threshold)

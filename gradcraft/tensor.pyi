@@ -154,7 +154,7 @@ class Tensor:
     def sum(self, dim: Dims = ..., keepdim: builtins.bool = ..., dtype: DTypeLike = ...) -> Tensor: """The op gradcraft.ops.reduce.sum."""
     def mean(self, dim: Dims = ..., keepdim: builtins.bool = ..., dtype: DTypeLike = ...) -> Tensor: """The op gradcraft.ops.reduce.mean."""
     def max(self, dim: Dims = ..., keepdim: builtins.bool = ...) -> Tensor | tuple[Tensor, Tensor]: """Like torch.max: the maximum of all elements, or (values, indices) along `dim`."""
-    def min(self, dim: Dims = ..., keepdim: builtins.bool = ...) -> Tensor | tuple[Tensor, Tensor]: """The op gradcraft.ops.reduce.min."""
+    def min(self, dim: Dims = ..., keepdim: builtins.bool = ...) -> Tensor | tuple[Tensor, Tensor]: """Like torch.min: the minimum of all elements, or (values, indices) along `dim`."""
     def amax(self, dim: Dims = ..., keepdim: builtins.bool = ...) -> Tensor: """The op gradcraft.ops.reduce.amax."""
     def amin(self, dim: Dims = ..., keepdim: builtins.bool = ...) -> Tensor: """The op gradcraft.ops.reduce.amin."""
     def var(self, dim: Dims = ..., unbiased: builtins.bool | None = ..., keepdim: builtins.bool = ..., *, correction: builtins.int | None = ...) -> Tensor: """Variance with Bessel's correction by default (correction=1), as in PyTorch."""

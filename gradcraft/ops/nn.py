@@ -30,23 +30,26 @@ def _float_input(x, op):
 # ------------------------------------------------------------------ softmax family
 
 
-def softmax(x: Tensor, dim: int = -1, dtype: DTypeLike = None) -> Tensor:
+def _softmax_family(op: str, x: Tensor, dim: int, dtype: DTypeLike) -> Tensor:
+    """softmax or log_softmax along dim, computed in dtype when given (cast first, as in PyTorch)."""
     if dtype is not None:
         x = ew.cast(x, dtype)
-    _float_input(x, "softmax")
-    return apply("softmax", (x,), {"axis": normalize_dim(dim, x.ndim)}, x.shape, x.dtype)
+    _float_input(x, op)
+    return apply(op, (x,), {"axis": normalize_dim(dim, x.ndim)}, x.shape, x.dtype)
 
 
-@gradient("softmax")
-def _softmax_grad(node, out, g):
-    return (apply("softmax_backward", (out, g), node.attrs, g.shape, g.dtype),)
+def softmax(x: Tensor, dim: int = -1, dtype: DTypeLike = None) -> Tensor:
+    return _softmax_family("softmax", x, dim, dtype)
 
 
 def log_softmax(x: Tensor, dim: int = -1, dtype: DTypeLike = None) -> Tensor:
-    if dtype is not None:
-        x = ew.cast(x, dtype)
-    _float_input(x, "log_softmax")
-    return apply("log_softmax", (x,), {"axis": normalize_dim(dim, x.ndim)}, x.shape, x.dtype)
+    return _softmax_family("log_softmax", x, dim, dtype)
+
+
+# Both gradients are one fused kernel of the output and its gradient (softmax_backward, log_softmax_backward).
+@gradient("softmax")
+def _softmax_grad(node, out, g):
+    return (apply("softmax_backward", (out, g), node.attrs, g.shape, g.dtype),)
 
 
 @gradient("log_softmax")

@@ -82,29 +82,26 @@ gradient("max")(_extreme_grad)
 gradient("min")(_extreme_grad)
 
 
-def max(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor | tuple[Tensor, Tensor]:
-    """Like torch.max: the maximum of all elements, or (values, indices) along `dim`."""
+def _max_or_min(x, dim, keepdim, of_all, elementwise, arg_of) -> Tensor | tuple[Tensor, Tensor]:
     if dim is None:
-        return amax(x)
+        return of_all(x)
     if not isinstance(dim, int):  # torch.max(a, b) is the elementwise maximum
-        return ew.maximum(x, dim)
-    indices = argmax(x, dim, keepdim=True)
+        return elementwise(x, dim)
+    indices = arg_of(x, dim, keepdim=True)
     values = take_along_dim(x, indices, dim)
     if not keepdim:
         values, indices = values.squeeze(dim), indices.squeeze(dim)
     return MaxResult(values, indices)
+
+
+def max(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+    """Like torch.max: the maximum of all elements, or (values, indices) along `dim`."""
+    return _max_or_min(x, dim, keepdim, amax, ew.maximum, argmax)
 
 
 def min(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor | tuple[Tensor, Tensor]:
-    if dim is None:
-        return amin(x)
-    if not isinstance(dim, int):
-        return ew.minimum(x, dim)
-    indices = argmin(x, dim, keepdim=True)
-    values = take_along_dim(x, indices, dim)
-    if not keepdim:
-        values, indices = values.squeeze(dim), indices.squeeze(dim)
-    return MaxResult(values, indices)
+    """Like torch.min: the minimum of all elements, or (values, indices) along `dim`."""
+    return _max_or_min(x, dim, keepdim, amin, ew.minimum, argmin)
 
 
 def _arg(op, x, dim, keepdim):

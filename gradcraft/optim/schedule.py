@@ -59,8 +59,23 @@ class LinearWithWarmup(_WarmupThenDecay):
         return 1.0 - progress
 
 
+class _FromBase:
+    """A schedule made from another one's state_dict (its `base` field): min_lr and the decay shape
+    are the base's."""
+
+    def __post_init__(self):
+        self._base = from_state_dict(self.base)
+
+    @property
+    def min_lr(self) -> float:
+        return self._base.min_lr
+
+    def decay(self, progress: float) -> float:
+        return self._base.decay(progress)
+
+
 @dataclass
-class Rescaled:
+class Rescaled(_FromBase):
     """A schedule resumed with another total: `base` up to `from_step`, then base's decay shape from
     base(from_step) down to base.min_lr at total_steps (held after). The learning rate never jumps:
     at from_step both pieces give base(from_step)."""
@@ -70,7 +85,7 @@ class Rescaled:
     total_steps: int
 
     def __post_init__(self):
-        self._base = from_state_dict(self.base)
+        super().__post_init__()
         self._start_lr = self._base(self.from_step)
 
     def __call__(self, step: int) -> float:
@@ -79,27 +94,17 @@ class Rescaled:
         progress = min(1.0, (step - self.from_step) / max(1, self.total_steps - self.from_step))
         return self._base.min_lr + self._base.decay(progress) * (self._start_lr - self._base.min_lr)
 
-    @property
-    def min_lr(self) -> float:
-        return self._base.min_lr
-
-    def decay(self, progress: float) -> float:
-        return self._base.decay(progress)
-
     def state_dict(self) -> dict:
         return {"kind": "rescaled", "base": self.base, "from_step": self.from_step, "total_steps": self.total_steps}
 
 
 @dataclass
-class Shifted:
+class Shifted(_FromBase):
     """`base` started at `offset` instead of 0: a run that goes on from another trainer's step
     (an imported K2 checkpoint, docs/k2.md) warms up again from there with fresh optimizer moments."""
 
     base: dict  # the state_dict of a warmup-then-decay schedule, counted from `offset`
     offset: int
-
-    def __post_init__(self):
-        self._base = from_state_dict(self.base)
 
     def __call__(self, step: int) -> float:
         return self._base(max(0, step - self.offset))
@@ -107,13 +112,6 @@ class Shifted:
     @property
     def total_steps(self) -> int:
         return self.offset + self._base.total_steps
-
-    @property
-    def min_lr(self) -> float:
-        return self._base.min_lr
-
-    def decay(self, progress: float) -> float:
-        return self._base.decay(progress)
 
     def state_dict(self) -> dict:
         return {"kind": "shifted", "base": self.base, "offset": self.offset}

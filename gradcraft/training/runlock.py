@@ -36,6 +36,16 @@ def _holder(fd: int) -> str:
     return text if text.isdigit() else ""
 
 
+def _open(path: str, flags: int, what: str, make_folder: str | None = None) -> int:
+    """os.open (making make_folder first, when given); a failure is one line: cannot <what> <path>."""
+    try:
+        if make_folder is not None:
+            os.makedirs(make_folder, exist_ok=True)
+        return os.open(path, flags, 0o644)
+    except OSError as e:
+        raise UserError(f"cannot {what} {path}: {e.strerror}") from None
+
+
 def lock_run_folder(model_dir: str):
     """Take the run folder's lock (creating the folder); returns an fd to release with
     release_run_folder, or None where the OS has no flock. Another live holder: a UserError naming
@@ -45,16 +55,9 @@ def lock_run_folder(model_dir: str):
     path = os.path.join(model_dir, LOCK_NAME)
     if os.path.isdir(model_dir) and os.path.exists(path):
         # a folder another run may hold: probe without writing anything (no create, no truncate)
-        try:
-            fd = os.open(path, os.O_RDWR)
-        except OSError as e:
-            raise UserError(f"cannot open the run folder's lock {path}: {e.strerror}") from None
+        fd = _open(path, os.O_RDWR, "open the run folder's lock")
     else:
-        try:
-            os.makedirs(model_dir, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise UserError(f"cannot create the run folder's lock {path}: {e.strerror}") from None
+        fd = _open(path, os.O_RDWR | os.O_CREAT, "create the run folder's lock", make_folder=model_dir)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -100,10 +103,7 @@ def lock_directory(folder: str, command: str):
     if fcntl is None:
         yield
         return
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError as e:
-        raise UserError(f"cannot open the folder {folder}: {e.strerror}") from None
+    fd = _open(folder, os.O_RDONLY, "open the folder")
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

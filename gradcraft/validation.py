@@ -221,23 +221,32 @@ def parse_json(raw: bytes, path: str, hint: str = ""):
         raise UserError(f"{path} is nested too deeply to be a file gradcraft wrote{tail}") from None
 
 
-def read_json(path: str, max_bytes: int | None = None, hint: str = ""):
-    """Read and parse a JSON file whose size is at most max_bytes (default MAX_JSON_BYTES), checked
-    before reading."""
+def read_bytes(path: str, max_bytes: int, what: str = "", hint: str = "", kind: str = "file") -> bytes:
+    """The bytes of the file `path`, at most max_bytes (its size checked before reading). A missing
+    file, a folder, an unreadable or too large one is one UserError: `what` prefixes the path
+    ("settings file "), `hint` ends the line, a folder is "not a {kind}"."""
     tail = f"; {hint}" if hint else ""
-    max_bytes = MAX_JSON_BYTES if max_bytes is None else max_bytes
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size > max_bytes:
                 raise UserError(
-                    f"{path} is {size:,} bytes, more than the {max_bytes:,} a file of its kind can hold{tail}"
+                    f"{what}{path} is {size:,} bytes, more than the {max_bytes:,} a file of its kind can hold{tail}"
                 )
             raw = f.read(max_bytes + 1)
     except FileNotFoundError:
-        raise UserError(f"{path} does not exist{tail}") from None
+        raise UserError(f"{what}{path} does not exist{tail}") from None
     except IsADirectoryError:
-        raise UserError(f"{path} is a folder, not a JSON file{tail}") from None
+        raise UserError(f"{what}{path} is a folder, not a {kind}{tail}") from None
     except OSError as e:
-        raise UserError(f"cannot read {path}: {e.strerror}{tail}") from None
+        raise UserError(f"cannot read {what}{path}: {e.strerror}{tail}") from None
+    if len(raw) > max_bytes:  # (a file that grew, or a pipe: fstat told nothing)
+        raise UserError(f"{what}{path} is more than the {max_bytes:,} bytes a file of its kind can hold{tail}")
+    return raw
+
+
+def read_json(path: str, max_bytes: int | None = None, hint: str = ""):
+    """Read and parse a JSON file whose size is at most max_bytes (default MAX_JSON_BYTES), checked
+    before reading."""
+    raw = read_bytes(path, MAX_JSON_BYTES if max_bytes is None else max_bytes, hint=hint, kind="JSON file")
     return parse_json(raw, path, hint)

@@ -35,6 +35,7 @@ from gradcraft.validation import (
     parse_json,
     positive_float,
     positive_int,
+    read_bytes,
     seed,
     setting,
 )
@@ -191,17 +192,7 @@ def read_settings_file(path: str) -> tuple[dict, dict]:
 
 def _parse_settings(path: str):
     """The parsed file: TOML (.toml, with Python's tomllib) or JSON (anything else), size bounded."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_SETTINGS_BYTES + 1)
-    except FileNotFoundError:
-        raise UserError(f"settings file {path} does not exist; give a .toml or .json file of settings") from None
-    except IsADirectoryError:
-        raise UserError(f"settings file {path} is a folder; give a .toml or .json file of settings") from None
-    except OSError as e:
-        raise UserError(f"cannot read settings file {path}: {e.strerror}") from None
-    if len(raw) > MAX_SETTINGS_BYTES:
-        raise UserError(f"settings file {path} is larger than {MAX_SETTINGS_BYTES:,} bytes; is it the right file?")
+    raw = read_bytes(path, MAX_SETTINGS_BYTES, "settings file ", hint="give a .toml or .json file of settings")
     if os.path.splitext(path)[1].lower() != ".toml":
         return parse_json(raw, path, hint="a settings file is TOML (.toml) or JSON")
     import tomllib

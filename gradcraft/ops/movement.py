@@ -35,6 +35,11 @@ def _dims(args) -> tuple:
 # ------------------------------------------------------------------ reshape family
 
 
+def _view_as_shape(op: str, x, shape: tuple):
+    """The view op (reshape or expand) of x to `shape`; x itself when it has that shape already."""
+    return x if shape == x.shape else apply(op, (x,), {"shape": shape}, shape, x.dtype)
+
+
 def reshape(x: Tensor, *shape: int | Sequence[int]) -> Tensor:
     shape = [int(n) for n in _dims(shape)]
     if shape.count(-1) > 1:
@@ -47,9 +52,7 @@ def reshape(x: Tensor, *shape: int | Sequence[int]) -> Tensor:
     shape = tuple(shape)
     if math.prod(shape) != x.numel():
         raise RuntimeError_(f"reshape: cannot reshape a tensor of shape {x.shape} ({x.numel()} elements) into {shape}")
-    if shape == x.shape:
-        return x
-    return apply("reshape", (x,), {"shape": shape}, shape, x.dtype)
+    return _view_as_shape("reshape", x, shape)
 
 
 @gradient("reshape")
@@ -110,9 +113,7 @@ def expand(x, *sizes):
     shape = tuple(p if s == -1 else s for s, p in zip(sizes, padded))
     if any(p != 1 and p != s for p, s in zip(padded, shape)):
         raise RuntimeError_(f"expand: cannot expand shape {x.shape} to {tuple(sizes)}")
-    if shape == x.shape:
-        return x
-    return apply("expand", (x,), {"shape": shape}, shape, x.dtype)
+    return _view_as_shape("expand", x, shape)
 
 
 @gradient("expand")

@@ -31,6 +31,17 @@ def _zeros_like(p):
     return zeros(p.shape, dtype=_math_dtype(p), device=p.device).realize()
 
 
+def _counted_state(optimizer, p, initial: float = 0.0, **buffers: bool) -> dict:
+    """p's state, its step counted: the buffers named (PyTorch's names) whose flag is true are made
+    on first use, filled with `initial`."""
+    state = optimizer.state.setdefault(id(p), {"step": 0})
+    for name, wanted in buffers.items():
+        if wanted and name not in state:
+            state[name] = _zeros_like(p) if initial == 0 else (_zeros_like(p) + initial).realize()
+    state["step"] += 1
+    return state
+
+
 def _grad(group, p):
     g = p.grad.to(_math_dtype(p))
     if group["weight_decay"]:
@@ -52,12 +63,7 @@ class Adam(Optimizer):
     }
 
     def _update(self, gi, group, p):
-        state = self.state.setdefault(id(p), {"step": 0})
-        if "exp_avg" not in state:
-            state["exp_avg"], state["exp_avg_sq"] = _zeros_like(p), _zeros_like(p)
-            if group["amsgrad"]:
-                state["max_exp_avg_sq"] = _zeros_like(p)
-        state["step"] += 1
+        state = _counted_state(self, p, exp_avg=True, exp_avg_sq=True, max_exp_avg_sq=group["amsgrad"])
         beta1, beta2 = group["betas"]
         step = state["step"]
         g = _grad(group, p)
@@ -89,14 +95,8 @@ class RMSprop(Optimizer):
     }
 
     def _update(self, gi, group, p):
-        state = self.state.setdefault(id(p), {"step": 0})
-        if "square_avg" not in state:
-            state["square_avg"] = _zeros_like(p)
-            if group["momentum"] > 0:
-                state["momentum_buffer"] = _zeros_like(p)
-            if group["centered"]:
-                state["grad_avg"] = _zeros_like(p)
-        state["step"] += 1
+        momentum = group["momentum"] > 0
+        state = _counted_state(self, p, square_avg=True, momentum_buffer=momentum, grad_avg=group["centered"])
         alpha = group["alpha"]
         g = _grad(group, p)
         sq = state["square_avg"]
@@ -133,10 +133,7 @@ class Adagrad(Optimizer):
     }
 
     def _update(self, gi, group, p):
-        state = self.state.setdefault(id(p), {"step": 0})
-        if "sum" not in state:
-            state["sum"] = (_zeros_like(p) + group["initial_accumulator_value"]).realize()
-        state["step"] += 1
+        state = _counted_state(self, p, group["initial_accumulator_value"], sum=True)
         g = _grad(group, p)
         clr = group["lr"] / (1.0 + (state["step"] - 1) * group["lr_decay"])
         total = state["sum"]

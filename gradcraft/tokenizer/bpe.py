@@ -333,18 +333,10 @@ class Tokenizer:
     # their entry points in _ENTRY when the package is imported (tokenizer/__init__.py imports both),
     # so this module imports neither and the three form no import circle.
     @staticmethod
-    def train(
-        texts,
-        vocab_size: int,
-        pattern: str = "gpt4",
-        special_tokens=("<|endoftext|>",),
-        workers: int = 1,
-        progress: bool = False,
-    ) -> Tokenizer:
-        """Learn a vocabulary (same as `gradcraft.tokenizer.train`)."""
-        return _ENTRY["train"](
-            texts, vocab_size, pattern=pattern, special_tokens=special_tokens, workers=workers, progress=progress
-        )
+    def train(texts, vocab_size: int, *options, **named_options) -> Tokenizer:
+        """Learn a vocabulary: `gradcraft.tokenizer.train` (tokenizer/train.py), with its options
+        (pattern, special_tokens, workers, progress)."""
+        return _ENTRY["train"](texts, vocab_size, *options, **named_options)
 
     def save(self, path) -> None:
         """Write our versioned JSON format (see docs/tokenizer.md), atomically."""

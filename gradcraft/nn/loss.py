@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -54,49 +55,53 @@ class NLLLoss(_Loss):
         return F.nll_loss(input, target, ignore_index=self.ignore_index, reduction=self.reduction)
 
 
-class MSELoss(_Loss):
+class _FunctionalLoss(_Loss):
+    """A loss module that calls `function` (its functional form) with its options by name."""
+
+    function: Callable[..., Tensor]
+
+    def __init__(self, reduction: str = "mean", **options) -> None:
+        super().__init__(reduction)
+        self._options = tuple(options)
+        for name, value in options.items():
+            setattr(self, name, value)
+
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        return F.mse_loss(input, target, reduction=self.reduction)
+        options = {name: getattr(self, name) for name in self._options}
+        return type(self).function(input, target, reduction=self.reduction, **options)
 
 
-class L1Loss(_Loss):
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        return F.l1_loss(input, target, reduction=self.reduction)
+class MSELoss(_FunctionalLoss):
+    function = staticmethod(F.mse_loss)
 
 
-class SmoothL1Loss(_Loss):
+class L1Loss(_FunctionalLoss):
+    function = staticmethod(F.l1_loss)
+
+
+class SmoothL1Loss(_FunctionalLoss):
+    function = staticmethod(F.smooth_l1_loss)
+
     def __init__(self, reduction: str = "mean", beta: float = 1.0) -> None:
-        super().__init__(reduction)
-        self.beta = beta
-
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        return F.smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
+        super().__init__(reduction, beta=beta)
 
 
-class HuberLoss(_Loss):
+class HuberLoss(_FunctionalLoss):
+    function = staticmethod(F.huber_loss)
+
     def __init__(self, reduction: str = "mean", delta: float = 1.0) -> None:
-        super().__init__(reduction)
-        self.delta = delta
-
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        return F.huber_loss(input, target, reduction=self.reduction, delta=self.delta)
+        super().__init__(reduction, delta=delta)
 
 
-class BCELoss(_Loss):
+class BCELoss(_FunctionalLoss):
+    function = staticmethod(F.binary_cross_entropy)
+
     def __init__(self, weight: Tensor | None = None, reduction: str = "mean") -> None:
-        super().__init__(reduction)
-        self.weight = weight
-
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        return F.binary_cross_entropy(input, target, self.weight, reduction=self.reduction)
+        super().__init__(reduction, weight=weight)
 
 
-class BCEWithLogitsLoss(_Loss):
+class BCEWithLogitsLoss(_FunctionalLoss):
+    function = staticmethod(F.binary_cross_entropy_with_logits)
+
     def __init__(self, weight: Tensor | None = None, reduction: str = "mean", pos_weight: Tensor | None = None) -> None:
-        super().__init__(reduction)
-        self.weight, self.pos_weight = weight, pos_weight
-
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        return F.binary_cross_entropy_with_logits(
-            input, target, self.weight, reduction=self.reduction, pos_weight=self.pos_weight
-        )
+        super().__init__(reduction, weight=weight, pos_weight=pos_weight)

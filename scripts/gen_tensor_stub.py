@@ -4,7 +4,8 @@ Most of Tensor's methods (`x.add`, `x.sum`, `x[...]`, `x + y`, ...) are attached
 `_attach_methods()` (each one a thin call into gradcraft.ops), so editors and type checkers reading
 tensor.py alone do not see them. This script imports gradcraft, reads every attribute, method and
 property of the finished class with `inspect` (signature, annotations, first line of the docstring)
-and writes them out as a stub next to tensor.py. tests/test_tensor_stub.py fails when the committed
+and writes them out as a stub next to tensor.py: one line a method, and a second name of the same op
+as an alias (`clip = clamp`, `__lt__ = lt`). tests/test_tensor_stub.py fails when the committed
 stub differs from what this script writes, so after changing a Tensor method or an op's signature:
 
     python scripts/gen_tensor_stub.py          # rewrite gradcraft/tensor.pyi

@@ -9,6 +9,7 @@
     GET  /health
     GET  /                      the browser playground (static/playground.html; off with ui=False)
 
+The routes live here; a request becomes sequences on the scheduler in inference/admission.py.
 The model is loaded once and driven by one Scheduler (inference/scheduler.py): concurrent requests
 are batched continuously (each joins the running batch at the next decoding step and leaves when it
 ends) over a KV cache of fixed slots. Each choice of a request is one sequence with its own random

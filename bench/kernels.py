@@ -16,7 +16,7 @@ import sys
 import cupy as cp
 import numpy as np
 
-from gradcraft.backend.cuda import nn as cuda_nn
+from gradcraft.backend.cuda import softmax as cuda_softmax
 from gradcraft.device import get_backend
 
 B = None  # the CUDA backend
@@ -138,7 +138,7 @@ def cases(dtype):
         return torch.cat([x1 * tc - x2 * ts, x2 * tc + x1 * ts], dim=-1)
 
     mask = torch.ones(1024, 1024, dtype=torch.bool, device="cuda").tril()
-    probs = cuda_nn.softmax_rows(att, 0.125, None, True, None, 1024, 1024)
+    probs = cuda_softmax.softmax_rows(att, 0.125, None, True, None, 1024, 1024)
     g_att = randn(*att.shape)
     h = randn(8192, 2 * 3072)  # SwiGLU: [gate | up]
     g_half = randn(8192, 3072)
@@ -201,14 +201,14 @@ def cases(dtype):
         (
             "causal softmax attn",
             2 * att.nbytes,
-            lambda: cuda_nn.softmax_rows(att, 0.125, None, True, None, 1024, 1024),
+            lambda: cuda_softmax.softmax_rows(att, 0.125, None, True, None, 1024, 1024),
             causal_composite,
             lambda: torch.softmax((tx["att"] * 0.125).masked_fill(~mask, float("-inf")), dim=-1),
         ),
         (
             "softmax bwd attn",
             3 * att.nbytes,
-            lambda: cuda_nn.softmax_rows_backward(probs, g_att),
+            lambda: cuda_softmax.softmax_rows_backward(probs, g_att),
             None,
             lambda: torch.ops.aten._softmax_backward_data(tx["g_att"], tx["probs"], -1, tdtype),
         ),

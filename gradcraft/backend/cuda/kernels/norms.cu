@@ -1,7 +1,7 @@
 // LayerNorm (center = 1) and RMSNorm (center = 0) over rows of F contiguous features, forward and
 // backward.
 //
-// Three layouts, picked by the launcher (nn.py) from F; each comes with VEC = 16 / sizeof(T) (16-byte
+// Three layouts, picked by the launcher (norms.py, rows.py) from F; each comes with VEC = 16 / sizeof(T) (16-byte
 // loads and stores: F a multiple of VEC, 16-byte aligned pointers) or VEC = 1 (any F and alignment):
 //   warp:  one row per warp, the row held in registers (E values a lane): F <= 32 * E;
 //   block: one row per block, in registers (E values a thread):           F <= blockDim * E;
@@ -382,7 +382,7 @@ __device__ __forceinline__ void norm_reduce_body(const typename acc<T>::type* __
 }
 
 // Elements a thread holds in registers: the warp layouts take rows up to 32 * E, the block layouts
-// up to blockDim * E (nn.py's _NORM_* constants must match).
+// up to blockDim * E (rows.py's NORM_* constants must match).
 #define NORM_FWD_WARP_E 32
 #define NORM_FWD_BLOCK_E 16
 #define NORM_BWD_WARP_E 32

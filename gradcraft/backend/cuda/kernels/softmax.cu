@@ -6,7 +6,7 @@
 // (causal) or j <= i - window are excluded: probability 0 (log: -inf), and are not read. A row with
 // nothing left is NaN, as in cpu.py.
 //
-// Layouts as in norms.cu, picked by nn.py from C, each with VEC = 16 / sizeof(T) or VEC = 1:
+// Layouts as in norms.cu, picked by rows.py from C, each with VEC = 16 / sizeof(T) or VEC = 1:
 //   warp:  one row per warp, in registers (E values a lane), C <= 32 * E: max, sum of exps, write;
 //   block: one row per block, in registers, C <= blockDim * E;
 //   loop:  one row per block, two passes over memory: a running max with a sum rescaled to it (online
@@ -248,7 +248,7 @@ __device__ __forceinline__ void softmax_bwd_loop(const T* __restrict__ y, const 
     }
 }
 
-// Values a thread holds in registers (nn.py's _SOFTMAX_* constants must match).
+// Values a thread holds in registers (rows.py's SOFTMAX_E must match).
 #define SOFTMAX_WARP_E 32
 #define SOFTMAX_BLOCK_E 16
 

@@ -12,6 +12,7 @@
 //   loop:  one row per block, two passes over memory: a running max with a sum rescaled to it (online
 //          softmax), then the write.
 #include "common.cuh"
+#include "rows.cuh"
 
 struct RowWindow {
     int first, limit;  // keys first..limit-1 are allowed
@@ -33,9 +34,8 @@ __device__ __forceinline__ void softmax_fwd_regs(const T* __restrict__ x, T* __r
     typedef typename acc<T>::type A;
     constexpr int NV = E / VEC;
     __shared__ A scratch[32];
-    const int lane = WARP ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
-    const int nthr = WARP ? 32 : (int)blockDim.x;
-    const i64 row = WARP ? (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5) : (i64)blockIdx.x;
+    const RowThread<WARP> th;
+    const i64 row = th.row();
     if (row >= rows) return;  // (warp layout: the whole warp; block layout: never, grid = rows)
     const RowWindow win(row, C, causal, window, T_, S_);
     const int nvec = C / VEC;
@@ -45,7 +45,7 @@ __device__ __forceinline__ void softmax_fwd_regs(const T* __restrict__ x, T* __r
     A v[NV][VEC];
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
-        const int c0 = (k * nthr + lane) * VEC;
+        const int c0 = th.vec(k) * VEC;
 #pragma unroll
         for (int i = 0; i < VEC; ++i) v[k][i] = neg_inf<A>();
         // Only vectors that hold an allowed key are read (a causal row reads its first i + 1 keys).
@@ -70,7 +70,7 @@ __device__ __forceinline__ void softmax_fwd_regs(const T* __restrict__ x, T* __r
     if (mx == neg_inf<A>()) {  // nothing allowed (or every score -inf): NaN, as 0/0 in cpu.py
 #pragma unroll
         for (int k = 0; k < NV; ++k) {
-            const int vi = k * nthr + lane;
+            const int vi = th.vec(k);
             if (vi < nvec) {
                 A t[VEC];
 #pragma unroll
@@ -93,7 +93,7 @@ __device__ __forceinline__ void softmax_fwd_regs(const T* __restrict__ x, T* __r
     const A inv = (A)1 / total, log_total = flog(total);
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
-        const int vi = k * nthr + lane;
+        const int vi = th.vec(k);
         if (vi < nvec) {
             A t[VEC];
 #pragma unroll
@@ -166,37 +166,40 @@ __device__ __forceinline__ void softmax_fwd_loop(const T* __restrict__ x, T* __r
 }
 
 // Backward of y = softmax(x * scale): dx = scale * y * (g - sum(g * y)); of y = log_softmax(x):
-// dx = g - exp(y) * sum(g) (log_mode).
+// dx = g - exp(y) * sum(g) (log_mode). softmax_bwd_sum adds the VEC values' terms of the row's sum to s,
+// softmax_bwd_dx turns y into dx.
+template <int VEC, typename A>
+__device__ __forceinline__ void softmax_bwd_sum(A& s, const A* y, const A* g, int log_mode) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) s += log_mode ? g[i] : y[i] * g[i];
+}
+template <int VEC, typename A>
+__device__ __forceinline__ void softmax_bwd_dx(A* y, const A* g, A s, A scale, int log_mode) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) y[i] = log_mode ? g[i] - fast_exp(y[i]) * s : y[i] * (g[i] - s) * scale;
+}
+
 template <typename T, int VEC, int E, bool WARP>
 __device__ __forceinline__ void softmax_bwd_regs(const T* __restrict__ y, const T* __restrict__ g, T* __restrict__ dx,
                                                  i64 rows, int C, double scale_, int log_mode) {
     typedef typename acc<T>::type A;
     constexpr int NV = E / VEC;
     __shared__ A scratch[32];
-    const int lane = WARP ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
-    const int nthr = WARP ? 32 : (int)blockDim.x;
-    const i64 row = WARP ? (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5) : (i64)blockIdx.x;
+    const RowThread<WARP> th;
+    const i64 row = th.row();
     if (row >= rows) return;
     const int nvec = C / VEC;
-    const T *yr = y + row * C, *gr = g + row * C;
     Frag<T, VEC> yf[NV], gf[NV];
-#pragma unroll
-    for (int k = 0; k < NV; ++k) {
-        const int vi = k * nthr + lane;
-        if (vi < nvec) {
-            yf[k].load(yr + (i64)vi * VEC);
-            gf[k].load(gr + (i64)vi * VEC);
-        }
-    }
+    load_row(yf, y + row * C, th, nvec);
+    load_row(gf, g + row * C, th, nvec);
     A s = 0;
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
-        if (k * nthr + lane < nvec) {
+        if (th.vec(k) < nvec) {
             A yv[VEC], gv[VEC];
             yf[k].get(yv);
             gf[k].get(gv);
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) s += log_mode ? gv[i] : yv[i] * gv[i];
+            softmax_bwd_sum<VEC>(s, yv, gv, log_mode);
         }
     }
     s = row_sum<WARP>(s, scratch);
@@ -204,14 +207,12 @@ __device__ __forceinline__ void softmax_bwd_regs(const T* __restrict__ y, const 
     T* dxr = dx + row * C;
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
-        const int vi = k * nthr + lane;
+        const int vi = th.vec(k);
         if (vi < nvec) {
             A yv[VEC], gv[VEC];
             yf[k].get(yv);
             gf[k].get(gv);
-#pragma unroll
-            for (int i = 0; i < VEC; ++i)
-                yv[i] = log_mode ? gv[i] - fast_exp(yv[i]) * s : yv[i] * (gv[i] - s) * scale;
+            softmax_bwd_dx<VEC>(yv, gv, s, scale, log_mode);
             store_vals<VEC>(dxr + (i64)vi * VEC, yv);
         }
     }
@@ -231,8 +232,7 @@ __device__ __forceinline__ void softmax_bwd_loop(const T* __restrict__ y, const 
         A yv[VEC], gv[VEC];
         load_vals<VEC>(yr + (i64)vi * VEC, yv);
         load_vals<VEC>(gr + (i64)vi * VEC, gv);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) s += log_mode ? gv[i] : yv[i] * gv[i];
+        softmax_bwd_sum<VEC>(s, yv, gv, log_mode);
     }
     s = block_sum(s, scratch);
     const A scale = (A)scale_;
@@ -242,8 +242,7 @@ __device__ __forceinline__ void softmax_bwd_loop(const T* __restrict__ y, const 
         A yv[VEC], gv[VEC];
         load_vals<VEC>(yr + (i64)vi * VEC, yv);
         load_vals<VEC>(gr + (i64)vi * VEC, gv);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) yv[i] = log_mode ? gv[i] - fast_exp(yv[i]) * s : yv[i] * (gv[i] - s) * scale;
+        softmax_bwd_dx<VEC>(yv, gv, s, scale, log_mode);
         store_vals<VEC>(dxr + (i64)vi * VEC, yv);
     }
 }

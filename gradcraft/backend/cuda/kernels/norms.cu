@@ -79,25 +79,16 @@ __device__ __forceinline__ void norm_fwd_regs(const T* __restrict__ x, const voi
     typedef typename acc<T>::type A;
     constexpr int NV = E / VEC;
     __shared__ A scratch[32];
-    const RowThread<WARP> th;
-    const i64 row = th.row();
-    if (row >= rows) return;  // (warp layout: the whole warp; block layout: never, grid = rows)
-    const int nvec = F / VEC;
+    const RowThread<WARP> th(F / VEC);
+    if (th.row >= rows) return;  // (warp layout: the whole warp; block layout: never, grid = rows)
     Frag<T, VEC> xf[NV];
-    load_row(xf, x + row * F, th, nvec);
+    load_row(xf, x + th.row * F, th);
     A mean, rstd;
-    norm_stats(RegsRow<WARP, NV, T, VEC, A>{xf, th, nvec, scratch}, F, eps, center, mean, rstd);
-    T* yr = y + row * F;
-#pragma unroll
-    for (int k = 0; k < NV; ++k) {
-        const int v = th.vec(k);
-        if (v < nvec) {
-            A t[VEC];
-            xf[k].get(t);
-            norm_apply<T, VEC>(t, w, b, w_acc, (i64)v * VEC, mean, rstd);
-            store_vals<VEC>(yr + (i64)v * VEC, t);
-        }
-    }
+    norm_stats(RegsRow<WARP, NV, T, VEC, A>{xf, th, scratch}, F, eps, center, mean, rstd);
+    store_row<A, NV, VEC>(y + th.row * F, th, [&](int k, int v, A* t) {
+        xf[k].get(t);
+        norm_apply<T, VEC>(t, w, b, w_acc, (i64)v * VEC, mean, rstd);
+    });
 }
 
 // The same for rows too long for registers: one block per row, three passes over the row.
@@ -133,55 +124,40 @@ __device__ __forceinline__ void norm_bwd_regs(const T* __restrict__ x, const voi
     typedef typename acc<T>::type A;
     constexpr int NV = E / VEC;
     __shared__ A scratch[32];
-    const RowThread<WARP> th;
-    const int lane = th.lane;
+    const RowThread<WARP> th(F / VEC);
+    const int lane = th.lane, nvec = th.nvec;
     const int warps = blockDim.x >> 5, warp = threadIdx.x >> 5;
-    const i64 first = th.row();
     const i64 step = WARP ? (i64)gridDim.x * warps : (i64)gridDim.x;
-    const int nvec = F / VEC;
     A dw[NV][VEC], db[NV][VEC];
 #pragma unroll
     for (int k = 0; k < NV; ++k)
 #pragma unroll
         for (int i = 0; i < VEC; ++i) { dw[k][i] = 0; db[k][i] = 0; }
 
-    for (i64 row = first; row < rows; row += step) {  // (uniform over the warp or the block)
+    for (i64 row = th.row; row < rows; row += step) {  // (uniform over the warp or the block)
         Frag<T, VEC> xf[NV], gf[NV];
-        load_row(xf, x + row * F, th, nvec);
-        load_row(gf, g + row * F, th, nvec);
+        load_row(xf, x + row * F, th);
+        load_row(gf, g + row * F, th);
         A mean, rstd;
-        norm_stats(RegsRow<WARP, NV, T, VEC, A>{xf, th, nvec, scratch}, F, eps, center, mean, rstd);
+        norm_stats(RegsRow<WARP, NV, T, VEC, A>{xf, th, scratch}, F, eps, center, mean, rstd);
         A s1 = 0, s2 = 0;
+        for_each_slot<A>(xf, gf, th, [&](int k, int v, const A* t, const A* gv) {
+            A xhat[VEC], dxhat[VEC];
+            norm_xhat<T, VEC>(t, gv, w, w_acc, (i64)v * VEC, mean, rstd, xhat, dxhat);
 #pragma unroll
-        for (int k = 0; k < NV; ++k) {
-            const int v = th.vec(k);
-            if (v < nvec) {
-                A t[VEC], gv[VEC], xhat[VEC], dxhat[VEC];
-                xf[k].get(t);
-                gf[k].get(gv);
-                norm_xhat<T, VEC>(t, gv, w, w_acc, (i64)v * VEC, mean, rstd, xhat, dxhat);
-#pragma unroll
-                for (int i = 0; i < VEC; ++i) {
-                    s1 += dxhat[i];
-                    s2 += dxhat[i] * xhat[i];
-                    dw[k][i] += gv[i] * xhat[i];
-                    db[k][i] += gv[i];
-                }
+            for (int i = 0; i < VEC; ++i) {
+                s1 += dxhat[i];
+                s2 += dxhat[i] * xhat[i];
+                dw[k][i] += gv[i] * xhat[i];
+                db[k][i] += gv[i];
             }
-        }
+        });
         s1 = center ? row_sum<WARP>(s1, scratch) / (A)F : (A)0;
         s2 = row_sum<WARP>(s2, scratch) / (A)F;
         T* dxr = dx + row * F;
-#pragma unroll
-        for (int k = 0; k < NV; ++k) {
-            const int v = th.vec(k);
-            if (v < nvec) {
-                A t[VEC], gv[VEC];
-                xf[k].get(t);
-                gf[k].get(gv);
-                norm_store_dx<T, VEC>(dxr + (i64)v * VEC, t, gv, w, w_acc, (i64)v * VEC, mean, rstd, s1, s2);
-            }
-        }
+        for_each_slot<A>(xf, gf, th, [&](int, int v, const A* t, const A* gv) {
+            norm_store_dx<T, VEC>(dxr + (i64)v * VEC, t, gv, w, w_acc, (i64)v * VEC, mean, rstd, s1, s2);
+        });
     }
 
     A* out = partial + (i64)blockIdx.x * 2 * F;

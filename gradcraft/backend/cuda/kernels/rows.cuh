@@ -1,31 +1,63 @@
 // Device helpers of the row kernels (softmax.cu, norms.cu): which row a thread works on in their
 // register layouts, and sums over a row held in registers or re-read from memory.
 //
-// The register layouts keep a row in NV slots of VEC values a thread: one row per warp (WARP: 32
-// lanes) or per block (blockDim.x threads); slot k of a thread holds the row's vector k * nthr + lane,
-// where that exists (below nvec = row length / VEC).
+// The register layouts keep a row of nvec vectors (row length / VEC) in NV slots of VEC values a
+// thread: one row per warp (WARP: 32 lanes) or per block (blockDim.x threads); slot k of a thread holds
+// the row's vector k * nthr + lane, where that exists (below nvec).
 #pragma once
 #include "common.cuh"
 
 template <bool WARP> struct RowThread {
-    int lane, nthr;
-    __device__ __forceinline__ RowThread()
-        : lane(WARP ? (int)(threadIdx.x & 31) : (int)threadIdx.x), nthr(WARP ? 32 : (int)blockDim.x) {}
-    // The row of this warp (warp layout: blockDim.x / 32 rows a block) or of this block.
-    __device__ __forceinline__ i64 row() const {
-        return WARP ? (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5) : (i64)blockIdx.x;
-    }
-    // The vector of the row that slot k holds.
+    int lane, nthr, nvec;
+    i64 row;  // the (first) row of this warp (warp layout: blockDim.x / 32 rows a block) or of this block
+    __device__ __forceinline__ explicit RowThread(int nvec_)
+        : lane(WARP ? (int)(threadIdx.x & 31) : (int)threadIdx.x),
+          nthr(WARP ? 32 : (int)blockDim.x),
+          nvec(nvec_),
+          row(WARP ? (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5) : (i64)blockIdx.x) {}
+    // The vector of the row that slot k holds (where below nvec).
     __device__ __forceinline__ int vec(int k) const { return k * nthr + lane; }
 };
 
 // Slots of the row starting at r: every vector of the row this thread holds.
 template <bool WARP, int NV, typename T, int VEC>
-__device__ __forceinline__ void load_row(Frag<T, VEC> (&f)[NV], const T* r, const RowThread<WARP>& t, int nvec) {
+__device__ __forceinline__ void load_row(Frag<T, VEC> (&f)[NV], const T* r, const RowThread<WARP>& t) {
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
         const int v = t.vec(k);
-        if (v < nvec) f[k].load(r + (i64)v * VEC);
+        if (v < t.nvec) f[k].load(r + (i64)v * VEC);
+    }
+}
+
+// fn(k, v, a's values, b's values) for every slot k of this thread that holds a vector v of the row,
+// over two rows held alike (x and g, y and g); A: the accumulator type the values are widened to.
+template <typename A, bool WARP, int NV, typename T, int VEC, typename Fn>
+__device__ __forceinline__ void for_each_slot(const Frag<T, VEC> (&a)[NV], const Frag<T, VEC> (&b)[NV],
+                                              const RowThread<WARP>& t, Fn fn) {
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        const int v = t.vec(k);
+        if (v < t.nvec) {
+            A av[VEC], bv[VEC];
+            a[k].get(av);
+            b[k].get(bv);
+            fn(k, v, av, bv);
+        }
+    }
+}
+
+// Writes the row at r: fn(k, v, values) fills the VEC values of vector v, held in slot k, for every
+// slot of this thread that holds one.
+template <typename A, int NV, int VEC, bool WARP, typename T, typename Fn>
+__device__ __forceinline__ void store_row(T* r, const RowThread<WARP>& t, Fn fn) {
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        const int v = t.vec(k);
+        if (v < t.nvec) {
+            A vals[VEC];
+            fn(k, v, vals);
+            store_vals<VEC>(r + (i64)v * VEC, vals);
+        }
     }
 }
 
@@ -35,13 +67,12 @@ __device__ __forceinline__ void load_row(Frag<T, VEC> (&f)[NV], const T* r, cons
 template <bool WARP, int NV, typename T, int VEC, typename A> struct RegsRow {
     const Frag<T, VEC> (&f)[NV];
     const RowThread<WARP>& t;
-    int nvec;
     A* scratch;
     template <typename Fn> __device__ __forceinline__ A sum(Fn fn) const {
         A s = 0;
 #pragma unroll
         for (int k = 0; k < NV; ++k) {
-            if (t.vec(k) < nvec) {
+            if (t.vec(k) < t.nvec) {
                 A v[VEC];
                 f[k].get(v);
 #pragma unroll

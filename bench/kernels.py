@@ -20,6 +20,7 @@ from gradcraft.backend.cuda import softmax as cuda_softmax
 from gradcraft.device import get_backend
 
 B = None  # the CUDA backend
+ADAMW = dict(beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01)  # torch.optim.AdamW's defaults
 
 
 def timed(fn, repeat):
@@ -307,7 +308,7 @@ def optimizer_cases():
     lr_step = cp.asarray(np.array([1e-3, 1], np.float32))
     total = sum(sizes) * 4
     return [
-        ("adamw (124M params)", 7 * total, lambda: B.adamw_step(params, grads, m, v, lr_step), None, None),
+        ("adamw (124M params)", 7 * total, lambda: B.adamw_step(params, grads, m, v, lr_step, **ADAMW), None, None),
         ("grad norm (124M)", total, lambda: B.grad_norm(grads, 1.0), None, None),
     ]
 

@@ -1096,7 +1096,18 @@ def test_adamw_and_grad_norm(gpu):
     ref = [p.astype(np.float32).astype(np.float64) for p in params]
     for step in (1, 2, 3):
         lr_step = cp.asarray(np.array([1e-2, step], dtype=np.float32))
-        gpu.adamw_step(d_params, d_grads, d_m, d_v, lr_step, weight_decay=0.1, grad_scale=norm[1:])
+        gpu.adamw_step(
+            d_params,
+            d_grads,
+            d_m,
+            d_v,
+            lr_step,
+            beta1=0.9,
+            beta2=0.999,
+            eps=1e-8,
+            weight_decay=0.1,
+            grad_scale=norm[1:],
+        )
         for i, g in enumerate(grads):
             ref[i], m[i], v[i] = _adamw_reference(
                 ref[i], g.astype(np.float64) * got[1], m[i], v[i], 1e-2, step, 0.9, 0.999, 1e-8, 0.1

@@ -16,10 +16,11 @@ import sys
 import cupy as cp
 import numpy as np
 
-from gradcraft.backend.cuda import nn as cuda_nn
+from gradcraft.backend.cuda import softmax as cuda_softmax
 from gradcraft.device import get_backend
 
 B = None  # the CUDA backend
+ADAMW = dict(beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01)  # torch.optim.AdamW's defaults
 
 
 def timed(fn, repeat):
@@ -138,7 +139,7 @@ def cases(dtype):
         return torch.cat([x1 * tc - x2 * ts, x2 * tc + x1 * ts], dim=-1)
 
     mask = torch.ones(1024, 1024, dtype=torch.bool, device="cuda").tril()
-    probs = cuda_nn.softmax_rows(att, 0.125, None, True, None, 1024, 1024)
+    probs = cuda_softmax.softmax_rows(att, 0.125, None, True, None, 1024, 1024)
     g_att = randn(*att.shape)
     h = randn(8192, 2 * 3072)  # SwiGLU: [gate | up]
     g_half = randn(8192, 3072)
@@ -201,14 +202,14 @@ def cases(dtype):
         (
             "causal softmax attn",
             2 * att.nbytes,
-            lambda: cuda_nn.softmax_rows(att, 0.125, None, True, None, 1024, 1024),
+            lambda: cuda_softmax.softmax_rows(att, 0.125, None, True, None, 1024, 1024),
             causal_composite,
             lambda: torch.softmax((tx["att"] * 0.125).masked_fill(~mask, float("-inf")), dim=-1),
         ),
         (
             "softmax bwd attn",
             3 * att.nbytes,
-            lambda: cuda_nn.softmax_rows_backward(probs, g_att),
+            lambda: cuda_softmax.softmax_rows_backward(probs, g_att),
             None,
             lambda: torch.ops.aten._softmax_backward_data(tx["g_att"], tx["probs"], -1, tdtype),
         ),
@@ -307,7 +308,7 @@ def optimizer_cases():
     lr_step = cp.asarray(np.array([1e-3, 1], np.float32))
     total = sum(sizes) * 4
     return [
-        ("adamw (124M params)", 7 * total, lambda: B.adamw_step(params, grads, m, v, lr_step), None, None),
+        ("adamw (124M params)", 7 * total, lambda: B.adamw_step(params, grads, m, v, lr_step, **ADAMW), None, None),
         ("grad norm (124M)", total, lambda: B.grad_norm(grads, 1.0), None, None),
     ]
 

@@ -408,7 +408,7 @@ def test_masked_softmax_layouts(gpu, width, dtype):
 def test_causal_rows_skip_masked_keys(gpu, width, dtype):
     """Rows 0..4 of a (T = S = width) causal matrix see keys 0..row: the kernels read only those."""
     import cupy as cp
-    from gradcraft.backend.cuda import nn as cuda_nn
+    from gradcraft.backend.cuda import softmax as cuda_softmax
 
     x = randn((5, width), dtype, scale=3)
     rows, keys = np.arange(5)[:, None], np.arange(width)[None, :]
@@ -422,7 +422,7 @@ def test_causal_rows_skip_masked_keys(gpu, width, dtype):
                 if log
                 else np.exp(w) / np.exp(w).sum(axis=1, keepdims=True)
             )
-            got = cuda_nn.softmax_rows(cp.asarray(x), 0.7, None, True, window, width, width, log)
+            got = cuda_softmax.softmax_rows(cp.asarray(x), 0.7, None, True, window, width, width, log)
             close(cp.asnumpy(got), expected.astype(dtype), what=f"causal rows, window {window}, log {log}")
 
 
@@ -608,11 +608,11 @@ def test_cross_entropy_vectorised(gpu, N, C, W, smoothing, float_loss, dtype):
 def test_cross_entropy_vectorised_one_launch(gpu, dtype):
     """Loss and dlogits in one launch on the padded gpt2 vocabulary, scaled for a mean."""
     import cupy as cp
-    from gradcraft.backend.cuda import nn as cuda_nn
+    from gradcraft.backend.cuda import cross_entropy as cuda_ce
 
     N, C, W = 33, 50257, 50304
     logits, target, _ = _ce_inputs(N, C, W, dtype, True, rng())
-    loss, dlogits = cuda_nn.cross_entropy_with_grad(
+    loss, dlogits = cuda_ce.cross_entropy_with_grad(
         cp.asarray(logits), cp.asarray(target), None, -100, 0.1, 1 / N, valid_classes=C, float_loss=True
     )
     attrs = {"ignore_index": -100, "label_smoothing": 0.1, "valid_classes": C, "float_loss": True}
@@ -626,13 +626,13 @@ def test_cross_entropy_vectorised_one_launch(gpu, dtype):
 def test_cross_entropy_vectorised_bad_target(gpu, dtype):
     """A target outside [0, C) that is not ignore_index: NaN loss and gradient on its row only."""
     import cupy as cp
-    from gradcraft.backend.cuda import nn as cuda_nn
+    from gradcraft.backend.cuda import cross_entropy as cuda_ce
 
     r = rng()
     N, C, W = 4, 50257, 50304
     logits = randn((N, W), dtype, r, scale=2)
     target = np.array([5, C, -100, 7], np.int64)
-    loss, dlogits = cuda_nn.cross_entropy_with_grad(cp.asarray(logits), cp.asarray(target), valid_classes=C)
+    loss, dlogits = cuda_ce.cross_entropy_with_grad(cp.asarray(logits), cp.asarray(target), valid_classes=C)
     loss, dlogits = cp.asnumpy(loss).astype(np.float64), cp.asnumpy(dlogits).astype(np.float64)
     assert np.isnan(loss[1]) and np.isnan(dlogits[1, :C]).all()
     assert np.isfinite(loss[[0, 2, 3]]).all() and loss[2] == 0 and np.isfinite(dlogits[[0, 2, 3]]).all()
@@ -1096,7 +1096,18 @@ def test_adamw_and_grad_norm(gpu):
     ref = [p.astype(np.float32).astype(np.float64) for p in params]
     for step in (1, 2, 3):
         lr_step = cp.asarray(np.array([1e-2, step], dtype=np.float32))
-        gpu.adamw_step(d_params, d_grads, d_m, d_v, lr_step, weight_decay=0.1, grad_scale=norm[1:])
+        gpu.adamw_step(
+            d_params,
+            d_grads,
+            d_m,
+            d_v,
+            lr_step,
+            beta1=0.9,
+            beta2=0.999,
+            eps=1e-8,
+            weight_decay=0.1,
+            grad_scale=norm[1:],
+        )
         for i, g in enumerate(grads):
             ref[i], m[i], v[i] = _adamw_reference(
                 ref[i], g.astype(np.float64) * got[1], m[i], v[i], 1e-2, step, 0.9, 0.999, 1e-8, 0.1

@@ -15,6 +15,8 @@ import pytest
 import gradcraft
 from gradcraft.errors import UserError
 
+ADAMW = dict(beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01)  # (the kernel takes every hyperparameter)
+
 CHILD = textwrap.dedent("""
     import sys
     import numpy as np
@@ -93,9 +95,9 @@ def test_cuda_mismatched_exp_avg_is_a_user_error():
     m = cp.zeros(16, cp.float32)
     lr_step = cp.asarray([1e-3, 1.0], dtype=cp.float32)
     with pytest.raises(UserError, match="exp_avg of parameter 0 has 16 elements"):
-        optim.adamw_step([p], [g], [m], [v], lr_step)
+        optim.adamw_step([p], [g], [m], [v], lr_step, **ADAMW)
     assert bool((p == 1).all())
     with pytest.raises(UserError, match="exp_avg_sq of parameter 0 must be a contiguous float32"):
-        optim.adamw_step([p], [g], [cp.zeros(4096, cp.float32)], [cp.zeros(4096, cp.float16)], lr_step)
+        optim.adamw_step([p], [g], [cp.zeros(4096, cp.float32)], [cp.zeros(4096, cp.float16)], lr_step, **ADAMW)
     with pytest.raises(UserError, match=r"grad_norm\[0\]"):
         optim.grad_norm([cp.zeros((8, 8), cp.float32)[:, ::2]])

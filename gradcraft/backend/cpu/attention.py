@@ -1,4 +1,4 @@
-"""Scaled dot-product attention with the weights materialised, and its gradient (cuda/nn.py's sdpa)."""
+"""Scaled dot-product attention with the weights materialised, and its gradient (cuda/sdpa.py)."""
 
 import numpy as np
 

@@ -42,7 +42,7 @@ def _cross_entropy(logits, target, ignore_index, label_smoothing, valid_classes=
 def _linear_cross_entropy(
     x, w, target, *, ignore_index=-100, label_smoothing=0.0, valid_classes=None, chunk_bytes=256 << 20
 ):
-    """Reference of the fused output layer + loss (cuda/nn.py linear_cross_entropy): the sum over rows
+    """Reference of the fused output layer + loss (cuda/linear_cross_entropy.py): the sum over rows
     of cross_entropy(x @ w^T, target) and its gradients dx and dw, chunk by chunk of rows, so the
     (N, V) logits are never held whole. Logits and dlogits are rounded to x's dtype as the unfused
     path's would be; dw is summed over the chunks in the accumulator type."""

@@ -9,6 +9,19 @@ from gradcraft.backend.cpu.common import _HALF, _finish, _last_axis_rows, _out, 
 from gradcraft.backend.cpu.threads import _into, _parallel, _rowwise
 
 
+def _rows_into(compute, like, *inputs):
+    """A new array of like's shape and dtype: compute(o, *float blocks of inputs) over blocks of whole
+    rows (the last axis), on several threads; o is the float block it writes (_into: half precision
+    rounds once)."""
+
+    def block(out, *blocks):
+        _into(out, lambda o: compute(o, *(_wide(b) for b in blocks)))
+
+    out = _out(like.shape, like.dtype)
+    _rowwise(block, *_last_axis_rows(out, *inputs), inner=1)
+    return out
+
+
 def _softmax(x, axis):
     if axis != x.ndim - 1:  # rows along another axis: one pass per step, on one thread
         w = _wide(x)
@@ -17,18 +30,12 @@ def _softmax(x, axis):
         out /= out.sum(axis=axis, keepdims=True)
         return _finish(out, x.dtype)
 
-    def block(out, xb):
-        def compute(o):
-            w = _wide(xb)
-            np.subtract(w, w.max(axis=-1, keepdims=True), out=o)
-            np.exp(o, out=o)
-            o /= o.sum(axis=-1, keepdims=True)
+    def compute(o, w):
+        np.subtract(w, w.max(axis=-1, keepdims=True), out=o)
+        np.exp(o, out=o)
+        o /= o.sum(axis=-1, keepdims=True)
 
-        _into(out, compute)
-
-    out = _out(x.shape, x.dtype)
-    _rowwise(block, *_last_axis_rows(out, x), inner=1)
-    return out
+    return _rows_into(compute, x, x)
 
 
 def _softmax_backward(y, g, axis):
@@ -36,19 +43,13 @@ def _softmax_backward(y, g, axis):
         wy, wg = _wide(y), _wide(g)
         return _finish(wy * (wg - (wg * wy).sum(axis=axis, keepdims=True)), y.dtype)
 
-    def block(out, yb, gb):
-        def compute(o):
-            wy, wg = _wide(yb), _wide(gb)
-            np.multiply(wg, wy, out=o)
-            row = o.sum(axis=-1, keepdims=True)
-            np.subtract(wg, row, out=o)
-            o *= wy
+    def compute(o, wy, wg):
+        np.multiply(wg, wy, out=o)
+        row = o.sum(axis=-1, keepdims=True)
+        np.subtract(wg, row, out=o)
+        o *= wy
 
-        _into(out, compute)
-
-    out = _out(y.shape, y.dtype)
-    _rowwise(block, *_last_axis_rows(out, y, g), inner=1)
-    return out
+    return _rows_into(compute, y, y, g)
 
 
 def _log_softmax(x, axis):
@@ -58,17 +59,11 @@ def _log_softmax(x, axis):
         out -= np.log(np.exp(out).sum(axis=axis, keepdims=True))
         return _finish(out, x.dtype)
 
-    def block(out, xb):
-        def compute(o):
-            w = _wide(xb)
-            np.subtract(w, w.max(axis=-1, keepdims=True), out=o)
-            o -= np.log(np.exp(o).sum(axis=-1, keepdims=True))
+    def compute(o, w):
+        np.subtract(w, w.max(axis=-1, keepdims=True), out=o)
+        o -= np.log(np.exp(o).sum(axis=-1, keepdims=True))
 
-        _into(out, compute)
-
-    out = _out(x.shape, x.dtype)
-    _rowwise(block, *_last_axis_rows(out, x), inner=1)
-    return out
+    return _rows_into(compute, x, x)
 
 
 def _log_softmax_backward(y, g, axis):
@@ -76,18 +71,12 @@ def _log_softmax_backward(y, g, axis):
         wy, wg = _wide(y), _wide(g)
         return _finish(wg - np.exp(wy) * wg.sum(axis=axis, keepdims=True), y.dtype)
 
-    def block(out, yb, gb):
-        def compute(o):
-            wy, wg = _wide(yb), _wide(gb)
-            np.exp(wy, out=o)
-            o *= -wg.sum(axis=-1, keepdims=True)  # wg - exp(y) * sum(wg), sign moved: exact
-            o += wg
+    def compute(o, wy, wg):
+        np.exp(wy, out=o)
+        o *= -wg.sum(axis=-1, keepdims=True)  # wg - exp(y) * sum(wg), sign moved: exact
+        o += wg
 
-        _into(out, compute)
-
-    out = _out(y.shape, y.dtype)
-    _rowwise(block, *_last_axis_rows(out, y, g), inner=1)
-    return out
+    return _rows_into(compute, y, y, g)
 
 
 def _masked_softmax(scores, mask=None, *, scale, causal, window):
@@ -130,19 +119,13 @@ def _masked_softmax(scores, mask=None, *, scale, causal, window):
 
 def _masked_softmax_backward(p, g, *, scale):
     """d scores = p * (g - rowsum(g * p)) * scale, block by block of rows."""
-    out = _out(p.shape, p.dtype)
 
-    def block(ob, pb, gb):
-        def compute(o):
-            wp, wg = _wide(pb), _wide(gb)
-            np.subtract(wg, np.einsum("...s,...s->...", wg, wp)[..., None], out=o)
-            o *= wp
-            o *= o.dtype.type(scale)
+    def compute(o, wp, wg):
+        np.subtract(wg, np.einsum("...s,...s->...", wg, wp)[..., None], out=o)
+        o *= wp
+        o *= o.dtype.type(scale)
 
-        _into(ob, compute)
-
-    _rowwise(block, *_last_axis_rows(out, p, g), inner=1)
-    return out
+    return _rows_into(compute, p, p, g)
 
 
 @functools.lru_cache(maxsize=32)

@@ -3,15 +3,14 @@ is their reference)."""
 
 from gradcraft.backend.cuda import launch as L
 from gradcraft.backend.cuda.launch import i32, i64
-from gradcraft.backend.cuda.nn import _access, _c
 
 
 def _elementwise(kernel, x, *rest, extra=()):
-    x = _c(x)
-    rest = [_c(r, x.dtype) for r in rest]
+    x = L.as_contiguous(x)
+    rest = [L.as_contiguous(r, x.dtype) for r in rest]
     y = L.empty(x.shape, x.dtype)
     if x.size:
-        access = _access(x.dtype, x, *rest, y)
+        access = L.access(x.dtype, x, *rest, y)
         units = x.size // (16 // x.dtype.itemsize) if access == "v" else x.size
         L.run(
             "activations.cu",
@@ -40,11 +39,11 @@ def silu_backward(x, g):
 
 
 def swiglu(h):
-    h = _c(h)
+    h = L.as_contiguous(h)
     F = h.shape[-1] // 2
     y = L.empty(h.shape[:-1] + (F,), h.dtype)
     if y.size:
-        access = _access(h.dtype, h, y, width=F)
+        access = L.access(h.dtype, h, y, width=F)
         units = y.size // (16 // h.dtype.itemsize) if access == "v" else y.size
         L.run(
             "activations.cu",
@@ -57,12 +56,12 @@ def swiglu(h):
 
 
 def swiglu_backward(h, g):
-    h = _c(h)
-    g = _c(g, h.dtype)
+    h = L.as_contiguous(h)
+    g = L.as_contiguous(g, h.dtype)
     F = h.shape[-1] // 2
     dh = L.empty(h.shape, h.dtype)
     if g.size:
-        access = _access(h.dtype, h, g, dh, width=F)
+        access = L.access(h.dtype, h, g, dh, width=F)
         units = g.size // (16 // h.dtype.itemsize) if access == "v" else g.size
         L.run(
             "activations.cu",

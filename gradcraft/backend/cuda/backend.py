@@ -3,10 +3,10 @@
 The kernels live in one module per family, each exporting a KERNELS dict that the table is assembled
 from: elementwise.py, reduce.py, movement.py (and gathers), creation.py, moe.py use CuPy's own
 routines where a handwritten kernel would not pay, with backend/cpu/'s dtype rules (float16/bfloat16
-arithmetic runs in float32 and rounds once); matmul.py goes to cuBLAS; activations.py, nn.py
-(softmax, cross-entropy, norms, rope, embedding, dropout), sdpa.py and attention.py (flash) launch
-kernels/*.cu. Extra methods beyond the contract: `adamw_step`, `grad_norm` (optim.py) and
-`cross_entropy_with_grad` (nn.py).
+arithmetic runs in float32 and rounds once); matmul.py goes to cuBLAS; activations.py, softmax.py,
+cross_entropy.py, linear_cross_entropy.py, norms.py, rope.py, embedding.py, dropout.py, sdpa.py and
+attention.py (flash) launch kernels/*.cu (rows.py: the row kernels' layouts). Extra methods beyond the
+contract: `adamw_step`, `grad_norm` (optim.py) and `cross_entropy_with_grad` (cross_entropy.py).
 """
 
 import cupy as cp
@@ -14,12 +14,46 @@ import cupy as cp
 import numpy as np
 
 from gradcraft.backend import Backend, assemble_kernels
-from gradcraft.backend.cuda import activations, attention, creation, elementwise, moe, movement, nn, optim, reduce, sdpa
+from gradcraft.backend.cuda import (
+    activations,
+    attention,
+    creation,
+    cross_entropy,
+    dropout,
+    elementwise,
+    embedding,
+    linear_cross_entropy,
+    moe,
+    movement,
+    norms,
+    optim,
+    reduce,
+    rope,
+    sdpa,
+    softmax,
+)
 from gradcraft.backend.cuda import launch as L
 from gradcraft.backend.cuda import matmul as matmul_family
 
 # The kernel families; the backend's table is their KERNELS dicts put together (and copy_from).
-FAMILIES = (elementwise, reduce, matmul_family, movement, moe, creation, activations, nn, sdpa, attention)
+FAMILIES = (
+    elementwise,
+    reduce,
+    matmul_family,
+    movement,
+    moe,
+    creation,
+    activations,
+    softmax,
+    cross_entropy,
+    linear_cross_entropy,
+    norms,
+    rope,
+    embedding,
+    dropout,
+    sdpa,
+    attention,
+)
 
 
 class CUDABackend(Backend):
@@ -66,38 +100,17 @@ class CUDABackend(Backend):
         return attention.supported(dtype, head_dim, value_dim)
 
     def cross_entropy_with_grad(self, logits, target, ignore_index=-100, label_smoothing=0.0, grad_scale=1.0):
-        """(per-row loss, dlogits * grad_scale) in one launch; see nn.cross_entropy_with_grad."""
+        """(per-row loss, dlogits * grad_scale) in one launch; see cross_entropy.launch."""
         with self._device:
-            return nn.cross_entropy_with_grad(logits, target, None, ignore_index, label_smoothing, grad_scale)
-
-    def adamw_step(
-        self,
-        params,
-        grads,
-        exp_avgs,
-        exp_avg_sqs,
-        lr_step,
-        *,
-        beta1=0.9,
-        beta2=0.999,
-        eps=1e-8,
-        weight_decay=0.01,
-        grad_scale=None,
-    ) -> None:
-        """In-place AdamW over every parameter in one launch; see optim.adamw_step."""
-        with self._device:
-            optim.adamw_step(
-                params,
-                grads,
-                exp_avgs,
-                exp_avg_sqs,
-                lr_step,
-                beta1=beta1,
-                beta2=beta2,
-                eps=eps,
-                weight_decay=weight_decay,
-                grad_scale=grad_scale,
+            return cross_entropy.cross_entropy_with_grad(
+                logits, target, None, ignore_index, label_smoothing, grad_scale
             )
+
+    def adamw_step(self, *args, **kwargs) -> None:
+        """In-place AdamW over every parameter in one launch: Backend.adamw_step's arguments, see
+        optim.adamw_step."""
+        with self._device:
+            optim.adamw_step(*args, **kwargs)
 
     def grad_norm(self, grads, max_norm=0.0):
         """float32 device array [norm, clip coefficient]; see optim.grad_norm."""

@@ -32,7 +32,7 @@ def _random(kind):
             L.run(
                 "random.cu",
                 f"{kind}_{L.suffix(dtype)}",
-                L.grid_1d(-(-out.size // 4)),
+                L.grid_1d(out.size, 256, 4),  # 4 values a thread
                 256,
                 (out, L.i64(out.size), np.uint64(seed)),
             )
@@ -47,7 +47,7 @@ def _randint(shape, low, high, seed, dtype):
         L.run(
             "random.cu",
             "randint_i64",
-            L.grid_1d(-(-out.size // 4)),
+            L.grid_1d(out.size, 256, 4),  # 4 values a thread
             256,
             (out, L.i64(out.size), np.uint64(seed), L.i64(low), L.i64(high)),
         )

@@ -40,6 +40,19 @@ def acc_dtype(dtype) -> np.dtype:
     return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
 
 
+def as_contiguous(a: cp.ndarray, dtype=None) -> cp.ndarray:
+    """Contiguous, and of `dtype` when given (a gradient always arrives in its tensor's dtype from the
+    engine; the cast only guards direct callers)."""
+    if dtype is not None and a.dtype != dtype:
+        a = a.astype(dtype)
+    return contiguous(a)
+
+
+def acc_param(a, like) -> cp.ndarray | None:
+    """A small parameter (norm weight, rope table) in the kernels' accumulator type for `like`'s dtype."""
+    return None if a is None else contiguous(a.astype(acc_dtype(like.dtype), copy=False)).reshape(-1)
+
+
 def wide(a: cp.ndarray) -> cp.ndarray:
     """float32 for half-precision inputs: arithmetic happens there and rounds once (cpu.py's rule)."""
     return a.astype(np.float32) if a.dtype in HALF else a
@@ -66,6 +79,14 @@ def aligned(*arrays, to: int = 16) -> bool:
     """Whether every array (None: skipped) starts at a multiple of `to` bytes: the vectorised kernels
     move 16 bytes per access (CuPy's allocations are 256-byte aligned; a view with an offset may not be)."""
     return all(a is None or a.data.ptr % to == 0 for a in arrays)
+
+
+def access(dtype, *arrays, width=None) -> str:
+    """ "v" where the kernels can move 16 bytes per access (every array 16-byte aligned, and `width`, when
+    given, a multiple of the values per access), else "s"."""
+    per_access = 16 // np.dtype(dtype).itemsize
+    ok = (width is None or width % per_access == 0) and aligned(*arrays)
+    return "v" if ok else "s"
 
 
 @functools.cache

@@ -3,10 +3,11 @@
 Both walk a table of CHUNK-element chunks over a list of tensors (kernels/multi_tensor.cuh). The
 tables depend only on the tensors' addresses and sizes, so they are built once and cached.
 
-    adamw_step(params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1=0.9, beta2=0.999, eps=1e-8,
-               weight_decay=0.01, grad_scale=None) -> None
-        Updates params, exp_avgs and exp_avg_sqs in place (torch.optim.AdamW's rule, decoupled
-        weight decay). params/grads: lists of contiguous float32, bfloat16 or float16 CuPy arrays;
+    adamw_step(params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1, beta2, eps, weight_decay,
+               grad_scale=None) -> None
+        Backend.adamw_step's contract (no defaults: the optimizer's are the only ones). Updates params,
+        exp_avgs and exp_avg_sqs in place (torch.optim.AdamW's rule, decoupled weight decay).
+        params/grads: lists of contiguous float32, bfloat16 or float16 CuPy arrays;
         exp_avgs/exp_avg_sqs: float32 arrays of the same sizes. lr_step: a float32 device array
         [lr, step] (step counts from 1). grad_scale: None or a float32 device array whose first
         element multiplies every gradient (e.g. grad_norm(...)[1:] for clipping).
@@ -61,17 +62,7 @@ def _int32s(values):
 
 
 def adamw_step(
-    params,
-    grads,
-    exp_avgs,
-    exp_avg_sqs,
-    lr_step,
-    *,
-    beta1=0.9,
-    beta2=0.999,
-    eps=1e-8,
-    weight_decay=0.01,
-    grad_scale=None,
+    params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1, beta2, eps, weight_decay, grad_scale=None
 ) -> None:
     _check(params, "adamw_step params")
     _check(grads, "adamw_step grads")

@@ -6,7 +6,7 @@ import cupy as cp
 import numpy as np
 
 from gradcraft.backend.cuda import launch as L
-from gradcraft.backend.cuda.nn import softmax_rows, softmax_rows_backward
+from gradcraft.backend.cuda.softmax import softmax_rows, softmax_rows_backward
 
 
 def _attention_probs(q, k, mask, scale, causal, window):

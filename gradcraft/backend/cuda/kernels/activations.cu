@@ -53,32 +53,21 @@ __device__ __forceinline__ void activation_body(const T* __restrict__ x, const T
     constexpr bool has_g = OP == GELU_BWD || OP == SILU_BWD;
     constexpr int U = 2;  // accesses in flight per array and thread
     const i64 nvec = n / VEC;
-    const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x, stride = (i64)gridDim.x * blockDim.x;
-    for (i64 i0 = tid; i0 < nvec; i0 += U * stride) {
-        Frag<T, VEC> xf[U], gf[U];
+    Frag<T, VEC> xf[U], gf[U];
+    const auto load = [&](int u, i64 i) {
+        xf[u].load(x + i * VEC);
+        if (has_g) gf[u].load(g + i * VEC);
+    };
+    grid_stride_rounds<U>(nvec, load, [&](int u, i64 i) {
+        A xv[VEC], gv[VEC];
+        xf[u].get(xv);
+        if (has_g) gf[u].get(gv);
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const i64 i = i0 + u * stride;
-            if (i < nvec) {
-                xf[u].load(x + i * VEC);
-                if (has_g) gf[u].load(g + i * VEC);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const i64 i = i0 + u * stride;
-            if (i < nvec) {
-                A xv[VEC], gv[VEC];
-                xf[u].get(xv);
-                if (has_g) gf[u].get(gv);
-#pragma unroll
-                for (int e = 0; e < VEC; ++e) xv[e] = activation<OP, A>(xv[e], has_g ? gv[e] : (A)0, tanh_form);
-                store_vals<VEC>(y + i * VEC, xv);
-            }
-        }
-    }
+        for (int e = 0; e < VEC; ++e) xv[e] = activation<OP, A>(xv[e], has_g ? gv[e] : (A)0, tanh_form);
+        store_vals<VEC>(y + i * VEC, xv);
+    });
     if (VEC > 1) {  // the last n % VEC values
-        const i64 i = nvec * VEC + tid;
+        const i64 i = nvec * VEC + (i64)blockIdx.x * blockDim.x + threadIdx.x;
         if (i < n) y[i] = store<T>(activation<OP, A>((A)to_float(x[i]), has_g ? (A)to_float(g[i]) : (A)0, tanh_form));
     }
 }

@@ -215,6 +215,27 @@ __device__ __forceinline__ double fast_exp(double x) { return exp(x); }
 __device__ __forceinline__ float fast_div(float a, float b) { return __fdividef(a, b); }
 __device__ __forceinline__ double fast_div(double a, double b) { return a / b; }
 
+// ---------------------------------------------------------------- grid-stride rounds
+// The elementwise kernels walk their nvec vectors with a grid-stride loop, U vectors a round per thread
+// (i0, i0 + stride, ...): load(u, i) for every vector i of the round first, so that U accesses of each
+// array are in flight, then compute(u, i) for each.
+template <int U, typename Load, typename Compute>
+__device__ __forceinline__ void grid_stride_rounds(i64 nvec, Load load, Compute compute) {
+    const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x, stride = (i64)gridDim.x * blockDim.x;
+    for (i64 i0 = tid; i0 < nvec; i0 += U * stride) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const i64 i = i0 + u * stride;
+            if (i < nvec) load(u, i);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const i64 i = i0 + u * stride;
+            if (i < nvec) compute(u, i);
+        }
+    }
+}
+
 // ---------------------------------------------------------------- one row per warp or per block
 // Row kernels reduce over a warp (WARP: one row per warp, no __syncthreads) or over the block (one row
 // per block; every thread of the block must call, as for block_sum). `scratch` holds 32 values.

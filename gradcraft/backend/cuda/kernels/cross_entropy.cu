@@ -75,6 +75,41 @@ template <typename T, typename A> __device__ __forceinline__ u32x4 ce_pack16(con
     }
 }
 
+// VEC values of dlogits at p: one rounded value, or a streaming 16-byte store.
+template <typename T, int VEC, typename A> __device__ __forceinline__ void ce_store(T* p, const A* d) {
+    if constexpr (VEC == 1) *p = store<T>(d[0]);
+    else ce_store16(p, ce_pack16<T>(d));
+}
+
+// A batch of a thread's vectors: base, base + bs, ... (CE_UNROLL of them, those below nv), loaded all
+// first, so that CE_UNROLL loads are in flight (PASS: ce_load16's cache hint); each(fn) calls
+// fn(u, values) for every loaded vector u.
+template <typename T, int VEC> struct CEBatch {
+    Frag<T, VEC> f[CE_UNROLL];
+    bool ok[CE_UNROLL];
+    template <int PASS> __device__ __forceinline__ void load(const T* xr, int base, int bs, int nv) {
+#pragma unroll
+        for (int u = 0; u < CE_UNROLL; ++u) {
+            const int i = base + u * bs;
+            ok[u] = i < nv;
+            if (ok[u]) {
+                if constexpr (VEC == 1) f[u].raw = xr[i];
+                else f[u].raw = ce_load16<PASS>(xr + (i64)i * VEC);
+            }
+        }
+    }
+    template <typename A, typename Fn> __device__ __forceinline__ void each(Fn fn) const {
+#pragma unroll
+        for (int u = 0; u < CE_UNROLL; ++u) {
+            if (ok[u]) {
+                A x[VEC];
+                f[u].get(x);
+                fn(u, x);
+            }
+        }
+    }
+};
+
 // LT: the type of the losses and of g (T, or float for half logits: _f32loss kernels). VEC: values per
 // access (16 / sizeof(T), or 1).
 template <typename T, typename LT, int VEC>
@@ -98,44 +133,25 @@ __device__ __forceinline__ void cross_entropy_body(const T* logits, const i64* t
     // Pass 1: per thread, the running max m, the sum s of exp(x - m) and the plain sum (smoothing).
     A m = neg_inf<A>(), s = 0, sum_x = 0;
     for (int base = tid; base < nv; base += CE_UNROLL * bs) {
-        Frag<T, VEC> f[CE_UNROLL];
-        bool ok[CE_UNROLL];
-#pragma unroll
-        for (int u = 0; u < CE_UNROLL; ++u) {  // every load first: CE_UNROLL in flight
-            const int i = base + u * bs;
-            ok[u] = i < nv;
-            if (ok[u]) {
-                if constexpr (VEC == 1) f[u].raw = xr[i];
-                else f[u].raw = ce_load16<1>(xr + (i64)i * VEC);
-            }
-        }
+        CEBatch<T, VEC> batch;
+        batch.template load<1>(xr, base, bs, nv);
         A mb = m;
+        batch.template each<A>([&](int, const A* x) {
 #pragma unroll
-        for (int u = 0; u < CE_UNROLL; ++u) {
-            if (ok[u]) {
-                A x[VEC];
-                f[u].get(x);
-#pragma unroll
-                for (int k = 0; k < VEC; ++k) mb = fmx(mb, x[k]);  // (NaN is skipped here, kept by s below)
-            }
-        }
+            for (int k = 0; k < VEC; ++k) mb = fmx(mb, x[k]);  // (NaN is skipped here, kept by s below)
+        });
         if (mb > m) {  // m = -inf: s is 0 and stays 0
             s *= ce_exp(m, ce_shift(mb));
             m = mb;
         }
         const A sh = ce_shift(m == neg_inf<A>() ? (A)0 : m);  // (m = -inf: every value so far is -inf)
+        batch.template each<A>([&](int, const A* x) {
 #pragma unroll
-        for (int u = 0; u < CE_UNROLL; ++u) {
-            if (ok[u]) {
-                A x[VEC];
-                f[u].get(x);
-#pragma unroll
-                for (int k = 0; k < VEC; ++k) {
-                    s += ce_exp(x[k], sh);
-                    sum_x += x[k];
-                }
+            for (int k = 0; k < VEC; ++k) {
+                s += ce_exp(x[k], sh);
+                sum_x += x[k];
             }
-        }
+        });
     }
     if (tid < C - c0) {  // the scalar tail (vector kernels only)
         const A x = (A)to_float(xr[c0 + tid]);
@@ -171,30 +187,15 @@ __device__ __forceinline__ void cross_entropy_body(const T* logits, const i64* t
         const A sh = ce_shift(lse);
         T* dr = dlogits + row * (i64)width;
         for (int base = tid; base < nv; base += CE_UNROLL * bs) {
-            Frag<T, VEC> f[CE_UNROLL];
-            bool ok[CE_UNROLL];
+            CEBatch<T, VEC> batch;
+            batch.template load<2>(xr, base, bs, nv);
+            batch.template each<A>([&](int u, const A* x) {
+                const int j0 = (base + u * bs) * VEC;
+                A d[VEC];
 #pragma unroll
-            for (int u = 0; u < CE_UNROLL; ++u) {
-                const int i = base + u * bs;
-                ok[u] = i < nv;
-                if (ok[u]) {
-                    if constexpr (VEC == 1) f[u].raw = xr[i];
-                    else f[u].raw = ce_load16<2>(xr + (i64)i * VEC);
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < CE_UNROLL; ++u) {
-                if (ok[u]) {
-                    const int j0 = (base + u * bs) * VEC;
-                    A x[VEC], d[VEC];
-                    f[u].get(x);
-#pragma unroll
-                    for (int k = 0; k < VEC; ++k)
-                        d[k] = (ce_exp(x[k], sh) - (j0 + k == tt ? hit : (A)0) - floor_) * scale;
-                    if constexpr (VEC == 1) dr[j0] = store<T>(d[0]);
-                    else ce_store16(dr + j0, ce_pack16<T>(d));
-                }
-            }
+                for (int k = 0; k < VEC; ++k) d[k] = (ce_exp(x[k], sh) - (j0 + k == tt ? hit : (A)0) - floor_) * scale;
+                ce_store<T, VEC>(dr + j0, d);
+            });
         }
         // The vector holding the tail and the padding past it, value by value (zeros from C on).
         const int nw = width / VEC;  // (width % VEC == 0 in the vector kernels)
@@ -206,8 +207,7 @@ __device__ __forceinline__ void cross_entropy_body(const T* logits, const i64* t
                 const int j = j0 + k;
                 d[k] = j < C ? (ce_exp((A)to_float(xr[j]), sh) - (j == tt ? hit : (A)0) - floor_) * scale : (A)0;
             }
-            if constexpr (VEC == 1) dr[j0] = store<T>(d[0]);
-            else ce_store16(dr + j0, ce_pack16<T>(d));
+            ce_store<T, VEC>(dr + j0, d);
         }
     }
 }

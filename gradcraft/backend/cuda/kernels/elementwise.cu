@@ -49,39 +49,29 @@ __device__ __forceinline__ void binary_vec_loop(const T* __restrict__ a, const T
         c = (u32)(tid % bv);
         step = (u32)(stride % bv);
     }
-    for (i64 i0 = tid; i0 < nvec; i0 += U * stride) {
-        Frag<T, VEC> af[U], bf[U];
+    Frag<T, VEC> af[U], bf[U];
+    const auto load = [&](int u, i64 i) {
+        af[u].load(a + i * VEC);
+        if (MODE == B_SAME) bf[u].load(b + i * VEC);
+        else if (MODE == B_REPEAT) bf[u].load(b + c * (u32)VEC);
+        if (MODE == B_REPEAT) {  // c for i + stride (past the last vector of the thread, never read)
+            c += step;
+            if (c >= bv) c -= bv;
+        }
+    };
+    grid_stride_rounds<U>(nvec, load, [&](int u, i64 i) {
+        A x[VEC], z[VEC];
+        af[u].get(x);
+        if (MODE == B_SCALAR) {
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const i64 i = i0 + u * stride;
-            if (i < nvec) {
-                af[u].load(a + i * VEC);
-                if (MODE == B_SAME) bf[u].load(b + i * VEC);
-                else if (MODE == B_REPEAT) bf[u].load(b + c * (u32)VEC);
-            }
-            if (MODE == B_REPEAT) {  // c for i + stride: after the U steps, for the next i0
-                c += step;
-                if (c >= bv) c -= bv;
-            }
+            for (int e = 0; e < VEC; ++e) z[e] = b0;
+        } else {
+            bf[u].get(z);
         }
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const i64 i = i0 + u * stride;
-            if (i < nvec) {
-                A x[VEC], z[VEC];
-                af[u].get(x);
-                if (MODE == B_SCALAR) {
-#pragma unroll
-                    for (int e = 0; e < VEC; ++e) z[e] = b0;
-                } else {
-                    bf[u].get(z);
-                }
-#pragma unroll
-                for (int e = 0; e < VEC; ++e) x[e] = apply_op<OP>(x[e], z[e]);
-                store_vals<VEC>(y + i * VEC, x);
-            }
-        }
-    }
+        for (int e = 0; e < VEC; ++e) x[e] = apply_op<OP>(x[e], z[e]);
+        store_vals<VEC>(y + i * VEC, x);
+    });
     for (i64 i = nvec * VEC + tid; i < n; i += stride) {  // the last n % VEC values, one a thread
         const A z = MODE == B_SAME ? (A)to_float(b[i]) : MODE == B_SCALAR ? b0 : (A)to_float(b[i % b_n]);
         y[i] = store<T>(apply_op<OP>((A)to_float(a[i]), z));

@@ -119,19 +119,23 @@ template <int LD> __device__ __forceinline__ void load_b_kn(u32* b, const u16* s
     ldsm4t(b, smem_u32(s + (k0 + (l & 7) + (((l >> 3) & 1) << 3)) * LD + n0 + (l >> 4) * 8));
 }
 
+// One k-step of the products below: acc (16 x N) += a (the A fragment of columns k0..k0+15) times the
+// same columns of B^T, B stored [N][D] (row length LD) in shared memory.
+template <bool BF16, int LD, int N>
+__device__ __forceinline__ void gemm_rows_kstep(float (*acc)[4], const u32* a, const u16* sb, int k0) {
+#pragma unroll
+    for (int np = 0; np < N / 16; ++np) {
+        u32 b[4];
+        load_b_nk<LD>(b, sb, np * 16, k0);
+        mma<BF16>(acc[2 * np], a, b[0], b[1]);
+        mma<BF16>(acc[2 * np + 1], a, b[2], b[3]);
+    }
+}
 // acc (16 x N) += A (16 x D, fragments in registers) times B^T, B stored [N][D] in shared memory.
 template <bool BF16, int D, int N>
 __device__ __forceinline__ void gemm_rows(float (*acc)[4], const u32 (*af)[4], const u16* sb) {
-    constexpr int LD = D + FA_PAD;
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-#pragma unroll
-        for (int np = 0; np < N / 16; ++np) {
-            u32 b[4];
-            load_b_nk<LD>(b, sb, np * 16, kk * 16);
-            mma<BF16>(acc[2 * np], af[kk], b[0], b[1]);
-            mma<BF16>(acc[2 * np + 1], af[kk], b[2], b[3]);
-        }
+    for (int kk = 0; kk < D / 16; ++kk) gemm_rows_kstep<BF16, D + FA_PAD, N>(acc, af[kk], sb, kk * 16);
 }
 // The same with A read from shared memory (rows r0.. of a [rows][D] matrix).
 template <bool BF16, int D, int N>
@@ -141,13 +145,7 @@ __device__ __forceinline__ void gemm_rows_s(float (*acc)[4], const u16* sa, int 
     for (int kk = 0; kk < D / 16; ++kk) {
         u32 a[4];
         load_a<LD>(a, sa, r0, kk * 16);
-#pragma unroll
-        for (int np = 0; np < N / 16; ++np) {
-            u32 b[4];
-            load_b_nk<LD>(b, sb, np * 16, kk * 16);
-            mma<BF16>(acc[2 * np], a, b[0], b[1]);
-            mma<BF16>(acc[2 * np + 1], a, b[2], b[3]);
-        }
+        gemm_rows_kstep<BF16, LD, N>(acc, a, sb, kk * 16);
     }
 }
 // out (16 x D) += P (16 x K, float32 result tiles, rounded here) times V, V stored [K][D] in shared memory.
@@ -165,6 +163,17 @@ __device__ __forceinline__ void gemm_pv(float (*out)[4], float (*p)[4], const u1
             mma<BF16>(out[2 * np], a, b[0], b[1]);
             mma<BF16>(out[2 * np + 1], a, b[2], b[3]);
         }
+    }
+}
+
+// c[mt][n] += a[mt] (b[0], b[1]) and c[mt][n + 1] += a[mt] (b[2], b[3]) for the forward kernel's two
+// 16-row tiles mt: each pair of B operands read from shared memory feeds four products.
+template <bool BF16, int N>
+__device__ __forceinline__ void mma_two_tiles(float (*c)[N][4], const u32 (*a)[4], const u32* b, int n) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+        mma<BF16>(c[mt][n], a[mt], b[0], b[1]);
+        mma<BF16>(c[mt][n + 1], a[mt], b[2], b[3]);
     }
 }
 
@@ -194,6 +203,25 @@ struct Mask {
     // True when every pair of the tile is visible (no per-element test needed).
     __device__ __forceinline__ bool full(int i0, int i1, int j0, int j1) const {
         return i1 <= T && j1 <= S && (!causal || j1 - 1 <= i0 + off) && (window <= 0 || j0 > i1 - 1 + off - window);
+    }
+};
+
+// The work of a block of the query-tile kernels (forward, dq): BM queries from m0 (the blocks of the
+// longest causal rows start first) of head h of batch b, which read key/value head hk, and the tiles
+// [t_begin, t_end) of BN keys holding every key they may see.
+struct QueryTile {
+    Mask mask;
+    int m0, b, h, hk, t_begin, t_end;
+    __device__ __forceinline__ QueryTile(const Mask& mask_, int BM, int BN, int H, int Hkv) : mask(mask_) {
+        m0 = (gridDim.x - 1 - blockIdx.x) * BM;
+        b = blockIdx.y / H;
+        h = blockIdx.y - b * H;
+        hk = h / (H / Hkv);
+        mask.key_tiles(m0, m0 + BM, BN, t_begin, t_end);
+    }
+    // The rows of key/value head hk of batch b in a (B, Hkv, S, D) tensor with these strides.
+    __device__ __forceinline__ const u16* kv(const u16* base, i64 batch_stride, i64 head_stride) const {
+        return base + b * batch_stride + hk * head_stride;
     }
 };
 
@@ -269,13 +297,9 @@ __device__ __forceinline__ void flash_fwd(const u16* __restrict__ q, const u16* 
     u16* sk = sq + BM * LD;
     u16* sv = sk + BN * LD;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
-    const int m0 = (gridDim.x - 1 - blockIdx.x) * BM;  // the longest causal rows start first
-    const int b = blockIdx.y / H, h = blockIdx.y - b * H, hk = h / (H / Hkv);
-    const u16* kb = k + b * ksb + hk * ksh;
-    const u16* vb = v + b * vsb + hk * vsh;
-    const Mask mask{T, S, S - T, causal, window};
-    int t_begin, t_end;
-    mask.key_tiles(m0, m0 + BM, BN, t_begin, t_end);
+    const QueryTile tile(Mask{T, S, S - T, causal, window}, BM, BN, H, Hkv);
+    const int m0 = tile.m0, b = tile.b, h = tile.h, t_begin = tile.t_begin, t_end = tile.t_end;
+    const u16 *kb = tile.kv(k, ksb, ksh), *vb = tile.kv(v, vsb, vsh);
 
     load_tile<D, BM>(sq, q + b * qsb + h * qsh, qst, m0, T);
     if (t_begin < t_end) load_tile<D, BN>(sk, kb, kst, t_begin * BN, S);
@@ -323,23 +347,19 @@ __device__ __forceinline__ void flash_fwd(const u16* __restrict__ q, const u16* 
             for (int np = 0; np < NT / 2; ++np) {
                 u32 bf[4];
                 load_b_nk<LD>(bf, sk, np * 16, kk * 16);
-#pragma unroll
-                for (int mt = 0; mt < 2; ++mt) {
-                    mma<BF16>(s[mt][2 * np], a[mt], bf[0], bf[1]);
-                    mma<BF16>(s[mt][2 * np + 1], a[mt], bf[2], bf[3]);
-                }
+                mma_two_tiles<BF16>(s, a, bf, 2 * np);
             }
         }
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
             const int row0 = m0 + mt * 64 + warp * 16 + g;  // this thread's rows: row0 and row0 + 8
             const int tile_m0 = m0 + mt * 64 + warp * 16;
-            if (!mask.full(tile_m0, tile_m0 + 16, n0, n0 + BN)) {
+            if (!tile.mask.full(tile_m0, tile_m0 + 16, n0, n0 + BN)) {
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                     for (int e = 0; e < 4; ++e)
-                        if (!mask.ok(row0 + (e >> 1) * 8, n0 + nt * 8 + 2 * tq + (e & 1))) s[mt][nt][e] = neg_inf<float>();
+                        if (!tile.mask.ok(row0 + (e >> 1) * 8, n0 + nt * 8 + 2 * tq + (e & 1))) s[mt][nt][e] = neg_inf<float>();
             }
             // Online softmax: rescale what was summed so far to the new row maximum. Scores stay
             // unscaled (scale > 0 keeps the maximum where it is); each exponent is one fma and one ex2.
@@ -390,11 +410,7 @@ __device__ __forceinline__ void flash_fwd(const u16* __restrict__ q, const u16* 
             for (int np = 0; np < DT / 2; ++np) {
                 u32 bf[4];
                 load_b_kn<LD>(bf, sv, kk * 16, np * 16);
-#pragma unroll
-                for (int mt = 0; mt < 2; ++mt) {
-                    mma<BF16>(acc[mt][2 * np], a[mt], bf[0], bf[1]);
-                    mma<BF16>(acc[mt][2 * np + 1], a[mt], bf[2], bf[3]);
-                }
+                mma_two_tiles<BF16>(acc, a, bf, 2 * np);
             }
         }
         __syncthreads();  // every warp is done with sv before the next value tile
@@ -465,13 +481,9 @@ __device__ __forceinline__ void flash_bwd_dq(const u16* __restrict__ q, const u1
     constexpr int BM = 64, BN = D <= 96 ? 64 : 32, LD = D + FA_PAD, KS = D / 16, NT = BN / 8, DT = D / 8;
     extern __shared__ __align__(16) u16 smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
-    const int m0 = (gridDim.x - 1 - blockIdx.x) * BM;
-    const int b = blockIdx.y / H, h = blockIdx.y - b * H, hk = h / (H / Hkv);
-    const u16* kb = k + b * ksb + hk * ksh;
-    const u16* vb = v + b * vsb + hk * vsh;
-    const Mask mask{T, S, S - T, causal, window};
-    int t_begin, t_end;
-    mask.key_tiles(m0, m0 + BM, BN, t_begin, t_end);
+    const QueryTile tile(Mask{T, S, S - T, causal, window}, BM, BN, H, Hkv);
+    const int m0 = tile.m0, b = tile.b, h = tile.h, t_begin = tile.t_begin, t_end = tile.t_end;
+    const u16 *kb = tile.kv(k, ksb, ksh), *vb = tile.kv(v, vsb, vsh);
 
     // The query and output-gradient tiles pass through shared memory (2 * BM rows) into registers.
     load_tile<D, BM>(smem, q + b * qsb + h * qsh, qst, m0, T);
@@ -521,14 +533,14 @@ __device__ __forceinline__ void flash_bwd_dq(const u16* __restrict__ q, const u1
         gemm_rows<BF16, D, BN>(s, qf, sk);
         gemm_rows<BF16, D, BN>(dp, df, sv);
         if (DROP) drop_rows<NT>(dp, drop, bh_row + m0 + warp * 16, (S + 7) / 8, n0 / 8);  // dP of the kept weights
-        const bool full = mask.full(m0, m0 + BM, n0, n0 + BN);
+        const bool full = tile.mask.full(m0, m0 + BM, n0, n0 + BN);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int r = e >> 1;
                 float p = fast_exp2(fmaf(s[nt][e], scale2, -lse2[r]));
-                if (!full && !mask.ok(row0 + r * 8, n0 + nt * 8 + 2 * tq + (e & 1))) p = 0.f;
+                if (!full && !tile.mask.ok(row0 + r * 8, n0 + nt * 8 + 2 * tq + (e & 1))) p = 0.f;
                 s[nt][e] = p * (dp[nt][e] - dv[r]);  // dS (unscaled)
             }
         gemm_pv<BF16, BN, D>(acc, s, sk);  // dq += dS k

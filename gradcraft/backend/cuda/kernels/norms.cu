@@ -1,7 +1,7 @@
 // LayerNorm (center = 1) and RMSNorm (center = 0) over rows of F contiguous features, forward and
 // backward.
 //
-// Three layouts, picked by the launcher (nn.py) from F; each comes with VEC = 16 / sizeof(T) (16-byte
+// Three layouts, picked by the launcher (norms.py, rows.py) from F; each comes with VEC = 16 / sizeof(T) (16-byte
 // loads and stores: F a multiple of VEC, 16-byte aligned pointers) or VEC = 1 (any F and alignment):
 //   warp:  one row per warp, the row held in registers (E values a lane): F <= 32 * E;
 //   block: one row per block, in registers (E values a thread):           F <= blockDim * E;
@@ -11,11 +11,65 @@
 // to partial (G, 2, F): summed in registers over the rows each warp or block visits, then over the
 // block's warps in a fixed order. norm_reduce adds the G slices: deterministic, no atomics.
 #include "common.cuh"
+#include "rows.cuh"
 
 template <typename T, int VEC, typename A>
 __device__ __forceinline__ void load_param(const void* p, int acc_type, i64 j, A* out) {
     if (acc_type) load_vals<VEC>((const A*)p + j, out);
     else load_vals<VEC>((const T*)p + j, out);
+}
+
+// mean (0 without center) and rstd = 1 / sqrt(mean((x - mean)^2) + eps) of a row (RegsRow or MemRow).
+template <typename A, typename Row>
+__device__ __forceinline__ void norm_stats(const Row& row, int F, double eps, int center, A& mean, A& rstd) {
+    mean = 0;
+    if (center) mean = row.sum([](A v) { return v; }) / (A)F;
+    const A m = mean;
+    rstd = (A)1 / fsqrt(row.sum([m](A v) { return (v - m) * (v - m); }) / (A)F + (A)eps);
+}
+
+// y = (x - mean) * rstd * w + b of the VEC values at column j, in place (w, b: NULL = absent).
+template <typename T, int VEC, typename A>
+__device__ __forceinline__ void norm_apply(A* t, const void* w, const void* b, int w_acc, i64 j, A mean, A rstd) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) t[i] = (t[i] - mean) * rstd;
+    if (w) {
+        A p[VEC];
+        load_param<T, VEC>(w, w_acc, j, p);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) t[i] *= p[i];
+    }
+    if (b) {
+        A p[VEC];
+        load_param<T, VEC>(b, w_acc, j, p);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) t[i] += p[i];
+    }
+}
+
+// xhat = (x - mean) * rstd and dxhat = g * w (g without a weight) of the VEC values at column j.
+template <typename T, int VEC, typename A>
+__device__ __forceinline__ void norm_xhat(const A* x, const A* g, const void* w, int w_acc, i64 j, A mean, A rstd,
+                                          A* xhat, A* dxhat) {
+    A p[VEC];
+    if (w) load_param<T, VEC>(w, w_acc, j, p);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+        xhat[i] = (x[i] - mean) * rstd;
+        dxhat[i] = w ? g[i] * p[i] : g[i];
+    }
+}
+
+// Stores dx = rstd * (dxhat - s1 - xhat * s2) of the VEC values at column j to out (s1 = mean(dxhat) for
+// LayerNorm, 0 for RMSNorm; s2 = mean(dxhat * xhat)).
+template <typename T, int VEC, typename A>
+__device__ __forceinline__ void norm_store_dx(T* out, const A* x, const A* g, const void* w, int w_acc, i64 j,
+                                              A mean, A rstd, A s1, A s2) {
+    A xhat[VEC], dxhat[VEC], d[VEC];
+    norm_xhat<T, VEC>(x, g, w, w_acc, j, mean, rstd, xhat, dxhat);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) d[i] = rstd * (dxhat[i] - s1 - xhat[i] * s2);
+    store_vals<VEC>(out, d);
 }
 
 // y = (x - mean) * rstd * w + b, row held in registers.
@@ -25,67 +79,16 @@ __device__ __forceinline__ void norm_fwd_regs(const T* __restrict__ x, const voi
     typedef typename acc<T>::type A;
     constexpr int NV = E / VEC;
     __shared__ A scratch[32];
-    const int lane = WARP ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
-    const int nthr = WARP ? 32 : (int)blockDim.x;
-    const i64 row = WARP ? (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5) : (i64)blockIdx.x;
-    if (row >= rows) return;  // (warp layout: the whole warp; block layout: never, grid = rows)
-    const int nvec = F / VEC;
-    const T* xr = x + row * F;
+    const RowThread<WARP> th(F / VEC);
+    if (th.row >= rows) return;  // (warp layout: the whole warp; block layout: never, grid = rows)
     Frag<T, VEC> xf[NV];
-#pragma unroll
-    for (int k = 0; k < NV; ++k) {
-        const int v = k * nthr + lane;
-        if (v < nvec) xf[k].load(xr + (i64)v * VEC);
-    }
-    A mean = 0;
-    if (center) {
-        A s = 0;
-#pragma unroll
-        for (int k = 0; k < NV; ++k) {
-            if (k * nthr + lane < nvec) {
-                A t[VEC];
-                xf[k].get(t);
-#pragma unroll
-                for (int i = 0; i < VEC; ++i) s += t[i];
-            }
-        }
-        mean = row_sum<WARP>(s, scratch) / (A)F;
-    }
-    A q = 0;
-#pragma unroll
-    for (int k = 0; k < NV; ++k) {
-        if (k * nthr + lane < nvec) {
-            A t[VEC];
-            xf[k].get(t);
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) q += (t[i] - mean) * (t[i] - mean);
-        }
-    }
-    const A rstd = (A)1 / fsqrt(row_sum<WARP>(q, scratch) / (A)F + (A)eps);
-    T* yr = y + row * F;
-#pragma unroll
-    for (int k = 0; k < NV; ++k) {
-        const int v = k * nthr + lane;
-        if (v < nvec) {
-            A t[VEC];
-            xf[k].get(t);
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) t[i] = (t[i] - mean) * rstd;
-            if (w) {
-                A p[VEC];
-                load_param<T, VEC>(w, w_acc, (i64)v * VEC, p);
-#pragma unroll
-                for (int i = 0; i < VEC; ++i) t[i] *= p[i];
-            }
-            if (b) {
-                A p[VEC];
-                load_param<T, VEC>(b, w_acc, (i64)v * VEC, p);
-#pragma unroll
-                for (int i = 0; i < VEC; ++i) t[i] += p[i];
-            }
-            store_vals<VEC>(yr + (i64)v * VEC, t);
-        }
-    }
+    load_row(xf, x + th.row * F, th);
+    A mean, rstd;
+    norm_stats(RegsRow<WARP, NV, T, VEC, A>{xf, th, scratch}, F, eps, center, mean, rstd);
+    store_row<A, NV, VEC>(y + th.row * F, th, [&](int k, int v, A* t) {
+        xf[k].get(t);
+        norm_apply<T, VEC>(t, w, b, w_acc, (i64)v * VEC, mean, rstd);
+    });
 }
 
 // The same for rows too long for registers: one block per row, three passes over the row.
@@ -97,46 +100,14 @@ __device__ __forceinline__ void norm_fwd_loop(const T* __restrict__ x, const voi
     const i64 row = blockIdx.x;
     const int nvec = F / VEC;
     const T* xr = x + row * F;
-    A mean = 0;
-    if (center) {
-        A s = 0;
-#pragma unroll 4
-        for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
-            A t[VEC];
-            load_vals<VEC>(xr + (i64)v * VEC, t);
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) s += t[i];
-        }
-        mean = block_sum(s, scratch) / (A)F;
-    }
-    A q = 0;
-#pragma unroll 4
-    for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
-        A t[VEC];
-        load_vals<VEC>(xr + (i64)v * VEC, t);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) q += (t[i] - mean) * (t[i] - mean);
-    }
-    const A rstd = (A)1 / fsqrt(block_sum(q, scratch) / (A)F + (A)eps);
+    A mean, rstd;
+    norm_stats(MemRow<VEC, T, A>{xr, nvec, scratch}, F, eps, center, mean, rstd);
     T* yr = y + row * F;
 #pragma unroll 4
     for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
         A t[VEC];
         load_vals<VEC>(xr + (i64)v * VEC, t);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) t[i] = (t[i] - mean) * rstd;
-        if (w) {
-            A p[VEC];
-            load_param<T, VEC>(w, w_acc, (i64)v * VEC, p);
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) t[i] *= p[i];
-        }
-        if (b) {
-            A p[VEC];
-            load_param<T, VEC>(b, w_acc, (i64)v * VEC, p);
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) t[i] += p[i];
-        }
+        norm_apply<T, VEC>(t, w, b, w_acc, (i64)v * VEC, mean, rstd);
         store_vals<VEC>(yr + (i64)v * VEC, t);
     }
 }
@@ -153,94 +124,40 @@ __device__ __forceinline__ void norm_bwd_regs(const T* __restrict__ x, const voi
     typedef typename acc<T>::type A;
     constexpr int NV = E / VEC;
     __shared__ A scratch[32];
-    const int lane = WARP ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
-    const int nthr = WARP ? 32 : (int)blockDim.x;
+    const RowThread<WARP> th(F / VEC);
+    const int lane = th.lane, nvec = th.nvec;
     const int warps = blockDim.x >> 5, warp = threadIdx.x >> 5;
-    const i64 first = WARP ? (i64)blockIdx.x * warps + warp : (i64)blockIdx.x;
     const i64 step = WARP ? (i64)gridDim.x * warps : (i64)gridDim.x;
-    const int nvec = F / VEC;
     A dw[NV][VEC], db[NV][VEC];
 #pragma unroll
     for (int k = 0; k < NV; ++k)
 #pragma unroll
         for (int i = 0; i < VEC; ++i) { dw[k][i] = 0; db[k][i] = 0; }
 
-    for (i64 row = first; row < rows; row += step) {  // (uniform over the warp or the block)
-        const T *xr = x + row * F, *gr = g + row * F;
+    for (i64 row = th.row; row < rows; row += step) {  // (uniform over the warp or the block)
         Frag<T, VEC> xf[NV], gf[NV];
-#pragma unroll
-        for (int k = 0; k < NV; ++k) {
-            const int v = k * nthr + lane;
-            if (v < nvec) {
-                xf[k].load(xr + (i64)v * VEC);
-                gf[k].load(gr + (i64)v * VEC);
-            }
-        }
-        A mean = 0;
-        if (center) {
-            A s = 0;
-#pragma unroll
-            for (int k = 0; k < NV; ++k) {
-                if (k * nthr + lane < nvec) {
-                    A t[VEC];
-                    xf[k].get(t);
-#pragma unroll
-                    for (int i = 0; i < VEC; ++i) s += t[i];
-                }
-            }
-            mean = row_sum<WARP>(s, scratch) / (A)F;
-        }
-        A q = 0;
-#pragma unroll
-        for (int k = 0; k < NV; ++k) {
-            if (k * nthr + lane < nvec) {
-                A t[VEC];
-                xf[k].get(t);
-#pragma unroll
-                for (int i = 0; i < VEC; ++i) q += (t[i] - mean) * (t[i] - mean);
-            }
-        }
-        const A rstd = (A)1 / fsqrt(row_sum<WARP>(q, scratch) / (A)F + (A)eps);
+        load_row(xf, x + row * F, th);
+        load_row(gf, g + row * F, th);
+        A mean, rstd;
+        norm_stats(RegsRow<WARP, NV, T, VEC, A>{xf, th, scratch}, F, eps, center, mean, rstd);
         A s1 = 0, s2 = 0;
+        for_each_slot<A>(xf, gf, th, [&](int k, int v, const A* t, const A* gv) {
+            A xhat[VEC], dxhat[VEC];
+            norm_xhat<T, VEC>(t, gv, w, w_acc, (i64)v * VEC, mean, rstd, xhat, dxhat);
 #pragma unroll
-        for (int k = 0; k < NV; ++k) {
-            const int v = k * nthr + lane;
-            if (v < nvec) {
-                A t[VEC], gv[VEC], p[VEC];
-                xf[k].get(t);
-                gf[k].get(gv);
-                if (w) load_param<T, VEC>(w, w_acc, (i64)v * VEC, p);
-#pragma unroll
-                for (int i = 0; i < VEC; ++i) {
-                    const A xhat = (t[i] - mean) * rstd;
-                    const A dxhat = w ? gv[i] * p[i] : gv[i];
-                    s1 += dxhat;
-                    s2 += dxhat * xhat;
-                    dw[k][i] += gv[i] * xhat;
-                    db[k][i] += gv[i];
-                }
+            for (int i = 0; i < VEC; ++i) {
+                s1 += dxhat[i];
+                s2 += dxhat[i] * xhat[i];
+                dw[k][i] += gv[i] * xhat[i];
+                db[k][i] += gv[i];
             }
-        }
+        });
         s1 = center ? row_sum<WARP>(s1, scratch) / (A)F : (A)0;
         s2 = row_sum<WARP>(s2, scratch) / (A)F;
         T* dxr = dx + row * F;
-#pragma unroll
-        for (int k = 0; k < NV; ++k) {
-            const int v = k * nthr + lane;
-            if (v < nvec) {
-                A t[VEC], gv[VEC], p[VEC];
-                xf[k].get(t);
-                gf[k].get(gv);
-                if (w) load_param<T, VEC>(w, w_acc, (i64)v * VEC, p);
-#pragma unroll
-                for (int i = 0; i < VEC; ++i) {
-                    const A xhat = (t[i] - mean) * rstd;
-                    const A dxhat = w ? gv[i] * p[i] : gv[i];
-                    t[i] = rstd * (dxhat - s1 - xhat * s2);
-                }
-                store_vals<VEC>(dxr + (i64)v * VEC, t);
-            }
-        }
+        for_each_slot<A>(xf, gf, th, [&](int, int v, const A* t, const A* gv) {
+            norm_store_dx<T, VEC>(dxr + (i64)v * VEC, t, gv, w, w_acc, (i64)v * VEC, mean, rstd, s1, s2);
+        });
     }
 
     A* out = partial + (i64)blockIdx.x * 2 * F;
@@ -270,7 +187,7 @@ __device__ __forceinline__ void norm_bwd_regs(const T* __restrict__ x, const voi
     } else {
 #pragma unroll
         for (int k = 0; k < NV; ++k) {
-            const int v = k * nthr + lane;
+            const int v = th.vec(k);
             if (v < nvec) {
 #pragma unroll
                 for (int i = 0; i < VEC; ++i) {
@@ -298,41 +215,20 @@ __device__ __forceinline__ void norm_bwd_loop(const T* __restrict__ x, const voi
         for (int i = 0; i < VEC; ++i) { out[v * VEC + i] = 0; out[F + v * VEC + i] = 0; }
     for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
         const T *xr = x + row * F, *gr = g + row * F;
-        A mean = 0;
-        if (center) {
-            A s = 0;
-#pragma unroll 4
-            for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
-                A t[VEC];
-                load_vals<VEC>(xr + (i64)v * VEC, t);
-#pragma unroll
-                for (int i = 0; i < VEC; ++i) s += t[i];
-            }
-            mean = block_sum(s, scratch) / (A)F;
-        }
-        A q = 0;
-#pragma unroll 4
-        for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
-            A t[VEC];
-            load_vals<VEC>(xr + (i64)v * VEC, t);
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) q += (t[i] - mean) * (t[i] - mean);
-        }
-        const A rstd = (A)1 / fsqrt(block_sum(q, scratch) / (A)F + (A)eps);
+        A mean, rstd;
+        norm_stats(MemRow<VEC, T, A>{xr, nvec, scratch}, F, eps, center, mean, rstd);
         A s1 = 0, s2 = 0;
 #pragma unroll 2
         for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
-            A t[VEC], gv[VEC], p[VEC];
+            A t[VEC], gv[VEC], xhat[VEC], dxhat[VEC];
             load_vals<VEC>(xr + (i64)v * VEC, t);
             load_vals<VEC>(gr + (i64)v * VEC, gv);
-            if (w) load_param<T, VEC>(w, w_acc, (i64)v * VEC, p);
+            norm_xhat<T, VEC>(t, gv, w, w_acc, (i64)v * VEC, mean, rstd, xhat, dxhat);
 #pragma unroll
             for (int i = 0; i < VEC; ++i) {
-                const A xhat = (t[i] - mean) * rstd;
-                const A dxhat = w ? gv[i] * p[i] : gv[i];
-                s1 += dxhat;
-                s2 += dxhat * xhat;
-                out[v * VEC + i] += gv[i] * xhat;
+                s1 += dxhat[i];
+                s2 += dxhat[i] * xhat[i];
+                out[v * VEC + i] += gv[i] * xhat[i];
                 if (center) out[F + v * VEC + i] += gv[i];
             }
         }
@@ -341,17 +237,10 @@ __device__ __forceinline__ void norm_bwd_loop(const T* __restrict__ x, const voi
         T* dxr = dx + row * F;
 #pragma unroll 2
         for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
-            A t[VEC], gv[VEC], p[VEC];
+            A t[VEC], gv[VEC];
             load_vals<VEC>(xr + (i64)v * VEC, t);
             load_vals<VEC>(gr + (i64)v * VEC, gv);
-            if (w) load_param<T, VEC>(w, w_acc, (i64)v * VEC, p);
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) {
-                const A xhat = (t[i] - mean) * rstd;
-                const A dxhat = w ? gv[i] * p[i] : gv[i];
-                t[i] = rstd * (dxhat - s1 - xhat * s2);
-            }
-            store_vals<VEC>(dxr + (i64)v * VEC, t);
+            norm_store_dx<T, VEC>(dxr + (i64)v * VEC, t, gv, w, w_acc, (i64)v * VEC, mean, rstd, s1, s2);
         }
     }
 }
@@ -382,7 +271,7 @@ __device__ __forceinline__ void norm_reduce_body(const typename acc<T>::type* __
 }
 
 // Elements a thread holds in registers: the warp layouts take rows up to 32 * E, the block layouts
-// up to blockDim * E (nn.py's _NORM_* constants must match).
+// up to blockDim * E (rows.py's NORM_* constants must match).
 #define NORM_FWD_WARP_E 32
 #define NORM_FWD_BLOCK_E 16
 #define NORM_BWD_WARP_E 32

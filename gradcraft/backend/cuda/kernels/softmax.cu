@@ -6,12 +6,13 @@
 // (causal) or j <= i - window are excluded: probability 0 (log: -inf), and are not read. A row with
 // nothing left is NaN, as in cpu.py.
 //
-// Layouts as in norms.cu, picked by nn.py from C, each with VEC = 16 / sizeof(T) or VEC = 1:
+// Layouts as in norms.cu, picked by rows.py from C, each with VEC = 16 / sizeof(T) or VEC = 1:
 //   warp:  one row per warp, in registers (E values a lane), C <= 32 * E: max, sum of exps, write;
 //   block: one row per block, in registers, C <= blockDim * E;
 //   loop:  one row per block, two passes over memory: a running max with a sum rescaled to it (online
 //          softmax), then the write.
 #include "common.cuh"
+#include "rows.cuh"
 
 struct RowWindow {
     int first, limit;  // keys first..limit-1 are allowed
@@ -33,19 +34,18 @@ __device__ __forceinline__ void softmax_fwd_regs(const T* __restrict__ x, T* __r
     typedef typename acc<T>::type A;
     constexpr int NV = E / VEC;
     __shared__ A scratch[32];
-    const int lane = WARP ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
-    const int nthr = WARP ? 32 : (int)blockDim.x;
-    const i64 row = WARP ? (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5) : (i64)blockIdx.x;
+    const RowThread<WARP> th(C / VEC);
+    const i64 row = th.row;
     if (row >= rows) return;  // (warp layout: the whole warp; block layout: never, grid = rows)
     const RowWindow win(row, C, causal, window, T_, S_);
-    const int nvec = C / VEC;
+    const int nvec = th.nvec;
     const T* xr = x + row * C;
     const float* mr = mask ? mask + row * C : nullptr;
     const A scale = (A)scale_;
     A v[NV][VEC];
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
-        const int c0 = (k * nthr + lane) * VEC;
+        const int c0 = th.vec(k) * VEC;
 #pragma unroll
         for (int i = 0; i < VEC; ++i) v[k][i] = neg_inf<A>();
         // Only vectors that hold an allowed key are read (a causal row reads its first i + 1 keys).
@@ -68,16 +68,10 @@ __device__ __forceinline__ void softmax_fwd_regs(const T* __restrict__ x, T* __r
     mx = row_max<WARP>(mx, scratch);
     T* yr = y + row * C;
     if (mx == neg_inf<A>()) {  // nothing allowed (or every score -inf): NaN, as 0/0 in cpu.py
+        store_row<A, NV, VEC>(yr, th, [](int, int, A* t) {
 #pragma unroll
-        for (int k = 0; k < NV; ++k) {
-            const int vi = k * nthr + lane;
-            if (vi < nvec) {
-                A t[VEC];
-#pragma unroll
-                for (int i = 0; i < VEC; ++i) t[i] = quiet_nan<A>();
-                store_vals<VEC>(yr + (i64)vi * VEC, t);
-            }
-        }
+            for (int i = 0; i < VEC; ++i) t[i] = quiet_nan<A>();
+        });
         return;  // (uniform: every thread of the row saw the same max)
     }
     A s = 0;
@@ -91,16 +85,10 @@ __device__ __forceinline__ void softmax_fwd_regs(const T* __restrict__ x, T* __r
         }
     const A total = row_sum<WARP>(s, scratch);
     const A inv = (A)1 / total, log_total = flog(total);
+    store_row<A, NV, VEC>(yr, th, [&](int k, int, A* t) {
 #pragma unroll
-    for (int k = 0; k < NV; ++k) {
-        const int vi = k * nthr + lane;
-        if (vi < nvec) {
-            A t[VEC];
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) t[i] = log_out ? v[k][i] - mx - log_total : v[k][i] * inv;
-            store_vals<VEC>(yr + (i64)vi * VEC, t);
-        }
-    }
+        for (int i = 0; i < VEC; ++i) t[i] = log_out ? v[k][i] - mx - log_total : v[k][i] * inv;
+    });
 }
 
 template <typename T, int VEC>
@@ -166,55 +154,42 @@ __device__ __forceinline__ void softmax_fwd_loop(const T* __restrict__ x, T* __r
 }
 
 // Backward of y = softmax(x * scale): dx = scale * y * (g - sum(g * y)); of y = log_softmax(x):
-// dx = g - exp(y) * sum(g) (log_mode).
+// dx = g - exp(y) * sum(g) (log_mode). softmax_bwd_sum adds the VEC values' terms of the row's sum to s,
+// softmax_bwd_dx gives their dx.
+template <int VEC, typename A>
+__device__ __forceinline__ void softmax_bwd_sum(A& s, const A* y, const A* g, int log_mode) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) s += log_mode ? g[i] : y[i] * g[i];
+}
+template <int VEC, typename A>
+__device__ __forceinline__ void softmax_bwd_dx(A* dx, const A* y, const A* g, A s, A scale, int log_mode) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) dx[i] = log_mode ? g[i] - fast_exp(y[i]) * s : y[i] * (g[i] - s) * scale;
+}
+
 template <typename T, int VEC, int E, bool WARP>
 __device__ __forceinline__ void softmax_bwd_regs(const T* __restrict__ y, const T* __restrict__ g, T* __restrict__ dx,
                                                  i64 rows, int C, double scale_, int log_mode) {
     typedef typename acc<T>::type A;
     constexpr int NV = E / VEC;
     __shared__ A scratch[32];
-    const int lane = WARP ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
-    const int nthr = WARP ? 32 : (int)blockDim.x;
-    const i64 row = WARP ? (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5) : (i64)blockIdx.x;
-    if (row >= rows) return;
-    const int nvec = C / VEC;
-    const T *yr = y + row * C, *gr = g + row * C;
+    const RowThread<WARP> th(C / VEC);
+    if (th.row >= rows) return;
     Frag<T, VEC> yf[NV], gf[NV];
-#pragma unroll
-    for (int k = 0; k < NV; ++k) {
-        const int vi = k * nthr + lane;
-        if (vi < nvec) {
-            yf[k].load(yr + (i64)vi * VEC);
-            gf[k].load(gr + (i64)vi * VEC);
-        }
-    }
+    load_row(yf, y + th.row * C, th);
+    load_row(gf, g + th.row * C, th);
     A s = 0;
-#pragma unroll
-    for (int k = 0; k < NV; ++k) {
-        if (k * nthr + lane < nvec) {
-            A yv[VEC], gv[VEC];
-            yf[k].get(yv);
-            gf[k].get(gv);
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) s += log_mode ? gv[i] : yv[i] * gv[i];
-        }
-    }
+    for_each_slot<A>(yf, gf, th, [&](int, int, const A* yv, const A* gv) {
+        softmax_bwd_sum<VEC>(s, yv, gv, log_mode);
+    });
     s = row_sum<WARP>(s, scratch);
     const A scale = (A)scale_;
-    T* dxr = dx + row * C;
-#pragma unroll
-    for (int k = 0; k < NV; ++k) {
-        const int vi = k * nthr + lane;
-        if (vi < nvec) {
-            A yv[VEC], gv[VEC];
-            yf[k].get(yv);
-            gf[k].get(gv);
-#pragma unroll
-            for (int i = 0; i < VEC; ++i)
-                yv[i] = log_mode ? gv[i] - fast_exp(yv[i]) * s : yv[i] * (gv[i] - s) * scale;
-            store_vals<VEC>(dxr + (i64)vi * VEC, yv);
-        }
-    }
+    T* dxr = dx + th.row * C;
+    for_each_slot<A>(yf, gf, th, [&](int, int v, const A* yv, const A* gv) {
+        A d[VEC];
+        softmax_bwd_dx<VEC>(d, yv, gv, s, scale, log_mode);
+        store_vals<VEC>(dxr + (i64)v * VEC, d);
+    });
 }
 
 template <typename T, int VEC>
@@ -231,24 +206,22 @@ __device__ __forceinline__ void softmax_bwd_loop(const T* __restrict__ y, const 
         A yv[VEC], gv[VEC];
         load_vals<VEC>(yr + (i64)vi * VEC, yv);
         load_vals<VEC>(gr + (i64)vi * VEC, gv);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) s += log_mode ? gv[i] : yv[i] * gv[i];
+        softmax_bwd_sum<VEC>(s, yv, gv, log_mode);
     }
     s = block_sum(s, scratch);
     const A scale = (A)scale_;
     T* dxr = dx + row * C;
 #pragma unroll 4
     for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x) {
-        A yv[VEC], gv[VEC];
+        A yv[VEC], gv[VEC], d[VEC];
         load_vals<VEC>(yr + (i64)vi * VEC, yv);
         load_vals<VEC>(gr + (i64)vi * VEC, gv);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) yv[i] = log_mode ? gv[i] - fast_exp(yv[i]) * s : yv[i] * (gv[i] - s) * scale;
-        store_vals<VEC>(dxr + (i64)vi * VEC, yv);
+        softmax_bwd_dx<VEC>(d, yv, gv, s, scale, log_mode);
+        store_vals<VEC>(dxr + (i64)vi * VEC, d);
     }
 }
 
-// Values a thread holds in registers (nn.py's _SOFTMAX_* constants must match).
+// Values a thread holds in registers (rows.py's SOFTMAX_E must match).
 #define SOFTMAX_WARP_E 32
 #define SOFTMAX_BLOCK_E 16
 

@@ -14,12 +14,24 @@ import cupy as cp
 import numpy as np
 
 from gradcraft.backend import Backend, assemble_kernels
-from gradcraft.backend.cuda import activations, attention, creation, elementwise, moe, movement, nn, optim, reduce, sdpa
+from gradcraft.backend.cuda import (
+    activations,
+    attention,
+    creation,
+    elementwise,
+    kv_cache,
+    moe,
+    movement,
+    nn,
+    optim,
+    reduce,
+    sdpa,
+)
 from gradcraft.backend.cuda import launch as L
 from gradcraft.backend.cuda import matmul as matmul_family
 
 # The kernel families; the backend's table is their KERNELS dicts put together (and copy_from).
-FAMILIES = (elementwise, reduce, matmul_family, movement, moe, creation, activations, nn, sdpa, attention)
+FAMILIES = (elementwise, reduce, matmul_family, movement, moe, creation, activations, nn, sdpa, attention, kv_cache)
 
 
 class CUDABackend(Backend):
@@ -64,6 +76,9 @@ class CUDABackend(Backend):
 
     def flash_attention_supported(self, dtype, head_dim: int, value_dim: int) -> bool:
         return attention.supported(dtype, head_dim, value_dim)
+
+    def kv_attention_supported(self, dtype, length: int, head_dim: int) -> bool:
+        return kv_cache.supported(dtype, length, head_dim)
 
     def cross_entropy_with_grad(self, logits, target, ignore_index=-100, label_smoothing=0.0, grad_scale=1.0):
         """(per-row loss, dlogits * grad_scale) in one launch; see nn.cross_entropy_with_grad."""

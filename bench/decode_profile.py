@@ -62,7 +62,7 @@ def main():
     for label, fn in (
         ("replay only", lambda: backend.replay(d.captured.graph)),
         ("feed+replay", lambda: d.captured(ids, pos)),
-        ("feed+replay+numpy", lambda: d.captured(ids, pos).numpy()),
+        ("feed+replay+ids", lambda: d.captured(ids, pos)[1].numpy()),
         ("step()", lambda: d.step([0] * args.batch, 20)),
     ):
         fn()
@@ -73,7 +73,7 @@ def main():
             fn()
         backend.synchronize()
         print(f"{label:>20s}: {(time.perf_counter() - t) / n * 1e6:8.1f} us")
-    row = d.step([0] * args.batch, 20)
+    row = d.step([0] * args.batch, 20).rows()
     params = SamplingParams(max_tokens=8, temperature=0.8, top_k=20)
     rng = np.random.default_rng(0)
     from gradcraft.inference.generate import sample_next

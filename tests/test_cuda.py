@@ -989,31 +989,6 @@ def test_matmul_layouts(gpu, dtype):
     close(got, np.asarray(cpu().run("matmul", [a, w.T], {})), what="matmul with a transposed operand")
 
 
-@pytest.mark.parametrize("dtype", [np.float32, "bfloat16", np.float16])
-def test_skinny_products_of_a_decoding_step(gpu, dtype, monkeypatch):
-    """x @ w.mT with at most 8 rows of x (kernels/skinny_matmul.cu) against the CPU, in the shapes a
-    decoding step has ((B, 1, K) activations), and the cases it must leave to cuBLAS."""
-    from gradcraft.backend.cuda import matmul as cuda_matmul
-
-    ran = []
-    real = cuda_matmul._skinny
-    monkeypatch.setattr(cuda_matmul, "_skinny", lambda *args: ran.append(real(*args)) or ran[-1])
-    dtype = np.dtype(dtype)
-    r = rng()
-    for x_shape, n, expect in [
-        ((1, 64), 7, True),
-        ((3, 1, 768), 2304, True),
-        ((8, 776), 33, True),
-        ((9, 64), 5, False),  # too many rows
-        ((2, 36), 5, dtype == np.float32),  # K = 36: 16-byte rows only for float32
-    ]:
-        x, w = randn(x_shape, dtype, r), randn((n, x_shape[-1]), dtype, r)
-        ran.clear()
-        got = gpu.to_numpy(gpu.run("matmul", [gpu.from_numpy(x), gpu.from_numpy(w).T], {}))
-        close(got, np.asarray(cpu().run("matmul", [x, w.T], {})), dtype, what=f"skinny matmul {x_shape} x {n}")
-        assert ran == [expect], (x_shape, ran)
-
-
 def test_tf32_switch(gpu):
     from gradcraft.backend.cuda import set_tf32
 

@@ -94,8 +94,6 @@ def gemm(
         if not accumulate:
             out.fill(0)
         return out
-    if not accumulate and out_dtype == a.dtype and _skinny(a, b, batch, out):
-        return out
     a, a_t, lda, stride_a = _operand(a, batch)
     b, b_t, ldb, stride_b = _operand(b, batch)
     compute = _COMPUTE_32F_FAST_TF32 if (_tf32 and allow_tf32 and a.dtype == np.float32) else _COMPUTE_32F
@@ -135,34 +133,6 @@ def gemm(
         "cublasGemmStridedBatchedEx",
     )
     return out
-
-
-SKINNY_MAX_ROWS = 8  # as in kernels/skinny_matmul.cu
-
-
-def _skinny(a, b, batch, out) -> bool:
-    """x @ w.mT for at most SKINNY_MAX_ROWS rows of x in all (a decoding step) through
-    kernels/skinny_matmul.cu, where the layouts allow: x's rows contiguous, one shared w (N, K)
-    row-major. Returns whether it ran."""
-    rows = a.size // a.shape[-1] if a.ndim else 0
-    K, N = b.shape[-2:]
-    if not 0 < rows <= SKINNY_MAX_ROWS or a.dtype not in _CUDA_TYPE or b.dtype != a.dtype:
-        return False
-    if any(n != 1 for n in b.shape[:-2]) or a.shape[:-2] != batch:  # one w; x's own batch dims only
-        return False
-    w = b[(0,) * (b.ndim - 2)].T  # (N, K): a C-contiguous matrix when b is a transposed one (a view)
-    vec = 16 // a.itemsize
-    if not (a.flags.c_contiguous and w.flags.c_contiguous and K % vec == 0 and L.aligned(a, w)):
-        return False
-    threads = 256
-    L.run(
-        "skinny_matmul.cu",
-        f"skinny_matmul_{L.suffix(a.dtype)}",
-        -(-N * 32 // threads),
-        threads,
-        (a, w, out, L.i32(rows), L.i32(N), L.i32(K)),
-    )
-    return True
 
 
 def _check(status: int, what: str) -> None:

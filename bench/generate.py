@@ -31,6 +31,8 @@ def main():
     p.add_argument("--new_tokens", type=int, default=64)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--device", default="cpu", help="cpu or cuda (both sides)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="both sides' weights")
+    p.add_argument("--batches", default="1,8", help="batch sizes, a comma list")
     args = p.parse_args()
     import torch
     import transformers
@@ -50,14 +52,17 @@ def main():
     export_hf(model, folder)
     hf = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval().to(args.device)
     model.to(args.device)
+    if args.dtype != "float32":
+        model.to(getattr(gc, args.dtype))
+        hf.to(getattr(torch, args.dtype))
     print(
         f"{args.preset}: {describe(model)}; prompt {args.prompt_tokens} tokens, {args.new_tokens} new, greedy; "
-        f"device {args.device}; threads {args.threads or 'all'}; torch {torch.__version__}, "
+        f"{args.dtype}; device {args.device}; threads {args.threads or 'all'}; torch {torch.__version__}, "
         f"transformers {transformers.__version__}"
     )
     rng = np.random.default_rng(0)
     print(f"{'batch':>5s} {'gradcraft tok/s':>16s} {'HF tok/s':>10s} {'ratio':>6s}")
-    for batch in (1, 8):
+    for batch in [int(b) for b in args.batches.split(",")]:
         prompts = rng.integers(0, args.vocab, size=(batch, args.prompt_tokens))
         params = SamplingParams(max_tokens=args.new_tokens)
         generate(model, [list(p) for p in prompts[:, :4]], SamplingParams(max_tokens=4))  # warm up
@@ -79,6 +84,7 @@ def main():
             if args.device.startswith("cuda"):
                 torch.cuda.synchronize()
             hf_s = time.perf_counter() - t
+        # (in bf16 two implementations may round a near-tie apart: then they part at some token)
         same = all(list(o) == list(h[args.prompt_tokens :]) for o, h in zip(ours, out.tolist()))
         ours_tps, hf_tps = batch * args.new_tokens / ours_s, batch * args.new_tokens / hf_s
         print(

@@ -1146,6 +1146,22 @@ def test_moe_layer_matches_the_cpu(gpu, capacity_factor):
         close(got, expected, scale=5.0, what="moe")
 
 
+@pytest.mark.parametrize("dtype", FLOATS + [np.float16, np.float64])
+def test_kv_cache_kernels(gpu, dtype):
+    """kv_attention and the indexed assign (kernels/kv_cache.cu) against the NumPy kernels: per-row
+    and shared positions, a ring past its length, grouped-query heads; tests/test_kv_cache.py checks
+    the ops against PyTorch."""
+    r = rng()
+    q, k, v = randn((3, 4, 1, 16), dtype, r), randn((3, 2, 10, 16), dtype, r), randn((3, 2, 10, 16), dtype, r)
+    for position in (np.array([0, 5, 13]), np.array([7])):
+        check(gpu, "kv_attention", q, k, v, position, scale=0.25)
+        target, value = randn((3, 2, 10, 16), dtype, r), randn((3, 2, 1, 16), dtype, r)
+        on_gpu = gpu.from_numpy(target)
+        gpu.run("assign", [on_gpu, gpu.from_numpy(value), gpu.from_numpy(position)], {"dim": 2})
+        expected = cpu().reference_kernels["assign"](target.copy(), value, position, dim=2)
+        np.testing.assert_array_equal(gpu.to_numpy(on_gpu), expected)
+
+
 def test_every_contract_kernel_ran(gpu, request):
     if getattr(request.config, "workerinput", None) is not None or len(SEEN) < 10:
         pytest.skip("needs the whole file in one process (run without -n)")

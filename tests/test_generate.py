@@ -35,7 +35,7 @@ def _decode_logits(model, prompts, steps, static, device="cpu"):
     _realize_step(logits, caches)
     decoder = _Decoder(model, caches, len(prompts), len(prompts[0]), device, static)
     feed = np.random.default_rng(1).integers(0, model.config.vocab_size, size=(steps, len(prompts)))
-    return decoder, [decoder.step(list(ids), len(prompts[0]) + t) for t, ids in enumerate(feed)]
+    return decoder, [decoder.step(list(ids), len(prompts[0]) + t).rows() for t, ids in enumerate(feed)]
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))

@@ -3,7 +3,8 @@
 A kernel takes device arrays and a dict of attributes, and returns a new
 array (or a view, for movement kernels), or a tuple of arrays for the fused
 backward kernels marked (multi). Kernels never modify their inputs, except
-`assign`, which writes into its first argument.
+`assign`, which writes into its first argument (all of it, or with an `index`
+input and a `dim`, one slot per leading row: a decoding step's KV-cache write).
 
 PRIMITIVES are what every backend must have. OPTIONAL are fused kernels a backend may leave out:
 where one is missing, the op layer computes it from primitives (gradcraft/ops/fallback.py), and the
@@ -115,6 +116,9 @@ OPTIONAL_PAIRS = {
     # backward (q, k, v, out, lse, g[, state]) -> dq, dk, dv
     "flash_attention": ("flash_attention_backward",),
     "masked_softmax": ("masked_softmax_backward",),  # attention weights from scores (explicit attention)
+    # decoding through fixed KV caches (inference only, no gradient): (q, k_cache, v_cache, position)
+    # -> each row's query against the first min(position + 1, L) slots (backend/cpu/kv_cache.py)
+    "kv_attention": (),
 }
 OPTIONAL = frozenset(OPTIONAL_PAIRS) | {b for pair in OPTIONAL_PAIRS.values() for b in pair}
 KERNELS = PRIMITIVES | OPTIONAL
@@ -204,6 +208,11 @@ class Backend:
         """Whether this device's flash-attention kernels are the fast way for this case (else attention
         takes the explicit or recomputing path)."""
         return False
+
+    def kv_attention_supported(self, dtype, length: int, head_dim: int) -> bool:
+        """Whether this device's kv_attention kernel takes a cache of `length` slots and this head dim
+        (else the op layer composes it from primitives)."""
+        return self.has_kernel("kv_attention")
 
     def fused_linear_cross_entropy(self, dtype) -> bool:
         """Whether F.linear_cross_entropy should take this device's fused kernel (logits never whole)

@@ -47,9 +47,11 @@ def sample_next(logits: np.ndarray, params: SamplingParams, rng: np.random.Gener
     if not params.temperature:
         return int(np.argmax(logits))
     scaled = logits.astype(np.float64) / params.temperature
+    candidates = None  # the token ids still in the running (None: all), ascending
     if params.top_k is not None and params.top_k < scaled.shape[0]:
         kth = np.partition(scaled, -params.top_k)[-params.top_k]
-        scaled = np.where(scaled < kth, -np.inf, scaled)
+        candidates = np.flatnonzero(scaled >= kth)  # the top k (ties at the k-th included)
+        scaled = scaled[candidates]  # the rest has probability 0: leave it out of the arithmetic
     probs = np.exp(scaled - scaled.max())
     probs /= probs.sum()
     if params.top_p is not None and params.top_p < 1.0:
@@ -60,7 +62,8 @@ def sample_next(logits: np.ndarray, params: SamplingParams, rng: np.random.Gener
         mask[order[keep]] = True
         probs = np.where(mask, probs, 0.0)
         probs /= probs.sum()
-    return int(rng.choice(probs.shape[0], p=probs))
+    choice = int(rng.choice(probs.shape[0], p=probs))
+    return choice if candidates is None else int(candidates[choice])
 
 
 class StopReason:
@@ -71,6 +74,25 @@ class StopReason:
 
 def _realize_step(logits, caches):
     gc.realize(logits, *[t for c in caches for t in c.tensors()])
+
+
+class StepResult:
+    """A decoding step's logits (B, V) on the device, and each row's most likely token where the
+    step computed it there: greedy decoding then copies B ids to the host, not B x V logits."""
+
+    def __init__(self, logits, best=None):
+        self.logits, self.best, self._rows = logits, best, None
+
+    def rows(self) -> np.ndarray:
+        if self._rows is None:
+            self._rows = self.logits.numpy()
+        return self._rows
+
+    def tokens(self, params: SamplingParams, rngs: list) -> list:
+        """The next token of every row (rngs: one generator per row)."""
+        if not params.temperature and self.best is not None:
+            return [int(t) for t in self.best.numpy()]
+        return [sample_next(row, params, rng) for row, rng in zip(self.rows(), rngs)]
 
 
 class _Decoder:
@@ -95,8 +117,9 @@ class _Decoder:
 
     def _static_step(self, ids=None, position=None):
         logits = self.model(self.ids, caches=self.static, position=self.position)[:, -1].float()
-        gc.realize(logits, *[t for c in self.static for t in c.tensors()])
-        return logits
+        best = logits.argmax(-1)  # greedy decoding reads these B ids, not the (B, V) logits
+        gc.realize(logits, best, *[t for c in self.static for t in c.tensors()])
+        return logits, best
 
     def close(self) -> None:
         if self.captured is not None:
@@ -105,23 +128,23 @@ class _Decoder:
         # one generation after another.
         self.captured = self.static = self.caches = None
 
-    def step(self, next_ids: list, position: int) -> np.ndarray:
-        """Logits (B, V) after feeding next_ids at `position`."""
+    def step(self, next_ids: list, position: int) -> "StepResult":
+        """The logits after feeding next_ids at `position`."""
         ids = np.array(next_ids, dtype=np.int64).reshape(-1, 1)
         if self.static is None:
             logits = self.model(gc.tensor(ids, device=self.device), caches=self.caches, start=position)[:, -1]
             _realize_step(logits, self.caches)
-            return logits.float().numpy()
+            return StepResult(logits.float())
         position = np.array([position], dtype=np.int64)
         if self.captured is not None:
             try:
-                return self.captured(ids, position).numpy()  # copies ids and position in first
+                return StepResult(*self.captured(ids, position))  # copies ids and position in first
             except UserError:  # the step cannot be captured here: run it eagerly (same results, slower)
                 self.captured.close()
                 self.captured = None
         self.ids.copy_(ids)
         self.position.copy_(position)
-        return self._static_step().numpy()
+        return StepResult(*self._static_step())
 
 
 @gc.no_grad()
@@ -152,23 +175,22 @@ def generate_batch(model, prompts: list, params: SamplingParams, on_token=None, 
     decoder = _Decoder(
         model, caches, len(prompts), position, device, static=device.startswith("cuda") if static is None else static
     )
-    rows = logits.float().numpy()
     try:
-        return _decode_loop(decoder, rows, position, prompts, params, rngs, on_token, context)
+        return _decode_loop(decoder, StepResult(logits.float()), position, prompts, params, rngs, on_token, context)
     finally:
         decoder.close()
 
 
-def _decode_loop(decoder, rows, position, prompts, params, rngs, on_token, context):
+def _decode_loop(decoder, result, position, prompts, params, rngs, on_token, context):
     out = [[] for _ in prompts]
     reasons = [None] * len(prompts)
     while True:
         next_ids = []
-        for r, row in enumerate(rows):
+        # (finished rows ride along; their tokens are drawn from their own generators and discarded)
+        for r, token in enumerate(result.tokens(params, rngs)):
             if reasons[r] is not None:
-                next_ids.append(0)  # finished rows ride along; their tokens are discarded
+                next_ids.append(0)
                 continue
-            token = sample_next(row, params, rngs[r])
             if token in params.stop_ids:
                 reasons[r] = StopReason.STOP
             else:
@@ -183,7 +205,7 @@ def _decode_loop(decoder, rows, position, prompts, params, rngs, on_token, conte
         if position >= context:  # the next token would sit past the trained context
             reasons = [reason or StopReason.CONTEXT for reason in reasons]
             break
-        rows = decoder.step(next_ids, position)
+        result = decoder.step(next_ids, position)
         position += 1
     return out, reasons
 

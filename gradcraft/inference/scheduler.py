@@ -319,15 +319,23 @@ class Scheduler:
             self.ids.assign(gc.tensor(ids, device=self.device)),
             self.position.assign(gc.tensor(positions, device=self.device)),
         )
-        rows = self._bucket()().numpy()
+        logits, best = self._bucket()()
         self.steps += 1
+        # Greedy sequences that want no log-probabilities need only the device's argmax of each row.
+        greedy = all(not seq.params.temperature and seq.logprobs is None for seq in self.running.values())
+        rows = best.numpy() if greedy else logits.numpy()
         for slot, seq in list(self.running.items()):
             seq.position += 1
-            self._emit(seq, rows[slot])
+            if greedy:
+                self._emit(seq, token=int(rows[slot]))
+            else:
+                self._emit(seq, rows[slot])
 
-    def _emit(self, seq, row: np.ndarray) -> None:
-        """Sample seq's next token from its logits row and hand it on; finish the sequence when it ends."""
-        token = sample_next(row, seq.params, seq.rng)
+    def _emit(self, seq, row: np.ndarray | None = None, token: int | None = None) -> None:
+        """Hand on seq's next token (sampled from its logits row, or given) and finish the sequence
+        when it ends."""
+        if token is None:
+            token = sample_next(row, seq.params, seq.rng)
         if token in seq.params.stop_ids:
             return self._finish(seq, StopReason.STOP)
         seq.generated += 1
@@ -361,8 +369,9 @@ class _Bucket:
 
     def _step(self):
         logits = self.model(self.ids, caches=self.caches, position=self.position)[:, -1].float()  # (rows, V)
-        gc.realize(logits, *[t for c in self.caches for t in c.tensors()])
-        return logits
+        best = logits.argmax(-1)  # what greedy sequences read
+        gc.realize(logits, best, *[t for c in self.caches for t in c.tensors()])
+        return logits, best
 
     def __call__(self):
         if self.captured is None:

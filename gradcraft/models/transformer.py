@@ -58,7 +58,7 @@ class StaticKVCache:
     position per row, as a server batching requests of different lengths needs). Every decoding
     step then has the same shapes and reads and writes the same buffers, so a CUDA graph captured
     from one step replays all the others (inference/generate.py, inference/scheduler.py). Attention
-    reads all L positions, masked to the filled ones. For one new token per step.
+    reads the filled slots only (F.kv_cache_attention). For one new token per step.
 
     A sliding-window layer (`window=w`) keeps a ring of L = w positions: position p lives at p % w,
     so the buffer always holds exactly the keys the window can see, however long the sequence."""
@@ -76,33 +76,12 @@ class StaticKVCache:
         pad = (0, 0, 0, size - k.shape[2])
         return cls(F.pad(k, pad).realize(), F.pad(v, pad).realize(), position, cache.window)
 
-    def _rows(self):
-        """(B', 1) positions: one row per sequence, or one row shared by all."""
-        return self.position.reshape(-1, 1)
-
-    def _slot_of(self, position):
-        """Where `position` is stored: itself, or position % window in a ring."""
-        if self.window is None:
-            return position
-        # No integer remainder among the tensor ops: p - w * trunc(p / w), in float64 (exact far past
-        # any context length).
-        quotient = (position.to(dtypes.float64) / self.window).to(dtypes.int64)
-        return position - quotient * self.window
-
     def extend(self, k, v):
-        """Write this step's keys/values (B, Hkv, 1, D) at `position`; returns the written buffers
-        (realize `tensors()` with the step). Attention reads the writes themselves, so each layer's
-        new full-size contents are freed right after being written, not at the end of the step."""
-        slots = gc.arange(self.k.shape[2], device=self.k.device).reshape(1, -1)
-        here = (slots == self._slot_of(self._rows())).reshape(-1, 1, self.k.shape[2], 1)
-        self.writes = [self.k.assign(gc.where(here, k, self.k)), self.v.assign(gc.where(here, v, self.v))]
+        """Write this step's keys/values (B, Hkv, 1, D) at slot position % L (F.kv_cache_write);
+        returns the written buffers (realize `tensors()` with the step). Attention reads the writes
+        themselves, so each layer's new contents are in place before it attends."""
+        self.writes = [F.kv_cache_write(self.k, k, self.position), F.kv_cache_write(self.v, v, self.position)]
         return tuple(self.writes)
-
-    def visible(self):
-        """(B', 1, 1, L) bool: the positions written so far, this step's included. (A ring is full
-        once the position reaches its size: every slot then holds one of the window's positions.)"""
-        slots = gc.arange(self.k.shape[2], device=self.k.device).reshape(1, -1)
-        return (slots <= self._rows()).reshape(-1, 1, 1, self.k.shape[2])
 
     def tensors(self) -> list:
         return self.writes
@@ -153,7 +132,7 @@ class Attention(Module):
             q, k = _rotate(q, rope), _rotate(k, rope)
         if isinstance(cache, StaticKVCache):
             k, v = cache.extend(k, v)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=cache.visible())
+            y = F.kv_cache_attention(q, k, v, cache.position)  # the filled slots only, in one kernel
             return self.dropout(self.proj(y.transpose(1, 2).reshape(B, T, H * D)))
         if cache is not None:
             k, v = cache.extend(k, v)

@@ -20,6 +20,7 @@ from gradcraft.ops.losses import (
     smooth_l1_loss,
     softplus,
 )
+from gradcraft.ops.kv_cache import kv_cache_attention, kv_cache_write  # noqa: F401
 from gradcraft.ops.moe import moe_permute, moe_unpermute  # noqa: F401
 from gradcraft.ops.movement import pad  # noqa: F401
 from gradcraft.ops.nn import (

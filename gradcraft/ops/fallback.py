@@ -150,6 +150,17 @@ def sdpa(q, k, v, mask=None, *, scale, causal, window):
     return _explicit_attention(q, k, v, [mask] if mask is not None else [], attrs)
 
 
+def kv_attention(q, k, v, position, *, scale):
+    """Each row's query against the filled slots of its cache, [0, min(position + 1, L)), through
+    masked explicit attention (a ring is full once position >= L: every slot <= position then)."""
+    from gradcraft.ops.attention import scaled_dot_product_attention
+    from gradcraft.ops.creation import arange
+
+    slots = arange(k.shape[2], device=k.device).reshape(1, -1)
+    visible = (slots <= position.reshape(-1, 1)).reshape(-1, 1, 1, k.shape[2])
+    return scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=scale)
+
+
 FALLBACKS = {
     "gelu": gelu,
     "silu": silu,
@@ -163,6 +174,7 @@ FALLBACKS = {
     "rope": rope,
     "masked_softmax": masked_softmax,
     "sdpa": sdpa,
+    "kv_attention": kv_attention,
 }
 
 # Asked for only where the backend has them (the op layer checks first): no fallback needed.

@@ -27,6 +27,7 @@ from gradcraft.backend.cpu import (
     embedding,
     flash_attention,
     gather,
+    kv_cache,
     matmul,
     moe,
     movement,
@@ -59,6 +60,7 @@ FAMILIES = (
     rope,
     attention,
     flash_attention,
+    kv_cache,
     moe,
 )
 

@@ -22,6 +22,7 @@ from gradcraft.backend.cuda import (
     dropout,
     elementwise,
     embedding,
+    kv_cache,
     linear_cross_entropy,
     moe,
     movement,
@@ -53,6 +54,7 @@ FAMILIES = (
     dropout,
     sdpa,
     attention,
+    kv_cache,
 )
 
 
@@ -98,6 +100,9 @@ class CUDABackend(Backend):
 
     def flash_attention_supported(self, dtype, head_dim: int, value_dim: int) -> bool:
         return attention.supported(dtype, head_dim, value_dim)
+
+    def kv_attention_supported(self, dtype, length: int, head_dim: int) -> bool:
+        return kv_cache.supported(dtype, length, head_dim)
 
     def cross_entropy_with_grad(self, logits, target, ignore_index=-100, label_smoothing=0.0, grad_scale=1.0):
         """(per-row loss, dlogits * grad_scale) in one launch; see cross_entropy.launch."""

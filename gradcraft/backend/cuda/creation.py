@@ -6,6 +6,7 @@ import cupy as cp
 import numpy as np
 
 from gradcraft.backend.cuda import launch as L
+from gradcraft.backend.cuda.kv_cache import write_at
 
 HALF = L.HALF
 
@@ -54,7 +55,9 @@ def _randint(shape, low, high, seed, dtype):
     return out.astype(dtype, copy=False)
 
 
-def _assign(target, value):
+def _assign(target, value, index=None, dim=None):
+    if index is not None:  # one step's keys or values into their KV-cache slots (kv_cache.py)
+        return write_at(target, value, index, dim)
     target[...] = value if value.dtype == target.dtype else value.astype(target.dtype)
     return target
 

@@ -1,0 +1,108 @@
+"""Where a decoding step's time goes on the GPU: the captured step alone, the whole per-token loop, and
+the kernels of one replay (CUPTI through torch.profiler).
+
+    python bench/decode_profile.py --preset llama-110m --vocab 32000 --dtype bfloat16 --batch 1
+"""
+
+import argparse
+import collections
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import gradcraft as gc  # noqa: E402
+from gradcraft.inference.generate import SamplingParams, generate  # noqa: E402
+from gradcraft.models import Transformer, preset  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--preset", default="llama-110m")
+    p.add_argument("--vocab", type=int, default=32000)
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--new_tokens", type=int, default=128)
+    p.add_argument("--cupti", action="store_true")
+    args = p.parse_args()
+    gc.manual_seed(0)
+    model = Transformer(preset(args.preset, vocab_size=args.vocab)).to("cuda")
+    if args.dtype != "float32":
+        model.to(getattr(gc, args.dtype))
+    prompts = [list(r) for r in np.random.default_rng(0).integers(0, args.vocab, size=(args.batch, 16))]
+    generate(model, prompts, SamplingParams(max_tokens=8))
+    for _ in range(2):
+        t = time.perf_counter()
+        generate(model, prompts, SamplingParams(max_tokens=args.new_tokens))
+        s = time.perf_counter() - t
+        print(
+            f"generate {args.batch}x{args.new_tokens}: {s * 1e3:.1f} ms, {args.batch * args.new_tokens / s:,.0f} tok/s"
+        )
+    # the replayed step alone
+    from gradcraft.inference import generate as g
+
+    seen = {}
+    orig = g._Decoder.step
+
+    def spy(self, next_ids, position):
+        seen["d"] = self
+        return orig(self, next_ids, position)
+
+    g._Decoder.step = spy
+    orig_close = g._Decoder.close
+    g._Decoder.close = lambda self: None
+    generate(model, prompts, SamplingParams(max_tokens=8))
+    d = seen["d"]
+    backend = gc.device.get_backend("cuda")
+    ids = np.zeros((args.batch, 1), dtype=np.int64)
+    pos = np.array([20], dtype=np.int64)
+    for label, fn in (
+        ("replay only", lambda: backend.replay(d.captured.graph)),
+        ("feed+replay", lambda: d.captured(ids, pos)),
+        ("feed+replay+ids", lambda: d.captured(ids, pos)[1].numpy()),
+        ("step()", lambda: d.step([0] * args.batch, 20)),
+    ):
+        fn()
+        backend.synchronize()
+        t = time.perf_counter()
+        n = 200
+        for _ in range(n):
+            fn()
+        backend.synchronize()
+        print(f"{label:>20s}: {(time.perf_counter() - t) / n * 1e6:8.1f} us")
+    row = d.step([0] * args.batch, 20).rows()
+    params = SamplingParams(max_tokens=8, temperature=0.8, top_k=20)
+    rng = np.random.default_rng(0)
+    from gradcraft.inference.generate import sample_next
+
+    for label, pr in (("greedy", SamplingParams()), ("top-k 20, T 0.8", params)):
+        t = time.perf_counter()
+        for _ in range(200):
+            sample_next(row[0], pr, rng)
+        print(f"{'sample ' + label:>20s}: {(time.perf_counter() - t) / 200 * 1e6:8.1f} us")
+    if args.cupti:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        torch.cuda.init()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(10):
+                backend.replay(d.captured.graph)
+            backend.synchronize()
+        total, count = collections.Counter(), collections.Counter()
+        for e in prof.events():
+            if e.device_type.name == "CUDA":
+                total[e.name] += e.device_time_total / 10
+                count[e.name] += 1 / 10
+        gpu = sum(total.values())
+        print(f"GPU time per replay: {gpu:.1f} us over {sum(count.values()):.0f} kernels")
+        for name, us in total.most_common(25):
+            print(f"{us:8.1f} us {count[name]:5.0f}x  {name[:110]}")
+    g._Decoder.close = orig_close
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""Decoding through fixed KV caches, in NumPy: the reference of kernels/kv_cache.cu.
+
+A cache is (B, Hkv, L, D). Row b's newest token sits at position[b] (position[0] when one position
+serves every row) and is stored at slot position % L (L the context, or a sliding window's ring);
+the filled slots are then [0, min(position + 1, L)).
+"""
+
+import numpy as np
+
+from gradcraft.backend.cpu.common import _finish, _wide
+
+
+def _positions(position, rows: int) -> np.ndarray:
+    position = np.asarray(position, dtype=np.int64).reshape(-1)
+    return np.broadcast_to(position, (rows,))
+
+
+def write_at(target, value, index, dim):
+    """target[b, ..., index[b] % L, ...] = value[b, ..., 0, ...] along `dim`, in place."""
+    moved = np.moveaxis(target, dim, 1)  # a view: (B, L, ...)
+    slots = _positions(index, target.shape[0]) % target.shape[dim]
+    moved[np.arange(target.shape[0]), slots] = np.moveaxis(value, dim, 1)[:, 0]
+    return target
+
+
+def _kv_attention(q, k, v, position, scale):
+    """(B, H, 1, D): each row's query against the filled slots of its KV head's cache."""
+    B, H = q.shape[:2]
+    Hkv, length = k.shape[1], k.shape[2]
+    group = H // Hkv
+    filled = np.minimum(_positions(position, B) + 1, length)
+    qw, kw, vw = _wide(q), _wide(k), _wide(v)
+    out = np.empty(q.shape, dtype=qw.dtype)
+    for b in range(B):
+        n = filled[b]
+        keys = np.repeat(kw[b, :, :n], group, axis=0)  # (H, n, D): each KV head for its query heads
+        values = np.repeat(vw[b, :, :n], group, axis=0)
+        scores = (qw[b] @ keys.transpose(0, 2, 1)) * scale  # (H, 1, n)
+        weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        weights /= weights.sum(axis=-1, keepdims=True)
+        out[b] = weights @ values
+    return _finish(out, q.dtype)
+
+
+KERNELS = {"kv_attention": _kv_attention}

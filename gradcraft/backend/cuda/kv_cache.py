@@ -1,0 +1,88 @@
+"""Decoding through fixed KV caches: launchers for kernels/kv_cache.cu.
+
+`kv_attention` is one kernel per step and layer where the generic path (masks, casts, two matrix
+products and a softmax over the whole cache) takes a dozen; `write_at` is the indexed form of the
+`assign` kernel (creation.py): one token's keys or values written into their cache slot, instead of
+the whole cache rewritten. The NumPy references are in backend/cpu/kv_cache.py.
+"""
+
+import functools
+
+import cupy as cp
+import numpy as np
+
+from gradcraft.backend.cuda import compiler
+from gradcraft.backend.cuda import launch as L
+
+FILE = "kv_cache.cu"
+THREADS = 256
+MAX_HEAD_DIM = 256  # the kernel keeps the query in a 256-value shared array
+_DEFAULT_SHARED = 48 * 1024
+MAX_SHARED = 200 * 1024  # below the H100/H200's 227 KB per block (the scores of up to ~50k positions)
+
+
+@functools.cache
+def _kernel(name: str, device_id: int, shared: int):
+    fn = compiler.function(FILE, name, device_id)
+    if shared > _DEFAULT_SHARED:  # a block may use more than 48 KB only when asked for
+        fn.max_dynamic_shared_size_bytes = shared
+    return fn
+
+
+def _shared_bytes(length: int, dtype) -> int:
+    return (length + THREADS) * L.acc_dtype(dtype).itemsize
+
+
+def supported(dtype, length: int, head_dim: int) -> bool:
+    return np.dtype(dtype) in L.FLOAT and head_dim <= MAX_HEAD_DIM and _shared_bytes(length, dtype) <= MAX_SHARED
+
+
+def _positions(position, rows: int):
+    position = L.contiguous(position.reshape(-1).astype(np.int64, copy=False))
+    if position.size not in (1, rows):
+        raise ValueError(f"kv cache: {position.size} positions for {rows} rows")
+    return position, L.i32(position.size != 1)
+
+
+def write_at(target, value, index, dim):
+    """target[b, h, index[b] % L] = value[b, h, 0] for a (B, Hkv, L, D) cache (dim 2), in place."""
+    if target.ndim != 4 or dim != 2 or not target.flags.c_contiguous or np.dtype(target.dtype) not in L.FLOAT:
+        moved = cp.moveaxis(target, dim, 1)  # the generic way: (B, L, ...) fancy indexing
+        slots = cp.broadcast_to(index.reshape(-1), (target.shape[0],)) % target.shape[dim]
+        moved[cp.arange(target.shape[0]), slots] = cp.moveaxis(value, dim, 1)[:, 0]
+        return target
+    B, Hkv, length, D = target.shape
+    value = L.contiguous(value.astype(target.dtype, copy=False))
+    position, per_row = _positions(index, B)
+    total = B * Hkv * D
+    if total:
+        L.run(
+            FILE,
+            f"kv_write_{L.suffix(target.dtype)}",
+            L.grid_1d(total),
+            256,
+            (value, position, per_row, target, L.i64(B), L.i32(Hkv), L.i64(length), L.i32(D)),
+        )
+    return target
+
+
+def _kv_attention(q, k, v, position, scale):
+    """(B, H, 1, D) attention of each row's query over the first min(position + 1, L) slots of its
+    (B, Hkv, L, D) caches."""
+    B, H, _, D = q.shape
+    Hkv, length = k.shape[1], k.shape[2]
+    q, k, v = L.contiguous(q), L.contiguous(k), L.contiguous(v)
+    position, per_row = _positions(position, B)
+    out = L.empty((B, H, 1, D), q.dtype)
+    shared = _shared_bytes(length, q.dtype)
+    fn = _kernel(f"kv_attention_{L.suffix(q.dtype)}", cp.cuda.Device().id, shared)
+    fn(
+        (B * H,),
+        (THREADS,),
+        (q, k, v, position, per_row, out, L.i32(H), L.i32(Hkv), L.i64(length), L.i32(D), np.float32(scale)),
+        shared_mem=shared,
+    )
+    return out
+
+
+KERNELS = {"kv_attention": _kv_attention}

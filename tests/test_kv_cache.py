@@ -1,0 +1,131 @@
+"""Decoding through fixed KV caches (gradcraft/ops/kv_cache.py): the slot write and the attention over
+the filled slots, against PyTorch's attention on exactly those keys; on the CPU's kernels, through the
+primitives alone (ops/fallback.py), and on CUDA against the CPU (skipped without a GPU)."""
+
+import numpy as np
+import pytest
+import torch
+
+import gradcraft as gc
+import gradcraft.nn.functional as F
+from gradcraft.backend import PRIMITIVES
+from gradcraft.device import get_backend, is_available
+from gradcraft.errors import UserError
+
+# (B, H, Hkv, L, D, positions): one shared position, per-row positions, a full ring (positions past L)
+CASES = [
+    (1, 4, 4, 16, 8, [5]),
+    (3, 6, 2, 12, 16, [0, 7, 11]),
+    (2, 4, 1, 8, 48, [3, 20]),  # row 1 has wrapped a ring of 8: every slot is filled
+    (2, 2, 2, 5, 128, [4]),
+]
+
+
+def _inputs(B, H, Hkv, L, D, seed=0):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((B, H, 1, D)).astype(np.float32)
+    k = rng.standard_normal((B, Hkv, L, D)).astype(np.float32)
+    v = rng.standard_normal((B, Hkv, L, D)).astype(np.float32)
+    return q, k, v
+
+
+def _torch_reference(q, k, v, positions):
+    """Each row's query against its filled slots [0, min(p + 1, L)) through torch's SDPA."""
+    B, H, _, D = q.shape
+    Hkv, L = k.shape[1:3]
+    positions = np.broadcast_to(np.asarray(positions), (B,))
+    out = []
+    for b in range(B):
+        n = min(positions[b] + 1, L)
+        kb = torch.tensor(k[b, :, :n]).repeat_interleave(H // Hkv, dim=0)
+        vb = torch.tensor(v[b, :, :n]).repeat_interleave(H // Hkv, dim=0)
+        out.append(torch.nn.functional.scaled_dot_product_attention(torch.tensor(q[b]), kb, vb).numpy())
+    return np.stack(out)
+
+
+@pytest.mark.parametrize("B,H,Hkv,L,D,positions", CASES)
+def test_attention_over_filled_slots_matches_torch(B, H, Hkv, L, D, positions):
+    q, k, v = _inputs(B, H, Hkv, L, D)
+    out = F.kv_cache_attention(gc.tensor(q), gc.tensor(k), gc.tensor(v), gc.tensor(np.array(positions)))
+    np.testing.assert_allclose(out.numpy(), _torch_reference(q, k, v, positions), rtol=1e-5, atol=1e-5)
+
+
+def test_attention_ignores_what_the_unfilled_slots_hold():
+    q, k, v = _inputs(2, 4, 2, 10, 8)
+    garbage_k, garbage_v = k.copy(), v.copy()
+    garbage_k[:, :, 4:] = 1e4  # slots past position 3 were never written
+    garbage_v[:, :, 4:] = np.nan
+    position = gc.tensor(np.array([3]))
+    clean = F.kv_cache_attention(gc.tensor(q), gc.tensor(k), gc.tensor(v), position).numpy()
+    dirty = F.kv_cache_attention(gc.tensor(q), gc.tensor(garbage_k), gc.tensor(garbage_v), position).numpy()
+    np.testing.assert_array_equal(clean, dirty)
+
+
+@pytest.mark.parametrize("positions", [[2], [0, 9, 13]])
+def test_write_puts_each_row_in_its_slot_and_leaves_the_rest(positions):
+    B, Hkv, L, D = 3, 2, 10, 4
+    rng = np.random.default_rng(1)
+    cache = rng.standard_normal((B, Hkv, L, D)).astype(np.float32)
+    value = rng.standard_normal((B, Hkv, 1, D)).astype(np.float32)
+    expected = cache.copy()
+    for b, p in enumerate(np.broadcast_to(np.asarray(positions), (B,))):
+        expected[b, :, p % L] = value[b, :, 0]  # position 13 of a ring of 10 lives at slot 3
+    t = gc.tensor(cache)
+    written = F.kv_cache_write(t, gc.tensor(value), gc.tensor(np.array(positions)))
+    np.testing.assert_array_equal(written.numpy(), expected)
+    np.testing.assert_array_equal(t.numpy(), expected)  # in place: the cache itself holds it
+
+
+def test_bad_shapes_and_positions_are_user_errors():
+    q, k, v = _inputs(2, 4, 2, 6, 8)
+    with pytest.raises(UserError, match="position"):
+        F.kv_cache_attention(gc.tensor(q), gc.tensor(k), gc.tensor(v), gc.tensor(np.array([1, 2, 3])))
+    with pytest.raises(UserError, match="query"):
+        F.kv_cache_attention(gc.tensor(k), gc.tensor(k), gc.tensor(v), gc.tensor(np.array([1])))
+    with pytest.raises(UserError, match="value"):
+        F.kv_cache_write(gc.tensor(k), gc.tensor(k), gc.tensor(np.array([1])))
+
+
+def test_primitives_alone_compute_the_same_attention(monkeypatch):
+    q, k, v = _inputs(3, 6, 2, 12, 16)
+    positions = gc.tensor(np.array([0, 7, 11]))
+    fused = F.kv_cache_attention(gc.tensor(q), gc.tensor(k), gc.tensor(v), positions).numpy()
+    backend = get_backend("cpu")
+    table = {name: kernel for name, kernel in backend.kernels.items() if name in PRIMITIVES}
+    monkeypatch.setattr(backend, "kernels", table)
+    composed = F.kv_cache_attention(gc.tensor(q), gc.tensor(k), gc.tensor(v), positions).numpy()
+    np.testing.assert_allclose(composed, fused, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not is_available("cuda"), reason="needs CuPy and an NVIDIA GPU")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("B,H,Hkv,L,D,positions", CASES + [(2, 8, 2, 3000, 64, [2999, 1234])])
+def test_cuda_kernels_match_the_cpu(B, H, Hkv, L, D, positions, dtype):
+    dt = getattr(gc, dtype)
+    q, k, v = _inputs(B, H, Hkv, L, D, seed=B * L + D)
+    pos = np.array(positions)
+    want = (
+        F.kv_cache_attention(gc.tensor(q).to(dt), gc.tensor(k).to(dt), gc.tensor(v).to(dt), gc.tensor(pos))
+        .float()
+        .numpy()
+    )
+    got = (
+        F.kv_cache_attention(
+            gc.tensor(q, device="cuda").to(dt),
+            gc.tensor(k, device="cuda").to(dt),
+            gc.tensor(v, device="cuda").to(dt),
+            gc.tensor(pos, device="cuda"),
+        )
+        .float()
+        .numpy()
+    )
+    tol = {"float32": 1e-5, "bfloat16": 2e-2, "float16": 2e-3}[dtype]
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    cache = gc.tensor(k, device="cuda").to(dt).realize()
+    value = gc.tensor(q[:, :Hkv], device="cuda").to(dt)
+    F.kv_cache_write(cache, value, gc.tensor(pos, device="cuda")).realize()
+    expected = gc.tensor(k).to(dt).numpy().astype(np.float32)
+    for b, p in enumerate(np.broadcast_to(pos, (B,))):
+        expected[b, :, p % L] = gc.tensor(q[b, :Hkv, 0]).to(dt).float().numpy()
+    np.testing.assert_array_equal(cache.float().numpy(), expected)

@@ -382,3 +382,26 @@ def test_export_refuses_bad_input_with_one_line(runs, tmp_path):
     save_weights(Transformer(ModelConfig.from_dict(cfg)), str(odd / "model.safetensors"))
     _one_line(_cli("export", "--model_dir", str(odd), "--format", "hf", "--out", str(tmp_path / "e")), "capacity limit")
     assert not (tmp_path / "e").exists()
+
+
+def test_generate_in_bfloat16_casts_the_weights_and_agrees_with_float32(runs):
+    """--dtype: the weights (and so the KV caches) in bfloat16; the logits within bf16's rounding of
+    float32's; "auto" is float32 on the CPU and bfloat16 on a GPU; a wrong name is one error line."""
+    from gradcraft.inference.text import inference_dtype, load_model, paths_from_model_dir
+
+    _, config, weights = paths_from_model_dir(str(runs / "llama"))
+    half, _ = load_model(config, weights, dtype="bfloat16")
+    full, _ = load_model(config, weights, dtype="auto")
+    assert {p.dtype for p in half.parameters()} == {gc.bfloat16}
+    assert {p.dtype for p in full.parameters()} == {gc.float32}
+    assert inference_dtype("auto", "cuda:0") == "bfloat16" and inference_dtype("float16", "cpu") == "float16"
+    ids = gc.tensor(np.array([[5, 9, 2, 7, 1]]))
+    with gc.no_grad():
+        a, b = half.eval()(ids).float().numpy(), full.eval()(ids).numpy()
+    assert np.abs(a - b).max() < 0.05 * np.abs(b).max()
+    proc = _cli(
+        "generate", "--model_dir", str(runs / "llama"), "--prompt", "def ", "--max_tokens", "6", "--dtype", "bfloat16"
+    )
+    assert proc.returncode == 0, proc.stderr
+    bad = _cli("generate", "--model_dir", str(runs / "llama"), "--prompt", "x", "--dtype", "int8")
+    assert bad.returncode == 2 and "--dtype" in bad.stderr and "Traceback" not in bad.stderr

@@ -120,6 +120,12 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--config", help="model config.json (default: the one in --model_dir)")
     parser.add_argument("--weights", help="model.safetensors (default: the one in --model_dir)")
+    parser.add_argument(
+        "--dtype",
+        choices=["auto", "float32", "bfloat16", "float16"],
+        default="auto",
+        help="the weights' and KV caches' type while generating (default: auto: bfloat16 on a GPU, float32 on the CPU)",
+    )
 
 
 def add_dash_aliases(parser: argparse.ArgumentParser) -> None:

@@ -362,7 +362,10 @@ def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
             f"rotary embedding: cos/sin must have shape {(x.shape[-2], x.shape[-1] // 2)}, "
             f"got {cos.shape} and {sin.shape}"
         )
-    return apply("rope", (x, ew.cast(cos, x.dtype), ew.cast(sin, x.dtype)), {"inverse": False}, x.shape, x.dtype)
+    # The tables in the kernels' accumulator type (float32 for half-precision x): no rounding to x's
+    # type, and no cast back inside the kernel (two small kernels per call, four per layer).
+    tables = dtypes.float64 if x.dtype == dtypes.float64 else dtypes.float32
+    return apply("rope", (x, ew.cast(cos, tables), ew.cast(sin, tables)), {"inverse": False}, x.shape, x.dtype)
 
 
 @gradient("rope")

@@ -10,28 +10,11 @@ import time
 import pytest
 
 from gradcraft.training.log import read_log
+from cli_helpers import TINY_TRAIN
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="fcntl.flock and SIGTERM are POSIX")
 
-TINY = [
-    "--preset",
-    "toy-v0",
-    "--embed_dim",
-    "32",
-    "--num_heads",
-    "2",
-    "--num_layers",
-    "2",
-    "--seq_len",
-    "16",
-    "--batch_size",
-    "4",
-    "--warmup_steps",
-    "2",
-    "--no_progress",
-    "--max_lr",
-    "3e-3",
-]
+TINY = TINY_TRAIN
 
 
 def _train(dataset, out, *flags, **kwargs):

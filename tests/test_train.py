@@ -11,26 +11,9 @@ import pytest
 
 from gradcraft.data.tokenfile import write_token_file
 from gradcraft.training.log import read_log
+from cli_helpers import TINY_TRAIN
 
-TINY = [
-    "--preset",
-    "toy-v0",
-    "--embed_dim",
-    "32",
-    "--num_heads",
-    "2",
-    "--num_layers",
-    "2",
-    "--seq_len",
-    "16",
-    "--batch_size",
-    "4",
-    "--warmup_steps",
-    "2",
-    "--no_progress",
-    "--max_lr",
-    "3e-3",
-]
+TINY = TINY_TRAIN
 
 
 def run(*args, check=True, timeout=300):

@@ -9,26 +9,9 @@ import sys
 import pytest
 
 from gradcraft.training.log import JSONLLog, read_events, read_log
+from cli_helpers import TINY_TRAIN
 
-TINY = [
-    "--preset",
-    "toy-v0",
-    "--embed_dim",
-    "32",
-    "--num_heads",
-    "2",
-    "--num_layers",
-    "2",
-    "--seq_len",
-    "16",
-    "--batch_size",
-    "4",
-    "--warmup_steps",
-    "2",
-    "--no_progress",
-    "--max_lr",
-    "3e-3",
-]
+TINY = TINY_TRAIN
 
 
 def run(*args, check=True, prelude=""):

@@ -5,7 +5,9 @@
 
 Our model is exported to the HF layout and loaded there (LlamaForCausalLM / GPT2LMHeadModel), so both
 sides decode the same network; greedy decoding, the same prompts, token ids checked equal first.
-Prints decode tokens/s at batch 1 and batch 8 and the ratio ours / HF.
+Prints tokens/s end to end (prefill, warm-up and graph capture included) and decode only (the steps
+after the first token: what a long answer or a server sees), at each batch size, and the ratios
+ours / HF.
 """
 
 import argparse
@@ -61,18 +63,36 @@ def main():
         f"transformers {transformers.__version__}"
     )
     rng = np.random.default_rng(0)
-    print(f"{'batch':>5s} {'gradcraft tok/s':>16s} {'HF tok/s':>10s} {'ratio':>6s}")
+    print(
+        f"{'batch':>5s} {'gradcraft tok/s':>16s} {'HF tok/s':>10s} {'ratio':>6s}   "
+        f"{'decode only: gradcraft':>22s} {'HF':>10s} {'ratio':>6s}"
+    )
     for batch in [int(b) for b in args.batches.split(",")]:
         prompts = rng.integers(0, args.vocab, size=(batch, args.prompt_tokens))
         params = SamplingParams(max_tokens=args.new_tokens)
         generate(model, [list(p) for p in prompts[:, :4]], SamplingParams(max_tokens=4))  # warm up
+        stamps = []  # when each step's tokens reached the host (row 0 stands for the step)
         t = time.perf_counter()
-        ours, _ = generate(model, [list(p) for p in prompts], params)
+        ours, _ = generate(
+            model,
+            [list(p) for p in prompts],
+            params,
+            on_token=lambda r, _: stamps.append(time.perf_counter()) if r == 0 else None,  # (False stops a row)
+        )
         ours_s = time.perf_counter() - t
         with torch.no_grad():
             hf.generate(
                 torch.tensor(prompts[:, :4], device=args.device), max_new_tokens=4, do_sample=False, pad_token_id=0
             )
+            hf_stamps = []
+
+            class Stamp(transformers.LogitsProcessor):  # called once per step, after its forward pass
+                def __call__(self, input_ids, scores):
+                    if args.device.startswith("cuda"):
+                        torch.cuda.synchronize()
+                    hf_stamps.append(time.perf_counter())
+                    return scores
+
             t = time.perf_counter()
             out = hf.generate(
                 torch.tensor(prompts, device=args.device),
@@ -80,6 +100,7 @@ def main():
                 min_new_tokens=args.new_tokens,
                 do_sample=False,
                 pad_token_id=0,
+                logits_processor=transformers.LogitsProcessorList([Stamp()]),
             )
             if args.device.startswith("cuda"):
                 torch.cuda.synchronize()
@@ -87,8 +108,12 @@ def main():
         # (in bf16 two implementations may round a near-tie apart: then they part at some token)
         same = all(list(o) == list(h[args.prompt_tokens :]) for o, h in zip(ours, out.tolist()))
         ours_tps, hf_tps = batch * args.new_tokens / ours_s, batch * args.new_tokens / hf_s
+        # decode only: the steps after the first token (no prefill, no warm-up or graph capture)
+        ours_decode = batch * (len(stamps) - 1) / (stamps[-1] - stamps[0])
+        hf_decode = batch * (len(hf_stamps) - 1) / (hf_stamps[-1] - hf_stamps[0])
         print(
-            f"{batch:5d} {ours_tps:16,.1f} {hf_tps:10,.1f} {ours_tps / hf_tps:5.2f}x"
+            f"{batch:5d} {ours_tps:16,.1f} {hf_tps:10,.1f} {ours_tps / hf_tps:5.2f}x   "
+            f"{ours_decode:22,.1f} {hf_decode:10,.1f} {ours_decode / hf_decode:5.2f}x"
             f"{'' if same else '  (token ids differ!)'}"
         )
 

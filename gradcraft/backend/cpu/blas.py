@@ -122,8 +122,8 @@ class _ThreadChooser:
 
     A median, not a moving average: on idle cores one call in a few is slowed by a stray interrupt
     or page fault, and a moving average let one or two such calls hand the class to one thread until
-    the next try of the other count (measured on the `demo` step: a quarter of its products on one
-    thread, 6% slower). Under contention most multi-threaded calls are slow, and the median turns
+    the next try of the other count (measured on the `demo` step: a sixth of its big products on one
+    thread, 4% slower). Under contention most multi-threaded calls are slow, and the median turns
     after RECENT // 2 + 1 of them."""
 
     EXPLORE = 16

@@ -19,6 +19,7 @@ Only OpenBLAS (NumPy's wheels ship it, as libscipy_openblas64_) is handled; with
 functions do nothing and `threads()` is None.
 """
 
+import collections
 import contextlib
 import ctypes
 import functools
@@ -110,30 +111,45 @@ def _per_call_attention(q, k, *args, **kwargs) -> int:
 
 class _ThreadChooser:
     """For products of one size class (a power of 2 of multiply-adds), which thread count has been
-    faster lately: a moving average of the multiply-adds per second of each, fed by the calls'
-    own times; every EXPLORE-th call tries the other count so that a change of load is noticed.
+    faster lately: the median multiply-adds per second of each count's last RECENT calls, fed by the
+    calls' own times. While one thread is faster, every EXPLORE-th call tries the others so that
+    idle cores are noticed; while more threads are faster, every EXPLORE_ONE-th call tries one (rarely:
+    a change of load shows in the chosen count's own calls, and one thread's speed hardly depends on
+    it; each try costs a product at half speed on idle cores).
     On idle cores the configured threads win on big products; when another process holds a core,
     a multi-threaded call waits at its barrier for a descheduled thread (a 1 ms product took 7 ms
-    at the median, BENCHMARK.md) and one thread wins."""
+    at the median, BENCHMARK.md) and one thread wins.
+
+    A median, not a moving average: on idle cores one call in a few is slowed by a stray interrupt
+    or page fault, and a moving average let one or two such calls hand the class to one thread until
+    the next try of the other count (measured on the `demo` step: a sixth of its big products on one
+    thread, 4% slower). Under contention most multi-threaded calls are slow, and the median turns
+    after RECENT // 2 + 1 of them."""
 
     EXPLORE = 16
+    EXPLORE_ONE = 64
+    RECENT = 5
 
     def __init__(self):
-        self.rates = {}  # (size class, threads) -> multiply-adds per second, moving average
+        self.rates = {}  # (size class, threads) -> the last RECENT multiply-adds per second
         self.calls = {}  # size class -> calls so far
+
+    def _rate(self, size_class: int, threads: int) -> float | None:
+        recent = self.rates.get((size_class, threads))
+        return None if not recent else sorted(recent)[len(recent) // 2]
 
     def choose(self, size_class: int, many: int) -> int:
         calls = self.calls[size_class] = self.calls.get(size_class, 0) + 1
-        one, all_ = self.rates.get((size_class, 1)), self.rates.get((size_class, many))
+        one, all_ = self._rate(size_class, 1), self._rate(size_class, many)
         if one is None or all_ is None:
             return 1 if one is None else many
-        best, other = (many, 1) if all_ >= one else (1, many)
-        return other if calls % self.EXPLORE == 0 else best
+        if all_ >= one:
+            return 1 if calls % self.EXPLORE_ONE == 0 else many
+        return many if calls % self.EXPLORE == 0 else 1
 
     def record(self, size_class: int, threads: int, macs: int, seconds: float) -> None:
-        rate = macs / max(seconds, 1e-9)
-        old = self.rates.get((size_class, threads))
-        self.rates[(size_class, threads)] = rate if old is None else 0.7 * old + 0.3 * rate
+        recent = self.rates.setdefault((size_class, threads), collections.deque(maxlen=self.RECENT))
+        recent.append(macs / max(seconds, 1e-9))
 
 
 _chooser = _ThreadChooser()

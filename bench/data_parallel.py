@@ -2,13 +2,16 @@
 PyTorch DistributedDataParallel, both over NCCL, same model and per-GPU batch, in one run.
 
     python bench/data_parallel.py --preset mallmoc --batch 16 --seq 512 --nproc 2 --tf32
+    python bench/data_parallel.py --preset gpt2-124m --batch 16 --seq 1024 --nproc 2 --bf16   # issue 17
 
 For each side, on 1 GPU and on N GPUs: ms/step and tokens/s (all GPUs together), the scaling
 (N-GPU tokens/s / 1-GPU tokens/s) and the ratio ours / PyTorch. Ours is the trainer's GradientStep
 (micro-batch forward and backward with the gradients' NCCL all-reduces issued bucket by bucket on a
 second stream as backward produces them (--bucket_mb of TrainConfig), the global norm) replayed
 as a CUDA graph, then AdamW: what `gradcraft train --device cuda --nproc N` runs. PyTorch's side is
-gradcraft/benchmarks/torch_reference.py wrapped in DDP (bucketed all-reduce overlapping the backward pass), eager.
+gradcraft/benchmarks/torch_reference.py wrapped in DDP (bucketed all-reduce overlapping the backward pass), eager,
+with what PyTorch users train with: F.scaled_dot_product_attention, fused AdamW, the vocabulary padded
+as ours, torch.autocast(bfloat16) with --bf16.
 Both start from the same weights; the first losses of rank 0 are printed for both.
 """
 
@@ -32,6 +35,7 @@ def parse_args():
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--tf32", action="store_true")
+    p.add_argument("--bf16", action="store_true", help="mixed precision: ours compute_dtype, PyTorch autocast")
     return p.parse_args()
 
 
@@ -63,7 +67,7 @@ def ours(group, device, cfg, weights, args):
         [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=3e-4, betas=(0.9, 0.95)
     )
     tc = TrainConfig(dataset="", model_dir="", batch_size=args.batch, device=device, nproc=world, cuda_graph="on")
-    step = GradientStep(model, opt, tc, 1, cfg.seq_len, gc.float32, print, group)
+    step = GradientStep(model, opt, tc, 1, cfg.seq_len, gc.bfloat16 if args.bf16 else gc.float32, print, group)
     backend = gc.device.get_backend(device)
     losses, times = [], []
     for x, y in _batches(cfg, args, rank, world, args.warmup + args.steps):
@@ -90,15 +94,26 @@ def torch_side(rank, world, cfg, weights, args, out):
         dist.init_process_group("nccl", rank=rank, world_size=world)
     device = torch.device("cuda", rank)
 
+    # The vocabulary rows padded with zeros to the width ours trains with (gpt2's 50257 -> 50304, as
+    # nanoGPT users do); the padded logits are sliced off before the loss.
+    V, padded_v = cfg.vocab_size, cfg.padded_vocab_size
+
+    def pad_vocab(name, w):
+        if name in ("tok_emb.weight", "lm_head.weight") and w.shape[0] == V < padded_v:
+            return np.concatenate([w, np.zeros((padded_v - V,) + w.shape[1:], w.dtype)])
+        return w
+
     class Model(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.params = torch.nn.ParameterDict(
-                {k.replace(".", "/"): torch.nn.Parameter(torch.tensor(v)) for k, v in weights.items()}
+                {k.replace(".", "/"): torch.nn.Parameter(torch.tensor(pad_vocab(k, v))) for k, v in weights.items()}
             )
 
         def forward(self, x):
-            return torch_reference.forward(cfg, {k.replace("/", "."): v for k, v in self.params.items()}, x)
+            params = {k.replace("/", "."): v for k, v in self.params.items()}
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.bf16):
+                return torch_reference.forward(cfg, params, x, attention="sdpa")[..., :V].float()
 
     model = Model().to(device)
     net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank]) if world > 1 else model
@@ -108,7 +123,7 @@ def torch_side(rank, world, cfg, weights, args, out):
         [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
         lr=3e-4,
         betas=(0.9, 0.95),
-        foreach=True,
+        fused=True,
     )
     losses, times = [], []
     for x, y in _batches(cfg, args, rank, world, args.warmup + args.steps):
@@ -155,7 +170,8 @@ def main():
     weights = {k: v.numpy().copy() for k, v in model.state_dict().items()}
     print(
         f"{args.preset}: {describe(model)}; {args.batch} x {cfg.seq_len} per GPU; "
-        f"tf32 {'on' if args.tf32 else 'off'}; {args.steps} timed steps after {args.warmup}"
+        f"tf32 {'on' if args.tf32 else 'off'}; {'bf16 mixed precision; ' if args.bf16 else ''}"
+        f"{args.steps} timed steps after {args.warmup}"
     )
     del model
     results = {}

@@ -3,8 +3,9 @@
 A kernel takes device arrays and a dict of attributes, and returns a new
 array (or a view, for movement kernels), or a tuple of arrays for the fused
 backward kernels marked (multi). Kernels never modify their inputs, except
-`assign`, which writes into its first argument (all of it, or with an `index`
-input and a `dim`, one slot per leading row: a decoding step's KV-cache write).
+`assign`, which writes into its first argument (all of it; or, with an `index`
+input of (B,) or (1,) positions and a `dim`, a value of size 1 along `dim` into
+slot index[b] % L of each leading row b: a decoding step's KV-cache write).
 
 PRIMITIVES are what every backend must have. OPTIONAL are fused kernels a backend may leave out:
 where one is missing, the op layer computes it from primitives (gradcraft/ops/fallback.py), and the
@@ -116,8 +117,8 @@ OPTIONAL_PAIRS = {
     # backward (q, k, v, out, lse, g[, state]) -> dq, dk, dv
     "flash_attention": ("flash_attention_backward",),
     "masked_softmax": ("masked_softmax_backward",),  # attention weights from scores (explicit attention)
-    # decoding through fixed KV caches (inference only, no gradient): (q, k_cache, v_cache, position)
-    # -> each row's query against the first min(position + 1, L) slots (backend/cpu/kv_cache.py)
+    # decoding through fixed KV caches (inference only, no gradient): (q, k_cache, v_cache, position;
+    # scale) -> each row's query against the first min(position + 1, L) slots (backend/cpu/kv_cache.py)
     "kv_attention": (),
 }
 OPTIONAL = frozenset(OPTIONAL_PAIRS) | {b for pair in OPTIONAL_PAIRS.values() for b in pair}

@@ -88,11 +88,13 @@ class StepResult:
             self._rows = self.logits.numpy()
         return self._rows
 
-    def tokens(self, params: SamplingParams, rngs: list) -> list:
-        """The next token of every row (rngs: one generator per row)."""
+    def tokens(self, params: SamplingParams, rngs: list, finished: list) -> list:
+        """The next token of every row (rngs: one generator per row); 0 for the finished rows, which
+        ride along in the batch and are not sampled."""
         if not params.temperature and self.best is not None:
-            return [int(t) for t in self.best.numpy()]
-        return [sample_next(row, params, rng) for row, rng in zip(self.rows(), rngs)]
+            return [0 if done else int(t) for t, done in zip(self.best.numpy(), finished)]
+        rows = self.rows()
+        return [0 if done else sample_next(row, params, rng) for row, rng, done in zip(rows, rngs, finished)]
 
 
 class _Decoder:
@@ -186,8 +188,8 @@ def _decode_loop(decoder, result, position, prompts, params, rngs, on_token, con
     reasons = [None] * len(prompts)
     while True:
         next_ids = []
-        # (finished rows ride along; their tokens are drawn from their own generators and discarded)
-        for r, token in enumerate(result.tokens(params, rngs)):
+        finished = [reason is not None for reason in reasons]
+        for r, token in enumerate(result.tokens(params, rngs, finished)):
             if reasons[r] is not None:
                 next_ids.append(0)
                 continue

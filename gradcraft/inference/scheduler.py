@@ -336,6 +336,8 @@ class Scheduler:
         when it ends."""
         if token is None:
             token = sample_next(row, seq.params, seq.rng)
+        elif seq.logprobs is not None:
+            raise ValueError("a sequence that reports log-probabilities needs its logits row")
         if token in seq.params.stop_ids:
             return self._finish(seq, StopReason.STOP)
         seq.generated += 1

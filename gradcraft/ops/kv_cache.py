@@ -1,7 +1,7 @@
 """Decoding through fixed KV caches: a step's keys and values written into their slots, and each
 row's query attending to the filled slots (the kernels: backend/cpu/kv_cache.py, kernels/kv_cache.cu).
 
-A cache is (B, Hkv, L, D), allocated once. Row b's newest token sits at `position[b]` (an int64
+A cache is (B, Hkv, L, D), allocated once. Row b's newest token sits at `position[b]` >= 0 (an int64
 tensor of (B,) positions, or (1,) shared by every row, kept on the device so that a captured step
 replays unchanged) and is stored at slot position % L: L is the context for a plain cache, the window
 for a sliding-window ring. The filled slots are then [0, min(position + 1, L)), in whatever order:

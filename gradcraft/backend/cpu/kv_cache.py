@@ -28,11 +28,14 @@ def _kv_attention(q, k, v, position, scale):
     B, H = q.shape[:2]
     Hkv, length = k.shape[1], k.shape[2]
     group = H // Hkv
-    filled = np.minimum(_positions(position, B) + 1, length)
+    filled = np.clip(_positions(position, B) + 1, 0, length)  # (positions are >= 0: n >= 1)
     qw, kw, vw = _wide(q), _wide(k), _wide(v)
     out = np.empty(q.shape, dtype=qw.dtype)
     for b in range(B):
         n = filled[b]
+        if n == 0:  # nothing to attend to (a negative position): NaN, as attention with every key masked
+            out[b] = np.nan
+            continue
         keys = np.repeat(kw[b, :, :n], group, axis=0)  # (H, n, D): each KV head for its query heads
         values = np.repeat(vw[b, :, :n], group, axis=0)
         scores = (qw[b] @ keys.transpose(0, 2, 1)) * scale  # (H, 1, n)

@@ -16,16 +16,30 @@ from gradcraft.backend.cuda import launch as L
 
 FILE = "kv_cache.cu"
 THREADS = 256
-MAX_HEAD_DIM = 256  # the kernel keeps the query in a 256-value shared array
-_DEFAULT_SHARED = 48 * 1024
-MAX_SHARED = 200 * 1024  # below the H100/H200's 227 KB per block (the scores of up to ~50k positions)
+MAX_HEAD_DIM = 256  # the kernel keeps the query in a 256-value shared array (KV_MAX_HEAD_DIM)
+# The kernel's fixed shared arrays, at most: the query (256 values) and a reduction's 32, in float64.
+_STATIC_SHARED = (MAX_HEAD_DIM + 32) * 8
+_DEFAULT_SHARED = 48 * 1024  # what a block may use without asking (fixed and dynamic together)
+_allowed: dict = {}  # (kernel name, device) -> the dynamic shared memory its function may use now
 
 
 @functools.cache
-def _kernel(name: str, device_id: int, shared: int):
+def _optin_limit(device_id: int) -> int:
+    """The most shared memory one block may ask for on this GPU (227 KB on an H100/H200, 163 KB on an
+    A100, 99 KB on most consumer cards)."""
+    attributes = cp.cuda.Device(device_id).attributes
+    return int(attributes.get("MaxSharedMemoryPerBlockOptin", _DEFAULT_SHARED))
+
+
+def _function(name: str, device_id: int, shared: int):
+    """The kernel, allowed `shared` bytes of dynamic shared memory. The allowance is the function's
+    own (one object for every cache length), so it only ever grows: a shorter cache never takes
+    away what a longer one needs."""
     fn = compiler.function(FILE, name, device_id)
-    if shared > _DEFAULT_SHARED:  # a block may use more than 48 KB only when asked for
+    key = (name, device_id)
+    if shared > _allowed.get(key, _DEFAULT_SHARED - _STATIC_SHARED):
         fn.max_dynamic_shared_size_bytes = shared
+        _allowed[key] = shared
     return fn
 
 
@@ -34,7 +48,9 @@ def _shared_bytes(length: int, dtype) -> int:
 
 
 def supported(dtype, length: int, head_dim: int) -> bool:
-    return np.dtype(dtype) in L.FLOAT and head_dim <= MAX_HEAD_DIM and _shared_bytes(length, dtype) <= MAX_SHARED
+    """Whether the kernel takes this case on the current GPU (else the op layer composes it)."""
+    fits = _shared_bytes(length, dtype) + _STATIC_SHARED <= _optin_limit(cp.cuda.Device().id)
+    return np.dtype(dtype) in L.FLOAT and head_dim <= MAX_HEAD_DIM and fits
 
 
 def _positions(position, rows: int):
@@ -75,11 +91,11 @@ def _kv_attention(q, k, v, position, scale):
     position, per_row = _positions(position, B)
     out = L.empty((B, H, 1, D), q.dtype)
     shared = _shared_bytes(length, q.dtype)
-    fn = _kernel(f"kv_attention_{L.suffix(q.dtype)}", cp.cuda.Device().id, shared)
+    fn = _function(f"kv_attention_{L.suffix(q.dtype)}", cp.cuda.Device().id, shared)
     fn(
         (B * H,),
         (THREADS,),
-        (q, k, v, position, per_row, out, L.i32(H), L.i32(Hkv), L.i64(length), L.i32(D), np.float32(scale)),
+        (q, k, v, position, per_row, out, L.i32(H), L.i32(Hkv), L.i64(length), L.i32(D), np.float64(scale)),
         shared_mem=shared,
     )
     return out

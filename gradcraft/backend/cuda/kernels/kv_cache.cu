@@ -9,6 +9,8 @@
 
 #include "common.cuh"
 
+#define KV_MAX_HEAD_DIM 256  // as MAX_HEAD_DIM in backend/cuda/kv_cache.py, which never launches more
+
 // kv_write: target[b, h, position[b] % L, :] = value[b, h, 0, :] for value (B, Hkv, 1, D).
 template <typename T>
 __device__ void kv_write_body(const T* value, const i64* position, int per_row, T* target, i64 B, int Hkv, i64 L,
@@ -38,15 +40,15 @@ FOR_FLOAT_TYPES(KV_WRITE)
 // q and out are (B, H, D) contiguous; the accumulation is float32 (float64 for float64 tensors).
 template <typename T>
 __device__ void kv_attention_body(const T* q, const T* k, const T* v, const i64* position, int per_row, T* out,
-                                  int H, int Hkv, i64 L, int D, float scale) {
+                                  int H, int Hkv, i64 L, int D, double scale) {
     typedef typename acc<T>::type A;
-    extern __shared__ unsigned char shared_raw[];
+    extern __shared__ __align__(16) unsigned char shared_raw[];
     A* scores = reinterpret_cast<A*>(shared_raw);  // L values, then blockDim.x partial sums
     A* partial = scores + L;
-    __shared__ A qs[256];
+    __shared__ A qs[KV_MAX_HEAD_DIM];
     __shared__ A scratch[32];
     const int bh = blockIdx.x, b = bh / H, h = bh - b * H, hk = h / (H / Hkv);
-    i64 n = position[per_row ? b : 0] + 1;
+    i64 n = position[per_row ? b : 0] + 1;  // positions are >= 0: at least one filled slot
     n = n < L ? n : L;
     const T* qrow = q + (i64)bh * D;
     for (int d = threadIdx.x; d < D; d += blockDim.x) qs[d] = (A)to_float(qrow[d]) * (A)scale;
@@ -89,6 +91,6 @@ __device__ void kv_attention_body(const T* q, const T* k, const T* v, const i64*
 
 #define KV_ATTENTION(NAME, T) \
     extern "C" __global__ void kv_attention_##NAME(const T* q, const T* k, const T* v, const i64* position, \
-                                                   int per_row, T* out, int H, int Hkv, i64 L, int D, float scale) { \
+                                                   int per_row, T* out, int H, int Hkv, i64 L, int D, double scale) { \
         kv_attention_body<T>(q, k, v, position, per_row, out, H, Hkv, L, D, scale); }
 FOR_FLOAT_TYPES(KV_ATTENTION)

@@ -334,7 +334,7 @@ def test_embedding(gpu, V, D, idx_shape, dtype):
 
 # ---------------------------------------------------------------- row kernels: every layout, both accesses
 
-# Widths that reach every layout of the row kernels (nn._layout): a row per warp up to 1024 values, a
+# Widths that reach every layout of the row kernels (rows.layout): a row per warp up to 1024 values, a
 # row per block in registers up to 16 values a thread (norm backward: 8192 values), a row per block
 # read from memory beyond; each with 16-byte accesses (width a multiple of 16 / itemsize) and with
 # single values (other widths, and the misaligned copies below). Enough rows that the backward's

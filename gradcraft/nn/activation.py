@@ -24,16 +24,17 @@ class _Activation(Module):
     """An activation module: its function's settings (named as in torch.nn) and, where torch has it,
     the inplace flag; its repr lists the settings, and inplace when set."""
 
-    def __init__(self, inplace: bool = False, **settings: float) -> None:
+    def __init__(self, inplace: bool | None = False, **settings: float) -> None:
         super().__init__()
         self._settings = tuple(settings)
         for name, value in settings.items():
             setattr(self, name, value)
-        self.inplace = inplace
+        if inplace is not None:  # None: torch's module has no inplace flag
+            self.inplace = inplace
 
     def extra_repr(self) -> str:
         shown = [f"{name}={getattr(self, name)}" for name in self._settings]
-        return ", ".join(shown + (["inplace=True"] if self.inplace else []))
+        return ", ".join(shown + (["inplace=True"] if getattr(self, "inplace", False) else []))
 
 
 class ReLU(_Activation):
@@ -92,7 +93,7 @@ class ELU(_Activation):
 
 class Softplus(_Activation):
     def __init__(self, beta: float = 1.0, threshold: float = 20.0) -> None:
-        super().__init__(beta=beta, threshold=threshold)
+        super().__init__(None, beta=beta, threshold=threshold)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.softplus(x, self.beta, self.threshold)

@@ -3,6 +3,7 @@ casts and where (cuda/kernels/elementwise.cu)."""
 
 import numpy as np
 
+from gradcraft.backend.integer import integer_pow
 from gradcraft.backend.cpu.common import _HALF, _finish, _out, _wide, stats
 from gradcraft.backend.cpu.threads import _map
 
@@ -49,6 +50,8 @@ def _compare(fn):
 
 def _pow(a, b):
     wa, wb = _wide(a), _wide(b)
+    if wa.dtype.kind in "iu" and wb.dtype.kind in "iu" and np.any(wb < 0):
+        return _finish(integer_pow(np, wa, wb), a.dtype)
     return _finish(np.power(wa, wb), a.dtype)
 
 

@@ -6,6 +6,7 @@ import cupy as cp
 import numpy as np
 
 from gradcraft.backend.cuda import launch as L
+from gradcraft.backend.integer import integer_pow
 
 HALF = L.HALF
 
@@ -80,6 +81,8 @@ def _compare(fn):
 
 
 def _pow(a, b):
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+        return L.finish(integer_pow(cp, a, b), a.dtype)
     return L.finish(cp.power(L.wide(a), L.wide(b)), a.dtype)
 
 

@@ -94,20 +94,16 @@ def torch_side(rank, world, cfg, weights, args, out):
         dist.init_process_group("nccl", rank=rank, world_size=world)
     device = torch.device("cuda", rank)
 
-    # The vocabulary rows padded with zeros to the width ours trains with (gpt2's 50257 -> 50304, as
-    # nanoGPT users do); the padded logits are sliced off before the loss.
-    V, padded_v = cfg.vocab_size, cfg.padded_vocab_size
-
-    def pad_vocab(name, w):
-        if name in ("tok_emb.weight", "lm_head.weight") and w.shape[0] == V < padded_v:
-            return np.concatenate([w, np.zeros((padded_v - V,) + w.shape[1:], w.dtype)])
-        return w
+    V = cfg.vocab_size  # the vocabulary padded as ours; the padded logits are sliced off before the loss
 
     class Model(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.params = torch.nn.ParameterDict(
-                {k.replace(".", "/"): torch.nn.Parameter(torch.tensor(pad_vocab(k, v))) for k, v in weights.items()}
+                {
+                    k.replace(".", "/"): torch.nn.Parameter(torch.tensor(torch_reference.pad_vocab(cfg, k, v)))
+                    for k, v in weights.items()
+                }
             )
 
         def forward(self, x):

@@ -15,15 +15,16 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import gradcraft as gc  # noqa: E402
-from gradcraft.inference.generate import SamplingParams, generate  # noqa: E402
+from gradcraft.inference.generate import SamplingParams, _Decoder, _realize_step, generate, sample_next  # noqa: E402
 from gradcraft.models import Transformer, preset  # noqa: E402
 
 
+@gc.no_grad()
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--preset", default="llama-110m")
     p.add_argument("--vocab", type=int, default=32000)
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--new_tokens", type=int, default=128)
     p.add_argument("--cupti", action="store_true")
@@ -41,21 +42,13 @@ def main():
         print(
             f"generate {args.batch}x{args.new_tokens}: {s * 1e3:.1f} ms, {args.batch * args.new_tokens / s:,.0f} tok/s"
         )
-    # the replayed step alone
-    from gradcraft.inference import generate as g
-
-    seen = {}
-    orig = g._Decoder.step
-
-    def spy(self, next_ids, position):
-        seen["d"] = self
-        return orig(self, next_ids, position)
-
-    g._Decoder.step = spy
-    orig_close = g._Decoder.close
-    g._Decoder.close = lambda self: None
-    generate(model, prompts, SamplingParams(max_tokens=8))
-    d = seen["d"]
+    # the replayed step alone: a decoder as generate() builds one after the prefill, stepped twice
+    # eagerly and then captured
+    caches = model.new_caches()
+    _realize_step(model(gc.tensor(np.array(prompts), device="cuda"), caches=caches)[:, -1], caches)
+    d = _Decoder(model, caches, args.batch, len(prompts[0]), "cuda", static=True)
+    for t in range(3):
+        d.step([0] * args.batch, len(prompts[0]) + t)
     backend = gc.device.get_backend("cuda")
     ids = np.zeros((args.batch, 1), dtype=np.int64)
     pos = np.array([20], dtype=np.int64)
@@ -76,8 +69,6 @@ def main():
     row = d.step([0] * args.batch, 20).rows()
     params = SamplingParams(max_tokens=8, temperature=0.8, top_k=20)
     rng = np.random.default_rng(0)
-    from gradcraft.inference.generate import sample_next
-
     for label, pr in (("greedy", SamplingParams()), ("top-k 20, T 0.8", params)):
         t = time.perf_counter()
         for _ in range(200):
@@ -101,7 +92,7 @@ def main():
         print(f"GPU time per replay: {gpu:.1f} us over {sum(count.values()):.0f} kernels")
         for name, us in total.most_common(25):
             print(f"{us:8.1f} us {count[name]:5.0f}x  {name[:110]}")
-    g._Decoder.close = orig_close
+    d.close()
 
 
 if __name__ == "__main__":

@@ -6,6 +6,19 @@ sys.path.insert(0, os.path.dirname(__file__))  # tests import their shared table
 import pytest
 
 
+@pytest.fixture
+def primitives_only(monkeypatch):
+    """The CPU backend with every optional kernel removed from its table (for the test's duration)."""
+    from gradcraft.backend import PRIMITIVES
+    from gradcraft.device import get_backend
+
+    backend = get_backend("cpu")
+    table = {name: kernel for name, kernel in backend.kernels.items() if name in PRIMITIVES}
+    monkeypatch.setattr(backend, "kernels", table)
+    backend.check_contract()  # the primitives alone satisfy the contract
+    return backend
+
+
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory):
     """A tokenizer, a token file and a briefly trained model, made with the real CLIs."""

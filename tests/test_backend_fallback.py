@@ -12,16 +12,6 @@ from gradcraft.models import ModelConfig, Transformer
 from gradcraft.ops.fallback import CAPABILITY_GATED, FALLBACKS
 
 
-@pytest.fixture
-def primitives_only(monkeypatch):
-    """The CPU backend with every optional kernel removed from its table (for the test's duration)."""
-    backend = get_backend("cpu")
-    table = {name: kernel for name, kernel in backend.kernels.items() if name in PRIMITIVES}
-    monkeypatch.setattr(backend, "kernels", table)
-    backend.check_contract()  # the primitives alone satisfy the contract
-    return backend
-
-
 def test_contract_splits_primitives_from_optional_kernels():
     assert PRIMITIVES.isdisjoint(OPTIONAL) and PRIMITIVES | OPTIONAL == KERNELS
     # every optional forward kernel is composed from primitives, or asked for only where present

@@ -120,50 +120,11 @@ def test_no_gpu_one_line():
 
 def test_train_gpt_only_ours_json_and_plot(tmp_path):
     results = tmp_path / "results.json"
-    proc = script(
-        "train_gpt.py",
-        "--preset",
-        "toy-v0",
-        "--device",
-        "cpu",
-        "--batch",
-        "2",
-        "--steps",
-        "1",
-        "--warmup",
-        "0",
-        "--threads",
-        "1",
-        "--only",
-        "ours",
-        "--no_mfu",
-        "--json",
-        str(results),
-    )
+    toy = ["--preset", "toy-v0", "--device", "cpu", "--batch", "2", "--steps", "1", "--warmup", "0", "--threads", "1"]
+    proc = script("train_gpt.py", *toy, "--only", "ours", "--no_mfu", "--json", str(results))
     assert proc.returncode == 0, proc.stderr
     assert side_rows(proc.stdout) == ["gradcraft"]
-    proc = script(
-        "train_gpt.py",
-        "--preset",
-        "toy-v0",
-        "--device",
-        "cpu",
-        "--batch",
-        "2",
-        "--steps",
-        "1",
-        "--warmup",
-        "0",
-        "--threads",
-        "1",
-        "--baseline",
-        "sdpa",
-        "--no_mfu",
-        "--json",
-        str(results),
-        "--label",
-        "second",
-    )
+    proc = script("train_gpt.py", *toy, "--baseline", "sdpa", "--no_mfu", "--json", str(results), "--label", "second")
     assert proc.returncode == 0, proc.stderr
     assert side_rows(proc.stdout) == ["gradcraft", "sdpa"]
     runs = json.loads(results.read_text())["runs"]

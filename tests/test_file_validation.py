@@ -212,25 +212,19 @@ def two_checkpoints(dataset, tmp_path_factory):
     return folder
 
 
+def _resume(run, capsys):
+    """(exit status, stderr) of `gradcraft train --resume` on the run folder, to step 5."""
+    dataset = json.loads((run / "train_config.json").read_text())["dataset"]
+    argv = ["train", "--dataset", dataset, "--model_dir", run, "--resume", "--steps", "5", "--no_progress"]
+    status, _, err = run_cli(argv, capsys)
+    return status, err
+
+
 def _resume_after_damage(two_checkpoints, tmp_path, damage, capsys):
     run = tmp_path / "run"
     shutil.copytree(two_checkpoints, run)
     damage(run / "checkpoints" / "step_00000004")
-    status, _, err = run_cli(
-        [
-            "train",
-            "--dataset",
-            json.loads((run / "train_config.json").read_text())["dataset"],
-            "--model_dir",
-            run,
-            "--resume",
-            "--steps",
-            "5",
-            "--no_progress",
-        ],
-        capsys,
-    )
-    return status, err
+    return _resume(run, capsys)
 
 
 @pytest.mark.parametrize("change,words", [pytest.param(c, w, id=i) for i, c, w in STATE_CASES])
@@ -263,20 +257,7 @@ def test_no_intact_checkpoint_is_one_error_after_the_warnings(two_checkpoints, t
     shutil.copytree(two_checkpoints, run)
     for checkpoint in (run / "checkpoints").iterdir():
         (checkpoint / "manifest.json").write_text("[]")
-    status, _, err = run_cli(
-        [
-            "train",
-            "--dataset",
-            json.loads((run / "train_config.json").read_text())["dataset"],
-            "--model_dir",
-            run,
-            "--resume",
-            "--steps",
-            "5",
-            "--no_progress",
-        ],
-        capsys,
-    )
+    status, err = _resume(run, capsys)
     lines = err.strip().splitlines()
     assert status == 2 and lines[-1].startswith("error: no usable checkpoint"), err
     assert all(line.startswith("warning: ") for line in lines[:-1]) and len(lines) == 3, err

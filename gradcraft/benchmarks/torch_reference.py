@@ -13,8 +13,20 @@ uses enable_gqa where the flash kernel runs and k and v repeated per query head 
 
 import math
 
+import numpy as np
+
 import torch
 import torch.nn.functional as F
+
+
+def pad_vocab(cfg, name: str, w):
+    """A weight with its vocabulary rows padded with zeros to the width gradcraft's model trains with
+    (gpt2's 50257 -> 50304, as nanoGPT users do): cuBLAS then runs its fast GEMMs for the output layer
+    on both sides. Callers slice the padded logits off before the loss."""
+    V, padded = cfg.vocab_size, cfg.padded_vocab_size
+    if name in ("tok_emb.weight", "lm_head.weight") and w.shape[0] == V < padded:
+        return np.concatenate([w, np.zeros((padded - V,) + w.shape[1:], w.dtype)])
+    return w
 
 
 def _norm(cfg, x, w, b):

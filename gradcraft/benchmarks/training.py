@@ -166,17 +166,13 @@ def run_torch(cfg, weights, setup: Setup, n_steps: int, baseline: str = "eager")
     torch.backends.cudnn.allow_tf32 = setup.tf32
     device = torch.device(setup.device)
     cuda = device.type == "cuda"
-    # The vocabulary rows padded with zeros to the width our model trains with (gpt2's 50257 -> 50304,
-    # as nanoGPT users do): cuBLAS then runs its fast GEMMs for the output layer on both sides. The
-    # padded logits are sliced off before the loss, so the losses are the unpadded model's.
-    V, padded_v = cfg.vocab_size, cfg.padded_vocab_size
-
-    def pad_vocab(name, w):
-        if name in ("tok_emb.weight", "lm_head.weight") and w.shape[0] == V < padded_v:
-            return np.concatenate([w, np.zeros((padded_v - V,) + w.shape[1:], w.dtype)])
-        return w
-
-    params = {k: torch.tensor(pad_vocab(k, v), device=device, requires_grad=True) for k, v in weights.items()}
+    # The vocabulary padded as ours; the padded logits are sliced off before the loss, so the losses
+    # are the unpadded model's.
+    V = cfg.vocab_size
+    params = {
+        k: torch.tensor(torch_reference.pad_vocab(cfg, k, v), device=device, requires_grad=True)
+        for k, v in weights.items()
+    }
     decay = [p for p in params.values() if p.ndim >= 2]
     rest = [p for p in params.values() if p.ndim < 2]
     # eager keeps the multi-tensor (foreach) AdamW it always had; the others take the fused kernel on

@@ -60,7 +60,7 @@ def load(args):
     if not os.path.exists(vocab):
         raise UserError(f"tokenizer file {vocab} does not exist; pass --vocab")
     tokenizer = Tokenizer.load(vocab)
-    model, metadata = load_model(config, weights, device, getattr(args, "dtype", "float32"))
+    model, metadata = load_model(config, weights, device, getattr(args, "dtype", "auto"))
     check_tokenizer(tokenizer, model.config, metadata, vocab)
     return TextGenerator(model, tokenizer)
 

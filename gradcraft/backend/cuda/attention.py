@@ -5,20 +5,16 @@ backward pass keeps; `flash_attention_backward` recomputes the probabilities til
 The NumPy references are `_flash_attention` and `_flash_attention_backward` in backend/cpu/flash_attention.py.
 """
 
-import functools
-
 import cupy as cp
 import numpy as np
 
 from gradcraft.backend import philox
-from gradcraft.backend.cuda import compiler
 from gradcraft.backend.cuda import launch as L
 
 FILE = "flash_attention.cu"
 HEAD_DIMS = (32, 48, 64, 96, 128)
 THREADS = 128
 _PAD = 8  # u16 elements of padding per shared-memory row (as FA_PAD in the kernel file)
-_DEFAULT_SHARED = 48 * 1024
 
 
 def supported(dtype, head_dim: int, value_dim: int) -> bool:
@@ -43,16 +39,8 @@ def _dropout_args(state, dropout_p, stream):
     ]
 
 
-@functools.cache
-def _kernel(name: str, device_id: int, shared: int):
-    fn = compiler.function(FILE, name, device_id)
-    if shared > _DEFAULT_SHARED:  # a block may use more than 48 KB only when asked for
-        fn.max_dynamic_shared_size_bytes = shared
-    return fn
-
-
 def _launch(name, grid, shared, args, threads=THREADS):
-    _kernel(name, cp.cuda.Device().id, shared)(grid, (threads,), args, shared_mem=shared)
+    L.with_shared(FILE, name, shared)(grid, (threads,), args, shared_mem=shared)
 
 
 def _seq_major(shape, dtype):

@@ -11,7 +11,6 @@ import functools
 import cupy as cp
 import numpy as np
 
-from gradcraft.backend.cuda import compiler
 from gradcraft.backend.cuda import launch as L
 
 FILE = "kv_cache.cu"
@@ -19,8 +18,6 @@ THREADS = 256
 MAX_HEAD_DIM = 256  # the kernel keeps the query in a 256-value shared array (KV_MAX_HEAD_DIM)
 # The kernel's fixed shared arrays, at most: the query (256 values) and a reduction's 32, in float64.
 _STATIC_SHARED = (MAX_HEAD_DIM + 32) * 8
-_DEFAULT_SHARED = 48 * 1024  # what a block may use without asking (fixed and dynamic together)
-_allowed: dict = {}  # (kernel name, device) -> the dynamic shared memory its function may use now
 
 
 @functools.cache
@@ -28,19 +25,7 @@ def _optin_limit(device_id: int) -> int:
     """The most shared memory one block may ask for on this GPU (227 KB on an H100/H200, 163 KB on an
     A100, 99 KB on most consumer cards)."""
     attributes = cp.cuda.Device(device_id).attributes
-    return int(attributes.get("MaxSharedMemoryPerBlockOptin", _DEFAULT_SHARED))
-
-
-def _function(name: str, device_id: int, shared: int):
-    """The kernel, allowed `shared` bytes of dynamic shared memory. The allowance is the function's
-    own (one object for every cache length), so it only ever grows: a shorter cache never takes
-    away what a longer one needs."""
-    fn = compiler.function(FILE, name, device_id)
-    key = (name, device_id)
-    if shared > _allowed.get(key, _DEFAULT_SHARED - _STATIC_SHARED):
-        fn.max_dynamic_shared_size_bytes = shared
-        _allowed[key] = shared
-    return fn
+    return int(attributes.get("MaxSharedMemoryPerBlockOptin", L.DEFAULT_SHARED))
 
 
 def _shared_bytes(length: int, dtype) -> int:
@@ -91,7 +76,7 @@ def _kv_attention(q, k, v, position, scale):
     position, per_row = _positions(position, B)
     out = L.empty((B, H, 1, D), q.dtype)
     shared = _shared_bytes(length, q.dtype)
-    fn = _function(f"kv_attention_{L.suffix(q.dtype)}", cp.cuda.Device().id, shared)
+    fn = L.with_shared(FILE, f"kv_attention_{L.suffix(q.dtype)}", shared, _STATIC_SHARED)
     fn(
         (B * H,),
         (THREADS,),

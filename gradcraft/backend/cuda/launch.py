@@ -136,6 +136,23 @@ def constant(values, dtype) -> cp.ndarray:
     return hit[1]
 
 
+DEFAULT_SHARED = 48 * 1024  # shared memory a block may use without asking (fixed and dynamic together)
+_shared_allowed: dict = {}  # (file, kernel, device) -> the dynamic shared memory its function may use
+
+
+def with_shared(file: str, kernel: str, shared: int, fixed: int = 0):
+    """The kernel of `file`, allowed `shared` bytes of dynamic shared memory beside its `fixed` bytes
+    of static arrays. The allowance belongs to the function (one object whatever the launch asks),
+    so it only ever grows: a smaller launch never takes away what a bigger one needs."""
+    device_id = cp.cuda.Device().id
+    fn = compiler.function(file, kernel, device_id)
+    key = (file, kernel, device_id)
+    if shared > _shared_allowed.get(key, DEFAULT_SHARED - fixed):
+        fn.max_dynamic_shared_size_bytes = shared
+        _shared_allowed[key] = shared
+    return fn
+
+
 def run(file: str, kernel: str, grid: int, block: int, args: tuple, shared_mem: int = 0) -> None:
     fn = compiler.function(file, kernel, cp.cuda.Device().id)
     fn((grid,), (block,), args, shared_mem=shared_mem)

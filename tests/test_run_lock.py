@@ -179,6 +179,28 @@ def test_the_sigterm_handler_is_restored_and_skipped_off_the_main_thread():
     assert errors == []
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_stop_signal_dropped_by_a_finalizer_is_raised_between_steps():
+    # Python drops an exception raised in a finalizer ("Exception ignored in ..."): a Ctrl-C that
+    # lands there must still stop the run at the next step.
+    import weakref
+    from gradcraft.training.runlock import raise_if_interrupted, sigterm_as_interrupt
+
+    class Thing:
+        pass
+
+    before, reached = signal.getsignal(signal.SIGINT), []
+    with pytest.raises(KeyboardInterrupt):
+        with sigterm_as_interrupt():
+            thing = Thing()
+            weakref.finalize(thing, os.kill, os.getpid(), signal.SIGINT)
+            del thing  # the signal arrives inside the finalizer, which drops the KeyboardInterrupt
+            reached.append("after")
+            raise_if_interrupted()
+    assert reached == ["after"] and signal.getsignal(signal.SIGINT) is before
+    raise_if_interrupted()  # outside the block: nothing pending
+
+
 def test_without_fcntl_there_is_no_lock(tmp_path, monkeypatch):
     from gradcraft.training import runlock
 

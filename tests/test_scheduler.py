@@ -191,6 +191,23 @@ def test_a_cancelled_or_expired_sequence_frees_its_slot_and_the_queue_is_bounded
         scheduler.close()
 
 
+def test_free_slots_take_requests_before_the_waiting_line_counts():
+    # max_queue bounds those waiting for a slot: requests that come while slots are free are taken,
+    # even before the loop has moved the ones before them into their slots.
+    model = make_model("gpt", seq_len=64)
+    scheduler = Scheduler(model, slots=2, max_queue=0)
+    try:
+        out = Collector()
+        with scheduler.wake:  # the loop cannot move anything meanwhile
+            scheduler.submit([out.sequence(i, [1, 2], SamplingParams(max_tokens=40)) for i in range(2)])
+            with pytest.raises(QueueFull):
+                scheduler.submit([out.sequence("over", [1], SamplingParams(max_tokens=2))])
+        out.wait([0, 1])
+        assert out.reasons[0] == out.reasons[1] == "length" and "over" not in out.reasons
+    finally:
+        scheduler.close()
+
+
 def test_memory_stays_flat_over_a_thousand_requests():
     model = make_model("llama_gqa", seq_len=16)
     scheduler = Scheduler(model, slots=8, max_queue=1000)

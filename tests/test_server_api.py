@@ -194,9 +194,10 @@ def test_a_full_queue_answers_429_and_a_slow_request_503(long_context, trained_r
             )
             holders.append(s)
         deadline = time.monotonic() + 30
-        while app.scheduler.load()["waiting"] < 1 and time.monotonic() < deadline:
+        settled = {"waiting": 1, "running": 1, "slots": 1}
+        while app.scheduler.load() != settled and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert app.scheduler.load()["waiting"] == 1
+        assert app.scheduler.load() == settled
         status, text, headers = call(url, "/v1/completions", {"prompt": "def ", "max_tokens": 2})
         assert status == 429 and is_openai_error(text) and json.loads(text)["error"]["code"] == "queue_full"
         assert {k.lower(): v for k, v in headers.items()}.get("retry-after") == "1"

@@ -23,6 +23,10 @@ class PeerWatch:
         expected not to return (it ends the process)."""
         self.connections, self.rank, self.on_lost = list(connections), rank, on_lost
         self._finished = threading.Event()
+        # Registered here, not on the thread: close() may come before the thread first runs.
+        self._selector = selectors.DefaultSelector()
+        for index, sock in enumerate(self.connections):
+            self._selector.register(sock, selectors.EVENT_READ, index)
         self._thread = threading.Thread(target=self._watch, name="gradcraft-peer-watch", daemon=True)
         self._thread.start()
 
@@ -30,9 +34,13 @@ class PeerWatch:
         return index + 1 if self.rank == 0 else 0
 
     def _watch(self) -> None:
-        selector = selectors.DefaultSelector()
-        for index, sock in enumerate(self.connections):
-            selector.register(sock, selectors.EVENT_READ, index)
+        try:
+            self._watch_until_done()
+        finally:
+            self._selector.close()
+
+    def _watch_until_done(self) -> None:
+        selector = self._selector
         said_bye = set()
         while len(said_bye) < len(self.connections) and not self._finished.is_set():
             for key, _ in selector.select(timeout=1.0):

@@ -148,7 +148,9 @@ class Scheduler:
         with self.wake:
             if self.closed:
                 raise SchedulerClosed(self.failure or "the scheduler is closed")
-            if len(self.waiting) + len(seqs) > self.max_queue:
+            # Free slots count as room too: a request that comes while a slot is free is taken even
+            # when the loop has not yet moved the ones before it into their slots.
+            if len(self.waiting) + len(seqs) > self.max_queue + len(self.free):
                 raise QueueFull(f"{len(self.waiting)} requests are waiting (the limit is {self.max_queue})")
             self.waiting.extend(seqs)
             self.wake.notify()

@@ -117,22 +117,37 @@ def lock_directory(folder: str, command: str):
         os.close(fd)  # closing releases the flock
 
 
+_stop = None  # while a train command runs: the KeyboardInterrupt class of the first stop signal
+
+
 @contextlib.contextmanager
 def sigterm_as_interrupt():
-    """Within the block, SIGTERM raises Terminated (once) in the main thread; the previous handler
-    is restored afterwards. Off the main thread (where signal.signal raises) it does nothing."""
+    """Within the block, Ctrl-C raises KeyboardInterrupt and SIGTERM Terminated in the main thread,
+    and `raise_if_interrupted` raises it again: an exception raised while Python runs a finalizer or
+    a weakref callback is printed and dropped ("Exception ignored in ..."), and the run would go on as
+    if never stopped. The previous handlers are restored afterwards. Off the main thread (where
+    signal.signal raises) it does nothing."""
+    global _stop
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    fired = []
 
     def handler(signum, frame):
-        if not fired:  # a second SIGTERM during the cleanup does not cut the cleanup short
-            fired.append(signum)
-            raise Terminated()
+        global _stop
+        if _stop is None:  # a second signal during the cleanup does not cut the cleanup short
+            _stop = Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+            raise _stop()
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        _stop = None
+
+
+def raise_if_interrupted() -> None:
+    """Raise the stop signal's exception if one came (called between training steps: see above)."""
+    if _stop is not None:
+        raise _stop()

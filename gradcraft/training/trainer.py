@@ -37,6 +37,7 @@ from gradcraft.training.run_folder import (
     save_run_weights,
     save_weights,  # noqa: F401
 )
+from gradcraft.training.runlock import raise_if_interrupted
 from gradcraft.training.step import GradientStep, _moe_stats
 
 
@@ -212,6 +213,7 @@ def train(
     end_step = min(tc.steps, tc.stop_after) if tc.stop_after else tc.steps
     runner = GradientStep(model, opt, tc, accum, mc.seq_len, compute_dtype, log, group, buckets)
     for step in range(start_step, end_step):
+        raise_if_interrupted()
         t0 = time.perf_counter()
         lr = schedule(step)
         set_lr(opt, lr)

@@ -12,11 +12,11 @@ GRADCRAFT_BLAS_POLICY=off runs every BLAS product on all threads (see gradcraft/
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from gradcraft.benchmarks import limit_threads  # noqa: E402
+from gradcraft.benchmarks import limit_threads  # noqa: E402  (gradcraft before NumPy: see gradcraft/__init__.py)
+
+import numpy as np  # noqa: E402
 
 limit_threads(2)
 from gradcraft.benchmarks.training import OURS, Setup, initial_weights, runner  # noqa: E402

@@ -12,8 +12,16 @@ Names follow PyTorch. Tensors are lazy: ops build a graph, and `.realize()`
 
 from __future__ import annotations
 
+import os as _os
 import sys as _sys
 import types as _types
+
+# OpenBLAS's idle threads spin for ~0.1 s after every product, on the cores that the CPU backend's
+# own threads (attention, row-wise kernels) need next: a training step's attention ran 1.5x slower
+# beside them. With a timeout of 2^4 cycles they sleep at once. Read when NumPy loads OpenBLAS, so
+# it takes effect when gradcraft is imported before NumPy (the CLI, bench/); a value set by the
+# user wins.
+_os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 from gradcraft.dtypes import DType, bfloat16, bool_, float16, float32, float64, int32, int64, promote_types, uint8
 from gradcraft.tensor import Tensor, _attach_methods

@@ -1,6 +1,6 @@
 """Check that every `#pragma omp simd` loop of the C kernels vectorizes on AVX2 and on AVX-512.
 
-Compiles gradcraft/backend/cpu/native/kernels.c with the flags compiler.py uses, once per target
+Compiles each C source of gradcraft/backend/cpu/native with the flags compiler.py uses, once per target
 (-march=x86-64-v3 is AVX2 + FMA, the Zen 2/3 and Haswell-and-later level; skylake-avx512 is
 AVX-512), asks gcc for its vectorization report (-fopt-info-vec-all) and lists the `omp simd`
 loops it did not vectorize, with gcc's reason. Exit status 1 when one is missed, 0 otherwise.
@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from gradcraft.backend.cpu.native.compiler import SOURCE, _COMMON  # noqa: E402
+from gradcraft.backend.cpu.native.compiler import SOURCES, _COMMON  # noqa: E402
 
 DEFAULT_TARGETS = ("x86-64-v3", "skylake-avx512")
 
@@ -44,11 +44,12 @@ def simd_loops(source: str) -> list[tuple[int, int]]:
     return loops
 
 
-def report(target: str, compiler: str = "gcc") -> tuple[set[int], dict[int, str]]:
-    """(lines of loops vectorized, {line: first reason a loop there was not}) for one -march target."""
+def report(target: str, source: Path, compiler: str = "gcc") -> tuple[set[int], dict[int, str]]:
+    """(lines of loops vectorized, {line: first reason a loop there was not}) of one source file for
+    one -march target."""
     with tempfile.TemporaryDirectory() as tmp:
         result = subprocess.run(
-            [compiler, f"-march={target}", *_COMMON, str(SOURCE), "-o", f"{tmp}/k.so", "-lm", "-fopt-info-vec-all"],
+            [compiler, f"-march={target}", *_COMMON, str(source), "-o", f"{tmp}/k.so", "-lm", "-fopt-info-vec-all"],
             capture_output=True,
             text=True,
             timeout=300,
@@ -57,7 +58,7 @@ def report(target: str, compiler: str = "gcc") -> tuple[set[int], dict[int, str]
         raise RuntimeError(f"{compiler} -march={target} failed: {result.stderr.strip()[-500:]}")
     vectorized, missed = set(), {}
     for line in result.stderr.splitlines():
-        m = re.match(rf".*{re.escape(SOURCE.name)}:(\d+):\d+: (optimized|missed): (.*)", line)
+        m = re.match(rf".*{re.escape(source.name)}:(\d+):\d+: (optimized|missed): (.*)", line)
         if not m:
             continue
         number, kind, message = int(m.group(1)), m.group(2), m.group(3)
@@ -70,14 +71,15 @@ def report(target: str, compiler: str = "gcc") -> tuple[set[int], dict[int, str]
 
 def check(targets=DEFAULT_TARGETS, compiler: str = "gcc") -> list[str]:
     """One line per `omp simd` loop that some target did not vectorize (empty: all did)."""
-    loops = simd_loops(SOURCE.read_text())
     problems = []
-    for target in targets:
-        vectorized, missed = report(target, compiler)
-        for first, last in loops:
-            if not any(first <= number <= last for number in vectorized):
-                reasons = [missed[n] for n in range(first, last + 1) if n in missed] or ["not vectorized"]
-                problems.append(f"{SOURCE.name}:{first} -march={target}: {reasons[0]}")
+    for source in SOURCES:
+        loops = simd_loops(source.read_text())
+        for target in targets:
+            vectorized, missed = report(target, source, compiler)
+            for first, last in loops:
+                if not any(first <= number <= last for number in vectorized):
+                    reasons = [missed[n] for n in range(first, last + 1) if n in missed] or ["not vectorized"]
+                    problems.append(f"{source.name}:{first} -march={target}: {reasons[0]}")
     return problems
 
 
@@ -87,7 +89,7 @@ def main(argv: list[str]) -> int:
         return 2
     targets = argv or DEFAULT_TARGETS
     problems = check(targets)
-    loops = len(simd_loops(SOURCE.read_text()))
+    loops = sum(len(simd_loops(source.read_text())) for source in SOURCES)
     for problem in problems:
         print(problem)
     print(f"{loops} omp simd loops x {len(targets)} targets ({', '.join(targets)}): {len(problems)} not vectorized")

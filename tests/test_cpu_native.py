@@ -44,6 +44,14 @@ def check(name, *args, rtol=2e-5, atol=2e-6, **attrs):
         np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=name)
 
 
+def with_output_gradient(make):
+    def inputs():
+        q, k, v = make()
+        return q, k, v, rand(*q.shape[:3], v.shape[-1], seed=3)
+
+    return inputs
+
+
 CASES = [
     ("silu", lambda: (rand(3, 1000, scale=4),), {}),
     ("silu", lambda: (rand(7) * 100,), {}),  # saturated: exp overflows and underflows
@@ -111,6 +119,24 @@ CASES = [
         ),
         {"scale": 0.3},
     ),
+    # attention (q, k, v[, g]): causal or not, grouped key/value heads, a window, more keys than queries
+    # (a KV cache), head sizes that are not multiples of the kernels' tiles
+    *[
+        (
+            name,
+            make if name == "sdpa" else with_output_gradient(make),
+            {"scale": scale, "causal": causal, "window": window, "atol": 1e-5},
+        )
+        for name in ("sdpa", "sdpa_backward")
+        for make, scale, causal, window in [
+            (lambda: (rand(2, 4, 16, 8), rand(2, 4, 16, 8, seed=1), rand(2, 4, 16, 8, seed=2)), 0.35, True, None),
+            (lambda: (rand(2, 4, 7, 24), rand(2, 2, 11, 24, seed=1), rand(2, 2, 11, 40, seed=2)), 0.2, False, None),
+            (lambda: (rand(1, 6, 37, 24), rand(1, 2, 53, 24, seed=1), rand(1, 2, 53, 40, seed=2)), 0.2, True, 9),
+            (lambda: (rand(2, 3, 33, 64), rand(2, 3, 33, 64, seed=1), rand(2, 3, 33, 64, seed=2)), 0.125, True, None),
+            (lambda: (rand(1, 2, 1, 16), rand(1, 2, 9, 16, seed=1), rand(1, 2, 9, 16, seed=2)), 0.25, True, None),
+            (lambda: (rand(1, 2, 20, 16), rand(1, 2, 29, 16, seed=1), rand(1, 2, 29, 16, seed=2)), 0.25, False, 5),
+        ]
+    ],
     ("rope", lambda: (rand(2, 3, 8, 16), rand(8, 8, seed=1), rand(8, 8, seed=2)), {"inverse": False}),
     (
         "rope",

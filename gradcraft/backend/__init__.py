@@ -210,6 +210,11 @@ class Backend:
         takes the explicit or recomputing path)."""
         return False
 
+    def recomputing_attention_preferred(self, dtype) -> bool:
+        """Whether the `sdpa` kernels (weights recomputed in the backward pass) beat explicit attention
+        (weights kept) here, so that attention takes them even when asked to keep the weights."""
+        return False
+
     def kv_attention_supported(self, dtype, length: int, head_dim: int) -> bool:
         """Whether this device's kv_attention kernel takes a cache of `length` slots and this head dim
         (else the op layer composes it from primitives)."""

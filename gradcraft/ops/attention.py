@@ -5,9 +5,11 @@ Three ways to the same function, picked per call:
   backward pass that recomputes them tile by tile (`flash_attention` / `flash_attention_backward`).
   Chosen wherever the device has a fast kernel for the case (CUDA, bf16/fp16, the head dims of
   backend/cuda/attention.py, no explicit mask).
-- "explicit" (save_weights=True elsewhere): scores by a matmul, a fused masked softmax, a matmul;
-  the weights are kept for the backward pass (PyTorch's math path). Fastest on the CPU.
-- "sdpa": one fused op whose backward recomputes the weights (the rest: masks, inference).
+- "explicit" (save_weights=True, or dropout): scores by a matmul, a fused masked softmax, a matmul;
+  the weights are kept for the backward pass (PyTorch's math path).
+- "sdpa": one fused op whose backward recomputes the weights (the rest: masks, inference; and
+  save_weights=True too where the device prefers it: the CPU's C kernels for float32 without a mask,
+  which skip the masked half of causal attention).
 
 `sdpa_kernel("flash" | "math" | "auto")` overrides the choice, as torch.nn.attention.sdpa_kernel does
 (tests force "flash" on the CPU, whose NumPy kernels are the reference of the CUDA ones).
@@ -167,6 +169,8 @@ def _attend(query, key, value, attn_mask, attrs, save_weights: bool, drop, i0: i
     if attn_mask is not None:
         ew.broadcast_shape(attn_mask.shape, (B, H, T, S), "attention mask")
         inputs.append(attn_mask if attn_mask.dtype == dtypes.bool_ else ew.cast(attn_mask, query.dtype))
+    if save_weights and attn_mask is None and get_backend(query.device).recomputing_attention_preferred(query.dtype.np):
+        save_weights = False  # the fused kernels are faster here even though they recompute the weights
     if save_weights or drop is not None:
         return _explicit_attention(query, key, value, inputs[3:], attrs, drop, i0, j0)
     return apply("sdpa", tuple(inputs), attrs, (B, H, T, value.shape[3]), query.dtype)

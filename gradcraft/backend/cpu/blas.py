@@ -109,6 +109,12 @@ def _per_call_attention(q, k, *args, **kwargs) -> int:
     return q.shape[-2] * q.shape[-1] * k.shape[-2]
 
 
+def _per_call_attention_heads(q, k, *args, **kwargs) -> int:
+    """Multiply-adds of q @ k^T over all heads: what a kernel that splits the heads among threads
+    (native/attention.py) shares out."""
+    return q.size * k.shape[-2]
+
+
 class _ThreadChooser:
     """For products of one size class (a power of 2 of multiply-adds), which thread count has been
     faster lately: the median multiply-adds per second of each count's last RECENT calls, fed by the
@@ -197,5 +203,7 @@ def thread_policy(kernels: dict) -> dict:
     wrapped = {"matmul": _below_threshold_on_one_thread(kernels["matmul"], _per_call_matmul)}
     for name in ATTENTION_KERNELS:
         if name in kernels:
-            wrapped[name] = _below_threshold_on_one_thread(kernels[name], _per_call_attention)
+            over_heads = getattr(kernels[name], "threads_over_heads", False)
+            per_call = _per_call_attention_heads if over_heads else _per_call_attention
+            wrapped[name] = _below_threshold_on_one_thread(kernels[name], per_call)
     return wrapped

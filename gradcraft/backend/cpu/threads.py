@@ -59,21 +59,25 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_threads_after_fork)
 
 
-def _parallel(fn, n: int, row_size: int = 1, block: int | None = None) -> None:
+def _parallel(fn, n: int, row_size: int = 1, block: int | None = None, threads: int | None = None) -> None:
     """Call fn(start, stop) on blocks of about `block` (default _BLOCK) elements covering range(n)
     rows of row_size elements. When the work is big enough, the calling thread and the pool's threads
     take the next block in turn until none is left: a thread slowed down by another process (BLAS's
     idle threads spin for a while after each call) does less of the work instead of holding up the
-    rest. Blocks must write disjoint outputs; fn(a, b) is called exactly once per block."""
+    rest. Blocks must write disjoint outputs; fn(a, b) is called exactly once per block. `threads`:
+    how many threads at most (default `num_threads()`)."""
     global _executor
+    count = threads or num_threads()
     step = max(1, (block or _BLOCK) // max(row_size, 1))
     n_blocks = -(-n // step)
-    if n_blocks <= 1 or n * row_size < _PARALLEL_MIN or num_threads() == 1:
+    if n_blocks <= 1 or n * row_size < _PARALLEL_MIN or count == 1:
         for a in range(0, n, step):
             fn(a, min(a + step, n))
         return
-    if _executor is None:
-        _executor = concurrent.futures.ThreadPoolExecutor(num_threads() - 1, thread_name_prefix="gradcraft-cpu")
+    if _executor is None or _executor._max_workers < count - 1:
+        if _executor is not None:
+            _executor.shutdown(wait=False)
+        _executor = concurrent.futures.ThreadPoolExecutor(count - 1, thread_name_prefix="gradcraft-cpu")
     counter = itertools.count()  # next() on it is atomic under the GIL
 
     def drain():
@@ -82,7 +86,7 @@ def _parallel(fn, n: int, row_size: int = 1, block: int | None = None) -> None:
                 return
             fn(i * step, min((i + 1) * step, n))
 
-    futures = [_executor.submit(drain) for _ in range(min(num_threads(), n_blocks) - 1)]
+    futures = [_executor.submit(drain) for _ in range(min(count, n_blocks) - 1)]
     try:
         drain()
     finally:  # wait for every block even when ours failed: none may outlive the kernel

@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from gradcraft.backend import check_optimizer_state
+from gradcraft.backend.cpu.native import attention
 from gradcraft.backend.cpu.native.compiler import library, status  # noqa: F401
 from gradcraft.backend.cpu.threads import _PARALLEL_MIN, _parallel, num_threads
 
@@ -298,6 +299,7 @@ def kernels(reference: dict, empty) -> dict:
         "masked_softmax": masked_softmax,
         "masked_softmax_backward": masked_softmax_backward,
         "rope": rope,
+        **attention.kernels(lib, reference, empty),
     }
 
 

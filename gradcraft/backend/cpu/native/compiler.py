@@ -1,4 +1,5 @@
-"""Compile kernels.c with the machine's C compiler, once, and load it with ctypes.
+"""Compile the C kernels (kernels.c, attention.c) with the machine's C compiler, once, into one library,
+and load it with ctypes.
 
 The shared library is cached under GRADCRAFT_CACHE_DIR (default ~/.cache/gradcraft), in a file
 named by a hash of the source, the compiler's version and the flags, so a changed source or
@@ -17,7 +18,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-SOURCE = Path(__file__).parent / "kernels.c"
+SOURCE = Path(__file__).parent / "kernels.c"  # the row-wise and elementwise kernels
+SOURCES = (SOURCE, SOURCE.parent / "attention.c")
+HEADERS = (SOURCE.parent / "vector_math.h",)
 # -fno-trapping-math lets gcc turn the kernels' range checks into selects on AVX2 (without it their
 # loops vectorize only with AVX-512's masks; see exp_f in kernels.c). GRADCRAFT_CPU_MARCH replaces
 # "native" (e.g. x86-64-v3 to measure AVX2 code on an AVX-512 machine).
@@ -46,7 +49,11 @@ SIGNATURES = {  # argument types of every kernel in kernels.c (all return void)
     "masked_softmax_f32": (_P, _P, _I, _I, _F, ctypes.c_int, _I, _I, _I),
     "rope_f32": (_P, _P, _P, _P, _P, _I, _I, _I, ctypes.c_int, _I, _I),
     "adamw_f32": (_P, _P, _P, _P, _I, _F, _F, _F, _F, _F, _F, _F),
+    "sdpa_scratch_floats": (_I, _I, _I, _I),
+    "sdpa_f32": (_P, _P, _P, _P, _I, _I, _I, _I, _I, _F, ctypes.c_int, _I, _P, _I, _I),
+    "sdpa_backward_f32": (_P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _F, ctypes.c_int, _I, _P, _I, _I),
 }
+RESULT_TYPES = {"sdpa_scratch_floats": _I}  # the others return void
 
 _status = "not loaded yet"
 
@@ -84,11 +91,10 @@ def _cpu_identity() -> str:
 def build(compiler: str, flags=FLAGS) -> Path:
     """Path of the compiled library, compiling it when the cache lacks it. Raises RuntimeError with
     the compiler's message on failure."""
-    text = SOURCE.read_bytes()
     key = hashlib.sha256(
         b"\0".join(
             [
-                text,
+                *(path.read_bytes() for path in SOURCES + HEADERS),
                 _version(compiler).encode(),
                 " ".join(flags).encode(),
                 platform.machine().encode(),
@@ -106,7 +112,7 @@ def build(compiler: str, flags=FLAGS) -> Path:
     os.close(fd)
     try:
         result = subprocess.run(
-            [compiler, *flags, str(SOURCE), "-o", tmp, "-lm"], capture_output=True, text=True, timeout=300
+            [compiler, *flags, *map(str, SOURCES), "-o", tmp, "-lm"], capture_output=True, text=True, timeout=300
         )
         if result.returncode != 0:
             raise RuntimeError(
@@ -151,11 +157,11 @@ def library():
         except (RuntimeError, OSError):
             path, lib = _load(compiler, _BASIC_FLAGS)  # e.g. a compiler that has no -march=native
     except (RuntimeError, OSError, subprocess.SubprocessError) as e:
-        _status = f"compiling {SOURCE.name} failed ({e}): NumPy kernels"
+        _status = f"compiling the C kernels failed ({e}): NumPy kernels"
         return None
     for name, argtypes in SIGNATURES.items():
         fn = getattr(lib, name)
-        fn.argtypes, fn.restype = argtypes, None
+        fn.argtypes, fn.restype = argtypes, RESULT_TYPES.get(name)
     _status = f"compiled C kernels ({path})"
     return lib
 

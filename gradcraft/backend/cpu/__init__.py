@@ -87,8 +87,10 @@ class CPUBackend(Backend):
     def recomputing_attention_preferred(self, dtype) -> bool:
         # The C kernels (native/attention.c) skip the masked half of causal attention and keep each
         # head's weights in cache: faster than explicit attention's six BLAS products and softmax.
-        return "sdpa" in self.kernels and self.kernels["sdpa"] is not self.reference_kernels["sdpa"] and (
-            np.dtype(dtype) == np.float32
+        return (
+            "sdpa" in self.kernels
+            and self.kernels["sdpa"] is not self.reference_kernels["sdpa"]
+            and (np.dtype(dtype) == np.float32)
         )
 
     def from_numpy(self, array):

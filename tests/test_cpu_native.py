@@ -47,7 +47,10 @@ def check(name, *args, rtol=2e-5, atol=2e-6, **attrs):
 def with_output_gradient(make):
     def inputs():
         q, k, v = make()
-        return q, k, v, rand(*q.shape[:3], v.shape[-1], seed=3)
+        B, H, T, Dv = *q.shape[:3], v.shape[-1]
+        if q.flags.c_contiguous:
+            return q, k, v, rand(B, H, T, Dv, seed=3)
+        return q, k, v, rand(B, T, H, Dv, seed=3).transpose(0, 2, 1, 3)  # as a (B, T, H, D) projection gives it
 
     return inputs
 
@@ -108,6 +111,22 @@ CASES = [
         lambda: (rand(9, 50, scale=5), np.array([3, 5, 0, 49, 7, 7, 5, 1, 2]), rand(9, seed=5)),
         {"ignore_index": 5, "label_smoothing": 0.2},
     ),
+    # the fused output layer + loss: one chunk, several (chunk_bytes), ignored rows, smoothing, padding
+    (
+        "linear_cross_entropy",
+        lambda: (rand(37, 16, scale=2), rand(50, 16, seed=1), np.random.default_rng(2).integers(0, 50, 37)),
+        {"atol": 1e-5},
+    ),
+    (
+        "linear_cross_entropy",
+        lambda: (
+            rand(37, 16, scale=2),
+            rand(50, 16, seed=1),
+            np.where(np.arange(37) % 5 == 0, -100, np.random.default_rng(2).integers(0, 45, 37)),
+        ),
+        {"label_smoothing": 0.1, "valid_classes": 45, "chunk_bytes": 8 * 50 * 4, "atol": 1e-5},
+    ),
+    ("linear_cross_entropy", lambda: (rand(0, 8), rand(10, 8, seed=1), np.zeros(0, np.int64)), {"atol": 1e-5}),
     ("masked_softmax", lambda: (rand(2, 3, 16, 16, scale=4),), {"scale": 0.25, "causal": True, "window": None}),
     ("masked_softmax", lambda: (rand(2, 3, 5, 12, scale=4),), {"scale": 0.5, "causal": True, "window": 4}),
     ("masked_softmax", lambda: (rand(4, 7, 9),), {"scale": -1.5, "causal": False, "window": None}),
@@ -135,6 +154,9 @@ CASES = [
             (lambda: (rand(2, 3, 33, 64), rand(2, 3, 33, 64, seed=1), rand(2, 3, 33, 64, seed=2)), 0.125, True, None),
             (lambda: (rand(1, 2, 1, 16), rand(1, 2, 9, 16, seed=1), rand(1, 2, 9, 16, seed=2)), 0.25, True, None),
             (lambda: (rand(1, 2, 20, 16), rand(1, 2, 29, 16, seed=1), rand(1, 2, 29, 16, seed=2)), 0.25, False, 5),
+            # views of a fused projection (B, T, H, D) transposed, and a last axis that is not contiguous
+            (lambda: tuple(rand(2, 16, 4, 8, seed=i).transpose(0, 2, 1, 3) for i in range(3)), 0.35, True, None),
+            (lambda: tuple(rand(2, 4, 8, 16, seed=i).swapaxes(-1, -2) for i in range(3)), 0.3, False, None),
         ]
     ],
     ("rope", lambda: (rand(2, 3, 8, 16), rand(8, 8, seed=1), rand(8, 8, seed=2)), {"inverse": False}),
@@ -151,7 +173,7 @@ CASES = [
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("name,make,attrs", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
 def test_native_matches_numpy(name, make, attrs, threads, monkeypatch):
-    monkeypatch.setattr(cpu_native, "_PARALLEL_MIN", 0)  # split even these small arrays among threads
+    monkeypatch.setattr(cpu_native.common, "_PARALLEL_MIN", 0)  # split even these small arrays among threads
     monkeypatch.setattr(cpu_threads, "_PARALLEL_MIN", 0)
     set_num_threads(threads)
     try:

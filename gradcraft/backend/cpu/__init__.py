@@ -93,6 +93,11 @@ class CPUBackend(Backend):
             and (np.dtype(dtype) == np.float32)
         )
 
+    def fused_linear_cross_entropy(self, dtype) -> bool:
+        # The C kernel's chunks keep the logits in cache (native/linear_cross_entropy.py).
+        native = self.kernels["linear_cross_entropy"] is not self.reference_kernels["linear_cross_entropy"]
+        return native and np.dtype(dtype) == np.float32
+
     def from_numpy(self, array):
         return stats.track(np.array(array, copy=True, order="C"))
 

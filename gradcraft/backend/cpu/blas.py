@@ -94,7 +94,7 @@ def limit(n: int):
         functions[2](previous)
 
 
-def _per_call_matmul(a, b) -> int:
+def _per_call_matmul(a, b, *rest) -> int:
     """Multiply-adds of one BLAS call of the CPU backend's matmul: (..., M, K) @ (K, N) is one call on
     (batch*M, K); two stacks are one call per matrix."""
     if a.ndim == 0 or b.ndim == 0:
@@ -188,6 +188,26 @@ def _below_threshold_on_one_thread(fn, per_call):
             set_local(previous)
 
     return kernel
+
+
+_policy_matmul = None
+
+
+def _matmul_into(a, b, out):
+    import numpy
+
+    return numpy.matmul(a, b, out=out)
+
+
+def matmul_into(a, b, out):
+    """np.matmul(a, b, out=out) on the thread count the policy picks for its size: for kernels that run
+    BLAS products of their own (the native fused output layer + loss)."""
+    global _policy_matmul
+    if _policy_matmul is None:
+        functions = _functions()
+        usable = functions is not None and functions[2] is not None and os.environ.get("GRADCRAFT_BLAS_POLICY") != "off"
+        _policy_matmul = _below_threshold_on_one_thread(_matmul_into, _per_call_matmul) if usable else _matmul_into
+    return _policy_matmul(a, b, out)
 
 
 ATTENTION_KERNELS = ("sdpa", "sdpa_backward", "flash_attention", "flash_attention_backward")

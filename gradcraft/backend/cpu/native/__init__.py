@@ -11,38 +11,17 @@ import math
 import numpy as np
 
 from gradcraft.backend import check_optimizer_state
-from gradcraft.backend.cpu.native import attention
+from gradcraft.backend.cpu.native import attention, linear_cross_entropy
+from gradcraft.backend.cpu.native.common import _check_targets, _f32, _over_rows, _ptr
 from gradcraft.backend.cpu.native.compiler import library, status  # noqa: F401
-from gradcraft.backend.cpu.threads import _PARALLEL_MIN, _parallel, num_threads
 
 _F32 = np.dtype(np.float32)
 PARTIAL_ROWS = 64  # rows per partial sum of a norm's weight gradient (fixed: results do not depend on threads)
 
 
-def _ptr(a):
-    return a.ctypes.data if a is not None else None
-
-
-def _f32(*arrays) -> bool:
-    """All given arrays (None allowed) are C-contiguous float32."""
-    return all(a is None or (a.dtype == _F32 and a.flags.c_contiguous) for a in arrays)
-
-
 def _norm_params_fit(features: int, *params) -> bool:
     """The C norm kernels read `features` values of each weight/bias: they must hold exactly that."""
     return all(p is None or p.size == features for p in params)
-
-
-def _over_rows(call, n: int, row_size: int, align: int = 1) -> None:
-    """call(lo, hi) over range(n) rows: once on this thread, or on one range per thread (ranges
-    aligned to `align` rows) when the pool is on and the work is big."""
-    threads = num_threads()
-    if threads == 1 or n * row_size < _PARALLEL_MIN or n < 2:
-        call(0, n)
-        return
-    per = -(-n // threads)  # rows per thread, rounded up to a multiple of align
-    per = -(-per // align) * align
-    _parallel(call, n, row_size, block=per * row_size)
 
 
 def kernels(reference: dict, empty) -> dict:
@@ -300,6 +279,7 @@ def kernels(reference: dict, empty) -> dict:
         "masked_softmax_backward": masked_softmax_backward,
         "rope": rope,
         **attention.kernels(lib, reference, empty),
+        **linear_cross_entropy.kernels(lib, reference, empty),
     }
 
 
@@ -307,16 +287,6 @@ def _sum_partials(partials, shape, empty):
     out = empty(shape, _F32)
     np.sum(partials, axis=0, out=out.reshape(-1))
     return out
-
-
-def _check_targets(target, classes: int, ignore_index: int) -> None:
-    """The C kernels index rows with the targets: one out of range would read or write outside them."""
-    valid = target[target != ignore_index]
-    if valid.size and (valid.min() < 0 or valid.max() >= classes):
-        raise IndexError(
-            f"cross_entropy: target {int(valid.max() if valid.max() >= classes else valid.min())} "
-            f"is out of range for {classes} classes"
-        )
 
 
 def adamw_update(p, g, m, v, *, scale, step_size, bc2_sqrt, decay, beta1, beta2, eps) -> bool:

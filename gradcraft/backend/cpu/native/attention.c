@@ -106,23 +106,23 @@ i64 sdpa_scratch_floats(i64 T, i64 S, i64 D, i64 Dv) {
 
 static float *aligned(float *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
-/* dst (rows x ld, zero padded) = src (n x cols) * factor, rows >= n zero */
-static void pad_rows(float *dst, i64 rows, i64 ld, const float *src, i64 n, i64 cols, float factor) {
+/* dst (rows x ld, zero padded) = src (n x cols, rows `stride` apart) * factor, rows >= n zero */
+static void pad_rows(float *dst, i64 rows, i64 ld, const float *src, i64 stride, i64 n, i64 cols, float factor) {
     for (i64 r = 0; r < rows; r++) {
         float *d = dst + r * ld;
         if (r < n) {
 #pragma omp simd
-            for (i64 c = 0; c < cols; c++) d[c] = src[r * cols + c] * factor;
+            for (i64 c = 0; c < cols; c++) d[c] = src[r * stride + c] * factor;
         }
         for (i64 c = r < n ? cols : 0; c < ld; c++) d[c] = 0.0f;
     }
 }
 
-/* dst (cols x ld) = src (n x cols)^T, columns >= n zero */
-static void pad_transposed(float *dst, i64 ld, const float *src, i64 n, i64 cols) {
+/* dst (cols x ld) = src (n x cols, rows `stride` apart)^T, columns >= n zero */
+static void pad_transposed(float *dst, i64 ld, const float *src, i64 stride, i64 n, i64 cols) {
     for (i64 c = 0; c < cols; c++) {
         float *d = dst + c * ld;
-        for (i64 r = 0; r < n; r++) d[r] = src[r * cols + c];
+        for (i64 r = 0; r < n; r++) d[r] = src[r * stride + c];
         for (i64 r = n; r < ld; r++) d[r] = 0.0f;
     }
 }
@@ -177,22 +177,40 @@ static Scratch carve(const Shape *s, float *base) {
 }
 
 /* scores of one head: P = (q scale) K^T over the keys each query block can see */
-static void scores(const Shape *s, Scratch *w, const float *q, float scale) {
-    pad_rows(w->Q, s->Tp, s->D, q, s->T, s->D, scale);
+static void scores(const Shape *s, Scratch *w, const float *q, i64 q_row, float scale) {
+    pad_rows(w->Q, s->Tp, s->D, q, q_row, s->T, s->D, scale);
     gemm(s->Tp, s->Sp, s->D, w->Q, s->D, 1, w->Kt, s->Sp, w->P, s->Sp, 0, s->causal ? KEYS_SEEN : FULL, s->off);
 }
 
-void sdpa_f32(const float *q, const float *k, const float *v, float *out, i64 G, i64 T, i64 S, i64 D, i64 Dv,
-              float scale, int causal, i64 window, float *scratch, i64 lo, i64 hi) {
+/* Where head h of batch b starts, and how far apart its rows are, in an input of element strides
+   st = (batch, head, row) (the last axis contiguous): q, k, v and g may be views of a fused projection. */
+typedef struct {
+    const float *base;
+    i64 batch, head, row;
+} Layout;
+
+static inline const float *head_at(const Layout *a, i64 b, i64 h) { return a->base + b * a->batch + h * a->head; }
+
+static Layout layout(const float *base, const i64 *st) {
+    Layout a = {base, st[0], st[1], st[2]};
+    return a;
+}
+
+/* q (B, H, T, D), k (B, Hkv, S, D), v (B, Hkv, S, Dv) as laid out by `strides` (batch, head, row of
+   each, in elements); out (B, H, T, Dv) contiguous. */
+void sdpa_f32(const float *q, const float *k, const float *v, const i64 *strides, float *out, i64 Hkv, i64 G,
+              i64 T, i64 S, i64 D, i64 Dv, float scale, int causal, i64 window, float *scratch, i64 lo, i64 hi) {
+    Layout lq = layout(q, strides), lk = layout(k, strides + 3), lv = layout(v, strides + 6);
     Shape s = shape_of(T, S, D, Dv, causal, window);
     Scratch w = carve(&s, scratch);
     int band = causal ? UPPER : FULL;
     for (i64 u = lo; u < hi; u++) {
-        pad_transposed(w.Kt, s.Sp, k + u * S * D, S, D);
-        pad_rows(w.V, s.Sp, s.Dvp, v + u * S * Dv, S, Dv, 1.0f);
+        i64 b = u / Hkv, kv_head = u % Hkv;
+        pad_transposed(w.Kt, s.Sp, head_at(&lk, b, kv_head), lk.row, S, D);
+        pad_rows(w.V, s.Sp, s.Dvp, head_at(&lv, b, kv_head), lv.row, S, Dv, 1.0f);
         for (i64 h = 0; h < G; h++) {
             i64 head = u * G + h;
-            scores(&s, &w, q + head * T * D, scale);
+            scores(&s, &w, head_at(&lq, b, kv_head * G + h), lq.row, scale);
             softmax_rows(&s, w.P, w.sums, 0);
             gemm(s.Tp, s.Dvp, S, w.P, s.Sp, 1, w.V, s.Dvp, w.R, s.Dvp, 0, band, s.off);
             for (i64 t = 0; t < T; t++) {
@@ -208,23 +226,28 @@ void sdpa_f32(const float *q, const float *k, const float *v, float *out, i64 G,
 
 /* With p the weights and g the output's gradient: dv = p^T g; dp = g v^T; ds = p (dp - rowsum(dp p)) scale;
    dq = ds k; dk = ds^T q. The weights are recomputed from q and k, as flash attention does. */
-void sdpa_backward_f32(const float *q, const float *k, const float *v, const float *g, float *dq, float *dk,
-                       float *dv, i64 G, i64 T, i64 S, i64 D, i64 Dv, float scale, int causal, i64 window,
-                       float *scratch, i64 lo, i64 hi) {
+void sdpa_backward_f32(const float *q, const float *k, const float *v, const float *g, const i64 *strides,
+                       float *dq, float *dk, float *dv, i64 Hkv, i64 G, i64 T, i64 S, i64 D, i64 Dv, float scale,
+                       int causal, i64 window, float *scratch, i64 lo, i64 hi) {
+    Layout lq = layout(q, strides), lk = layout(k, strides + 3), lv = layout(v, strides + 6);
+    Layout lg = layout(g, strides + 9);
     Shape s = shape_of(T, S, D, Dv, causal, window);
     Scratch w = carve(&s, scratch);
     int upper = causal ? UPPER : FULL, lower = causal ? LOWER : FULL, seen = causal ? KEYS_SEEN : FULL;
     for (i64 u = lo; u < hi; u++) {
-        pad_transposed(w.Kt, s.Sp, k + u * S * D, S, D);
-        pad_transposed(w.Vt, s.Sp, v + u * S * Dv, S, Dv);
-        pad_rows(w.K, s.Sp, s.Dp, k + u * S * D, S, D, 1.0f);
+        i64 b = u / Hkv, kv_head = u % Hkv;
+        const float *ku = head_at(&lk, b, kv_head);
+        pad_transposed(w.Kt, s.Sp, ku, lk.row, S, D);
+        pad_transposed(w.Vt, s.Sp, head_at(&lv, b, kv_head), lv.row, S, Dv);
+        pad_rows(w.K, s.Sp, s.Dp, ku, lk.row, S, D, 1.0f);
         memset(w.dK, 0, sizeof(float) * s.Sp * s.Dp);
         memset(w.dV, 0, sizeof(float) * s.Sp * s.Dvp);
         for (i64 h = 0; h < G; h++) {
             i64 head = u * G + h;
-            scores(&s, &w, q + head * T * D, scale);
+            const float *qh = head_at(&lq, b, kv_head * G + h);
+            scores(&s, &w, qh, lq.row, scale);
             softmax_rows(&s, w.P, w.sums, 1);
-            pad_rows(w.G, s.Tp, s.Dvp, g + head * T * Dv, T, Dv, 1.0f);
+            pad_rows(w.G, s.Tp, s.Dvp, head_at(&lg, b, kv_head * G + h), lg.row, T, Dv, 1.0f);
             /* dv += p^T g: rows are keys, k runs over the queries that see them */
             gemm(s.Sp, s.Dvp, T, w.P, 1, s.Sp, w.G, s.Dvp, w.dV, s.Dvp, 1, lower, s.off);
             /* dp = g v^T over the keys each query block sees */
@@ -244,7 +267,7 @@ void sdpa_backward_f32(const float *q, const float *k, const float *v, const flo
             gemm(s.Tp, s.Dp, S, w.dP, s.Sp, 1, w.K, s.Dp, w.R, s.Dp, 0, upper, s.off);
             for (i64 t = 0; t < T; t++) memcpy(dq + (head * T + t) * D, w.R + t * s.Dp, sizeof(float) * D);
             /* dk += ds^T q (q unscaled, padded to Dp columns) */
-            pad_rows(w.Q, s.Tp, s.Dp, q + head * T * D, T, D, 1.0f);
+            pad_rows(w.Q, s.Tp, s.Dp, qh, lq.row, T, D, 1.0f);
             gemm(s.Sp, s.Dp, T, w.dP, 1, s.Sp, w.Q, s.Dp, w.dK, s.Dp, 1, lower, s.off);
         }
         for (i64 j = 0; j < S; j++) {

@@ -9,8 +9,18 @@ from gradcraft.backend.cpu import blas, threads
 _F32 = np.dtype(np.float32)
 
 
+def _row_major(a):
+    """a itself when its last axis is contiguous (the kernels take any other strides), else a copy."""
+    return a if a.strides[-1] == a.itemsize and all(s % a.itemsize == 0 for s in a.strides) else np.ascontiguousarray(a)
+
+
+def _strides(*arrays):
+    """The (batch, head, row) strides of each array, in elements, as the kernels take them."""
+    return np.array([s // a.itemsize for a in arrays for s in a.strides[:3]], np.int64)
+
+
 def _fits(q, k, v, *rest, causal) -> bool:
-    """Float32 (any layout: the kernels take C-contiguous copies), and every query sees at least one key
+    """Float32 (any layout: see _row_major), and every query sees at least one key
     (the kernels' rows are never empty; causal attention with fewer keys than queries leaves the first
     queries none)."""
     arrays = (q, k, v, *rest)
@@ -44,13 +54,15 @@ def kernels(lib, reference: dict, empty) -> dict:
             return reference["sdpa"](q, k, v, mask, scale=scale, causal=causal, window=window)
         B, H, T, D = q.shape
         Hkv, S, Dv = k.shape[1], k.shape[2], v.shape[-1]
-        q, k, v = (np.ascontiguousarray(a) for a in (q, k, v))  # views of a fused qkv projection: a copy
+        q, k, v = (_row_major(a) for a in (q, k, v))  # views of a fused qkv projection are taken as they are
+        strides = _strides(q, k, v)
         out = empty((B, H, T, Dv), _F32)
-        args = (H // Hkv, T, S, D, Dv, scale, int(bool(causal)), int(window or 0))
+        args = (Hkv, H // Hkv, T, S, D, Dv, scale, int(bool(causal)), int(window or 0))
+        pointers = [a.ctypes.data for a in (q, k, v, strides, out)]
 
         def call(lo, hi):
             work = scratch(T, S, D, Dv)
-            lib.sdpa_f32(q.ctypes.data, k.ctypes.data, v.ctypes.data, out.ctypes.data, *args, work.ctypes.data, lo, hi)
+            lib.sdpa_f32(*pointers, *args, work.ctypes.data, lo, hi)
 
         _over_units(call, B * Hkv, (H // Hkv) * T * S * (D + Dv))
         return out
@@ -60,10 +72,11 @@ def kernels(lib, reference: dict, empty) -> dict:
             return reference["sdpa_backward"](q, k, v, g, mask, scale=scale, causal=causal, window=window)
         B, H, T, D = q.shape
         Hkv, S, Dv = k.shape[1], k.shape[2], v.shape[-1]
-        q, k, v, g = (np.ascontiguousarray(a) for a in (q, k, v, g))
+        q, k, v, g = (_row_major(a) for a in (q, k, v, g))
+        strides = _strides(q, k, v, g)
         dq, dk, dv = empty(q.shape, _F32), empty(k.shape, _F32), empty(v.shape, _F32)
-        args = (H // Hkv, T, S, D, Dv, scale, int(bool(causal)), int(window or 0))
-        pointers = [a.ctypes.data for a in (q, k, v, g, dq, dk, dv)]
+        args = (Hkv, H // Hkv, T, S, D, Dv, scale, int(bool(causal)), int(window or 0))
+        pointers = [a.ctypes.data for a in (q, k, v, g, strides, dq, dk, dv)]
 
         def call(lo, hi):
             work = scratch(T, S, D, Dv)

@@ -323,6 +323,37 @@ void cross_entropy_backward_f32(const float *logits, const int64_t *target, cons
     }
 }
 
+/* Both at once, in place: each row of logits becomes d loss / d logits (g = 1) and loss[r] its loss,
+   for the fused output layer + loss, whose chunks of logits are still in cache here. */
+void cross_entropy_with_grad_f32(float *logits, const int64_t *target, float *loss, i64 classes, i64 width,
+                                 i64 ignore_index, float smoothing, i64 lo, i64 hi) {
+    for (i64 r = lo; r < hi; r++) {
+        float *x = logits + r * width;
+        if (target[r] == ignore_index) {
+            memset(x, 0, (size_t)width * sizeof(float));
+            loss[r] = 0.0f;
+            continue;
+        }
+        if (width > classes) memset(x + classes, 0, (size_t)(width - classes) * sizeof(float));
+        float m = row_max(x, classes), picked = x[target[r]], sum = 0.0f, total = 0.0f;
+        if (smoothing != 0.0f) {
+#pragma omp simd reduction(+ : total)
+            for (i64 j = 0; j < classes; j++) total += x[j];
+        }
+#pragma omp simd reduction(+ : sum)
+        for (i64 j = 0; j < classes; j++) {
+            x[j] = exp_f(x[j] - m);
+            sum += x[j];
+        }
+        float lse = m + logf(sum), nll = lse - picked;
+        loss[r] = smoothing != 0.0f ? (1.0f - smoothing) * nll + smoothing * (lse - total / (float)classes) : nll;
+        float scale = 1.0f / sum, shift = smoothing / (float)classes;
+#pragma omp simd
+        for (i64 j = 0; j < classes; j++) x[j] = x[j] * scale - shift;
+        x[target[r]] -= 1.0f - smoothing;
+    }
+}
+
 /* Attention weights: for each of the (T, S) score matrices in [lo, hi), softmax(scores * scale)
    over the keys each query may see: query i (the last T of S positions) sees key j when
    j <= i + S - T (causal) and j > i + S - T - window (window > 0); the others get 0. */

@@ -14,10 +14,11 @@ def limit_threads(threads: int):
     is not installed."""
     import os
 
-    from gradcraft.backend.cpu import blas
+    from gradcraft.backend.cpu import blas, threads as cpu_threads
 
     os.environ["OMP_NUM_THREADS"] = str(threads)
     blas.set_threads(threads)
+    cpu_threads.set_num_threads(threads)
     try:
         import torch
     except ImportError:

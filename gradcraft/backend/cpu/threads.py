@@ -16,7 +16,10 @@ import numpy as np
 
 _HALF = {np.dtype(np.float16), np.dtype("bfloat16")}
 
-_PARALLEL_MIN = 1 << 17  # elements: below this, waking a thread (~50 us) costs more than it saves
+# Elements: below this a kernel runs on the calling thread alone. Waking a thread costs ~30-50 us on a
+# VM, and a kernel over a few hundred thousand elements is done in about that time: the `demo` step's
+# RoPE and norms (262k elements) ran slower split, its SwiGLU (1.5M) 1.5x faster.
+_PARALLEL_MIN = 1 << 20
 _BLOCK = 1 << 15  # elements a piece works on at a time, so that its temporaries stay in L2 cache
 _CE_BLOCK = 1 << 18  # cross-entropy's blocks: bigger, so that a long row (the vocabulary) costs few calls
 _MAP_BLOCK = 1 << 17  # a single ufunc's blocks: no temporaries to keep in cache, so fewer, bigger calls
@@ -26,19 +29,27 @@ _executor = None
 
 
 def num_threads() -> int:
-    """Threads for the elementwise and row-wise kernels: GRADCRAFT_NUM_THREADS, else 1.
+    """Threads for the elementwise and row-wise kernels: GRADCRAFT_NUM_THREADS, else the cores this
+    process may run on, at most OMP_NUM_THREADS or OPENBLAS_NUM_THREADS when set (`set_num_threads`
+    and `gradcraft bench --threads` set it too).
 
-    Not the core count by default: on 2 cores the pool made a training step slower, not faster.
-    OpenBLAS's idle threads spin for about 0.1 s after each matmul, on the very cores the pool
-    would use, and on a VM each thread wake-up or GIL hand-over costs ~30 us. The pool pays for
-    big row-wise work (softmax or cross-entropy over millions of elements) when BLAS runs one
-    thread or its threads do not spin (OPENBLAS_THREAD_TIMEOUT=4)."""
+    Only arrays of _PARALLEL_MIN elements or more are split, in blocks that the threads take in turn,
+    so a thread that another process holds up does less of the work. (Before gradcraft stopped
+    OpenBLAS's idle threads from spinning, see gradcraft/__init__.py, the default was one thread: the
+    spinning threads took the cores the pool would use.)"""
     global _num_threads
     if _num_threads is None:
         try:
-            _num_threads = max(1, int(os.environ.get("GRADCRAFT_NUM_THREADS") or 1))
+            _num_threads = max(1, int(os.environ.get("GRADCRAFT_NUM_THREADS") or 0))
         except ValueError:
-            _num_threads = 1
+            _num_threads = 0
+        if not _num_threads:
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+            for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+                value = os.environ.get(name, "")
+                if value.isdigit() and int(value) > 0:
+                    cores = min(cores, int(value))
+            _num_threads = max(1, cores)
     return _num_threads
 
 

@@ -37,7 +37,7 @@ def _over_units(call, units: int, work: int) -> None:
     CPU backend's thread policy, blas.py, sets that per call: one thread under contention), in
     blocks of a few units that the threads take in turn (a thread held up by another process does
     fewer of them)."""
-    count = max(threads.num_threads(), blas.threads() or 1)
+    count = blas.threads() or threads.num_threads()
     if count == 1 or units < 2 or units * work < threads._PARALLEL_MIN:
         call(0, units)
         return

@@ -17,13 +17,14 @@ def _f32(*arrays) -> bool:
 
 
 def _over_rows(call, n: int, row_size: int, align: int = 1) -> None:
-    """call(lo, hi) over range(n) rows: once on this thread, or on one range per thread (ranges
-    aligned to `align` rows) when the pool is on and the work is big."""
+    """call(lo, hi) over range(n) rows: once on this thread, or, when the pool is on and the work is
+    big, on ranges (aligned to `align` rows) about a quarter of a thread's share, which the threads
+    take in turn (one held up by another process does fewer)."""
     threads = num_threads()
     if threads == 1 or n * row_size < _PARALLEL_MIN or n < 2:
         call(0, n)
         return
-    per = -(-n // threads)  # rows per thread, rounded up to a multiple of align
+    per = -(-n // (4 * threads))  # rows per range, rounded up to a multiple of align
     per = -(-per // align) * align
     _parallel(call, n, row_size, block=per * row_size)
 

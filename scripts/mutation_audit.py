@@ -104,7 +104,7 @@ MUTANTS = [
     # ---- training: gradient accumulation and data parallel
     M(
         "accumulation_seed_one",
-        "gradcraft/training/trainer.py",
+        "gradcraft/training/step.py",
         "seed = 1.0 / (self.accum * self.world)",
         "seed = 1.0",
         ("tests/test_grad_accumulation.py",),
@@ -112,7 +112,7 @@ MUTANTS = [
     ),
     M(
         "accumulation_ignores_world",
-        "gradcraft/training/trainer.py",
+        "gradcraft/training/step.py",
         "seed = 1.0 / (self.accum * self.world)",
         "seed = 1.0 / self.accum",
         ("tests/test_grad_accumulation.py",),
@@ -197,7 +197,7 @@ MUTANTS = [
     # ---- kernels
     M(
         "exp_taylor_term",
-        KERNELS,
+        "gradcraft/backend/cpu/native/vector_math.h",
         "p = p * r + 1.0f / 6.0f;",
         "p = p * r + 1.0f / 5.0f;",
         ("tests/test_cpu_native.py",),
@@ -214,8 +214,10 @@ MUTANTS = [
     M(
         "cross_entropy_mean_counts_ignored",
         "gradcraft/ops/nn.py",
-        "count = reduce_sum(ew.ne(flat_target, ignore_index))",
-        "count = reduce_sum(ew.ne(flat_target, -12345))",
+        'total = reduce_sum(losses)\n    if reduction == "sum":\n        return total\n'
+        "    count = reduce_sum(ew.ne(flat_target, ignore_index))",
+        'total = reduce_sum(losses)\n    if reduction == "sum":\n        return total\n'
+        "    count = reduce_sum(ew.ne(flat_target, -12345))",
         ("tests/test_ops.py", "-k", "cross_entropy"),
         "the mean loss counts ignored targets",
     ),
@@ -223,7 +225,7 @@ MUTANTS = [
     M(
         "adamw_no_bias_correction",
         "gradcraft/optim/optimizer.py",
-        "step_size, bc2_sqrt = lr / (1.0 - beta1 ** step), math.sqrt(1.0 - beta2 ** step)",
+        "step_size, bc2_sqrt = lr / (1.0 - beta1**step), math.sqrt(1.0 - beta2**step)",
         "step_size, bc2_sqrt = lr, 1.0",
         ("tests/test_optim.py",),
         "AdamW without bias correction",

@@ -40,10 +40,10 @@ def num_threads() -> int:
     global _num_threads
     if _num_threads is None:
         try:
-            _num_threads = max(1, int(os.environ.get("GRADCRAFT_NUM_THREADS") or 0))
+            _num_threads = int(os.environ.get("GRADCRAFT_NUM_THREADS") or 0)
         except ValueError:
             _num_threads = 0
-        if not _num_threads:
+        if _num_threads < 1:
             cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
             for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
                 value = os.environ.get(name, "")

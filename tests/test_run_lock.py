@@ -180,24 +180,27 @@ def test_the_sigterm_handler_is_restored_and_skipped_off_the_main_thread():
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-def test_a_stop_signal_dropped_by_a_finalizer_is_raised_between_steps():
-    # Python drops an exception raised in a finalizer ("Exception ignored in ..."): a Ctrl-C that
-    # lands there must still stop the run at the next step.
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stop_signal_dropped_by_a_finalizer_is_raised_between_steps(signum):
+    # Python drops an exception raised in a finalizer ("Exception ignored in ..."): a Ctrl-C or a
+    # SIGTERM that lands there must still stop the run at the next step, as the same exception.
     import weakref
-    from gradcraft.training.runlock import raise_if_interrupted, sigterm_as_interrupt
+    from gradcraft.training.runlock import Terminated, raise_if_interrupted, sigterm_as_interrupt
 
     class Thing:
         pass
 
-    before, reached = signal.getsignal(signal.SIGINT), []
-    with pytest.raises(KeyboardInterrupt):
+    before, reached = signal.getsignal(signum), []
+    expected = Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+    with pytest.raises(expected) as raised:
         with sigterm_as_interrupt():
             thing = Thing()
-            weakref.finalize(thing, os.kill, os.getpid(), signal.SIGINT)
-            del thing  # the signal arrives inside the finalizer, which drops the KeyboardInterrupt
+            weakref.finalize(thing, os.kill, os.getpid(), signum)
+            del thing  # the signal arrives inside the finalizer, which drops the exception
             reached.append("after")
             raise_if_interrupted()
-    assert reached == ["after"] and signal.getsignal(signal.SIGINT) is before
+    assert type(raised.value) is expected
+    assert reached == ["after"] and signal.getsignal(signum) is before
     raise_if_interrupted()  # outside the block: nothing pending
 
 

@@ -5,7 +5,7 @@ The NumPy kernels are also the reference implementations: each C and CUDA kernel
 the NumPy function of the same contract name (`CPUBackend().reference_kernels`).
 
 The elementwise and row-wise kernels can run on several threads when their arrays are big
-(threads.py; off unless GRADCRAFT_NUM_THREADS says otherwise); matmuls use BLAS's own threads,
+(threads.py: the process's cores unless GRADCRAFT_NUM_THREADS says otherwise); matmuls use BLAS's own threads,
 limited per product by blas.py.
 """
 

@@ -182,6 +182,24 @@ def test_native_matches_numpy(name, make, attrs, threads, monkeypatch):
         set_num_threads(None)
 
 
+def test_linear_cross_entropy_of_an_empty_vocabulary():
+    """A weight of no rows (every target ignored) gives a loss of 0 and zero gradients, as PyTorch's
+    cross_entropy does, not a division by zero when the chunk's rows are counted."""
+    for n in (0, 3):
+        loss, dx, dw = NATIVE["linear_cross_entropy"](rand(n, 8), rand(0, 8), np.full(n, -100))
+        assert float(loss) == 0 and dx.shape == (n, 8) and dw.shape == (0, 8) and (dx == 0).all()
+
+
+def test_training_takes_the_recomputing_attention_only_with_the_c_kernels(monkeypatch):
+    """Without the C kernels (no compiler, GRADCRAFT_CPU_NATIVE=0) training keeps explicit attention: the
+    NumPy sdpa, even inside the BLAS thread policy's wrapper, is not a reason to recompute the weights."""
+    assert cpu.CPUBackend().recomputing_attention_preferred(np.float32)
+    monkeypatch.setattr(cpu.native, "kernels", lambda reference, empty: {})
+    numpy_only = cpu.CPUBackend()
+    assert not numpy_only.recomputing_attention_preferred(np.float32)
+    assert not numpy_only.fused_linear_cross_entropy(np.float32)
+
+
 def test_big_arrays_on_threads():
     """Arrays as a training step has them, split among 2 threads; norm weight gradients are summed
     in blocks of rows that do not depend on the thread count (bitwise equal on 1 and 2 threads)."""

@@ -49,3 +49,30 @@ def test_parallel_blocks_cover_the_range_once_on_any_thread_count(monkeypatch):
 
         threads._parallel(block, 1000, 1, block=7, threads=count)
         assert (seen == 1).all()
+
+
+def test_parallel_while_another_thread_grows_the_pool(monkeypatch):
+    """A call that asks for more threads than the pool has replaces the pool. Another Python thread's
+    kernel may be submitting to the old pool at that moment: it must not find it shut down (the hook
+    below grows the pool exactly between that kernel's reading the pool and its submit)."""
+    import concurrent.futures
+
+    monkeypatch.setattr(threads, "_PARALLEL_MIN", 0)
+    monkeypatch.setattr(threads, "_executor", None)
+    grown = []
+
+    class Pool(concurrent.futures.ThreadPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):
+            if not grown:  # the other thread's kernel, wanting more threads, starts now
+                grown.append(self._max_workers + 2)
+                threads._parallel(lambda a, b: None, 100, 1, block=1, threads=grown[0])
+            return super().submit(fn, *args, **kwargs)
+
+    monkeypatch.setattr(concurrent.futures, "ThreadPoolExecutor", Pool)
+    seen = np.zeros(100, np.int64)
+
+    def block(a, b):
+        seen[a:b] += 1
+
+    threads._parallel(block, 100, 1, block=1, threads=2)
+    assert grown and (seen == 1).all()

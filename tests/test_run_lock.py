@@ -204,6 +204,22 @@ def test_a_stop_signal_dropped_by_a_finalizer_is_raised_between_steps(signum):
     raise_if_interrupted()  # outside the block: nothing pending
 
 
+def test_a_stop_signal_ignored_at_the_start_stays_ignored():
+    # `gradcraft train ... &` in a script: the shell ignores SIGINT for the job (Ctrl-C is for the
+    # script's foreground command), and Python keeps it ignored; the run must not start taking it.
+    from gradcraft.training.runlock import raise_if_interrupted, sigterm_as_interrupt
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with sigterm_as_interrupt():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGINT)
+            raise_if_interrupted()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def test_without_fcntl_there_is_no_lock(tmp_path, monkeypatch):
     from gradcraft.training import runlock
 

@@ -138,7 +138,10 @@ def sigterm_as_interrupt():
             _stop = Terminated if signum == signal.SIGTERM else KeyboardInterrupt
             raise _stop()
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    # A signal ignored when the command started stays ignored (the shell ignores SIGINT for a job run
+    # with `&` in a script, so that Ctrl-C stops the script's foreground command, not the job).
+    stops = [sig for sig in (signal.SIGTERM, signal.SIGINT) if signal.getsignal(sig) is not signal.SIG_IGN]
+    previous = {sig: signal.signal(sig, handler) for sig in stops}
     try:
         yield
     finally:

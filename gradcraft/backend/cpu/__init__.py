@@ -5,7 +5,7 @@ The NumPy kernels are also the reference implementations: each C and CUDA kernel
 the NumPy function of the same contract name (`CPUBackend().reference_kernels`).
 
 The elementwise and row-wise kernels can run on several threads when their arrays are big
-(threads.py; off unless GRADCRAFT_NUM_THREADS says otherwise); matmuls use BLAS's own threads,
+(threads.py: the process's cores unless GRADCRAFT_NUM_THREADS says otherwise); matmuls use BLAS's own threads,
 limited per product by blas.py.
 """
 
@@ -87,16 +87,17 @@ class CPUBackend(Backend):
     def recomputing_attention_preferred(self, dtype) -> bool:
         # The C kernels (native/attention.c) skip the masked half of causal attention and keep each
         # head's weights in cache: faster than explicit attention's six BLAS products and softmax.
-        return (
-            "sdpa" in self.kernels
-            and self.kernels["sdpa"] is not self.reference_kernels["sdpa"]
-            and (np.dtype(dtype) == np.float32)
-        )
+        return self._native("sdpa") and np.dtype(dtype) == np.float32
 
     def fused_linear_cross_entropy(self, dtype) -> bool:
         # The C kernel's chunks keep the logits in cache (native/linear_cross_entropy.py).
-        native = self.kernels["linear_cross_entropy"] is not self.reference_kernels["linear_cross_entropy"]
-        return native and np.dtype(dtype) == np.float32
+        return self._native("linear_cross_entropy") and np.dtype(dtype) == np.float32
+
+    def _native(self, name: str) -> bool:
+        """Whether the table's kernel is a C one: not the NumPy reference, nor the reference inside the
+        BLAS thread policy's wrapper (blas.thread_policy wraps the attention kernels either way)."""
+        kernel = self.kernels.get(name)
+        return kernel is not None and getattr(kernel, "__wrapped__", kernel) is not self.reference_kernels.get(name)
 
     def from_numpy(self, array):
         return stats.track(np.array(array, copy=True, order="C"))

@@ -11,6 +11,7 @@ temporaries in cache when it runs on one thread (the default, see `num_threads`)
 import concurrent.futures
 import itertools
 import os
+import threading
 
 import numpy as np
 
@@ -26,6 +27,7 @@ _MAP_BLOCK = 1 << 17  # a single ufunc's blocks: no temporaries to keep in cache
 
 _num_threads = None
 _executor = None
+_executor_lock = threading.Lock()  # two Python threads may start kernels at once
 
 
 def num_threads() -> int:
@@ -62,8 +64,9 @@ def set_num_threads(n: int | None) -> None:
 
 
 def _forget_threads_after_fork() -> None:
-    global _executor
+    global _executor, _executor_lock
     _executor = None  # the child has none of the parent's threads
+    _executor_lock = threading.Lock()  # nor a lock that one of them held
 
 
 if hasattr(os, "register_at_fork"):
@@ -85,10 +88,12 @@ def _parallel(fn, n: int, row_size: int = 1, block: int | None = None, threads: 
         for a in range(0, n, step):
             fn(a, min(a + step, n))
         return
-    if _executor is None or _executor._max_workers < count - 1:
-        if _executor is not None:
-            _executor.shutdown(wait=False)
-        _executor = concurrent.futures.ThreadPoolExecutor(count - 1, thread_name_prefix="gradcraft-cpu")
+    with _executor_lock:
+        executor = _executor
+        if executor is None or executor._max_workers < count - 1:
+            # A smaller pool is replaced, not shut down: another Python thread may be submitting to it
+            # right now (submit after shutdown raises). Its idle threads exit once it is collected.
+            executor = _executor = concurrent.futures.ThreadPoolExecutor(count - 1, thread_name_prefix="gradcraft-cpu")
     counter = itertools.count()  # next() on it is atomic under the GIL
 
     def drain():
@@ -97,7 +102,7 @@ def _parallel(fn, n: int, row_size: int = 1, block: int | None = None, threads: 
                 return
             fn(i * step, min((i + 1) * step, n))
 
-    futures = [_executor.submit(drain) for _ in range(min(count, n_blocks) - 1)]
+    futures = [executor.submit(drain) for _ in range(min(count, n_blocks) - 1)]
     try:
         drain()
     finally:  # wait for every block even when ours failed: none may outlive the kernel

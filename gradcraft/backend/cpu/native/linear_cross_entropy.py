@@ -36,7 +36,7 @@ def kernels(lib, reference: dict, empty) -> dict:
         classes = v if valid_classes is None else valid_classes
         t = np.ascontiguousarray(target, dtype=np.int64)
         _check_targets(t, classes, ignore_index)
-        rows = max(1, min(n, min(CHUNK_BYTES, options.get("chunk_bytes", CHUNK_BYTES)) // (4 * v)))
+        rows = max(1, min(n, min(CHUNK_BYTES, options.get("chunk_bytes", CHUNK_BYTES)) // max(4 * v, 1)))
         losses = empty((n,), _F32)
         dx, dw = empty((n, c), _F32), empty((v, c), _F32)
         if n == 0:

@@ -22,6 +22,26 @@ def rows(model_dir):
     ]
 
 
+def _thread_counts(group, device):
+    from gradcraft.backend.cpu import blas, threads
+
+    return blas.threads(), threads.num_threads()
+
+
+def test_cpu_processes_share_the_cores(monkeypatch):
+    # Each of N processes on a node gets cores // N threads (BLAS's and the kernels'), unless set.
+    import os
+
+    for name in ("GRADCRAFT_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    share = max(1, cores // 2)
+    blas_threads, kernel_threads = launch(_thread_counts, 2, "cpu")
+    assert kernel_threads == share and blas_threads in (share, None)
+    monkeypatch.setenv("GRADCRAFT_NUM_THREADS", "3")
+    assert launch(_thread_counts, 2, "cpu")[1] == 3
+
+
 def test_two_processes_train_like_one_accumulating_two(dataset, tmp_path):
     common = ["--dataset", dataset, "--steps", "8", "--target_batch", "8", "--checkpoint_every", "4", *TINY]
     run("--model_dir", str(tmp_path / "one"), *common)

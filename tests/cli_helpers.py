@@ -1,5 +1,10 @@
-"""Running `gradcraft <command>` in-process in a test: its exit status (argparse's own exits included)
-and what it printed."""
+"""Running `gradcraft <command>` in a test: in-process (its exit status, argparse's own exits included,
+and what it printed), or `gradcraft train` as a process of its own (for signals and kills)."""
+
+import os
+import subprocess
+import sys
+import time
 
 from gradcraft.cli.main import main
 
@@ -17,3 +22,29 @@ def run_cli(argv, capsys):
 # A training run small enough for a test: a few seconds on one core.
 TINY_TRAIN = ["--preset", "toy-v0", "--embed_dim", "32", "--num_heads", "2", "--num_layers", "2", "--seq_len", "16"]
 TINY_TRAIN += ["--batch_size", "4", "--warmup_steps", "2", "--no_progress", "--max_lr", "3e-3"]
+
+# The smallest run the CLI trains: one layer of 16 features.
+ONE_LAYER_TRAIN = ["--preset", "toy-v0", "--embed_dim", "16", "--num_layers", "1", "--num_heads", "2"]
+ONE_LAYER_TRAIN += ["--seq_len", "16", "--batch_size", "2", "--no_progress"]
+
+
+def train_process(dataset, out, *flags, **popen_options):
+    """`gradcraft train --dataset dataset --model_dir out` of TINY_TRAIN and `flags`, started as a process
+    (stdout and stderr piped as text unless popen_options say otherwise)."""
+    command = [sys.executable, "-m", "gradcraft.cli.main", "train", "--dataset", dataset, "--model_dir", str(out)]
+    options = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **popen_options}
+    return subprocess.Popen([*command, *TINY_TRAIN, *flags], **options)
+
+
+def wait_for_checkpoint(out, step, proc, timeout=300):
+    """Until a checkpoint of step `step` or later exists. (Not that very folder: the run keeps its
+    newest 3, so on a loaded machine a poll can miss a short-lived one.)"""
+    folder = out / "checkpoints"
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        names = os.listdir(folder) if folder.exists() else []
+        if any(n.startswith("step_") and n[5:].isdigit() and int(n[5:]) >= step for n in names):
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError(f"no checkpoint of step >= {step} in {folder} after {timeout} s")

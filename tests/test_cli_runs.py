@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -17,7 +16,7 @@ from gradcraft.data.tokenfile import write_token_file
 from gradcraft.optim.schedule import CosineWithWarmup, from_state_dict, with_total_steps
 from gradcraft.training.log import read_log
 from cli_helpers import run_cli as cli
-from cli_helpers import TINY_TRAIN
+from cli_helpers import TINY_TRAIN, train_process, wait_for_checkpoint
 
 TINY = TINY_TRAIN
 
@@ -111,32 +110,8 @@ def test_resume_with_another_tokenizers_dataset_does_not_blame_vocab_size(datase
 
 def test_ctrl_c_names_the_checkpoint_and_the_resume_command(dataset, tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gradcraft.cli.main",
-            "train",
-            "--dataset",
-            dataset,
-            "--model_dir",
-            str(out),
-            "--steps",
-            "100000",
-            "--checkpoint_every",
-            "1",
-            *TINY,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.time() + 120  # until a checkpoint of step 2 or later (the run keeps its newest 3)
-    while time.time() < deadline and not any(
-        n.startswith("step_") and n[5:].isdigit() and int(n[5:]) >= 2
-        for n in (os.listdir(out / "checkpoints") if (out / "checkpoints").exists() else [])
-    ):
-        time.sleep(0.05)
+    proc = train_process(dataset, out, "--steps", "100000", "--checkpoint_every", "1")
+    wait_for_checkpoint(out, 2, proc, timeout=120)  # step 2 or later (the run keeps its newest 3)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

@@ -11,7 +11,7 @@ import pytest
 
 from gradcraft import validation
 from gradcraft.cli.main import main
-from cli_helpers import run_cli
+from cli_helpers import ONE_LAYER_TRAIN, run_cli
 
 
 @pytest.fixture
@@ -188,23 +188,11 @@ def two_checkpoints(dataset, tmp_path_factory):
                 dataset,
                 "--model_dir",
                 str(folder),
-                "--preset",
-                "toy-v0",
-                "--embed_dim",
-                "16",
-                "--num_layers",
-                "1",
-                "--num_heads",
-                "2",
-                "--seq_len",
-                "16",
-                "--batch_size",
-                "2",
+                *ONE_LAYER_TRAIN,
                 "--steps",
                 "4",
                 "--checkpoint_every",
                 "2",
-                "--no_progress",
             ]
         )
         == 0

@@ -5,51 +5,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from gradcraft.training.log import read_log
-from cli_helpers import TINY_TRAIN
+from cli_helpers import TINY_TRAIN, train_process, wait_for_checkpoint
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="fcntl.flock and SIGTERM are POSIX")
 
 TINY = TINY_TRAIN
-
-
-def _train(dataset, out, *flags, **kwargs):
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gradcraft.cli.main",
-            "train",
-            "--dataset",
-            dataset,
-            "--model_dir",
-            str(out),
-            *TINY,
-            *flags,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **kwargs,
-    )
-
-
-def _wait_for_checkpoint(out, step, proc, timeout=300):
-    """Until a checkpoint of step `step` or later exists. (Not that very folder: the run keeps its
-    newest 3, so on a loaded machine a poll can miss a short-lived one.)"""
-    folder = out / "checkpoints"
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        names = os.listdir(folder) if folder.exists() else []
-        if any(n.startswith("step_") and n[5:].isdigit() and int(n[5:]) >= step for n in names):
-            return
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.05)
-    raise AssertionError(f"no checkpoint of step >= {step} in {folder} after {timeout} s")
 
 
 def _listing(folder):
@@ -63,11 +27,13 @@ def _listing(folder):
 
 def test_a_second_train_on_a_running_folder_is_refused_and_the_first_finishes(dataset, tmp_path):
     out = tmp_path / "run"
-    first = _train(dataset, out, "--steps", "500", "--checkpoint_every", "50", "--print_every", "50")
+    first = train_process(dataset, out, "--steps", "500", "--checkpoint_every", "50", "--print_every", "50")
     try:
-        _wait_for_checkpoint(out, 50, first)
+        wait_for_checkpoint(out, 50, first)
         assert (out / ".lock").read_text().strip() == str(first.pid)
-        seconds = [_train(dataset, out, "--steps", "500", *flags) for flags in ([], ["--resume"], ["--overwrite"])]
+        seconds = [
+            train_process(dataset, out, "--steps", "500", *flags) for flags in ([], ["--resume"], ["--overwrite"])
+        ]
         for second in seconds:
             _, err = second.communicate(timeout=60)
             assert second.returncode == 2, err
@@ -89,7 +55,7 @@ def test_a_second_train_on_a_running_folder_is_refused_and_the_first_finishes(da
     assert not [n for n in os.listdir(out / "checkpoints") if n.startswith(".tmp-")]
 
     # released at the end: a --resume (to a larger --steps) takes the lock and goes on
-    again = _train(dataset, out, "--steps", "510", "--resume")
+    again = train_process(dataset, out, "--steps", "510", "--resume")
     _, err = again.communicate(timeout=120)
     assert again.returncode == 0, err
     assert [int(r["step"]) for r in read_log(str(out / "training_log.csv"))] == list(range(1, 511))
@@ -114,7 +80,7 @@ def test_a_refused_train_writes_nothing(dataset, tmp_path):
     try:
         assert holder.stdout.readline().strip() == "locked"
         before = _listing(out), (out / ".lock").read_text(), os.path.getmtime(out / ".lock")
-        second = _train(dataset, out, "--steps", "5")
+        second = train_process(dataset, out, "--steps", "5")
         _, err = second.communicate(timeout=60)
         assert second.returncode == 2 and err.count("\n") == 1 and f"process {holder.pid}" in err, err
         assert (_listing(out), (out / ".lock").read_text(), os.path.getmtime(out / ".lock")) == before
@@ -129,9 +95,9 @@ def test_a_refused_train_writes_nothing(dataset, tmp_path):
 
 def test_sigterm_stops_like_ctrl_c_and_the_run_resumes(dataset, tmp_path):
     out = tmp_path / "run"
-    proc = _train(dataset, out, "--steps", "100000", "--checkpoint_every", "1")
+    proc = train_process(dataset, out, "--steps", "100000", "--checkpoint_every", "1")
     try:
-        _wait_for_checkpoint(out, 3, proc)
+        wait_for_checkpoint(out, 3, proc)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -149,7 +115,7 @@ def test_sigterm_stops_like_ctrl_c_and_the_run_resumes(dataset, tmp_path):
     ]
     assert leftovers == []
 
-    again = _train(dataset, out, "--resume", "--steps", str(step + 3))
+    again = train_process(dataset, out, "--resume", "--steps", str(step + 3))
     _, err = again.communicate(timeout=120)
     assert again.returncode == 0, err
     assert f"(step {step})" in err

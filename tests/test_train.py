@@ -11,7 +11,7 @@ import pytest
 
 from gradcraft.data.tokenfile import write_token_file
 from gradcraft.training.log import read_log
-from cli_helpers import TINY_TRAIN
+from cli_helpers import TINY_TRAIN, train_process
 
 TINY = TINY_TRAIN
 
@@ -86,25 +86,20 @@ def test_resume_is_bitwise_exact(dataset, tmp_path, sampling):
 
 def test_sigkill_at_any_moment_leaves_a_resumable_run(dataset, tmp_path):
     out = tmp_path / "killed"
-    args = [
-        sys.executable,
-        "-m",
-        "gradcraft.cli.main",
-        "train",
-        "--dataset",
-        dataset,
-        "--model_dir",
-        str(out),
-        "--steps",
-        "400",
-        "--checkpoint_every",
-        "1",
-        *TINY,
-    ]
     rng = np.random.default_rng(0)
     for attempt in range(4):
         resume = ["--resume"] if (out / "checkpoints").exists() and os.listdir(out / "checkpoints") else []
-        proc = subprocess.Popen(args + resume, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = train_process(
+            dataset,
+            out,
+            "--steps",
+            "400",
+            "--checkpoint_every",
+            "1",
+            *resume,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(2.5 + rng.random() * 2.0)
         proc.send_signal(signal.SIGKILL)
         proc.wait()

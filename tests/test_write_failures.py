@@ -11,23 +11,9 @@ import pytest
 
 import gradcraft.atomic as atomic
 from gradcraft.training import checkpoint as ckpt
-from cli_helpers import run_cli
+from cli_helpers import ONE_LAYER_TRAIN, run_cli
 
-TINY = [
-    "--preset",
-    "toy-v0",
-    "--embed_dim",
-    "16",
-    "--num_layers",
-    "1",
-    "--num_heads",
-    "2",
-    "--seq_len",
-    "16",
-    "--batch_size",
-    "2",
-    "--no_progress",
-]
+TINY = ONE_LAYER_TRAIN
 
 
 def leftovers(folder) -> list:

@@ -5,8 +5,6 @@ Baselines (--baseline, comma-separated or repeated): eager (explicit attention, 
 sdpa (F.scaled_dot_product_attention, fused AdamW on CUDA), compile (the sdpa model's forward and
 loss under torch.compile). Default: all three on CUDA, eager on the CPU."""
 
-import os
-
 from gradcraft.cli.common import non_negative_int, positive_int
 from gradcraft.errors import UserError
 
@@ -94,9 +92,10 @@ def run(args) -> int:
     sides = select_sides(args.only, parse_baselines(args.baseline, device))
     torch = _check_torch(device) if sides != [OURS] else None
     if device == "cpu":
-        threads = args.threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+        from gradcraft.backend.cpu.threads import usable_cores
         from gradcraft.benchmarks import limit_threads
 
+        threads = args.threads or usable_cores()
         limit_threads(threads)
     elif not is_available("cuda"):
         raise UserError("no usable CUDA device here (CuPy and an NVIDIA GPU are needed); use --device cpu")

@@ -117,8 +117,7 @@ def share_cores(nproc: int) -> None:
         return
     from gradcraft.backend.cpu import blas, threads
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    share = max(1, cores // max(nproc, 1))
+    share = max(1, threads.usable_cores() // max(nproc, 1))
     blas.set_threads(share)
     threads.set_num_threads(share)
 

@@ -30,6 +30,11 @@ _executor = None
 _executor_lock = threading.Lock()  # two Python threads may start kernels at once
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def num_threads() -> int:
     """Threads for the elementwise and row-wise kernels: GRADCRAFT_NUM_THREADS, else the cores this
     process may run on, at most OMP_NUM_THREADS or OPENBLAS_NUM_THREADS when set (`set_num_threads`
@@ -46,7 +51,7 @@ def num_threads() -> int:
         except ValueError:
             _num_threads = 0
         if _num_threads < 1:
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+            cores = usable_cores()
             for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
                 value = os.environ.get(name, "")
                 if value.isdigit() and int(value) > 0:

@@ -4,7 +4,8 @@ backend/cpu/attention.py (their reference)."""
 
 import numpy as np
 
-from gradcraft.backend.cpu import blas, threads
+from gradcraft.backend.cpu import blas
+from gradcraft.backend.cpu.native.common import _over_rows
 
 _F32 = np.dtype(np.float32)
 
@@ -32,19 +33,6 @@ def _fits(q, k, v, *rest, causal) -> bool:
     return same_keys and min(T, S, D, v.shape[3]) > 0 and H % Hkv == 0 and not (causal and S < T)
 
 
-def _over_units(call, units: int, work: int) -> None:
-    """call(lo, hi) over the B * Hkv units, on as many threads as BLAS may use for this call (the
-    CPU backend's thread policy, blas.py, sets that per call: one thread under contention), in
-    blocks of a few units that the threads take in turn (a thread held up by another process does
-    fewer of them)."""
-    count = blas.threads() or threads.num_threads()
-    if count == 1 or units < 2 or units * work < threads._PARALLEL_MIN:
-        call(0, units)
-        return
-    per_block = max(1, units // (4 * count))
-    threads._parallel(call, units, work, block=per_block * work, threads=count)
-
-
 def kernels(lib, reference: dict, empty) -> dict:
     def scratch(T, S, D, Dv):
         return np.empty(lib.sdpa_scratch_floats(T, S, D, Dv), _F32)
@@ -64,7 +52,8 @@ def kernels(lib, reference: dict, empty) -> dict:
             work = scratch(T, S, D, Dv)
             lib.sdpa_f32(*pointers, *args, work.ctypes.data, lo, hi)
 
-        _over_units(call, B * Hkv, (H // Hkv) * T * S * (D + Dv))
+        # as many threads as BLAS may use for this call: blas.py's policy sets that per call (one under contention)
+        _over_rows(call, B * Hkv, (H // Hkv) * T * S * (D + Dv), threads=blas.threads())
         return out
 
     def sdpa_backward(q, k, v, g, mask=None, *, scale, causal, window):
@@ -82,7 +71,7 @@ def kernels(lib, reference: dict, empty) -> dict:
             work = scratch(T, S, D, Dv)
             lib.sdpa_backward_f32(*pointers, *args, work.ctypes.data, lo, hi)
 
-        _over_units(call, B * Hkv, (H // Hkv) * T * S * (2 * D + 3 * Dv))
+        _over_rows(call, B * Hkv, (H // Hkv) * T * S * (2 * D + 3 * Dv), threads=blas.threads())
         return dq, dk, dv
 
     # blas.thread_policy sets the threads of a whole call (all heads), not of one head's products

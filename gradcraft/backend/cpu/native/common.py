@@ -16,17 +16,18 @@ def _f32(*arrays) -> bool:
     return all(a is None or (a.dtype == _F32 and a.flags.c_contiguous) for a in arrays)
 
 
-def _over_rows(call, n: int, row_size: int, align: int = 1) -> None:
+def _over_rows(call, n: int, row_size: int, align: int = 1, threads: int | None = None) -> None:
     """call(lo, hi) over range(n) rows: once on this thread, or, when the pool is on and the work is
     big, on ranges (aligned to `align` rows) about a quarter of a thread's share, which the threads
-    take in turn (one held up by another process does fewer)."""
-    threads = num_threads()
-    if threads == 1 or n * row_size < _PARALLEL_MIN or n < 2:
+    take in turn (one held up by another process does fewer). `threads`: how many at most (default
+    `num_threads()`)."""
+    count = threads or num_threads()
+    if count == 1 or n * row_size < _PARALLEL_MIN or n < 2:
         call(0, n)
         return
-    per = -(-n // (4 * threads))  # rows per range, rounded up to a multiple of align
+    per = -(-n // (4 * count))  # rows per range, rounded up to a multiple of align
     per = -(-per // align) * align
-    _parallel(call, n, row_size, block=per * row_size)
+    _parallel(call, n, row_size, block=per * row_size, threads=count)
 
 
 def _check_targets(target, classes: int, ignore_index: int) -> None:

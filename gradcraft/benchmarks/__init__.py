@@ -8,6 +8,13 @@ the side-by-side training benchmark.
 """
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: the default thread count of both engines' sides."""
+    from gradcraft.backend.cpu.threads import usable_cores as cores
+
+    return cores()
+
+
 def limit_threads(threads: int):
     """Give both engines the same CPU threads: PyTorch's (and OpenMP's), and NumPy's BLAS (through
     gradcraft.backend.blas: no threadpoolctl needed). Returns the torch module, or None when PyTorch

@@ -92,8 +92,7 @@ def run(args) -> int:
     sides = select_sides(args.only, parse_baselines(args.baseline, device))
     torch = _check_torch(device) if sides != [OURS] else None
     if device == "cpu":
-        from gradcraft.backend.cpu.threads import usable_cores
-        from gradcraft.benchmarks import limit_threads
+        from gradcraft.benchmarks import limit_threads, usable_cores
 
         threads = args.threads or usable_cores()
         limit_threads(threads)

@@ -58,12 +58,17 @@ def serve_preset(args) -> None:
     from gradcraft.tokenizer import Tokenizer
 
     texts = [open(f, encoding="utf-8").read() for f in sorted(glob.glob(f"{_ROOT}/gradcraft/**/*.py", recursive=True))]
-    config = preset(args.preset)
-    tokenizer = Tokenizer.train(texts, config.vocab_size, special_tokens=())  # no end-of-text: fixed lengths
+    tokenizer = Tokenizer.train(texts, preset(args.preset).vocab_size, special_tokens=())  # no end-of-text
+    # The sources hold fewer merges than a large preset's vocabulary (llama-110m: ~15k of 32k): the model
+    # gets the tokenizer's size, so that every id it can pick has a text.
+    config = preset(args.preset, vocab_size=tokenizer.vocab_size)
     gc.manual_seed(0)
     model = Transformer(config)
     if args.device != "cpu":
         model.to(args.device)
+    dtype = args.dtype if args.dtype != "auto" else ("float32" if args.device == "cpu" else "bfloat16")
+    if dtype != "float32":
+        model.to(getattr(gc, dtype))  # as `gradcraft serve --dtype auto` does: bf16 on a GPU
     serve(
         TextGenerator(model, tokenizer),
         args.preset,
@@ -101,6 +106,8 @@ def start_server(args, port: int) -> subprocess.Popen:
             str(4 * args.requests),
             "--device",
             args.device,
+            "--dtype",
+            args.dtype,
         ]
     else:
         command = [
@@ -115,6 +122,8 @@ def start_server(args, port: int) -> subprocess.Popen:
             str(args.max_batch),
             "--device",
             args.device,
+            "--dtype",
+            args.dtype,
             "--requests",
             str(args.requests),
         ]
@@ -208,6 +217,12 @@ def main():
     p.add_argument("--max_batch", type=int, default=16, help="the server's --max_batch (default: %(default)s)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads of the server (default: all)")
     p.add_argument("--device", default="cpu")
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "float32", "bfloat16", "float16"],
+        help="the served weights' type (default: auto: bfloat16 on a GPU, float32 on the CPU, as `gradcraft serve`)",
+    )
     p.add_argument("--json", default=None, help="also write the results to this JSON file")
     p.add_argument("--_serve", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)

@@ -989,6 +989,40 @@ def test_matmul_layouts(gpu, dtype):
     close(got, np.asarray(cpu().run("matmul", [a, w.T], {})), what="matmul with a transposed operand")
 
 
+@pytest.mark.parametrize("dtype", FLOATS + [np.float16])
+def test_matmul_with_one_row_reads_the_weight_once(gpu, dtype):
+    """x @ w.mT for one row (a decoding step's token) runs kernels/gemv.cu: 16-byte words or single
+    values (K not a multiple, or x at an odd offset), one or two output columns a warp (an odd N);
+    the kernel itself also takes up to 8 rows."""
+    from gradcraft.backend.cuda import gemv
+
+    r = rng()
+    for x_shape, K, N in (((1, 64), 64, 37), ((1, 1, 96), 96, 3101), ((1, 33), 33, 9), ((1, 256), 256, 70)):
+        x, w = randn(x_shape, dtype, r), randn((N, K), dtype, r)
+        got = gpu.to_numpy(gpu.run("matmul", [gpu.from_numpy(x), gpu.from_numpy(w).T], {}))
+        close(got, np.asarray(cpu().run("matmul", [x, w.T], {})), what=f"gemv {x_shape} @ ({K}, {N})")
+    x, w = randn((1, 65), dtype, r), randn((17, 64), dtype, r)
+    got = gpu.to_numpy(gpu.run("matmul", [gpu.from_numpy(x)[:, 1:], gpu.from_numpy(w).T], {}))
+    close(got, np.asarray(cpu().run("matmul", [x[:, 1:], w.T], {})), what="gemv with an unaligned x")
+    for rows, K, N, outputs in ((3, 64, 41, 1), (8, 40, 130, 2), (5, 48, 7, 2)):
+        x, w = randn((rows, K), dtype, r), randn((N, K), dtype, r)
+        out = gpu.from_numpy(np.zeros((rows, N), dtype))
+        gemv.gemv(gpu.from_numpy(x), K, gpu.from_numpy(w), out, rows, N, K, outputs=outputs)
+        close(gpu.to_numpy(out), np.asarray(cpu().run("matmul", [x, w.T], {})), what=f"gemv of {rows} rows")
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [np.float16])
+def test_argmax_over_the_last_axis_picks_the_first_of_equals_and_nans(gpu, dtype):
+    r = rng()
+    x = randn((5, 3001), dtype, r)
+    x[1, [7, 2000]] = 50  # a tie: the first index wins
+    x[2, [9, 11]] = np.nan  # NaN wins, the first one
+    x[3, :] = 0
+    for op in ("argmax", "argmin"):
+        got = gpu.to_numpy(gpu.run(op, [gpu.from_numpy(x)], {"axis": -1, "keepdim": False}))
+        np.testing.assert_array_equal(got, getattr(np, op)(x.astype(np.float32), axis=-1))
+
+
 def test_tf32_switch(gpu):
     from gradcraft.backend.cuda import set_tf32
 

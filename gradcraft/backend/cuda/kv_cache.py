@@ -29,11 +29,14 @@ def _optin_limit(device_id: int) -> int:
 
 
 def _shared_bytes(length: int, dtype) -> int:
+    """The dynamic shared memory of kv_attention for a cache of `length` slots (its scores)."""
     return (length + THREADS) * L.acc_dtype(dtype).itemsize
 
 
 def supported(dtype, length: int, head_dim: int) -> bool:
     """Whether the kernel takes this case on the current GPU (else the op layer composes it)."""
+    if _split_lanes(dtype, head_dim):
+        return True  # kv_attention_split: shared memory independent of the length
     fits = _shared_bytes(length, dtype) + _STATIC_SHARED <= _optin_limit(cp.cuda.Device().id)
     return np.dtype(dtype) in L.FLOAT and head_dim <= MAX_HEAD_DIM and fits
 
@@ -67,6 +70,42 @@ def write_at(target, value, index, dim):
     return target
 
 
+def _split_lanes(dtype, D: int) -> int:
+    """Threads that read one key row in kv_attention_split (16 bytes each), or 0 where that kernel
+    does not apply (float64, or D / VEC not a power of two up to 32)."""
+    if np.dtype(dtype) not in _SPLIT_TYPES:
+        return 0
+    per_access = 16 // np.dtype(dtype).itemsize
+    lanes = D // per_access
+    return lanes if D % per_access == 0 and 1 <= lanes <= 32 and lanes & (lanes - 1) == 0 else 0
+
+
+_SPLIT_TYPES = {np.dtype(np.float32), np.dtype(np.float16), np.dtype("bfloat16")}
+ROUNDS = 4  # KV_ROUNDS in kernels/kv_cache.cu
+
+
+def _kv_attention_split(q, k, v, position, per_row, scale, lanes):
+    """kv_attention_split (+ kv_attention_combine): each (b, h)'s slots in chunks, one block each, so
+    that a single sequence's few heads still fill the GPU."""
+    B, H, _, D = q.shape
+    Hkv, length = k.shape[1], k.shape[2]
+    groups = THREADS // lanes
+    # enough blocks for ~4 a multiprocessor, no chunk under one round of reads
+    splits = min(-(-length // (ROUNDS * groups)), max(1, -(-4 * L.sm_count() // (B * H))))
+    chunk = -(-length // splits)
+    splits = -(-length // chunk)
+    out = L.empty((B, H, 1, D), q.dtype)
+    partial = L.empty((B * H * splits * (D + 2),), np.float32) if splits > 1 else None
+    shared = 4 * groups * (D + 2)
+    name = L.suffix(q.dtype)
+    fn = L.with_shared(FILE, f"kv_attention_split_{name}", shared)
+    args = (q, k, v, position, per_row, out, L.ptr(partial), L.i32(H), L.i32(Hkv), L.i64(length), L.i32(D))
+    fn((B * H, splits), (THREADS,), args + (np.float32(scale), L.i32(chunk)), shared_mem=shared)
+    if splits > 1:
+        L.run(FILE, f"kv_attention_combine_{name}", B * H, min(THREADS, D), (partial, out, L.i32(splits), L.i32(D)))
+    return out
+
+
 def _kv_attention(q, k, v, position, scale):
     """(B, H, 1, D) attention of each row's query over the first min(position + 1, L) slots of its
     (B, Hkv, L, D) caches."""
@@ -74,6 +113,10 @@ def _kv_attention(q, k, v, position, scale):
     Hkv, length = k.shape[1], k.shape[2]
     q, k, v = L.contiguous(q), L.contiguous(k), L.contiguous(v)
     position, per_row = _positions(position, B)
+    lanes = _split_lanes(q.dtype, D)
+    if lanes:
+        q, k, v = (a if L.aligned(a) else a.copy() for a in (q, k, v))  # (16-byte rows from here on)
+        return _kv_attention_split(q, k, v, position, per_row, scale, lanes)
     out = L.empty((B, H, 1, D), q.dtype)
     shared = _shared_bytes(length, q.dtype)
     fn = L.with_shared(FILE, f"kv_attention_{L.suffix(q.dtype)}", shared, _STATIC_SHARED)

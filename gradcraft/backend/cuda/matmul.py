@@ -14,6 +14,7 @@ import os
 import cupy as cp
 import numpy as np
 
+from gradcraft.backend.cuda import gemv
 from gradcraft.backend.cuda import launch as L
 
 _CUDA_TYPE = {np.dtype(np.float32): 0, np.dtype(np.float16): 2, np.dtype("bfloat16"): 14}
@@ -96,6 +97,16 @@ def gemm(
         return out
     a, a_t, lda, stride_a = _operand(a, batch)
     b, b_t, ldb, stride_b = _operand(b, batch)
+    rows = count * M  # a's rows, when its batches follow each other evenly (stride M * lda)
+    if (
+        not accumulate
+        and out_dtype == a.dtype == b.dtype
+        and (count == 1 or stride_a == M * lda)
+        and N < gemv.MAX_COLUMNS
+        and gemv.applies(rows, a_t, b_t, ldb, K, stride_b, a.dtype)
+    ):
+        gemv.gemv(a, lda, b, out, rows, N, K)  # a decoding step's few tokens: a read of the weight
+        return out
     compute = _COMPUTE_32F_FAST_TF32 if (_tf32 and allow_tf32 and a.dtype == np.float32) else _COMPUTE_32F
     handle = cp.cuda.device.get_cublas_handle()
     lib = _cublas()

@@ -68,8 +68,15 @@ def _reduction(kind, fn):
     return kernel
 
 
-def _arg(fn):
+def _arg(kind, fn):
     def kernel(a, axis, keepdim):
+        if a.dtype in L.FLOAT and a.ndim and a.size and axis is not None and axis % a.ndim == a.ndim - 1:
+            # over the last axis (a decoding step's greedy pick over the vocabulary): one block per row
+            a = L.contiguous(a)
+            C = a.shape[-1]
+            out = L.empty(a.shape[:-1], np.int64)
+            L.run("reduce.cu", f"{kind}_last_{L.suffix(a.dtype)}", a.size // C, L.row_threads(C), (a, out, L.i32(C)))
+            return cp.expand_dims(out, -1) if keepdim else out
         w = L.wide(a)
         if axis is None:
             result = fn(w.reshape(-1)).astype(np.int64)
@@ -102,8 +109,8 @@ KERNELS = {
     "sum": _reduction("sum", cp.sum),
     "max": _reduction("max", cp.max),
     "min": _reduction("min", cp.min),
-    "argmax": _arg(cp.argmax),
-    "argmin": _arg(cp.argmin),
+    "argmax": _arg("argmax", cp.argmax),
+    "argmin": _arg("argmin", cp.argmin),
     "cumsum": _cumsum,
     "topk": _topk,
 }

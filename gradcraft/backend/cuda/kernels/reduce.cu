@@ -35,7 +35,49 @@ __device__ void sum_partials_body(const double* partial, T* y, int R, int C, i64
     }
 }
 
+// y[row] = the index of the largest (MIN: smallest) value of x's row, as NumPy's argmax/argmin: the
+// first index among equal values, and the first NaN if the row has one. One block per row.
+template <typename A, bool MIN>
+__device__ __forceinline__ bool arg_better(A v, int i, A best, int best_i) {  // (v, i) wins over (best, best_i)
+    const bool nv = v != v, nb = best != best;
+    if (nv != nb) return nv;
+    if (nv || v == best) return i < best_i;
+    return MIN ? v < best : v > best;
+}
+template <typename T, bool MIN>
+__device__ void arg_last_body(const T* x, i64* y, int C) {
+    typedef typename acc<T>::type A;
+    __shared__ A best_values[32];
+    __shared__ int best_indices[32];
+    const T* xr = x + (i64)blockIdx.x * C;
+    A best = to_float(xr[0]);
+    int best_i = 0;
+    for (int j = threadIdx.x; j < C; j += blockDim.x) {
+        const A v = to_float(xr[j]);
+        if (arg_better<A, MIN>(v, j, best, best_i)) best = v, best_i = j;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const A v = __shfl_xor_sync(0xffffffffu, best, o);
+        const int i = __shfl_xor_sync(0xffffffffu, best_i, o);
+        if (arg_better<A, MIN>(v, i, best, best_i)) best = v, best_i = i;
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    if (lane == 0) best_values[warp] = best, best_indices[warp] = best_i;
+    __syncthreads();
+    if (warp == 0) {
+        best = best_values[lane < warps ? lane : 0], best_i = best_indices[lane < warps ? lane : 0];
+        for (int o = 16; o > 0; o >>= 1) {
+            const A v = __shfl_xor_sync(0xffffffffu, best, o);
+            const int i = __shfl_xor_sync(0xffffffffu, best_i, o);
+            if (arg_better<A, MIN>(v, i, best, best_i)) best = v, best_i = i;
+        }
+        if (lane == 0) y[blockIdx.x] = best_i;
+    }
+}
+
 #define REDUCE(NAME, T) \
+    extern "C" __global__ void argmax_last_##NAME(const T* x, i64* y, int C) { arg_last_body<T, false>(x, y, C); } \
+    extern "C" __global__ void argmin_last_##NAME(const T* x, i64* y, int C) { arg_last_body<T, true>(x, y, C); } \
     extern "C" __global__ void reduce_sum_##NAME(const T* x, T* y, int C) { reduce_last_body<T, 0>(x, y, C); } \
     extern "C" __global__ void reduce_max_##NAME(const T* x, T* y, int C) { reduce_last_body<T, 1>(x, y, C); } \
     extern "C" __global__ void reduce_min_##NAME(const T* x, T* y, int C) { reduce_last_body<T, 2>(x, y, C); } \

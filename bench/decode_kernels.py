@@ -1,0 +1,142 @@
+"""A decoding step's kernels alone on the GPU: the few-row products (kernels/gemv.cu, with variants of
+its sizes) against cuBLAS, the KV-cache attention against the one-block-per-head kernel, the greedy
+argmax against CuPy's.
+
+    python bench/decode_kernels.py                     # llama-110m's and gpt2-124m's shapes
+    python bench/decode_kernels.py --rows 1,8 --variants 1x4,2x4,4x4,2x8
+
+Every case is captured 50 times into one CUDA graph and replayed (as the decoding step replays its
+graph), so the time per launch is the kernel plus the graph's launch gap, without Python's launch
+cost. Prints microseconds per launch and, for the products, the bandwidth of reading the weight
+(against the H200's ~4.3 TB/s device-to-device copy).
+"""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# (name, N, K): the products of one layer and the output layer, weight (N, K)
+SHAPES = [
+    ("llama-110m qkv", 2304, 768),
+    ("llama-110m o", 768, 768),
+    ("llama-110m gate+up", 4096, 768),
+    ("llama-110m down", 768, 2048),
+    ("llama-110m head", 32000, 768),
+    ("gpt2-124m fc", 3072, 768),
+    ("gpt2-124m proj", 768, 3072),
+    ("gpt2-124m head", 50304, 768),
+]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", default="1,2,8", help="rows of x (tokens in the step), a comma list")
+    p.add_argument("--variants", default="1x4,2x4,1x8,2x8", help="output columns per warp (1, 2) x GEMV_UNROLL choices")
+    p.add_argument("--copies", type=int, default=50, help="launches per captured graph")
+    args = p.parse_args(argv)
+
+    import cupy as cp
+    import numpy as np
+
+    from gradcraft.backend.cuda import compiler, gemv, kv_cache, matmul
+    from gradcraft.backend.cuda import launch as L
+
+    def per_launch_us(fn) -> float:
+        fn()  # compile and warm up outside the capture
+        stream = cp.cuda.Stream(non_blocking=True)
+        with stream:
+            stream.begin_capture()
+            for _ in range(args.copies):
+                fn()
+            graph = stream.end_capture()
+        graph.launch(stream)
+        stream.synchronize()
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record(stream)
+        for _ in range(5):
+            graph.launch(stream)
+        end.record(stream)
+        end.synchronize()
+        return cp.cuda.get_elapsed_time(start, end) * 1e3 / (5 * args.copies)
+
+    bf16 = np.dtype("bfloat16")
+    variants = [tuple(int(v) for v in s.split("x")) for s in args.variants.split(",")]
+    print(f"GPU: {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}, CuPy {cp.__version__}; bf16; us per launch")
+    names = " ".join(f"{f'{o}x{u}':>8s}" for o, u in variants)
+    print(f"{'product':22s} {'rows':>4s} {'cuBLAS':>8s} {names}  best GB/s")
+    for name, N, K in SHAPES:
+        w = cp.asarray(np.random.default_rng(0).standard_normal((N, K), dtype=np.float32)).astype(bf16)
+        for rows in [int(r) for r in args.rows.split(",")]:
+            x = cp.asarray(np.random.default_rng(1).standard_normal((rows, K), dtype=np.float32)).astype(bf16)
+            out = cp.empty((rows, N), bf16)
+            reference = x.astype(np.float32) @ w.astype(np.float32).T
+
+            def cublas():  # the same product through cuBLAS (gemm with the GEMV path turned off)
+                keep, gemv.MAX_ROWS = gemv.MAX_ROWS, 0
+                try:
+                    matmul.gemm(x, w.T, out=out)
+                finally:
+                    gemv.MAX_ROWS = keep
+
+            cublas = per_launch_us(cublas)
+            times = []
+            for outputs, unroll in variants:
+                options = compiler.OPTIONS + (f"-DGEMV_UNROLL={unroll}",)
+                module = compiler.module(gemv.FILE, cp.cuda.Device().id, options)
+
+                def run(module=module, outputs=outputs):
+                    gemv.gemv(x, K, w, out, rows, N, K, function=module.get_function, outputs=outputs)
+
+                run()
+                error = float(cp.abs(out.astype(np.float32) - reference).max() / cp.abs(reference).max())
+                if error > 2e-2:
+                    raise SystemExit(f"{name} {outputs}x{unroll}: relative error {error:.1e}")
+                times.append(per_launch_us(run))
+            best = min(times)
+            row = f"{name:22s} {rows:4d} {cublas:8.2f} " + " ".join(f"{t:8.2f}" for t in times)
+            print(f"{row}  {N * K * 2 / best / 1e3:8.0f}")
+
+    print("\nKV-cache attention (one step, bf16, 12 heads of 64, a 1024-slot cache), us per launch")
+    print(f"{'batch':>5s} {'filled':>6s} {'one block a head':>17s} {'split (+combine)':>17s}")
+    for batch in (1, 8, 64):
+        for filled in (16, 272, 1024):
+            shape = (batch, 12, 1024, 64)
+            k = cp.random.standard_normal(shape, dtype=np.float32).astype(bf16)
+            v = cp.random.standard_normal(shape, dtype=np.float32).astype(bf16)
+            q = cp.random.standard_normal((batch, 12, 1, 64), dtype=np.float32).astype(bf16)
+            position = cp.array([filled - 1], dtype=np.int64)
+            per_row = L.i32(0)
+
+            def old():
+                out = L.empty(q.shape, q.dtype)
+                shared = kv_cache._shared_bytes(1024, q.dtype)
+                fn = L.with_shared(kv_cache.FILE, "kv_attention_bf16", shared, kv_cache._STATIC_SHARED)
+                args = (q, k, v, position, per_row, out, L.i32(12), L.i32(12), L.i64(1024), L.i32(64))
+                fn((batch * 12,), (kv_cache.THREADS,), args + (np.float64(0.125),), shared_mem=shared)
+                return out
+
+            def split():
+                return kv_cache._kv_attention_split(q, k, v, position, per_row, 0.125, 8)
+
+            error = float(cp.abs(old().astype(np.float32) - split().astype(np.float32)).max())
+            if error > 2e-2:
+                raise SystemExit(f"kv attention: the kernels differ by {error:.1e}")
+            print(f"{batch:5d} {filled:6d} {per_launch_us(old):17.2f} {per_launch_us(split):17.2f}")
+
+    print("\nargmax over the vocabulary (float32 logits), us per launch")
+    for rows, V in ((1, 32000), (64, 32000), (1, 50257)):
+        logits = cp.random.standard_normal((rows, V), dtype=np.float32)
+        from gradcraft.backend.cuda.reduce import KERNELS as reductions
+
+        ours = reductions["argmax"]
+        assert (ours(logits, -1, False) == cp.argmax(logits, axis=-1)).all()
+        print(
+            f"  {rows} x {V}: ours {per_launch_us(lambda: ours(logits, -1, False)):6.2f}, "
+            f"cupy.argmax {per_launch_us(lambda: cp.argmax(logits, axis=-1)):6.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

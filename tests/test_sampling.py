@@ -92,3 +92,30 @@ def test_oracle_agrees_with_hf_logits_warpers(temperature, top_k, top_p):
     np.testing.assert_allclose(
         torch.softmax(scores, -1)[0].numpy(), oracle(LOGITS, temperature, top_k, top_p), atol=1e-12
     )
+
+
+def _draw_scaling_the_whole_row_first(logits, params, rng):
+    """sample_next as it was before top-k moved ahead of the scaling: every logit divided in float64,
+    then the top k of the quotients. The same draws are expected, token for token."""
+    scaled = logits.astype(np.float64) / params.temperature
+    kth = np.partition(scaled, -params.top_k)[-params.top_k]
+    candidates = np.flatnonzero(scaled >= kth)
+    scaled = scaled[candidates]
+    probs = np.exp(scaled - scaled.max())
+    probs /= probs.sum()
+    return int(candidates[int(rng.choice(probs.shape[0], p=probs))])
+
+
+@pytest.mark.parametrize("temperature", [0.8, 1e-3, 7.0])
+def test_top_k_on_the_raw_logits_draws_what_scaling_first_drew(temperature):
+    """Choosing the top k before dividing by the temperature changes no draw, ties at the k-th
+    value included (a vocabulary-sized row, coarse values so that ties occur)."""
+    values = np.random.default_rng(3).standard_normal(32000)
+    logits = np.round(values * 8).astype(np.float32) / 8  # many equal values
+    params = SamplingParams(temperature=temperature, top_k=20)
+    ours, before = np.random.default_rng(11), np.random.default_rng(11)
+    got = [sample_next(logits, params, ours) for _ in range(200)]
+    want = [_draw_scaling_the_whole_row_first(logits, params, before) for _ in range(200)]
+    assert got == want
+    # (the draws vary: at 1e-3 only the tied largest logits are ever drawn, at the others many tokens)
+    assert len(set(got)) > (1 if temperature < 0.1 else 5)

@@ -72,8 +72,8 @@ MUTANTS = [
     M(
         "temperature_multiplies",
         "gradcraft/inference/generate.py",
-        "scaled = logits.astype(np.float64) / params.temperature",
-        "scaled = logits.astype(np.float64) * params.temperature",
+        "scaled = values.astype(np.float64) / params.temperature if narrow",
+        "scaled = values.astype(np.float64) * params.temperature if narrow",
         ("tests/test_sampling.py",),
         "temperature multiplies the logits",
     ),
@@ -88,8 +88,8 @@ MUTANTS = [
     M(
         "top_k_keeps_one_more",
         "gradcraft/inference/generate.py",
-        "kth = np.partition(scaled, -params.top_k)[-params.top_k]",
-        "kth = np.partition(scaled, -params.top_k - 1)[-params.top_k - 1]",
+        "kth = np.partition(values, -params.top_k)[-params.top_k]",
+        "kth = np.partition(values, -params.top_k - 1)[-params.top_k - 1]",
         ("tests/test_sampling.py",),
         "top-k keeps k + 1 tokens",
     ),

@@ -126,3 +126,19 @@ def test_cuda_kernels_match_the_cpu(B, H, Hkv, L, D, positions, dtype):
     for b, p in enumerate(np.broadcast_to(pos, (B,))):
         expected[b, :, p % L] = gc.tensor(q[b, :Hkv, 0]).to(dt).float().numpy()
     np.testing.assert_array_equal(cache.float().numpy(), expected)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not is_available("cuda"), reason="needs CuPy and an NVIDIA GPU")
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_cuda_attention_spreads_a_nan_or_infinite_score_as_the_cpu_does(bad):
+    """A NaN (or +inf) in a filled key makes that head's output NaN on both devices, also when the
+    key sits alone in its chunk or its lane group (the split kernel must not drop it)."""
+    q, k, v = _inputs(1, 2, 2, 600, 64, seed=5)
+    k[0, 0, 0, :] = bad
+    pos = np.array([4])
+    want = F.kv_cache_attention(gc.tensor(q), gc.tensor(k), gc.tensor(v), gc.tensor(pos)).numpy()
+    cuda = [gc.tensor(a, device="cuda").to(gc.bfloat16) for a in (q, k, v)]
+    got = F.kv_cache_attention(*cuda, gc.tensor(pos, device="cuda")).float().numpy()
+    assert np.isnan(want[0, 0]).all() and np.isfinite(want[0, 1]).all()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))

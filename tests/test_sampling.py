@@ -119,3 +119,13 @@ def test_top_k_on_the_raw_logits_draws_what_scaling_first_drew(temperature):
     assert got == want
     # (the draws vary: at 1e-3 only the tied largest logits are ever drawn, at the others many tokens)
     assert len(set(got)) > (1 if temperature < 0.1 else 5)
+
+
+def test_float64_logits_that_meet_at_one_quotient_tie_as_before():
+    """Two float64 logits may divide to one value: they tie at the k-th place, as when the whole
+    row was divided first (the raw-logit shortcut is for float32 alone)."""
+    logits = np.array([0.7000000000000001, 0.7000000000000002, 0.0])
+    assert logits[0] / 0.7 == logits[1] / 0.7 and logits[0] != logits[1]
+    params = SamplingParams(temperature=0.7, top_k=1)
+    rng = np.random.default_rng(0)
+    assert {sample_next(logits, params, rng) for _ in range(200)} == {0, 1}

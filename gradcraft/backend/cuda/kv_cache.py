@@ -114,7 +114,7 @@ def _kv_attention(q, k, v, position, scale):
     q, k, v = L.contiguous(q), L.contiguous(k), L.contiguous(v)
     position, per_row = _positions(position, B)
     lanes = _split_lanes(q.dtype, D)
-    if lanes:
+    if lanes and length:
         q, k, v = (a if L.aligned(a) else a.copy() for a in (q, k, v))  # (16-byte rows from here on)
         return _kv_attention_split(q, k, v, position, per_row, scale, lanes)
     out = L.empty((B, H, 1, D), q.dtype)

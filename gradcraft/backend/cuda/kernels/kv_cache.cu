@@ -133,6 +133,7 @@ __device__ void kv_attention_split_body(const T* q, const T* k, const T* v, cons
     const T* kb = k + base + sub * VEC;
     const T* vb = v + base + sub * VEC;
     float m = neg_inf<float>(), l = 0, acc_v[VEC];
+    bool nan_score = false;  // a NaN score makes the output NaN, as softmax's (fmaxf alone would skip it)
 #pragma unroll
     for (int e = 0; e < VEC; ++e) acc_v[e] = 0;
     // The loop runs the same rounds in every lane (its bound is the block's), so that the shuffles
@@ -154,7 +155,9 @@ __device__ void kv_attention_split_body(const T* q, const T* k, const T* v, cons
 #pragma unroll
             for (int e = 0; e < VEC; ++e) dot += qv[e] * kv[u][e];
             for (int o = lanes >> 1; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-            s[u] = round + (i64)u * groups + group < end ? dot : neg_inf<float>();
+            const bool valid = round + (i64)u * groups + group < end;
+            nan_score |= valid && dot != dot;
+            s[u] = valid ? dot : neg_inf<float>();
             round_max = fmaxf(round_max, s[u]);
         }
         if (round_max == neg_inf<float>()) continue;  // no key for this group yet
@@ -174,23 +177,26 @@ __device__ void kv_attention_split_body(const T* q, const T* k, const T* v, cons
     }
 #pragma unroll
     for (int e = 0; e < VEC; ++e) group_acc[group * D + sub * VEC + e] = acc_v[e];
-    if (sub == 0) group_m[group] = m, group_l[group] = l;
+    if (sub == 0) group_m[group] = nan_score ? quiet_nan<float>() : m, group_l[group] = l;
     __syncthreads();
+    // A group with no key has m = -inf and weighs nothing; a +inf score gives inf - inf = NaN, as softmax.
     float M = neg_inf<float>();
-    for (int g = 0; g < groups; ++g) M = fmaxf(M, group_m[g]);
+    bool nan = false;
+    for (int g = 0; g < groups; ++g) M = fmaxf(M, group_m[g]), nan |= group_m[g] != group_m[g];
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float num = 0, den = 0;
         for (int g = 0; g < groups; ++g) {
-            const float w = group_l[g] > 0 ? __expf(group_m[g] - M) : 0.0f;  // a group with no key: l = 0
+            const float w = group_m[g] == neg_inf<float>() ? 0.0f : __expf(group_m[g] - M);
             num += w * group_acc[g * D + d];
             den += w * group_l[g];
         }
+        if (nan) num = quiet_nan<float>();  // (the chunk's m below is then NaN too)
         if (splits == 1) {
             out[(i64)bh * D + d] = store<T>(num / den);
         } else {
             float* part = partial + ((i64)bh * splits + split) * (D + 2);
             part[2 + d] = num;
-            if (d == 0) part[0] = M, part[1] = den;
+            if (d == 0) part[0] = nan ? quiet_nan<float>() : M, part[1] = den;
         }
     }
 }
@@ -202,16 +208,20 @@ __device__ void kv_attention_combine_body(const float* partial, T* out, int spli
     const int bh = blockIdx.x;
     const float* part = partial + (i64)bh * splits * (D + 2);
     float M = neg_inf<float>();
-    for (int s = 0; s < splits; ++s) M = fmaxf(M, part[s * (D + 2)]);
+    bool nan = false;
+    for (int s = 0; s < splits; ++s) {
+        const float m = part[s * (D + 2)];
+        M = fmaxf(M, m), nan |= m != m;  // (a chunk that met a NaN score says so with m = NaN)
+    }
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float num = 0, den = 0;
         for (int s = 0; s < splits; ++s) {
             const float* p = part + s * (D + 2);
-            const float w = p[1] > 0 ? __expf(p[0] - M) : 0.0f;  // an empty chunk: m = -inf, l = 0
+            const float w = p[0] == neg_inf<float>() ? 0.0f : __expf(p[0] - M);  // an empty chunk: m = -inf
             num += w * p[2 + d];
             den += w * p[1];
         }
-        out[(i64)bh * D + d] = store<T>(num / den);
+        out[(i64)bh * D + d] = store<T>(nan ? quiet_nan<float>() : num / den);
     }
 }
 

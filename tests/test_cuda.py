@@ -1196,6 +1196,22 @@ def test_kv_cache_kernels(gpu, dtype):
         np.testing.assert_array_equal(gpu.to_numpy(on_gpu), expected)
 
 
+def test_sample_tokens_kernel(gpu):
+    """sample_tokens (kernels/sampling.cu) against the NumPy kernel: greedy, top-k, top-k + top-p and
+    whole-vocabulary rows; tests/test_sampling.py checks it further (ties, rows it cannot hold)."""
+    r = rng()
+    logits = randn((4, 777), np.float32, r, scale=3)
+    args = [
+        logits,
+        np.array([0.0, 0.8, 1.2, 1.0]),
+        np.array([0, 20, 7, 0], dtype=np.int64),
+        np.array([1.0, 1.0, 0.6, 1.0]),
+        r.random(4),
+    ]
+    got = gpu.to_numpy(gpu.run("sample_tokens", [gpu.from_numpy(a) for a in args], {}))
+    np.testing.assert_array_equal(got, cpu().run("sample_tokens", args, {}))
+
+
 def test_every_contract_kernel_ran(gpu, request):
     if getattr(request.config, "workerinput", None) is not None or len(SEEN) < 10:
         pytest.skip("needs the whole file in one process (run without -n)")

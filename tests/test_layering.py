@@ -17,6 +17,7 @@ LAYERS = {
     "dtypes": 2,
     "device": 2,
     "typing": 2,  # typing: the annotations' names (gradcraft/typing.py)
+    "sampling": 2,  # the definition of sampling a token (NumPy), shared by the host and the kernels' tests
     "backend": 3,
     "engine": 4,
     "tensor": 5,

@@ -129,3 +129,135 @@ def test_float64_logits_that_meet_at_one_quotient_tie_as_before():
     params = SamplingParams(temperature=0.7, top_k=1)
     rng = np.random.default_rng(0)
     assert {sample_next(logits, params, rng) for _ in range(200)} == {0, 1}
+
+
+# ---------------------------------------------------------------- F.sample_tokens: the draw where the logits are
+
+ROW_CASES = [  # (temperature, top_k, top_p): 0 = greedy, top_k 0 = none, top_p 1 = none
+    (0.0, 0, 1.0),
+    (0.8, 20, 1.0),
+    (1.3, 0, 1.0),
+    (0.7, 50, 0.9),
+    (1.0, 5, 0.5),
+    (2.0, 1, 1.0),
+    (0.9, 100000, 1.0),  # top-k past the vocabulary: none
+]
+
+
+def _sample_inputs(V, dtype, seed=0, coarse=False):
+    rng = np.random.default_rng(seed)
+    logits = rng.standard_normal((len(ROW_CASES), V)) * 3
+    if coarse:
+        logits = np.round(logits)  # many ties, also at the k-th value
+    temperature, top_k, top_p = (
+        np.array(c, dtype=d) for c, d in zip(zip(*ROW_CASES), (np.float64, np.int64, np.float64))
+    )
+    uniform = rng.random(len(ROW_CASES))
+    return logits.astype(dtype), temperature, top_k, top_p, uniform
+
+
+def _expected(logits, temperature, top_k, top_p, uniform):
+    """Each row through sample_next with a generator whose next random() is the row's uniform."""
+    out = []
+    for b, row in enumerate(logits):
+        params = SamplingParams(
+            temperature=float(temperature[b]) or None,
+            top_k=int(top_k[b]) or None,
+            top_p=float(top_p[b]) if top_p[b] < 1 else None,
+        )
+
+        class Fixed:  # stands in for a generator: sample_next draws exactly one number from it
+            def random(self, u=uniform[b]):
+                return float(u)
+
+        out.append(sample_next(row, params, Fixed()))
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("coarse", [False, True])
+def test_sample_tokens_draws_what_sample_next_draws(dtype, coarse):
+    import gradcraft as gc
+    import gradcraft.nn.functional as F
+
+    dt = np.dtype(dtype) if dtype == "float32" else np.dtype(__import__("ml_dtypes").bfloat16)
+    inputs = _sample_inputs(3000, dt, coarse=coarse)
+    got = F.sample_tokens(*(gc.tensor(a) for a in inputs)).numpy()
+    assert got.tolist() == _expected(*inputs)
+
+
+def test_sample_next_uses_one_number_of_its_generator_as_choice_did():
+    """The draw is Generator.choice's with one random() number: the same token, the same state after."""
+    for seed in range(200):
+        r = np.random.default_rng(seed)
+        logits = r.standard_normal(50).astype(np.float32)
+        params = SamplingParams(temperature=0.9, top_k=10, top_p=0.8)
+        mine, theirs = np.random.default_rng(seed + 1), np.random.default_rng(seed + 1)
+        token = sample_next(logits, params, mine)
+        probs = np.exp((logits.astype(np.float64) - logits.max()) / 0.9)
+        kth = np.sort(logits)[-10]
+        probs[logits < kth] = 0
+        probs /= probs.sum()
+        order = np.argsort(-probs, kind="stable")
+        keep = np.cumsum(probs[order]) - probs[order] < 0.8
+        kept = np.zeros_like(probs)
+        kept[order[keep]] = probs[order[keep]]
+        assert token == int(theirs.choice(50, p=kept / kept.sum()))
+        assert mine.random() == theirs.random()
+
+
+def test_sample_tokens_refuses_bad_shapes_and_types():
+    import gradcraft as gc
+    import gradcraft.nn.functional as F
+    from gradcraft.errors import UserError
+
+    logits, temperature, top_k, top_p, uniform = (gc.tensor(a) for a in _sample_inputs(10, np.float32))
+    with pytest.raises(UserError, match="top_k must be int64"):
+        F.sample_tokens(logits, temperature, top_p, top_p, uniform)
+    with pytest.raises(UserError, match="logits must be"):
+        F.sample_tokens(logits.reshape(-1), temperature, top_k, top_p, uniform)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not __import__("gradcraft.device", fromlist=["x"]).is_available("cuda"), reason="needs a GPU")
+@pytest.mark.parametrize("V", [3000, 32000])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cuda_sample_tokens_draws_what_the_cpu_draws(V, dtype):
+    """kernels/sampling.cu against the CPU kernel on the same logits and uniforms: every parameter mix
+    of ROW_CASES over many rows, coarse logits (ties at the k-th value) too. The kernel answers -1
+    only where it cannot hold the row (top-p without top-k, or more than 1024 candidates)."""
+    import gradcraft as gc
+    import gradcraft.nn.functional as F
+
+    for coarse in (False, True):
+        inputs = [
+            np.tile(a, 9) if a.ndim == 1 else np.tile(a, (9, 1)) for a in _sample_inputs(V, np.float32, 1, coarse)
+        ]
+        inputs[4] = np.random.default_rng(2).random(len(inputs[4]))  # a fresh uniform for every row
+        inputs[1][::7] = 1.0  # some plain-temperature rows over the whole vocabulary
+        inputs[2][::7], inputs[3][::7] = 0, 1.0
+        inputs[2][3::11], inputs[3][3::11] = 2000, 0.95  # more candidates than the kernel holds
+        logits = gc.tensor(inputs[0]).to(getattr(gc, dtype))
+        want = F.sample_tokens(logits, *(gc.tensor(a) for a in inputs[1:])).numpy()
+        got = F.sample_tokens(logits.to("cuda"), *(gc.tensor(a, device="cuda") for a in inputs[1:])).numpy()
+        k, p = inputs[2], inputs[3]
+        whole = (k <= 0) | (k >= V)
+        unheld = (inputs[1] > 0) & ((whole & (p < 1)) | (~whole & (k > 1024)))
+        assert (got[unheld] == -1).all()
+        assert (got[~unheld] != -1).all()  # (the coarse rows' ties at the k-th value stay under 1024)
+        np.testing.assert_array_equal(got[~unheld], want[~unheld])
+
+
+def test_sample_tokens_without_the_kernel_leaves_the_draws_to_the_host(monkeypatch):
+    """A device without the kernel (ops/fallback.py): greedy rows get their argmax, the others -1."""
+    import gradcraft as gc
+    import gradcraft.nn.functional as F
+    from gradcraft.device import get_backend
+
+    backend = get_backend("cpu")
+    table = {name: kernel for name, kernel in backend.kernels.items() if name != "sample_tokens"}
+    monkeypatch.setattr(backend, "kernels", table)
+    inputs = _sample_inputs(300, np.float32)
+    got = F.sample_tokens(*(gc.tensor(a) for a in inputs)).numpy()
+    greedy = inputs[1] == 0
+    assert (got[greedy] == inputs[0][greedy].argmax(-1)).all() and (got[~greedy] == -1).all()

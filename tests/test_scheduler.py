@@ -121,6 +121,31 @@ def test_every_answer_under_load_equals_the_request_served_alone(family):
             assert tokens == generate(model, [prompt], params)[0][0]
 
 
+def test_sampled_answers_are_the_generators_whether_the_step_or_the_host_draws(monkeypatch):
+    """A sampled sequence draws one uniform number a token from its own generator and the step picks
+    its token (F.sample_tokens): the same tokens as generate()'s sample_next with that seed. Where the
+    device has no sampling kernel, every row comes back -1 and is drawn on the host with the same
+    number: the same tokens again."""
+    from gradcraft.device import get_backend
+
+    model = make_model("llama_gqa")
+    requests = [(PROMPTS[i % len(PROMPTS)], params_for(i)) for i in range(12) if params_for(i).temperature]
+
+    def serve():
+        scheduler = Scheduler(model, slots=4, max_queue=64, prefill_chunk=64)
+        try:
+            return served(scheduler, requests)[0]
+        finally:
+            scheduler.close()
+
+    in_step = serve()
+    assert in_step == [generate(model, [prompt], params)[0][0] for prompt, params in requests]
+    backend = get_backend("cpu")
+    table = {name: kernel for name, kernel in backend.kernels.items() if name != "sample_tokens"}
+    monkeypatch.setattr(backend, "kernels", table)
+    assert serve() == in_step
+
+
 def test_the_context_end_and_stop_ids_end_a_sequence():
     model = make_model("llama_gqa", seq_len=12)
     scheduler = Scheduler(model, slots=2)

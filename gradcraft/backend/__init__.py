@@ -120,6 +120,9 @@ OPTIONAL_PAIRS = {
     # decoding through fixed KV caches (inference only, no gradient): (q, k_cache, v_cache, position;
     # scale) -> each row's query against the first min(position + 1, L) slots (backend/cpu/kv_cache.py)
     "kv_attention": (),
+    # (logits (B, V), temperature, top_k, top_p, uniform) -> (B,) token ids drawn as gradcraft/sampling.py
+    # defines (inference only); -1 marks a row the kernel cannot hold (backend/cpu/sampling.py)
+    "sample_tokens": (),
 }
 OPTIONAL = frozenset(OPTIONAL_PAIRS) | {b for pair in OPTIONAL_PAIRS.values() for b in pair}
 KERNELS = PRIMITIVES | OPTIONAL

@@ -11,14 +11,13 @@ seed gives the same text alone or in a batch.
 
 from dataclasses import dataclass, field
 
-import ml_dtypes
 import numpy as np
 
 import gradcraft as gc
 from gradcraft.engine.capture import CapturedStep
 from gradcraft.errors import UserError
+from gradcraft.sampling import sample_row
 
-_HALF = {np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)}
 MIN_TEMPERATURE = 1e-6  # a positive temperature below this overflows logits / T (0 means greedy)
 MAX_TEMPERATURE = 100.0
 
@@ -45,35 +44,11 @@ class SamplingParams:
 
 
 def sample_next(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> int:
-    """Pick the next token id from one row of logits (V,)."""
+    """Pick the next token id from one row of logits (V,): its argmax when greedy, else a draw with
+    one uniform number from rng (gradcraft/sampling.py; the same token Generator.choice would pick)."""
     if not params.temperature:
         return int(np.argmax(logits))
-    if logits.dtype in _HALF:
-        logits = logits.astype(np.float32)  # (exactly)
-    # float32 logits: the top k are chosen on the logits as they are, and only those k are widened and
-    # divided (3-4x faster at 32k). Dividing a float32 value by a positive temperature in float64 keeps
-    # the order and the ties (two float32 values never meet at one quotient). Other types (float64,
-    # where two values may meet) are divided first.
-    narrow = logits.dtype == np.float32
-    values = logits if narrow else logits.astype(np.float64) / params.temperature
-    candidates = None  # the token ids still in the running (None: all), ascending
-    if params.top_k is not None and params.top_k < values.shape[0]:
-        kth = np.partition(values, -params.top_k)[-params.top_k]
-        candidates = np.flatnonzero(values >= kth)  # the top k (ties at the k-th included)
-        values = values[candidates]  # the rest has probability 0: leave it out of the arithmetic
-    scaled = values.astype(np.float64) / params.temperature if narrow else values
-    probs = np.exp(scaled - scaled.max())
-    probs /= probs.sum()
-    if params.top_p is not None and params.top_p < 1.0:
-        order = np.argsort(-probs, kind="stable")
-        cumulative = np.cumsum(probs[order])
-        keep = cumulative - probs[order] < params.top_p  # the smallest prefix whose mass reaches top_p
-        mask = np.zeros_like(probs, dtype=bool)
-        mask[order[keep]] = True
-        probs = np.where(mask, probs, 0.0)
-        probs /= probs.sum()
-    choice = int(rng.choice(probs.shape[0], p=probs))
-    return choice if candidates is None else int(candidates[choice])
+    return sample_row(logits, params.temperature, params.top_k, params.top_p, rng.random())
 
 
 class StopReason:

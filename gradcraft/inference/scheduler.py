@@ -13,7 +13,9 @@ One thread owns the model. Each turn of its loop:
      prompt never stalls the running sequences for long (prefill interleaved with decoding);
      a sequence whose prompt is done has its keys/values copied into its slot, and its first token
      sampled;
-  3. runs one decoding step for every running sequence at once and samples each one's next token.
+  3. runs one decoding step for every running sequence at once; the step also picks each one's next
+     token (F.sample_tokens: the argmax, or a draw with a uniform number the sequence took from its
+     own generator), so B token ids come back to the host, not B rows of logits.
 
 The KV cache is `slots` rows of fixed buffers (Transformer.slot_caches), allocated once: memory
 does not grow with traffic. Each row holds one sequence at its own position; a sequence takes the
@@ -42,7 +44,9 @@ import numpy as np
 import gradcraft as gc
 from gradcraft.engine.capture import CapturedStep
 from gradcraft.errors import UserError
+import gradcraft.nn.functional as F
 from gradcraft.inference.generate import SamplingParams, StopReason, sample_next
+from gradcraft.sampling import sample_row
 
 CANCELLED = "cancelled"  # the client went away (no answer is sent)
 TIMEOUT = "timeout"  # the sequence's deadline passed
@@ -124,6 +128,12 @@ class Scheduler:
             self.caches = model.slot_caches(slots)
         self.position = self.caches[0].position  # (slots,) int64, shared by every layer's cache
         self.ids = gc.zeros(slots, 1, dtype=gc.int64, device=self.device).realize()
+        # each row's sampling for the step (F.sample_tokens): temperature (0: argmax), top-k (0: none),
+        # top-p (1: none) and the uniform number its sequence drew from its own generator
+        self.sampling = [
+            gc.zeros(slots, dtype=dtype, device=self.device).realize()
+            for dtype in (gc.float64, gc.int64, gc.float64, gc.float64)
+        ]
         self.buckets = {}  # rows -> _Bucket, made on first use
         self.waiting: deque = deque()
         self.prefilling: list = []
@@ -315,23 +325,37 @@ class Scheduler:
     def _decode(self) -> None:
         ids = np.zeros((self.slots, 1), dtype=np.int64)
         positions = np.zeros(self.slots, dtype=np.int64)
+        temperature, top_k, uniform = np.zeros(self.slots), np.zeros(self.slots, dtype=np.int64), np.zeros(self.slots)
+        top_p = np.ones(self.slots)
         for slot, seq in self.running.items():
             ids[slot, 0], positions[slot] = seq.last, seq.position
-        gc.realize(
-            self.ids.assign(gc.tensor(ids, device=self.device)),
-            self.position.assign(gc.tensor(positions, device=self.device)),
-        )
-        logits, best = self._bucket()()
+            params = seq.params
+            if params.temperature and seq.logprobs is None:  # drawn in the step, with its own uniform
+                temperature[slot], uniform[slot] = params.temperature, seq.rng.random()
+                top_k[slot] = params.top_k or 0
+                top_p[slot] = params.top_p if params.top_p is not None else 1.0
+        host = [ids, positions, temperature, top_k, top_p, uniform]
+        targets = [self.ids, self.position, *self.sampling]
+        gc.realize(*[t.assign(gc.tensor(a, device=self.device)) for t, a in zip(targets, host)])
+        logits, tokens = self._bucket()()
         self.steps += 1
-        # Greedy sequences that want no log-probabilities need only the device's argmax of each row.
-        greedy = all(not seq.params.temperature and seq.logprobs is None for seq in self.running.values())
-        rows = best.numpy() if greedy else logits.numpy()
+        # Each row's token came from the step (its argmax, or its draw): B ids to the host, not B rows
+        # of logits, unless a sequence reports log-probabilities or a row the device could not sample.
+        tokens = tokens.numpy()
+        rows = None
         for slot, seq in list(self.running.items()):
             seq.position += 1
-            if greedy:
-                self._emit(seq, token=int(rows[slot]))
+            if seq.logprobs is not None or tokens[slot] < 0:
+                rows = logits.numpy() if rows is None else rows
+            if seq.logprobs is not None:
+                self._emit(seq, rows[slot])  # (sampled here: its generator was not drawn from above)
+            elif tokens[slot] < 0:  # the same draw on the host, with the same uniform
+                self._emit(
+                    seq,
+                    token=sample_row(rows[slot], temperature[slot], top_k[slot] or None, top_p[slot], uniform[slot]),
+                )
             else:
-                self._emit(seq, rows[slot])
+                self._emit(seq, token=int(tokens[slot]))
 
     def _emit(self, seq, row: np.ndarray | None = None, token: int | None = None) -> None:
         """Hand on seq's next token (sampled from its logits row, or given) and finish the sequence
@@ -364,6 +388,7 @@ class _Bucket:
     def __init__(self, scheduler: Scheduler, rows: int):
         self.model = scheduler.model
         self.ids = scheduler.ids[:rows].realize()
+        self.sampling = [t[:rows].realize() for t in scheduler.sampling]
         position = scheduler.position[:rows].realize()
         self.caches = [
             type(c)(c.k[:rows].realize(), c.v[:rows].realize(), position, c.window) for c in scheduler.caches
@@ -373,9 +398,9 @@ class _Bucket:
 
     def _step(self):
         logits = self.model(self.ids, caches=self.caches, position=self.position)[:, -1].float()  # (rows, V)
-        best = logits.argmax(-1)  # what greedy sequences read
-        gc.realize(logits, best, *[t for c in self.caches for t in c.tensors()])
-        return logits, best
+        tokens = F.sample_tokens(logits, *self.sampling)  # each row's argmax or draw (-1: the host's)
+        gc.realize(logits, tokens, *[t for c in self.caches for t in c.tensors()])
+        return logits, tokens
 
     def __call__(self):
         if self.captured is None:

@@ -161,6 +161,16 @@ def kv_attention(q, k, v, position, *, scale):
     return scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=scale)
 
 
+def sample_tokens(logits, temperature, top_k, top_p, uniform):
+    """Where a device has no sampling kernel: the greedy rows' argmax, and -1 (the op's "sample this
+    row on the host") for every other row."""
+    from gradcraft.ops.creation import full_like
+    from gradcraft.ops.elementwise import where
+
+    best = logits.argmax(-1)
+    return where(temperature == 0, best, full_like(best, -1))
+
+
 FALLBACKS = {
     "gelu": gelu,
     "silu": silu,
@@ -175,6 +185,7 @@ FALLBACKS = {
     "masked_softmax": masked_softmax,
     "sdpa": sdpa,
     "kv_attention": kv_attention,
+    "sample_tokens": sample_tokens,
 }
 
 # Asked for only where the backend has them (the op layer checks first): no fallback needed.

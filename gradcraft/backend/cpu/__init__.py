@@ -37,6 +37,7 @@ from gradcraft.backend.cpu import (
     random,
     reduce,
     rope,
+    sampling,
     softmax,
 )
 from gradcraft.backend.cpu.common import _out, _pool, stats
@@ -62,6 +63,7 @@ FAMILIES = (
     flash_attention,
     kv_cache,
     moe,
+    sampling,
 )
 
 

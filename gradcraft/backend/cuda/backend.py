@@ -30,6 +30,7 @@ from gradcraft.backend.cuda import (
     optim,
     reduce,
     rope,
+    sampling,
     sdpa,
     softmax,
 )
@@ -55,6 +56,7 @@ FAMILIES = (
     sdpa,
     attention,
     kv_cache,
+    sampling,
 )
 
 

@@ -261,3 +261,24 @@ def test_sample_tokens_without_the_kernel_leaves_the_draws_to_the_host(monkeypat
     got = F.sample_tokens(*(gc.tensor(a) for a in inputs)).numpy()
     greedy = inputs[1] == 0
     assert (got[greedy] == inputs[0][greedy].argmax(-1)).all() and (got[~greedy] == -1).all()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not __import__("gradcraft.device", fromlist=["x"]).is_available("cuda"), reason="needs a GPU")
+def test_cuda_sample_tokens_treats_signed_zeros_and_nans_as_numpy_does():
+    """-0.0 equals 0.0 (a tie, in top-k and argmax); a NaN is never a top-k candidate; a NaN over the
+    whole vocabulary is left to the host (-1)."""
+    import gradcraft as gc
+    import gradcraft.nn.functional as F
+
+    nan = float("nan")
+    logits = np.array(
+        [[1.0, -0.0, 0.0, -5.0], [-0.0, 0.0, -1.0, -2.0], [nan, 1.0, 2.0, 3.0], [0.5, nan, 0.1, 0.2]], np.float32
+    )
+    temperature, top_k = np.array([1.0, 0.0, 1.0, 1.0]), np.array([2, 0, 2, 0], dtype=np.int64)
+    top_p, uniform = np.ones(4), np.array([0.75, 0.5, 0.5, 0.3])
+    args = [logits, temperature, top_k, top_p, uniform]
+    want = F.sample_tokens(*(gc.tensor(a) for a in args[:3]), gc.tensor(top_p), gc.tensor(uniform)).numpy()
+    got = F.sample_tokens(*(gc.tensor(a, device="cuda") for a in args)).numpy()
+    assert got[:3].tolist() == want[:3].tolist() == [1, 0, 3]
+    assert got[3] == -1

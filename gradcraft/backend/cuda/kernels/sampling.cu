@@ -18,9 +18,12 @@
 
 #define SAMPLE_THREADS 1024  // as THREADS in backend/cuda/sampling.py: candidates a block can hold
 
-// A key that orders floats as numbers (and NaN above everything, as NumPy's sorts put it last).
+// A key that orders floats as numbers (and NaN above everything, as NumPy's sorts put it last;
+// -0.0 and 0.0 equal, as NumPy compares them).
+#define NAN_KEY 0xffffffffu
 __device__ __forceinline__ u32 order_key(float x) {
-    if (x != x) return 0xffffffffu;
+    if (x != x) return NAN_KEY;
+    if (x == 0.0f) return 0x80000000u;
     const u32 u = __float_as_uint(x);
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
@@ -66,7 +69,7 @@ __device__ void sample_tokens_body(const T* logits, const double* temperature, c
     __shared__ double dscratch[32];
     __shared__ int iscratch[32];
     __shared__ u32 chosen_prefix, chosen_rest;
-    __shared__ i64 answer;
+    __shared__ int answer, last_positive;
     const int row = blockIdx.x, t = threadIdx.x, n = blockDim.x;
     const T* x = logits + (i64)row * V;
     const double temp = temperature[row], u = uniform[row], nucleus = top_p[row];
@@ -110,21 +113,29 @@ __device__ void sample_tokens_body(const T* logits, const double* temperature, c
         for (int i = lo; i < hi; ++i) mine += exp((double)to_float(x[i]) / temp - shift);
         double total;
         const double before = block_exclusive_scan(mine, dscratch, &total);
-        if (t == 0) answer = V - 1;  // (rounding: u * total past the last sum)
+        if (t == 0) answer = V, last_positive = -1;
         __syncthreads();
+        if (total != total) {  // a NaN logit: the host's
+            if (t == 0) out[row] = -1;
+            return;
+        }
+        // Every segment that starts at or before the target is walked; the earliest index whose running
+        // sum passes it wins (segments' sums and the scan may differ in the last bits: no gap, no race).
         const double target = u * total;
-        if (before <= target && before + mine > target) {
-            double run = before;
-            for (int i = lo; i < hi; ++i) {
-                run += exp((double)to_float(x[i]) / temp - shift);
-                if (run > target) {
-                    answer = i;
-                    break;
-                }
+        int positive = -1;
+        double run = before;
+        for (int i = lo; i < hi; ++i) {
+            const double p = exp((double)to_float(x[i]) / temp - shift);
+            if (p > 0) positive = i;
+            run += p;
+            if (before <= target && run > target) {
+                atomicMin(&answer, i);
+                break;
             }
         }
+        atomicMax(&last_positive, positive);
         __syncthreads();
-        if (t == 0) out[row] = answer;
+        if (t == 0) out[row] = answer < V ? answer : last_positive;  // (u * total past every sum: the last)
         return;
     }
     // the k-th largest key: four passes of 8 bits, most significant first
@@ -155,15 +166,21 @@ __device__ void sample_tokens_body(const T* logits, const double* temperature, c
     // the candidates in id order, one per thread: each thread counts its contiguous segment first
     const int seg = (V + n - 1) / n, lo = min(V, t * seg), hi = min(V, lo + seg);
     int mine = 0;
-    for (int i = lo; i < hi; ++i) mine += order_key(to_float(x[i])) >= kth;
+    // (NaN is never a candidate: `x >= kth` is false for it in NumPy; a NaN k-th value leaves none)
+    for (int i = lo; i < hi; ++i) {
+        const u32 key = order_key(to_float(x[i]));
+        mine += key >= kth && key != NAN_KEY;
+    }
     int count;
     int slot = block_exclusive_scan(mine, iscratch, &count);
-    if (count > n) {
-        if (t == 0) out[row] = -1;  // ties past the block's size: the host's
+    if (count > n || count == 0) {
+        if (t == 0) out[row] = -1;  // ties past the block's size, or no candidate: the host's
         return;
     }
-    for (int i = lo; i < hi; ++i)
-        if (order_key(to_float(x[i])) >= kth) cand_id[slot++] = i;
+    for (int i = lo; i < hi; ++i) {
+        const u32 key = order_key(to_float(x[i]));
+        if (key >= kth && key != NAN_KEY) cand_id[slot++] = i;
+    }
     __syncthreads();
     const bool holds = t < count;
     const double scaled = holds ? (double)to_float(x[cand_id[t]]) / temp : neg_inf<double>();

@@ -216,3 +216,36 @@ def test_cli_generates_and_rejects_mismatched_files(trained_run, tmp_path):
         ),
         "does not fit",
     )
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_greedy_decoding_one_step_ahead_gives_the_same_tokens_and_reasons(family, monkeypatch):
+    """Greedy decoding through static caches queues each step before reading the one before (the step
+    feeds itself its argmax): the same tokens and stop reasons as the growing caches' step-by-step
+    loop, whether rows end by length, a stop id, a callback or the context, together or apart."""
+    from gradcraft.inference import generate as generation
+
+    used = []
+    pipelined = generation._greedy_pipelined
+    monkeypatch.setattr(generation, "_greedy_pipelined", lambda *a: used.append(1) or pipelined(*a))
+    model = Transformer(small_config(family, seq_len=24))
+    randomize(model, seed=8)
+    prompts = [[3, 1, 4, 1, 5], [9, 2, 6, 5, 3], [7, 7, 1, 2, 8]]
+    first, _ = generate(model, prompts, SamplingParams(max_tokens=30), static=False)
+    cases = [
+        SamplingParams(max_tokens=30),  # to the end of the context
+        SamplingParams(max_tokens=6),
+        SamplingParams(max_tokens=30, stop_ids=(first[0][3],)),  # row 0 stops early, the others go on
+    ]
+    for params in cases:
+        heard = {False: [], True: []}
+        for static in (False, True):
+
+            def on_token(row, token, static=static):
+                heard[static].append((row, token))
+                return not (row == 2 and len([r for r, _ in heard[static] if r == 2]) == 4)  # row 2: a stop string
+
+            result = generate(model, prompts, params, on_token=on_token, static=static)
+            heard[static] = (result, heard[static])
+        assert heard[True] == heard[False]
+    assert len(used) == len(cases)

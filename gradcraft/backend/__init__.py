@@ -18,6 +18,8 @@ says they are the fast way (`flash_attention_supported`, `fused_linear_cross_ent
 reference the C and CUDA kernels are tested against.
 """
 
+import numpy as np
+
 from gradcraft.errors import UserError
 
 PRIMITIVES = frozenset(
@@ -178,6 +180,14 @@ class Backend:
 
     def to_numpy(self, array):
         raise NotImplementedError
+
+    def to_numpy_later(self, array):
+        """Start copying a device array to the host behind the work queued so far, and return a
+        function that waits for the copy and gives the NumPy array: the host can queue more work
+        meanwhile (a decoding loop launches the next step before it reads this one's tokens). Here,
+        for devices that run synchronously: the copy now."""
+        result = np.array(self.to_numpy(array), copy=True)
+        return lambda: result
 
     def release(self, array) -> None:
         """An intermediate the engine no longer needs; the device may reuse its memory."""

@@ -59,10 +59,24 @@ class CapturedStep:
         self.runs += 1
         return self.outputs
 
+    def launch(self, *args, fetch=()):
+        """Run the step as a call does, and start copying the outputs at the indices in `fetch` to
+        the host behind it, without waiting: returns a function that waits and gives their NumPy
+        arrays. The host can then queue the next step before it reads these (a decoding loop whose
+        step feeds its own next input: called with no arguments, the inputs keep what the device
+        holds)."""
+        outputs = self(*args)
+        outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+        waits = [self.backend.to_numpy_later(outputs[i]._buf) for i in fetch]
+        return lambda: [wait() for wait in waits]
+
     def feed(self, *args) -> list:
         """Copy the arguments (NumPy arrays or tensors) into the step's input tensors, made from the
-        first call's arguments when the step was given none; returns those tensors."""
+        first call's arguments when the step was given none; returns those tensors. No arguments:
+        the inputs keep their contents (a step that writes its next inputs itself)."""
         Tensor = TENSOR_TYPE[0]
+        if not args and self.inputs is not None:
+            return self.inputs
         if self.inputs is None:  # the step's own tensors: copies, whose memory nothing else writes
             self.inputs = [
                 Tensor(a.numpy() if isinstance(a, Tensor) else np.array(a), device=self.device).realize() for a in args

@@ -106,7 +106,35 @@ class _Decoder:
         logits = self.model(self.ids, caches=self.static, position=self.position)[:, -1].float()
         best = logits.argmax(-1)  # greedy decoding reads these B ids, not the (B, V) logits
         gc.realize(logits, best, *[t for c in self.static for t in c.tensors()])
+        # The next step's inputs, written by the step itself: its argmax at the next position. A greedy
+        # loop then queues step after step without the host in between (`launch_greedy`); a caller
+        # that picks the tokens itself feeds them over these.
+        gc.realize(self.ids.assign(best.reshape(-1, 1)), self.position.assign(self.position + 1))
         return logits, best
+
+    def start(self, next_ids: list, position: int) -> None:
+        """Write the first fed tokens and their position (after the prefill) for `launch_greedy`."""
+        ids, where = np.array(next_ids, dtype=np.int64).reshape(-1, 1), np.array([position], dtype=np.int64)
+        if self.captured is not None:
+            self.captured.feed(ids, where)
+        else:
+            self.ids.copy_(ids)
+            self.position.copy_(where)
+
+    def launch_greedy(self):
+        """Queue one step on what the device holds (the last step's argmax, at the next position) and
+        return a function that waits for it and gives each row's argmax: the caller queues the next
+        step before it waits for this one, so the device never waits for the host."""
+        if self.captured is not None:
+            try:
+                wait = self.captured.launch(fetch=(1,))
+                return lambda: wait()[0]
+            except UserError:  # the step cannot be captured here: run it eagerly (same results, slower)
+                self.captured.close()
+                self.captured = None
+        _, best = self._static_step()
+        tokens = best.numpy()
+        return lambda: tokens
 
     def close(self) -> None:
         if self.captured is not None:
@@ -163,30 +191,40 @@ def generate_batch(model, prompts: list, params: SamplingParams, on_token=None, 
         model, caches, len(prompts), position, device, static=device.startswith("cuda") if static is None else static
     )
     try:
-        return _decode_loop(decoder, StepResult(logits.float()), position, prompts, params, rngs, on_token, context)
+        first = StepResult(logits.float())
+        if decoder.static is not None and not params.temperature:
+            return _greedy_pipelined(decoder, first, position, prompts, params, rngs, on_token, context)
+        return _decode_loop(decoder, first, position, prompts, params, rngs, on_token, context)
     finally:
         decoder.close()
+
+
+def _take(tokens, out, reasons, params, on_token) -> list:
+    """Hand on each unfinished row's token and end the rows it ends; returns the ids to feed next
+    (0 for rows already finished, which ride along)."""
+    next_ids = []
+    for r, token in enumerate(tokens):
+        if reasons[r] is not None:
+            next_ids.append(0)
+            continue
+        if token in params.stop_ids:
+            reasons[r] = StopReason.STOP
+        else:
+            out[r].append(token)
+            if on_token is not None and on_token(r, token) is False:
+                reasons[r] = StopReason.STOP
+            elif len(out[r]) >= params.max_tokens:
+                reasons[r] = StopReason.LENGTH
+        next_ids.append(token)
+    return next_ids
 
 
 def _decode_loop(decoder, result, position, prompts, params, rngs, on_token, context):
     out = [[] for _ in prompts]
     reasons = [None] * len(prompts)
     while True:
-        next_ids = []
         finished = [reason is not None for reason in reasons]
-        for r, token in enumerate(result.tokens(params, rngs, finished)):
-            if reasons[r] is not None:
-                next_ids.append(0)
-                continue
-            if token in params.stop_ids:
-                reasons[r] = StopReason.STOP
-            else:
-                out[r].append(token)
-                if on_token is not None and on_token(r, token) is False:
-                    reasons[r] = StopReason.STOP
-                elif len(out[r]) >= params.max_tokens:
-                    reasons[r] = StopReason.LENGTH
-            next_ids.append(token)
+        next_ids = _take(result.tokens(params, rngs, finished), out, reasons, params, on_token)
         if all(reason is not None for reason in reasons):
             break
         if position >= context:  # the next token would sit past the trained context
@@ -194,6 +232,34 @@ def _decode_loop(decoder, result, position, prompts, params, rngs, on_token, con
             break
         result = decoder.step(next_ids, position)
         position += 1
+    return out, reasons
+
+
+def _greedy_pipelined(decoder, first, position, prompts, params, rngs, on_token, context):
+    """_decode_loop for greedy decoding through static caches, one step ahead: each step feeds itself
+    its argmax at the next position (_Decoder._static_step), so step k + 1 is queued before the host
+    reads step k's tokens, and the device never waits for the host. The tokens are the same: a
+    finished row is fed its own argmax rather than 0, and rows never read each other. Once every row
+    has ended, the one step queued beyond is dropped."""
+    out = [[] for _ in prompts]
+    reasons = [None] * len(prompts)
+    next_ids = _take(first.tokens(params, rngs, [False] * len(prompts)), out, reasons, params, on_token)
+    if all(reason is not None for reason in reasons):
+        return out, reasons
+    if position >= context:
+        return out, [reason or StopReason.CONTEXT for reason in reasons]
+    decoder.start(next_ids, position)
+    pending = decoder.launch_greedy()  # the step at `position`
+    while True:
+        position += 1  # where the next step's token sits
+        ahead = decoder.launch_greedy() if position < context else None
+        _take([int(t) for t in pending()], out, reasons, params, on_token)
+        if all(reason is not None for reason in reasons):
+            break
+        if ahead is None:  # the next token would sit past the trained context
+            reasons = [reason or StopReason.CONTEXT for reason in reasons]
+            break
+        pending = ahead
     return out, reasons
 
 

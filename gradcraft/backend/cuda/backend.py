@@ -10,6 +10,7 @@ contract: `adamw_step`, `grad_norm` (optim.py) and `cross_entropy_with_grad` (cr
 """
 
 import cupy as cp
+import cupyx
 
 import numpy as np
 
@@ -87,6 +88,26 @@ class CUDABackend(Backend):
     def to_numpy(self, array):
         with self._device:
             return cp.asnumpy(array)
+
+    def to_numpy_later(self, array):
+        """An asynchronous copy on the current stream into pinned host memory (CuPy's pinned pool),
+        after everything queued there; the function returned waits for it (an event)."""
+        with self._device:
+            array = cp.ascontiguousarray(array)  # (a copy kernel, queued in order, if strided)
+            host = cupyx.empty_pinned(array.shape, array.dtype)
+            stream = cp.cuda.get_current_stream()
+            if array.nbytes:
+                cp.cuda.runtime.memcpyAsync(
+                    host.ctypes.data, array.data.ptr, array.nbytes, cp.cuda.runtime.memcpyDeviceToHost, stream.ptr
+                )
+            done = cp.cuda.Event(disable_timing=True)
+            done.record(stream)
+
+        def wait():
+            done.synchronize()
+            return host
+
+        return wait
 
     def release(self, array) -> None:
         """Nothing to do: CuPy's pool takes the memory back when the last reference goes."""

@@ -52,6 +52,7 @@ def serve_preset(args) -> None:
     sys.path.insert(0, _ROOT)
     import gradcraft as gc
     from gradcraft.inference.server import serve
+    from gradcraft.inference.text import inference_dtype
     from gradcraft.inference.text import TextGenerator
     from gradcraft.models import Transformer
     from gradcraft.models.config import preset
@@ -66,7 +67,7 @@ def serve_preset(args) -> None:
     model = Transformer(config)
     if args.device != "cpu":
         model.to(args.device)
-    dtype = args.dtype if args.dtype != "auto" else ("float32" if args.device == "cpu" else "bfloat16")
+    dtype = inference_dtype(args.dtype, args.device)
     if dtype != "float32":
         model.to(getattr(gc, dtype))  # as `gradcraft serve --dtype auto` does: bf16 on a GPU
     serve(

@@ -20,9 +20,9 @@ def sample_row(logits: np.ndarray, temperature: float, top_k: int | None, top_p:
     if logits.dtype in _HALF:
         logits = logits.astype(np.float32)  # (exactly)
     # float32 logits: the top k are chosen on the logits as they are, and only those k are widened and
-    # divided (3-4x faster at 32k). Dividing a float32 value by a positive temperature in float64 keeps
-    # the order and the ties (two float32 values never meet at one quotient). Other types (float64,
-    # where two values may meet) are divided first.
+    # divided (1.7x faster for a 32k row, BENCHMARK.md). Dividing a float32 value by a positive
+    # temperature in float64 keeps the order and the ties (two float32 values never meet at one
+    # quotient). Other types (float64, where two values may meet) are divided first.
     narrow = logits.dtype == np.float32
     values = logits if narrow else logits.astype(np.float64) / temperature
     candidates = None  # the token ids still in the running (None: all), ascending

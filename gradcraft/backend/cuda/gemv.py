@@ -20,13 +20,13 @@ FILE = "gemv.cu"
 MAX_ROWS = 1  # rows taken here (the kernel's GEMV_MAX_ROWS is 8)
 MAX_COLUMNS = 16384  # an output layer's N and above: cuBLAS
 THREADS = 128  # 4 warps a block
-_TYPES = {np.dtype(np.float32), np.dtype(np.float16), np.dtype("bfloat16")}
+_TYPES = {np.dtype(np.float32), *L.HALF}
 
 
-def applies(rows: int, a_t: bool, b_t: bool, ldb: int, K: int, stride_b: int, dtype) -> bool:
-    """Whether gemm's product (a's rows stacked, `rows` of them; b = W^T with leading dimension ldb)
-    is a GEMV this module takes."""
-    shape = 1 <= rows <= MAX_ROWS and not a_t and b_t and ldb == K and stride_b == 0
+def applies(rows: int, N: int, K: int, a_t: bool, b_t: bool, ldb: int, stride_b: int, dtype) -> bool:
+    """Whether gemm's product (a's rows stacked, `rows` of them; b = W^T (K, N) with leading
+    dimension ldb) is a GEMV this module takes."""
+    shape = 1 <= rows <= MAX_ROWS and N < MAX_COLUMNS and not a_t and b_t and ldb == K and stride_b == 0
     return shape and np.dtype(dtype) in _TYPES
 
 

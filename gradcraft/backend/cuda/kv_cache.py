@@ -80,7 +80,7 @@ def _split_lanes(dtype, D: int) -> int:
     return lanes if D % per_access == 0 and 1 <= lanes <= 32 and lanes & (lanes - 1) == 0 else 0
 
 
-_SPLIT_TYPES = {np.dtype(np.float32), np.dtype(np.float16), np.dtype("bfloat16")}
+_SPLIT_TYPES = {np.dtype(np.float32), *L.HALF}
 ROUNDS = 4  # KV_ROUNDS in kernels/kv_cache.cu
 
 

@@ -102,8 +102,7 @@ def gemm(
         not accumulate
         and out_dtype == a.dtype == b.dtype
         and (count == 1 or stride_a == M * lda)
-        and N < gemv.MAX_COLUMNS
-        and gemv.applies(rows, a_t, b_t, ldb, K, stride_b, a.dtype)
+        and gemv.applies(rows, N, K, a_t, b_t, ldb, stride_b, a.dtype)
     ):
         gemv.gemv(a, lda, b, out, rows, N, K)  # a decoding step's few tokens: a read of the weight
         return out

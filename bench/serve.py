@@ -49,7 +49,6 @@ def _free_port() -> int:
 
 def serve_preset(args) -> None:
     """The child process: a random-weight model of the preset with a learned tokenizer, served."""
-    sys.path.insert(0, _ROOT)
     import gradcraft as gc
     from gradcraft.inference.server import serve
     from gradcraft.inference.text import inference_dtype
@@ -77,6 +76,7 @@ def serve_preset(args) -> None:
         args.port,
         slots=args.max_batch,
         max_queue=4 * args.requests,
+        step_prompts=args.step_prompts,
         access_log=False,
     )
 
@@ -128,6 +128,8 @@ def start_server(args, port: int) -> subprocess.Popen:
             "--requests",
             str(args.requests),
         ]
+    if args.step_prompts is not None:
+        command += ["--step_prompts", str(args.step_prompts)]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -216,6 +218,13 @@ def main():
     p.add_argument("--requests", type=int, default=64, help="requests per run (default: %(default)s)")
     p.add_argument("--max_tokens", type=int, default=64, help="tokens per request (default: %(default)s)")
     p.add_argument("--max_batch", type=int, default=16, help="the server's --max_batch (default: %(default)s)")
+    p.add_argument(
+        "--step_prompts",
+        type=int,
+        default=None,
+        help="the server's --step_prompts (0: every prompt prefilled; default: the server's, 32 on a GPU, "
+        "0 on the CPU)",
+    )
     p.add_argument("--threads", type=int, default=None, help="CPU threads of the server (default: all)")
     p.add_argument("--device", default="cpu")
     p.add_argument(
@@ -230,8 +239,10 @@ def main():
     args = p.parse_args()
     if args._serve:
         return serve_preset(args)
-    if min(args.clients, args.requests, args.max_tokens, args.max_batch) < 1:
-        raise SystemExit("error: --clients, --requests, --max_tokens and --max_batch must be at least 1")
+    if min(args.clients, args.requests, args.max_tokens, args.max_batch) < 1 or (args.step_prompts or 0) < 0:
+        raise SystemExit(
+            "error: --clients, --requests, --max_tokens and --max_batch must be at least 1, --step_prompts at least 0"
+        )
     port = _free_port()
     proc = start_server(args, port)
     try:

@@ -100,11 +100,14 @@ def served(scheduler, requests, stagger=None):
     return [out.tokens[i] for i in range(len(requests))], [out.reasons[i] for i in range(len(requests))]
 
 
+@pytest.mark.parametrize("step_prompts", [0, 5])
 @pytest.mark.parametrize("family", sorted(SERVED))
-def test_every_answer_under_load_equals_the_request_served_alone(family):
+def test_every_answer_under_load_equals_the_request_served_alone(family, step_prompts):
+    """step_prompts 0: every prompt prefilled (in chunks of 4); 5: prompts of up to 5 tokens fed
+    through the decoding step, the 11-token one prefilled, both ways in one batch."""
     model = make_model(family)
     requests = [(PROMPTS[i % len(PROMPTS)], params_for(i)) for i in range(10)]
-    scheduler = Scheduler(model, slots=4, max_queue=64, prefill_chunk=4)  # prompts in several chunks
+    scheduler = Scheduler(model, slots=4, max_queue=64, prefill_chunk=4, step_prompts=step_prompts)
     try:
         alone = [served(scheduler, [r]) for r in requests]
         together = served(scheduler, requests)

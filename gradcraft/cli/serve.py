@@ -63,6 +63,14 @@ def add_batching_arguments(p) -> None:
         help="prompt tokens prefilled between two decoding steps (default: %(default)s)",
     )
     p.add_argument(
+        "--step_prompts",
+        type=non_negative_int,
+        default=None,
+        help="prompts of at most this many tokens are fed through the batched decoding step, a token "
+        "a step, instead of a prefill pass of their own; 0: prefill every prompt (default: 32 on a GPU, "
+        "0 on the CPU)",
+    )
+    p.add_argument(
         "--request_timeout",
         type=positive_float,
         default=REQUEST_TIMEOUT,
@@ -80,6 +88,7 @@ def _check_batching(args) -> None:
     for flag, value, least in (
         ("--max_batch", args.max_batch, 1),
         ("--max_queue", args.max_queue, 0),
+        ("--step_prompts", 0 if args.step_prompts is None else args.step_prompts, 0),
         ("--prefill_chunk", args.prefill_chunk, 1),
     ):
         if value < least:
@@ -147,6 +156,7 @@ def run(args) -> int:
             slots=args.max_batch,
             max_queue=args.max_queue,
             prefill_chunk=args.prefill_chunk,
+            step_prompts=args.step_prompts,
             request_timeout=args.request_timeout,
             api_key=args.api_key,
             ui=not args.no_ui,

@@ -8,11 +8,14 @@
 One thread owns the model. Each turn of its loop:
   1. drops the sequences whose client went away (`seq.cancel` set) or whose deadline passed, freeing
      their slots;
-  2. gives waiting sequences the free slots (lowest first) and prefills them, a chunk of at most
-     `prefill_chunk` prompt tokens at a time and about that many tokens per turn in all, so a long
-     prompt never stalls the running sequences for long (prefill interleaved with decoding);
-     a sequence whose prompt is done has its keys/values copied into its slot, and its first token
-     sampled;
+  2. gives waiting sequences the free slots (lowest first). A short prompt (at most `step_prompts`
+     tokens) goes straight into the running batch and is fed through the decoding step, one token a
+     step, riding along with the others: it costs no pass of its own, and on a GPU a pass of the
+     eager model costs about what 30 replayed steps do. A longer one (or one that asks for its
+     prompt's log-probabilities) is prefilled, a chunk of at most `prefill_chunk` prompt tokens at a
+     time and about that many tokens per turn in all, so a long prompt never stalls the running
+     sequences for long (prefill interleaved with decoding); when its prompt is done its keys/values
+     are copied into its slot and its first token sampled;
   3. runs one decoding step for every running sequence at once; the step also picks each one's next
      token (F.sample_tokens: the argmax, or a draw with a uniform number the sequence took from its
      own generator), so B token ids come back to the host, not B rows of logits.
@@ -25,8 +28,9 @@ dropped): each bucket reads views of the same buffers, and its step has the same
 time, so a CUDA device captures one graph per bucket and replays it (engine/capture.py); the CPU
 just runs it.
 
-Why an answer never depends on the traffic: a prompt is prefilled alone, in chunks whose bounds
-depend only on its own length; the decoding step computes each row from that row alone whatever
+Why an answer never depends on the traffic: which way a prompt goes depends only on the request; a
+prefilled prompt is prefilled alone, in chunks whose bounds depend only on its own length; the
+decoding step computes each row from that row alone whatever
 the other rows hold (no capacity limit on experts, see MoE's `dropless`); and each sequence samples
 with its own NumPy generator seeded from its own seed. So an answer under load equals the same
 request served alone, token for token (tests/test_scheduler.py). (Buckets start at 2 rows: on the
@@ -107,23 +111,36 @@ class Sequence:
 
     def __post_init__(self):
         self.rng = np.random.default_rng(self.params.seed)
-        self.prefilled = 0  # prompt tokens already run through the model
+        self.prefilled = 0  # prompt tokens already run through the model (by prefill or by steps)
         self.caches = None  # the growing caches of the prefill, until copied into the slot
         self.position = 0  # where the next fed token sits
         self.last = 0  # the token fed at the next step
 
 
+def default_step_prompts(device) -> int:
+    """Prompts of at most this many tokens are fed through the decoding step by default: 32 on a GPU,
+    where a replayed step costs ~30x less than an eager prefill pass (llama-110m on an H200: ~0.5 ms
+    against ~27 ms); none on the CPU, where a prefill pass costs about one step and feeding a prompt
+    a token a step only delays its first token (`bench/serve.py --step_prompts`, BENCHMARK.md)."""
+    return 32 if str(device).startswith("cuda") else 0
+
+
 class Scheduler:
-    def __init__(self, model, slots: int = 8, max_queue: int = 64, prefill_chunk: int = 256):
-        if slots < 1 or max_queue < 0 or prefill_chunk < 1:
+    def __init__(
+        self, model, slots: int = 8, max_queue: int = 64, prefill_chunk: int = 256, step_prompts: int | None = None
+    ):
+        device = model.tok_emb.weight.device
+        step_prompts = default_step_prompts(device) if step_prompts is None else step_prompts
+        if slots < 1 or max_queue < 0 or prefill_chunk < 1 or step_prompts < 0:
             raise UserError(
-                f"slots and prefill_chunk must be at least 1 and max_queue at least 0 "
-                f"(got {slots}, {prefill_chunk}, {max_queue})"
+                f"slots and prefill_chunk must be at least 1, max_queue and step_prompts at least 0 "
+                f"(got {slots}, {prefill_chunk}, {max_queue}, {step_prompts})"
             )
         model.eval()
         self.model, self.slots, self.max_queue, self.prefill_chunk = model, slots, max_queue, prefill_chunk
+        self.step_prompts = step_prompts
         self.context = model.config.seq_len
-        self.device = model.tok_emb.weight.device
+        self.device = device
         with gc.no_grad():
             self.caches = model.slot_caches(slots)
         self.position = self.caches[0].position  # (slots,) int64, shared by every layer's cache
@@ -214,7 +231,11 @@ class Scheduler:
                         pending.append(seq)
                         continue
                     seq.slot = self.free.pop(self.free.index(min(self.free)))
-                    self.prefilling.append(seq)
+                    if len(seq.prompt) <= self.step_prompts and not seq.prompt_logprobs:
+                        seq.last = seq.prompt[0]  # fed by the decoding step from position 0 on
+                        self.running[seq.slot] = seq
+                    else:
+                        self.prefilling.append(seq)
             expired = [s for s in self.waiting if s.cancel.is_set() or self._expired(s)]
             for seq in expired:
                 self.waiting.remove(seq)
@@ -298,13 +319,12 @@ class Scheduler:
 
     def _enter_slot(self, seq) -> None:
         """Copy the prefilled keys/values into row seq.slot of the fixed caches."""
-        rows = gc.arange(self.slots, device=self.device).reshape(-1, 1, 1, 1)
-        mine = rows == seq.slot
         writes = []
+        row = slice(seq.slot, seq.slot + 1)  # only this row's slots are written, not the whole cache
         for prefilled, cache in zip(seq.caches, self.caches):
             filled = type(cache).from_cache(prefilled, self.context, None)  # (1, Hkv, L, D), padded or a ring
-            writes.append(cache.k.assign(gc.where(mine, filled.k, cache.k)))
-            writes.append(cache.v.assign(gc.where(mine, filled.v, cache.v)))
+            writes.append(cache.k[row].assign(filled.k))
+            writes.append(cache.v[row].assign(filled.v))
         gc.realize(*writes)
         seq.caches = None
         seq.position = len(seq.prompt)
@@ -330,6 +350,8 @@ class Scheduler:
         for slot, seq in self.running.items():
             ids[slot, 0], positions[slot] = seq.last, seq.position
             params = seq.params
+            if seq.prefilled < len(seq.prompt) - 1:
+                continue  # a prompt token whose output is not wanted: no draw from the generator
             if params.temperature and seq.logprobs is None:  # drawn in the step, with its own uniform
                 temperature[slot], uniform[slot] = params.temperature, seq.rng.random()
                 top_k[slot] = params.top_k or 0
@@ -345,6 +367,11 @@ class Scheduler:
         rows = None
         for slot, seq in list(self.running.items()):
             seq.position += 1
+            if seq.prefilled < len(seq.prompt):  # a prompt token went through the step
+                seq.prefilled += 1
+                if seq.prefilled < len(seq.prompt):
+                    seq.last = seq.prompt[seq.prefilled]
+                    continue
             if seq.logprobs is not None or tokens[slot] < 0:
                 rows = logits.numpy() if rows is None else rows
             if seq.logprobs is not None:

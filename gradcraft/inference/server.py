@@ -88,6 +88,7 @@ def create_app(
     request_timeout: float | None = REQUEST_TIMEOUT,
     api_key: str | None = None,
     prefill_chunk: int = 256,
+    step_prompts: int | None = None,
     ui: bool = True,
 ):
     """The ASGI app (its `.scheduler` drives the model). docs: serve /docs and /openapi.json (off by
@@ -100,7 +101,9 @@ def create_app(
 
     from gradcraft.inference import openai_api as api
 
-    scheduler = Scheduler(generator.model, slots=slots, max_queue=max_queue, prefill_chunk=prefill_chunk)
+    scheduler = Scheduler(
+        generator.model, slots=slots, max_queue=max_queue, prefill_chunk=prefill_chunk, step_prompts=step_prompts
+    )
     requests = Requests(generator, scheduler, request_timeout)
 
     app = FastAPI(

@@ -125,6 +125,10 @@ OPTIONAL_PAIRS = {
     # (logits (B, V), temperature, top_k, top_p, uniform) -> (B,) token ids drawn as gradcraft/sampling.py
     # defines (inference only); -1 marks a row the kernel cannot hold (backend/cpu/sampling.py)
     "sample_tokens": (),
+    # a decoding step's one-row products with what surrounds them (inference only): (x[, residual]
+    # [, norm weight][, norm bias], weight[, bias]; residual, norm, eps, norm_bias, bias, activation)
+    # -> y, or (y, x + residual) with a residual (backend/cpu/gemv.py, kernels/gemv.cu)
+    "norm_linear": (),
 }
 OPTIONAL = frozenset(OPTIONAL_PAIRS) | {b for pair in OPTIONAL_PAIRS.values() for b in pair}
 KERNELS = PRIMITIVES | OPTIONAL
@@ -232,6 +236,11 @@ class Backend:
         """Whether this device's kv_attention kernel takes a cache of `length` slots and this head dim
         (else the op layer composes it from primitives)."""
         return self.has_kernel("kv_attention")
+
+    def norm_linear_supported(self, rows: int, N: int, K: int, dtype, activation) -> bool:
+        """Whether F.norm_linear should take this device's fused kernel for `rows` rows of K features
+        and an (N, K) weight (else the op layer composes it: add, norm, matmul, bias, activation)."""
+        return False
 
     def fused_linear_cross_entropy(self, dtype) -> bool:
         """Whether F.linear_cross_entropy should take this device's fused kernel (logits never whole)

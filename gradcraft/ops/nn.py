@@ -7,6 +7,7 @@ them (linear, one_hot, mse_loss) are here too. Attention lives in ops/attention.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 from gradcraft.typing import DTypeLike, Device, Shape
 
@@ -383,8 +384,91 @@ from gradcraft.ops.attention import scaled_dot_product_attention  # noqa: E402,F
 
 
 def linear(input: Tensor, weight: Tensor | None, bias: Tensor | None = None) -> Tensor:
+    if bias is not None and weight.ndim == 2 and input.dtype == weight.dtype == bias.dtype and bias.ndim == 1:
+        return norm_linear(input, weight, bias)  # a decoding step's row: the bias added in the product's kernel
     out = input @ weight.mT
     return out + bias if bias is not None else out
+
+
+NORMS = (None, "rms_norm", "layer_norm")
+ACTIVATIONS = (None, "gelu", "gelu_tanh", "swiglu")
+
+
+def norm_linear(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    *,
+    residual: Tensor | None = None,
+    norm: str | None = None,
+    norm_weight: Tensor | None = None,
+    norm_bias: Tensor | None = None,
+    eps: float = 1e-5,
+    activation: str | None = None,
+):
+    """activation(norm(input + residual) @ weight^T + bias) for input (..., K), weight (N, K).
+
+    residual: added to input first; then the result is (y, input + residual), the residual stream
+    the next layer continues from. norm: "rms_norm" (norm_weight) or "layer_norm" (norm_weight,
+    norm_bias), over the last axis, with eps; None: no norm. activation: "gelu", "gelu_tanh"
+    (GELU's tanh form), "swiglu" (silu(h[..., :N/2]) * h[..., N/2:]) or None.
+
+    A decoding step multiplies one row by each weight matrix: each product is a read of the weight,
+    a few microseconds, and the residual add, the norm before it and the bias and activation after
+    it cost as much again as separate kernels. Where the device has the fused kernel for the case
+    (backend `norm_linear_supported`: on a GPU, one row, kernels/gemv.cu) the chain is one launch;
+    everywhere else, and whenever a gradient is needed, it is composed from the ops it stands for
+    (the same kernels as the unfused model, the same numbers). The fused kernel has no gradient."""
+    from gradcraft.device import get_backend
+    from gradcraft.ops.function import is_grad_enabled
+
+    if norm not in NORMS or activation not in ACTIVATIONS:
+        raise UserError(f"norm_linear: norm must be one of {NORMS} and activation one of {ACTIVATIONS}")
+    K, N = input.shape[-1], weight.shape[0]
+    if weight.ndim != 2 or weight.shape[1] != K:
+        raise UserError(f"norm_linear: weight must be (N, {K}) for input {input.shape}, got {weight.shape}")
+    if residual is not None and residual.shape != input.shape:
+        raise UserError(f"norm_linear: residual {residual.shape} must match input {input.shape}")
+    if (norm is None) != (norm_weight is None) or (norm_bias is not None and norm != "layer_norm"):
+        raise UserError("norm_linear: norm_weight goes with a norm, norm_bias with layer_norm only")
+    if activation == "swiglu" and N % 2:
+        raise UserError(f"norm_linear: swiglu needs an even output width, got {N}")
+    tensors = [t for t in (input, residual, norm_weight, norm_bias, weight, bias) if t is not None]
+    if any(t.dtype != input.dtype for t in tensors):
+        raise UserError("norm_linear: every tensor must share the input's dtype")
+    rows = math.prod(input.shape[:-1])
+    grad = is_grad_enabled() and any(t.requires_grad for t in tensors)
+    if not grad and get_backend(input.device).norm_linear_supported(rows, N, K, input.dtype.np, activation):
+        out = N // 2 if activation == "swiglu" else N
+        attrs = {
+            "residual": residual is not None,
+            "norm": norm,
+            "eps": float(eps),
+            "norm_bias": norm_bias is not None,
+            "bias": bias is not None,
+            "activation": activation,
+        }
+        flat = [t.reshape(rows, K) if t is input or t is residual else t for t in tensors]
+        shape = input.shape[:-1] + (out,)
+        if residual is None:
+            return apply("norm_linear", flat, attrs, (rows, out), input.dtype).reshape(shape)
+        y, s = apply("norm_linear", flat, attrs, ((rows, out), (rows, K)), (input.dtype, input.dtype), n_outputs=2)
+        return y.reshape(shape), s.reshape(input.shape)
+    s = input + residual if residual is not None else input
+    if norm == "rms_norm":
+        h = rms_norm(s, (K,), norm_weight, eps)
+    elif norm == "layer_norm":
+        h = layer_norm(s, (K,), norm_weight, norm_bias, eps)
+    else:
+        h = s
+    h = h @ weight.mT
+    if bias is not None:
+        h = h + bias
+    if activation == "swiglu":
+        h = swiglu(h)
+    elif activation is not None:
+        h = gelu(h, approximate="tanh" if activation == "gelu_tanh" else "none")
+    return (h, s) if residual is not None else h
 
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:

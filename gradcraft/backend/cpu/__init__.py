@@ -27,6 +27,7 @@ from gradcraft.backend.cpu import (
     embedding,
     flash_attention,
     gather,
+    gemv,
     kv_cache,
     matmul,
     moe,
@@ -64,6 +65,7 @@ FAMILIES = (
     kv_cache,
     moe,
     sampling,
+    gemv,
 )
 
 

@@ -1018,9 +1018,14 @@ def test_argmax_over_the_last_axis_picks_the_first_of_equals_and_nans(gpu, dtype
     x[1, [7, 2000]] = 50  # a tie: the first index wins
     x[2, [9, 11]] = np.nan  # NaN wins, the first one
     x[3, :] = 0
+    wide = randn((3, 50257), dtype, r)  # a vocabulary: several loads in flight a thread
+    wide[0, [40000, 3]] = 60  # the tie's later index is read first by its thread
+    wide[1, [45000, 100]] = np.nan
+    wide[2, 50256] = 70  # the last column, in the kernel's tail loop
     for op in ("argmax", "argmin"):
-        got = gpu.to_numpy(gpu.run(op, [gpu.from_numpy(x)], {"axis": -1, "keepdim": False}))
-        np.testing.assert_array_equal(got, getattr(np, op)(x.astype(np.float32), axis=-1))
+        for a in (x, wide):
+            got = gpu.to_numpy(gpu.run(op, [gpu.from_numpy(a)], {"axis": -1, "keepdim": False}))
+            np.testing.assert_array_equal(got, getattr(np, op)(a.astype(np.float32), axis=-1))
 
 
 def test_tf32_switch(gpu):

@@ -20,6 +20,27 @@ def make_norm(cfg: ModelConfig) -> Module:
     return RMSNorm(cfg.dim, eps=cfg.norm_eps)
 
 
+def norm_then(norm: Module, x, residual, linear_weight, linear_bias=None, activation=None):
+    """(activation(norm(x + residual) @ W^T + b), x + residual) through F.norm_linear: on a GPU, a
+    one-row decoding step does the add, the norm, the product, the bias and the activation in one
+    kernel; elsewhere the same ops one by one. residual None: x is the stream as it is."""
+    dtype = x.dtype
+    kind = "layer_norm" if isinstance(norm, LayerNorm) else "rms_norm"
+    bias = norm.bias.to(dtype) if kind == "layer_norm" and norm.bias is not None else None
+    out = F.norm_linear(
+        x,
+        linear_weight.to(dtype),
+        linear_bias.to(dtype) if linear_bias is not None else None,
+        residual=residual,
+        norm=kind,
+        norm_weight=norm.weight.to(dtype),
+        norm_bias=bias,
+        eps=norm.eps,
+        activation=activation,
+    )
+    return out if residual is not None else (out, x)
+
+
 class KVCache:
     """Keys and values seen so far by one attention layer, (B, Hkv, S, D) each.
 
@@ -122,13 +143,21 @@ class Attention(Module):
         self.dropout = Dropout(cfg.resid_dropout)  # on the residual branch, after the projection
 
     def forward(self, x, rope=None, cache: KVCache | None = None):
-        B, T, C = x.shape
+        return self.attend(self.qkv(x), rope, cache)
+
+    def attend(self, qkv, rope=None, cache: KVCache | None = None):
+        """The layer from its q/k/v projection (B, T, (H + 2 Hkv) D) on: rotation, attention, output
+        projection."""
+        B, T, _ = qkv.shape
         H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
-        qkv = self.qkv(x)  # (B, T, (H + 2 Hkv) D)
         q = qkv[..., : H * D].reshape(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
         k = qkv[..., H * D : (H + Hkv) * D].reshape(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
         v = qkv[..., (H + Hkv) * D :].reshape(B, T, Hkv, D).transpose(1, 2)
-        if rope is not None:
+        if rope is not None and isinstance(cache, StaticKVCache):
+            # one token a row: the queries and keys rotated in one launch (they sit side by side in qkv)
+            qk = _rotate(qkv[..., : (H + Hkv) * D].reshape(B, T, H + Hkv, D).transpose(1, 2), rope)
+            q, k = qk[:, :H], qk[:, H:]
+        elif rope is not None:
             q, k = _rotate(q, rope), _rotate(k, rope)
         if isinstance(cache, StaticKVCache):
             k, v = cache.extend(k, v)
@@ -169,8 +198,20 @@ class MLP(Module):
         self.ffn_dim = cfg.ffn_dim
         self.dropout = Dropout(cfg.resid_dropout)
 
+    @property
+    def fused_activation(self):
+        """The activation as F.norm_linear names it, or None where it has none (a learned Swish beta)."""
+        if self.kind == "gelu":
+            return "gelu_tanh" if self.approximate == "tanh" else "gelu"
+        return "swiglu" if self.beta is None else None
+
     def forward(self, x):
-        h = self.fc(x)
+        return self.after_fc(self.fc(x))
+
+    def after_fc(self, h, activated: bool = False):
+        """The layer from its first projection h on (its activation already applied if `activated`)."""
+        if activated:
+            return self.dropout(self.proj(h))
         if self.kind == "gelu":
             h = F.gelu(h, approximate=self.approximate)
         else:
@@ -203,6 +244,22 @@ class Block(Module):
             # on what else is in the batch, and no routing count is read on the host.
             return x + self.mlp(self.norm2(x), dropless=True)
         return x + self.mlp(self.norm2(x))
+
+    def decode(self, x, residual, rope, cache):
+        """forward() for one token per row through static caches, with each residual add put off
+        into the next norm: the stream is x + residual (residual None: x), and so is the result's.
+        Each norm then meets the product after it in one F.norm_linear (on a GPU at one row: one
+        kernel for add, norm, product, bias and activation instead of five)."""
+        attn = self.attn
+        qkv, x = norm_then(self.norm1, x, residual, attn.qkv.weight, attn.qkv.bias)
+        h = attn.attend(qkv, rope, cache)
+        mlp = self.mlp
+        if isinstance(mlp, MoE):
+            x = x + h
+            return x, mlp(self.norm2(x), dropless=True)
+        activation = mlp.fused_activation
+        a, x = norm_then(self.norm2, x, h, mlp.fc.weight, mlp.fc.bias, activation)
+        return x, mlp.after_fc(a, activated=activation is not None)
 
 
 class Transformer(Module):
@@ -334,11 +391,11 @@ class Transformer(Module):
             rope = (cos[position], sin[position])  # (B', D/2): gathered on the device
         if compute_dtype is not None:
             x = x.to(compute_dtype)
+        residual = None
         for block, cache in zip(self.blocks, caches):
-            x = block(x, rope, cache)
-        x = self.norm(x)
+            x, residual = block.decode(x, residual, rope, cache)
         weight = self.tok_emb.weight if self.lm_head is None else self.lm_head.weight
-        return x @ weight.to(x.dtype).mT
+        return norm_then(self.norm, x, residual, weight)[0]
 
     def static_caches(self, caches: list, position) -> list:
         """StaticKVCaches holding what prefilled KVCaches hold, for decoding at `position` (rings

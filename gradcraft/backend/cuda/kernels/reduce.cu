@@ -52,7 +52,19 @@ __device__ void arg_last_body(const T* x, i64* y, int C) {
     const T* xr = x + (i64)blockIdx.x * C;
     A best = to_float(xr[0]);
     int best_i = 0;
-    for (int j = threadIdx.x; j < C; j += blockDim.x) {
+    // Four loads in flight a thread before comparing (one row of a vocabulary is latency-bound
+    // otherwise); the winner does not depend on the order (arg_better: NaN, then value, then index).
+    const int step = blockDim.x;
+    int j = threadIdx.x;
+    for (; j + 3 * step < C; j += 4 * step) {
+        A v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = to_float(xr[j + u * step]);
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+            if (arg_better<A, MIN>(v[u], j + u * step, best, best_i)) best = v[u], best_i = j + u * step;
+    }
+    for (; j < C; j += step) {
         const A v = to_float(xr[j]);
         if (arg_better<A, MIN>(v, j, best, best_i)) best = v, best_i = j;
     }

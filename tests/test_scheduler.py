@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import gradcraft as gc
-from gradcraft.inference.generate import SamplingParams, generate
+from gradcraft.inference.generate import SamplingParams, StopReason, generate
 from gradcraft.inference.scheduler import CANCELLED, TIMEOUT, QueueFull, Scheduler, Sequence
 from gradcraft.models import ModelConfig, Transformer
 from test_models import FAMILIES, randomize, small_config
@@ -124,7 +124,8 @@ def test_every_answer_under_load_equals_the_request_served_alone(family, step_pr
             assert tokens == generate(model, [prompt], params)[0][0]
 
 
-def test_sampled_answers_are_the_generators_whether_the_step_or_the_host_draws(monkeypatch):
+@pytest.mark.parametrize("step_prompts", [0, 32])
+def test_sampled_answers_are_the_generators_whether_the_step_or_the_host_draws(monkeypatch, step_prompts):
     """A sampled sequence draws one uniform number a token from its own generator and the step picks
     its token (F.sample_tokens): the same tokens as generate()'s sample_next with that seed. Where the
     device has no sampling kernel, every row comes back -1 and is drawn on the host with the same
@@ -135,7 +136,7 @@ def test_sampled_answers_are_the_generators_whether_the_step_or_the_host_draws(m
     requests = [(PROMPTS[i % len(PROMPTS)], params_for(i)) for i in range(12) if params_for(i).temperature]
 
     def serve():
-        scheduler = Scheduler(model, slots=4, max_queue=64, prefill_chunk=64)
+        scheduler = Scheduler(model, slots=4, max_queue=64, prefill_chunk=64, step_prompts=step_prompts)
         try:
             return served(scheduler, requests)[0]
         finally:
@@ -253,3 +254,20 @@ def test_memory_stays_flat_over_a_thousand_requests():
     assert reasons == ["length"] * 1000
     assert after["live_bytes"] <= before["live_bytes"]
     assert after["peak_bytes"] <= before["live_bytes"] + 1_000_000  # a step's temporaries, not a cache per request
+
+
+@pytest.mark.parametrize("step_prompts", [0, 5])
+def test_a_short_prompt_is_fed_through_the_decoding_step(step_prompts):
+    """A prompt of at most step_prompts tokens takes one decoding step a token (its last one's step
+    gives the first new token); a longer one is prefilled, and its first token comes from the prefill."""
+    model = make_model("llama_gqa")
+    scheduler = Scheduler(model, slots=2, prefill_chunk=4, step_prompts=step_prompts)
+    try:
+        for prompt in (PROMPTS[0], PROMPTS[2]):  # 5 and 11 tokens
+            before = scheduler.steps
+            tokens, reasons = served(scheduler, [(prompt, SamplingParams(max_tokens=3))])
+            stepped = len(prompt) <= step_prompts
+            assert len(tokens[0]) == 3 and reasons == [StopReason.LENGTH]
+            assert scheduler.steps - before == (len(prompt) + 2 if stepped else 2)
+    finally:
+        scheduler.close()

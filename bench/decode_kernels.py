@@ -1,6 +1,6 @@
 """A decoding step's kernels alone on the GPU: the few-row products (kernels/gemv.cu, with variants of
-its sizes) against cuBLAS, the KV-cache attention against the one-block-per-head kernel, the greedy
-argmax against CuPy's.
+its sizes) against cuBLAS, the KV-cache attention (the split kernel, whose last block a head merges the
+chunks) against the one-block-per-head kernel, the greedy argmax against CuPy's.
 
     python bench/decode_kernels.py                     # llama-110m's and gpt2-124m's shapes
     python bench/decode_kernels.py --rows 1,8 --variants 1x4,2x4,4x4,2x8
@@ -99,7 +99,7 @@ def main(argv=None):
             print(f"{row}  {N * K * 2 / best / 1e3:8.0f}")
 
     print("\nKV-cache attention (one step, bf16, 12 heads of 64, a 1024-slot cache), us per launch")
-    print(f"{'batch':>5s} {'filled':>6s} {'one block a head':>17s} {'split (+combine)':>17s}")
+    print(f"{'batch':>5s} {'filled':>6s} {'one block a head':>17s} {'split (merged in)':>17s}")
     for batch in (1, 8, 64):
         for filled in (16, 272, 1024):
             shape = (batch, 12, 1024, 64)

@@ -142,3 +142,79 @@ def test_cuda_attention_spreads_a_nan_or_infinite_score_as_the_cpu_does(bad):
     got = F.kv_cache_attention(*cuda, gc.tensor(pos, device="cuda")).float().numpy()
     assert np.isnan(want[0, 0]).all() and np.isfinite(want[0, 1]).all()
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not is_available("cuda"), reason="needs CuPy and an NVIDIA GPU")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cuda_split_attention_gives_the_first_result_at_every_launch_and_replay(monkeypatch, dtype):
+    """The split kernel's last block of each (row, head) merges the chunks and sets its counter back to
+    0: launches in a row and replays of captured graphs all write the first launch's output, bit for
+    bit (the output is poisoned before each, so a launch that writes nothing fails). Also when the
+    counters are grown while a graph is captured: the graph captured before keeps its buffer."""
+    import cupy as cp
+
+    from gradcraft.backend.cuda import kv_cache
+    from gradcraft.backend.cuda import launch as L
+
+    monkeypatch.setattr(L, "POISON", True)
+    monkeypatch.setattr(kv_cache, "_counters", {})
+    monkeypatch.setattr(kv_cache, "_first_counters", lambda: 1)  # so that two rows must grow them
+    backend = gc.device.get_backend(gc.device.canonical("cuda"))
+    groups = kv_cache.THREADS // kv_cache._split_lanes(np.dtype(dtype), 64)
+    tol = {"float32": 1e-5, "bfloat16": 2e-2}[dtype]
+    graphs = []
+
+    def case(B, H, Hkv, length, position):
+        """The launch (a function), PyTorch's result and the launch's splits."""
+        q, k, v = (cp.asarray(a).astype(np.dtype(dtype)) for a in _inputs(B, H, Hkv, length, 64, seed=length))
+        want = _torch_reference(*(a.astype(np.float32).get() for a in (q, k, v)), [position])
+        position = cp.array([position])  # (a copy from the host: not in a capture)
+
+        def run():
+            return kv_cache._kv_attention(q, k, v, position, 1 / 8)
+
+        return run, want, kv_cache._chunks(B * H, length, groups)[0]
+
+    def check_replays(out, graph, first, times=3):
+        for _ in range(times):
+            out.view(np.uint8).fill(0xFF)  # NaN bits, on the stream that the replay follows
+            backend.replay(graph)
+            np.testing.assert_array_equal(out.get(), first)
+
+    try:
+        # many splits of a long filled cache, one head; the counters taken at the first (eager) launch
+        run, want, splits = case(1, 1, 1, 8192, 8191)
+        assert splits >= 16
+        first = run().get()
+        np.testing.assert_allclose(first.astype(np.float32), want, rtol=tol, atol=tol)
+        np.testing.assert_array_equal(run().get(), first)
+        out_one, graph_one = backend.capture(run)
+        graphs.append(graph_one)
+        check_replays(out_one, graph_one, first)
+        assert len(kv_cache._counters[cp.cuda.Device().id]) == 1
+        # two heads, a cache filled in part, captured before any eager launch: the counters grow in the capture
+        run, want, splits = case(1, 2, 1, 4096, 3000)
+        assert splits >= 16
+        out, graph = backend.capture(run)
+        graphs.append(graph)
+        assert len(kv_cache._counters[cp.cuda.Device().id]) == 2
+        backend.replay(graph)
+        first_two = out.get()
+        np.testing.assert_allclose(first_two.astype(np.float32), want, rtol=tol, atol=tol)
+        check_replays(out, graph, first_two)
+        np.testing.assert_array_equal(run().get(), first_two)
+        np.testing.assert_array_equal(run().get(), first_two)
+        check_replays(out_one, graph_one, first, times=2)  # the first graph still counts in its buffer
+        # one split: the block writes the output itself
+        run, want, splits = case(1, 2, 2, 16, 9)
+        assert splits == 1
+        first = run().get()
+        np.testing.assert_allclose(first.astype(np.float32), want, rtol=tol, atol=tol)
+        np.testing.assert_array_equal(run().get(), first)
+        out, graph = backend.capture(run)
+        graphs.append(graph)
+        check_replays(out, graph, first)
+    finally:
+        for graph in graphs:
+            backend.release_graph(graph)

@@ -84,25 +84,58 @@ _SPLIT_TYPES = {np.dtype(np.float32), *L.HALF}
 ROUNDS = 4  # KV_ROUNDS in kernels/kv_cache.cu
 
 
+# The split kernel's per-(row, head) counters of finished chunks (kernels/kv_cache.cu): one int32 buffer
+# per device, zeroed once when allocated and never again (each launch leaves its counters at 0).
+# Allocated generously up front: a launch splits only while B H < 4 multiprocessors (`_chunks`), so
+# the first buffer, 4 counters a multiprocessor (2 KB on an H200), serves every launch that counts.
+# Should a launch ever need more, a new buffer (at least twice as large) is taken and the old ones are
+# kept: a captured CUDA graph holds the pointer it was captured with, and its replays must find that
+# buffer alive (and at 0). The buffers come straight from cudaMalloc, not from CuPy's pool: one
+# allocated during a capture must not belong to that graph's private pool, which goes with the graph.
+_counters: dict[int, list] = {}  # device id -> its buffers (cupy Memory), the newest (largest) last
+
+
+def _first_counters() -> int:
+    return 4 * L.sm_count()
+
+
+def _chunk_counters(rows: int) -> np.uint64:
+    """The device pointer of at least `rows` counters at 0 on the current device."""
+    buffers = _counters.setdefault(cp.cuda.Device().id, [])
+    if not buffers or buffers[-1].size < 4 * rows:
+        count = max(rows, 2 * buffers[-1].size // 4) if buffers else max(rows, _first_counters())
+        memory = cp.cuda.Memory(4 * count)
+        # Zeroed on a stream of its own and waited for: a memset on the current stream would be recorded
+        # into a graph being captured (and rerun by every replay, resetting a counter in use).
+        stream = cp.cuda.Stream(non_blocking=True)
+        cp.cuda.runtime.memsetAsync(memory.ptr, 0, 4 * count, stream.ptr)
+        stream.synchronize()
+        buffers.append(memory)
+    return np.uint64(buffers[-1].ptr)
+
+
+def _chunks(rows: int, length: int, groups: int) -> tuple[int, int]:
+    """(splits, slots a chunk) for `rows` (b, h) pairs: enough blocks for ~4 a multiprocessor, no chunk
+    under one round of reads. (More than one split only while rows < 4 multiprocessors.)"""
+    splits = min(-(-length // (ROUNDS * groups)), max(1, -(-4 * L.sm_count() // rows)))
+    chunk = -(-length // splits)
+    return -(-length // chunk), chunk
+
+
 def _kv_attention_split(q, k, v, position, per_row, scale, lanes):
-    """kv_attention_split (+ kv_attention_combine): each (b, h)'s slots in chunks, one block each, so
-    that a single sequence's few heads still fill the GPU."""
+    """kv_attention_split: each (b, h)'s slots in chunks, one block each, so that a single sequence's
+    few heads still fill the GPU; the last block of each (b, h) to finish merges the chunks."""
     B, H, _, D = q.shape
     Hkv, length = k.shape[1], k.shape[2]
     groups = THREADS // lanes
-    # enough blocks for ~4 a multiprocessor, no chunk under one round of reads
-    splits = min(-(-length // (ROUNDS * groups)), max(1, -(-4 * L.sm_count() // (B * H))))
-    chunk = -(-length // splits)
-    splits = -(-length // chunk)
+    splits, chunk = _chunks(B * H, length, groups)
     out = L.empty((B, H, 1, D), q.dtype)
     partial = L.empty((B * H * splits * (D + 2),), np.float32) if splits > 1 else None
+    counters = _chunk_counters(B * H) if splits > 1 else np.uint64(0)
     shared = 4 * groups * (D + 2)
-    name = L.suffix(q.dtype)
-    fn = L.with_shared(FILE, f"kv_attention_split_{name}", shared)
-    args = (q, k, v, position, per_row, out, L.ptr(partial), L.i32(H), L.i32(Hkv), L.i64(length), L.i32(D))
-    fn((B * H, splits), (THREADS,), args + (np.float32(scale), L.i32(chunk)), shared_mem=shared)
-    if splits > 1:
-        L.run(FILE, f"kv_attention_combine_{name}", B * H, min(THREADS, D), (partial, out, L.i32(splits), L.i32(D)))
+    fn = L.with_shared(FILE, f"kv_attention_split_{L.suffix(q.dtype)}", shared)
+    args = (q, k, v, position, per_row, out, L.ptr(partial), counters, L.i32(H), L.i32(Hkv), L.i64(length))
+    fn((B * H, splits), (THREADS,), args + (L.i32(D), np.float32(scale), L.i32(chunk)), shared_mem=shared)
     return out
 
 

@@ -103,14 +103,47 @@ FOR_FLOAT_TYPES(KV_ATTENTION)
 // row is read by a group of D / VEC lanes, 16 bytes each, and its value row with it; a group takes
 // KV_ROUNDS keys a round (all their loads in flight at once) and keeps FlashAttention's running
 // max m, sum l of exp(s - m) and sum of exp(s - m) v, so no score is stored. The block then merges
-// its groups and leaves (m, l, acc) in `partial` (float32, (B H, splits, D + 2)) for
-// kv_attention_combine, or, with one split, writes the output.
+// its groups. With one split it writes the output; with more it leaves (m, l, acc) in `partial`
+// (float32, (B H, splits, D + 2)), and the last of the (b, h)'s blocks to finish merges every chunk's
+// partial result into the output (kv_attention_merge_partials) in the same kernel, so a decoding
+// step launches one kernel per layer where a second, merging kernel used to follow.
+// How a block knows it is the last (CUDA's threadFenceReduction sample): it writes its partial,
+// fences (the writes are visible device-wide before the count says so), and one thread adds 1 to
+// counters[b H + h]; the block that gets splits - 1 back is the last, reads the partials from L2
+// (__ldcg: its own L1 may hold stale lines) and sets the counter back to 0. So every launch leaves
+// the counters at 0 for the next one, and a replayed CUDA graph needs no reset of its own. The
+// counters belong to the launcher (kv_cache.py, one buffer per device, zeroed once); launches that
+// share them must not run at the same time (they do not: a decoding step's layers run one after
+// another on one stream).
 #define KV_ROUNDS 4
+
+// out[b, h] from the splits' partial results: sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s with
+// M = max_s m_s, summed in split order. The first chunk always holds a filled slot, so M is finite.
+template <typename T>
+__device__ void kv_attention_merge_partials(const float* part, T* out_row, int splits, int D) {
+    float M = neg_inf<float>();
+    bool nan = false;
+    for (int s = 0; s < splits; ++s) {
+        const float m = __ldcg(part + s * (D + 2));
+        M = fmaxf(M, m), nan |= m != m;  // (a chunk that met a NaN score says so with m = NaN)
+    }
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float num = 0, den = 0;
+        for (int s = 0; s < splits; ++s) {
+            const float* p = part + s * (D + 2);
+            const float m = __ldcg(p);
+            const float w = m == neg_inf<float>() ? 0.0f : __expf(m - M);  // an empty chunk: m = -inf
+            num += w * __ldcg(p + 2 + d);
+            den += w * __ldcg(p + 1);
+        }
+        out_row[d] = store<T>(nan ? quiet_nan<float>() : num / den);
+    }
+}
 
 template <typename T>
 __device__ void kv_attention_split_body(const T* q, const T* k, const T* v, const i64* position, int per_row,
-                                        T* out, float* partial, int H, int Hkv, i64 L, int D, float scale,
-                                        int chunk) {
+                                        T* out, float* partial, int* counters, int H, int Hkv, i64 L, int D,
+                                        float scale, int chunk) {
     constexpr int VEC = 16 / (int)sizeof(T);
     extern __shared__ __align__(16) unsigned char shared_raw[];
     float* group_acc = reinterpret_cast<float*>(shared_raw);  // (groups, D), then (groups) m and l
@@ -199,39 +232,27 @@ __device__ void kv_attention_split_body(const T* q, const T* k, const T* v, cons
             if (d == 0) part[0] = nan ? quiet_nan<float>() : M, part[1] = den;
         }
     }
-}
-
-// out[b, h] from the splits' partial results: sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s with
-// M = max_s m_s. One block per (b, h); the first chunk always holds a filled slot, so M is finite.
-template <typename T>
-__device__ void kv_attention_combine_body(const float* partial, T* out, int splits, int D) {
-    const int bh = blockIdx.x;
-    const float* part = partial + (i64)bh * splits * (D + 2);
-    float M = neg_inf<float>();
-    bool nan = false;
-    for (int s = 0; s < splits; ++s) {
-        const float m = part[s * (D + 2)];
-        M = fmaxf(M, m), nan |= m != m;  // (a chunk that met a NaN score says so with m = NaN)
+    if (splits == 1) return;
+    // The last block of this (b, h) to get here merges every chunk (see above).
+    __shared__ bool last;
+    __threadfence();  // this thread's partial writes, visible device-wide before the count below
+    __syncthreads();  // every thread's writes fenced
+    if (threadIdx.x == 0) {
+        last = atomicAdd(counters + bh, 1) == splits - 1;
+        if (last) counters[bh] = 0;  // every other block has counted: ready for the next launch
     }
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
-        float num = 0, den = 0;
-        for (int s = 0; s < splits; ++s) {
-            const float* p = part + s * (D + 2);
-            const float w = p[0] == neg_inf<float>() ? 0.0f : __expf(p[0] - M);  // an empty chunk: m = -inf
-            num += w * p[2 + d];
-            den += w * p[1];
-        }
-        out[(i64)bh * D + d] = store<T>(nan ? quiet_nan<float>() : num / den);
-    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();  // (acquire: the other blocks' partials are read after their counts)
+    kv_attention_merge_partials<T>(partial + (i64)bh * splits * (D + 2), out + (i64)bh * D, splits, D);
 }
 
 #define KV_ATTENTION_SPLIT(NAME, T) \
     extern "C" __global__ void kv_attention_split_##NAME(const T* q, const T* k, const T* v, const i64* position, \
-                                                         int per_row, T* out, float* partial, int H, int Hkv, \
-                                                         i64 L, int D, float scale, int chunk) { \
-        kv_attention_split_body<T>(q, k, v, position, per_row, out, partial, H, Hkv, L, D, scale, chunk); } \
-    extern "C" __global__ void kv_attention_combine_##NAME(const float* partial, T* out, int splits, int D) { \
-        kv_attention_combine_body<T>(partial, out, splits, D); }
+                                                         int per_row, T* out, float* partial, int* counters, int H, \
+                                                         int Hkv, i64 L, int D, float scale, int chunk) { \
+        kv_attention_split_body<T>(q, k, v, position, per_row, out, partial, counters, H, Hkv, L, D, scale, \
+                                   chunk); }
 KV_ATTENTION_SPLIT(f32, float)
 KV_ATTENTION_SPLIT(bf16, bf16)
 KV_ATTENTION_SPLIT(f16, f16)

@@ -126,8 +126,9 @@ def products(args, per_launch_us):
 
 
 def norm_linear(per_launch_us):
-    """The fused kernel (256 and 128 threads a block) against the separate kernels the unfused model
-    launches for the same layer: add, norm, the product (gemv), bias add, activation."""
+    """The fused kernel (threads a block as the launcher picks them, and 128) against the separate
+    kernels the unfused model launches for the same layer: add, norm, the product (gemv), bias add,
+    activation."""
     import cupy as cp
     import numpy as np
 

@@ -60,8 +60,10 @@ def gemv(x, ldx: int, w, out, rows: int, N: int, K: int, function=None, outputs:
 # block gets without asking (beside the reduction's 128 bytes), and above every hidden size of the
 # models here (and llama-7B's 11008).
 MAX_K = 11264
-# 8 warps a block: each block's normalization (a few KB read, two or three barriers) serves 8 or 16
-# output columns; with N >= 768 the grid still has 48 blocks or more (the bench times 128 as well).
+# 8 warps a block: each block's normalization (a few KB read, two or three barriers) then serves 8 or
+# 16 output columns. Where that leaves fewer blocks than the GPU has SMs (gpt2's proj: N = 768, 96
+# blocks on an H200's 132 SMs), 4 warps a block, so that every SM pulls its share of W. Chosen
+# without measurement; `bench/decode_kernels.py --only norm_linear` times 128 threads beside.
 NORM_LINEAR_THREADS = 256
 _NORMS = {None: 0, "rms_norm": 1, "layer_norm": 2}
 _ACTIVATIONS = {None: 0, "gelu": 1, "gelu_tanh": 2}  # swiglu: the `g` kernels
@@ -77,7 +79,8 @@ def supported(rows: int, N: int, K: int, dtype, activation) -> bool:
 def norm_linear(*arrays, residual, norm, eps, norm_bias, bias, activation, threads=None, function=None):
     """The backend's `norm_linear` (backend/cpu/gemv.py's inputs and attributes): y (1, N), N/2 columns
     with swiglu, or (y, x + residual) with a residual. threads: per block (a multiple of 32, at most
-    256; default NORM_LINEAR_THREADS); function: where to get the kernels instead (as gemv's)."""
+    256; default NORM_LINEAR_THREADS, or 128 where that leaves SMs without a block); function: where
+    to get the kernels instead (as gemv's)."""
     x, res, nw, nb, w, b = (
         None if a is None else L.contiguous(a) for a in unpack(arrays, residual, norm, norm_bias, bias)
     )
@@ -88,14 +91,16 @@ def norm_linear(*arrays, residual, norm, eps, norm_bias, bias, activation, threa
     glu = activation == "swiglu"
     y = L.empty((rows, N // 2 if glu else N), x.dtype)
     s = L.empty((rows, K), x.dtype) if residual else None
-    threads = threads or NORM_LINEAR_THREADS
+    columns, per_warp = (N // 2, 1) if glu else (N, outputs_per_warp(N, K))
+    if threads is None:
+        threads = NORM_LINEAR_THREADS
+        if -(-columns // (threads // 32 * per_warp)) < L.sm_count():
+            threads = 128
     per_access = 16 // x.itemsize
     vector = K % per_access == 0 and L.aligned(x, res, nw, nb, w, s)  # (bias and y: one value at a time)
-    outputs = 2 if glu else outputs_per_warp(N, K)
-    name = f"norm_linear_{'v' if vector else 's'}{'g' if glu else outputs}_{L.suffix(x.dtype)}"
+    name = f"norm_linear_{'v' if vector else 's'}{'g' if glu else per_warp}_{L.suffix(x.dtype)}"
     fn = function(name) if function is not None else compiler.function(FILE, name, cp.cuda.Device().id)
-    columns = N // 2 if glu else N
-    blocks = -(-columns // (threads // 32 * (1 if glu else outputs)))
+    blocks = -(-columns // (threads // 32 * per_warp))
     args = (x, L.ptr(res), L.ptr(nw), L.ptr(nb), w, L.ptr(b), y, L.ptr(s), L.i32(N), L.i32(K), L.f64(eps))
     fn((blocks,), (threads,), args + (L.i32(_NORMS[norm]), L.i32(_ACTIVATIONS.get(activation, 0))), shared_mem=4 * K)
     return (y, s) if residual else y

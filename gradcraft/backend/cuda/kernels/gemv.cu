@@ -111,6 +111,10 @@ GEMV(f16, f16)
 // is a few KB, read from L2 by each block: next to the block's share of W (its warps' rows, 12-48 KB
 // for K = 768) that costs little, and it saves the separate add and norm kernels' launches (each
 // ~2 us of a graph's replay) and round trips through global memory.
+#ifndef NORM_LINEAR_PREFETCH
+#define NORM_LINEAR_PREFETCH 1  // (bench/decode_kernels.py builds it with 0 as well, to compare)
+#endif
+
 enum { NL_NO_NORM, NL_RMS_NORM, NL_LAYER_NORM };
 enum { NL_NO_ACT, NL_GELU, NL_GELU_TANH };  // (swiglu: its own kernels, GLU below)
 
@@ -169,6 +173,24 @@ __device__ __forceinline__ void norm_linear_row(const T* x, const T* res, const 
     __syncthreads();
 }
 
+// Ask L2 for the first bytes the warp's rows of W will be read from (its first round of loads; all of
+// a 768-wide bf16 row) before the block normalizes x, so that their DRAM latency overlaps the
+// normalization instead of following it. A hint: nothing waits on it.
+template <typename T, int O>
+__device__ __forceinline__ void prefetch_rows(const T* w, int n0, int ostride, int N, int K) {
+    constexpr int LINE = 128, FIRST = 32 * GEMV_UNROLL * 16;
+    const i64 row_bytes = (i64)K * sizeof(T);
+    const int bytes = row_bytes < FIRST ? (int)row_bytes : FIRST;
+#pragma unroll
+    for (int o = 0; o < O; ++o) {
+        const int n = n0 + o * ostride;
+        if (n >= N) break;
+        const char* p = reinterpret_cast<const char*>(w + (i64)n * K);
+        for (int off = (threadIdx.x & 31) * LINE; off < bytes; off += 32 * LINE)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+    }
+}
+
 // O: output columns per warp (1 or 2, as gemv_body); GLU: swiglu, the warp of column j (j < N/2)
 // reads W's rows j and j + N/2 (O = 2). N: W's rows; y has N columns, N/2 with GLU.
 template <typename T, int VEC, int O, bool GLU>
@@ -176,10 +198,11 @@ __device__ void norm_linear_body(const T* x, const T* res, const T* nw, const T*
                                  T* s_out, int N, int K, double eps, int norm, int act) {
     static_assert(!GLU || O == 2, "swiglu takes two rows of W a warp");
     extern __shared__ __align__(16) float row[];
-    norm_linear_row<T, VEC>(x, res, nw, nb, s_out, K, eps, norm, row);
     const int cols = GLU ? N / 2 : N;
     const int warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int n0 = GLU ? warp : warp * O;
+    if (NORM_LINEAR_PREFETCH && n0 < cols) prefetch_rows<T, O>(w, n0, GLU ? cols : 1, N, K);
+    norm_linear_row<T, VEC>(x, res, nw, nb, s_out, K, eps, norm, row);
     if (n0 >= cols) return;  // (after the block's barriers; a whole warp leaves together)
     float sums[O][1];
     warp_dots<T, VEC, O, 1>(row, 0, 1, w, n0, GLU ? cols : 1, N, K, sums);

@@ -108,8 +108,8 @@ GEMV(f16, f16)
 //
 // Every block builds n first, as floats in shared memory (K of them: dynamic shared memory, K up to
 // gemv.MAX_K), then its warps compute their columns as gemv_body does, reading n from there. The row
-// is a few KB, read from L2 by each block: next to the block's share of W (its warps' rows, 12-48 KB
-// for K = 768) that costs little, and it saves the separate add and norm kernels' launches (each
+// is a few KB, read from L2 by each block: next to the block's share of W (its warps' rows, 6-24 KB
+// for K = 768 in bf16) that costs little, and it saves the separate add and norm kernels' launches (each
 // ~2 us of a graph's replay) and round trips through global memory.
 #ifndef NORM_LINEAR_PREFETCH
 #define NORM_LINEAR_PREFETCH 1  // (bench/decode_kernels.py builds it with 0 as well, to compare)

@@ -1,9 +1,12 @@
 """A decoding step's kernels alone on the GPU: the few-row products (kernels/gemv.cu, with variants of
-its sizes) against cuBLAS, the KV-cache attention (the split kernel, whose last block a head merges the
-chunks) against the one-block-per-head kernel, the greedy argmax against CuPy's.
+its sizes) against cuBLAS, the fused norm_linear kernel (the product with the residual add and norm
+before it and the bias and activation after it) against the chain of separate kernels it replaces, the
+KV-cache attention (the split kernel, whose last block a head merges the chunks) against the
+one-block-per-head kernel, the greedy argmax against CuPy's.
 
     python bench/decode_kernels.py                     # llama-110m's and gpt2-124m's shapes
     python bench/decode_kernels.py --rows 1,8 --variants 1x4,2x4,4x4,2x8
+    python bench/decode_kernels.py --only norm_linear   # one section: gemv, norm_linear, kv, argmax
 
 Every case is captured 50 times into one CUDA graph and replayed (as the decoding step replays its
 graph), so the time per launch is the kernel plus the graph's launch gap, without Python's launch
@@ -29,19 +32,27 @@ SHAPES = [
     ("gpt2-124m head", 50304, 768),
 ]
 
+# (name, N, K, attributes of norm_linear): a layer's products with what surrounds them in the model
+NORM_LINEAR_SHAPES = [
+    ("llama-110m qkv", 2304, 768, dict(residual=True, norm="rms_norm", bias=False, activation=None)),
+    ("llama-110m gate+up", 4096, 768, dict(residual=True, norm="rms_norm", bias=False, activation="swiglu")),
+    ("gpt2-124m qkv", 2304, 768, dict(residual=True, norm="layer_norm", bias=True, activation=None)),
+    ("gpt2-124m fc", 3072, 768, dict(residual=True, norm="layer_norm", bias=True, activation="gelu_tanh")),
+    ("gpt2-124m proj", 768, 3072, dict(residual=False, norm=None, bias=True, activation=None)),
+]
+SECTIONS = ("gemv", "norm_linear", "kv", "argmax")
+
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", default="1,2,8", help="rows of x (tokens in the step), a comma list")
     p.add_argument("--variants", default="1x4,2x4,1x8,2x8", help="output columns per warp (1, 2) x GEMV_UNROLL choices")
     p.add_argument("--copies", type=int, default=50, help="launches per captured graph")
+    p.add_argument("--only", choices=SECTIONS, help="run one section (default: all)")
     args = p.parse_args(argv)
+    sections = [args.only] if args.only else SECTIONS
 
     import cupy as cp
-    import numpy as np
-
-    from gradcraft.backend.cuda import compiler, gemv, kv_cache, matmul
-    from gradcraft.backend.cuda import launch as L
 
     def per_launch_us(fn) -> float:
         fn()  # compile and warm up outside the capture
@@ -61,9 +72,25 @@ def main(argv=None):
         end.synchronize()
         return cp.cuda.get_elapsed_time(start, end) * 1e3 / (5 * args.copies)
 
+    print(f"GPU: {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}, CuPy {cp.__version__}; bf16; us per launch")
+    if "gemv" in sections:
+        products(args, per_launch_us)
+    if "norm_linear" in sections:
+        norm_linear(per_launch_us)
+    if "kv" in sections:
+        kv_attention(per_launch_us)
+    if "argmax" in sections:
+        argmax(per_launch_us)
+
+
+def products(args, per_launch_us):
+    import cupy as cp
+    import numpy as np
+
+    from gradcraft.backend.cuda import compiler, gemv, matmul
+
     bf16 = np.dtype("bfloat16")
     variants = [tuple(int(v) for v in s.split("x")) for s in args.variants.split(",")]
-    print(f"GPU: {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}, CuPy {cp.__version__}; bf16; us per launch")
     names = " ".join(f"{f'{o}x{u}':>8s}" for o, u in variants)
     print(f"{'product':22s} {'rows':>4s} {'cuBLAS':>8s} {names}  best GB/s")
     for name, N, K in SHAPES:
@@ -98,6 +125,72 @@ def main(argv=None):
             row = f"{name:22s} {rows:4d} {cublas:8.2f} " + " ".join(f"{t:8.2f}" for t in times)
             print(f"{row}  {N * K * 2 / best / 1e3:8.0f}")
 
+
+def norm_linear(per_launch_us):
+    """The fused kernel (threads a block as the launcher picks them; 128; without its prefetch of W)
+    against the separate kernels the unfused model launches for the same layer: add, norm, the product
+    (gemv), bias add, activation."""
+    import cupy as cp
+    import numpy as np
+
+    from gradcraft.backend.cuda import compiler, gemv
+    from gradcraft.device import get_backend
+
+    kernels = get_backend("cuda").kernels
+    options = compiler.OPTIONS + ("-DNORM_LINEAR_PREFETCH=0",)
+    no_prefetch = compiler.module(gemv.FILE, cp.cuda.Device().id, options).get_function
+    bf16 = np.dtype("bfloat16")
+    rng = np.random.default_rng(0)
+
+    def draw(*shape, scale=1.0, shift=0.0):
+        return cp.asarray(rng.standard_normal(shape, dtype=np.float32) * scale + shift).astype(bf16)
+
+    print("\nnorm_linear: one row's product with the residual add, norm, bias and activation around it")
+    print(f"{'layer':22s} {'unfused':>8s} {'fused':>8s} {'fused128':>8s} {'no pref.':>8s}  fused GB/s")
+    for name, N, K, attrs in NORM_LINEAR_SHAPES:
+        x, res, w = draw(1, K), draw(1, K), draw(N, K, scale=K**-0.5)
+        nw = draw(K, scale=0.2, shift=1.0) if attrs["norm"] else None
+        nb = draw(K, scale=0.1) if attrs["norm"] == "layer_norm" else None
+        b = draw(N, scale=0.5) if attrs["bias"] else None
+        attrs = dict(attrs, eps=1e-5, norm_bias=nb is not None)
+        arrays = [a for a in (x, res if attrs["residual"] else None, nw, nb, w, b) if a is not None]
+
+        def unfused():
+            s = kernels["add"](x, res) if attrs["residual"] else x
+            if attrs["norm"] == "rms_norm":
+                s = kernels["rms_norm"](s, nw, eps=1e-5, n_dims=1)
+            elif attrs["norm"] == "layer_norm":
+                s = kernels["layer_norm"](s, nw, nb, eps=1e-5, n_dims=1)
+            h = kernels["matmul"](s, w.T)
+            if b is not None:
+                h = kernels["add"](h, b)
+            if attrs["activation"] == "swiglu":
+                return kernels["swiglu"](h)
+            if attrs["activation"] == "gelu_tanh":
+                return kernels["gelu"](h, approximate="tanh")
+            return h
+
+        def fused(threads=None, function=None):
+            out = gemv.norm_linear(*arrays, **attrs, threads=threads, function=function)
+            return out[0] if attrs["residual"] else out
+
+        reference, got = unfused().astype(np.float32), fused().astype(np.float32)
+        error = float(cp.abs(got - reference).max() / cp.abs(reference).max())
+        if error > 2e-2:
+            raise SystemExit(f"{name}: the fused kernel differs from the chain by {error:.1e}")
+        times = [per_launch_us(unfused), per_launch_us(fused), per_launch_us(lambda: fused(128))]
+        times.append(per_launch_us(lambda: fused(function=no_prefetch)))
+        print(f"{name:22s} " + " ".join(f"{t:8.2f}" for t in times) + f"  {N * K * 2 / times[1] / 1e3:8.0f}")
+
+
+def kv_attention(per_launch_us):
+    import cupy as cp
+    import numpy as np
+
+    from gradcraft.backend.cuda import kv_cache
+    from gradcraft.backend.cuda import launch as L
+
+    bf16 = np.dtype("bfloat16")
     print("\nKV-cache attention (one step, bf16, 12 heads of 64, a 1024-slot cache), us per launch")
     print(f"{'batch':>5s} {'filled':>6s} {'one block a head':>17s} {'split (merged in)':>17s}")
     for batch in (1, 8, 64):
@@ -124,6 +217,11 @@ def main(argv=None):
             if error > 2e-2:
                 raise SystemExit(f"kv attention: the kernels differ by {error:.1e}")
             print(f"{batch:5d} {filled:6d} {per_launch_us(old):17.2f} {per_launch_us(split):17.2f}")
+
+
+def argmax(per_launch_us):
+    import cupy as cp
+    import numpy as np
 
     print("\nargmax over the vocabulary (float32 logits), us per launch")
     for rows, V in ((1, 32000), (64, 32000), (1, 50257)):

@@ -1011,6 +1011,112 @@ def test_matmul_with_one_row_reads_the_weight_once(gpu, dtype):
         close(gpu.to_numpy(out), np.asarray(cpu().run("matmul", [x, w.T], {})), what=f"gemv of {rows} rows")
 
 
+# (K, N): 16-byte words (K = 768: a qkv of 2304 columns, one a warp; gate+up's 4096, two a warp), an
+# odd K (single values), a column count that leaves the last block part empty (and, at two columns a
+# warp, the last warp one column); swiglu's N is 2 * F. The residual and bias go on and off by case.
+NORM_LINEAR_CASES = [(768, 2304, 4096, True, False), (33, 37, 74, False, True), (64, 3101, 3102, True, True)]
+
+
+def _norm_linear_inputs(K, N, dtype, norm, residual, bias, norm_bias, r):
+    """backend/cpu/gemv.py's inputs in its order, and its attributes."""
+    arrays = [randn((1, K), dtype, r, scale=2)]
+    if residual:
+        arrays.append(randn((1, K), dtype, r))
+    if norm is not None:
+        arrays.append(randn((K,), dtype, r, scale=0.2, shift=1))
+    if norm_bias:
+        arrays.append(randn((K,), dtype, r, scale=0.1))
+    arrays.append(randn((N, K), dtype, r, scale=K**-0.5))
+    if bias:
+        arrays.append(randn((N,), dtype, r, scale=0.5))
+    return arrays, dict(residual=residual, norm=norm, eps=1e-5, norm_bias=norm_bias, bias=bias)
+
+
+def _close_to_scale(got, expected, dtype, what):
+    """|got - expected| within rtol of max |expected| (2e-2 for bf16/fp16: a few ulps of the output's
+    scale, as the summation orders differ; 1e-4 for float32); same shape and dtype, nothing NaN."""
+    assert got.shape == expected.shape and got.dtype == expected.dtype, f"{what}: {got.shape} {got.dtype}"
+    got, expected = got.astype(np.float64), expected.astype(np.float64)
+    assert np.isfinite(got).all(), f"{what}: non-finite values (unwritten output?) (GRADCRAFT_TEST_SEED={SEED})"
+    rtol = 1e-4 if np.dtype(dtype) == np.float32 else 2e-2
+    error, scale = np.abs(got - expected).max(), np.abs(expected).max()
+    assert error <= rtol * scale, (
+        f"{what}: max error {error:.3g} against scale {scale:.3g} (GRADCRAFT_TEST_SEED={SEED})"
+    )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16, np.float16], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("norm", [None, "rms_norm", "layer_norm"])
+@pytest.mark.parametrize("activation", [None, "gelu", "gelu_tanh", "swiglu"])
+def test_norm_linear_kernel(gpu, dtype, norm, activation):
+    """The fused one-row product (kernels/gemv.cu's norm_linear) against the CPU reference kernel on
+    the same inputs: y to a few ulps of its scale, s = x + residual bit for bit; outputs poisoned. The
+    first case runs again from misaligned copies (the single-value kernels at K = 768)."""
+    r = rng()
+    for i, (K, N, N_glu, residual, bias) in enumerate(NORM_LINEAR_CASES):
+        N = N_glu if activation == "swiglu" else N
+        norm_bias = norm == "layer_norm" and i != 1
+        arrays, attrs = _norm_linear_inputs(K, N, dtype, norm, residual, bias, norm_bias, r)
+        attrs["activation"] = activation
+        expected = cpu().reference_kernels["norm_linear"](*arrays, **attrs)
+        what = f"norm_linear K={K} N={N} {attrs}"
+        for aligned in (True, False) if i == 0 else (True,):
+            inputs = [gpu.from_numpy(a) if aligned else misaligned(gpu, a) for a in arrays]
+            got = gpu.run("norm_linear", inputs, attrs)
+            if residual:
+                (got, got_s), (expected_y, expected_s) = got, expected
+                got_s, expected_s = gpu.to_numpy(got_s), np.asarray(expected_s)
+                assert got_s.shape == expected_s.shape and got_s.dtype == expected_s.dtype
+                bits = f"u{expected_s.dtype.itemsize}"
+                np.testing.assert_array_equal(got_s.view(bits), expected_s.view(bits), err_msg=f"{what}: s")
+            else:
+                expected_y = expected
+            _close_to_scale(gpu.to_numpy(got), np.asarray(expected_y), dtype, f"{what} aligned={aligned}")
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_norm_linear_op_takes_the_fused_kernel_at_one_row(gpu, family, monkeypatch):
+    """F.norm_linear on CUDA: one row without a gradient runs the fused kernel, and gives what the
+    composed ops give (the path a gradient, or a second row, takes)."""
+    assert gpu.norm_linear_supported(1, 2304, 768, BF16, None)
+    assert not gpu.norm_linear_supported(2, 2304, 768, BF16, None)
+    assert not gpu.norm_linear_supported(1, 32000, 768, BF16, None)  # an output layer: cuBLAS
+    ran = []
+    run = type(gpu).run
+    monkeypatch.setattr(type(gpu), "run", lambda self, op, args, attrs: ran.append(op) or run(self, op, args, attrs))
+    r = rng()
+    K, N = 768, 4096 if family == "llama" else 3072
+    data = dict(input=r.standard_normal((1, 1, K)), residual=r.standard_normal((1, 1, K)))
+    data["weight"] = r.standard_normal((N, K)) * K**-0.5
+    data["norm_weight"] = 1 + 0.2 * r.standard_normal(K)
+    if family == "gpt2":
+        data["norm_bias"], data["bias"] = 0.1 * r.standard_normal(K), 0.5 * r.standard_normal(N)
+        attrs = dict(norm="layer_norm", activation="gelu_tanh")
+    else:
+        attrs = dict(norm="rms_norm", activation="swiglu")
+    results = {}
+    for fused in (True, False):
+        tensors = {
+            k: gc.tensor(v, dtype=gc.bfloat16, device="cuda", requires_grad=k == "weight" and not fused)
+            for k, v in data.items()
+        }
+        ran.clear()
+        y, s = gF.norm_linear(**tensors, **attrs)
+        results[fused] = y.float().numpy(), s.float().numpy()
+        assert ("norm_linear" in ran) == fused, ran
+    assert results[True][0].shape == (1, 1, N // 2 if family == "llama" else N)
+    _close_to_scale(results[True][0], results[False][0], BF16, f"{family} F.norm_linear fused against composed")
+    np.testing.assert_array_equal(results[True][1], results[False][1])
+    two_rows = {
+        k: gc.tensor(np.concatenate([v, v], 1) if v.ndim == 3 else v, dtype=gc.bfloat16, device="cuda")
+        for k, v in data.items()
+    }
+    ran.clear()
+    y2, _ = gF.norm_linear(**two_rows, **attrs)
+    assert "norm_linear" not in ran and y2.shape[1] == 2
+    _close_to_scale(y2.float().numpy()[:, :1], results[True][0], BF16, f"{family}: a second row composed")
+
+
 @pytest.mark.parametrize("dtype", FLOATS + [np.float16])
 def test_argmax_over_the_last_axis_picks_the_first_of_equals_and_nans(gpu, dtype):
     r = rng()

@@ -3,10 +3,11 @@
 The kernels live in one module per family, each exporting a KERNELS dict that the table is assembled
 from: elementwise.py, reduce.py, movement.py (and gathers), creation.py, moe.py use CuPy's own
 routines where a handwritten kernel would not pay, with backend/cpu/'s dtype rules (float16/bfloat16
-arithmetic runs in float32 and rounds once); matmul.py goes to cuBLAS; activations.py, softmax.py,
-cross_entropy.py, linear_cross_entropy.py, norms.py, rope.py, embedding.py, dropout.py, sdpa.py and
-attention.py (flash) launch kernels/*.cu (rows.py: the row kernels' layouts). Extra methods beyond the
-contract: `adamw_step`, `grad_norm` (optim.py) and `cross_entropy_with_grad` (cross_entropy.py).
+arithmetic runs in float32 and rounds once); matmul.py goes to cuBLAS (gemv.py for one-row products);
+activations.py, softmax.py, cross_entropy.py, linear_cross_entropy.py, norms.py, rope.py, embedding.py,
+dropout.py, sdpa.py, attention.py (flash) and gemv.py (norm_linear) launch kernels/*.cu (rows.py: the
+row kernels' layouts). Extra methods beyond the contract: `adamw_step`, `grad_norm` (optim.py) and
+`cross_entropy_with_grad` (cross_entropy.py).
 """
 
 import cupy as cp
@@ -23,6 +24,7 @@ from gradcraft.backend.cuda import (
     dropout,
     elementwise,
     embedding,
+    gemv,
     kv_cache,
     linear_cross_entropy,
     moe,
@@ -58,6 +60,7 @@ FAMILIES = (
     attention,
     kv_cache,
     sampling,
+    gemv,
 )
 
 
@@ -126,6 +129,9 @@ class CUDABackend(Backend):
 
     def kv_attention_supported(self, dtype, length: int, head_dim: int) -> bool:
         return kv_cache.supported(dtype, length, head_dim)
+
+    def norm_linear_supported(self, rows: int, N: int, K: int, dtype, activation) -> bool:
+        return gemv.supported(rows, N, K, dtype, activation)
 
     def cross_entropy_with_grad(self, logits, target, ignore_index=-100, label_smoothing=0.0, grad_scale=1.0):
         """(per-row loss, dlogits * grad_scale) in one launch; see cross_entropy.launch."""

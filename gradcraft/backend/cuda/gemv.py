@@ -8,6 +8,11 @@ most MAX_ROWS rows and N < MAX_COLUMNS; anything else goes to cuBLAS. The limits
 where cuBLAS takes 3.2-7.1 us at one row, but cuBLAS wins from 8 rows on (its tensor-core tiles
 use each loaded weight for every row) and on the output layer (N = 32000 and more, where both
 approach bandwidth). The kernel itself takes up to 8 rows (GEMV_MAX_ROWS), for such measurements.
+
+`norm_linear` (the backend's kernel of that name, F.norm_linear) is the same product for one row
+with the residual add and the norm before it and the bias and activation after it, in one launch:
+every block normalizes the row into shared memory, then its warps compute their columns as the GEMV
+does (backend/cpu/gemv.py is the reference). `supported` says where the op layer takes it.
 """
 
 import cupy as cp
@@ -15,6 +20,7 @@ import numpy as np
 
 from gradcraft.backend.cuda import compiler
 from gradcraft.backend.cuda import launch as L
+from gradcraft.backend.cpu.gemv import unpack
 
 FILE = "gemv.cu"
 MAX_ROWS = 1  # rows taken here (the kernel's GEMV_MAX_ROWS is 8)
@@ -46,3 +52,58 @@ def gemv(x, ldx: int, w, out, rows: int, N: int, K: int, function=None, outputs:
     fn = function(name) if function is not None else compiler.function(FILE, name, cp.cuda.Device().id)
     blocks = -(-N // (THREADS // 32 * outputs))
     fn((blocks,), (THREADS,), (x, L.i64(ldx), w, out, L.i32(rows), L.i32(N), L.i32(K)))
+
+
+# ---------------------------------------------------------------- norm_linear
+
+# The normalized row lives in shared memory as K floats: 11264 of them are 44 KiB, under the 48 KiB a
+# block gets without asking (beside the reduction's 128 bytes), and above every hidden size of the
+# models here (and llama-7B's 11008).
+MAX_K = 11264
+# 8 warps a block: each block's normalization (a few KB read, two or three barriers) then serves 8 or
+# 16 output columns. Where that leaves fewer blocks than the GPU has SMs (gpt2's proj: N = 768, 96
+# blocks on an H200's 132 SMs), 4 warps a block, so that every SM pulls its share of W. Chosen
+# without measurement; `bench/decode_kernels.py --only norm_linear` times 128 threads beside.
+NORM_LINEAR_THREADS = 256
+_NORMS = {None: 0, "rms_norm": 1, "layer_norm": 2}
+_ACTIVATIONS = {None: 0, "gelu": 1, "gelu_tanh": 2}  # swiglu: the `g` kernels
+
+
+def supported(rows: int, N: int, K: int, dtype, activation) -> bool:
+    """Whether the norm_linear kernel takes this case: one row, float32/bf16/fp16, N < MAX_COLUMNS
+    (wider: the output layer, where cuBLAS is as fast), K <= MAX_K (the row in shared memory)."""
+    width_ok = activation != "swiglu" or N % 2 == 0
+    return rows == 1 and 1 <= N < MAX_COLUMNS and 1 <= K <= MAX_K and width_ok and np.dtype(dtype) in _TYPES
+
+
+def norm_linear(*arrays, residual, norm, eps, norm_bias, bias, activation, threads=None, function=None):
+    """The backend's `norm_linear` (backend/cpu/gemv.py's inputs and attributes): y (1, N), N/2 columns
+    with swiglu, or (y, x + residual) with a residual. threads: per block (a multiple of 32, at most
+    256; default NORM_LINEAR_THREADS, or 128 where that leaves SMs without a block); function: where
+    to get the kernels instead (as gemv's)."""
+    x, res, nw, nb, w, b = (
+        None if a is None else L.contiguous(a) for a in unpack(arrays, residual, norm, norm_bias, bias)
+    )
+    rows, K = x.shape
+    N = w.shape[0]
+    if not supported(rows, N, K, x.dtype, activation) or w.shape[1] != K:
+        raise ValueError(f"norm_linear: no CUDA kernel for {rows} rows of {K} and an ({N}, {w.shape[1]}) weight")
+    glu = activation == "swiglu"
+    y = L.empty((rows, N // 2 if glu else N), x.dtype)
+    s = L.empty((rows, K), x.dtype) if residual else None
+    columns, per_warp = (N // 2, 1) if glu else (N, outputs_per_warp(N, K))
+    if threads is None:
+        threads = NORM_LINEAR_THREADS
+        if -(-columns // (threads // 32 * per_warp)) < L.sm_count():
+            threads = 128
+    per_access = 16 // x.itemsize
+    vector = K % per_access == 0 and L.aligned(x, res, nw, nb, w, s)  # (bias and y: one value at a time)
+    name = f"norm_linear_{'v' if vector else 's'}{'g' if glu else per_warp}_{L.suffix(x.dtype)}"
+    fn = function(name) if function is not None else compiler.function(FILE, name, cp.cuda.Device().id)
+    blocks = -(-columns // (threads // 32 * per_warp))
+    args = (x, L.ptr(res), L.ptr(nw), L.ptr(nb), w, L.ptr(b), y, L.ptr(s), L.i32(N), L.i32(K), L.f64(eps))
+    fn((blocks,), (threads,), args + (L.i32(_NORMS[norm]), L.i32(_ACTIVATIONS.get(activation, 0))), shared_mem=4 * K)
+    return (y, s) if residual else y
+
+
+KERNELS = {"norm_linear": norm_linear}

@@ -7,19 +7,7 @@
 // The tanh forms are written with the sigmoid, 0.5 (1 + tanh(u)) = sigmoid(2u), which needs one
 // exp and one division in float (no cancellation where tanh(u) is near -1).
 #include "common.cuh"
-
-#define SQRT_2_OVER_PI 0.7978845608028654
-#define GELU_C 0.044715
-
-template <typename A> __device__ __forceinline__ A sigmoid(A z) { return fast_div((A)1, (A)1 + fast_exp(-z)); }
-
-template <typename A> __device__ __forceinline__ A gelu_value(A x, int tanh_form) {
-    if (tanh_form) {
-        const A u = (A)SQRT_2_OVER_PI * x * ((A)1 + (A)GELU_C * x * x);
-        return fast_div(x, (A)1 + fast_exp((A)-2 * u));  // x * sigmoid(2u)
-    }
-    return (A)0.5 * x * ((A)1 + ferf(x * (A)0.7071067811865476));
-}
+#include "activations.cuh"
 
 template <typename A> __device__ __forceinline__ A gelu_slope(A x, int tanh_form) {
     if (tanh_form) {
@@ -38,7 +26,7 @@ enum { GELU_FWD, GELU_BWD, SILU_FWD, SILU_BWD };
 template <int OP, typename A> __device__ __forceinline__ A activation(A x, A g, int tanh_form) {
     if constexpr (OP == GELU_FWD) return gelu_value(x, tanh_form);
     else if constexpr (OP == GELU_BWD) return g * gelu_slope(x, tanh_form);
-    else if constexpr (OP == SILU_FWD) return fast_div(x, (A)1 + fast_exp(-x));  // x * sigmoid(x)
+    else if constexpr (OP == SILU_FWD) return silu_value(x);
     else {
         const A s = sigmoid(x), r = sigmoid(-x);  // silu' = s (1 + x (1 - s))
         return g * s * ((A)1 + x * r);
@@ -106,7 +94,7 @@ __device__ __forceinline__ void swiglu_body(const T* __restrict__ h, const T* __
             store_vals<VEC>(out + gate + F, up);
         } else {
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) a[e] = fast_div(a[e], (A)1 + fast_exp(-a[e])) * up[e];
+            for (int e = 0; e < VEC; ++e) a[e] = silu_value(a[e]) * up[e];
             store_vals<VEC>(out + i * VEC, a);
         }
         c += step_c;

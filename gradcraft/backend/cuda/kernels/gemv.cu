@@ -1,5 +1,7 @@
 // Matrix-vector products for decoding: y (R, N) = x (R, K) @ W^T for a weight W (N, K) stored row by
-// row (a Linear layer's layout), with few rows R (one to GEMV_MAX_ROWS tokens of a decoding step).
+// row (a Linear layer's layout), with few rows R (one to GEMV_MAX_ROWS tokens of a decoding step);
+// and norm_linear, the one-row product with the residual add and norm before it and the bias and
+// activation after it, in one launch (below).
 //
 // Why not cuBLAS: at R = 1 the product is a read of W and nothing else, and cuBLAS's GEMM kernels
 // take 4-6 us for a 768 x 2304 bf16 weight (3.5 MB: under 1 us at the H200's bandwidth). Here one
@@ -8,32 +10,36 @@
 // R dot products are summed across the warp. Each row's sum runs in the same order whatever R is,
 // so a token's logits do not depend on which other tokens share its step.
 #include "common.cuh"
+#include "rows.cuh"
+#include "norms.cuh"
+#include "activations.cuh"
 
 #define GEMV_MAX_ROWS 8  // as MAX_ROWS in backend/cuda/gemv.py
 #ifndef GEMV_UNROLL
 #define GEMV_UNROLL 4  // 16-byte words of each W row a lane has in flight
 #endif
 
-// VEC values per access: 16 / sizeof(T) where K, ldx and the pointers allow it, else 1. O: output
-// columns (rows of W) per warp, 1 or 2 (backend/cuda/gemv.py picks by shape).
-template <typename T, int VEC, int O>
-__device__ void gemv_body(const T* x, i64 ldx, const T* w, T* y, int R, int N, int K) {
+// The warp's dot products of R rows of x (row r at x + r * ldx) with O rows of W, rows n0 + o * ostride
+// (a row at or past N reads row n0 again; its sum is not meant to be stored): sums[o][r] on every
+// lane. S is x's type: T, or float for a row kept in shared memory (norm_linear). VEC values per access:
+// 16 / sizeof(T) where K, ldx and the pointers allow it, else 1.
+template <typename T, int VEC, int O, int RMAX, typename S>
+__device__ __forceinline__ void warp_dots(const S* x, i64 ldx, int R, const T* w, int n0, int ostride, int N, int K,
+                                          typename acc<T>::type (&sums)[O][RMAX]) {
     typedef typename acc<T>::type A;
     constexpr int U = GEMV_UNROLL;
     const int lane = threadIdx.x & 31;
-    const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * O;
-    if (n0 >= N) return;  // (a whole warp leaves together: no shuffle below misses a lane)
-    A sums[O][GEMV_MAX_ROWS];
 #pragma unroll
     for (int o = 0; o < O; ++o)
 #pragma unroll
-        for (int r = 0; r < GEMV_MAX_ROWS; ++r) sums[o][r] = 0;
+        for (int r = 0; r < RMAX; ++r) sums[o][r] = 0;
     const int words = K / VEC;
     for (int c0 = lane; c0 < words; c0 += 32 * U) {
         A wv[O][U][VEC];
 #pragma unroll
         for (int o = 0; o < O; ++o) {  // every load of W first, then the arithmetic
-            const T* wr = w + (i64)(n0 + o < N ? n0 + o : n0) * K;
+            const int n = n0 + o * ostride;
+            const T* wr = w + (i64)(n < N ? n : n0) * K;
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int c = c0 + 32 * u;
@@ -45,7 +51,7 @@ __device__ void gemv_body(const T* x, i64 ldx, const T* w, T* y, int R, int N, i
             const int c = c0 + 32 * u;
             if (c >= words) break;
 #pragma unroll
-            for (int r = 0; r < GEMV_MAX_ROWS; ++r) {
+            for (int r = 0; r < RMAX; ++r) {
                 if (r >= R) break;
                 A xv[VEC];
                 load_vals<VEC>(x + r * ldx + (i64)c * VEC, xv);
@@ -57,14 +63,27 @@ __device__ void gemv_body(const T* x, i64 ldx, const T* w, T* y, int R, int N, i
         }
     }
 #pragma unroll
-    for (int o = 0; o < O; ++o) {
+    for (int o = 0; o < O; ++o)
 #pragma unroll
-        for (int r = 0; r < GEMV_MAX_ROWS; ++r) {
-            if (r >= R) break;
-            const A s = warp_sum(sums[o][r]);
-            if (lane == 0 && n0 + o < N) y[(i64)r * N + n0 + o] = store<T>(s);
-        }
-    }
+        for (int r = 0; r < RMAX; ++r)
+            if (r < R) sums[o][r] = warp_sum(sums[o][r]);
+}
+
+// O: output columns (rows of W) per warp, 1 or 2 (backend/cuda/gemv.py picks by shape).
+template <typename T, int VEC, int O>
+__device__ void gemv_body(const T* x, i64 ldx, const T* w, T* y, int R, int N, int K) {
+    typedef typename acc<T>::type A;
+    const int lane = threadIdx.x & 31;
+    const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * O;
+    if (n0 >= N) return;  // (a whole warp leaves together: no shuffle below misses a lane)
+    A sums[O][GEMV_MAX_ROWS];
+    warp_dots<T, VEC, O, GEMV_MAX_ROWS>(x, ldx, R, w, n0, 1, N, K, sums);
+    if (lane != 0) return;
+#pragma unroll
+    for (int o = 0; o < O; ++o)
+#pragma unroll
+        for (int r = 0; r < GEMV_MAX_ROWS; ++r)
+            if (r < R && n0 + o < N) y[(i64)r * N + n0 + o] = store<T>(sums[o][r]);
 }
 
 #define GEMV_KERNEL(ACCESS, O, NAME, T, VEC) \
@@ -77,3 +96,144 @@ __device__ void gemv_body(const T* x, i64 ldx, const T* w, T* y, int R, int N, i
 GEMV(f32, float)
 GEMV(bf16, bf16)
 GEMV(f16, f16)
+
+// ---------------------------------------------------------------- norm_linear
+// One row's linear layer with what surrounds it in a decoding step (backend/cpu/gemv.py is the
+// reference; every step rounds to T as the separate kernels do, so the fused chain reads and writes
+// the values the unfused one does, up to its own summation order):
+//   s = T(x + residual)                  with a residual; block 0 also writes s (the residual stream)
+//   n = T(norm(s))                       rms_norm or layer_norm, statistics in float (norms.cuh)
+//   h = T(n . W[j]); h = T(h + bias[j]); y = T(act(h))   (act: activations.cuh)
+// swiglu: y[j] = T(silu(h[j]) * h[j + N/2]), so the warp of column j also computes column j + N/2.
+//
+// Every block builds n first, as floats in shared memory (K of them: dynamic shared memory, K up to
+// gemv.MAX_K), then its warps compute their columns as gemv_body does, reading n from there. The row
+// is a few KB, read from L2 by each block: next to the block's share of W (its warps' rows, 6-24 KB
+// for K = 768 in bf16) that costs little, and it saves the separate add and norm kernels' launches (each
+// ~2 us of a graph's replay) and round trips through global memory.
+#ifndef NORM_LINEAR_PREFETCH
+#define NORM_LINEAR_PREFETCH 1  // (bench/decode_kernels.py builds it with 0 as well, to compare)
+#endif
+
+enum { NL_NO_NORM, NL_RMS_NORM, NL_LAYER_NORM };
+enum { NL_NO_ACT, NL_GELU, NL_GELU_TANH };  // (swiglu: its own kernels, GLU below)
+
+template <typename T> __device__ __forceinline__ float rounded(float v) { return to_float(from_float<T>(v)); }
+
+// VEC floats to shared memory at p (16-byte stores where VEC is a multiple of 4: p is then 16-byte
+// aligned, and the row's writes spread over the banks).
+template <int VEC> __device__ __forceinline__ void put_floats(float* p, const float* v) {
+    if constexpr (VEC % 4 == 0) {
+#pragma unroll
+        for (int k = 0; k < VEC / 4; ++k) {
+            u32x4 q;
+            q.a = __float_as_uint(v[4 * k]); q.b = __float_as_uint(v[4 * k + 1]);
+            q.c = __float_as_uint(v[4 * k + 2]); q.d = __float_as_uint(v[4 * k + 3]);
+            reinterpret_cast<u32x4*>(p)[k] = q;
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) p[e] = v[e];
+    }
+}
+
+// The normalized row n (K floats) into `row`, by the whole block; block 0 writes s to s_out (with a
+// residual). Each thread handles vectors v = threadIdx.x + k * blockDim.x in every pass (MemRow's
+// order), so only the reductions and the final barrier synchronize.
+template <typename T, int VEC>
+__device__ __forceinline__ void norm_linear_row(const T* x, const T* res, const T* nw, const T* nb, T* s_out, int K,
+                                                double eps, int norm, float* row) {
+    __shared__ float scratch[32];
+    const int nvec = K / VEC;
+    const bool write_s = res && blockIdx.x == 0;
+    for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+        float t[VEC];
+        load_vals<VEC>(x + (i64)v * VEC, t);
+        if (res) {
+            float r[VEC];
+            load_vals<VEC>(res + (i64)v * VEC, r);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) t[e] = rounded<T>(t[e] + r[e]);  // what the add kernel writes
+            if (write_s) store_vals<VEC>(s_out + (i64)v * VEC, t);
+        }
+        put_floats<VEC>(row + v * VEC, t);
+    }
+    if (norm != NL_NO_NORM) {
+        float mean, rstd;  // (the reductions' barriers also make the row's writes visible to the block)
+        norm_stats(MemRow<VEC, float, float>{row, nvec, scratch}, K, eps, norm == NL_LAYER_NORM, mean, rstd);
+        for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+            float t[VEC];
+            load_vals<VEC>(row + v * VEC, t);
+            norm_apply<T, VEC>(t, nw, nb, 0, (i64)v * VEC, mean, rstd);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) t[e] = rounded<T>(t[e]);  // what the norm kernel writes
+            put_floats<VEC>(row + v * VEC, t);
+        }
+    }
+    __syncthreads();
+}
+
+// Ask L2 for the first bytes the warp's rows of W will be read from (its first round of loads; all of
+// a 768-wide bf16 row) before the block normalizes x, so that their DRAM latency overlaps the
+// normalization instead of following it. A hint: nothing waits on it.
+template <typename T, int O>
+__device__ __forceinline__ void prefetch_rows(const T* w, int n0, int ostride, int N, int K) {
+    constexpr int LINE = 128, FIRST = 32 * GEMV_UNROLL * 16;
+    const i64 row_bytes = (i64)K * sizeof(T);
+    const int bytes = row_bytes < FIRST ? (int)row_bytes : FIRST;
+#pragma unroll
+    for (int o = 0; o < O; ++o) {
+        const int n = n0 + o * ostride;
+        if (n >= N) break;
+        const char* p = reinterpret_cast<const char*>(w + (i64)n * K);
+        for (int off = (threadIdx.x & 31) * LINE; off < bytes; off += 32 * LINE)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+    }
+}
+
+// O: output columns per warp (1 or 2, as gemv_body); GLU: swiglu, the warp of column j (j < N/2)
+// reads W's rows j and j + N/2 (O = 2). N: W's rows; y has N columns, N/2 with GLU.
+template <typename T, int VEC, int O, bool GLU>
+__device__ void norm_linear_body(const T* x, const T* res, const T* nw, const T* nb, const T* w, const T* bias, T* y,
+                                 T* s_out, int N, int K, double eps, int norm, int act) {
+    static_assert(!GLU || O == 2, "swiglu takes two rows of W a warp");
+    extern __shared__ __align__(16) float row[];
+    const int cols = GLU ? N / 2 : N;
+    const int warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int n0 = GLU ? warp : warp * O;
+    if (NORM_LINEAR_PREFETCH && n0 < cols) prefetch_rows<T, O>(w, n0, GLU ? cols : 1, N, K);
+    norm_linear_row<T, VEC>(x, res, nw, nb, s_out, K, eps, norm, row);
+    if (n0 >= cols) return;  // (after the block's barriers; a whole warp leaves together)
+    float sums[O][1];
+    warp_dots<T, VEC, O, 1>(row, 0, 1, w, n0, GLU ? cols : 1, N, K, sums);
+    if ((threadIdx.x & 31) != 0) return;
+    float h[O];
+#pragma unroll
+    for (int o = 0; o < O; ++o) {  // as the matmul, the bias add and the activation kernels round
+        const int j = n0 + o * (GLU ? cols : 1);
+        h[o] = rounded<T>(sums[o][0]);
+        if (bias && j < N) h[o] = rounded<T>(h[o] + to_float(bias[j]));
+    }
+    if constexpr (GLU) {
+        y[n0] = store<T>(silu_value(h[0]) * h[1]);
+    } else {
+#pragma unroll
+        for (int o = 0; o < O; ++o)
+            if (n0 + o < N) y[n0 + o] = store<T>(act == NL_NO_ACT ? h[o] : gelu_value(h[o], act == NL_GELU_TANH));
+    }
+}
+
+#define NORM_LINEAR_KERNEL(ACCESS, MODE, NAME, T, VEC, O, GLU) \
+    extern "C" __global__ void __launch_bounds__(256) norm_linear_##ACCESS##MODE##_##NAME( \
+        const T* x, const T* res, const T* nw, const T* nb, const T* w, const T* bias, T* y, T* s_out, int N, int K, \
+        double eps, int norm, int act) { \
+        norm_linear_body<T, VEC, O, GLU>(x, res, nw, nb, w, bias, y, s_out, N, K, eps, norm, act); }
+#define NORM_LINEAR_ACCESS(ACCESS, NAME, T, VEC) \
+    NORM_LINEAR_KERNEL(ACCESS, 1, NAME, T, VEC, 1, false) \
+    NORM_LINEAR_KERNEL(ACCESS, 2, NAME, T, VEC, 2, false) \
+    NORM_LINEAR_KERNEL(ACCESS, g, NAME, T, VEC, 2, true)
+#define NORM_LINEAR(NAME, T) \
+    NORM_LINEAR_ACCESS(v, NAME, T, 16 / (int)sizeof(T)) NORM_LINEAR_ACCESS(s, NAME, T, 1)
+NORM_LINEAR(f32, float)
+NORM_LINEAR(bf16, bf16)
+NORM_LINEAR(f16, f16)

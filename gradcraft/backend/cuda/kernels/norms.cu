@@ -12,40 +12,7 @@
 // block's warps in a fixed order. norm_reduce adds the G slices: deterministic, no atomics.
 #include "common.cuh"
 #include "rows.cuh"
-
-template <typename T, int VEC, typename A>
-__device__ __forceinline__ void load_param(const void* p, int acc_type, i64 j, A* out) {
-    if (acc_type) load_vals<VEC>((const A*)p + j, out);
-    else load_vals<VEC>((const T*)p + j, out);
-}
-
-// mean (0 without center) and rstd = 1 / sqrt(mean((x - mean)^2) + eps) of a row (RegsRow or MemRow).
-template <typename A, typename Row>
-__device__ __forceinline__ void norm_stats(const Row& row, int F, double eps, int center, A& mean, A& rstd) {
-    mean = 0;
-    if (center) mean = row.sum([](A v) { return v; }) / (A)F;
-    const A m = mean;
-    rstd = (A)1 / fsqrt(row.sum([m](A v) { return (v - m) * (v - m); }) / (A)F + (A)eps);
-}
-
-// y = (x - mean) * rstd * w + b of the VEC values at column j, in place (w, b: NULL = absent).
-template <typename T, int VEC, typename A>
-__device__ __forceinline__ void norm_apply(A* t, const void* w, const void* b, int w_acc, i64 j, A mean, A rstd) {
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) t[i] = (t[i] - mean) * rstd;
-    if (w) {
-        A p[VEC];
-        load_param<T, VEC>(w, w_acc, j, p);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) t[i] *= p[i];
-    }
-    if (b) {
-        A p[VEC];
-        load_param<T, VEC>(b, w_acc, j, p);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) t[i] += p[i];
-    }
-}
+#include "norms.cuh"
 
 // xhat = (x - mean) * rstd and dxhat = g * w (g without a weight) of the VEC values at column j.
 template <typename T, int VEC, typename A>

@@ -1,0 +1,22 @@
+// The activation functions of the forward kernels, shared by activations.cu and gemv.cu's norm_linear
+// (whose epilogue must compute exactly what the separate activation kernels compute).
+// The tanh form of GELU is written with the sigmoid, 0.5 (1 + tanh(u)) = sigmoid(2u): one exp and one
+// division in float, no cancellation where tanh(u) is near -1.
+#pragma once
+#include "common.cuh"
+
+#define SQRT_2_OVER_PI 0.7978845608028654
+#define GELU_C 0.044715
+
+template <typename A> __device__ __forceinline__ A sigmoid(A z) { return fast_div((A)1, (A)1 + fast_exp(-z)); }
+
+template <typename A> __device__ __forceinline__ A gelu_value(A x, int tanh_form) {
+    if (tanh_form) {
+        const A u = (A)SQRT_2_OVER_PI * x * ((A)1 + (A)GELU_C * x * x);
+        return fast_div(x, (A)1 + fast_exp((A)-2 * u));  // x * sigmoid(2u)
+    }
+    return (A)0.5 * x * ((A)1 + ferf(x * (A)0.7071067811865476));
+}
+
+// SiLU, x * sigmoid(x).
+template <typename A> __device__ __forceinline__ A silu_value(A x) { return fast_div(x, (A)1 + fast_exp(-x)); }

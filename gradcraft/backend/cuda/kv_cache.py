@@ -92,26 +92,29 @@ ROUNDS = 4  # KV_ROUNDS in kernels/kv_cache.cu
 # kept: a captured CUDA graph holds the pointer it was captured with, and its replays must find that
 # buffer alive (and at 0). The buffers come straight from cudaMalloc, not from CuPy's pool: one
 # allocated during a capture must not belong to that graph's private pool, which goes with the graph.
-_counters: dict[int, list] = {}  # device id -> its buffers (cupy Memory), the newest (largest) last
-
-
-def _first_counters() -> int:
-    return 4 * L.sm_count()
+_counters: dict[int, object] = {}  # device id -> its counters (cupy Memory), allocated once
 
 
 def _chunk_counters(rows: int) -> np.uint64:
-    """The device pointer of at least `rows` counters at 0 on the current device."""
-    buffers = _counters.setdefault(cp.cuda.Device().id, [])
-    if not buffers or buffers[-1].size < 4 * rows:
-        count = max(rows, 2 * buffers[-1].size // 4) if buffers else max(rows, _first_counters())
+    """The device pointer of the current device's chunk counters, at 0 between launches. A launch splits
+    only while rows < 4 multiprocessors (_chunks), so that many counters serve every launch: one
+    buffer a device for the process's life, which every captured graph may keep pointing at."""
+    device = cp.cuda.Device().id
+    memory = _counters.get(device)
+    if memory is None:
+        count = 4 * L.sm_count()
         memory = cp.cuda.Memory(4 * count)
         # Zeroed on a stream of its own and waited for: a memset on the current stream would be recorded
         # into a graph being captured (and rerun by every replay, resetting a counter in use).
         stream = cp.cuda.Stream(non_blocking=True)
         cp.cuda.runtime.memsetAsync(memory.ptr, 0, 4 * count, stream.ptr)
         stream.synchronize()
-        buffers.append(memory)
-    return np.uint64(buffers[-1].ptr)
+        _counters[device] = memory
+    if 4 * rows > memory.size:
+        raise ValueError(
+            f"kv_attention_split: {rows} (row, head) pairs split, more than the {memory.size // 4} counters"
+        )
+    return np.uint64(memory.ptr)
 
 
 def _chunks(rows: int, length: int, groups: int) -> tuple[int, int]:

@@ -214,3 +214,64 @@ def test_cuda_split_attention_gives_the_first_result_at_every_launch_and_replay(
     finally:
         for graph in graphs:
             backend.release_graph(graph)
+
+
+def _append_case(B, H, Hkv, L, D, positions, rotary, seed=1):
+    """Inputs of kv_cache_attention with this step's keys/values: query, caches, key, value, position
+    and, if rotary, (cos, sin) rows at each row's position (or one row for all)."""
+    q, k, v = _inputs(B, H, Hkv, L, D, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    key, value = (rng.standard_normal((B, Hkv, 1, D)).astype(np.float32) for _ in range(2))
+    rope = None
+    if rotary:
+        angles = rng.uniform(0, 6, size=(len(positions), D // 2)).astype(np.float32)
+        rope = (np.cos(angles), np.sin(angles))
+    return q, k, v, key, value, np.array(positions), rope
+
+
+def _append_attention(device, case, dtype=gc.float32):
+    """F.kv_cache_attention with key/value/rotary on `device`: (output, k cache, v cache) as float32."""
+    q, k, v, key, value, position, rope = case
+    t = lambda a, d=dtype: gc.tensor(a, device=device).to(d)  # noqa: E731
+    kc, vc = t(k).realize(), t(v).realize()
+    rotary = None if rope is None else (t(rope[0], gc.float32), t(rope[1], gc.float32))
+    out = F.kv_cache_attention(t(q), kc, vc, t(position, gc.int64), key=t(key), value=t(value), rotary=rotary)
+    gc.realize(out)
+    return [a.to(gc.float32).numpy() for a in (out, kc, vc)]
+
+
+APPEND_CASES = [c + (r,) for c in CASES for r in (False, True)]
+
+
+@pytest.mark.parametrize("B,H,Hkv,L,D,positions,rotary", APPEND_CASES)
+def test_attention_with_this_steps_keys_is_the_rotation_the_write_and_the_attention(
+    monkeypatch, B, H, Hkv, L, D, positions, rotary
+):
+    """One op (the kv_append_attention kernel) against the separate ops it stands for: rotary
+    embedding of the query and key, the two cache writes, attention over the filled slots."""
+    from gradcraft.device import get_backend
+
+    case = _append_case(B, H, Hkv, L, D, positions, rotary)
+    fused = _append_attention("cpu", case)
+    monkeypatch.setattr(type(get_backend("cpu")), "kv_append_supported", lambda self, *a: False)
+    composed = _append_attention("cpu", case)
+    for a, b in zip(fused, composed):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    q, k, v, key, value, position, rope = case
+    slots = np.broadcast_to(position, (B,)) % L
+    for b in range(B):  # the value went in unrotated; the other slots kept what they held
+        np.testing.assert_array_equal(fused[2][b, :, slots[b]], value[b, :, 0])
+        others = np.arange(L) != slots[b]
+        np.testing.assert_array_equal(fused[1][b, :, others], k[b, :, others])
+
+
+@pytest.mark.skipif(not is_available("cuda"), reason="no CUDA device")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("B,H,Hkv,L,D,positions,rotary", APPEND_CASES)
+def test_cuda_attention_with_this_steps_keys_matches_the_cpu(dtype, B, H, Hkv, L, D, positions, rotary):
+    case = _append_case(B, H, Hkv, L, D, positions, rotary)
+    want = _append_attention("cpu", case, getattr(gc, dtype))
+    got = _append_attention("cuda", case, getattr(gc, dtype))
+    tol = {"float32": 1e-4, "bfloat16": 2e-2}[dtype]
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)

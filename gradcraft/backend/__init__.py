@@ -5,7 +5,10 @@ array (or a view, for movement kernels), or a tuple of arrays for the fused
 backward kernels marked (multi). Kernels never modify their inputs, except
 `assign`, which writes into its first argument (all of it; or, with an `index`
 input of (B,) or (1,) positions and a `dim`, a value of size 1 along `dim` into
-slot index[b] % L of each leading row b: a decoding step's KV-cache write).
+slot index[b] % L of each leading row b: a decoding step's KV-cache write), and
+`kv_append_attention`, which writes a step's keys and values into the caches it
+is given before attending (as flash-attn's flash_attn_with_kvcache does); the
+engine knows which inputs each writes (engine/realize.py's WRITES_INPUTS).
 
 PRIMITIVES are what every backend must have. OPTIONAL are fused kernels a backend may leave out:
 where one is missing, the op layer computes it from primitives (gradcraft/ops/fallback.py), and the
@@ -122,6 +125,10 @@ OPTIONAL_PAIRS = {
     # decoding through fixed KV caches (inference only, no gradient): (q, k_cache, v_cache, position;
     # scale) -> each row's query against the first min(position + 1, L) slots (backend/cpu/kv_cache.py)
     "kv_attention": (),
+    # the same after writing this step's keys/values (rotated first, as the query, where cos/sin come):
+    # (q, k_cache, v_cache, position, key, value[, cos, sin]; scale, rotary) -> out; key and value
+    # (B, Hkv, 1, D) go to slot position % L of the caches, in place (backend/cpu/kv_cache.py)
+    "kv_append_attention": (),
     # (logits (B, V), temperature, top_k, top_p, uniform) -> (B,) token ids drawn as gradcraft/sampling.py
     # defines (inference only); -1 marks a row the kernel cannot hold (backend/cpu/sampling.py)
     "sample_tokens": (),
@@ -236,6 +243,11 @@ class Backend:
         """Whether this device's kv_attention kernel takes a cache of `length` slots and this head dim
         (else the op layer composes it from primitives)."""
         return self.has_kernel("kv_attention")
+
+    def kv_append_supported(self, dtype, length: int, head_dim: int) -> bool:
+        """Whether kv_cache_attention with this step's keys/values takes this device's
+        kv_append_attention kernel (else the op layer rotates, writes and attends in separate ops)."""
+        return self.has_kernel("kv_append_attention")
 
     def norm_linear_supported(self, rows: int, N: int, K: int, dtype, activation) -> bool:
         """Whether F.norm_linear should take this device's fused kernel for `rows` rows of K features

@@ -22,6 +22,9 @@ DEBUG = int(os.environ.get("GRADCRAFT_DEBUG", "0") or 0)
 # buffer: gradcraft/ops/inplace.py gives lazy tensors built from the old contents a copy of them.
 BEFORE_WRITE: list = []
 
+# The kernels that write into some of their inputs (backend/__init__.py), and which inputs.
+WRITES_INPUTS = {"assign": (0,), "kv_append_attention": (1, 2)}
+
 
 def before_write(target, scheduled=frozenset()) -> None:
     """Announce that target's buffer is about to be overwritten outside a schedule (fused kernels)."""
@@ -74,10 +77,12 @@ def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
         backend = backends.get(node.device)
         if backend is None:
             backend = backends[node.device] = get_backend(node.device)
-        if node.op == "assign" and BEFORE_WRITE and node.inputs[0]._readers:
-            if scheduled is None:
-                scheduled = {id(n) for n in order}
-            before_write(node.inputs[0], scheduled)
+        written = WRITES_INPUTS.get(node.op, ())
+        for i in written:
+            if BEFORE_WRITE and node.inputs[i]._readers:
+                if scheduled is None:
+                    scheduled = {id(n) for n in order}
+                before_write(node.inputs[i], scheduled)
         args = [inp._buf if inp._buf is not None else values[(id(inp._node), inp._index)] for inp in node.inputs]
         start = time.perf_counter() if DEBUG >= 2 else 0.0
         result = backend.run(node.op, args, node.attrs)
@@ -85,8 +90,8 @@ def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
         if DEBUG:
             _trace(step, node, args, outputs, backend, start)
         del args, result
-        if node.op == "assign":
-            node.inputs[0]._version += 1
+        for i in written:
+            node.inputs[i]._version += 1
         node_id = id(node)
         for index, value in enumerate(outputs):
             key = (node_id, index)

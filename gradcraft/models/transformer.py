@@ -104,6 +104,15 @@ class StaticKVCache:
         self.writes = [F.kv_cache_write(self.k, k, self.position), F.kv_cache_write(self.v, v, self.position)]
         return tuple(self.writes)
 
+    def attend(self, q, k, v, rope=None):
+        """This step's attention: its keys/values (B, Hkv, 1, D) written at slot position % L, the
+        query and key rotated first by rope ((cos, sin) at each row's position), and the query (B, H,
+        1, D) attending to the filled slots: F.kv_cache_attention with key and value, one kernel
+        where the device has it. Realizing the result realizes the writes."""
+        y = F.kv_cache_attention(q, self.k, self.v, self.position, key=k, value=v, rotary=rope)
+        self.writes = [y]
+        return y
+
     def tensors(self) -> list:
         return self.writes
 
@@ -153,16 +162,12 @@ class Attention(Module):
         q = qkv[..., : H * D].reshape(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
         k = qkv[..., H * D : (H + Hkv) * D].reshape(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
         v = qkv[..., (H + Hkv) * D :].reshape(B, T, Hkv, D).transpose(1, 2)
-        if rope is not None and isinstance(cache, StaticKVCache):
-            # one token a row: the queries and keys rotated in one launch (they sit side by side in qkv)
-            qk = _rotate(qkv[..., : (H + Hkv) * D].reshape(B, T, H + Hkv, D).transpose(1, 2), rope)
-            q, k = qk[:, :H], qk[:, H:]
-        elif rope is not None:
-            q, k = _rotate(q, rope), _rotate(k, rope)
         if isinstance(cache, StaticKVCache):
-            k, v = cache.extend(k, v)
-            y = F.kv_cache_attention(q, k, v, cache.position)  # the filled slots only, in one kernel
+            # one token a row: rotation, the cache writes and attention over the filled slots in one op
+            y = cache.attend(q, k, v, rope)
             return self.dropout(self.proj(y.transpose(1, 2).reshape(B, T, H * D)))
+        if rope is not None:
+            q, k = _rotate(q, rope), _rotate(k, rope)
         if cache is not None:
             k, v = cache.extend(k, v)
         window = self.window

@@ -8,6 +8,7 @@ the filled slots are then [0, min(position + 1, L)).
 import numpy as np
 
 from gradcraft.backend.cpu.common import _finish, _wide
+from gradcraft.backend.cpu.rope import _rope
 
 
 def _positions(position, rows: int) -> np.ndarray:
@@ -45,4 +46,22 @@ def _kv_attention(q, k, v, position, scale):
     return _finish(out, q.dtype)
 
 
-KERNELS = {"kv_attention": _kv_attention}
+def rotate_rows(x, cos, sin):
+    """Rotary embedding of x (B, H, 1, D) with row b's angles in row b of cos/sin (B, D/2), or row 0
+    for every row (1, D/2): the B rows take rope's position axis."""
+    if cos.shape[0] == 1:
+        return _rope(x, cos, sin, False)
+    return np.ascontiguousarray(np.swapaxes(_rope(np.swapaxes(x, 0, 2), cos, sin, False), 0, 2))
+
+
+def _kv_append_attention(q, k, v, position, key, value, *rope, scale, rotary):
+    """Write this step's key and value (B, Hkv, 1, D) into slot position % L of the caches k and v (in
+    place), the query and key rotated first when `rotary` (rope = cos, sin), then _kv_attention."""
+    if rotary:
+        q, key = rotate_rows(q, *rope), rotate_rows(key, *rope)
+    write_at(k, key.astype(k.dtype, copy=False), position, 2)
+    write_at(v, value.astype(v.dtype, copy=False), position, 2)
+    return _kv_attention(q, k, v, position, scale)
+
+
+KERNELS = {"kv_attention": _kv_attention, "kv_append_attention": _kv_append_attention}

@@ -130,6 +130,9 @@ class CUDABackend(Backend):
     def kv_attention_supported(self, dtype, length: int, head_dim: int) -> bool:
         return kv_cache.supported(dtype, length, head_dim)
 
+    def kv_append_supported(self, dtype, length: int, head_dim: int) -> bool:
+        return kv_cache.append_supported(dtype, length, head_dim)
+
     def norm_linear_supported(self, rows: int, N: int, K: int, dtype, activation) -> bool:
         return gemv.supported(rows, N, K, dtype, activation)
 

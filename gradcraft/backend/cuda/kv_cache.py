@@ -125,9 +125,10 @@ def _chunks(rows: int, length: int, groups: int) -> tuple[int, int]:
     return -(-length // chunk), chunk
 
 
-def _kv_attention_split(q, k, v, position, per_row, scale, lanes):
+def _kv_attention_split(q, k, v, position, per_row, scale, lanes, new=None):
     """kv_attention_split: each (b, h)'s slots in chunks, one block each, so that a single sequence's
-    few heads still fill the GPU; the last block of each (b, h) to finish merges the chunks."""
+    few heads still fill the GPU; the last block of each (b, h) to finish merges the chunks.
+    new: kv_append_attention's extra arguments (this step's token), which picks that kernel."""
     B, H, _, D = q.shape
     Hkv, length = k.shape[1], k.shape[2]
     groups = THREADS // lanes
@@ -136,10 +137,48 @@ def _kv_attention_split(q, k, v, position, per_row, scale, lanes):
     partial = L.empty((B * H * splits * (D + 2),), np.float32) if splits > 1 else None
     counters = _chunk_counters(B * H) if splits > 1 else np.uint64(0)
     shared = 4 * groups * (D + 2)
-    fn = L.with_shared(FILE, f"kv_attention_split_{L.suffix(q.dtype)}", shared)
+    name = "kv_append_attention" if new is not None else "kv_attention_split"
+    fn = L.with_shared(FILE, f"{name}_{L.suffix(q.dtype)}", shared, 3 * MAX_HEAD_DIM * 4)
     args = (q, k, v, position, per_row, out, L.ptr(partial), counters, L.i32(H), L.i32(Hkv), L.i64(length))
-    fn((B * H, splits), (THREADS,), args + (L.i32(D), np.float32(scale), L.i32(chunk)), shared_mem=shared)
+    args += (L.i32(D), np.float32(scale), L.i32(chunk)) + (new or ())
+    fn((B * H, splits), (THREADS,), args, shared_mem=shared)
     return out
+
+
+def _rows_of_heads(x):
+    """x (B, heads, 1, D) as the kernel reads it, and its row stride in elements: a view of a
+    projection's output (heads side by side in each row) as it is, anything else copied."""
+    item = x.itemsize
+    if x.strides[3] == item and (x.shape[1] == 1 or x.strides[1] == x.shape[3] * item) and x.strides[0] % item == 0:
+        return x, L.i64(x.strides[0] // item if x.shape[0] > 1 else 0)
+    x = cp.ascontiguousarray(x)
+    return x, L.i64(x.shape[1] * x.shape[3])
+
+
+def append_supported(dtype, length: int, head_dim: int) -> bool:
+    """Where kv_append_attention runs (the split kernel's cases); elsewhere the op layer composes."""
+    return bool(_split_lanes(dtype, head_dim)) and length > 0 and head_dim % 2 == 0
+
+
+def _kv_append_attention(q, k, v, position, key, value, *rope, scale, rotary):
+    """This step's key and value written into slot position % L of the caches k and v (in place),
+    the query and key rotated first when `rotary` (rope = cos, sin: (1 or B, D/2) float32), then each
+    row's query against its filled slots: one launch of kv_append_attention (kernels/kv_cache.cu)."""
+    B, H, _, D = q.shape
+    if not (k.flags.c_contiguous and v.flags.c_contiguous and L.aligned(k, v)):
+        raise ValueError("kv_append_attention: the caches must be contiguous, 16-byte aligned buffers")
+    lanes = _split_lanes(q.dtype, D)
+    position, per_row = _positions(position, B)
+    q, q_stride = _rows_of_heads(q)
+    key, k_stride = _rows_of_heads(key.astype(q.dtype, copy=False))
+    value, v_stride = _rows_of_heads(value.astype(q.dtype, copy=False))
+    if rotary:
+        cos, sin = (L.contiguous(t.astype(np.float32, copy=False)) for t in rope)
+        tables = (cos, sin, L.i32(cos.shape[0] != 1))
+    else:
+        tables = (L.ptr(None), L.ptr(None), L.i32(0))
+    new = (key, value, q_stride, k_stride, v_stride) + tables
+    return _kv_attention_split(q, k, v, position, per_row, scale, lanes, new)
 
 
 def _kv_attention(q, k, v, position, scale):
@@ -165,4 +204,4 @@ def _kv_attention(q, k, v, position, scale):
     return out
 
 
-KERNELS = {"kv_attention": _kv_attention}
+KERNELS = {"kv_attention": _kv_attention, "kv_append_attention": _kv_append_attention}

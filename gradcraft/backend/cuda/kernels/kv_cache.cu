@@ -140,10 +140,46 @@ __device__ void kv_attention_merge_partials(const float* part, T* out_row, int s
     }
 }
 
+// This step's token, for kv_append_attention (NEW = true in the body below): its query, key and value
+// rows (row b's at b * stride + head * D), rotated first where cos/sin are given ((1 or B, D/2) in
+// float32, rotate-half as rope.cu), all rounded to T as the separate rope kernel and cache write
+// would leave them. The block keeps them as floats in shared memory: the query for its head, the key
+// and value for the slot position % L, which every block covering that slot reads from there and not
+// from the cache, so that the one block that writes them into the cache races with no reader.
 template <typename T>
+struct NewToken {
+    const T *q, *k, *v;
+    i64 q_stride, k_stride, v_stride;
+    const float *cos, *sin;  // null: no rotation
+    int rope_per_row;
+};
+
+template <typename T>
+__device__ void new_token_rows(const NewToken<T>& t, int b, int h, int hk, int D, float* q_s, float* k_s,
+                               float* v_s) {
+    const T* qr = t.q + b * t.q_stride + (i64)h * D;
+    const T* kr = t.k + b * t.k_stride + (i64)hk * D;
+    const T* vr = t.v + b * t.v_stride + (i64)hk * D;
+    const int half = D / 2;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) v_s[d] = to_float(vr[d]);
+    if (t.cos == nullptr) {
+        for (int d = threadIdx.x; d < D; d += blockDim.x) q_s[d] = to_float(qr[d]), k_s[d] = to_float(kr[d]);
+        return;
+    }
+    const i64 r = t.rope_per_row ? b : 0;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        const float c = t.cos[r * half + i], s = t.sin[r * half + i];
+        float x1 = to_float(qr[i]), x2 = to_float(qr[half + i]);
+        q_s[i] = to_float(store<T>(x1 * c - x2 * s)), q_s[half + i] = to_float(store<T>(x2 * c + x1 * s));
+        x1 = to_float(kr[i]), x2 = to_float(kr[half + i]);
+        k_s[i] = to_float(store<T>(x1 * c - x2 * s)), k_s[half + i] = to_float(store<T>(x2 * c + x1 * s));
+    }
+}
+
+template <typename T, bool NEW>
 __device__ void kv_attention_split_body(const T* q, const T* k, const T* v, const i64* position, int per_row,
                                         T* out, float* partial, int* counters, int H, int Hkv, i64 L, int D,
-                                        float scale, int chunk) {
+                                        float scale, int chunk, NewToken<T> fresh) {
     constexpr int VEC = 16 / (int)sizeof(T);
     extern __shared__ __align__(16) unsigned char shared_raw[];
     float* group_acc = reinterpret_cast<float*>(shared_raw);  // (groups, D), then (groups) m and l
@@ -152,19 +188,36 @@ __device__ void kv_attention_split_body(const T* q, const T* k, const T* v, cons
     float* group_l = group_m + groups;
     const int bh = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
     const int b = bh / H, h = bh - b * H, hk = h / (H / Hkv);
-    i64 n = position[per_row ? b : 0] + 1;
+    const i64 pos = position[per_row ? b : 0];
+    i64 n = pos + 1;
     n = n < L ? n : L;
     const i64 start = (i64)split * chunk;
     i64 end = start + chunk;
     end = end < n ? end : n;
     const int group = threadIdx.x / lanes, sub = threadIdx.x - group * lanes;
-    float qv[VEC];
-    load_vals<VEC>(q + (i64)bh * D + sub * VEC, qv);
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) qv[e] *= scale;
     const i64 base = ((i64)b * Hkv + hk) * L * D;
     const T* kb = k + base + sub * VEC;
     const T* vb = v + base + sub * VEC;
+    float qv[VEC];
+    i64 slot = -1;  // (NEW) the slot of this step's key and value, read from new_k / new_v
+    __shared__ float new_q[KV_MAX_HEAD_DIM], new_k[KV_MAX_HEAD_DIM], new_v[KV_MAX_HEAD_DIM];
+    if constexpr (NEW) {
+        new_token_rows<T>(fresh, b, h, hk, D, new_q, new_k, new_v);
+        __syncthreads();
+        slot = pos >= 0 ? pos % L : -1;
+        // The first query head of the KV head, in the chunk holding the slot, writes the key and value.
+        if (slot >= start && slot < start + chunk && h % (H / Hkv) == 0) {
+            T* kw = const_cast<T*>(k) + base + slot * D;
+            T* vw = const_cast<T*>(v) + base + slot * D;
+            for (int d = threadIdx.x; d < D; d += blockDim.x) kw[d] = store<T>(new_k[d]), vw[d] = store<T>(new_v[d]);
+        }
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) qv[e] = new_q[sub * VEC + e];
+    } else {
+        load_vals<VEC>(q + (i64)bh * D + sub * VEC, qv);
+    }
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) qv[e] *= scale;
     float m = neg_inf<float>(), l = 0, acc_v[VEC];
     bool nan_score = false;  // a NaN score makes the output NaN, as softmax's (fmaxf alone would skip it)
 #pragma unroll
@@ -176,7 +229,10 @@ __device__ void kv_attention_split_body(const T* q, const T* k, const T* v, cons
 #pragma unroll
         for (int u = 0; u < KV_ROUNDS; ++u) {
             const i64 j = round + (i64)u * groups + group;
-            if (j < end) {
+            if (NEW && j == slot) {
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) kv[u][e] = new_k[sub * VEC + e], vv[u][e] = new_v[sub * VEC + e];
+            } else if (j < end) {
                 load_vals<VEC>(kb + j * D, kv[u]);
                 load_vals<VEC>(vb + j * D, vv[u]);
             }
@@ -251,8 +307,15 @@ __device__ void kv_attention_split_body(const T* q, const T* k, const T* v, cons
     extern "C" __global__ void kv_attention_split_##NAME(const T* q, const T* k, const T* v, const i64* position, \
                                                          int per_row, T* out, float* partial, int* counters, int H, \
                                                          int Hkv, i64 L, int D, float scale, int chunk) { \
-        kv_attention_split_body<T>(q, k, v, position, per_row, out, partial, counters, H, Hkv, L, D, scale, \
-                                   chunk); }
+        kv_attention_split_body<T, false>(q, k, v, position, per_row, out, partial, counters, H, Hkv, L, D, scale, \
+                                          chunk, NewToken<T>{}); } \
+    extern "C" __global__ void kv_append_attention_##NAME( \
+        const T* q, T* k, T* v, const i64* position, int per_row, T* out, float* partial, int* counters, int H, \
+        int Hkv, i64 L, int D, float scale, int chunk, const T* new_k, const T* new_v, i64 q_stride, \
+        i64 k_stride, i64 v_stride, const float* cos_, const float* sin_, int rope_per_row) { \
+        kv_attention_split_body<T, true>(q, k, v, position, per_row, out, partial, counters, H, Hkv, L, D, scale, \
+                                         chunk, NewToken<T>{q, new_k, new_v, q_stride, k_stride, v_stride, cos_, \
+                                                            sin_, rope_per_row}); }
 KV_ATTENTION_SPLIT(f32, float)
 KV_ATTENTION_SPLIT(bf16, bf16)
 KV_ATTENTION_SPLIT(f16, f16)

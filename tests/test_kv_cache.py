@@ -189,6 +189,7 @@ def test_cuda_split_attention_gives_the_first_result_at_every_launch_and_replay(
         np.testing.assert_array_equal(run().get(), first)
         out_one, graph_one = backend.capture(run)
         graphs.append(graph_one)
+        run_one = run  # (its inputs must outlive the graph that reads them)
         check_replays(out_one, graph_one, first)
         # two heads, a cache filled in part, captured before any eager launch
         run, want, splits = case(1, 2, 1, 4096, 3000)
@@ -202,6 +203,7 @@ def test_cuda_split_attention_gives_the_first_result_at_every_launch_and_replay(
         np.testing.assert_array_equal(run().get(), first_two)
         np.testing.assert_array_equal(run().get(), first_two)
         check_replays(out_one, graph_one, first, times=2)  # the first graph still counts right
+        del run_one
         # one split: the block writes the output itself
         run, want, splits = case(1, 2, 2, 16, 9)
         assert splits == 1

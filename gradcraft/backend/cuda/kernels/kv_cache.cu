@@ -103,13 +103,14 @@ FOR_FLOAT_TYPES(KV_ATTENTION)
 // row is read by a group of D / VEC lanes, 16 bytes each, and its value row with it; a group takes
 // KV_ROUNDS keys a round (all their loads in flight at once) and keeps FlashAttention's running
 // max m, sum l of exp(s - m) and sum of exp(s - m) v, so no score is stored. The block then merges
-// its groups. With one split it writes the output; with more it leaves (m, l, acc) in `partial`
+// its groups. Only chunks that hold a filled slot take part (the "active" ones). With one it writes
+// the output; with more each leaves (m, l, acc) in `partial`
 // (float32, (B H, splits, D + 2)), and the last of the (b, h)'s blocks to finish merges every chunk's
 // partial result into the output (kv_attention_merge_partials) in the same kernel, so a decoding
 // step launches one kernel per layer where a second, merging kernel used to follow.
 // How a block knows it is the last (CUDA's threadFenceReduction sample): it writes its partial,
 // fences (the writes are visible device-wide before the count says so), and one thread adds 1 to
-// counters[b H + h]; the block that gets splits - 1 back is the last, reads the partials from L2
+// counters[b H + h]; the block that gets active - 1 back is the last, reads the partials from L2
 // (__ldcg: its own L1 may hold stale lines) and sets the counter back to 0. So every launch leaves
 // the counters at 0 for the next one, and a replayed CUDA graph needs no reset of its own. The
 // counters belong to the launcher (kv_cache.py, one buffer per device, zeroed once); launches that
@@ -191,6 +192,11 @@ __device__ void kv_attention_split_body(const T* q, const T* k, const T* v, cons
     const i64 pos = position[per_row ? b : 0];
     i64 n = pos + 1;
     n = n < L ? n : L;
+    // Only the chunks that hold a filled slot take part (a short sequence in a long cache: often one,
+    // which then writes the output itself, with no partials, counters or merge); the others leave.
+    // Every block of (b, h) computes the same count. (No filled slot at all: block 0 writes NaN.)
+    const int active = n > chunk ? (int)((n + chunk - 1) / chunk) : 1;
+    if (split >= active) return;
     const i64 start = (i64)split * chunk;
     i64 end = start + chunk;
     end = end < n ? end : n;
@@ -280,7 +286,7 @@ __device__ void kv_attention_split_body(const T* q, const T* k, const T* v, cons
             den += w * group_l[g];
         }
         if (nan) num = quiet_nan<float>();  // (the chunk's m below is then NaN too)
-        if (splits == 1) {
+        if (active == 1) {
             out[(i64)bh * D + d] = store<T>(num / den);
         } else {
             float* part = partial + ((i64)bh * splits + split) * (D + 2);
@@ -288,19 +294,19 @@ __device__ void kv_attention_split_body(const T* q, const T* k, const T* v, cons
             if (d == 0) part[0] = nan ? quiet_nan<float>() : M, part[1] = den;
         }
     }
-    if (splits == 1) return;
+    if (active == 1) return;
     // The last block of this (b, h) to get here merges every chunk (see above).
     __shared__ bool last;
     __threadfence();  // this thread's partial writes, visible device-wide before the count below
     __syncthreads();  // every thread's writes fenced
     if (threadIdx.x == 0) {
-        last = atomicAdd(counters + bh, 1) == splits - 1;
+        last = atomicAdd(counters + bh, 1) == active - 1;
         if (last) counters[bh] = 0;  // every other block has counted: ready for the next launch
     }
     __syncthreads();
     if (!last) return;
     __threadfence();  // (acquire: the other blocks' partials are read after their counts)
-    kv_attention_merge_partials<T>(partial + (i64)bh * splits * (D + 2), out + (i64)bh * D, splits, D);
+    kv_attention_merge_partials<T>(partial + (i64)bh * splits * (D + 2), out + (i64)bh * D, active, D);
 }
 
 #define KV_ATTENTION_SPLIT(NAME, T) \

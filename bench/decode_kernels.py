@@ -29,7 +29,8 @@ SHAPES = [
     ("llama-110m head", 32000, 768),
     ("gpt2-124m fc", 3072, 768),
     ("gpt2-124m proj", 768, 3072),
-    ("gpt2-124m head", 50304, 768),
+    ("gpt2-124m head", 50304, 768),  # (the vocabulary padded as in training)
+    ("gpt2-124m head", 50257, 768),  # (decoding: the true vocabulary)
 ]
 
 # (name, N, K, attributes of norm_linear): a layer's products with what surrounds them in the model

@@ -19,13 +19,37 @@
 #define GEMV_UNROLL 4  // 16-byte words of each W row a lane has in flight
 #endif
 
+// One round of a warp's loads of W, as loaded: for each of its O rows, GEMV_UNROLL accesses a lane
+// (16-byte words kept as raw bits, or single values at VEC = 1), unpacked only where they are used.
+template <typename T, int VEC, int O> using WRound = Frag<T, VEC>[O][GEMV_UNROLL];
+
+// The lane's words of the round that starts at word c0 of each row (c0, c0 + 32, ..., those below
+// K / VEC), of the warp's O rows of W, rows n0 + o * ostride (a row at or past N reads row n0 again).
+template <typename T, int VEC, int O>
+__device__ __forceinline__ void load_round(const T* w, int n0, int ostride, int N, int K, int c0,
+                                           WRound<T, VEC, O>& wv) {
+    const int words = K / VEC;
+#pragma unroll
+    for (int o = 0; o < O; ++o) {
+        const int n = n0 + o * ostride;
+        const T* wr = w + (i64)(n < N ? n : n0) * K;
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; ++u) {
+            const int c = c0 + 32 * u;
+            if (c < words) wv[o][u].load(wr + (i64)c * VEC);
+        }
+    }
+}
+
 // The warp's dot products of R rows of x (row r at x + r * ldx) with O rows of W, rows n0 + o * ostride
 // (a row at or past N reads row n0 again; its sum is not meant to be stored): sums[o][r] on every
 // lane. S is x's type: T, or float for a row kept in shared memory (norm_linear). VEC values per access:
-// 16 / sizeof(T) where K, ldx and the pointers allow it, else 1.
+// 16 / sizeof(T) where K, ldx and the pointers allow it, else 1. wv holds the first round's words on
+// entry (load_round at c0 = lane: the caller issues them as early as it can, norm_linear before its
+// prologue); each later round loads all its words first, then does the arithmetic.
 template <typename T, int VEC, int O, int RMAX, typename S>
 __device__ __forceinline__ void warp_dots(const S* x, i64 ldx, int R, const T* w, int n0, int ostride, int N, int K,
-                                          typename acc<T>::type (&sums)[O][RMAX]) {
+                                          WRound<T, VEC, O>& wv, typename acc<T>::type (&sums)[O][RMAX]) {
     typedef typename acc<T>::type A;
     constexpr int U = GEMV_UNROLL;
     const int lane = threadIdx.x & 31;
@@ -35,21 +59,14 @@ __device__ __forceinline__ void warp_dots(const S* x, i64 ldx, int R, const T* w
         for (int r = 0; r < RMAX; ++r) sums[o][r] = 0;
     const int words = K / VEC;
     for (int c0 = lane; c0 < words; c0 += 32 * U) {
-        A wv[O][U][VEC];
-#pragma unroll
-        for (int o = 0; o < O; ++o) {  // every load of W first, then the arithmetic
-            const int n = n0 + o * ostride;
-            const T* wr = w + (i64)(n < N ? n : n0) * K;
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int c = c0 + 32 * u;
-                if (c < words) load_vals<VEC>(wr + (i64)c * VEC, wv[o][u]);
-            }
-        }
+        if (c0 != lane) load_round<T, VEC, O>(w, n0, ostride, N, K, c0, wv);
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int c = c0 + 32 * u;
             if (c >= words) break;
+            A wu[O][VEC];
+#pragma unroll
+            for (int o = 0; o < O; ++o) wv[o][u].get(wu[o]);
 #pragma unroll
             for (int r = 0; r < RMAX; ++r) {
                 if (r >= R) break;
@@ -58,7 +75,7 @@ __device__ __forceinline__ void warp_dots(const S* x, i64 ldx, int R, const T* w
 #pragma unroll
                 for (int o = 0; o < O; ++o)
 #pragma unroll
-                    for (int e = 0; e < VEC; ++e) sums[o][r] += wv[o][u][e] * xv[e];
+                    for (int e = 0; e < VEC; ++e) sums[o][r] += wu[o][e] * xv[e];
             }
         }
     }
@@ -76,8 +93,10 @@ __device__ void gemv_body(const T* x, i64 ldx, const T* w, T* y, int R, int N, i
     const int lane = threadIdx.x & 31;
     const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * O;
     if (n0 >= N) return;  // (a whole warp leaves together: no shuffle below misses a lane)
+    WRound<T, VEC, O> wv;
+    load_round<T, VEC, O>(w, n0, 1, N, K, lane, wv);
     A sums[O][GEMV_MAX_ROWS];
-    warp_dots<T, VEC, O, GEMV_MAX_ROWS>(x, ldx, R, w, n0, 1, N, K, sums);
+    warp_dots<T, VEC, O, GEMV_MAX_ROWS>(x, ldx, R, w, n0, 1, N, K, wv, sums);
     if (lane != 0) return;
 #pragma unroll
     for (int o = 0; o < O; ++o)
@@ -111,10 +130,11 @@ GEMV(f16, f16)
 // is a few KB, read from L2 by each block: next to the block's share of W (its warps' rows, 6-24 KB
 // for K = 768 in bf16) that costs little, and it saves the separate add and norm kernels' launches (each
 // ~2 us of a graph's replay) and round trips through global memory.
-#ifndef NORM_LINEAR_PREFETCH
-#define NORM_LINEAR_PREFETCH 1  // (bench/decode_kernels.py builds it with 0 as well, to compare)
-#endif
-
+// Before building n, each warp issues its first round of W loads into registers (load_round: with
+// 16-byte words 2 KB of each of its rows, all of a 768-wide bf16 one), so that W's DRAM latency runs
+// alongside the add, the reductions and the barriers instead of after them; warp_dots then starts from
+// that round (the same words, the same order of products: the sums are those without the preload). An
+// L2 prefetch hint in its place measured no faster than none (3.86 against 3.72 us, llama qkv, warm L2).
 enum { NL_NO_NORM, NL_RMS_NORM, NL_LAYER_NORM };
 enum { NL_NO_ACT, NL_GELU, NL_GELU_TANH };  // (swiglu: its own kernels, GLU below)
 
@@ -173,24 +193,6 @@ __device__ __forceinline__ void norm_linear_row(const T* x, const T* res, const 
     __syncthreads();
 }
 
-// Ask L2 for the first bytes the warp's rows of W will be read from (its first round of loads; all of
-// a 768-wide bf16 row) before the block normalizes x, so that their DRAM latency overlaps the
-// normalization instead of following it. A hint: nothing waits on it.
-template <typename T, int O>
-__device__ __forceinline__ void prefetch_rows(const T* w, int n0, int ostride, int N, int K) {
-    constexpr int LINE = 128, FIRST = 32 * GEMV_UNROLL * 16;
-    const i64 row_bytes = (i64)K * sizeof(T);
-    const int bytes = row_bytes < FIRST ? (int)row_bytes : FIRST;
-#pragma unroll
-    for (int o = 0; o < O; ++o) {
-        const int n = n0 + o * ostride;
-        if (n >= N) break;
-        const char* p = reinterpret_cast<const char*>(w + (i64)n * K);
-        for (int off = (threadIdx.x & 31) * LINE; off < bytes; off += 32 * LINE)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
-    }
-}
-
 // O: output columns per warp (1 or 2, as gemv_body); GLU: swiglu, the warp of column j (j < N/2)
 // reads W's rows j and j + N/2 (O = 2). N: W's rows; y has N columns, N/2 with GLU.
 template <typename T, int VEC, int O, bool GLU>
@@ -200,12 +202,13 @@ __device__ void norm_linear_body(const T* x, const T* res, const T* nw, const T*
     extern __shared__ __align__(16) float row[];
     const int cols = GLU ? N / 2 : N;
     const int warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    const int n0 = GLU ? warp : warp * O;
-    if (NORM_LINEAR_PREFETCH && n0 < cols) prefetch_rows<T, O>(w, n0, GLU ? cols : 1, N, K);
+    const int n0 = GLU ? warp : warp * O, ostride = GLU ? cols : 1;
+    WRound<T, VEC, O> wv;  // the first round of W, in flight while the block builds the row
+    if (n0 < cols) load_round<T, VEC, O>(w, n0, ostride, N, K, threadIdx.x & 31, wv);
     norm_linear_row<T, VEC>(x, res, nw, nb, s_out, K, eps, norm, row);
     if (n0 >= cols) return;  // (after the block's barriers; a whole warp leaves together)
     float sums[O][1];
-    warp_dots<T, VEC, O, 1>(row, 0, 1, w, n0, GLU ? cols : 1, N, K, sums);
+    warp_dots<T, VEC, O, 1>(row, 0, 1, w, n0, ostride, N, K, wv, sums);
     if ((threadIdx.x & 31) != 0) return;
     float h[O];
 #pragma unroll

@@ -388,15 +388,18 @@ class Transformer(Module):
         """One token per sequence at the device-held `position` ((1,) or (B,)), through
         StaticKVCaches: logits (B, 1, V)."""
         x = self.tok_emb(idx)  # (B, 1, C)
-        rope = None
+        rope = residual = None
         if self.pos_emb is not None:
-            x = x + self.pos_emb(position).reshape(-1, 1, x.shape[2])  # (B' 1, C)
+            positions = self.pos_emb(position).reshape(-1, 1, x.shape[2])  # (B' 1, C)
+            if compute_dtype is None:  # added in the first block's norm kernel (the stream is x + residual)
+                residual = positions.expand(x.shape)
+            else:
+                x = x + positions
         else:
             cos, sin = self.rope_tables(0, self.config.seq_len, idx.device)
             rope = (cos[position], sin[position])  # (B', D/2): gathered on the device
         if compute_dtype is not None:
             x = x.to(compute_dtype)
-        residual = None
         for block, cache in zip(self.blocks, caches):
             x, residual = block.decode(x, residual, rope, cache)
         weight = self.tok_emb.weight if self.lm_head is None else self.lm_head.weight

@@ -205,10 +205,15 @@ __device__ void norm_linear_body(const T* x, const T* res, const T* nw, const T*
     const int n0 = GLU ? warp : warp * O, ostride = GLU ? cols : 1;
     WRound<T, VEC, O> wv;  // the first round of W, in flight while the block builds the row
     if (n0 < cols) load_round<T, VEC, O>(w, n0, ostride, N, K, threadIdx.x & 31, wv);
-    norm_linear_row<T, VEC>(x, res, nw, nb, s_out, K, eps, norm, row);
-    if (n0 >= cols) return;  // (after the block's barriers; a whole warp leaves together)
     float sums[O][1];
-    warp_dots<T, VEC, O, 1>(row, 0, 1, w, n0, ostride, N, K, wv, sums);
+    if (res == nullptr && norm == NL_NO_NORM) {  // a product with a bias alone: x as it is, no row to build
+        if (n0 >= cols) return;
+        warp_dots<T, VEC, O, 1>(x, 0, 1, w, n0, ostride, N, K, wv, sums);
+    } else {
+        norm_linear_row<T, VEC>(x, res, nw, nb, s_out, K, eps, norm, row);
+        if (n0 >= cols) return;  // (after the block's barriers; a whole warp leaves together)
+        warp_dots<T, VEC, O, 1>(row, 0, 1, w, n0, ostride, N, K, wv, sums);
+    }
     if ((threadIdx.x & 31) != 0) return;
     float h[O];
 #pragma unroll

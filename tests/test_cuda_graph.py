@@ -1,5 +1,7 @@
 """Whole-step CUDA-graph capture: replayed steps compute what eager steps compute."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -298,3 +300,35 @@ def test_gradcraft_train_with_dropout_replays_the_graph_and_resumes(tmp_path):
     session("split", "on", stop_after=4)
     resumed = session("split", "on", resume=True)  # from step 4's checkpoint, its dropout counter included
     np.testing.assert_allclose(resumed, graph, rtol=1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not gc.is_available("cuda"), reason="needs an NVIDIA GPU with CuPy")
+def test_the_scheduler_captures_every_bucket_before_the_first_request():
+    """On a GPU the scheduler captures each bucket's step at start-up (as vLLM does), so traffic that
+    grows the batch never waits for a capture; the warm-up steps count for nothing and leave no trace
+    in the answers."""
+    from test_scheduler import PROMPTS, make_model, served
+
+    from gradcraft.inference.generate import SamplingParams
+    from gradcraft.inference.scheduler import Scheduler
+
+    model = make_model("llama_gqa")
+    model.to("cuda")
+    requests = [(PROMPTS[i % len(PROMPTS)], SamplingParams(max_tokens=6)) for i in range(5)]
+    cold = Scheduler(model, slots=8, warm_up=False)
+    try:
+        expected = served(cold, requests)
+    finally:
+        cold.close()
+    scheduler = Scheduler(model, slots=8)
+    try:
+        deadline = time.monotonic() + 60
+        while len(scheduler.buckets) < 3 and time.monotonic() < deadline:  # buckets 2, 4 and 8
+            time.sleep(0.01)
+        time.sleep(0.2)
+        assert sorted(scheduler.buckets) == [2, 4, 8] and scheduler.steps == 0
+        assert all(b.captured is not None and b.captured.graph is not None for b in scheduler.buckets.values())
+        assert served(scheduler, requests) == expected
+    finally:
+        scheduler.close()

@@ -103,11 +103,8 @@ class _Decoder:
             self.captured = CapturedStep(self._static_step, device, inputs=(self.ids, self.position))
 
     def _static_step(self, ids=None, position=None):
-        raw = self.model(self.ids, caches=self.static, position=self.position)[:, -1]
-        logits = raw.float()
-        # greedy decoding reads these B ids, not the (B, V) logits; taken from the model's own dtype
-        # (half the bytes of the float32 copy; widening is exact, so the same ids)
-        best = raw.argmax(-1)
+        logits = self.model(self.ids, caches=self.static, position=self.position)[:, -1].float()
+        best = logits.argmax(-1)  # greedy decoding reads these B ids, not the (B, V) logits
         gc.realize(logits, best, *[t for c in self.static for t in c.tensors()])
         # The next step's inputs, written by the step itself: its argmax at the next position. A greedy
         # loop then queues step after step without the host in between (`launch_greedy`); a caller

@@ -75,10 +75,11 @@ _ACTIVATIONS = {None: 0, "gelu": 1, "gelu_tanh": 2}  # swiglu: the `g` kernels
 
 def supported(rows: int, N: int, K: int, dtype, activation) -> bool:
     """Whether the norm_linear kernel takes this case: one row, float32/bf16/fp16, N < MAX_COLUMNS
-    (wider: the output layer, where cuBLAS is as fast, unless of an odd width, as `applies`), K <=
-    MAX_K (the row in shared memory)."""
-    width_ok = (activation != "swiglu" or N % 2 == 0) and 1 <= N and (N < MAX_COLUMNS or N % 64 != 0)
-    return rows == 1 and 1 <= K <= MAX_K and width_ok and np.dtype(dtype) in _TYPES
+    (wider: the output layer, where the norm costs little beside the product: the kernel's prologue,
+    repeated in each of ~3000 blocks, measured no faster than the separate add and norm kernels
+    before the GEMV, ~29 us for gpt2's 50257 x 768), K <= MAX_K (the row in shared memory)."""
+    width_ok = activation != "swiglu" or N % 2 == 0
+    return rows == 1 and 1 <= N < MAX_COLUMNS and 1 <= K <= MAX_K and width_ok and np.dtype(dtype) in _TYPES
 
 
 def norm_linear(*arrays, residual, norm, eps, norm_bias, bias, activation, threads=None, function=None):

@@ -166,14 +166,6 @@ __device__ __forceinline__ void norm_linear_row(const T* x, const T* res, const 
     __shared__ float scratch[32];
     const int nvec = K / VEC;
     const bool write_s = res && blockIdx.x == 0;
-    // The norm's weight and bias of each thread's first vector, loaded now: their round trip to L2
-    // then overlaps the row's loads and reductions instead of following them.
-    const bool early = norm != NL_NO_NORM && (int)threadIdx.x < nvec;
-    float w0[VEC], b0[VEC];
-    if (early) {
-        load_vals<VEC>(nw + (i64)threadIdx.x * VEC, w0);
-        if (nb) load_vals<VEC>(nb + (i64)threadIdx.x * VEC, b0);
-    }
     for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
         float t[VEC];
         load_vals<VEC>(x + (i64)v * VEC, t);
@@ -192,16 +184,7 @@ __device__ __forceinline__ void norm_linear_row(const T* x, const T* res, const 
         for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
             float t[VEC];
             load_vals<VEC>(row + v * VEC, t);
-            if (v == (int)threadIdx.x) {  // norm_apply's arithmetic, on the weights loaded early
-#pragma unroll
-                for (int e = 0; e < VEC; ++e) t[e] = (t[e] - mean) * rstd * w0[e];
-                if (nb) {
-#pragma unroll
-                    for (int e = 0; e < VEC; ++e) t[e] += b0[e];
-                }
-            } else {
-                norm_apply<T, VEC>(t, nw, nb, 0, (i64)v * VEC, mean, rstd);
-            }
+            norm_apply<T, VEC>(t, nw, nb, 0, (i64)v * VEC, mean, rstd);
 #pragma unroll
             for (int e = 0; e < VEC; ++e) t[e] = rounded<T>(t[e]);  // what the norm kernel writes
             put_floats<VEC>(row + v * VEC, t);
@@ -225,8 +208,9 @@ __device__ void norm_linear_body(const T* x, const T* res, const T* nw, const T*
     norm_linear_row<T, VEC>(x, res, nw, nb, s_out, K, eps, norm, row);
     if (n0 >= cols) return;  // (after the block's barriers; a whole warp leaves together)
     float sums[O][1];
-    // (A product with a bias alone could read x where it is, without the row: measured slower, 4.2
-    // against 3.5 us for gpt2's proj: the row in shared memory serves the warps' rounds better.)
+    // Measured on the H200 and left out: a product with a bias alone reading x where it is instead of
+    // the row (4.2 against 3.5 us for gpt2's proj), and the norm's weights loaded before the reductions
+    // (no faster).
     warp_dots<T, VEC, O, 1>(row, 0, 1, w, n0, ostride, N, K, wv, sums);
     if ((threadIdx.x & 31) != 0) return;
     float h[O];

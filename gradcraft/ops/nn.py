@@ -405,7 +405,7 @@ def norm_linear(
     norm_bias: Tensor | None = None,
     eps: float = 1e-5,
     activation: str | None = None,
-):
+) -> Tensor | tuple[Tensor, Tensor]:
     """activation(norm(input + residual) @ weight^T + bias) for input (..., K), weight (N, K).
 
     residual: added to input first; then the result is (y, input + residual), the residual stream

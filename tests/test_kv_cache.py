@@ -17,7 +17,7 @@ CASES = [
     (3, 6, 2, 12, 16, [0, 7, 11]),
     (2, 4, 1, 8, 48, [3, 20]),  # row 1 has wrapped a ring of 8: every slot is filled
     (2, 2, 2, 5, 128, [4]),
-    (1, 2, 2, 300, 64, [700]),  # a wrapped ring long enough for the CUDA kernel to split it into chunks
+    (1, 2, 2, 200, 64, [450]),  # a wrapped ring long enough for the CUDA kernel to split it into chunks
 ]
 
 

@@ -117,16 +117,10 @@ def _chunk_counters(rows: int) -> np.uint64:
     return np.uint64(memory.ptr)
 
 
-CHUNK_ROUNDS = 2  # a chunk holds at least this many rounds of reads (256 slots at head dim 64 in bf16)
-
-
 def _chunks(rows: int, length: int, groups: int) -> tuple[int, int]:
     """(splits, slots a chunk) for `rows` (b, h) pairs: enough blocks for ~4 a multiprocessor, no chunk
-    under CHUNK_ROUNDS rounds of reads. (More than one split only while rows < 4 multiprocessors.)
-    Why not smaller chunks: only chunks holding a filled slot run, and once two do, the last one
-    merges them (a fence, an atomic and a pass over the partials: ~2 us on an H200); a sequence's
-    first few hundred tokens then fit one chunk (vLLM's PagedAttention V2 splits at 512 tokens)."""
-    splits = min(-(-length // (CHUNK_ROUNDS * ROUNDS * groups)), max(1, -(-4 * L.sm_count() // rows)))
+    under one round of reads. (More than one split only while rows < 4 multiprocessors.)"""
+    splits = min(-(-length // (ROUNDS * groups)), max(1, -(-4 * L.sm_count() // rows)))
     chunk = -(-length // splits)
     return -(-length // chunk), chunk
 

@@ -271,6 +271,47 @@ MUTANTS = [
         ("tests/test_tokenizer.py",),
         "BPE training merges pairs by out-of-date counts",
     ),
+    # ---- decoding (issue 15)
+    M(
+        "stepped_prompt_feeds_the_previous_token",
+        "gradcraft/inference/scheduler.py",
+        "seq.last = seq.prompt[seq.prefilled]",
+        "seq.last = seq.prompt[seq.prefilled - 1]",
+        ("tests/test_scheduler.py",),
+        "a prompt fed through the decoding step repeats a token instead of moving on",
+    ),
+    M(
+        "stepped_prompt_draws_before_its_last_token",
+        "gradcraft/inference/scheduler.py",
+        "if seq.prefilled < len(seq.prompt) - 1:",
+        "if seq.prefilled < len(seq.prompt) - 2:",
+        ("tests/test_scheduler.py",),
+        "a stepped prompt's second-to-last token takes a number from the sequence's generator",
+    ),
+    M(
+        "kv_append_leaves_the_key_unrotated",
+        "gradcraft/backend/cpu/kv_cache.py",
+        "q, key = rotate_rows(q, *rope), rotate_rows(key, *rope)",
+        "q = rotate_rows(q, *rope)",
+        ("tests/test_kv_cache.py",),
+        "the fused decoding attention stores this step's key without RoPE",
+    ),
+    M(
+        "norm_linear_drops_the_residual",
+        "gradcraft/backend/cpu/gemv.py",
+        's = elementwise.KERNELS["add"](x, res) if residual else x',
+        "s = x",
+        ("tests/test_norm_linear.py",),
+        "the fused product's reference forgets the residual add",
+    ),
+    M(
+        "decode_drops_the_attention_branch",
+        "gradcraft/models/transformer.py",
+        "a, x = norm_then(self.norm2, x, h, mlp.fc.weight, mlp.fc.bias, activation)",
+        "a, x = norm_then(self.norm2, x, h * 0, mlp.fc.weight, mlp.fc.bias, activation)",
+        ("tests/test_generate.py",),
+        "the decoding step loses the attention's output from the residual stream",
+    ),
 ]
 
 

@@ -96,3 +96,32 @@ def test_norm_linear_rejects_what_does_not_fit():
         F.norm_linear(x, w.to(gc.float64))
     with pytest.raises(UserError, match="norm must be one of"):
         F.norm_linear(x, w, norm="batch_norm", norm_weight=gc.ones(8))
+
+
+def test_norm_linear_checks_the_bias_and_norm_shapes_its_kernel_reads():
+    """The fused kernel reads N bias values and K norm weights: anything else is refused, not
+    broadcast (the composed ops would broadcast a (1,) bias; the kernel would read past it)."""
+    x, w = gc.randn(1, 8), gc.randn(5, 8)
+    with pytest.raises(UserError, match=r"bias must be \(5,\)"):
+        F.norm_linear(x, w, gc.randn(1))
+    with pytest.raises(UserError, match=r"norm_weight must be \(8,\)"):
+        F.norm_linear(x, w, norm="rms_norm", norm_weight=gc.ones(1))
+    with pytest.raises(UserError, match=r"norm_bias must be \(8,\)"):
+        F.norm_linear(x, w, norm="layer_norm", norm_weight=gc.ones(8), norm_bias=gc.zeros(4))
+
+
+def test_linear_with_a_broadcast_bias_is_pytorchs_even_where_the_fused_kernel_runs(monkeypatch):
+    """F.linear takes norm_linear for a one-row product with a bias; a (1,) bias (which PyTorch
+    broadcasts) and a mismatched width (matmul's error) stay off it."""
+    backend = get_backend("cpu")
+    monkeypatch.setattr(backend, "norm_linear_supported", lambda *a: True)  # as a GPU's one-row case
+    r = np.random.default_rng(1)
+    x, w, b = (r.standard_normal(s).astype(np.float32) for s in ((1, 8), (5, 8), (1,)))
+    want = torch.nn.functional.linear(torch.tensor(x), torch.tensor(w), torch.tensor(b)).numpy()
+    np.testing.assert_allclose(F.linear(gc.tensor(x), gc.tensor(w), gc.tensor(b)).numpy(), want, rtol=1e-6)
+    b5 = r.standard_normal(5).astype(np.float32)
+    want = torch.nn.functional.linear(torch.tensor(x), torch.tensor(w), torch.tensor(b5)).numpy()
+    np.testing.assert_allclose(F.linear(gc.tensor(x), gc.tensor(w), gc.tensor(b5)).numpy(), want, rtol=1e-5)
+    with pytest.raises(Exception) as error:
+        F.linear(gc.tensor(x), gc.randn(5, 7), gc.tensor(b5))
+    assert "norm_linear" not in str(error.value)

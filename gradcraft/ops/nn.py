@@ -384,8 +384,17 @@ from gradcraft.ops.attention import scaled_dot_product_attention  # noqa: E402,F
 
 
 def linear(input: Tensor, weight: Tensor | None, bias: Tensor | None = None) -> Tensor:
-    if bias is not None and weight.ndim == 2 and input.dtype == weight.dtype == bias.dtype and bias.ndim == 1:
-        return norm_linear(input, weight, bias)  # a decoding step's row: the bias added in the product's kernel
+    # A decoding step's row: the bias added in the product's kernel. Only a bias of one value per
+    # output (PyTorch's also broadcasts a (1,) bias, and norm_linear's kernel reads N values).
+    if (
+        bias is not None
+        and weight.ndim == 2
+        and input.ndim >= 1
+        and input.shape[-1] == weight.shape[1]
+        and bias.shape == (weight.shape[0],)
+        and input.dtype == weight.dtype == bias.dtype
+    ):
+        return norm_linear(input, weight, bias)
     out = input @ weight.mT
     return out + bias if bias is not None else out
 
@@ -429,6 +438,11 @@ def norm_linear(
         raise UserError(f"norm_linear: weight must be (N, {K}) for input {input.shape}, got {weight.shape}")
     if residual is not None and residual.shape != input.shape:
         raise UserError(f"norm_linear: residual {residual.shape} must match input {input.shape}")
+    if bias is not None and bias.shape != (N,):
+        raise UserError(f"norm_linear: bias must be ({N},) for an ({N}, {K}) weight, got {bias.shape}")
+    for name, t in (("norm_weight", norm_weight), ("norm_bias", norm_bias)):
+        if t is not None and t.shape != (K,):
+            raise UserError(f"norm_linear: {name} must be ({K},) for input {input.shape}, got {t.shape}")
     if (norm is None) != (norm_weight is None) or (norm_bias is not None and norm != "layer_norm"):
         raise UserError("norm_linear: norm_weight goes with a norm, norm_bias with layer_norm only")
     if activation == "swiglu" and N % 2:

@@ -125,3 +125,15 @@ def test_linear_with_a_broadcast_bias_is_pytorchs_even_where_the_fused_kernel_ru
     with pytest.raises(Exception) as error:
         F.linear(gc.tensor(x), gc.randn(5, 7), gc.tensor(b5))
     assert "norm_linear" not in str(error.value)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_norm_linear_eps_none_is_the_norms_default(monkeypatch, fused):
+    """eps=None is F.rms_norm's and F.layer_norm's default, composed or through the fused kernel (the CPU
+    backend made to claim it, as a GPU does for one row)."""
+    if fused:
+        monkeypatch.setattr(type(get_backend("cpu")), "norm_linear_supported", lambda self, *a: True)
+    x, w, nw = gc.randn(1, 8), gc.randn(4, 8), gc.randn(8)
+    for norm, plain in (("rms_norm", F.rms_norm(x, (8,), nw)), ("layer_norm", F.layer_norm(x, (8,), nw))):
+        got = F.norm_linear(x, w, norm=norm, norm_weight=nw, eps=None)
+        np.testing.assert_allclose(got.numpy(), (plain @ w.mT).numpy(), rtol=1e-6, atol=1e-6)

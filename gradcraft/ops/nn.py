@@ -412,7 +412,7 @@ def norm_linear(
     norm: str | None = None,
     norm_weight: Tensor | None = None,
     norm_bias: Tensor | None = None,
-    eps: float = 1e-5,
+    eps: float | None = 1e-5,
     activation: str | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """activation(norm(input + residual) @ weight^T + bias) for input (..., K), weight (N, K).
@@ -450,6 +450,11 @@ def norm_linear(
     tensors = [t for t in (input, residual, norm_weight, norm_bias, weight, bias) if t is not None]
     if any(t.dtype != input.dtype for t in tensors):
         raise UserError("norm_linear: every tensor must share the input's dtype")
+    if eps is None:  # as F.rms_norm (the float's machine epsilon) and F.layer_norm (1e-5) default
+        import numpy
+
+        half = input.dtype in (dtypes.bfloat16, dtypes.float16)
+        eps = float(numpy.finfo(numpy.float32 if half else input.dtype.np).eps) if norm == "rms_norm" else 1e-5
     rows = math.prod(input.shape[:-1])
     grad = is_grad_enabled() and any(t.requires_grad for t in tensors)
     if not grad and get_backend(input.device).norm_linear_supported(rows, N, K, input.dtype.np, activation):

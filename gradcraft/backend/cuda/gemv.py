@@ -20,6 +20,7 @@ import numpy as np
 
 from gradcraft.backend.cuda import compiler
 from gradcraft.backend.cuda import launch as L
+from gradcraft.backend.cuda import pdl
 from gradcraft.backend.cpu.gemv import unpack
 
 FILE = "gemv.cu"
@@ -55,7 +56,18 @@ def gemv(x, ldx: int, w, out, rows: int, N: int, K: int, function=None, outputs:
     name = f"gemv_{'v' if vector else 's'}{outputs}_{L.suffix(x.dtype)}"
     fn = function(name) if function is not None else compiler.function(FILE, name, cp.cuda.Device().id)
     blocks = -(-N // (THREADS // 32 * outputs))
-    fn((blocks,), (THREADS,), (x, L.i64(ldx), w, out, L.i32(rows), L.i32(N), L.i32(K)))
+    _launch(fn, blocks, THREADS, (x, L.i64(ldx), w, out, L.i32(rows), L.i32(N), L.i32(K)))
+
+
+def _launch(fn, blocks: int, threads: int, args: tuple, shared_mem: int = 0) -> None:
+    """Both kernel families call pdl_wait() before reading what an earlier kernel writes and write
+    nothing before it (kernels/gemv.cu), so on sm_90+ they launch with programmatic dependent launch
+    (pdl.py: the weight loads overlap the previous kernel's tail); elsewhere, or with GRADCRAFT_PDL=0,
+    through CuPy as every other kernel."""
+    if pdl.available():
+        pdl.launch(fn, (blocks,), (threads,), args, shared_mem=shared_mem)
+    else:
+        fn((blocks,), (threads,), args, shared_mem=shared_mem)
 
 
 # ---------------------------------------------------------------- norm_linear
@@ -108,7 +120,7 @@ def norm_linear(*arrays, residual, norm, eps, norm_bias, bias, activation, threa
     fn = function(name) if function is not None else compiler.function(FILE, name, cp.cuda.Device().id)
     blocks = -(-columns // (threads // 32 * per_warp))
     args = (x, L.ptr(res), L.ptr(nw), L.ptr(nb), w, L.ptr(b), y, L.ptr(s), L.i32(N), L.i32(K), L.f64(eps))
-    fn((blocks,), (threads,), args + (L.i32(_NORMS[norm]), L.i32(_ACTIVATIONS.get(activation, 0))), shared_mem=4 * K)
+    _launch(fn, blocks, threads, args + (L.i32(_NORMS[norm]), L.i32(_ACTIVATIONS.get(activation, 0))), shared_mem=4 * K)
     return (y, s) if residual else y
 
 

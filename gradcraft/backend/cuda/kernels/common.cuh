@@ -251,3 +251,21 @@ template <bool WARP, typename A> __device__ __forceinline__ A row_max(A v, A* sc
 // Instantiate a templated kernel body as extern "C" kernels, one per storage type:
 // NAME_f32, NAME_f64, NAME_bf16, NAME_f16 (the Python side picks by dtype).
 #define FOR_FLOAT_TYPES(MACRO) MACRO(f32, float) MACRO(f64, double) MACRO(bf16, bf16) MACRO(f16, f16)
+
+// ---------------------------------------------------------------- programmatic dependent launch
+// A kernel launched with the PDL attribute (backend/cuda/pdl.py, sm_90 and later) may start while the
+// kernel before it in the stream still runs. pdl_wait() blocks until that kernel has completed and its
+// writes are visible: such a kernel must call it before reading anything an earlier kernel writes and
+// before writing anything an earlier kernel may still read. pdl_launch_dependents() lets the next
+// PDL-launched kernel start early (without it, it starts when this one's blocks exit). Both are no-ops
+// for a kernel launched normally, and are compiled out below sm_90 (griddepcontrol needs PTX ISA 7.8).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}

@@ -86,6 +86,20 @@ __device__ __forceinline__ void warp_dots(const S* x, i64 ldx, int R, const T* w
             if (r < R) sums[o][r] = warp_sum(sums[o][r]);
 }
 
+// Programmatic dependent launch (common.cuh's pdl_wait, backend/cuda/pdl.py): on sm_90 and later the
+// launchers start these kernels with the PDL attribute, so a kernel may begin while the one before it
+// in the stream (often the previous product of the step) still runs. Each kernel's first round of W
+// loads (the weights: never written by a decoding step's kernels) is issued before pdl_wait(), so
+// W's DRAM latency overlaps the previous kernel's tail; everything a previous kernel may write (x,
+// the residual, the norm's weights, the bias) is read after it. Write-after-read: before pdl_wait()
+// the kernels write nothing (loads into registers only), so they cannot overwrite what the previous
+// kernel still reads; every store (y, s_out, the shared row) comes after it. pdl_launch_dependents()
+// right after the wait lets the next PDL-launched kernel issue its own W loads while this one
+// computes (one kernel ahead: issued before the wait, a whole chain could start at once and hold
+// SMs waiting). A warp that leaves early (n0 >= N) waits for nothing and writes nothing; at least one
+// warp of every launch waits, so a kernel completes only after the one before it (the chain's order
+// is transitive). Launched normally, both calls are no-ops: the results are the same bits either way.
+
 // O: output columns (rows of W) per warp, 1 or 2 (backend/cuda/gemv.py picks by shape).
 template <typename T, int VEC, int O>
 __device__ void gemv_body(const T* x, i64 ldx, const T* w, T* y, int R, int N, int K) {
@@ -95,6 +109,8 @@ __device__ void gemv_body(const T* x, i64 ldx, const T* w, T* y, int R, int N, i
     if (n0 >= N) return;  // (a whole warp leaves together: no shuffle below misses a lane)
     WRound<T, VEC, O> wv;
     load_round<T, VEC, O>(w, n0, 1, N, K, lane, wv);
+    pdl_wait();  // (PDL, above: x may be the previous kernel's output)
+    pdl_launch_dependents();
     A sums[O][GEMV_MAX_ROWS];
     warp_dots<T, VEC, O, GEMV_MAX_ROWS>(x, ldx, R, w, n0, 1, N, K, wv, sums);
     if (lane != 0) return;
@@ -205,6 +221,8 @@ __device__ void norm_linear_body(const T* x, const T* res, const T* nw, const T*
     const int n0 = GLU ? warp : warp * O, ostride = GLU ? cols : 1;
     WRound<T, VEC, O> wv;  // the first round of W, in flight while the block builds the row
     if (n0 < cols) load_round<T, VEC, O>(w, n0, ostride, N, K, threadIdx.x & 31, wv);
+    pdl_wait();  // (PDL, above: x and the residual may be the previous kernel's outputs)
+    pdl_launch_dependents();
     norm_linear_row<T, VEC>(x, res, nw, nb, s_out, K, eps, norm, row);
     if (n0 >= cols) return;  // (after the block's barriers; a whole warp leaves together)
     float sums[O][1];

@@ -1011,6 +1011,80 @@ def test_matmul_with_one_row_reads_the_weight_once(gpu, dtype):
         close(gpu.to_numpy(out), np.asarray(cpu().run("matmul", [x, w.T], {})), what=f"gemv of {rows} rows")
 
 
+# ---------------------------------------------------------------- programmatic dependent launch (pdl.py)
+
+
+def _product_chain(gpu, x, res, weights, nw, nb, bias):
+    """Dependent one-row launches, each reading the one before's output: gemv, then norm_linear with
+    the residual stream (which also reads the output of the launch before that), alternately. Returns
+    the last output and residual stream. A PDL kernel that read x before its predecessor finished would
+    read the poison (NaN bits) or the previous run's values."""
+    from gradcraft.backend.cuda import gemv
+    from gradcraft.backend.cuda import launch as L
+
+    h, s = x, res
+    K = x.shape[1]
+    for i, w in enumerate(weights):
+        if i % 2 == 0:
+            out = L.empty((1, K), x.dtype)
+            gemv.gemv(h, K, w, out, 1, K, K)
+            h = out
+        else:
+            attrs = dict(residual=True, norm="layer_norm", eps=1e-5, norm_bias=True, bias=True)
+            h, s = gemv.norm_linear(h, s, nw, nb, w, bias, **attrs, activation="gelu_tanh")
+    return h, s
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("K", [768, 100])  # 16-byte words; single values (K not a multiple of 8)
+def test_pdl_launches_give_the_bits_of_normal_launches(gpu, dtype, K, monkeypatch):
+    """gemv and norm_linear launched with programmatic dependent launch (sm_90+) compute the bits the
+    normal launches do: eagerly, and in a chain of dependent launches captured into a CUDA graph and
+    replayed with a new input each time (a missing pdl_wait would read the poisoned or the previous
+    replay's values)."""
+    from gradcraft.backend.cuda import pdl
+
+    if not pdl.supported():
+        pytest.skip("PDL needs an sm_90+ GPU and a CUDA 12.3+ driver")
+    launches = []
+    launch = pdl.launch
+    monkeypatch.setattr(pdl, "launch", lambda *a, **k: (launches.append(a[0]), launch(*a, **k)))
+    r = rng()
+    weights = [gpu.from_numpy(randn((K, K), dtype, r, scale=K**-0.5)) for _ in range(12)]
+    nw, nb, bias = (gpu.from_numpy(randn((n,), dtype, r, scale=0.2, shift=s)) for n, s in ((K, 1), (K, 0), (K, 0)))
+    res = gpu.from_numpy(randn((1, K), dtype, r))
+    inputs = [randn((1, K), dtype, r, scale=2) for _ in range(4)]
+
+    def chain(x, on):
+        monkeypatch.setenv("GRADCRAFT_PDL", "1" if on else "0")
+        return _product_chain(gpu, x, res, weights, nw, nb, bias)
+
+    def bits(pair):
+        arrays = [gpu.to_numpy(a) for a in pair]
+        assert all(np.isfinite(a.astype(np.float32)).all() for a in arrays), "unwritten (poisoned) output"
+        return [a.view(f"u{np.dtype(dtype).itemsize}") for a in arrays]
+
+    expected = [bits(chain(gpu.from_numpy(x), on=False)) for x in inputs]
+    assert not launches
+    for x, want in zip(inputs, expected):
+        got = bits(chain(gpu.from_numpy(x), on=True))
+        for g, e, name in zip(got, want, ("y", "s")):
+            np.testing.assert_array_equal(g, e, err_msg=f"eager PDL chain {name} (GRADCRAFT_TEST_SEED={SEED})")
+    assert len(launches) == len(inputs) * len(weights)  # every link went through cuLaunchKernelEx
+
+    x = gpu.from_numpy(inputs[0])
+    monkeypatch.setenv("GRADCRAFT_PDL", "1")
+    outputs, graph = gpu.capture(lambda: _product_chain(gpu, x, res, weights, nw, nb, bias))
+    for _ in range(3):
+        for values, want in zip(inputs[::-1], expected[::-1]):  # a new input before every replay
+            gpu.write(x, values)
+            gpu.replay(graph)
+            gpu.synchronize()
+            for g, e, name in zip(bits(outputs), want, ("y", "s")):
+                np.testing.assert_array_equal(g, e, err_msg=f"replayed PDL chain {name} (GRADCRAFT_TEST_SEED={SEED})")
+    gpu.release_graph(graph)
+
+
 # (K, N): 16-byte words (K = 768: a qkv of 2304 columns, one a warp; gate+up's 4096, two a warp), an
 # odd K (single values), a column count that leaves the last block part empty (and, at two columns a
 # warp, the last warp one column); swiglu's N is 2 * F. The residual and bias go on and off by case.

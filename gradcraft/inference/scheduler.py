@@ -362,7 +362,7 @@ class Scheduler:
         The steps run over free rows only (their writes at position 0 are overwritten by the first
         token of whichever sequence takes the row); they are not counted in `steps`."""
         rows = min(2, self.slots)
-        while True:
+        while not self.closed:  # (close() during the warm-up stops it at the next bucket)
             bucket = self._bucket_of(rows)
             for _ in range(bucket.runs_to_capture()):
                 bucket()

@@ -274,14 +274,19 @@ def _layer_norm_grad(node, out, g):
     )
 
 
+def _rms_norm_eps(dtype) -> float:
+    """F.rms_norm's default eps, as PyTorch's: the machine epsilon of the computing float (float32 for halves)."""
+    import numpy as np
+
+    return float(np.finfo(np.float32 if dtype in (dtypes.bfloat16, dtypes.float16) else dtype.np).eps)
+
+
 def rms_norm(input: Tensor, normalized_shape: Shape, weight: Tensor | None = None, eps: float | None = None) -> Tensor:
     """F.rms_norm: x / sqrt(mean(x^2) + eps) * weight; eps defaults to the dtype's machine epsilon."""
     _float_input(input, "rms_norm")
     shape = _norm_dims(input, normalized_shape, "rms_norm", weight=weight)
     if eps is None:
-        import numpy as np
-
-        eps = float(np.finfo(np.float32 if input.dtype in (dtypes.bfloat16, dtypes.float16) else input.dtype.np).eps)
+        eps = _rms_norm_eps(input.dtype)
     weight = weight if weight is not None else ones(shape, dtype=input.dtype, device=input.device)
     attrs = {"eps": float(eps), "n_dims": len(shape)}
     return apply("rms_norm", (input, weight), attrs, input.shape, input.dtype)
@@ -450,11 +455,8 @@ def norm_linear(
     tensors = [t for t in (input, residual, norm_weight, norm_bias, weight, bias) if t is not None]
     if any(t.dtype != input.dtype for t in tensors):
         raise UserError("norm_linear: every tensor must share the input's dtype")
-    if eps is None:  # as F.rms_norm (the float's machine epsilon) and F.layer_norm (1e-5) default
-        import numpy
-
-        half = input.dtype in (dtypes.bfloat16, dtypes.float16)
-        eps = float(numpy.finfo(numpy.float32 if half else input.dtype.np).eps) if norm == "rms_norm" else 1e-5
+    if eps is None:  # F.rms_norm's and F.layer_norm's own defaults
+        eps = _rms_norm_eps(input.dtype) if norm == "rms_norm" else 1e-5
     rows = math.prod(input.shape[:-1])
     grad = is_grad_enabled() and any(t.requires_grad for t in tensors)
     if not grad and get_backend(input.device).norm_linear_supported(rows, N, K, input.dtype.np, activation):

@@ -9,6 +9,7 @@ itself, and every intermediate is freed after its last reader.
 
 import sys
 
+from gradcraft.engine.graph import serial_now
 from gradcraft.engine.realize import realize
 from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
@@ -70,6 +71,7 @@ def backward(root, gradient=None, realize_now: bool = True, retain_graph: bool =
         raise UserError(f"backward(): gradient shape {tuple(gradient.shape)} does not match tensor shape {root.shape}")
 
     order = _topological(root)
+    first_gradient_node = serial_now()  # nodes built after this are the gradient rules'
     grads = {id(root): gradient}
     leaves = []
     with no_grad():
@@ -111,23 +113,34 @@ def backward(root, gradient=None, realize_now: bool = True, retain_graph: bool =
                 for leaf in owners.get(id(target), ()):
                     on_grad_ready(leaf, buffer)
 
-        held = _held_by_caller(order, root)
+        held = _held_by_caller(order, root, first_gradient_node)
         realize([leaf.grad for leaf in leaves] + [root] + held, keep_saved=retain_graph, on_ready=hook)
         if not retain_graph:
             release_graph(order)
 
 
-def _held_by_caller(order, root) -> list:
+def _held_by_caller(order, root, first_gradient_node: int) -> list:
     """Unrealized tensors of the graph that something outside it still references (the caller's
     `logits`): they are computed with the backward pass and keep their data, as PyTorch's eager
     forward pass kept it, so reading them after the optimizer has written the weights needs no copy
     of the old weights (ops/inplace.py). The count: references from the graph's own nodes, from
-    `order`, from this loop and from getrefcount's argument are the graph's; any more are the caller's."""
+    `order`, from the gradient rules' nodes (built after `first_gradient_node`), from this loop and
+    from getrefcount's argument are the graph's; any more are the caller's. A lazy op the caller
+    built on a graph tensor outside the graph (the logits beside a fused loss) is the caller's too:
+    it would otherwise keep the whole forward graph, and a lazy reader of every weight, alive until
+    the caller drops it."""
+    graph_nodes = {id(t._node) for t in order if t._node is not None}
     held = []
     for t in order:
         if t is root or t._node is None or t._buf is not None:
             continue
-        inside = builtins_sum(1 for node in live_readers(t) for inp in node.inputs if inp is t)
+        inside = builtins_sum(
+            1
+            for node in live_readers(t)
+            if id(node) in graph_nodes or node.serial > first_gradient_node
+            for inp in node.inputs
+            if inp is t
+        )
         if sys.getrefcount(t) - 3 - inside > 0:
             held.append(t)
     return held

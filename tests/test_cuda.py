@@ -1336,6 +1336,39 @@ def test_adamw_and_grad_norm(gpu):
         np.testing.assert_allclose(cp.asnumpy(d_m[i]), m[i], rtol=1e-5, atol=1e-6)
 
 
+def test_cast_many_gives_the_bits_of_one_cast_each(gpu):
+    import cupy as cp
+
+    r = rng()
+    kinds = [np.float32, BF16, np.float16]
+    arrays, dtypes = [], []
+    for n in (1, 3, 65536, 65537, 200001, 7):
+        for src in kinds:
+            for dst in kinds:
+                if src is dst:
+                    continue
+                a = (randn((n,), np.float32, r) * 300).astype(src)
+                if n > 3:  # special values: signed zeros, infinities, NaN, halfway cases, overflow
+                    a[:3] = np.array([-0.0, np.inf, np.nan], dtype=np.float32).astype(src)
+                arrays.append(cp.asarray(a))
+                dtypes.append(np.dtype(dst))
+    arrays.append(cp.asarray(randn((5, 7), np.float32, r)))  # shapes kept
+    dtypes.append(BF16)
+    arrays.append(cp.asarray(np.array([1 + 2**-8, 1 + 3 * 2**-8, 70000.0, 1e-8], np.float32)))  # ties, f16 range
+    dtypes.append(BF16)
+    arrays.append(arrays[-1])
+    dtypes.append(np.dtype(np.float16))
+    outs = gpu.cast_many(arrays, dtypes)
+    for k, (a, d, o) in enumerate(zip(arrays, dtypes, outs)):
+        expected = cp.asnumpy(gpu.run("cast", [a], {"dtype": d}))
+        got = cp.asnumpy(o)
+        assert got.dtype == d and got.shape == a.shape, k
+        nan = np.isnan(expected.astype(np.float32))
+        np.testing.assert_array_equal(np.isnan(got.astype(np.float32)), nan, err_msg=str(k))
+        bits = np.uint32 if d.itemsize == 4 else np.uint16  # every other value bit for bit (-0.0 too)
+        np.testing.assert_array_equal(got.view(bits)[~nan], expected.view(bits)[~nan], err_msg=str(k))
+
+
 def test_memory_info(gpu):
     from gradcraft.backend.cuda import memory_info
 

@@ -214,3 +214,79 @@ def test_getitem_errors_are_clear():
         x[5]
     with pytest.raises(UserError, match="too many indices"):
         x[0, 0, 0]
+
+
+# ------------------------------------------------------------------ casts grouped into one launch
+
+
+def _bf16_steps(steps: int = 2):
+    """Parameters and losses of a tiny gpt2 trained in bf16 mixed precision (weights cast in the
+    forward, weight gradients cast back in the backward)."""
+    from gradcraft.models import ModelConfig, Transformer
+
+    gc.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=50, seq_len=8, dim=16, n_layers=2, n_heads=2))
+    opt = gc.optim.AdamW(model.parameters(), lr=1e-2)
+    rng = np.random.default_rng(0)
+    idx, targets = (gc.tensor(rng.integers(0, 50, size=(2, 8))) for _ in range(2))
+    losses = []
+    for _ in range(steps):
+        logits, loss = model(idx, targets, compute_dtype=gc.bfloat16)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses, {k: v.numpy() for k, v in model.state_dict().items()}
+
+
+def test_a_device_with_cast_many_gets_the_weights_and_gradients_casts_in_two_launches(monkeypatch):
+    """engine/grouping.py, on the CPU given a cast_many made of its own cast kernel: the same bits
+    as one kernel per cast, with the weights' casts in one launch and the gradients' in another."""
+    plain_losses, plain_params = _bf16_steps()
+    backend = gc.device.get_backend("cpu")
+    launches = []
+
+    def cast_many(self, arrays, dtypes):
+        launches.append([(a.dtype.name, np.dtype(d).name) for a, d in zip(arrays, dtypes)])
+        return [self.kernels["cast"](a, d) for a, d in zip(arrays, dtypes)]
+
+    monkeypatch.setattr(type(backend), "cast_many", cast_many, raising=False)
+    assert backend.has("cast_many")
+    ran = []
+    run = backend.run
+    monkeypatch.setattr(backend, "run", lambda op, args, attrs: (ran.append(op), run(op, args, attrs))[1])
+    grouped_losses, grouped_params = _bf16_steps()
+    assert grouped_losses == plain_losses
+    for name, value in plain_params.items():
+        np.testing.assert_array_equal(grouped_params[name], value, err_msg=name)
+    n_params = len(plain_params)
+    weights = [g for g in launches if g[0] == ("float32", "bfloat16")]
+    gradients = [g for g in launches if g[0] == ("bfloat16", "float32")]
+    assert len(weights) == len(gradients) == 2  # one of each per step
+    # every weight but the position table (looked up in float32); every weight gradient but the
+    # position table's and the token table's (whose cast output layer gradient is added to its
+    # lookup's in float32)
+    assert [len(g) for g in weights] == [n_params - 1] * 2
+    assert [len(g) for g in gradients] == [n_params - 2] * 2
+    assert ran.count("cast") <= 4 * 2  # what is left: the activations' casts
+
+
+def test_casts_are_not_grouped_when_a_caller_watches_targets_as_they_come(monkeypatch):
+    backend = gc.device.get_backend("cpu")
+    launches = []
+
+    def cast_many(self, arrays, dtypes):
+        launches.append(len(arrays))
+        return [self.kernels["cast"](a, d) for a, d in zip(arrays, dtypes)]
+
+    monkeypatch.setattr(type(backend), "cast_many", cast_many, raising=False)
+    w = [gc.randn(4, 4, requires_grad=True) for _ in range(3)]
+    x = gc.randn(2, 4).to(gc.bfloat16)
+    loss = sum(((x @ p.to(gc.bfloat16)).float() ** 2).sum() for p in w)
+    seen = []
+    loss.backward(on_grad_ready=lambda leaf, buffer: seen.append(buffer.dtype.name))
+    assert launches == [3]  # the weights' casts only; the gradients' ran as they came
+    assert seen == ["float32"] * 3
+    for p in w:
+        expected = 2 * x.float().numpy().T @ (x.float().numpy() @ p.to(gc.bfloat16).float().numpy())
+        np.testing.assert_allclose(p.grad.numpy(), expected, rtol=2e-2, atol=1e-2)

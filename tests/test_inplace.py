@@ -397,3 +397,30 @@ def test_second_backward_through_a_shared_freed_intermediate():
         a.backward()
         with pytest.raises(RuntimeError, match="second time"):
             b.backward()
+
+
+def test_a_lazy_side_branch_the_caller_holds_is_computed_with_backward():
+    # The model's logits beside its fused loss: a lazy op outside the loss's graph, built on a graph
+    # tensor. backward() realizes that tensor, so the optimizer's in-place update finds no lazy
+    # reader of the weights (no copy of every weight) and the logits still read the old ones.
+    rng = np.random.default_rng(0)
+    w0, x0 = rng.standard_normal((3, 4)), rng.standard_normal((5, 3))
+    w = gc.tensor(w0, requires_grad=True)
+
+    def model(x):
+        h = x @ w  # the forward's last activation, which the caller never sees
+        return h * 2.0, h.square().mean()  # a lazy branch beside the loss's graph, and the loss
+
+    side, loss = model(gc.tensor(x0))
+    loss.backward()
+    backend = gc.device.get_backend("cpu")
+    ops, run = [], backend.run
+    backend.run = lambda op, a, attrs: (ops.append(op), run(op, a, attrs))[1]
+    try:
+        with gc.no_grad():
+            w -= 0.1 * w.grad
+    finally:
+        backend.run = run
+    assert "contiguous" not in ops  # no copy of w kept for a lazy reader
+    np.testing.assert_allclose(side.numpy(), 2 * x0 @ w0, rtol=1e-6)  # computed from the old w
+    np.testing.assert_allclose(w.numpy(), w0 - 0.1 * (2 / 20) * x0.T @ (x0 @ w0), rtol=1e-6)

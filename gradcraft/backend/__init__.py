@@ -229,6 +229,12 @@ class Backend:
         """float32 array [global L2 norm, min(1, max_norm / (norm + 1e-6))] (1 when max_norm is 0)."""
         raise NotImplementedError
 
+    def cast_many(self, arrays, dtypes) -> list:
+        """New arrays: arrays[i] (contiguous float32/bfloat16/float16) converted to dtypes[i], each
+        exactly as the `cast` kernel converts it, in one launch. The engine groups a schedule's casts
+        of weights (and of weight gradients) into it where the device has it (engine/grouping.py)."""
+        raise NotImplementedError
+
     def flash_attention_supported(self, dtype, head_dim: int, value_dim: int) -> bool:
         """Whether this device's flash-attention kernels are the fast way for this case (else attention
         takes the explicit or recomputing path)."""

@@ -8,9 +8,19 @@ Tensor that points at (node, index). A differentiable node with several outputs
 first output; `saved` holds the others for its gradient rule.
 """
 
+import itertools
+
+# Creation order of nodes: backward() tells the nodes its gradient rules built from the caller's.
+_SERIALS = itertools.count()
+
+
+def serial_now() -> int:
+    """A number below the serial of every node built from now on."""
+    return next(_SERIALS)
+
 
 class Node:
-    __slots__ = ("op", "inputs", "attrs", "n_outputs", "device", "input_versions", "saved", "__weakref__")
+    __slots__ = ("op", "inputs", "attrs", "n_outputs", "device", "input_versions", "saved", "serial", "__weakref__")
 
     def __init__(self, op: str, inputs: tuple, attrs: dict, device: str, n_outputs: int = 1):
         self.op = op
@@ -22,6 +32,7 @@ class Node:
         # modified in place, recomputing this node would silently use new data.
         self.input_versions = tuple(t._version for t in inputs)
         self.saved = ()  # outputs 1.. of a differentiable multi-output node, for its gradient rule
+        self.serial = next(_SERIALS)
 
     def __repr__(self) -> str:
         return f"Node({self.op}, {len(self.inputs)} inputs, {self.attrs})"

@@ -14,6 +14,7 @@ import sys
 import time
 
 from gradcraft.device import get_backend
+from gradcraft.engine import grouping
 from gradcraft.engine.schedule import schedule
 
 DEBUG = int(os.environ.get("GRADCRAFT_DEBUG", "0") or 0)
@@ -72,11 +73,17 @@ def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
                 watched.setdefault(id(t._node), []).append(t)
     values: dict[tuple, object] = {}
     backends: dict[str, object] = {}
+    groups = grouping.plan(order, readers, target_keys, bool(watched), WRITES_INPUTS, _has_cast_many)
     scheduled = None
     for step, node in enumerate(order):
         backend = backends.get(node.device)
         if backend is None:
             backend = backends[node.device] = get_backend(node.device)
+        if groups and id(node) in groups:
+            group = groups[id(node)]
+            if group is not None:  # an early group's first cast: the whole group now
+                _run_casts(group, backend, values, readers, target_keys, keep, watched, on_ready)
+            continue
         written = WRITES_INPUTS.get(node.op, ())
         for i in written:
             if BEFORE_WRITE and node.inputs[i]._readers:
@@ -111,12 +118,51 @@ def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
             if left == 0 and key not in keep:
                 backend.release(values.pop(key))
 
+    for group in groups.get("late", ()):
+        _run_casts(group, get_backend(group[0].device), values, readers, target_keys, keep, watched, on_ready)
     for key, tensor in keep.items():
         tensor._buf = values[key]
     for t in targets:
         t._buf = t._buf if t._buf is not None else values[(id(t._node), t._index)]
         if not t.requires_grad:
             t._node = None  # no backward will need the recipe: let the graph behind it go
+
+
+def _has_cast_many(device: str) -> bool:
+    return get_backend(device).has("cast_many")
+
+
+def _run_casts(nodes, backend, values, readers, target_keys, keep, watched, on_ready) -> None:
+    """Run a group of cast nodes (engine/grouping.py) in one cast_many launch, then do for each what
+    the schedule's loop does after a node: keep its output where needed, tell on_ready, release
+    inputs read for the last time. An input that is not contiguous takes its own cast kernel."""
+    args = [
+        inp._buf if inp._buf is not None else values[(id(inp._node), inp._index)] for n in nodes for inp in n.inputs
+    ]
+    together = [i for i, a in enumerate(args) if a.flags.c_contiguous]
+    outputs = [None] * len(nodes)
+    cast = backend.cast_many([args[i] for i in together], [nodes[i].attrs["dtype"] for i in together])
+    for i, out in zip(together, cast):
+        outputs[i] = out
+    for i, node in enumerate(nodes):
+        if outputs[i] is None:
+            outputs[i] = backend.run("cast", [args[i]], node.attrs)
+        if DEBUG:
+            print(f"[gradcraft]   grouped {node.device:7s} cast ({len(together)} in one launch)", file=sys.stderr)
+    del args, cast
+    for node, value in zip(nodes, outputs):
+        key = (id(node), 0)
+        if readers.get(key, 0) or key in target_keys or key in keep:
+            values[key] = value
+        if watched and id(node) in watched:
+            for t in watched.pop(id(node)):
+                on_ready(t, value)
+        inp = node.inputs[0]
+        if inp._buf is None:
+            key = (id(inp._node), inp._index)
+            readers[key] -= 1
+            if readers[key] == 0 and key not in keep:
+                backend.release(values.pop(key))
 
 
 def _trace(step, node, args, outputs, backend, start) -> None:

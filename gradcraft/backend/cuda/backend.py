@@ -154,6 +154,11 @@ class CUDABackend(Backend):
         with self._device:
             return optim.grad_norm(grads, max_norm)
 
+    def cast_many(self, arrays, dtypes) -> list:
+        """Many casts between float32, bfloat16 and float16 in one launch; see optim.cast_many."""
+        with self._device:
+            return optim.cast_many(arrays, dtypes)
+
     # ------------------------------------------------------------ CUDA graphs
 
     def capture(self, fn):

@@ -1,4 +1,5 @@
-"""Multi-tensor optimizer kernels: AdamW over all parameters in one launch, and the global grad norm.
+"""Multi-tensor kernels: AdamW over all parameters in one launch, the global grad norm, and casts of
+many tensors at once.
 
 Both walk a table of CHUNK-element chunks over a list of tensors (kernels/multi_tensor.cuh). The
 tables depend only on the tensors' addresses and sizes, so they are built once and cached.
@@ -14,6 +15,9 @@ tables depend only on the tensors' addresses and sizes, so they are built once a
 
     grad_norm(grads, max_norm=0.0) -> float32 device array [norm, min(1, max_norm / (norm + 1e-6))]
         (the second entry is 1 when max_norm is 0). Nothing is copied to the host.
+
+    cast_many(arrays, dtypes) -> list of new arrays, arrays[i] converted to dtypes[i] (contiguous
+        float32, bfloat16 or float16 in and out; rounding as the single cast's), in one launch.
 """
 
 import cupy as cp
@@ -135,3 +139,29 @@ def grad_norm(grads, max_norm=0.0):
         partial.fill(0)
     L.run("gradnorm.cu", "grad_norm_finish", 1, 1024, (partial, L.i32(max(n_chunks, 1)), out, L.f64(max_norm)))
     return out
+
+
+def cast_many(arrays, dtypes) -> list:
+    _check(arrays, "cast_many")
+    outs = [L.empty(a.shape, dtype) for a, dtype in zip(arrays, dtypes)]
+    _check(outs, "cast_many outputs")
+    sizes = tuple(int(a.size) for a in arrays)
+    chunk_tensor, chunk_start, n_chunks = _table(sizes, cp.cuda.Device().id)
+    if n_chunks:
+        L.run(
+            "cast_many.cu",
+            "cast_many",
+            min(n_chunks, 4096),
+            256,
+            (
+                _list(arrays),
+                _int32s([_CODES[a.dtype] for a in arrays]),
+                _list(outs),
+                _int32s([_CODES[o.dtype] for o in outs]),
+                _pointers(sizes, cp.cuda.Device().id).view(np.int64),
+                chunk_tensor,
+                chunk_start,
+                L.i32(n_chunks),
+            ),
+        )
+    return outs

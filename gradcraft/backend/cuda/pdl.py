@@ -135,9 +135,9 @@ def available() -> bool:
 
 
 def launch(function, grid, block, args, shared_mem: int = 0) -> None:
-    """Launch `function` (a cupy.cuda.Function) on CuPy's current stream with the PDL attribute, as
-    `function(grid, block, args, shared_mem=shared_mem)` would launch it without. grid and block:
-    tuples of up to 3 sizes."""
+    """Launch `function` (a cupy.RawKernel, or the cupy.cuda.Function behind one) on CuPy's current
+    stream with the PDL attribute, as `function(grid, block, args, shared_mem=shared_mem)` would
+    launch it without. grid and block: tuples of up to 3 sizes."""
     import cupy as cp
 
     lib = _driver()
@@ -149,7 +149,8 @@ def launch(function, grid, block, args, shared_mem: int = 0) -> None:
     attribute.value.allowed = 1
     config = _Config(gx, gy, gz, bx, by, bz, shared_mem, cp.cuda.get_current_stream().ptr, ctypes.pointer(attribute), 1)
     params, values = pack(args)
-    status = lib.cuLaunchKernelEx(ctypes.byref(config), function.ptr, params, None)
+    handle = function.kernel.ptr if hasattr(function, "kernel") else function.ptr  # a RawKernel's Function
+    status = lib.cuLaunchKernelEx(ctypes.byref(config), handle, params, None)
     if status != 0:
         text = ctypes.c_char_p()
         lib.cuGetErrorString(status, ctypes.byref(text))

@@ -1,0 +1,65 @@
+"""Casts of a schedule run together: one multi-tensor launch instead of one kernel each.
+
+A mixed-precision training step casts every float32 weight to bf16 in its forward pass and every
+bf16 weight gradient back to float32 in its backward pass: on gpt2-124m, ~300 small kernels of
+5-8 us of GPU time each. Where the device has `cast_many` (Backend.cast_many), realize() runs
+instead:
+
+- early: the casts of tensors that already hold a buffer (the weights) together, where the first of
+  them stood in the schedule. Only those standing before the schedule's first kernel that writes
+  its inputs (an optimizer's assign): a cast after it may have to read what it writes.
+- late: the casts whose result is a target that no other kernel of the schedule reads (the
+  gradients), together, after every other kernel of the schedule. Not when a caller watches
+  targets as they are computed (realize's on_ready: data parallelism sums buckets early).
+
+Each grouped cast gives the bits its own kernel would give; only the order of independent kernels
+changes (and a late cast's input lives until the end of the schedule).
+"""
+
+from gradcraft.engine.graph import Node
+
+# The dtypes Backend.cast_many converts between (NumPy dtype names).
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def plan(order: list, readers: dict, target_keys: set, watching: bool, writes_inputs: dict, can_group) -> dict:
+    """{id(node): what to do with it}, for the grouped casts only: the first cast of an early group
+    maps to the group's nodes (run them all there), every other grouped node to None (skip it; the
+    late groups, one per device, run after the schedule: the list under the key "late").
+    can_group(device) says whether the device has cast_many. Empty when nothing is worth grouping."""
+    early: dict[str, list] = {}
+    late: dict[str, list] = {}
+    for node in order:
+        if node.op in writes_inputs:
+            break
+        if _groupable(node, can_group) and node.inputs[0]._buf is not None and node.inputs[0]._buf.flags.c_contiguous:
+            early.setdefault(node.device, []).append(node)
+    if not watching:
+        for node in order:
+            if (
+                _groupable(node, can_group)
+                and node.inputs[0]._buf is None
+                and (id(node), 0) in target_keys
+                and not readers.get((id(node), 0), 0)
+            ):
+                late.setdefault(node.device, []).append(node)
+    groups: dict = {}
+    for nodes in early.values():
+        if len(nodes) > 1:
+            groups.update({id(n): None for n in nodes})
+            groups[id(nodes[0])] = nodes
+    late_groups = [nodes for nodes in late.values() if len(nodes) > 1]
+    for nodes in late_groups:
+        groups.update({id(n): None for n in nodes})
+    if late_groups:
+        groups["late"] = late_groups
+    return groups
+
+
+def _groupable(node: Node, can_group) -> bool:
+    return (
+        node.op == "cast"
+        and node.inputs[0].dtype.np.name in DTYPES
+        and node.attrs["dtype"].name in DTYPES
+        and can_group(node.device)
+    )

@@ -152,8 +152,12 @@ builtins_sum = sum
 def release_graph(order) -> None:
     """After backward: realized intermediates become constants, freeing the graph behind them."""
     for t in order:
+        if t._node is not None:
+            # Saved outputs point back at their node: drop the cycle now, for lazy tensors too (a
+            # flash-attention node's statistics would otherwise keep its inputs' graph, and a lazy
+            # reader of every weight, alive until Python's cycle collector ran).
+            t._node.saved = ()
         if t._node is not None and t._buf is not None:
-            t._node.saved = ()  # (saved outputs point back at their node: drop the cycle now)
             t._node = None
             t._requires_grad = False
             t._graph_freed = True  # (a second backward through it: PyTorch's retain_graph error)

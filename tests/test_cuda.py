@@ -1336,6 +1336,39 @@ def test_adamw_and_grad_norm(gpu):
         np.testing.assert_allclose(cp.asnumpy(d_m[i]), m[i], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, BF16, np.float16])
+@pytest.mark.parametrize("M,K,N", [(64, 768, 2304), (1000, 100, 50), (37, 24, 1000), (4096, 3072, 768), (5, 64, 64)])
+def test_linear_bias_kernels(gpu, dtype, M, K, N):
+    r = rng()
+    x, w, b, g = (randn(s, dtype, r) for s in ((M, K), (N, K), (N,), (M, N)))
+    scale = max(1.0, K / 256) if dtype == BF16 else max(1.0, K / 64)  # long sums in low precision
+    check(gpu, "linear_bias", x, w, b, tol_scale=scale)
+    check(gpu, "linear_bias_backward", g, x, tol_scale=max(scale, M / 64 if dtype != np.float32 else M / 256))
+
+
+def test_linear_bias_takes_cublaslt_epilogues_at_training_shapes(gpu, monkeypatch):
+    """Not the fallback (a product and an add/sum): gemm may not run, yet the results are right, also
+    for operands at offsets of only 16 bytes (views into larger buffers)."""
+    import cupy as cp
+
+    from gradcraft.backend.cuda import linear, matmul
+
+    monkeypatch.setattr(matmul, "gemm", lambda *a, **k: pytest.fail("linear_bias fell back to gemm"))
+    r = rng()
+    for dtype in (BF16, np.float16, np.float32):
+        whole = randn((512 * 768 + 8,), dtype, r)
+        x = cp.asarray(whole)[8:].reshape(512, 768)  # 16 bytes into a buffer (8 bf16, 32 for float32)
+        w, b, g = (cp.asarray(randn(s, dtype, r)) for s in ((2304, 768), (2304,), (512, 2304)))
+        y = linear.linear_bias(x, w, b)
+        dw, db = linear.linear_bias_backward(g, x)
+        reference = cpu().reference_kernels
+        xs = cp.asnumpy(x)
+        close(cp.asnumpy(y), reference["linear_bias"](xs, cp.asnumpy(w), cp.asnumpy(b)), scale=3, what="y")
+        ew, eb = reference["linear_bias_backward"](cp.asnumpy(g), xs)
+        close(cp.asnumpy(dw), ew, scale=8, what="dw")
+        close(cp.asnumpy(db), eb, scale=8, what="db")
+
+
 def test_cast_many_gives_the_bits_of_one_cast_each(gpu):
     import cupy as cp
 

@@ -290,3 +290,32 @@ def test_casts_are_not_grouped_when_a_caller_watches_targets_as_they_come(monkey
     for p in w:
         expected = 2 * x.float().numpy().T @ (x.float().numpy() @ p.to(gc.bfloat16).float().numpy())
         np.testing.assert_allclose(p.grad.numpy(), expected, rtol=2e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("flash", [False, True])
+def test_after_backward_no_lazy_reader_of_a_weight_is_left(flash, monkeypatch):
+    """While the caller holds the model's lazy logits, nothing built before backward still reads a
+    weight: the optimizer's in-place update then copies no weight to keep such readers right. With
+    flash attention, whose node saves its softmax statistics (a reference cycle), too."""
+    from gradcraft.models import ModelConfig, Transformer
+    from gradcraft.ops.function import live_readers
+
+    backend = gc.device.get_backend("cpu")
+    monkeypatch.setattr(type(backend), "flash_attention_supported", lambda self, *a: flash)
+    gc.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=50, seq_len=8, dim=16, n_layers=2, n_heads=2))
+    idx = gc.tensor(np.random.default_rng(0).integers(0, 50, size=(2, 8)))
+    ran = []
+    run = backend.run
+    monkeypatch.setattr(backend, "run", lambda op, args, attrs: (ran.append(op), run(op, args, attrs))[1])
+    logits, loss = model(idx, idx, compute_dtype=gc.bfloat16)
+    loss.backward()
+    assert ("flash_attention" in ran) == flash
+    stale = [name for name, p in model.named_parameters() if live_readers(p)]
+    assert stale == []
+    expected = logits.numpy()
+    opt = gc.optim.AdamW(model.parameters(), lr=1e-2)
+    ran.clear()
+    opt.step()
+    assert "contiguous" not in ran
+    np.testing.assert_array_equal(logits.numpy(), expected)  # the logits of the weights before the step

@@ -136,6 +136,10 @@ OPTIONAL_PAIRS = {
     # [, norm weight][, norm bias], weight[, bias]; residual, norm, eps, norm_bias, bias, activation)
     # -> y, or (y, x + residual) with a residual (backend/cpu/gemv.py, kernels/gemv.cu)
     "norm_linear": (),
+    # a product with its bias (training-sized rows): (x (M, K), w (N, K), b (N,)) -> x @ w^T + b;
+    # backward (g (M, N), x) -> (dw = g^T @ x, db = g summed over rows); dx is a matmul
+    # (backend/cpu/linear.py; cuBLASLt's bias epilogues on a GPU)
+    "linear_bias": ("linear_bias_backward",),
 }
 OPTIONAL = frozenset(OPTIONAL_PAIRS) | {b for pair in OPTIONAL_PAIRS.values() for b in pair}
 KERNELS = PRIMITIVES | OPTIONAL
@@ -258,6 +262,12 @@ class Backend:
     def norm_linear_supported(self, rows: int, N: int, K: int, dtype, activation) -> bool:
         """Whether F.norm_linear should take this device's fused kernel for `rows` rows of K features
         and an (N, K) weight (else the op layer composes it: add, norm, matmul, bias, activation)."""
+        return False
+
+    def fused_linear_bias(self, dtype) -> bool:
+        """Whether F.linear with a bias should take this device's linear_bias kernels (the bias added
+        in the product's epilogue, its gradient summed by the weight gradient's product) rather than
+        a matmul and an add (and a sum in the backward pass)."""
         return False
 
     def fused_linear_cross_entropy(self, dtype) -> bool:

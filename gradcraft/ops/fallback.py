@@ -189,4 +189,6 @@ FALLBACKS = {
 }
 
 # Asked for only where the backend has them (the op layer checks first): no fallback needed.
-CAPABILITY_GATED = frozenset({"flash_attention", "linear_cross_entropy", "norm_linear", "kv_append_attention"})
+CAPABILITY_GATED = frozenset(
+    {"flash_attention", "linear_cross_entropy", "norm_linear", "kv_append_attention", "linear_bias"}
+)

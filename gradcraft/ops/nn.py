@@ -482,14 +482,46 @@ def norm_linear(
         h = layer_norm(s, (K,), norm_weight, norm_bias, eps)
     else:
         h = s
-    h = h @ weight.mT
-    if bias is not None:
-        h = h + bias
+    h = _product_and_bias(h, weight, bias)
     if activation == "swiglu":
         h = swiglu(h)
     elif activation is not None:
         h = gelu(h, approximate="tanh" if activation == "gelu_tanh" else "none")
     return (h, s) if residual is not None else h
+
+
+def _product_and_bias(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """x @ weight^T + bias. Where the device says so (backend `fused_linear_bias`: cuBLASLt on a GPU),
+    one linear_bias op: the bias is added in the product's epilogue, and in the backward pass the
+    weight gradient's product also sums the bias gradient; a matmul and an add would write and read
+    the (rows, N) output once more, and the add's gradient read the output gradient once more."""
+    from gradcraft.device import get_backend
+
+    if bias is None:
+        return x @ weight.mT
+    backend = get_backend(x.device)
+    if (
+        x.ndim >= 2
+        and x.dtype == weight.dtype == bias.dtype
+        and backend.has_kernel("linear_bias")
+        and backend.fused_linear_bias(x.dtype.np)
+    ):
+        rows = x.reshape(-1, x.shape[-1])
+        out = apply("linear_bias", (rows, weight, bias), {}, (rows.shape[0], weight.shape[0]), x.dtype)
+        return out.reshape(x.shape[:-1] + (weight.shape[0],))
+    return x @ weight.mT + bias
+
+
+@gradient("linear_bias")
+def _linear_bias_grad(node, out, g):
+    x, weight, bias = node.inputs
+    dx = g @ weight if x.requires_grad else None
+    if not (weight.requires_grad or bias.requires_grad):
+        return dx, None, None
+    dw, db = apply(
+        "linear_bias_backward", (g, x), {}, (weight.shape, bias.shape), (weight.dtype, bias.dtype), n_outputs=2
+    )
+    return dx, dw, db
 
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:

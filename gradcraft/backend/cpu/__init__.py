@@ -29,6 +29,7 @@ from gradcraft.backend.cpu import (
     gather,
     gemv,
     kv_cache,
+    linear,
     matmul,
     moe,
     movement,
@@ -66,6 +67,7 @@ FAMILIES = (
     moe,
     sampling,
     gemv,
+    linear,
 )
 
 

@@ -26,6 +26,7 @@ from gradcraft.backend.cuda import (
     embedding,
     gemv,
     kv_cache,
+    linear,
     linear_cross_entropy,
     moe,
     movement,
@@ -61,6 +62,7 @@ FAMILIES = (
     kv_cache,
     sampling,
     gemv,
+    linear,
 )
 
 
@@ -123,6 +125,10 @@ class CUDABackend(Backend):
 
     def fused_linear_cross_entropy(self, dtype) -> bool:
         return np.dtype(dtype) in (np.dtype(np.float32), *L.HALF)
+
+    def fused_linear_bias(self, dtype) -> bool:
+        with self._device:
+            return linear.supported(dtype)
 
     def flash_attention_supported(self, dtype, head_dim: int, value_dim: int) -> bool:
         return attention.supported(dtype, head_dim, value_dim)

@@ -1341,7 +1341,9 @@ def test_adamw_and_grad_norm(gpu):
 def test_linear_bias_kernels(gpu, dtype, M, K, N):
     r = rng()
     x, w, b, g = (randn(s, dtype, r) for s in ((M, K), (N, K), (N,), (M, N)))
-    scale = max(1.0, K / 256) if dtype == BF16 else max(1.0, K / 64)  # long sums in low precision
+    # Long sums in low precision; and the reference rounds the product before adding the bias, where
+    # the epilogue adds it to the float32 sum (one rounding fewer: the two may differ by an ulp).
+    scale = max(2.0, K / 256) if dtype == BF16 else max(2.0, K / 64)
     check(gpu, "linear_bias", x, w, b, tol_scale=scale)
     check(gpu, "linear_bias_backward", g, x, tol_scale=max(scale, M / 64 if dtype != np.float32 else M / 256))
 

@@ -61,9 +61,9 @@ def gemv(x, ldx: int, w, out, rows: int, N: int, K: int, function=None, outputs:
 
 def _launch(fn, blocks: int, threads: int, args: tuple, shared_mem: int = 0) -> None:
     """Both kernel families call pdl_wait() before reading what an earlier kernel writes and write
-    nothing before it (kernels/gemv.cu), so on sm_90+ they launch with programmatic dependent launch
-    (pdl.py: the weight loads overlap the previous kernel's tail); elsewhere, or with GRADCRAFT_PDL=0,
-    through CuPy as every other kernel."""
+    nothing before it (kernels/gemv.cu), so on sm_90+ with GRADCRAFT_PDL=1 they launch with
+    programmatic dependent launch (pdl.py: the weight loads overlap the previous kernel's tail); by
+    default, and elsewhere, through CuPy as every other kernel."""
     if pdl.available():
         pdl.launch(fn, (blocks,), (threads,), args, shared_mem=shared_mem)
     else:

@@ -8,8 +8,9 @@ waits for it, as stream order always does, so only the launchers of such kernels
 
 CuPy's kernel launch takes no launch attributes, so `launch` calls the driver's cuLaunchKernelEx
 through ctypes, on the CUfunction CuPy compiled (`Function.ptr`) and CuPy's current stream; stream
-capture records the launch as a programmatic edge of the graph. GRADCRAFT_PDL=0 turns it off (every
-kernel then launches through CuPy as before). CuPy is imported only when a device is asked about, so
+capture records the launch as a programmatic edge of the graph. Off by default (measured slower end to
+end on the H200, docs/cuda.md); GRADCRAFT_PDL=1 turns it on. Off, every kernel launches through
+CuPy. CuPy is imported only when a device is asked about, so
 this module imports without it.
 """
 
@@ -129,9 +130,9 @@ def supported() -> bool:
 
 
 def available() -> bool:
-    """Whether kernels written for it launch with PDL: supported() and not turned off (GRADCRAFT_PDL=0;
+    """Whether kernels written for it launch with PDL: supported() and turned on (GRADCRAFT_PDL=1;
     read at each launch, so a benchmark can time both)."""
-    return os.environ.get("GRADCRAFT_PDL", "1").strip() != "0" and supported()
+    return os.environ.get("GRADCRAFT_PDL", "0").strip() == "1" and supported()
 
 
 def launch(function, grid, block, args, shared_mem: int = 0) -> None:

@@ -319,3 +319,23 @@ def test_after_backward_no_lazy_reader_of_a_weight_is_left(flash, monkeypatch):
     opt.step()
     assert "contiguous" not in ran
     np.testing.assert_array_equal(logits.numpy(), expected)  # the logits of the weights before the step
+
+
+def test_a_grouped_cast_of_a_view_reads_the_data_before_a_write_in_the_same_schedule(monkeypatch):
+    # Casts that no kernel reads run after the schedule; the assign (moved last by the schedule) must
+    # not come before them: their inputs are views of the buffer it writes.
+    backend = gc.device.get_backend("cpu")
+    launches = []
+
+    def cast_many(self, arrays, dtypes):
+        launches.append(len(arrays))
+        return [self.kernels["cast"](a, d) for a, d in zip(arrays, dtypes)]
+
+    monkeypatch.setattr(type(backend), "cast_many", cast_many, raising=False)
+    w0 = np.arange(6, dtype=np.float32).reshape(2, 3)
+    w = gc.tensor(w0)
+    flat, transposed = w.reshape(6).to(gc.bfloat16), w.mT.to(gc.float16)
+    gc.realize(flat, transposed, w.assign(w * 2))
+    np.testing.assert_array_equal(flat.float().numpy(), w0.reshape(6))
+    np.testing.assert_array_equal(transposed.float().numpy(), w0.T)
+    np.testing.assert_array_equal(w.numpy(), 2 * w0)

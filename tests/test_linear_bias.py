@@ -70,3 +70,23 @@ def test_a_model_trains_to_the_same_losses(monkeypatch):
     plain = _train()
     monkeypatch.setattr(type(get_backend("cpu")), "fused_linear_bias", lambda self, dtype: True)
     np.testing.assert_allclose(_train(), plain, rtol=1e-5)
+
+
+@pytest.mark.parametrize("wants", [(True, True, True), (False, True, True), (True, True, False), (False, False, True)])
+def test_strided_operands_and_partial_gradients_match_torch(fused, wants):
+    # a permuted 3-D input and a transposed weight (both strided), each of x, w, b with or without grad
+    rng = np.random.default_rng(1)
+    x0, w0, b0, g0 = (rng.standard_normal(s).astype(np.float32) for s in ((3, 7, 2), (7, 6), (6,), (3, 2, 6)))
+    ours = [gc.tensor(a, requires_grad=r) for a, r in zip((x0, w0, b0), wants)]
+    ref = [torch.tensor(a, requires_grad=r) for a, r in zip((x0, w0, b0), wants)]
+    y = F.linear(ours[0].permute(0, 2, 1), ours[1].mT, ours[2])
+    ty = torch.nn.functional.linear(ref[0].permute(0, 2, 1), ref[1].mT, ref[2])
+    y.backward(gc.tensor(g0))
+    ty.backward(torch.tensor(g0))
+    assert "linear_bias" in fused
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-5, atol=1e-5)
+    for t, r in zip(ours, ref):
+        if r.requires_grad:
+            np.testing.assert_allclose(t.grad.numpy(), r.grad.numpy(), rtol=1e-5, atol=1e-5)
+        else:
+            assert t.grad is None

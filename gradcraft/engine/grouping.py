@@ -9,8 +9,10 @@ instead:
   them stood in the schedule. Only those standing before the schedule's first kernel that writes
   its inputs (an optimizer's assign): a cast after it may have to read what it writes.
 - late: the casts whose result is a target that no other kernel of the schedule reads (the
-  gradients), together, after every other kernel of the schedule. Not when a caller watches
-  targets as they are computed (realize's on_ready: data parallelism sums buckets early).
+  gradients), together, after every other kernel of the schedule. Only those standing after the
+  schedule's last kernel that writes its inputs: one before it may read (through a view) what it
+  writes. Not when a caller watches targets as they are computed (realize's on_ready: data
+  parallelism sums buckets early).
 
 Each grouped cast gives the bits its own kernel would give; only the order of independent kernels
 changes (and a late cast's input lives until the end of the schedule).
@@ -36,6 +38,11 @@ def plan(order: list, readers: dict, target_keys: set, watching: bool, writes_in
             early.setdefault(node.device, []).append(node)
     if not watching:
         for node in order:
+            if node.op in writes_inputs:
+                # A cast before a write must read the old data, and its input may be a view of the
+                # written buffer (w.reshape(-1).to(bf16) beside w's assign): none moves past a write.
+                late.clear()
+                continue
             if (
                 _groupable(node, can_group)
                 and node.inputs[0]._buf is None

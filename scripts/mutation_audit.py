@@ -312,6 +312,31 @@ MUTANTS = [
         ("tests/test_generate.py",),
         "the decoding step loses the attention's output from the residual stream",
     ),
+    # ---- session 9: grouped casts, the graph after backward, linear_bias
+    M(
+        "late_cast_group_moves_past_a_write",
+        "gradcraft/engine/grouping.py",
+        "                late.clear()\n",
+        "                pass\n",
+        ("tests/test_engine.py",),
+        "a gradient-side cast grouped after the schedule reads a buffer an assign already overwrote",
+    ),
+    M(
+        "lazy_nodes_keep_saved_outputs",
+        "gradcraft/autograd.py",
+        "            t._node.saved = ()\n        if t._node is not None and t._buf is not None:",
+        "            pass\n        if t._node is not None and t._buf is not None:",
+        ("tests/test_engine.py",),
+        "flash attention's saved statistics keep the forward graph (and a reader of every weight) alive",
+    ),
+    M(
+        "linear_bias_gradient_over_columns",
+        "gradcraft/backend/cpu/linear.py",
+        'reduce.KERNELS["sum"](g, (0,), False)',
+        'reduce.KERNELS["sum"](g.T, (0,), False)[: g.shape[1]]',
+        ("tests/test_linear_bias.py",),
+        "the bias gradient sums over the wrong axis (right only for square gradients)",
+    ),
 ]
 
 

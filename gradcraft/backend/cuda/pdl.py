@@ -9,7 +9,9 @@ waits for it, as stream order always does, so only the launchers of such kernels
 CuPy's kernel launch takes no launch attributes, so `launch` calls the driver's cuLaunchKernelEx
 through ctypes, on the CUfunction CuPy compiled (`Function.ptr`) and CuPy's current stream; stream
 capture records the launch as a programmatic edge of the graph. Off by default (measured slower end to
-end on the H200, docs/cuda.md); GRADCRAFT_PDL=1 turns it on. Off, every kernel launches through
+end on the H200, docs/cuda.md); GRADCRAFT_PDL=1 turns it on, for weights stored in the compute dtype
+only: gemv.cu's products load their weight before pdl_wait(), so a weight cast by the kernel just
+before (float32 weights under a bf16 compute dtype) could be read before that cast has finished. Off, every kernel launches through
 CuPy. CuPy is imported only when a device is asked about, so
 this module imports without it.
 """

@@ -11,9 +11,9 @@ through ctypes, on the CUfunction CuPy compiled (`Function.ptr`) and CuPy's curr
 capture records the launch as a programmatic edge of the graph. Off by default (measured slower end to
 end on the H200, docs/cuda.md); GRADCRAFT_PDL=1 turns it on, for weights stored in the compute dtype
 only: gemv.cu's products load their weight before pdl_wait(), so a weight cast by the kernel just
-before (float32 weights under a bf16 compute dtype) could be read before that cast has finished. Off, every kernel launches through
-CuPy. CuPy is imported only when a device is asked about, so
-this module imports without it.
+before (float32 weights under a bf16 compute dtype) could be read before that cast has finished.
+Off, every kernel launches through CuPy. CuPy is imported only when a device is asked about, so this
+module imports without it.
 """
 
 import ctypes

@@ -12,7 +12,7 @@ from gradcraft.ops.creation import advance_dropout
 from gradcraft.optim import AdamW, grad_norm_and_scale
 
 
-def _training(device, graph, steps=6, name="toy-v0", **over):
+def _training(device, graph, steps=6, name="toy-v0", between=None, **over):
     gc.manual_seed(0)
     model = Transformer(preset(name, **over)).to(device)
     cfg = model.config
@@ -41,6 +41,8 @@ def _training(device, graph, steps=6, name="toy-v0", **over):
         opt.prepare()
         loss, stats = run()
         losses.append((loss.item(), float(stats.numpy()[0])))
+        if between is not None:
+            between()
     return losses, {k: v.numpy() for k, v in model.state_dict().items()}
 
 
@@ -57,6 +59,29 @@ def test_captured_step_runs_eagerly_where_the_device_cannot_capture():
 def test_replayed_steps_match_eager_steps(name, over):
     eager_losses, eager_weights = _training("cuda", graph=False, name=name, **over)
     graph_losses, graph_weights = _training("cuda", graph=True, name=name, **over)
+    np.testing.assert_allclose(graph_losses, eager_losses, rtol=1e-5)
+    for key in eager_weights:
+        np.testing.assert_allclose(graph_weights[key], eager_weights[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not gc.is_available("cuda"), reason="needs an NVIDIA GPU with CuPy")
+def test_a_replayed_step_keeps_its_tables_when_the_cache_drops_them():
+    """The optimizer's kernels read pointer tables that a captured graph copies from pinned host
+    memory at every replay: tables the cache drops between replays (many other tables made eagerly)
+    must stay alive and unchanged for the graph."""
+    import numpy as np_
+
+    from gradcraft.backend.cuda import launch
+
+    made = iter(range(10**9))
+
+    def flood():  # more new tables than the cache keeps
+        for _ in range(2 * launch.CACHED_CONSTANTS):
+            launch.constant([next(made), 7, 9], np_.int64)
+
+    eager_losses, eager_weights = _training("cuda", graph=False)
+    graph_losses, graph_weights = _training("cuda", graph=True, between=flood)
     np.testing.assert_allclose(graph_losses, eager_losses, rtol=1e-5)
     for key in eager_weights:
         np.testing.assert_allclose(graph_weights[key], eager_weights[key], rtol=1e-5, atol=1e-6, err_msg=key)

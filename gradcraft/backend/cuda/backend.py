@@ -71,7 +71,7 @@ class CUDABackend(Backend):
         self.index = index
         self.device = f"cuda:{index}"
         self._device = cp.cuda.Device(index)
-        self._graph_memory = {}  # id(graph) -> (graph, its private memory pool, its stream)
+        self._graph_memory = {}  # id(graph) -> (graph, its private memory pool, its stream, its tables)
         self.kernels = {**assemble_kernels(FAMILIES), "copy_from": self._copy_from}
         self.check_contract()
 
@@ -181,13 +181,14 @@ class CUDABackend(Backend):
             # The eager runs before capture left their intermediates cached in the default pool; the
             # graph gets its own copies, so hand the idle cached blocks back to the driver first.
             cp.get_default_memory_pool().free_all_blocks()
-            with cp.cuda.using_allocator(pool.malloc), stream:
+            with cp.cuda.using_allocator(pool.malloc), stream, L.capture_tables() as tables:
                 stream.begin_capture()  # relaxed mode: the pool may still call cudaMalloc
                 try:
                     result = fn()
                 finally:
                     graph = stream.end_capture()
-        self._graph_memory[id(graph)] = (graph, pool, stream)  # the graph's memory lives as long as it
+        # the graph's memory, and the host tables its copies read, live as long as it
+        self._graph_memory[id(graph)] = (graph, pool, stream, tables)
         return result, graph
 
     def release_graph(self, graph) -> None:
@@ -201,7 +202,7 @@ class CUDABackend(Backend):
         first steps, or replayed) allocates nothing new from the driver."""
         with self._device:
             default = cp.get_default_memory_pool()
-            graph_pools = [pool for _, pool, _ in self._graph_memory.values()]
+            graph_pools = [held[1] for held in self._graph_memory.values()]
             return {
                 "used_bytes": default.used_bytes() + sum(p.used_bytes() for p in graph_pools),
                 "reserved_bytes": default.total_bytes() + sum(p.total_bytes() for p in graph_pools),

@@ -1,6 +1,7 @@
 """What every launcher shares: dtype names, output allocation (poisonable for tests), launch shapes."""
 
 import collections
+import contextlib
 import functools
 import math
 
@@ -106,14 +107,23 @@ def grid_1d(n: int, threads: int = 256, per_thread: int = 1) -> int:
 
 
 _constants: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
+CACHED_CONSTANTS = 256
+# While a CUDA graph is captured: the list of tables its kernels read, which the graph holds as long
+# as it lives (its recorded copies read their pinned host memory at every replay).
+_capturing: list = []
+# Tables dropped from the cache, each with an event after its last use: kept until the device has
+# passed that point (an asynchronous copy from freed pinned memory could read another table).
+_retired: list = []
 
 
 def constant(values, dtype) -> cp.ndarray:
     """A small device array holding `values` (pointer tables, sizes, dtype codes), cached.
 
     Copied from pinned host memory with an asynchronous copy on the current stream, which CUDA-graph
-    capture can record (a copy from ordinary host memory cannot be captured). The pinned copy lives in
-    the cache as long as the device array, so a replayed graph always copies the same values."""
+    capture can record (a copy from ordinary host memory cannot be captured). A graph keeps every
+    table it read (`capture_tables`), so a replay always copies the same values, even once the cache
+    has dropped them; a table dropped outside a capture is freed only after the device has passed
+    its last use."""
     key = (tuple(int(v) for v in values), np.dtype(dtype).str)
     hit = _constants.get(key)
     if hit is None:
@@ -129,11 +139,38 @@ def constant(values, dtype) -> cp.ndarray:
             cp.cuda.get_current_stream().ptr,
         )
         hit = _constants[key] = (host, device)
-        if len(_constants) > 256:  # tables of gradients that no longer exist
-            _constants.popitem(last=False)
+        _evict()
     else:
         _constants.move_to_end(key)
+    if _capturing:
+        _capturing[-1].append(hit)
     return hit[1]
+
+
+def _evict() -> None:
+    """Drop the least recently used tables beyond CACHED_CONSTANTS (tables of tensors that no longer
+    exist, or a new output's pointers each call); never while a graph is captured."""
+    if _capturing or len(_constants) <= CACHED_CONSTANTS:
+        return
+    _retired[:] = [(entry, event) for entry, event in _retired if not event.done]
+    dropped = []
+    while len(_constants) > CACHED_CONSTANTS * 3 // 4:  # a quarter at a time: one event per 64 tables
+        dropped.append(_constants.popitem(last=False)[1])
+    event = cp.cuda.Event(disable_timing=True)
+    event.record(cp.cuda.get_current_stream())
+    _retired.append((dropped, event))
+
+
+@contextlib.contextmanager
+def capture_tables():
+    """Within: a graph is being captured; yields the list of the tables its kernels read, for the
+    graph's owner to keep as long as the graph."""
+    tables: list = []
+    _capturing.append(tables)
+    try:
+        yield tables
+    finally:
+        _capturing.pop()
 
 
 DEFAULT_SHARED = 48 * 1024  # shared memory a block may use without asking (fixed and dynamic together)

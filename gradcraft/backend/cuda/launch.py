@@ -2,6 +2,7 @@
 
 import collections
 import contextlib
+from collections.abc import Iterator
 import functools
 import math
 
@@ -162,7 +163,7 @@ def _evict() -> None:
 
 
 @contextlib.contextmanager
-def capture_tables():
+def capture_tables() -> Iterator[list]:
     """Within: a graph is being captured; yields the list of the tables its kernels read, for the
     graph's owner to keep as long as the graph."""
     tables: list = []

@@ -2,9 +2,9 @@
 
 import collections
 import contextlib
-from collections.abc import Iterator
 import functools
 import math
+from collections.abc import Iterator
 
 import cupy as cp
 import cupyx

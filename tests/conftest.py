@@ -19,6 +19,17 @@ def primitives_only(monkeypatch):
     return backend
 
 
+@pytest.fixture
+def cpu_kernels_run(monkeypatch):
+    """The names of the kernels the CPU backend runs from now on (for the test's duration), in order."""
+    from gradcraft.device import get_backend
+
+    backend = get_backend("cpu")
+    ran, run = [], backend.run
+    monkeypatch.setattr(backend, "run", lambda op, args, attrs: (ran.append(op), run(op, args, attrs))[1])
+    return ran
+
+
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory):
     """A tokenizer, a token file and a briefly trained model, made with the real CLIs."""

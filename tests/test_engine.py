@@ -239,10 +239,10 @@ def _bf16_steps(steps: int = 2):
     return losses, {k: v.numpy() for k, v in model.state_dict().items()}
 
 
-def test_a_device_with_cast_many_gets_the_weights_and_gradients_casts_in_two_launches(monkeypatch):
-    """engine/grouping.py, on the CPU given a cast_many made of its own cast kernel: the same bits
-    as one kernel per cast, with the weights' casts in one launch and the gradients' in another."""
-    plain_losses, plain_params = _bf16_steps()
+@pytest.fixture
+def cast_many_launches(monkeypatch):
+    """The CPU backend given a cast_many made of its own cast kernel (engine/grouping.py then groups
+    casts there as on a GPU); each launch's (from, to) dtype names, one list per launch."""
     backend = gc.device.get_backend("cpu")
     launches = []
 
@@ -251,10 +251,16 @@ def test_a_device_with_cast_many_gets_the_weights_and_gradients_casts_in_two_lau
         return [self.kernels["cast"](a, d) for a, d in zip(arrays, dtypes)]
 
     monkeypatch.setattr(type(backend), "cast_many", cast_many, raising=False)
-    assert backend.has("cast_many")
-    ran = []
-    run = backend.run
-    monkeypatch.setattr(backend, "run", lambda op, args, attrs: (ran.append(op), run(op, args, attrs))[1])
+    return launches
+
+
+def test_a_device_with_cast_many_gets_the_weights_and_gradients_casts_in_two_launches(request):
+    """engine/grouping.py, on the CPU given a cast_many made of its own cast kernel: the same bits
+    as one kernel per cast, with the weights' casts in one launch and the gradients' in another."""
+    plain_losses, plain_params = _bf16_steps()
+    launches = request.getfixturevalue("cast_many_launches")  # from here on
+    assert gc.device.get_backend("cpu").has("cast_many")
+    ran = request.getfixturevalue("cpu_kernels_run")
     grouped_losses, grouped_params = _bf16_steps()
     assert grouped_losses == plain_losses
     for name, value in plain_params.items():
@@ -271,21 +277,14 @@ def test_a_device_with_cast_many_gets_the_weights_and_gradients_casts_in_two_lau
     assert ran.count("cast") <= 4 * 2  # what is left: the activations' casts
 
 
-def test_casts_are_not_grouped_when_a_caller_watches_targets_as_they_come(monkeypatch):
-    backend = gc.device.get_backend("cpu")
-    launches = []
-
-    def cast_many(self, arrays, dtypes):
-        launches.append(len(arrays))
-        return [self.kernels["cast"](a, d) for a, d in zip(arrays, dtypes)]
-
-    monkeypatch.setattr(type(backend), "cast_many", cast_many, raising=False)
+def test_casts_are_not_grouped_when_a_caller_watches_targets_as_they_come(cast_many_launches):
     w = [gc.randn(4, 4, requires_grad=True) for _ in range(3)]
     x = gc.randn(2, 4).to(gc.bfloat16)
     loss = sum(((x @ p.to(gc.bfloat16)).float() ** 2).sum() for p in w)
     seen = []
     loss.backward(on_grad_ready=lambda leaf, buffer: seen.append(buffer.dtype.name))
-    assert launches == [3]  # the weights' casts only; the gradients' ran as they came
+    # the weights' casts only; the gradients' ran as they came
+    assert [len(g) for g in cast_many_launches] == [3]
     assert seen == ["float32"] * 3
     for p in w:
         expected = 2 * x.float().numpy().T @ (x.float().numpy() @ p.to(gc.bfloat16).float().numpy())
@@ -293,7 +292,7 @@ def test_casts_are_not_grouped_when_a_caller_watches_targets_as_they_come(monkey
 
 
 @pytest.mark.parametrize("flash", [False, True])
-def test_after_backward_no_lazy_reader_of_a_weight_is_left(flash, monkeypatch):
+def test_after_backward_no_lazy_reader_of_a_weight_is_left(flash, monkeypatch, cpu_kernels_run):
     """While the caller holds the model's lazy logits, nothing built before backward still reads a
     weight: the optimizer's in-place update then copies no weight to keep such readers right. With
     flash attention, whose node saves its softmax statistics (a reference cycle), too."""
@@ -305,9 +304,7 @@ def test_after_backward_no_lazy_reader_of_a_weight_is_left(flash, monkeypatch):
     gc.manual_seed(0)
     model = Transformer(ModelConfig(vocab_size=50, seq_len=8, dim=16, n_layers=2, n_heads=2))
     idx = gc.tensor(np.random.default_rng(0).integers(0, 50, size=(2, 8)))
-    ran = []
-    run = backend.run
-    monkeypatch.setattr(backend, "run", lambda op, args, attrs: (ran.append(op), run(op, args, attrs))[1])
+    ran = cpu_kernels_run
     logits, loss = model(idx, idx, compute_dtype=gc.bfloat16)
     loss.backward()
     assert ("flash_attention" in ran) == flash
@@ -321,17 +318,9 @@ def test_after_backward_no_lazy_reader_of_a_weight_is_left(flash, monkeypatch):
     np.testing.assert_array_equal(logits.numpy(), expected)  # the logits of the weights before the step
 
 
-def test_a_grouped_cast_of_a_view_reads_the_data_before_a_write_in_the_same_schedule(monkeypatch):
+def test_a_grouped_cast_of_a_view_reads_the_data_before_a_write_in_the_same_schedule(cast_many_launches):
     # Casts that no kernel reads run after the schedule; the assign (moved last by the schedule) must
     # not come before them: their inputs are views of the buffer it writes.
-    backend = gc.device.get_backend("cpu")
-    launches = []
-
-    def cast_many(self, arrays, dtypes):
-        launches.append(len(arrays))
-        return [self.kernels["cast"](a, d) for a, d in zip(arrays, dtypes)]
-
-    monkeypatch.setattr(type(backend), "cast_many", cast_many, raising=False)
     w0 = np.arange(6, dtype=np.float32).reshape(2, 3)
     w = gc.tensor(w0)
     flat, transposed = w.reshape(6).to(gc.bfloat16), w.mT.to(gc.float16)

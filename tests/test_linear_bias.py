@@ -13,13 +13,10 @@ from gradcraft.device import get_backend
 
 
 @pytest.fixture
-def fused(monkeypatch):
-    backend = get_backend("cpu")
-    ran = []
-    run = backend.run
-    monkeypatch.setattr(type(backend), "fused_linear_bias", lambda self, dtype: True)
-    monkeypatch.setattr(backend, "run", lambda op, args, attrs: (ran.append(op), run(op, args, attrs))[1])
-    return ran
+def fused(monkeypatch, cpu_kernels_run):
+    """linear_bias switched on for the CPU; the kernels run from then on."""
+    monkeypatch.setattr(type(get_backend("cpu")), "fused_linear_bias", lambda self, dtype: True)
+    return cpu_kernels_run
 
 
 @pytest.mark.parametrize("shape", [(5, 7), (2, 3, 7), (4, 1, 2, 7)])

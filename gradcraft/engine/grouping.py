@@ -24,11 +24,14 @@ from gradcraft.engine.graph import Node
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-def plan(order: list, readers: dict, target_keys: set, watching: bool, writes_inputs: dict, can_group) -> dict:
-    """{id(node): what to do with it}, for the grouped casts only: the first cast of an early group
-    maps to the group's nodes (run them all there), every other grouped node to None (skip it; the
-    late groups, one per device, run after the schedule: the list under the key "late").
-    can_group(device) says whether the device has cast_many. Empty when nothing is worth grouping."""
+def plan(
+    order: list, readers: dict, target_keys: set, watching: bool, writes_inputs: dict, can_group
+) -> tuple[dict, list]:
+    """(at, late) for the casts worth grouping (two or more of a kind on a device). at maps the id of
+    every grouped node to what the schedule's loop does there: the first cast of an early group maps
+    to the group's nodes (run them all), every other grouped node to None (skip it). late: the late
+    groups, one per device, to run after the schedule. can_group(device) says whether the device has
+    cast_many."""
     early: dict[str, list] = {}
     late: dict[str, list] = {}
     for node in order:
@@ -50,17 +53,15 @@ def plan(order: list, readers: dict, target_keys: set, watching: bool, writes_in
                 and not readers.get((id(node), 0), 0)
             ):
                 late.setdefault(node.device, []).append(node)
-    groups: dict = {}
+    at: dict = {}
     for nodes in early.values():
         if len(nodes) > 1:
-            groups.update({id(n): None for n in nodes})
-            groups[id(nodes[0])] = nodes
+            at.update({id(n): None for n in nodes})
+            at[id(nodes[0])] = nodes
     late_groups = [nodes for nodes in late.values() if len(nodes) > 1]
     for nodes in late_groups:
-        groups.update({id(n): None for n in nodes})
-    if late_groups:
-        groups["late"] = late_groups
-    return groups
+        at.update({id(n): None for n in nodes})
+    return at, late_groups
 
 
 def _groupable(node: Node, can_group) -> bool:

@@ -73,14 +73,14 @@ def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
                 watched.setdefault(id(t._node), []).append(t)
     values: dict[tuple, object] = {}
     backends: dict[str, object] = {}
-    groups = grouping.plan(order, readers, target_keys, bool(watched), WRITES_INPUTS, _has_cast_many)
+    grouped, late_groups = grouping.plan(order, readers, target_keys, bool(watched), WRITES_INPUTS, _has_cast_many)
     scheduled = None
     for step, node in enumerate(order):
         backend = backends.get(node.device)
         if backend is None:
             backend = backends[node.device] = get_backend(node.device)
-        if groups and id(node) in groups:
-            group = groups[id(node)]
+        if grouped and id(node) in grouped:
+            group = grouped[id(node)]
             if group is not None:  # an early group's first cast: the whole group now
                 _run_casts(group, backend, values, readers, target_keys, keep, watched, on_ready)
             continue
@@ -118,7 +118,7 @@ def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
             if left == 0 and key not in keep:
                 backend.release(values.pop(key))
 
-    for group in groups.get("late", ()):
+    for group in late_groups:
         _run_casts(group, get_backend(group[0].device), values, readers, target_keys, keep, watched, on_ready)
     for key, tensor in keep.items():
         tensor._buf = values[key]

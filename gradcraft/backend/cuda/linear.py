@@ -196,22 +196,14 @@ def _workspace(device: int) -> int:
 
 
 def _check(status: int, what: str) -> None:
-    if status != 0:
-        raise RuntimeError(f"cuBLASLt {what} failed with status {status}")
+    matmul._check(status, f"cuBLASLt {what}")
 
 
 @functools.cache
 def _lt():
     """libcublasLt as libcublas loaded it (found in this process's memory map), or None."""
     matmul._cublas()
-    path = None
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            name = line.rsplit("/", 1)[-1].strip()
-            if name.startswith("libcublasLt.so"):
-                path = line.split(None, 5)[-1].strip()
-                break
-    path = path or ctypes.util.find_library("cublasLt")
+    path = matmul.mapped_library("libcublasLt.so") or ctypes.util.find_library("cublasLt")
     if path is None:
         return None
     try:

@@ -150,20 +150,24 @@ def _check(status: int, what: str) -> None:
         raise RuntimeError(f"{what} failed with cuBLAS status {status}")
 
 
+def mapped_library(prefix: str) -> str | None:
+    """The path of the shared library whose file name starts with `prefix` ("libcublas.so") among
+    those this process has loaded (its memory map): the very copy CuPy uses, not another one found
+    on the system."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            if line.rsplit("/", 1)[-1].strip().startswith(prefix):
+                return line.split(None, 5)[-1].strip()
+    return None
+
+
 @functools.lru_cache(maxsize=1)
 def _cublas():
     """libcublas as CuPy loaded it (found in this process's memory map), with the two signatures we call."""
     from cupy_backends.cuda.libs import cublas  # noqa: F401  (loads libcublas)
 
     cp.cuda.device.get_cublas_handle()
-    path = None
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            name = line.rsplit("/", 1)[-1].strip()
-            if name.startswith("libcublas.so"):
-                path = line.split(None, 5)[-1].strip()
-                break
-    lib = ctypes.CDLL(path or ctypes.util.find_library("cublas"))
+    lib = ctypes.CDLL(mapped_library("libcublas.so") or ctypes.util.find_library("cublas"))
     p, i, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
     lib.cublasSetStream_v2.argtypes = [p, p]
     lib.cublasSetStream_v2.restype = i

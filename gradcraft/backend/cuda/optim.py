@@ -65,6 +65,19 @@ def _int32s(values):
     return L.constant(values, np.int32)
 
 
+def _codes(arrays):
+    """Each array's dtype code (multi_tensor.cuh's TensorList.codes), as a device array."""
+    return _int32s([_CODES[a.dtype] for a in arrays])
+
+
+def _chunks(arrays):
+    """(element counts as a device int64 array, chunk -> tensor, chunk -> first element, chunks) for
+    a multi-tensor kernel over arrays."""
+    sizes = tuple(int(a.size) for a in arrays)
+    device = cp.cuda.Device().id
+    return (_pointers(sizes, device).view(np.int64), *_table(sizes, device))
+
+
 def adamw_step(
     params, grads, exp_avgs, exp_avg_sqs, lr_step, *, beta1, beta2, eps, weight_decay, grad_scale=None
 ) -> None:
@@ -80,13 +93,9 @@ def adamw_step(
                 f"adamw_step: {name} of parameter {k % max(len(exp_avgs), 1)} must be a contiguous "
                 f"float32 array, got {a.dtype}{'' if a.flags.c_contiguous else ' (not contiguous)'}"
             )
-    sizes = tuple(int(p.size) for p in params)
-    chunk_tensor, chunk_start, n_chunks = _table(sizes, cp.cuda.Device().id)
+    size_array, chunk_tensor, chunk_start, n_chunks = _chunks(params)
     if not n_chunks:
         return
-    size_array = _pointers(sizes, cp.cuda.Device().id).view(np.int64)
-    param_codes = _int32s([_CODES[p.dtype] for p in params])
-    grad_codes = _int32s([_CODES[g.dtype] for g in grads])
     L.run(
         "adamw.cu",
         "adamw_step",
@@ -94,9 +103,9 @@ def adamw_step(
         512,
         (
             _list(params),
-            param_codes,
+            _codes(params),
             _list(grads),
-            grad_codes,
+            _codes(grads),
             _list(exp_avgs),
             _list(exp_avg_sqs),
             size_array,
@@ -115,8 +124,7 @@ def adamw_step(
 
 def grad_norm(grads, max_norm=0.0):
     _check(grads, "grad_norm")
-    sizes = tuple(int(g.size) for g in grads)
-    chunk_tensor, chunk_start, n_chunks = _table(sizes, cp.cuda.Device().id)
+    size_array, chunk_tensor, chunk_start, n_chunks = _chunks(grads)
     out = L.empty((2,), np.float32)
     partial = L.empty((max(n_chunks, 1),), np.float64)
     if n_chunks:
@@ -125,15 +133,7 @@ def grad_norm(grads, max_norm=0.0):
             "grad_sumsq",
             min(n_chunks, 4096),
             512,
-            (
-                _list(grads),
-                _int32s([_CODES[g.dtype] for g in grads]),
-                _pointers(sizes, cp.cuda.Device().id).view(np.int64),
-                chunk_tensor,
-                chunk_start,
-                L.i32(n_chunks),
-                partial,
-            ),
+            (_list(grads), _codes(grads), size_array, chunk_tensor, chunk_start, L.i32(n_chunks), partial),
         )
     else:
         partial.fill(0)
@@ -145,8 +145,7 @@ def cast_many(arrays, dtypes) -> list:
     _check(arrays, "cast_many")
     outs = [L.empty(a.shape, dtype) for a, dtype in zip(arrays, dtypes)]
     _check(outs, "cast_many outputs")
-    sizes = tuple(int(a.size) for a in arrays)
-    chunk_tensor, chunk_start, n_chunks = _table(sizes, cp.cuda.Device().id)
+    size_array, chunk_tensor, chunk_start, n_chunks = _chunks(arrays)
     if n_chunks:
         L.run(
             "cast_many.cu",
@@ -155,10 +154,10 @@ def cast_many(arrays, dtypes) -> list:
             256,
             (
                 _list(arrays),
-                _int32s([_CODES[a.dtype] for a in arrays]),
+                _codes(arrays),
                 _list(outs),
-                _int32s([_CODES[o.dtype] for o in outs]),
-                _pointers(sizes, cp.cuda.Device().id).view(np.int64),
+                _codes(outs),
+                size_array,
                 chunk_tensor,
                 chunk_start,
                 L.i32(n_chunks),

@@ -74,6 +74,20 @@ def main(argv=None):
             out, lse = attention.flash_attention(q, k, v, **attrs)
             unit = 2 * B * H * D * T * T / 2  # one product over the causal half
             t_fwd = timed(lambda: attention.flash_attention(q, k, v, **attrs))
+            # the forward's kernels side by side: mma.sync (flash_attention.cu), and on sm_90 the wgmma
+            # kernel (flash_hopper.cu) at each key-tile size
+            os.environ["GRADCRAFT_HOPPER_ATTENTION"] = "0"
+            forwards = {"mma.sync": timed(lambda: attention.flash_attention(q, k, v, **attrs))}
+            os.environ.pop("GRADCRAFT_HOPPER_ATTENTION")
+            if attention.hopper(q.dtype, D):
+                o2, l2 = cp.empty_like(out), cp.empty_like(lse)
+                strides = [[np.int64(s // a.itemsize) for s in a.strides[:3]] for a in (q, k, v)]
+                for n in (64, 128):
+
+                    def run(n=n):
+                        attention._hopper_fwd(q, k, v, o2, l2, *strides, attrs["scale"], True, None, block_n=n)
+
+                    forwards[f"wgmma n{n}"] = timed(run)
             t_all = timed(lambda: attention.flash_attention_backward(q, k, v, out, lse, g, **attrs))
             # the backward's kernels one at a time, through the launcher's own pieces
             grads = [cp.empty_like(a) for a in (q, k, v)]
@@ -96,6 +110,7 @@ def main(argv=None):
                 f"{cell(t_parts['dq'], 3)} {cell(t_parts['dkdv'], 4)} | {cell(tt_fwd, 2)} {cell(tt_all, 7)}"
                 f"   ours f+b {cell(t_fwd + t_all, 9)}"
             )
+            print("      forward kernels: " + ", ".join(f"{name} {cell(t, 2)}" for name, t in forwards.items()))
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", default="1,2,8", help="rows of x (tokens in the step), a comma list")
     p.add_argument("--variants", default="1x4,2x4,1x8,2x8", help="output columns per warp (1, 2) x GEMV_UNROLL choices")
+    p.add_argument("--shapes", help="only the products whose name holds this text (e.g. head)")
     p.add_argument("--copies", type=int, default=50, help="launches per captured graph")
     p.add_argument("--only", choices=SECTIONS, help="run one section (default: all)")
     p.add_argument(
@@ -129,6 +130,8 @@ def products(args, per_launch_us, modes):
     names = " ".join(f"{f'{o}x{u}':>8s}" for o, u in variants)
     print(f"{'product':22s} {'rows':>4s} {'pdl':>3s} {'cuBLAS':>8s} {names}  best GB/s")
     for name, N, K in SHAPES:
+        if args.shapes and args.shapes not in name:
+            continue
         w = cp.asarray(np.random.default_rng(0).standard_normal((N, K), dtype=np.float32)).astype(bf16)
         for rows in [int(r) for r in args.rows.split(",")]:
             x = cp.asarray(np.random.default_rng(1).standard_normal((rows, K), dtype=np.float32)).astype(bf16)
@@ -333,16 +336,22 @@ def argmax(per_launch_us):
     import cupy as cp
     import numpy as np
 
-    print("\nargmax over the vocabulary (float32 logits), us per launch")
-    for rows, V in ((1, 32000), (64, 32000), (1, 50257)):
-        logits = cp.random.standard_normal((rows, V), dtype=np.float32)
+    print("\nargmax over the vocabulary, us per launch")
+    for rows, V, dtype in (
+        (1, 32000, "float32"),
+        (64, 32000, "float32"),
+        (1, 50257, "float32"),
+        (1, 50257, "bfloat16"),
+    ):
+        logits = cp.random.standard_normal((rows, V), dtype=np.float32).astype(np.dtype(dtype))
         from gradcraft.backend.cuda.reduce import KERNELS as reductions
 
         ours = reductions["argmax"]
-        assert (ours(logits, -1, False) == cp.argmax(logits, axis=-1)).all()
+        wide = logits.astype(np.float32)  # (CuPy's argmax, the check and the time beside ours, in float32)
+        assert (ours(logits, -1, False) == cp.argmax(wide, axis=-1)).all()
         print(
-            f"  {rows} x {V}: ours {per_launch_us(lambda: ours(logits, -1, False)):6.2f}, "
-            f"cupy.argmax {per_launch_us(lambda: cp.argmax(logits, axis=-1)):6.2f}"
+            f"  {rows} x {V} {dtype}: ours {per_launch_us(lambda: ours(logits, -1, False)):6.2f}, "
+            f"cupy.argmax (float32) {per_launch_us(lambda: cp.argmax(wide, axis=-1)):6.2f}"
         )
 
 

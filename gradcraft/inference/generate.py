@@ -70,7 +70,7 @@ class StepResult:
 
     def rows(self) -> np.ndarray:
         if self._rows is None:
-            self._rows = self.logits.numpy()
+            self._rows = np.asarray(self.logits.numpy(), dtype=np.float32)
         return self._rows
 
     def tokens(self, params: SamplingParams, rngs: list, finished: list) -> list:
@@ -103,7 +103,9 @@ class _Decoder:
             self.captured = CapturedStep(self._static_step, device, inputs=(self.ids, self.position))
 
     def _static_step(self, ids=None, position=None):
-        logits = self.model(self.ids, caches=self.static, position=self.position)[:, -1].float()
+        # The logits stay in the model's dtype (no float32 copy in the step: the host widens them
+        # only when it samples); the argmax of the bf16 values is the float32 values' argmax.
+        logits = self.model(self.ids, caches=self.static, position=self.position)[:, -1]
         best = logits.argmax(-1)  # greedy decoding reads these B ids, not the (B, V) logits
         gc.realize(logits, best, *[t for c in self.static for t in c.tensors()])
         # The next step's inputs, written by the step itself: its argmax at the next position. A greedy

@@ -5,13 +5,23 @@ backward pass keeps; `flash_attention_backward` recomputes the probabilities til
 The NumPy references are `_flash_attention` and `_flash_attention_backward` in backend/cpu/flash_attention.py.
 """
 
+import functools
+import os
+
 import cupy as cp
 import numpy as np
 
 from gradcraft.backend import philox
+from gradcraft.backend.cuda import compiler
 from gradcraft.backend.cuda import launch as L
 
 FILE = "flash_attention.cu"
+HOPPER_FILE = "flash_hopper.cu"  # the forward on wgmma (sm_90a): H100, H200
+HOPPER_DIMS = (64, 128)
+# Keys per tile of the Hopper forward, by head dim (kernels hopper_fwd_*_n64 and _n128 exist for each;
+# bench/attention_kernels.py --hopper_n times both).
+HOPPER_BLOCK_N = {64: 128, 128: 128}
+HOPPER_THREADS = 256
 HEAD_DIMS = (32, 48, 64, 96, 128)
 THREADS = 128
 _PAD = 8  # u16 elements of padding per shared-memory row (as FA_PAD in the kernel file)
@@ -68,6 +78,36 @@ def _shape_args(q, k, scale, causal, window):
     return [L.i32(H), L.i32(Hkv), L.i32(T), L.i32(S), np.float32(scale), L.i32(bool(causal)), L.i32(window or 0)]
 
 
+@functools.cache
+def _is_hopper(device_id: int) -> bool:
+    return cp.cuda.Device(device_id).compute_capability == "90"
+
+
+def hopper(dtype, head_dim: int, dropout_p: float = 0.0) -> bool:
+    """Whether the forward runs on the wgmma kernel (flash_hopper.cu): a compute-capability-9.0 device,
+    one of HOPPER_DIMS, no attention dropout, and GRADCRAFT_HOPPER_ATTENTION not 0."""
+    if dropout_p or head_dim not in HOPPER_DIMS or np.dtype(dtype) not in L.HALF:
+        return False
+    return os.environ.get("GRADCRAFT_HOPPER_ATTENTION", "1") != "0" and _is_hopper(cp.cuda.Device().id)
+
+
+_hopper_shared: dict = {}
+
+
+def _hopper_fwd(q, k, v, out, lse, qs, ks, vs, scale, causal, window, block_n=None):
+    B, H, T, D = q.shape
+    block_n = block_n or HOPPER_BLOCK_N[D]
+    name = f"hopper_fwd_{L.suffix(q.dtype)}_d{D}_n{block_n}"
+    device = cp.cuda.Device().id
+    fn = compiler.hopper_function(HOPPER_FILE, name, device)
+    shared = (128 + 4 * block_n) * D * 2 + 1024  # queries, two stages of keys and values, alignment slack
+    if _hopper_shared.get((name, device), 0) < shared:
+        fn.max_dynamic_shared_size_bytes = shared
+        _hopper_shared[(name, device)] = shared
+    args = (q, k, v, out, lse, *qs, *ks, *vs, *_strides(out), *_shape_args(q, k, scale, causal, window))
+    fn((-(-T // 128), B * H), (HOPPER_THREADS,), args, shared_mem=shared)
+
+
 def flash_attention(q, k, v, state=None, *, scale, causal, window, dropout_p=0.0, stream=0):
     B, H, T, D = q.shape
     out = _seq_major((B, H, T, D), q.dtype)
@@ -75,6 +115,9 @@ def flash_attention(q, k, v, state=None, *, scale, causal, window, dropout_p=0.0
     if out.size == 0:
         return out, lse
     (q, qs), (k, ks), (v, vs) = _rows(q), _rows(k), _rows(v)
+    if hopper(q.dtype, D, dropout_p):
+        _hopper_fwd(q, k, v, out, lse, qs, ks, vs, scale, causal, window)
+        return out, lse
     shared = (128 + 2 * (32 if D >= 128 else 64)) * (D + _PAD) * 2  # query, key, value tiles (FWD_BLOCK_*)
     _launch(
         _name("fwd", q.dtype, D, bool(dropout_p)),

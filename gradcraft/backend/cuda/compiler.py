@@ -60,6 +60,38 @@ def function(name: str, kernel: str, device_id: int):
     return module(name, device_id).get_function(kernel)
 
 
+# Kernels that use Hopper's architecture-specific instructions (wgmma: kernels/flash_hopper.cu) need the
+# sm_90a target, which CuPy's compile never picks (it names compute_90/sm_90 for an H100 or H200).
+HOPPER_ARCH = "sm_90a"
+
+
+@functools.cache
+def hopper_module(name: str, device_id: int):
+    """kernels/<name> compiled by NVRTC to sm_90a machine code and loaded on one device (a
+    cupy.cuda.function.Module). Only for a device of compute capability 9.0: sm_90a code runs on no other."""
+    import cupy
+    from cupy.cuda import function, nvrtc
+
+    prog = nvrtc.createProgram(source(name), name, [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, [f"--gpu-architecture={HOPPER_ARCH}", *OPTIONS])
+        except nvrtc.NVRTCError as e:
+            raise NVRTCError(f"{name} ({HOPPER_ARCH}): {e}\n{nvrtc.getProgramLog(prog)}") from None
+        cubin = nvrtc.getCUBIN(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+    with cupy.cuda.Device(device_id):
+        mod = function.Module()
+        mod.load(cubin)
+    return mod
+
+
+@functools.cache
+def hopper_function(name: str, kernel: str, device_id: int):
+    return hopper_module(name, device_id).get_function(kernel)
+
+
 # ---------------------------------------------------------------- NVRTC without a GPU
 
 

@@ -18,25 +18,13 @@
 // Kernel names: flash_{fwd,bwd_dq,bwd_dkdv}_[dropout_]{bf16,f16}_d{32,48,64,96,128}, flash_bwd_dot_{bf16,f16}.
 // The dropout_ kernels drop attention weights with Philox masks (philox.cuh AttnDropout, backend/philox.py).
 #include "common.cuh"
+#include "flash.cuh"
 #include "philox.cuh"
 
 #define FA_THREADS 128
 #define FA_PAD 8  // u16 elements of padding per shared-memory row: ldmatrix rows land in distinct banks
 
 // ---------------------------------------------------------------- PTX wrappers
-
-__device__ __forceinline__ u32 smem_u32(const void* p) {
-    u32 a;
-    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
-}
-
-// 16 bytes from global to shared memory, asynchronously; `bytes` = 0 writes zeros (rows past the end).
-__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 __device__ __forceinline__ void ldsm4(u32* r, u32 addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -60,26 +48,6 @@ template <> __device__ __forceinline__ void mma<false>(float* c, const u32* a, u
                  "{%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats rounded to one register of two 16-bit values, `lo` in the low half (the lower column).
-template <bool BF16> __device__ __forceinline__ u32 pack2(float lo, float hi);
-template <> __device__ __forceinline__ u32 pack2<true>(float lo, float hi) {
-    u32 r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-template <> __device__ __forceinline__ u32 pack2<false>(float lo, float hi) {
-    u32 r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
-// 2^x in one instruction (exp2f adds range handling the softmax does not need); 2^-inf = 0.
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
 }
 
 template <bool BF16> __device__ __forceinline__ float load16(u16 bits) {
@@ -182,49 +150,6 @@ template <int N> __device__ __forceinline__ void zero(float (*acc)[4]) {
     for (int i = 0; i < N; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
 }
 
-// Which (query i, key j) pairs are visible.
-struct Mask {
-    int T, S, off, causal, window;
-    __device__ __forceinline__ bool ok(int i, int j) const {
-        return i < T && j < S && (!causal || j <= i + off) && (window <= 0 || j > i + off - window);
-    }
-    // Keys [lo, hi) that queries [i0, i1) may see.
-    __device__ __forceinline__ int key_lo(int i0) const { return window > 0 ? max(0, i0 + off - window + 1) : 0; }
-    __device__ __forceinline__ int key_hi(int i1) const { return causal ? min(S, i1 + off) : S; }
-    // Queries [lo, hi) that may see keys [j0, j1).
-    __device__ __forceinline__ int query_lo(int j0) const { return causal ? max(0, j0 - off) : 0; }
-    __device__ __forceinline__ int query_hi(int j1) const { return window > 0 ? min(T, j1 - 1 - off + window) : T; }
-    // Tiles [begin, end) of `bn` keys holding every key that queries [i0, i1) may see.
-    __device__ __forceinline__ void key_tiles(int i0, int i1, int bn, int& begin, int& end) const {
-        const int hi = key_hi(i1);
-        begin = key_lo(i0) / bn;
-        end = hi > 0 ? (hi + bn - 1) / bn : 0;
-    }
-    // True when every pair of the tile is visible (no per-element test needed).
-    __device__ __forceinline__ bool full(int i0, int i1, int j0, int j1) const {
-        return i1 <= T && j1 <= S && (!causal || j1 - 1 <= i0 + off) && (window <= 0 || j0 > i1 - 1 + off - window);
-    }
-};
-
-// The work of a block of the query-tile kernels (forward, dq): BM queries from m0 (the blocks of the
-// longest causal rows start first) of head h of batch b, which read key/value head hk, and the tiles
-// [t_begin, t_end) of BN keys holding every key they may see.
-struct QueryTile {
-    Mask mask;
-    int m0, b, h, hk, t_begin, t_end;
-    __device__ __forceinline__ QueryTile(const Mask& mask_, int BM, int BN, int H, int Hkv) : mask(mask_) {
-        m0 = (gridDim.x - 1 - blockIdx.x) * BM;
-        b = blockIdx.y / H;
-        h = blockIdx.y - b * H;
-        hk = h / (H / Hkv);
-        mask.key_tiles(m0, m0 + BM, BN, t_begin, t_end);
-    }
-    // The rows of key/value head hk of batch b in a (B, Hkv, S, D) tensor with these strides.
-    __device__ __forceinline__ const u16* kv(const u16* base, i64 batch_stride, i64 head_stride) const {
-        return base + b * batch_stride + hk * head_stride;
-    }
-};
-
 // Attention dropout of a warp's 16 x (8 NT) result tile whose rows are queries (16 from `row0`, a
 // global head-row index bh * T + i) and columns keys (8-key groups from `group0`): the lanes draw the
 // tile's 2 NT masks of 8 keys, one each per pair of column tiles, and pass each thread its bits.
@@ -273,11 +198,9 @@ __device__ __forceinline__ void drop_cols(float (*s)[4], const AttnDropout& drop
     }
 }
 
-#define LOG2E 1.4426950408889634f
 #define FWD_BLOCK_M 128  // queries per block of the forward kernel
 #define FWD_BLOCK_N(D) ((D) >= 128 ? 32 : 64)  // keys per tile of the forward kernel (registers allow)
 #define FWD_Q_IN_REGS(D) ((D) <= 64)
-#define LN2 0.6931471805599453f
 
 // ---------------------------------------------------------------- forward
 // A block owns 128 queries: warp w the rows w*16.. and 64 + w*16.. (two 16-row tiles, so each key and

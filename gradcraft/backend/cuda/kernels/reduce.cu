@@ -45,28 +45,51 @@ __device__ __forceinline__ bool arg_better(A v, int i, A best, int best_i) {  //
     return MIN ? v < best : v > best;
 }
 template <typename T, bool MIN>
+__device__ __forceinline__ void arg_take(const T* xr, int j, typename acc<T>::type& best, int& best_i) {
+    const typename acc<T>::type v = to_float(xr[j]);
+    if (arg_better<typename acc<T>::type, MIN>(v, j, best, best_i)) best = v, best_i = j;
+}
+
+// One row of a vocabulary (a decoding step's greedy pick: one row, 32000-50257 values) is
+// latency-bound: the row is read in 16-byte words, up to U of them in flight a thread before the first
+// comparison (a 1024-thread block then has 128 KB in flight: gpt2's 50257 bf16 logits in one round
+// trip, float32 in two, instead of one value a load and a dozen trips). U = 8 keeps the words in 32
+// registers, under the 64 a thread of a 1024-thread block may hold. The winner does not depend on
+// the order in which values are seen (arg_better is a total order: NaN, then value, then index), so
+// the scalar head (up to the first 16-byte boundary), the words and the scalar tail can be taken in
+// any order.
+template <typename T, bool MIN>
 __device__ void arg_last_body(const T* x, i64* y, int C) {
     typedef typename acc<T>::type A;
+    constexpr int VEC = 16 / (int)sizeof(T), U = 8;
     __shared__ A best_values[32];
     __shared__ int best_indices[32];
     const T* xr = x + (i64)blockIdx.x * C;
     A best = to_float(xr[0]);
     int best_i = 0;
-    // Four loads in flight a thread before comparing (one row of a vocabulary is latency-bound
-    // otherwise); the winner does not depend on the order (arg_better: NaN, then value, then index).
     const int step = blockDim.x;
-    int j = threadIdx.x;
-    for (; j + 3 * step < C; j += 4 * step) {
-        A v[4];
+    // values before the first 16-byte boundary, then whole words, then the values after the last
+    int head = (int)(((16 - (reinterpret_cast<unsigned long long>(xr) & 15)) & 15) / sizeof(T));
+    if (head > C || reinterpret_cast<unsigned long long>(xr) % sizeof(T)) head = C;
+    const int words = (C - head) / VEC, tail = head + words * VEC;
+    for (int j = threadIdx.x; j < head; j += step) arg_take<T, MIN>(xr, j, best, best_i);
+    for (int j = tail + threadIdx.x; j < C; j += step) arg_take<T, MIN>(xr, j, best, best_i);
+    const T* xw = xr + head;
+    for (int w = threadIdx.x; w < words; w += U * step) {
+        Frag<T, VEC> f[U];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) v[u] = to_float(xr[j + u * step]);
+        for (int u = 0; u < U; ++u)
+            if (w + u * step < words) f[u].load(xw + (i64)(w + u * step) * VEC);
 #pragma unroll
-        for (int u = 0; u < 4; ++u)
-            if (arg_better<A, MIN>(v[u], j + u * step, best, best_i)) best = v[u], best_i = j + u * step;
-    }
-    for (; j < C; j += step) {
-        const A v = to_float(xr[j]);
-        if (arg_better<A, MIN>(v, j, best, best_i)) best = v, best_i = j;
+        for (int u = 0; u < U; ++u) {
+            if (w + u * step >= words) break;
+            A v[VEC];
+            f[u].get(v);
+            const int j0 = head + (w + u * step) * VEC;
+#pragma unroll
+            for (int e = 0; e < VEC; ++e)
+                if (arg_better<A, MIN>(v[e], j0 + e, best, best_i)) best = v[e], best_i = j0 + e;
+        }
     }
     for (int o = 16; o > 0; o >>= 1) {
         const A v = __shfl_xor_sync(0xffffffffu, best, o);

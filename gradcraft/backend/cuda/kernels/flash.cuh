@@ -1,0 +1,86 @@
+// What the flash-attention kernels share (flash_attention.cu: mma.sync, any sm_80+; flash_hopper.cu:
+// wgmma, sm_90a): asynchronous copies into shared memory, rounding to 16-bit pairs, base-2
+// exponentials, and which (query, key) pairs a block must visit.
+#pragma once
+#include "common.cuh"
+
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+
+// ---------------------------------------------------------------- PTX wrappers
+
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+    u32 a;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// 16 bytes from global to shared memory, asynchronously; `bytes` = 0 writes zeros (rows past the end).
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Two floats rounded to one register of two 16-bit values, `lo` in the low half (the lower column).
+template <bool BF16> __device__ __forceinline__ u32 pack2(float lo, float hi);
+template <> __device__ __forceinline__ u32 pack2<true>(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+template <> __device__ __forceinline__ u32 pack2<false>(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// 2^x in one instruction (exp2f adds range handling the softmax does not need); 2^-inf = 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Which (query i, key j) pairs are visible.
+struct Mask {
+    int T, S, off, causal, window;
+    __device__ __forceinline__ bool ok(int i, int j) const {
+        return i < T && j < S && (!causal || j <= i + off) && (window <= 0 || j > i + off - window);
+    }
+    // Keys [lo, hi) that queries [i0, i1) may see.
+    __device__ __forceinline__ int key_lo(int i0) const { return window > 0 ? max(0, i0 + off - window + 1) : 0; }
+    __device__ __forceinline__ int key_hi(int i1) const { return causal ? min(S, i1 + off) : S; }
+    // Queries [lo, hi) that may see keys [j0, j1).
+    __device__ __forceinline__ int query_lo(int j0) const { return causal ? max(0, j0 - off) : 0; }
+    __device__ __forceinline__ int query_hi(int j1) const { return window > 0 ? min(T, j1 - 1 - off + window) : T; }
+    // Tiles [begin, end) of `bn` keys holding every key that queries [i0, i1) may see.
+    __device__ __forceinline__ void key_tiles(int i0, int i1, int bn, int& begin, int& end) const {
+        const int hi = key_hi(i1);
+        begin = key_lo(i0) / bn;
+        end = hi > 0 ? (hi + bn - 1) / bn : 0;
+    }
+    // True when every pair of the tile is visible (no per-element test needed).
+    __device__ __forceinline__ bool full(int i0, int i1, int j0, int j1) const {
+        return i1 <= T && j1 <= S && (!causal || j1 - 1 <= i0 + off) && (window <= 0 || j0 > i1 - 1 + off - window);
+    }
+};
+
+// The work of a block of the query-tile kernels (forward, dq): BM queries from m0 (the blocks of the
+// longest causal rows start first) of head h of batch b, which read key/value head hk, and the tiles
+// [t_begin, t_end) of BN keys holding every key they may see.
+struct QueryTile {
+    Mask mask;
+    int m0, b, h, hk, t_begin, t_end;
+    __device__ __forceinline__ QueryTile(const Mask& mask_, int BM, int BN, int H, int Hkv) : mask(mask_) {
+        m0 = (gridDim.x - 1 - blockIdx.x) * BM;
+        b = blockIdx.y / H;
+        h = blockIdx.y - b * H;
+        hk = h / (H / Hkv);
+        mask.key_tiles(m0, m0 + BM, BN, t_begin, t_end);
+    }
+    // The rows of key/value head hk of batch b in a (B, Hkv, S, D) tensor with these strides.
+    __device__ __forceinline__ const u16* kv(const u16* base, i64 batch_stride, i64 head_stride) const {
+        return base + b * batch_stride + hk * head_stride;
+    }
+};

@@ -111,8 +111,10 @@ __device__ void arg_last_body(const T* x, i64* y, int C) {
 }
 
 #define REDUCE(NAME, T) \
-    extern "C" __global__ void argmax_last_##NAME(const T* x, i64* y, int C) { arg_last_body<T, false>(x, y, C); } \
-    extern "C" __global__ void argmin_last_##NAME(const T* x, i64* y, int C) { arg_last_body<T, true>(x, y, C); } \
+    extern "C" __global__ void __launch_bounds__(1024) argmax_last_##NAME(const T* x, i64* y, int C) { \
+        arg_last_body<T, false>(x, y, C); } \
+    extern "C" __global__ void __launch_bounds__(1024) argmin_last_##NAME(const T* x, i64* y, int C) { \
+        arg_last_body<T, true>(x, y, C); } \
     extern "C" __global__ void reduce_sum_##NAME(const T* x, T* y, int C) { reduce_last_body<T, 0>(x, y, C); } \
     extern "C" __global__ void reduce_max_##NAME(const T* x, T* y, int C) { reduce_last_body<T, 1>(x, y, C); } \
     extern "C" __global__ void reduce_min_##NAME(const T* x, T* y, int C) { reduce_last_body<T, 2>(x, y, C); } \

@@ -28,6 +28,7 @@ def main():
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--new_tokens", type=int, default=128)
     p.add_argument("--cupti", action="store_true")
+    p.add_argument("--top", type=int, default=25, help="kernels listed by --cupti, longest first")
     args = p.parse_args()
     gc.manual_seed(0)
     model = Transformer(preset(args.preset, vocab_size=args.vocab)).to("cuda")
@@ -100,7 +101,7 @@ def main():
                 count[e.name] += 1 / 10
         gpu = sum(total.values())
         print(f"GPU time per replay: {gpu:.1f} us over {sum(count.values()):.0f} kernels")
-        for name, us in total.most_common(25):
+        for name, us in total.most_common(args.top):
             print(f"{us:8.1f} us {count[name]:5.0f}x  {name[:110]}")
     d.close()
 

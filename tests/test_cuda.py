@@ -1270,6 +1270,40 @@ def test_argmax_over_the_last_axis_picks_the_first_of_equals_and_nans(gpu, dtype
             np.testing.assert_array_equal(got, getattr(np, op)(a.astype(np.float64), axis=-1))
 
 
+@pytest.mark.parametrize("dtype", FLOATS + [np.float16, np.float64])
+def test_split_argmax_and_greedy_advance(gpu, dtype):
+    """The split argmax (a few long rows over several blocks, the last block of a row merging their
+    winners: kernels/reduce.cu) gives NumPy's index for ties and NaNs across chunk boundaries, launch
+    after launch (its counters go back to 0), and greedy_advance writes it into ids and moves the
+    position on, shared by the rows or one per row."""
+    from gradcraft.backend.cuda import reduce as R
+
+    r = rng()
+    C = 50257
+    rows = randn((4, C), dtype, r)
+    rows[0, [4095, 4096, 30000]] = 90  # a tie on both sides of the first chunk boundary
+    rows[1, [49000, 12]] = np.nan  # NaN in the last chunk and the first
+    rows[2, C - 1] = 90  # the last value, in the last (short) chunk
+    rows[3, :] = 1  # all equal: index 0
+    assert C >= R.SPLIT_MIN
+    for op in ("argmax", "argmin"):
+        for n in (1, 2, 4):
+            for _ in range(3):  # the counters must be back at 0 after every launch
+                got = gpu.to_numpy(gpu.run(op, [gpu.from_numpy(rows[:n])], {"axis": -1, "keepdim": False}))
+                np.testing.assert_array_equal(got, getattr(np, op)(rows[:n].astype(np.float64), axis=-1))
+    for n, positions in ((4, 1), (4, 4), (1, 1)):
+        logits = gc.tensor(rows[:n], device="cuda")
+        ids = gc.zeros(n, 1, dtype=gc.int64, device="cuda").realize()
+        start = np.arange(positions, dtype=np.int64) + 5
+        position = gc.tensor(start, device="cuda").realize()
+        for step in range(1, 3):
+            best = gF.greedy_advance(logits, ids, position).numpy()
+            expected = np.argmax(rows[:n].astype(np.float64), axis=-1)
+            np.testing.assert_array_equal(best, expected)
+            np.testing.assert_array_equal(ids.numpy().reshape(-1), expected)
+            np.testing.assert_array_equal(position.numpy(), start + step)
+
+
 def test_tf32_switch(gpu):
     from gradcraft.backend.cuda import set_tf32
 

@@ -218,6 +218,36 @@ def test_sample_tokens_refuses_bad_shapes_and_types():
         F.sample_tokens(logits.reshape(-1), temperature, top_k, top_p, uniform)
 
 
+@pytest.mark.parametrize("positions", [1, 3])
+def test_greedy_advance_writes_its_argmax_into_ids_and_moves_the_position_on(positions):
+    """F.greedy_advance: each row's argmax (NumPy's, ties and NaN included), written into ids, and the
+    position (shared, or one per row) one further; lazy tensors built from the old ids and position
+    keep the old values (the engine's in-place rules), and bad arguments get one clear error."""
+    import gradcraft as gc
+    import gradcraft.nn.functional as F
+    from gradcraft.errors import UserError
+
+    rows = np.random.default_rng(0).standard_normal((3, 40)).astype(np.float32)
+    rows[1, [5, 30]] = 9  # a tie: the first index
+    rows[2, [33, 4]] = np.nan  # the first NaN
+    logits = gc.tensor(rows)
+    ids = gc.tensor(np.full((3, 1), 7, dtype=np.int64)).realize()
+    position = gc.tensor(np.arange(positions, dtype=np.int64) + 10).realize()
+    old_ids, old_position = ids + 0, position * 1
+    best = F.greedy_advance(logits, ids, position).numpy()
+    np.testing.assert_array_equal(best, [np.argmax(rows[0]), 5, 4])
+    np.testing.assert_array_equal(ids.numpy().reshape(-1), best)
+    np.testing.assert_array_equal(position.numpy(), np.arange(positions) + 11)
+    np.testing.assert_array_equal(old_ids.numpy().reshape(-1), [7, 7, 7])
+    np.testing.assert_array_equal(old_position.numpy(), np.arange(positions) + 10)
+    with pytest.raises(UserError, match="ids must be an int64 tensor of 3"):
+        F.greedy_advance(logits, gc.zeros(2, dtype=gc.int64), position)
+    with pytest.raises(UserError, match="position must be an int64"):
+        F.greedy_advance(logits, ids, gc.zeros(2, dtype=gc.int64))
+    with pytest.raises(UserError, match="logits must be"):
+        F.greedy_advance(logits.reshape(-1), ids, position)
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not __import__("gradcraft.device", fromlist=["x"]).is_available("cuda"), reason="needs a GPU")
 @pytest.mark.parametrize("V", [3000, 32000])

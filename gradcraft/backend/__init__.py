@@ -7,8 +7,9 @@ backward kernels marked (multi). Kernels never modify their inputs, except
 input of (B,) or (1,) positions and a `dim`, a value of size 1 along `dim` into
 slot index[b] % L of each leading row b: a decoding step's KV-cache write), and
 `kv_append_attention`, which writes a step's keys and values into the caches it
-is given before attending (as flash-attn's flash_attn_with_kvcache does); the
-engine knows which inputs each writes (engine/realize.py's WRITES_INPUTS).
+is given before attending (as flash-attn's flash_attn_with_kvcache does), and
+`greedy_advance`, which writes its argmax into its second argument and adds one
+to its third (a decoding step that feeds itself); the engine knows which inputs each writes (engine/realize.py's WRITES_INPUTS).
 
 PRIMITIVES are what every backend must have. OPTIONAL are fused kernels a backend may leave out:
 where one is missing, the op layer computes it from primitives (gradcraft/ops/fallback.py), and the
@@ -63,6 +64,8 @@ PRIMITIVES = frozenset(
         "min",
         "argmax",
         "argmin",
+        # (logits (B, V), ids (B elements), position (1 or B)) -> (B,) argmax; writes it into ids, position + 1
+        "greedy_advance",
         "cumsum",
         "topk",
         # matrix product with batch broadcasting

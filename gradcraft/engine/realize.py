@@ -24,7 +24,7 @@ DEBUG = int(os.environ.get("GRADCRAFT_DEBUG", "0") or 0)
 BEFORE_WRITE: list = []
 
 # The kernels that write into some of their inputs (backend/__init__.py), and which inputs.
-WRITES_INPUTS = {"assign": (0,), "kv_append_attention": (1, 2)}
+WRITES_INPUTS = {"assign": (0,), "kv_append_attention": (1, 2), "greedy_advance": (1, 2)}
 
 
 def before_write(target, scheduled=frozenset()) -> None:

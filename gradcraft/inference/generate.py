@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import gradcraft as gc
+import gradcraft.nn.functional as F
 from gradcraft.engine.capture import CapturedStep
 from gradcraft.errors import UserError
 from gradcraft.sampling import sample_row
@@ -106,12 +107,12 @@ class _Decoder:
         # The logits stay in the model's dtype (no float32 copy in the step: the host widens them
         # only when it samples); the argmax of the bf16 values is the float32 values' argmax.
         logits = self.model(self.ids, caches=self.static, position=self.position)[:, -1]
-        best = logits.argmax(-1)  # greedy decoding reads these B ids, not the (B, V) logits
-        gc.realize(logits, best, *[t for c in self.static for t in c.tensors()])
-        # The next step's inputs, written by the step itself: its argmax at the next position. A greedy
+        gc.realize(logits, *[t for c in self.static for t in c.tensors()])
+        # Greedy decoding reads these B ids, not the (B, V) logits. The next step's inputs are written by
+        # the step itself (F.greedy_advance, one kernel): its argmax at the next position. A greedy
         # loop then queues step after step without the host in between (`launch_greedy`); a caller
         # that picks the tokens itself feeds them over these.
-        gc.realize(self.ids.assign(best.reshape(-1, 1)), self.position.assign(self.position + 1))
+        best = F.greedy_advance(logits, self.ids, self.position).realize()
         return logits, best
 
     def start(self, next_ids: list, position: int) -> None:

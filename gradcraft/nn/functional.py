@@ -22,7 +22,7 @@ from gradcraft.ops.losses import (
 )
 from gradcraft.ops.kv_cache import kv_cache_attention, kv_cache_write  # noqa: F401
 from gradcraft.ops.moe import moe_permute, moe_unpermute  # noqa: F401
-from gradcraft.ops.sampling import sample_tokens  # noqa: F401
+from gradcraft.ops.sampling import greedy_advance, sample_tokens  # noqa: F401
 
 from gradcraft.ops.movement import pad  # noqa: F401
 from gradcraft.ops.nn import (

@@ -1,5 +1,7 @@
 """Drawing each row's next token where the logits are (F.sample_tokens): a server's decoding step then
-copies B token ids to the host instead of B rows of logits, and no row is sampled in Python.
+copies B token ids to the host instead of B rows of logits, and no row is sampled in Python. And the
+greedy pick that feeds itself (F.greedy_advance): a captured decoding step that writes its own next
+input, so that a greedy loop queues step after step without the host in between.
 
 The draw is gradcraft/sampling.py's: softmax(logits / temperature) over the top-k, then the top-p
 nucleus, and the token whose cumulative probability in id order first exceeds the row's uniform
@@ -38,3 +40,26 @@ def sample_tokens(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Ten
         if t.shape != (B,) or t.dtype != dtype:
             raise UserError(f"sample_tokens: {name} must be {dtype.name} ({B},), got {t.dtype.name} {t.shape}")
     return apply("sample_tokens", (logits, temperature, top_k, top_p, uniform), {}, (B,), dtypes.int64)
+
+
+def greedy_advance(logits: Tensor, ids: Tensor, position: Tensor) -> Tensor:
+    """Each row's argmax of logits (B, V) (NumPy's: the first index among equal values, the first NaN
+    where a row has one), also written into ids (B elements, int64: the next step's input tokens) and
+    with position (int64, 1 or B elements: where those tokens sit) moved on by one, both in place when
+    the result is realized. Returns (B,) int64. One kernel on a GPU, where argmax, the two assigns
+    and the add are four. No gradient."""
+    from gradcraft.tensor import Tensor
+
+    if logits.ndim != 2 or not logits.dtype.is_floating_point:
+        raise UserError(f"greedy_advance: logits must be a float (B, V) tensor, got {logits.dtype.name} {logits.shape}")
+    B = logits.shape[0]
+    if not isinstance(ids, Tensor) or ids.dtype != dtypes.int64 or ids.numel() != B:
+        raise UserError(f"greedy_advance: ids must be an int64 tensor of {B} elements")
+    if not isinstance(position, Tensor) or position.dtype != dtypes.int64 or position.numel() not in (1, B):
+        raise UserError(f"greedy_advance: position must be an int64 tensor of 1 or {B} elements")
+    if len({logits.device, ids.device, position.device}) != 1:
+        raise UserError("greedy_advance: logits, ids and position must be on one device")
+    for t in (ids, position):
+        if t._buf is None:  # the writes go into their own buffers
+            t.realize()
+    return apply("greedy_advance", (logits, ids, position), {}, (B,), dtypes.int64)

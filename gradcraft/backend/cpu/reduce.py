@@ -1,4 +1,5 @@
-"""Reductions over axes (sum, max, min, argmax, argmin), cumsum and topk (cuda/kernels/reduce.cu)."""
+"""Reductions over axes (sum, max, min, argmax, argmin), cumsum and topk, and a greedy
+decoding step's argmax that feeds itself (greedy_advance) (cuda/kernels/reduce.cu)."""
 
 import numpy as np
 
@@ -33,6 +34,15 @@ def _arg(fn):
     return kernel
 
 
+def _greedy_advance(logits, ids, position):
+    """A greedy decoding step's pick: each row's argmax of logits (B, V), written into ids (B elements)
+    as the next step's input tokens, and position (1 or B elements) moved on by one, in place."""
+    best = np.asarray(np.argmax(_wide(logits), axis=-1), dtype=np.int64)
+    ids[...] = best.reshape(ids.shape)
+    position += 1
+    return stats.track(best)
+
+
 def _cumsum(a, axis, reverse):
     w = _wide(a)
     if reverse:
@@ -56,6 +66,7 @@ KERNELS = {
     "min": _reduce(np.min),
     "argmax": _arg(np.argmax),
     "argmin": _arg(np.argmin),
+    "greedy_advance": _greedy_advance,
     "cumsum": _cumsum,
     "topk": _topk,
 }

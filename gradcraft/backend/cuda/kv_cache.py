@@ -84,39 +84,6 @@ _SPLIT_TYPES = {np.dtype(np.float32), *L.HALF}
 ROUNDS = 4  # KV_ROUNDS in kernels/kv_cache.cu
 
 
-# The split kernel's per-(row, head) counters of finished chunks (kernels/kv_cache.cu): one int32 buffer
-# per device, zeroed once when allocated and never again (each launch leaves its counters at 0).
-# Allocated generously up front: a launch splits only while B H < 4 multiprocessors (`_chunks`), so
-# the first buffer, 4 counters a multiprocessor (2 KB on an H200), serves every launch that counts.
-# Should a launch ever need more, a new buffer (at least twice as large) is taken and the old ones are
-# kept: a captured CUDA graph holds the pointer it was captured with, and its replays must find that
-# buffer alive (and at 0). The buffers come straight from cudaMalloc, not from CuPy's pool: one
-# allocated during a capture must not belong to that graph's private pool, which goes with the graph.
-_counters: dict[int, object] = {}  # device id -> its counters (cupy Memory), allocated once
-
-
-def _chunk_counters(rows: int) -> np.uint64:
-    """The device pointer of the current device's chunk counters, at 0 between launches. A launch splits
-    only while rows < 4 multiprocessors (_chunks), so that many counters serve every launch: one
-    buffer a device for the process's life, which every captured graph may keep pointing at."""
-    device = cp.cuda.Device().id
-    memory = _counters.get(device)
-    if memory is None:
-        count = 4 * L.sm_count()
-        memory = cp.cuda.Memory(4 * count)
-        # Zeroed on a stream of its own and waited for: a memset on the current stream would be recorded
-        # into a graph being captured (and rerun by every replay, resetting a counter in use).
-        stream = cp.cuda.Stream(non_blocking=True)
-        cp.cuda.runtime.memsetAsync(memory.ptr, 0, 4 * count, stream.ptr)
-        stream.synchronize()
-        _counters[device] = memory
-    if 4 * rows > memory.size:
-        raise ValueError(
-            f"kv_attention_split: {rows} (row, head) pairs split, more than the {memory.size // 4} counters"
-        )
-    return np.uint64(memory.ptr)
-
-
 def _chunks(rows: int, length: int, groups: int) -> tuple[int, int]:
     """(splits, slots a chunk) for `rows` (b, h) pairs: enough blocks for ~4 a multiprocessor, no chunk
     under one round of reads. (More than one split only while rows < 4 multiprocessors.)"""
@@ -135,7 +102,7 @@ def _kv_attention_split(q, k, v, position, per_row, scale, lanes, new=None):
     splits, chunk = _chunks(B * H, length, groups)
     out = L.empty((B, H, 1, D), q.dtype)
     partial = L.empty((B * H * splits * (D + 2),), np.float32) if splits > 1 else None
-    counters = _chunk_counters(B * H) if splits > 1 else np.uint64(0)
+    counters = L.block_counters(B * H) if splits > 1 else np.uint64(0)  # (at 0 between launches)
     shared = 4 * groups * (D + 2)
     name = "kv_append_attention" if new is not None else "kv_attention_split"
     fn = L.with_shared(FILE, f"{name}_{L.suffix(q.dtype)}", shared, 3 * MAX_HEAD_DIM * 4)

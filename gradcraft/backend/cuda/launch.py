@@ -102,6 +102,36 @@ def sm_count() -> int:
     return _sm_count(cp.cuda.Device().id)
 
 
+# Counters of finished blocks, for kernels whose last block to finish a row merges the others' partial
+# results (kernels/kv_cache.cu's split attention, kernels/reduce.cu's split argmax): one int32 buffer
+# per device, zeroed once when allocated and never again (each launch leaves its counters at 0: the
+# last block sets its counter back), so a replayed CUDA graph needs no reset of its own. Launches that
+# share the buffer must not run at the same time (they do not: a decoding step's kernels run one after
+# another on one stream). Allocated generously up front (4 counters a multiprocessor, 2 KB on an H200):
+# the kernels split only while their rows are fewer. Should a launch need more, a new buffer (at least
+# twice as large) is taken and the old ones are kept: a captured CUDA graph holds the pointer it was
+# captured with, and its replays must find that buffer alive (and at 0). The buffers come straight from
+# cudaMalloc, not from CuPy's pool: one allocated during a capture must not belong to that graph's
+# private pool, which goes with the graph.
+_counters: dict[int, list] = {}  # device id -> its counter buffers (cupy Memory), newest last
+
+
+def block_counters(count: int) -> np.uint64:
+    """The device pointer of at least `count` int32 counters of the current device, at 0 between launches."""
+    device = cp.cuda.Device().id
+    buffers = _counters.setdefault(device, [])
+    if not buffers or buffers[-1].size < 4 * count:
+        size = max(4 * count, 4 * sm_count(), 2 * buffers[-1].size if buffers else 0)
+        memory = cp.cuda.Memory(size)
+        # Zeroed on a stream of its own and waited for: a memset on the current stream would be recorded
+        # into a graph being captured (and rerun by every replay, resetting a counter in use).
+        stream = cp.cuda.Stream(non_blocking=True)
+        cp.cuda.runtime.memsetAsync(memory.ptr, 0, size, stream.ptr)
+        stream.synchronize()
+        buffers.append(memory)
+    return np.uint64(buffers[-1].ptr)
+
+
 def grid_1d(n: int, threads: int = 256, per_thread: int = 1) -> int:
     """Blocks for a grid-stride loop over n items: enough to fill the GPU, never more than needed."""
     return max(1, min(-(-n // (threads * per_thread)), 65535 * 8))

@@ -7,6 +7,7 @@ import cupy as cp
 
 import numpy as np
 
+from gradcraft.backend.cuda import compiler
 from gradcraft.backend.cuda import launch as L
 from gradcraft.backend.cuda.matmul import gemm
 
@@ -68,14 +69,41 @@ def _reduction(kind, fn):
     return kernel
 
 
+# A row this long or longer, among fewer rows than the GPU has multiprocessors, is split over several
+# blocks (kernels/reduce.cu's arg_split_body): a decoding step's argmax over a vocabulary.
+SPLIT_MIN = 8192
+SPLIT_THREADS = 256
+_SPLIT_CHUNK = 4096  # values a block of the split kernel takes, at least (two 16-byte words a thread in bf16)
+
+
+def _arg_last(kind, a, ids=None, position=None):
+    """argmax/argmin over the last axis of a contiguous float array: (rows,) int64, written into ids and
+    with position moved on by one as well where they are given (greedy_advance)."""
+    C = a.shape[-1]
+    rows = a.size // C
+    out = L.empty(a.shape[:-1], np.int64)
+    suffix = L.suffix(a.dtype)
+    extra = (L.ptr(ids), L.ptr(position), L.i32(0 if position is None else position.size))
+    splits = min(-(-C // _SPLIT_CHUNK), max(1, 2 * L.sm_count() // rows))
+    if C < SPLIT_MIN or rows >= L.sm_count() or splits < 2:
+        L.run("reduce.cu", f"{kind}_last_{suffix}", rows, L.row_threads(C), (a, out, L.i32(C)) + extra)
+        return out
+    chunk = -(-C // splits)
+    chunk = -(-chunk // 64) * 64  # (chunks start 16-byte aligned where the row does)
+    splits = -(-C // chunk)
+    part_v = L.empty((rows * splits,), L.acc_dtype(a.dtype))
+    part_i = L.empty((rows * splits,), np.int32)
+    counters = L.block_counters(rows)  # (at 0 between launches)
+    fn = compiler.function("reduce.cu", f"{kind}_split_{suffix}", cp.cuda.Device().id)
+    fn((splits, rows), (SPLIT_THREADS,), (a, out, L.i32(C), L.i32(chunk), part_v, part_i, counters) + extra)
+    return out
+
+
 def _arg(kind, fn):
     def kernel(a, axis, keepdim):
         if a.dtype in L.FLOAT and a.ndim and a.size and axis is not None and axis % a.ndim == a.ndim - 1:
-            # over the last axis (a decoding step's greedy pick over the vocabulary): one block per row
-            a = L.contiguous(a)
-            C = a.shape[-1]
-            out = L.empty(a.shape[:-1], np.int64)
-            L.run("reduce.cu", f"{kind}_last_{L.suffix(a.dtype)}", a.size // C, L.row_threads(C), (a, out, L.i32(C)))
+            # over the last axis (a decoding step's greedy pick over the vocabulary)
+            out = _arg_last(kind, L.contiguous(a))
             return cp.expand_dims(out, -1) if keepdim else out
         w = L.wide(a)
         if axis is None:
@@ -85,6 +113,17 @@ def _arg(kind, fn):
         return cp.expand_dims(result, axis) if keepdim else result
 
     return kernel
+
+
+def _greedy_advance(logits, ids, position):
+    """backend/cpu/reduce.py's: each row's argmax into ids, position + 1, in the argmax kernel itself (a
+    decoding step's tail, which took an argmax, two copies and an add)."""
+    if logits.dtype in L.FLOAT and logits.size and ids.flags.c_contiguous and position.flags.c_contiguous:
+        return _arg_last("argmax", L.contiguous(logits), ids, position)
+    best = cp.argmax(L.wide(logits), axis=-1).astype(np.int64)
+    ids[...] = best.reshape(ids.shape)
+    position += 1
+    return best
 
 
 def _cumsum(a, axis, reverse):
@@ -111,6 +150,7 @@ KERNELS = {
     "min": _reduction("min", cp.min),
     "argmax": _arg("argmax", cp.argmax),
     "argmin": _arg("argmin", cp.argmin),
+    "greedy_advance": _greedy_advance,
     "cumsum": _cumsum,
     "topk": _topk,
 }

@@ -113,7 +113,8 @@ FOR_FLOAT_TYPES(KV_ATTENTION)
 // counters[b H + h]; the block that gets active - 1 back is the last, reads the partials from L2
 // (__ldcg: its own L1 may hold stale lines) and sets the counter back to 0. So every launch leaves
 // the counters at 0 for the next one, and a replayed CUDA graph needs no reset of its own. The
-// counters belong to the launcher (kv_cache.py, one buffer per device, zeroed once); launches that
+// counters belong to the launcher (launch.py's block_counters: one buffer per device, zeroed once,
+// shared with the split argmax of kernels/reduce.cu); launches that
 // share them must not run at the same time (they do not: a decoding step's layers run one after
 // another on one stream).
 #define KV_ROUNDS 4

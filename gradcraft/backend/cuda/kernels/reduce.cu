@@ -57,24 +57,25 @@ __device__ __forceinline__ void arg_take(const T* xr, int j, typename acc<T>::ty
 // registers, under the 64 a thread of a 1024-thread block may hold. The winner does not depend on
 // the order in which values are seen (arg_better is a total order: NaN, then value, then index), so
 // the scalar head (up to the first 16-byte boundary), the words and the scalar tail can be taken in
-// any order.
+// any order, and so can the chunks of a split row (below).
+// The block's winner over xr[begin, end) (indices relative to xr), on thread 0.
 template <typename T, bool MIN>
-__device__ void arg_last_body(const T* x, i64* y, int C) {
+__device__ void arg_block(const T* xr, int begin, int end, typename acc<T>::type& best, int& best_i) {
     typedef typename acc<T>::type A;
     constexpr int VEC = 16 / (int)sizeof(T), U = 8;
     __shared__ A best_values[32];
     __shared__ int best_indices[32];
-    const T* xr = x + (i64)blockIdx.x * C;
-    A best = to_float(xr[0]);
-    int best_i = 0;
-    const int step = blockDim.x;
+    best = to_float(xr[begin]);
+    best_i = begin;
+    const int step = blockDim.x, C = end - begin;
+    const T* xs = xr + begin;
     // values before the first 16-byte boundary, then whole words, then the values after the last
-    int head = (int)(((16 - (reinterpret_cast<unsigned long long>(xr) & 15)) & 15) / sizeof(T));
-    if (head > C || reinterpret_cast<unsigned long long>(xr) % sizeof(T)) head = C;
+    int head = (int)(((16 - (reinterpret_cast<unsigned long long>(xs) & 15)) & 15) / sizeof(T));
+    if (head > C || reinterpret_cast<unsigned long long>(xs) % sizeof(T)) head = C;
     const int words = (C - head) / VEC, tail = head + words * VEC;
-    for (int j = threadIdx.x; j < head; j += step) arg_take<T, MIN>(xr, j, best, best_i);
-    for (int j = tail + threadIdx.x; j < C; j += step) arg_take<T, MIN>(xr, j, best, best_i);
-    const T* xw = xr + head;
+    for (int j = threadIdx.x; j < head; j += step) arg_take<T, MIN>(xr, begin + j, best, best_i);
+    for (int j = tail + threadIdx.x; j < C; j += step) arg_take<T, MIN>(xr, begin + j, best, best_i);
+    const T* xw = xs + head;
     for (int w = threadIdx.x; w < words; w += U * step) {
         Frag<T, VEC> f[U];
 #pragma unroll
@@ -85,7 +86,7 @@ __device__ void arg_last_body(const T* x, i64* y, int C) {
             if (w + u * step >= words) break;
             A v[VEC];
             f[u].get(v);
-            const int j0 = head + (w + u * step) * VEC;
+            const int j0 = begin + head + (w + u * step) * VEC;
 #pragma unroll
             for (int e = 0; e < VEC; ++e)
                 if (arg_better<A, MIN>(v[e], j0 + e, best, best_i)) best = v[e], best_i = j0 + e;
@@ -106,15 +107,67 @@ __device__ void arg_last_body(const T* x, i64* y, int C) {
             const int i = __shfl_xor_sync(0xffffffffu, best_i, o);
             if (arg_better<A, MIN>(v, i, best, best_i)) best = v, best_i = i;
         }
-        if (lane == 0) y[blockIdx.x] = best_i;
     }
 }
 
+// Where the winner of row r goes: y[r], and for a greedy decoding step (greedy_advance, backend/cuda/
+// reduce.py) also ids[r] (the next step's input token) and the position it sits at, one further
+// (position[r] for a position per row; position[0], by row 0, for one shared by every row).
+__device__ __forceinline__ void arg_write(i64* y, i64* ids, i64* position, int positions, int row, int best_i) {
+    y[row] = best_i;
+    if (ids) ids[row] = best_i;
+    if (position && (positions > 1 || row == 0)) position[positions > 1 ? row : 0] += 1;
+}
+
+// One block per row.
+template <typename T, bool MIN>
+__device__ void arg_last_body(const T* x, i64* y, int C, i64* ids, i64* position, int positions) {
+    typename acc<T>::type best;
+    int best_i;
+    arg_block<T, MIN>(x + (i64)blockIdx.x * C, 0, C, best, best_i);
+    if (threadIdx.x == 0) arg_write(y, ids, position, positions, blockIdx.x, best_i);
+}
+
+// Few rows (a decoding step's batch): one block per row leaves most SMs idle and reads a 50257-wide
+// row through one SM; here grid (splits, rows), block s takes the row's chunk [s chunk, (s + 1) chunk)
+// and leaves its winner in the partials, and the last block of the row to finish (counted as the
+// KV-cache attention's split kernel counts, kernels/kv_cache.cu: fence, atomicAdd on counters[row],
+// the one that sees splits - 1 sets the counter back to 0 for the next launch) takes the winner of the
+// partials. The result is the one-block kernel's (arg_better is a total order).
+template <typename T, bool MIN>
+__device__ void arg_split_body(const T* x, i64* y, int C, int chunk, typename acc<T>::type* part_v, int* part_i,
+                               int* counters, i64* ids, i64* position, int positions) {
+    typedef typename acc<T>::type A;
+    const int row = blockIdx.y, splits = gridDim.x, begin = blockIdx.x * chunk;
+    const int end = begin + chunk < C ? begin + chunk : C;
+    A best;
+    int best_i;
+    arg_block<T, MIN>(x + (i64)row * C, begin, end, best, best_i);
+    if (threadIdx.x != 0) return;
+    part_v[row * splits + blockIdx.x] = best;
+    part_i[row * splits + blockIdx.x] = best_i;
+    __threadfence();  // the partial, visible device-wide before the count says so
+    if (atomicAdd(counters + row, 1) != splits - 1) return;
+    counters[row] = 0;  // every other block has counted: ready for the next launch
+    __threadfence();  // (acquire: the other blocks' partials are read after their counts)
+    for (int s = 0; s < splits; ++s) {
+        const A v = __ldcg(part_v + row * splits + s);
+        const int i = __ldcg(part_i + row * splits + s);
+        if (arg_better<A, MIN>(v, i, best, best_i)) best = v, best_i = i;
+    }
+    arg_write(y, ids, position, positions, row, best_i);
+}
+
+#define ARG(KIND, NAME, T, MIN) \
+    extern "C" __global__ void __launch_bounds__(1024) KIND##_last_##NAME(const T* x, i64* y, int C, i64* ids, \
+                                                                         i64* position, int positions) { \
+        arg_last_body<T, MIN>(x, y, C, ids, position, positions); } \
+    extern "C" __global__ void __launch_bounds__(1024) KIND##_split_##NAME( \
+        const T* x, i64* y, int C, int chunk, acc<T>::type* part_v, int* part_i, int* counters, i64* ids, \
+        i64* position, int positions) { \
+        arg_split_body<T, MIN>(x, y, C, chunk, part_v, part_i, counters, ids, position, positions); }
 #define REDUCE(NAME, T) \
-    extern "C" __global__ void __launch_bounds__(1024) argmax_last_##NAME(const T* x, i64* y, int C) { \
-        arg_last_body<T, false>(x, y, C); } \
-    extern "C" __global__ void __launch_bounds__(1024) argmin_last_##NAME(const T* x, i64* y, int C) { \
-        arg_last_body<T, true>(x, y, C); } \
+    ARG(argmax, NAME, T, false) ARG(argmin, NAME, T, true) \
     extern "C" __global__ void reduce_sum_##NAME(const T* x, T* y, int C) { reduce_last_body<T, 0>(x, y, C); } \
     extern "C" __global__ void reduce_max_##NAME(const T* x, T* y, int C) { reduce_last_body<T, 1>(x, y, C); } \
     extern "C" __global__ void reduce_min_##NAME(const T* x, T* y, int C) { reduce_last_body<T, 2>(x, y, C); } \

@@ -9,7 +9,8 @@ slot index[b] % L of each leading row b: a decoding step's KV-cache write), and
 `kv_append_attention`, which writes a step's keys and values into the caches it
 is given before attending (as flash-attn's flash_attn_with_kvcache does), and
 `greedy_advance`, which writes its argmax into its second argument and adds one
-to its third (a decoding step that feeds itself); the engine knows which inputs each writes (engine/realize.py's WRITES_INPUTS).
+to its third (a decoding step that feeds itself); the engine knows which inputs
+each writes (engine/realize.py's WRITES_INPUTS).
 
 PRIMITIVES are what every backend must have. OPTIONAL are fused kernels a backend may leave out:
 where one is missing, the op layer computes it from primitives (gradcraft/ops/fallback.py), and the

@@ -84,7 +84,7 @@ def _arg_last(kind, a, ids=None, position=None):
     out = L.empty(a.shape[:-1], np.int64)
     suffix = L.suffix(a.dtype)
     extra = (L.ptr(ids), L.ptr(position), L.i32(0 if position is None else position.size))
-    splits = min(-(-C // _SPLIT_CHUNK), max(1, 2 * L.sm_count() // rows))
+    splits = min(-(-C // _SPLIT_CHUNK), max(1, 2 * L.sm_count() // rows), 32)  # (one warp merges the splits)
     if C < SPLIT_MIN or rows >= L.sm_count() or splits < 2:
         L.run("reduce.cu", f"{kind}_last_{suffix}", rows, L.row_threads(C), (a, out, L.i32(C)) + extra)
         return out

@@ -143,19 +143,27 @@ __device__ void arg_split_body(const T* x, i64* y, int C, int chunk, typename ac
     A best;
     int best_i;
     arg_block<T, MIN>(x + (i64)row * C, begin, end, best, best_i);
-    if (threadIdx.x != 0) return;
-    part_v[row * splits + blockIdx.x] = best;
-    part_i[row * splits + blockIdx.x] = best_i;
-    __threadfence();  // the partial, visible device-wide before the count says so
-    if (atomicAdd(counters + row, 1) != splits - 1) return;
-    counters[row] = 0;  // every other block has counted: ready for the next launch
+    __shared__ bool last;
+    if (threadIdx.x == 0) {
+        part_v[row * splits + blockIdx.x] = best;
+        part_i[row * splits + blockIdx.x] = best_i;
+        __threadfence();  // the partial, visible device-wide before the count says so
+        last = atomicAdd(counters + row, 1) == splits - 1;
+        if (last) counters[row] = 0;  // every other block has counted: ready for the next launch
+    }
+    __syncthreads();
+    if (!last || threadIdx.x >= 32) return;
+    // The row's winner: lane s reads split s's partial (splits <= 32, reduce.py), all in one round trip.
     __threadfence();  // (acquire: the other blocks' partials are read after their counts)
-    for (int s = 0; s < splits; ++s) {
-        const A v = __ldcg(part_v + row * splits + s);
-        const int i = __ldcg(part_i + row * splits + s);
+    const int lane = threadIdx.x, s = lane < splits ? lane : 0;
+    best = __ldcg(part_v + row * splits + s);
+    best_i = __ldcg(part_i + row * splits + s);
+    for (int o = 16; o > 0; o >>= 1) {
+        const A v = __shfl_xor_sync(0xffffffffu, best, o);
+        const int i = __shfl_xor_sync(0xffffffffu, best_i, o);
         if (arg_better<A, MIN>(v, i, best, best_i)) best = v, best_i = i;
     }
-    arg_write(y, ids, position, positions, row, best_i);
+    if (lane == 0) arg_write(y, ids, position, positions, row, best_i);
 }
 
 #define ARG(KIND, NAME, T, MIN) \

@@ -6,7 +6,9 @@
 Each kernel is launched through the backend (no engine, no Python graph) and timed with CUDA events:
 the median of --repeat launches after 3, inputs bf16. FLOPs as FlashAttention counts them for causal
 attention: forward 2 products, dq 3, dk/dv 4 (the backward recomputes the scores in both kernels),
-each 2 * B * H * D * T * T / 2. PyTorch's SDPA forward and forward+backward are timed beside them.
+each 2 * B * H * D * T * T / 2. PyTorch's SDPA forward and forward+backward are timed beside them,
+and every kernel variant of the forward and of dq and dk/dv (mma.sync, and on an H100/H200 wgmma at
+each tile size the Hopper files hold) on its own line below.
 """
 
 import argparse
@@ -93,6 +95,16 @@ def main(argv=None):
             grads = [cp.empty_like(a) for a in (q, k, v)]
             launches = attention.backward_launches(q, k, v, out, lse, g, *grads, **attrs)
             t_parts = {name: timed(launch) for name, launch in launches.items()}
+            # the backward's dq and dk/dv side by side: mma.sync, and on sm_90 wgmma at each tile size
+            # (keys per dq tile, queries per dk/dv tile)
+            os.environ["GRADCRAFT_HOPPER_ATTENTION"] = "0"
+            old = attention.backward_launches(q, k, v, out, lse, g, *grads, **attrs)
+            os.environ.pop("GRADCRAFT_HOPPER_ATTENTION")
+            backwards = {"mma.sync": (timed(old["dq"]), timed(old["dkdv"]))}
+            if attention.hopper(q.dtype, D):
+                for tiles in [(64, 64)] + ([(128, 128)] if D == 64 else []):
+                    new = attention.backward_launches(q, k, v, out, lse, g, *grads, **attrs, tiles=tiles)
+                    backwards[f"wgmma n{tiles[0]} m{tiles[1]}"] = (timed(new["dq"]), timed(new["dkdv"]))
             tq, tk, tv, tg = (
                 torch.as_tensor(a, device="cuda").requires_grad_(True)
                 for a in (q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), g.astype(np.float32))
@@ -111,6 +123,10 @@ def main(argv=None):
                 f"   ours f+b {cell(t_fwd + t_all, 9)}"
             )
             print("      forward kernels: " + ", ".join(f"{name} {cell(t, 2)}" for name, t in forwards.items()))
+            print(
+                "      dq, dk/dv kernels: "
+                + ", ".join(f"{name} {cell(a, 3)} {cell(b, 4)}" for name, (a, b) in backwards.items())
+            )
 
 
 if __name__ == "__main__":

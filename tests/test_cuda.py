@@ -853,6 +853,49 @@ def test_hopper_flash_forward(gpu, case, dtype, block_n):
     assert rel_err(out, gpu.to_numpy(old_out)) < limit
 
 
+@pytest.mark.parametrize("tiles", ["default", "wide"])
+@pytest.mark.parametrize("dtype", [BF16, np.float16])
+@pytest.mark.parametrize("case", HOPPER_CASES, ids=_case_id)
+def test_hopper_flash_backward(gpu, case, dtype, tiles):
+    """The wgmma backward (flash_hopper_bwd.cu: dq and dk/dv, sm_90 only) at each tile size against the
+    NumPy reference and the mma.sync kernels, every gradient element written (they start as NaN)."""
+    import cupy as cp
+
+    from gradcraft.backend.cuda import attention
+
+    B, H, Hkv, T, S, D, causal, window = case
+    if not attention.hopper(dtype, D):
+        pytest.skip("the wgmma backward runs on compute capability 9.0 only")
+    if tiles == "wide" and D != 64:
+        pytest.skip("128-key dq and 128-query dk/dv tiles exist at head dim 64 only")
+    r = rng()
+    q, k, v = randn((B, H, T, D), dtype, r), randn((B, Hkv, S, D), dtype, r), randn((B, Hkv, S, D), dtype, r)
+    g = randn((B, H, T, D), dtype, r)
+    attrs = {"scale": 1 / np.sqrt(D), "causal": causal, "window": window}
+    ref_out, ref_lse = cpu().reference_kernels["flash_attention"](q, k, v, **attrs)
+    expected = cpu().reference_kernels["flash_attention_backward"](q, k, v, ref_out, ref_lse, g, **attrs)
+    inputs = [gpu.from_numpy(a) for a in (q, k, v, ref_out, ref_lse, g)]
+    grads = [  # laid out as the launcher lays them out: (B, T, heads, D) seen as (B, heads, T, D)
+        cp.full((a.shape[0], a.shape[2], a.shape[1], D), np.nan, dtype=np.float32).astype(dtype).transpose(0, 2, 1, 3)
+        for a in (q, k, v)
+    ]
+    pick = None if tiles == "default" else (128, 128)
+    launches = attention.backward_launches(*inputs, *grads, attrs["scale"], causal, window, tiles=pick)
+    for launch in launches.values():
+        launch()
+    limit = 2e-2 if dtype == BF16 else 4e-3
+    for name, a, e in zip(("dq", "dk", "dv"), grads, expected):
+        assert rel_err(cp.asnumpy(a), e) < limit, name
+    monkey = pytest.MonkeyPatch()
+    monkey.setenv("GRADCRAFT_HOPPER_ATTENTION", "0")  # the mma.sync kernels, for a second opinion
+    try:
+        old = gpu.run("flash_attention_backward", inputs, attrs)
+    finally:
+        monkey.undo()
+    for name, a, e in zip(("dq", "dk", "dv"), grads, old):
+        assert rel_err(cp.asnumpy(a), gpu.to_numpy(e)) < limit, name
+
+
 def test_flash_attention_strided_inputs(gpu):
     """q, k, v as views of one packed (B, T, 3, H, D) projection, as the model makes them."""
     r = rng()

@@ -39,10 +39,39 @@ def test_kernel_compiles(path, arch):
 
 
 @pytest.mark.skipif(LIBRARY is None, reason="NVRTC library not found (pip install nvidia-cuda-nvrtc-cu12)")
-def test_hopper_kernels_compile_to_wgmma_for_sm_90a():
-    """flash_hopper.cu's kernels hold wgmma only when built for sm_90a (compiler.hopper_module's target);
+@pytest.mark.parametrize(
+    "name, kernel",
+    [("flash_hopper.cu", "hopper_fwd_bf16_d128_n128"), ("flash_hopper_bwd.cu", "hopper_bwd_dkdv_bf16_d128_m64")],
+)
+def test_hopper_kernels_compile_to_wgmma_for_sm_90a(name, kernel):
+    """The Hopper files' kernels hold wgmma only when built for sm_90a (compiler.hopper_module's target);
     for sm_80 and sm_90 (above) they compile empty."""
-    text = compiler.source("flash_hopper.cu")
-    ptx = compiler.nvrtc_compile(text, "flash_hopper.cu", compiler.HOPPER_ARCH, library=LIBRARY)
-    assert b"wgmma.mma_async" in ptx and b"hopper_fwd_bf16_d128_n128" in ptx
-    assert b"wgmma" not in compiler.nvrtc_compile(text, "flash_hopper.cu", "sm_90", library=LIBRARY)
+    text = compiler.source(name)
+    ptx = compiler.nvrtc_compile(text, name, compiler.HOPPER_ARCH, library=LIBRARY)
+    assert b"wgmma.mma_async" in ptx and kernel.encode() in ptx
+    assert b"wgmma" not in compiler.nvrtc_compile(text, name, "sm_90", library=LIBRARY)
+
+
+def test_cached_cubin_builds_once_per_source_and_survives_an_unwritable_cache(tmp_path, monkeypatch):
+    """hopper_module's on-disk cache: a second process reads what the first built; an edited source,
+    another target or another NVRTC builds anew; a cache it cannot write to only costs a rebuild."""
+    builds = []
+
+    def build(tag):
+        def run():
+            builds.append(tag)
+            return f"cubin of {tag}".encode()
+
+        return run
+
+    monkeypatch.setenv("GRADCRAFT_KERNEL_CACHE", str(tmp_path / "cache"))
+    assert compiler.cached_cubin("src", "sm_90a", (12, 8), build("a")) == b"cubin of a"
+    assert compiler.cached_cubin("src", "sm_90a", (12, 8), build("b")) == b"cubin of a"
+    assert compiler.cached_cubin("src2", "sm_90a", (12, 8), build("c")) == b"cubin of c"
+    assert compiler.cached_cubin("src", "sm_90a", (13, 0), build("d")) == b"cubin of d"
+    assert builds == ["a", "c", "d"]
+    assert not list((tmp_path / "cache").glob("*.tmp"))
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("GRADCRAFT_KERNEL_CACHE", str(blocker / "cache"))
+    assert compiler.cached_cubin("src", "sm_90a", (12, 8), build("e")) == b"cubin of e"

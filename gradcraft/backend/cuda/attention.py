@@ -17,10 +17,15 @@ from gradcraft.backend.cuda import launch as L
 
 FILE = "flash_attention.cu"
 HOPPER_FILE = "flash_hopper.cu"  # the forward on wgmma (sm_90a): H100, H200
+HOPPER_BWD_FILE = "flash_hopper_bwd.cu"  # the backward's dq and dk/dv kernels on wgmma
 HOPPER_DIMS = (64, 128)
-# Keys per tile of the Hopper forward, by head dim (kernels hopper_fwd_*_n64 and _n128 exist for each;
-# bench/attention_kernels.py --hopper_n times both).
+# Tile sizes of the Hopper kernels by head dim (bench/attention_kernels.py --hopper_tiles times every
+# variant the kernel files hold): keys per tile of the forward (hopper_fwd_*_n64 and _n128) and of dq
+# (hopper_bwd_dq_*_n64, and _n128 at head dim 64), queries per tile of dk/dv (hopper_bwd_dkdv_*_m64,
+# and _m128 at head dim 64).
 HOPPER_BLOCK_N = {64: 64, 128: 128}  # measured on the H200: 64 faster at head dim 64, 128 at head dim 128
+HOPPER_DQ_BLOCK_N = {64: 64, 128: 64}
+HOPPER_DKDV_BLOCK_M = {64: 64, 128: 64}
 HOPPER_THREADS = 256
 HEAD_DIMS = (32, 48, 64, 96, 128)
 THREADS = 128
@@ -84,8 +89,9 @@ def _is_hopper(device_id: int) -> bool:
 
 
 def hopper(dtype, head_dim: int, dropout_p: float = 0.0) -> bool:
-    """Whether the forward runs on the wgmma kernel (flash_hopper.cu): a compute-capability-9.0 device,
-    one of HOPPER_DIMS, no attention dropout, and GRADCRAFT_HOPPER_ATTENTION not 0."""
+    """Whether attention runs on the wgmma kernels (flash_hopper.cu, flash_hopper_bwd.cu): a
+    compute-capability-9.0 device, one of HOPPER_DIMS, no attention dropout, and
+    GRADCRAFT_HOPPER_ATTENTION not 0."""
     if dropout_p or head_dim not in HOPPER_DIMS or np.dtype(dtype) not in L.HALF:
         return False
     return os.environ.get("GRADCRAFT_HOPPER_ATTENTION", "1") != "0" and _is_hopper(cp.cuda.Device().id)
@@ -95,19 +101,24 @@ _hopper_shared: dict = {}
 _MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 
-def _hopper_fwd(q, k, v, out, lse, qs, ks, vs, scale, causal, window, block_n=None):
-    B, H, T, D = q.shape
-    block_n = block_n or HOPPER_BLOCK_N[D]
-    name = f"hopper_fwd_{L.suffix(q.dtype)}_d{D}_n{block_n}"
+def _hopper_launch(file, name, grid, shared, args):
+    """Launch a kernel of a Hopper file with `shared` bytes of dynamic shared memory (more than the
+    48 KB a launch gets without asking, hence the attribute, set once per kernel and size)."""
     device = cp.cuda.Device().id
-    fn = compiler.hopper_function(HOPPER_FILE, name, device)
-    shared = (128 + 4 * block_n) * D * 2 + 1024  # queries, two stages of keys and values, alignment slack
+    fn = compiler.hopper_function(file, name, device)
     if _hopper_shared.get((name, device), 0) < shared:
         # (a Function of a loaded Module has no attribute setter; the driver call is what it would do)
         cp.cuda.driver.funcSetAttribute(fn.ptr, _MAX_DYNAMIC_SHARED, shared)
         _hopper_shared[(name, device)] = shared
+    fn(grid, (HOPPER_THREADS,), args, shared_mem=shared)
+
+
+def _hopper_fwd(q, k, v, out, lse, qs, ks, vs, scale, causal, window, block_n=None):
+    B, H, T, D = q.shape
+    block_n = block_n or HOPPER_BLOCK_N[D]
+    shared = (128 + 4 * block_n) * D * 2 + 1024  # queries, two stages of keys and values, alignment slack
     args = (q, k, v, out, lse, *qs, *ks, *vs, *_strides(out), *_shape_args(q, k, scale, causal, window))
-    fn((-(-T // 128), B * H), (HOPPER_THREADS,), args, shared_mem=shared)
+    _hopper_launch(HOPPER_FILE, f"hopper_fwd_{L.suffix(q.dtype)}_d{D}_n{block_n}", (-(-T // 128), B * H), shared, args)
 
 
 def flash_attention(q, k, v, state=None, *, scale, causal, window, dropout_p=0.0, stream=0):
@@ -155,12 +166,14 @@ def flash_attention_backward(q, k, v, out, lse, g, state=None, *, scale, causal,
     return dq, dk, dv
 
 
-def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, dropout=None) -> dict:
+def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, dropout=None, tiles=None) -> dict:
     """The backward's three kernels as callables, in order (bench/attention_kernels.py times each):
     dot: dvec = rowsum(dO * O), the softmax gradient's correction term; dq: a block per query tile;
     dkdv: a block per key tile, over the query tiles of every query head sharing its KV head.
     `dropout`: _dropout_args (None: no dropout). dq double-buffers its key/value tiles, dk/dv its
     query/output-gradient tiles (and their lse/dvec), hence the shared-memory sizes below.
+    Where `hopper` says so, dq and dk/dv are flash_hopper_bwd.cu's wgmma kernels (`tiles`: their
+    (dq keys, dk/dv queries) per tile, HOPPER_DQ_BLOCK_N and HOPPER_DKDV_BLOCK_M by default).
     (Adding dq up with atomics inside the dk/dv kernel, FlashAttention-2's way, measured 4% slower
     in total at gpt2-124m's shapes on an H200: the atomics cost more than the recomputation.)"""
     B, H, T, D = q.shape
@@ -179,7 +192,7 @@ def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, d
     row_bytes = (D + _PAD) * 2
     dq_shared = max(2 * 64, 2 * 2 * block_n) * row_bytes  # staging of q/dO, then two key/value buffers
     dkdv_shared = (2 * 64 + 2 * 2 * block_m) * row_bytes + 2 * 2 * block_m * 4
-    return {
+    launches = {
         "dot": lambda: _launch(
             f"flash_bwd_dot_{L.suffix(q.dtype)}",
             (-(-rows * 8 // 256),),
@@ -200,6 +213,21 @@ def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, d
             (q, k, v, g, lse, dvec, dk, dv, *qs, *ks, *vs, *gs, *_strides(dk), *shape, *drop),
         ),
     }
+    if not with_dropout and hopper(q.dtype, D):
+        n, m = tiles or (HOPPER_DQ_BLOCK_N[D], HOPPER_DKDV_BLOCK_M[D])
+        suffix = L.suffix(q.dtype)
+        # dq: queries and output gradients, two stages of keys and values; dk/dv: keys and values, two
+        # stages of queries and output gradients and of their lse and dvec; 1 KB of alignment slack each
+        dq_hopper = (2 * 128 + 4 * n) * D * 2 + 1024
+        dkdv_hopper = (2 * 128 + 4 * m) * D * 2 + 2 * 2 * m * 4 + 1024
+        dq_args = (q, k, v, g, lse, dvec, dq, *qs, *ks, *vs, *gs, *_strides(dq), *shape)
+        dkdv_args = (q, k, v, g, lse, dvec, dk, dv, *qs, *ks, *vs, *gs, *_strides(dk), *shape)
+        name_dq, name_dkdv = f"hopper_bwd_dq_{suffix}_d{D}_n{n}", f"hopper_bwd_dkdv_{suffix}_d{D}_m{m}"
+        launches["dq"] = lambda: _hopper_launch(HOPPER_BWD_FILE, name_dq, (-(-T // 128), B * H), dq_hopper, dq_args)
+        launches["dkdv"] = lambda: _hopper_launch(
+            HOPPER_BWD_FILE, name_dkdv, (-(-S // 128), B * Hkv), dkdv_hopper, dkdv_args
+        )
+    return launches
 
 
 KERNELS = {"flash_attention": flash_attention, "flash_attention_backward": flash_attention_backward}

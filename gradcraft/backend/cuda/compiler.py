@@ -10,6 +10,7 @@ program: CuPy's on-disk cache, keyed by that text, can never serve a kernel buil
 import ctypes
 import functools
 import glob
+import hashlib
 import importlib.util
 import os
 import re
@@ -60,9 +61,36 @@ def function(name: str, kernel: str, device_id: int):
     return module(name, device_id).get_function(kernel)
 
 
-# Kernels that use Hopper's architecture-specific instructions (wgmma: kernels/flash_hopper.cu) need the
+# Kernels that use Hopper's architecture-specific instructions (wgmma: kernels/flash_hopper*.cu) need the
 # sm_90a target, which CuPy's compile never picks (it names compute_90/sm_90 for an H100 or H200).
 HOPPER_ARCH = "sm_90a"
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("GRADCRAFT_KERNEL_CACHE") or Path.home() / ".cache" / "gradcraft" / "kernels")
+
+
+def cached_cubin(text: str, arch: str, version, build) -> bytes:
+    """The machine code for `text`, from the on-disk cache (GRADCRAFT_KERNEL_CACHE, default
+    ~/.cache/gradcraft/kernels) when an earlier process built it, else build() stored there. CuPy caches
+    what it compiles itself; hopper_module compiles through NVRTC directly (CuPy cannot name sm_90a),
+    and the Hopper files take NVRTC tens of seconds. The key is the whole source text, the target, the
+    options and NVRTC's `version`, so an edited kernel or header is never served stale."""
+    key = hashlib.sha256("\0".join((text, arch, *OPTIONS, repr(version))).encode()).hexdigest()
+    path = _cache_dir() / f"{key}.cubin"
+    try:
+        return path.read_bytes()
+    except OSError:
+        pass
+    cubin = build()
+    try:  # written whole under a temporary name, then renamed: a concurrent reader never sees half a file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(cubin)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only home: compile again next time
+    return cubin
 
 
 @functools.cache
@@ -72,15 +100,20 @@ def hopper_module(name: str, device_id: int):
     import cupy
     from cupy.cuda import function, nvrtc
 
-    prog = nvrtc.createProgram(source(name), name, [], [])
-    try:
+    text = source(name)
+
+    def build() -> bytes:
+        prog = nvrtc.createProgram(text, name, [], [])
         try:
-            nvrtc.compileProgram(prog, [f"--gpu-architecture={HOPPER_ARCH}", *OPTIONS])
-        except nvrtc.NVRTCError as e:
-            raise NVRTCError(f"{name} ({HOPPER_ARCH}): {e}\n{nvrtc.getProgramLog(prog)}") from None
-        cubin = nvrtc.getCUBIN(prog)
-    finally:
-        nvrtc.destroyProgram(prog)
+            try:
+                nvrtc.compileProgram(prog, [f"--gpu-architecture={HOPPER_ARCH}", *OPTIONS])
+            except nvrtc.NVRTCError as e:
+                raise NVRTCError(f"{name} ({HOPPER_ARCH}): {e}\n{nvrtc.getProgramLog(prog)}") from None
+            return nvrtc.getCUBIN(prog)
+        finally:
+            nvrtc.destroyProgram(prog)
+
+    cubin = cached_cubin(text, HOPPER_ARCH, nvrtc.getVersion(), build)
     with cupy.cuda.Device(device_id):
         mod = function.Module()
         mod.load(cubin)

@@ -1,0 +1,279 @@
+// Flash attention's backward pass on Hopper's warpgroup tensor-core instructions (wgmma, sm_90a): the
+// same functions as flash_attention.cu's flash_bwd_dq and flash_bwd_dkdv (same arguments and outputs,
+// no dropout), each block's two warpgroups multiplying 64 x N tiles out of shared memory.
+//
+// Both kernels recompute P = exp(scale q.k - lse) from the forward's log-sum-exp and form
+// dS = P * (dP - dvec) with dP = dO V^T (dvec = rowsum(dO * O), flash_bwd_dot), as the mma.sync
+// kernels do, so no atomics are needed:
+// - dq: a block owns 128 queries (warpgroup w the rows 64 w..) and sweeps BN-key tiles of K and V,
+//   staged two deep: S = Q K^T and dP = dO V^T (both operands in shared memory), then dQ += dS K with
+//   dS as the register operand.
+// - dk/dv: a block owns 128 keys (warpgroup w the keys 64 w..) and sweeps the BM-query tiles of every
+//   query head sharing its key/value head, Q and dO staged two deep: the transposed products
+//   S^T = K Q^T and dP^T = V dO^T, so that P^T and dS^T come out in registers in the layout of the
+//   register operand of dV += P^T dO and dK += dS^T Q.
+// In each, the second product of a pair runs while the exponentials of the first are computed.
+// The tiles' swizzled layout and the wgmma wrappers: wgmma.cuh.
+#include "wgmma.cuh"
+
+// Arguments of both kernels, in flash_bwd_dq's and flash_bwd_dkdv's order (without dropout): the inputs,
+// then the outputs (dq, or dk and dv, which share one layout: strides gsb, gsh, gst), then the rest.
+#define FHB_INPUTS                                                                                      \
+    const u16 *__restrict__ q, const u16 *__restrict__ k, const u16 *__restrict__ v,                    \
+        const u16 *__restrict__ dout, const float *__restrict__ lse, const float *__restrict__ dvec
+#define FHB_SHAPE                                                                                           \
+    i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst, i64 dsb, i64 dsh, i64 dst, \
+        i64 gsb, i64 gsh, i64 gst, int H, int Hkv, int T, int S, float scale, int causal, int window
+
+
+#if defined(FH_ENABLED)
+
+// rows x cols 16-bit pairs of a float32 accumulator (64 x N per warpgroup) as wgmma's register operand:
+// k-step kk holds columns 16 kk.. of the thread's rows.
+template <bool BF16, int N>
+__device__ __forceinline__ void to_operand(u32 (*a)[4], const float* acc) {
+#pragma unroll
+    for (int kk = 0; kk < N / 16; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[kk][i] = pack2<BF16>(acc[kk * 8 + 2 * i], acc[kk * 8 + 2 * i + 1]);
+}
+
+// ---------------------------------------------------------------- dq
+
+template <bool BF16, int D, int BN>
+__device__ __forceinline__ void hopper_bwd_dq(FHB_INPUTS, u16* __restrict__ dq, FHB_SHAPE) {
+    constexpr int BM = 128, NT = BN / 8, DT = D / 8, TILE = BN * D * 2;
+    extern __shared__ __align__(1024) u16 smem[];
+    const u32 base = (smem_u32(smem) + 1023u) & ~1023u;  // (the launcher asks for 1 KB more)
+    const u32 sq = base, sd = sq + BM * D * 2, sk = sd + BM * D * 2, sv = sk + 2 * TILE;  // stage st: + st * TILE
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
+              tq = lane & 3;
+    const QueryTile tile(Mask{T, S, S - T, causal, window}, BM, BN, H, Hkv);
+    const int m0 = tile.m0, b = tile.b, h = tile.h, t_begin = tile.t_begin, t_end = tile.t_end;
+    const u16 *kb = tile.kv(k, ksb, ksh), *vb = tile.kv(v, vsb, vsh);
+
+    load_swizzled<D, BM>(sq, q + b * qsb + h * qsh, qst, m0, T);
+    load_swizzled<D, BM>(sd, dout + b * dsb + h * dsh, dst, m0, T);
+    if (t_begin < t_end) {
+        load_swizzled<D, BN>(sk, kb, kst, t_begin * BN, S);
+        load_swizzled<D, BN>(sv, vb, vst, t_begin * BN, S);
+    }
+    cp_commit();
+
+    const i64 bh_row = ((i64)b * H + h) * T;
+    const int tile_m0 = m0 + wg * 64 + warp * 16, row0 = tile_m0 + g;  // this thread's rows: row0, row0 + 8
+    float lse2[2], dv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = row0 + r * 8;
+        lse2[r] = row < T ? lse[bh_row + row] * LOG2E : 0.f;
+        dv[r] = row < T ? dvec[bh_row + row] : 0.f;
+    }
+    float acc[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) acc[i] = 0.f;
+    const float scale2 = scale * LOG2E;
+    const u32 q_rows = sq + wg * 64 * 128, d_rows = sd + wg * 64 * 128;  // this warpgroup's 64 rows
+
+    for (int t = t_begin; t < t_end; ++t) {
+        const int st = (t - t_begin) & 1, n0 = t * BN;
+        const u32 ck = sk + st * TILE, cv = sv + st * TILE;
+        if (t + 1 < t_end) {  // the next tile into the other stage (free since the barrier ending the last tile)
+            load_swizzled<D, BN>(sk + (st ^ 1) * TILE, kb, kst, n0 + BN, S);
+            load_swizzled<D, BN>(sv + (st ^ 1) * TILE, vb, vst, n0 + BN, S);
+        }
+        cp_commit();
+        cp_wait<1>();  // this tile (and the queries and output gradients) have landed
+        fence_proxy_async();
+        __syncthreads();
+
+        float s[BN / 2], dp[BN / 2];
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) mma_ss<BF16, BN>(s, desc_k<BM>(q_rows, kk), desc_k<BN>(ck, kk), kk);
+        wg_commit();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) mma_ss<BF16, BN>(dp, desc_k<BM>(d_rows, kk), desc_k<BN>(cv, kk), kk);
+        wg_commit();
+        wg_wait<1>();  // S is ready; dP is still being multiplied
+        hold<BN / 2>(s);
+        const bool full = tile.mask.full(tile_m0, tile_m0 + 16, n0, n0 + BN);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = e >> 1;
+                float p = fast_exp2(fmaf(s[nt * 4 + e], scale2, -lse2[r]));
+                if (!full && !tile.mask.ok(row0 + r * 8, n0 + nt * 8 + 2 * tq + (e & 1))) p = 0.f;
+                s[nt * 4 + e] = p;
+            }
+        wg_wait<0>();
+        hold<BN / 2>(dp);
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) s[i] *= dp[i] - dv[(i >> 1) & 1];  // dS (unscaled)
+        u32 a[BN / 16][4];
+        to_operand<BF16, BN>(a, s);
+
+        wg_fence();
+        hold<D / 2>(acc);
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) mma_rs<BF16, D>(acc, a[kk], desc_mn<BN>(ck, kk), 1);  // dQ += dS K
+        wg_commit();
+        wg_wait<0>();
+        hold<D / 2>(acc);
+        __syncthreads();  // every warpgroup is done with this stage before the next tile's loads reuse it
+    }
+    cp_wait<0>();
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = row0 + r * 8;
+        if (row >= T) continue;
+        u32* out = (u32*)(dq + b * gsb + h * gsh + row * gst);
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) out[dt * 4 + tq] = pack2<BF16>(acc[dt * 4 + 2 * r] * scale, acc[dt * 4 + 2 * r + 1] * scale);
+    }
+}
+
+// ---------------------------------------------------------------- dk, dv
+
+template <bool BF16, int D, int BM>
+__device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk, u16* __restrict__ dvo, FHB_SHAPE) {
+    constexpr int BN = 128, MT = BM / 8, DT = D / 8, TILE = BM * D * 2;
+    extern __shared__ __align__(1024) u16 smem[];
+    const u32 base = (smem_u32(smem) + 1023u) & ~1023u;
+    // keys, values, then two stages of [queries | output gradients], then two stages of [lse | dvec]
+    const u32 sk = base, sv = sk + BN * D * 2, sqd = sv + BN * D * 2;
+    float* s_stats = (float*)((char*)smem + (sqd + 4 * TILE - smem_u32(smem)));
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
+              tq = lane & 3;
+    const int n0 = blockIdx.x * BN;  // (the first key tiles, seen by the most queries, start first)
+    const int b = blockIdx.y / Hkv, hk = blockIdx.y - b * Hkv, G = H / Hkv;
+    const Mask mask{T, S, S - T, causal, window};
+    const int q_begin = mask.query_lo(n0) / BM, query_end = mask.query_hi(n0 + BN);
+    const int t_end = query_end > 0 ? (query_end + BM - 1) / BM : 0;
+    const int tiles = t_end > q_begin ? t_end - q_begin : 0, total = G * tiles;
+
+    load_swizzled<D, BN>(sk, k + b * ksb + hk * ksh, kst, n0, S);
+    load_swizzled<D, BN>(sv, v + b * vsb + hk * vsh, vst, n0, S);
+    // Sweep step `it` = (query head hk * G + it / tiles, query tile q_begin + it % tiles), in stage it & 1.
+    auto issue = [&](int it) {
+        const int hg = it / tiles, m0 = (q_begin + it - hg * tiles) * BM, h = hk * G + hg;
+        const u32 cq = sqd + (it & 1) * 2 * TILE;
+        load_swizzled<D, BM>(cq, q + b * qsb + h * qsh, qst, m0, T);
+        load_swizzled<D, BM>(cq + TILE, dout + b * dsb + h * dsh, dst, m0, T);
+        if (threadIdx.x < BM) {  // plain loads: visible after the barrier that follows the wait
+            const int row = m0 + threadIdx.x;
+            const i64 bh_row = ((i64)b * H + h) * T;
+            float* st = s_stats + (it & 1) * 2 * BM;
+            st[threadIdx.x] = row < T ? lse[bh_row + row] * LOG2E : 0.f;
+            st[BM + threadIdx.x] = row < T ? dvec[bh_row + row] : 0.f;
+        }
+    };
+    if (total > 0) issue(0);
+    cp_commit();
+
+    float dk_acc[D / 2], dv_acc[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) dk_acc[i] = 0.f, dv_acc[i] = 0.f;
+    const float scale2 = scale * LOG2E;
+    const int key_tile0 = n0 + wg * 64 + warp * 16, key0 = key_tile0 + g;  // this thread's keys: key0, key0 + 8
+    const u32 k_rows = sk + wg * 64 * 128, v_rows = sv + wg * 64 * 128;  // this warpgroup's 64 keys
+    for (int it = 0; it < total; ++it) {
+        const int m0 = (q_begin + it % tiles) * BM;
+        const u32 cq = sqd + (it & 1) * 2 * TILE, cd = cq + TILE;
+        if (it + 1 < total) issue(it + 1);
+        cp_commit();
+        cp_wait<1>();  // this step's tiles (and, the first time, the keys and values) have landed
+        fence_proxy_async();
+        __syncthreads();
+        const float* s_lse = s_stats + (it & 1) * 2 * BM;
+        const float* s_dvec = s_lse + BM;
+
+        // Transposed products: rows are this warpgroup's keys, columns the tile's queries.
+        float s[BM / 2], dp[BM / 2];
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) mma_ss<BF16, BM>(s, desc_k<BN>(k_rows, kk), desc_k<BM>(cq, kk), kk);
+        wg_commit();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) mma_ss<BF16, BM>(dp, desc_k<BN>(v_rows, kk), desc_k<BM>(cd, kk), kk);
+        wg_commit();
+        wg_wait<1>();
+        hold<BM / 2>(s);
+        const bool full = mask.full(m0, m0 + BM, key_tile0, key_tile0 + 16);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int col = mt * 8 + 2 * tq + (e & 1);
+                float p = fast_exp2(fmaf(s[mt * 4 + e], scale2, -s_lse[col]));
+                if (!full && !mask.ok(m0 + col, key0 + (e >> 1) * 8)) p = 0.f;
+                s[mt * 4 + e] = p;
+            }
+        wg_wait<0>();
+        hold<BM / 2>(dp);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dp[mt * 4 + e] = s[mt * 4 + e] * (dp[mt * 4 + e] - s_dvec[mt * 8 + 2 * tq + (e & 1)]);
+        u32 pt[BM / 16][4], dst_[BM / 16][4];
+        to_operand<BF16, BM>(pt, s);
+        to_operand<BF16, BM>(dst_, dp);
+
+        wg_fence();
+        hold<D / 2>(dv_acc);
+        hold<D / 2>(dk_acc);
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; ++kk) mma_rs<BF16, D>(dv_acc, pt[kk], desc_mn<BM>(cd, kk), 1);  // dV += P^T dO
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; ++kk) mma_rs<BF16, D>(dk_acc, dst_[kk], desc_mn<BM>(cq, kk), 1);  // dK += dS^T Q
+        wg_commit();
+        wg_wait<0>();
+        hold<D / 2>(dv_acc);
+        hold<D / 2>(dk_acc);
+        __syncthreads();  // every warpgroup is done with this stage before it is loaded again
+    }
+    cp_wait<0>();  // (when no query tile was swept, the key/value loads are still to be retired)
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int key = key0 + r * 8;
+        if (key >= S) continue;
+        const i64 at = b * gsb + hk * gsh + key * gst;
+        u32* outk = (u32*)(dk + at);
+        u32* outv = (u32*)(dvo + at);
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+            outk[dt * 4 + tq] = pack2<BF16>(dk_acc[dt * 4 + 2 * r] * scale, dk_acc[dt * 4 + 2 * r + 1] * scale);
+            outv[dt * 4 + tq] = pack2<BF16>(dv_acc[dt * 4 + 2 * r], dv_acc[dt * 4 + 2 * r + 1]);
+        }
+    }
+}
+#define FHB_SHAPE_ARGS \
+    qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, dsb, dsh, dst, gsb, gsh, gst, H, Hkv, T, S, scale, causal, window
+#define FHB_DQ_BODY(BF, D, BN) hopper_bwd_dq<BF, D, BN>(q, k, v, dout, lse, dvec, dq, FHB_SHAPE_ARGS);
+#define FHB_DKDV_BODY(BF, D, BM) hopper_bwd_dkdv<BF, D, BM>(q, k, v, dout, lse, dvec, dk, dv, FHB_SHAPE_ARGS);
+#else
+#define FHB_DQ_BODY(BF, D, BN)
+#define FHB_DKDV_BODY(BF, D, BM)
+#endif  // FH_ENABLED
+
+// ---------------------------------------------------------------- extern "C" entry points
+// hopper_bwd_dq_{bf16,f16}_d{D}_n{BN} (BN keys per tile) and hopper_bwd_dkdv_{bf16,f16}_d{D}_m{BM}
+// (BM queries per tile): flash_bwd_dq's and flash_bwd_dkdv's arguments without dropout.
+#define FHB_DQ(NAME, BF, D, BN)                                                                     \
+    extern "C" __global__ void __launch_bounds__(FH_THREADS, 1) hopper_bwd_dq_##NAME##_d##D##_n##BN( \
+        FHB_INPUTS, u16* dq, FHB_SHAPE) {                                                                      \
+        FHB_DQ_BODY(BF, D, BN)                                                                      \
+    }
+#define FHB_DKDV(NAME, BF, D, BM)                                                                     \
+    extern "C" __global__ void __launch_bounds__(FH_THREADS, 1) hopper_bwd_dkdv_##NAME##_d##D##_m##BM( \
+        FHB_INPUTS, u16* dk, u16* dv, FHB_SHAPE) {                                                               \
+        FHB_DKDV_BODY(BF, D, BM)                                                                      \
+    }
+#define FHB_ALL(NAME, BF)                                                                           \
+    FHB_DQ(NAME, BF, 64, 64) FHB_DQ(NAME, BF, 64, 128) FHB_DQ(NAME, BF, 128, 64)                    \
+    FHB_DKDV(NAME, BF, 64, 64) FHB_DKDV(NAME, BF, 64, 128) FHB_DKDV(NAME, BF, 128, 64)
+FHB_ALL(bf16, true)
+FHB_ALL(f16, false)

@@ -84,12 +84,12 @@ def main(argv=None):
             if attention.hopper(q.dtype, D):
                 o2, l2 = cp.empty_like(out), cp.empty_like(lse)
                 strides = [[np.int64(s // a.itemsize) for s in a.strides[:3]] for a in (q, k, v)]
-                for n in (64, 128):
+                for n, w in attention.HOPPER_VARIANTS["fwd"][D]:
 
-                    def run(n=n):
-                        attention._hopper_fwd(q, k, v, o2, l2, *strides, attrs["scale"], True, None, block_n=n)
+                    def run(tiles=(n, w)):
+                        attention._hopper_fwd(q, k, v, o2, l2, *strides, attrs["scale"], True, None, tiles=tiles)
 
-                    forwards[f"wgmma n{n}"] = timed(run)
+                    forwards[f"wgmma n{n} w{w}"] = timed(run)
             t_all = timed(lambda: attention.flash_attention_backward(q, k, v, out, lse, g, **attrs))
             # the backward's kernels one at a time, through the launcher's own pieces
             grads = [cp.empty_like(a) for a in (q, k, v)]
@@ -102,9 +102,10 @@ def main(argv=None):
             os.environ.pop("GRADCRAFT_HOPPER_ATTENTION")
             backwards = {"mma.sync": (timed(old["dq"]), timed(old["dkdv"]))}
             if attention.hopper(q.dtype, D):
-                for tiles in [(64, 64)] + ([(128, 128)] if D == 64 else []):
+                for tiles in zip(attention.HOPPER_VARIANTS["dq"][D], attention.HOPPER_VARIANTS["dkdv"][D]):
                     new = attention.backward_launches(q, k, v, out, lse, g, *grads, **attrs, tiles=tiles)
-                    backwards[f"wgmma n{tiles[0]} m{tiles[1]}"] = (timed(new["dq"]), timed(new["dkdv"]))
+                    (n, wq), (m, wk) = tiles
+                    backwards[f"wgmma n{n} w{wq} / m{m} w{wk}"] = (timed(new["dq"]), timed(new["dkdv"]))
             tq, tk, tv, tg = (
                 torch.as_tensor(a, device="cuda").requires_grad_(True)
                 for a in (q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), g.astype(np.float32))

@@ -816,10 +816,10 @@ HOPPER_CASES = [  # (B, H, Hkv, T, S, D, causal, window): the wgmma forward's he
 ]
 
 
-@pytest.mark.parametrize("block_n", [64, 128])
+@pytest.mark.parametrize("variant", [0, 1, 2])
 @pytest.mark.parametrize("dtype", [BF16, np.float16])
 @pytest.mark.parametrize("case", HOPPER_CASES, ids=_case_id)
-def test_hopper_flash_forward(gpu, case, dtype, block_n):
+def test_hopper_flash_forward(gpu, case, dtype, variant):
     """The wgmma forward (flash_hopper.cu, sm_90 only) against the NumPy reference and the mma.sync
     kernel, every output element written (the outputs start as NaN)."""
     import cupy as cp
@@ -837,7 +837,8 @@ def test_hopper_flash_forward(gpu, case, dtype, block_n):
     out = cp.full((B, T, H, D), np.nan, dtype=np.float32).astype(dtype).transpose(0, 2, 1, 3)
     lse = cp.full((B, H, T), np.nan, dtype=np.float32)
     strides = [[np.int64(s // a.itemsize) for s in a.strides[:3]] for a in (dq, dk, dv)]
-    attention._hopper_fwd(dq, dk, dv, out, lse, *strides, attrs["scale"], causal, window, block_n=block_n)
+    tiles = attention.HOPPER_VARIANTS["fwd"][D][variant]  # (keys per tile, warpgroups per block)
+    attention._hopper_fwd(dq, dk, dv, out, lse, *strides, attrs["scale"], causal, window, tiles=tiles)
     out, lse = cp.asnumpy(out), cp.asnumpy(lse)
     limit = 1e-2 if dtype == BF16 else 2e-3
     assert rel_err(out, ref_out) < limit
@@ -853,10 +854,10 @@ def test_hopper_flash_forward(gpu, case, dtype, block_n):
     assert rel_err(out, gpu.to_numpy(old_out)) < limit
 
 
-@pytest.mark.parametrize("tiles", ["default", "wide"])
+@pytest.mark.parametrize("variant", [0, 1, 2])
 @pytest.mark.parametrize("dtype", [BF16, np.float16])
 @pytest.mark.parametrize("case", HOPPER_CASES, ids=_case_id)
-def test_hopper_flash_backward(gpu, case, dtype, tiles):
+def test_hopper_flash_backward(gpu, case, dtype, variant):
     """The wgmma backward (flash_hopper_bwd.cu: dq and dk/dv, sm_90 only) at each tile size against the
     NumPy reference and the mma.sync kernels, every gradient element written (they start as NaN)."""
     import cupy as cp
@@ -866,8 +867,9 @@ def test_hopper_flash_backward(gpu, case, dtype, tiles):
     B, H, Hkv, T, S, D, causal, window = case
     if not attention.hopper(dtype, D):
         pytest.skip("the wgmma backward runs on compute capability 9.0 only")
-    if tiles == "wide" and D != 64:
-        pytest.skip("128-key dq and 128-query dk/dv tiles exist at head dim 64 only")
+    variants = attention.HOPPER_VARIANTS
+    if variant >= min(len(variants["dq"][D]), len(variants["dkdv"][D])):
+        pytest.skip(f"no such variant at head dim {D}")
     r = rng()
     q, k, v = randn((B, H, T, D), dtype, r), randn((B, Hkv, S, D), dtype, r), randn((B, Hkv, S, D), dtype, r)
     g = randn((B, H, T, D), dtype, r)
@@ -879,8 +881,8 @@ def test_hopper_flash_backward(gpu, case, dtype, tiles):
         cp.full((a.shape[0], a.shape[2], a.shape[1], D), np.nan, dtype=np.float32).astype(dtype).transpose(0, 2, 1, 3)
         for a in (q, k, v)
     ]
-    pick = None if tiles == "default" else (128, 128)
-    launches = attention.backward_launches(*inputs, *grads, attrs["scale"], causal, window, tiles=pick)
+    tiles = variants["dq"][D][variant], variants["dkdv"][D][variant]
+    launches = attention.backward_launches(*inputs, *grads, attrs["scale"], causal, window, tiles=tiles)
     for launch in launches.values():
         launch()
     limit = 2e-2 if dtype == BF16 else 4e-3

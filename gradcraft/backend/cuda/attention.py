@@ -19,14 +19,21 @@ FILE = "flash_attention.cu"
 HOPPER_FILE = "flash_hopper.cu"  # the forward on wgmma (sm_90a): H100, H200
 HOPPER_BWD_FILE = "flash_hopper_bwd.cu"  # the backward's dq and dk/dv kernels on wgmma
 HOPPER_DIMS = (64, 128)
-# Tile sizes of the Hopper kernels by head dim (bench/attention_kernels.py --hopper_tiles times every
-# variant the kernel files hold): keys per tile of the forward (hopper_fwd_*_n64 and _n128) and of dq
-# (hopper_bwd_dq_*_n64, and _n128 at head dim 64), queries per tile of dk/dv (hopper_bwd_dkdv_*_m64,
-# and _m128 at head dim 64).
-HOPPER_BLOCK_N = {64: 64, 128: 128}  # measured on the H200: 64 faster at head dim 64, 128 at head dim 128
-HOPPER_DQ_BLOCK_N = {64: 64, 128: 64}
-HOPPER_DKDV_BLOCK_M = {64: 64, 128: 64}
-HOPPER_THREADS = 256
+# The Hopper kernels' variants, by kernel and head dim: (keys per tile of the forward and of dq, or
+# queries per tile of dk/dv; warpgroups of 128 threads per block, each owning 64 of the block's
+# queries or keys). The kernel files hold exactly these; bench/attention_kernels.py times them all.
+HOPPER_VARIANTS = {
+    "fwd": {64: ((64, 1), (64, 2), (128, 2)), 128: ((64, 2), (128, 1), (128, 2))},
+    "dq": {64: ((64, 1), (64, 2), (128, 1)), 128: ((64, 1), (64, 2))},
+    "dkdv": {64: ((64, 1), (64, 2), (128, 1)), 128: ((64, 1), (64, 2))},
+}
+# The variant each kernel runs (measured on the H200 at gpt2-124m's layer and at T 1024-4096).
+HOPPER_TILES = {
+    "fwd": {64: (64, 2), 128: (128, 2)},
+    "dq": {64: (64, 1), 128: (64, 1)},
+    "dkdv": {64: (64, 1), 128: (64, 1)},
+}
+WARPGROUP = 128  # threads
 HEAD_DIMS = (32, 48, 64, 96, 128)
 THREADS = 128
 _PAD = 8  # u16 elements of padding per shared-memory row (as FA_PAD in the kernel file)
@@ -101,7 +108,7 @@ _hopper_shared: dict = {}
 _MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 
-def _hopper_launch(file, name, grid, shared, args):
+def _hopper_launch(file, name, grid, threads, shared, args):
     """Launch a kernel of a Hopper file with `shared` bytes of dynamic shared memory (more than the
     48 KB a launch gets without asking, hence the attribute, set once per kernel and size)."""
     device = cp.cuda.Device().id
@@ -110,15 +117,16 @@ def _hopper_launch(file, name, grid, shared, args):
         # (a Function of a loaded Module has no attribute setter; the driver call is what it would do)
         cp.cuda.driver.funcSetAttribute(fn.ptr, _MAX_DYNAMIC_SHARED, shared)
         _hopper_shared[(name, device)] = shared
-    fn(grid, (HOPPER_THREADS,), args, shared_mem=shared)
+    fn(grid, (threads,), args, shared_mem=shared)
 
 
-def _hopper_fwd(q, k, v, out, lse, qs, ks, vs, scale, causal, window, block_n=None):
+def _hopper_fwd(q, k, v, out, lse, qs, ks, vs, scale, causal, window, tiles=None):
     B, H, T, D = q.shape
-    block_n = block_n or HOPPER_BLOCK_N[D]
-    shared = (128 + 4 * block_n) * D * 2 + 1024  # queries, two stages of keys and values, alignment slack
+    block_n, wgs = tiles or HOPPER_TILES["fwd"][D]
+    shared = (64 * wgs + 4 * block_n) * D * 2 + 1024  # queries, two stages of keys and values, alignment slack
     args = (q, k, v, out, lse, *qs, *ks, *vs, *_strides(out), *_shape_args(q, k, scale, causal, window))
-    _hopper_launch(HOPPER_FILE, f"hopper_fwd_{L.suffix(q.dtype)}_d{D}_n{block_n}", (-(-T // 128), B * H), shared, args)
+    name = f"hopper_fwd_{L.suffix(q.dtype)}_d{D}_n{block_n}_w{wgs}"
+    _hopper_launch(HOPPER_FILE, name, (-(-T // (64 * wgs)), B * H), WARPGROUP * wgs, shared, args)
 
 
 def flash_attention(q, k, v, state=None, *, scale, causal, window, dropout_p=0.0, stream=0):
@@ -172,8 +180,8 @@ def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, d
     dkdv: a block per key tile, over the query tiles of every query head sharing its KV head.
     `dropout`: _dropout_args (None: no dropout). dq double-buffers its key/value tiles, dk/dv its
     query/output-gradient tiles (and their lse/dvec), hence the shared-memory sizes below.
-    Where `hopper` says so, dq and dk/dv are flash_hopper_bwd.cu's wgmma kernels (`tiles`: their
-    (dq keys, dk/dv queries) per tile, HOPPER_DQ_BLOCK_N and HOPPER_DKDV_BLOCK_M by default).
+    Where `hopper` says so, dq and dk/dv are flash_hopper_bwd.cu's wgmma kernels (`tiles`: the
+    variants of dq and of dk/dv, HOPPER_TILES by default).
     (Adding dq up with atomics inside the dk/dv kernel, FlashAttention-2's way, measured 4% slower
     in total at gpt2-124m's shapes on an H200: the atomics cost more than the recomputation.)"""
     B, H, T, D = q.shape
@@ -214,18 +222,20 @@ def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, d
         ),
     }
     if not with_dropout and hopper(q.dtype, D):
-        n, m = tiles or (HOPPER_DQ_BLOCK_N[D], HOPPER_DKDV_BLOCK_M[D])
+        (n, wq), (m, wk) = tiles or (HOPPER_TILES["dq"][D], HOPPER_TILES["dkdv"][D])
         suffix = L.suffix(q.dtype)
         # dq: queries and output gradients, two stages of keys and values; dk/dv: keys and values, two
         # stages of queries and output gradients and of their lse and dvec; 1 KB of alignment slack each
-        dq_hopper = (2 * 128 + 4 * n) * D * 2 + 1024
-        dkdv_hopper = (2 * 128 + 4 * m) * D * 2 + 2 * 2 * m * 4 + 1024
+        dq_shared = (2 * 64 * wq + 4 * n) * D * 2 + 1024
+        dkdv_shared = (2 * 64 * wk + 4 * m) * D * 2 + 2 * 2 * m * 4 + 1024
         dq_args = (q, k, v, g, lse, dvec, dq, *qs, *ks, *vs, *gs, *_strides(dq), *shape)
         dkdv_args = (q, k, v, g, lse, dvec, dk, dv, *qs, *ks, *vs, *gs, *_strides(dk), *shape)
-        name_dq, name_dkdv = f"hopper_bwd_dq_{suffix}_d{D}_n{n}", f"hopper_bwd_dkdv_{suffix}_d{D}_m{m}"
-        launches["dq"] = lambda: _hopper_launch(HOPPER_BWD_FILE, name_dq, (-(-T // 128), B * H), dq_hopper, dq_args)
+        name_dq, name_dkdv = f"hopper_bwd_dq_{suffix}_d{D}_n{n}_w{wq}", f"hopper_bwd_dkdv_{suffix}_d{D}_m{m}_w{wk}"
+        launches["dq"] = lambda: _hopper_launch(
+            HOPPER_BWD_FILE, name_dq, (-(-T // (64 * wq)), B * H), WARPGROUP * wq, dq_shared, dq_args
+        )
         launches["dkdv"] = lambda: _hopper_launch(
-            HOPPER_BWD_FILE, name_dkdv, (-(-S // 128), B * Hkv), dkdv_hopper, dkdv_args
+            HOPPER_BWD_FILE, name_dkdv, (-(-S // (64 * wk)), B * Hkv), WARPGROUP * wk, dkdv_shared, dkdv_args
         )
     return launches
 

@@ -3,7 +3,8 @@
 // with each block's two warpgroups multiplying 64 x N tiles straight out of shared memory instead of
 // each warp feeding 16 x 8 products through ldmatrix (FlashAttention-3, Shah et al. 2024).
 //
-// A block owns 128 queries (warpgroup w the rows 64 w..) of one head and sweeps the key/value tiles
+// A block owns 64 WGS queries (WGS = 1 or 2 warpgroups, warpgroup w the rows 64 w..) of one head and
+// sweeps the key/value tiles
 // of BN keys they may see, staged two deep by cp.async: while a tile is used, the next one loads.
 // Per tile: S = Q K^T (wgmma, both operands in shared memory), the mask and the online softmax on the
 // accumulator registers, then O += P V with P (rounded to 16 bits) as wgmma's register operand; the
@@ -12,19 +13,17 @@
 // The tiles' swizzled layout and the wgmma wrappers: wgmma.cuh.
 #include "wgmma.cuh"
 
-#define FH_BLOCK_M 128
-
 #if defined(FH_ENABLED)
 
 // ---------------------------------------------------------------- forward
 
-template <bool BF16, int D, int BN>
+template <bool BF16, int D, int BN, int WGS>
 __device__ __forceinline__ void hopper_fwd(const u16* __restrict__ q, const u16* __restrict__ k,
                                            const u16* __restrict__ v, u16* __restrict__ o, float* __restrict__ lse,
                                            i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh,
                                            i64 vst, i64 osb, i64 osh, i64 ost, int H, int Hkv, int T, int S,
                                            float scale, int causal, int window) {
-    constexpr int BM = FH_BLOCK_M, NT = BN / 8, DT = D / 8, TILE = BN * D * 2;
+    constexpr int BM = 64 * WGS, THREADS = FH_WARPGROUP * WGS, NT = BN / 8, DT = D / 8, TILE = BN * D * 2;
     extern __shared__ __align__(1024) u16 smem[];
     const u32 base = (smem_u32(smem) + 1023u) & ~1023u;  // (the launcher asks for 1 KB more)
     const u32 sq = base, sk = sq + BM * D * 2, sv = sk + 2 * TILE;  // stage st: sk + st * TILE, sv + st * TILE
@@ -34,10 +33,10 @@ __device__ __forceinline__ void hopper_fwd(const u16* __restrict__ q, const u16*
     const int m0 = tile.m0, b = tile.b, h = tile.h, t_begin = tile.t_begin, t_end = tile.t_end;
     const u16 *kb = tile.kv(k, ksb, ksh), *vb = tile.kv(v, vsb, vsh);
 
-    load_swizzled<D, BM>(sq, q + b * qsb + h * qsh, qst, m0, T);
+    load_swizzled<D, BM, THREADS>(sq, q + b * qsb + h * qsh, qst, m0, T);
     if (t_begin < t_end) {
-        load_swizzled<D, BN>(sk, kb, kst, t_begin * BN, S);
-        load_swizzled<D, BN>(sv, vb, vst, t_begin * BN, S);
+        load_swizzled<D, BN, THREADS>(sk, kb, kst, t_begin * BN, S);
+        load_swizzled<D, BN, THREADS>(sv, vb, vst, t_begin * BN, S);
     }
     cp_commit();
 
@@ -52,8 +51,8 @@ __device__ __forceinline__ void hopper_fwd(const u16* __restrict__ q, const u16*
     for (int t = t_begin; t < t_end; ++t) {
         const int st = (t - t_begin) & 1, n0 = t * BN;
         if (t + 1 < t_end) {  // the next tile into the other stage (free since the barrier ending the last tile)
-            load_swizzled<D, BN>(sk + (st ^ 1) * TILE, kb, kst, n0 + BN, S);
-            load_swizzled<D, BN>(sv + (st ^ 1) * TILE, vb, vst, n0 + BN, S);
+            load_swizzled<D, BN, THREADS>(sk + (st ^ 1) * TILE, kb, kst, n0 + BN, S);
+            load_swizzled<D, BN, THREADS>(sv + (st ^ 1) * TILE, vb, vst, n0 + BN, S);
         }
         cp_commit();
         cp_wait<1>();  // this tile (and the queries) have landed
@@ -133,21 +132,24 @@ __device__ __forceinline__ void hopper_fwd(const u16* __restrict__ q, const u16*
 #endif  // FH_ENABLED
 
 // ---------------------------------------------------------------- extern "C" entry points
-// hopper_fwd_{bf16,f16}_d{64,128}_n{64,128}: BN keys per tile; flash_fwd's arguments without dropout.
+// hopper_fwd_{bf16,f16}_d{D}_n{BN}_w{WGS}: BN keys per tile, 64 WGS queries per block (WGS warpgroups);
+// flash_fwd's arguments without dropout.
 #if defined(FH_ENABLED)
-#define FH_BODY(BF, D, BN)                                                                                  \
-    hopper_fwd<BF, D, BN>(q, k, v, o, lse, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, osb, osh, ost, H, Hkv, T, \
-                          S, scale, causal, window);
+#define FH_BODY(BF, D, BN, WGS)                                                                                  \
+    hopper_fwd<BF, D, BN, WGS>(q, k, v, o, lse, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, osb, osh, ost, H, Hkv, \
+                               T, S, scale, causal, window);
 #else
-#define FH_BODY(BF, D, BN)
+#define FH_BODY(BF, D, BN, WGS)
 #endif
-#define FH_FWD(NAME, BF, D, BN)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(FH_THREADS, 1) hopper_fwd_##NAME##_d##D##_n##BN(                \
-        const u16* q, const u16* k, const u16* v, u16* o, float* lse, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, \
-        i64 kst, i64 vsb, i64 vsh, i64 vst, i64 osb, i64 osh, i64 ost, int H, int Hkv, int T, int S, float scale,  \
-        int causal, int window) {                                                                                 \
-        FH_BODY(BF, D, BN)                                                                                        \
+#define FH_FWD(NAME, BF, D, BN, WGS)                                                                               \
+    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP * WGS, 1) hopper_fwd_##NAME##_d##D##_n##BN##_w##WGS( \
+        const u16* q, const u16* k, const u16* v, u16* o, float* lse, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh,  \
+        i64 kst, i64 vsb, i64 vsh, i64 vst, i64 osb, i64 osh, i64 ost, int H, int Hkv, int T, int S, float scale,   \
+        int causal, int window) {                                                                                  \
+        FH_BODY(BF, D, BN, WGS)                                                                                    \
     }
-#define FH_ALL(NAME, BF) FH_FWD(NAME, BF, 64, 64) FH_FWD(NAME, BF, 64, 128) FH_FWD(NAME, BF, 128, 64) FH_FWD(NAME, BF, 128, 128)
+#define FH_ALL(NAME, BF)                                                                                  \
+    FH_FWD(NAME, BF, 64, 64, 1) FH_FWD(NAME, BF, 64, 64, 2) FH_FWD(NAME, BF, 64, 128, 2) FH_FWD(NAME, BF, 128, 64, 2) \
+        FH_FWD(NAME, BF, 128, 128, 1) FH_FWD(NAME, BF, 128, 128, 2)
 FH_ALL(bf16, true)
 FH_ALL(f16, false)

@@ -5,14 +5,17 @@
 // Both kernels recompute P = exp(scale q.k - lse) from the forward's log-sum-exp and form
 // dS = P * (dP - dvec) with dP = dO V^T (dvec = rowsum(dO * O), flash_bwd_dot), as the mma.sync
 // kernels do, so no atomics are needed:
-// - dq: a block owns 128 queries (warpgroup w the rows 64 w..) and sweeps BN-key tiles of K and V,
+// - dq: a block owns 64 WGS queries (WGS = 1 or 2 warpgroups, warpgroup w the rows 64 w..) and sweeps
+//   BN-key tiles of K and V,
 //   staged two deep: S = Q K^T and dP = dO V^T (both operands in shared memory), then dQ += dS K with
 //   dS as the register operand.
-// - dk/dv: a block owns 128 keys (warpgroup w the keys 64 w..) and sweeps the BM-query tiles of every
+// - dk/dv: a block owns 64 WGS keys (warpgroup w the keys 64 w..) and sweeps the BM-query tiles of every
 //   query head sharing its key/value head, Q and dO staged two deep: the transposed products
 //   S^T = K Q^T and dP^T = V dO^T, so that P^T and dS^T come out in registers in the layout of the
 //   register operand of dV += P^T dO and dK += dS^T Q.
-// In each, the second product of a pair runs while the exponentials of the first are computed.
+// In each, the second product of a pair runs while the exponentials of the first are computed. With one
+// warpgroup a block, two or three blocks share an SM and run out of step: one block's exponentials
+// overlap another's products, which a block of two warpgroups in lockstep cannot do.
 // The tiles' swizzled layout and the wgmma wrappers: wgmma.cuh.
 #include "wgmma.cuh"
 
@@ -40,9 +43,9 @@ __device__ __forceinline__ void to_operand(u32 (*a)[4], const float* acc) {
 
 // ---------------------------------------------------------------- dq
 
-template <bool BF16, int D, int BN>
+template <bool BF16, int D, int BN, int WGS>
 __device__ __forceinline__ void hopper_bwd_dq(FHB_INPUTS, u16* __restrict__ dq, FHB_SHAPE) {
-    constexpr int BM = 128, NT = BN / 8, DT = D / 8, TILE = BN * D * 2;
+    constexpr int BM = 64 * WGS, THREADS = FH_WARPGROUP * WGS, NT = BN / 8, DT = D / 8, TILE = BN * D * 2;
     extern __shared__ __align__(1024) u16 smem[];
     const u32 base = (smem_u32(smem) + 1023u) & ~1023u;  // (the launcher asks for 1 KB more)
     const u32 sq = base, sd = sq + BM * D * 2, sk = sd + BM * D * 2, sv = sk + 2 * TILE;  // stage st: + st * TILE
@@ -52,11 +55,11 @@ __device__ __forceinline__ void hopper_bwd_dq(FHB_INPUTS, u16* __restrict__ dq, 
     const int m0 = tile.m0, b = tile.b, h = tile.h, t_begin = tile.t_begin, t_end = tile.t_end;
     const u16 *kb = tile.kv(k, ksb, ksh), *vb = tile.kv(v, vsb, vsh);
 
-    load_swizzled<D, BM>(sq, q + b * qsb + h * qsh, qst, m0, T);
-    load_swizzled<D, BM>(sd, dout + b * dsb + h * dsh, dst, m0, T);
+    load_swizzled<D, BM, THREADS>(sq, q + b * qsb + h * qsh, qst, m0, T);
+    load_swizzled<D, BM, THREADS>(sd, dout + b * dsb + h * dsh, dst, m0, T);
     if (t_begin < t_end) {
-        load_swizzled<D, BN>(sk, kb, kst, t_begin * BN, S);
-        load_swizzled<D, BN>(sv, vb, vst, t_begin * BN, S);
+        load_swizzled<D, BN, THREADS>(sk, kb, kst, t_begin * BN, S);
+        load_swizzled<D, BN, THREADS>(sv, vb, vst, t_begin * BN, S);
     }
     cp_commit();
 
@@ -79,8 +82,8 @@ __device__ __forceinline__ void hopper_bwd_dq(FHB_INPUTS, u16* __restrict__ dq, 
         const int st = (t - t_begin) & 1, n0 = t * BN;
         const u32 ck = sk + st * TILE, cv = sv + st * TILE;
         if (t + 1 < t_end) {  // the next tile into the other stage (free since the barrier ending the last tile)
-            load_swizzled<D, BN>(sk + (st ^ 1) * TILE, kb, kst, n0 + BN, S);
-            load_swizzled<D, BN>(sv + (st ^ 1) * TILE, vb, vst, n0 + BN, S);
+            load_swizzled<D, BN, THREADS>(sk + (st ^ 1) * TILE, kb, kst, n0 + BN, S);
+            load_swizzled<D, BN, THREADS>(sv + (st ^ 1) * TILE, vb, vst, n0 + BN, S);
         }
         cp_commit();
         cp_wait<1>();  // this tile (and the queries and output gradients) have landed
@@ -137,9 +140,9 @@ __device__ __forceinline__ void hopper_bwd_dq(FHB_INPUTS, u16* __restrict__ dq, 
 
 // ---------------------------------------------------------------- dk, dv
 
-template <bool BF16, int D, int BM>
+template <bool BF16, int D, int BM, int WGS>
 __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk, u16* __restrict__ dvo, FHB_SHAPE) {
-    constexpr int BN = 128, MT = BM / 8, DT = D / 8, TILE = BM * D * 2;
+    constexpr int BN = 64 * WGS, THREADS = FH_WARPGROUP * WGS, MT = BM / 8, DT = D / 8, TILE = BM * D * 2;
     extern __shared__ __align__(1024) u16 smem[];
     const u32 base = (smem_u32(smem) + 1023u) & ~1023u;
     // keys, values, then two stages of [queries | output gradients], then two stages of [lse | dvec]
@@ -154,14 +157,14 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
     const int t_end = query_end > 0 ? (query_end + BM - 1) / BM : 0;
     const int tiles = t_end > q_begin ? t_end - q_begin : 0, total = G * tiles;
 
-    load_swizzled<D, BN>(sk, k + b * ksb + hk * ksh, kst, n0, S);
-    load_swizzled<D, BN>(sv, v + b * vsb + hk * vsh, vst, n0, S);
+    load_swizzled<D, BN, THREADS>(sk, k + b * ksb + hk * ksh, kst, n0, S);
+    load_swizzled<D, BN, THREADS>(sv, v + b * vsb + hk * vsh, vst, n0, S);
     // Sweep step `it` = (query head hk * G + it / tiles, query tile q_begin + it % tiles), in stage it & 1.
     auto issue = [&](int it) {
         const int hg = it / tiles, m0 = (q_begin + it - hg * tiles) * BM, h = hk * G + hg;
         const u32 cq = sqd + (it & 1) * 2 * TILE;
-        load_swizzled<D, BM>(cq, q + b * qsb + h * qsh, qst, m0, T);
-        load_swizzled<D, BM>(cq + TILE, dout + b * dsb + h * dsh, dst, m0, T);
+        load_swizzled<D, BM, THREADS>(cq, q + b * qsb + h * qsh, qst, m0, T);
+        load_swizzled<D, BM, THREADS>(cq + TILE, dout + b * dsb + h * dsh, dst, m0, T);
         if (threadIdx.x < BM) {  // plain loads: visible after the barrier that follows the wait
             const int row = m0 + threadIdx.x;
             const i64 bh_row = ((i64)b * H + h) * T;
@@ -252,28 +255,30 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
 }
 #define FHB_SHAPE_ARGS \
     qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, dsb, dsh, dst, gsb, gsh, gst, H, Hkv, T, S, scale, causal, window
-#define FHB_DQ_BODY(BF, D, BN) hopper_bwd_dq<BF, D, BN>(q, k, v, dout, lse, dvec, dq, FHB_SHAPE_ARGS);
-#define FHB_DKDV_BODY(BF, D, BM) hopper_bwd_dkdv<BF, D, BM>(q, k, v, dout, lse, dvec, dk, dv, FHB_SHAPE_ARGS);
+#define FHB_DQ_BODY(BF, D, BN, WGS) hopper_bwd_dq<BF, D, BN, WGS>(q, k, v, dout, lse, dvec, dq, FHB_SHAPE_ARGS);
+#define FHB_DKDV_BODY(BF, D, BM, WGS) hopper_bwd_dkdv<BF, D, BM, WGS>(q, k, v, dout, lse, dvec, dk, dv, FHB_SHAPE_ARGS);
 #else
-#define FHB_DQ_BODY(BF, D, BN)
-#define FHB_DKDV_BODY(BF, D, BM)
+#define FHB_DQ_BODY(BF, D, BN, WGS)
+#define FHB_DKDV_BODY(BF, D, BM, WGS)
 #endif  // FH_ENABLED
 
 // ---------------------------------------------------------------- extern "C" entry points
-// hopper_bwd_dq_{bf16,f16}_d{D}_n{BN} (BN keys per tile) and hopper_bwd_dkdv_{bf16,f16}_d{D}_m{BM}
-// (BM queries per tile): flash_bwd_dq's and flash_bwd_dkdv's arguments without dropout.
-#define FHB_DQ(NAME, BF, D, BN)                                                                     \
-    extern "C" __global__ void __launch_bounds__(FH_THREADS, 1) hopper_bwd_dq_##NAME##_d##D##_n##BN( \
-        FHB_INPUTS, u16* dq, FHB_SHAPE) {                                                                      \
-        FHB_DQ_BODY(BF, D, BN)                                                                      \
+// hopper_bwd_dq_{bf16,f16}_d{D}_n{BN}_w{WGS} (BN keys per tile) and hopper_bwd_dkdv_{bf16,f16}_d{D}_m{BM}_w{WGS}
+// (BM queries per tile), WGS warpgroups a block: flash_bwd_dq's and flash_bwd_dkdv's arguments without dropout.
+#define FHB_DQ(NAME, BF, D, BN, WGS)                                                                                \
+    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP * WGS, 1) hopper_bwd_dq_##NAME##_d##D##_n##BN##_w##WGS( \
+        FHB_INPUTS, u16* dq, FHB_SHAPE) {                                                                           \
+        FHB_DQ_BODY(BF, D, BN, WGS)                                                                                 \
     }
-#define FHB_DKDV(NAME, BF, D, BM)                                                                     \
-    extern "C" __global__ void __launch_bounds__(FH_THREADS, 1) hopper_bwd_dkdv_##NAME##_d##D##_m##BM( \
-        FHB_INPUTS, u16* dk, u16* dv, FHB_SHAPE) {                                                               \
-        FHB_DKDV_BODY(BF, D, BM)                                                                      \
+#define FHB_DKDV(NAME, BF, D, BM, WGS)                                                                                \
+    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP * WGS, 1) hopper_bwd_dkdv_##NAME##_d##D##_m##BM##_w##WGS( \
+        FHB_INPUTS, u16* dk, u16* dv, FHB_SHAPE) {                                                                    \
+        FHB_DKDV_BODY(BF, D, BM, WGS)                                                                                 \
     }
-#define FHB_ALL(NAME, BF)                                                                           \
-    FHB_DQ(NAME, BF, 64, 64) FHB_DQ(NAME, BF, 64, 128) FHB_DQ(NAME, BF, 128, 64)                    \
-    FHB_DKDV(NAME, BF, 64, 64) FHB_DKDV(NAME, BF, 64, 128) FHB_DKDV(NAME, BF, 128, 64)
+#define FHB_ALL(NAME, BF)                                                                                        \
+    FHB_DQ(NAME, BF, 64, 64, 1) FHB_DQ(NAME, BF, 64, 64, 2) FHB_DQ(NAME, BF, 64, 128, 1)                         \
+        FHB_DQ(NAME, BF, 128, 64, 1) FHB_DQ(NAME, BF, 128, 64, 2) FHB_DKDV(NAME, BF, 64, 64, 1)                  \
+            FHB_DKDV(NAME, BF, 64, 64, 2) FHB_DKDV(NAME, BF, 64, 128, 1) FHB_DKDV(NAME, BF, 128, 64, 1)          \
+                FHB_DKDV(NAME, BF, 128, 64, 2)
 FHB_ALL(bf16, true)
 FHB_ALL(f16, false)

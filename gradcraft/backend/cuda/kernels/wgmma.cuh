@@ -2,7 +2,7 @@
 // (flash_hopper.cu: forward, flash_hopper_bwd.cu: backward): the product wrappers, shared-memory matrix
 // descriptors and the swizzled tiles they read.
 //
-// A block runs FH_THREADS threads: two warpgroups of four warps. wgmma multiplies a warpgroup's 64 x N
+// A block runs one or two warpgroups of four warps (128 threads each). wgmma multiplies a warpgroup's 64 x N
 // tile (float32 accumulators: warp w of the group the 16 rows 16 w.., lane l holding rows l / 4 and
 // l / 4 + 8, columns 8 j + 2 (l % 4) and the next) by operands in shared memory, or with A (64 x 16,
 // 16-bit pairs) from registers in exactly the accumulator's layout, so a product's result rounded to
@@ -23,7 +23,7 @@
 #include "common.cuh"
 #include "flash.cuh"
 
-#define FH_THREADS 256  // two warpgroups
+#define FH_WARPGROUP 128  // threads
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FH_ENABLED 1
@@ -134,12 +134,12 @@ template <int R> __device__ __forceinline__ u64 desc_mn(u32 tile, int kk) {
 }
 
 // R rows of D 16-bit values, global rows row0.. (stride elements; rows past `rows` read as zeros), into
-// the swizzled tile at shared address s.
-template <int D, int R>
+// the swizzled tile at shared address s, by the block's THREADS threads.
+template <int D, int R, int THREADS>
 __device__ __forceinline__ void load_swizzled(u32 s, const u16* g, i64 stride, int row0, int rows) {
     constexpr int CHUNKS = D / 8;
 #pragma unroll 4
-    for (int idx = threadIdx.x; idx < R * CHUNKS; idx += FH_THREADS) {
+    for (int idx = threadIdx.x; idx < R * CHUNKS; idx += THREADS) {
         const int r = idx / CHUNKS, c = idx - r * CHUNKS, row = row0 + r;
         const bool ok = row < rows;
         const u32 dst = s + (c >> 3) * (R * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4);

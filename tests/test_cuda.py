@@ -1613,3 +1613,21 @@ def test_every_contract_kernel_ran(gpu, request):
     if getattr(request.config, "workerinput", None) is not None or len(SEEN) < 10:
         pytest.skip("needs the whole file in one process (run without -n)")
     assert not (KERNELS - SEEN), f"kernels never run on the GPU: {sorted(KERNELS - SEEN)}"
+
+
+@pytest.mark.parametrize("dtype", [np.int64, BF16, np.float32])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (4096,), (0, 3)])
+def test_to_numpy_later_copies_small_arrays_by_kernel_and_large_ones_by_copy_engine(gpu, dtype, shape):
+    """The asynchronous fetch behind a decoding loop: up to KERNEL_FETCH_BYTES a copy kernel writes the
+    pinned host buffer directly, above it a copy-engine transfer; both give the array's values, after
+    everything queued before them, including a strided view."""
+    r = rng()
+    values = (r.integers(-1000, 1000, size=shape) if dtype == np.int64 else randn(shape, np.float32, r)).astype(dtype)
+    a = gpu.from_numpy(values)
+    waits = [gpu.to_numpy_later(a)]
+    a[...] = 0  # queued after the fetch: the fetched values are the old ones
+    waits.append(gpu.to_numpy_later(gpu.from_numpy(np.ascontiguousarray(values.T)).T))  # a strided view
+    for wait in waits:
+        got = wait()
+        assert got.shape == values.shape and got.dtype == values.dtype
+        np.testing.assert_array_equal(got, values)

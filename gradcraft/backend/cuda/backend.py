@@ -94,6 +94,12 @@ class CUDABackend(Backend):
         with self._device:
             return cp.asnumpy(array)
 
+    # At most this many bytes, to_numpy_later copies with a kernel that writes the pinned host buffer
+    # directly (pinned memory is mapped into the device's address space: unified addressing) instead
+    # of a copy-engine transfer, whose set-up sits between a decoding loop's graph replays.
+    # bench/decode_profile.py times both (0 turns the kernel copy off).
+    KERNEL_FETCH_BYTES = 4096
+
     def to_numpy_later(self, array):
         """An asynchronous copy on the current stream into pinned host memory (CuPy's pinned pool),
         after everything queued there; the function returned waits for it (an event)."""
@@ -101,7 +107,11 @@ class CUDABackend(Backend):
             array = cp.ascontiguousarray(array)  # (a copy kernel, queued in order, if strided)
             host = cupyx.empty_pinned(array.shape, array.dtype)
             stream = cp.cuda.get_current_stream()
-            if array.nbytes:
+            if 0 < array.nbytes <= self.KERNEL_FETCH_BYTES:
+                pointer = cp.cuda.runtime.hostGetDevicePointer(host.ctypes.data, 0)
+                memory = cp.cuda.UnownedMemory(pointer, array.nbytes, host, self._device.id)
+                cp.ndarray(array.shape, array.dtype, cp.cuda.MemoryPointer(memory, 0))[...] = array
+            elif array.nbytes:
                 cp.cuda.runtime.memcpyAsync(
                     host.ctypes.data, array.data.ptr, array.nbytes, cp.cuda.runtime.memcpyDeviceToHost, stream.ptr
                 )
@@ -109,7 +119,7 @@ class CUDABackend(Backend):
             done.record(stream)
 
         def wait():
-            done.synchronize()
+            done.synchronize()  # (a kernel's writes to host memory are visible once it has completed)
             return host
 
         return wait

@@ -1247,6 +1247,31 @@ def test_norm_linear_kernel(gpu, dtype, norm, activation):
             _close_to_scale(gpu.to_numpy(got), np.asarray(expected_y), dtype, f"{what} aligned={aligned}")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("norm", [None, "rms_norm", "layer_norm"])
+@pytest.mark.parametrize("residual, bias", [(True, False), (False, True)])
+def test_norm_linear_wide_output_layer(gpu, dtype, norm, residual, bias):
+    """An output layer of an odd width (gpt2's 50257-like): the row normalized by one block, then the
+    GEMV (gemv.wide), against the CPU reference; s bit for bit; the first case misaligned too."""
+    from gradcraft.backend.cuda import gemv
+
+    K, N = 768, 16400  # N >= gemv.MAX_COLUMNS, N % 64 != 0
+    assert gemv.wide(N, None) and not gemv.wide(N, "gelu") and not gemv.wide(16384, None)
+    assert gpu.norm_linear_supported(1, N, K, dtype, None) and not gpu.norm_linear_supported(1, N, K, dtype, "gelu")
+    r = rng()
+    arrays, attrs = _norm_linear_inputs(K, N, dtype, norm, residual, bias, norm == "layer_norm", r)
+    attrs["activation"] = None
+    expected = cpu().reference_kernels["norm_linear"](*arrays, **attrs)
+    expected_y, expected_s = expected if residual else (expected, None)
+    for aligned in (True, False):
+        got = gpu.run("norm_linear", [gpu.from_numpy(a) if aligned else misaligned(gpu, a) for a in arrays], attrs)
+        if residual:
+            got, got_s = got
+            bits = f"u{np.dtype(dtype).itemsize}"
+            np.testing.assert_array_equal(gpu.to_numpy(got_s).view(bits), np.asarray(expected_s).view(bits))
+        _close_to_scale(gpu.to_numpy(got), np.asarray(expected_y), dtype, f"wide norm_linear aligned={aligned}")
+
+
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 def test_norm_linear_op_takes_the_fused_kernel_at_one_row(gpu, family, monkeypatch):
     """F.norm_linear on CUDA: one row without a gradient runs the fused kernel, and gives what the

@@ -18,7 +18,7 @@ does (backend/cpu/gemv.py is the reference). `supported` says where the op layer
 import cupy as cp
 import numpy as np
 
-from gradcraft.backend.cuda import compiler
+from gradcraft.backend.cuda import compiler, elementwise
 from gradcraft.backend.cuda import launch as L
 from gradcraft.backend.cuda import pdl
 from gradcraft.backend.cpu.gemv import unpack
@@ -88,12 +88,19 @@ _ACTIVATIONS = {None: 0, "gelu": 1, "gelu_tanh": 2}  # swiglu: the `g` kernels
 
 
 def supported(rows: int, N: int, K: int, dtype, activation) -> bool:
-    """Whether the norm_linear kernel takes this case: one row, float32/bf16/fp16, N < MAX_COLUMNS
-    (wider: the output layer, where the norm costs little beside the product: the kernel's prologue,
-    repeated in each of ~3000 blocks, measured no faster than the separate add and norm kernels
-    before the GEMV, ~29 us for gpt2's 50257 x 768), K <= MAX_K (the row in shared memory)."""
+    """Whether norm_linear takes this case: one row, float32/bf16/fp16, K <= MAX_K (the row in shared
+    memory), and either N < MAX_COLUMNS (the fused kernel) or an output layer that the GEMV takes
+    (N % 64 != 0, see `applies`) without an activation: there one block normalizes the row and the
+    GEMV follows (`wide`; the fused kernel's prologue, repeated in each of ~3000 blocks, measured no
+    faster than separate add and norm kernels before the GEMV, ~29 us for gpt2's 50257 x 768)."""
     width_ok = activation != "swiglu" or N % 2 == 0
-    return rows == 1 and 1 <= N < MAX_COLUMNS and 1 <= K <= MAX_K and width_ok and np.dtype(dtype) in _TYPES
+    narrow = 1 <= N < MAX_COLUMNS and width_ok
+    return rows == 1 and (narrow or wide(N, activation)) and 1 <= K <= MAX_K and np.dtype(dtype) in _TYPES
+
+
+def wide(N: int, activation) -> bool:
+    """An output layer norm_linear runs as two launches: the normalized row by one block, then the GEMV."""
+    return N >= MAX_COLUMNS and N % 64 != 0 and activation is None
 
 
 def norm_linear(*arrays, residual, norm, eps, norm_bias, bias, activation, threads=None, function=None):
@@ -111,12 +118,23 @@ def norm_linear(*arrays, residual, norm, eps, norm_bias, bias, activation, threa
     glu = activation == "swiglu"
     y = L.empty((rows, N // 2 if glu else N), x.dtype)
     s = L.empty((rows, K), x.dtype) if residual else None
+    per_access = 16 // x.itemsize
+    if wide(N, activation):
+        n = L.empty((rows, K), x.dtype)
+        vector = K % per_access == 0 and L.aligned(x, res, nw, nb, n, s)
+        name = f"norm_row_{'v' if vector else 's'}_{L.suffix(x.dtype)}"
+        fn = function(name) if function is not None else compiler.function(FILE, name, cp.cuda.Device().id)
+        args = (x, L.ptr(res), L.ptr(nw), L.ptr(nb), n, L.ptr(s), L.i32(K), L.f64(eps), L.i32(_NORMS[norm]))
+        fn((1,), (threads or NORM_LINEAR_THREADS,), args, shared_mem=4 * K)
+        gemv(n, K, w, y, rows, N, K, function=function)
+        if b is not None:  # (no model here has a biased output layer: the add, as the composed op does it)
+            y = elementwise.KERNELS["add"](y, b)
+        return (y, s) if residual else y
     columns, per_warp = (N // 2, 1) if glu else (N, outputs_per_warp(N, K))
     if threads is None:
         threads = NORM_LINEAR_THREADS
         if -(-columns // (threads // 32 * per_warp)) < L.sm_count():
             threads = 128
-    per_access = 16 // x.itemsize
     vector = K % per_access == 0 and L.aligned(x, res, nw, nb, w, s)  # (bias and y: one value at a time)
     name = f"norm_linear_{'v' if vector else 's'}{'g' if glu else per_warp}_{L.suffix(x.dtype)}"
     fn = function(name) if function is not None else compiler.function(FILE, name, cp.cuda.Device().id)

@@ -247,6 +247,25 @@ __device__ void norm_linear_body(const T* x, const T* res, const T* nw, const T*
     }
 }
 
+// The normalized row alone, n = T(norm(T(x + residual))) (and s with a residual), by one block: for
+// an output layer too wide for norm_linear's per-block prologue (gemv.py: the GEMV follows), where it
+// replaces the separate add and norm kernels, one launch fewer and one pass over the row.
+template <typename T, int VEC>
+__device__ void norm_row_body(const T* x, const T* res, const T* nw, const T* nb, T* n_out, T* s_out, int K,
+                              double eps, int norm) {
+    extern __shared__ __align__(16) float row[];
+    norm_linear_row<T, VEC>(x, res, nw, nb, s_out, K, eps, norm, row);
+    for (int v = threadIdx.x; v < K / VEC; v += blockDim.x) {
+        float t[VEC];
+        load_vals<VEC>(row + v * VEC, t);
+        store_vals<VEC>(n_out + (i64)v * VEC, t);  // (the values are already rounded to T)
+    }
+}
+#define NORM_ROW_KERNEL(ACCESS, NAME, T, VEC) \
+    extern "C" __global__ void __launch_bounds__(256) norm_row_##ACCESS##_##NAME( \
+        const T* x, const T* res, const T* nw, const T* nb, T* n_out, T* s_out, int K, double eps, int norm) { \
+        norm_row_body<T, VEC>(x, res, nw, nb, n_out, s_out, K, eps, norm); }
+
 #define NORM_LINEAR_KERNEL(ACCESS, MODE, NAME, T, VEC, O, GLU) \
     extern "C" __global__ void __launch_bounds__(256) norm_linear_##ACCESS##MODE##_##NAME( \
         const T* x, const T* res, const T* nw, const T* nb, const T* w, const T* bias, T* y, T* s_out, int N, int K, \
@@ -257,7 +276,8 @@ __device__ void norm_linear_body(const T* x, const T* res, const T* nw, const T*
     NORM_LINEAR_KERNEL(ACCESS, 2, NAME, T, VEC, 2, false) \
     NORM_LINEAR_KERNEL(ACCESS, g, NAME, T, VEC, 2, true)
 #define NORM_LINEAR(NAME, T) \
-    NORM_LINEAR_ACCESS(v, NAME, T, 16 / (int)sizeof(T)) NORM_LINEAR_ACCESS(s, NAME, T, 1)
+    NORM_LINEAR_ACCESS(v, NAME, T, 16 / (int)sizeof(T)) NORM_LINEAR_ACCESS(s, NAME, T, 1) \
+    NORM_ROW_KERNEL(v, NAME, T, 16 / (int)sizeof(T)) NORM_ROW_KERNEL(s, NAME, T, 1)
 NORM_LINEAR(f32, float)
 NORM_LINEAR(bf16, bf16)
 NORM_LINEAR(f16, f16)

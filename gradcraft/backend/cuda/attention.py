@@ -27,7 +27,8 @@ HOPPER_VARIANTS = {
     "dq": {64: ((64, 1), (64, 2), (128, 1)), 128: ((64, 1), (64, 2))},
     "dkdv": {64: ((64, 1), (64, 2), (128, 1)), 128: ((64, 1), (64, 2))},
 }
-# The variant each kernel runs (measured on the H200 at gpt2-124m's layer and at T 1024-4096).
+# The variant each kernel runs (measured on the H200 at gpt2-124m's layer and at T 1024-4096); None
+# for the backward: the mma.sync kernels, where they measured faster.
 HOPPER_TILES = {
     "fwd": {64: (64, 2), 128: (128, 2)},
     "dq": {64: (64, 1), 128: (64, 1)},
@@ -181,7 +182,7 @@ def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, d
     `dropout`: _dropout_args (None: no dropout). dq double-buffers its key/value tiles, dk/dv its
     query/output-gradient tiles (and their lse/dvec), hence the shared-memory sizes below.
     Where `hopper` says so, dq and dk/dv are flash_hopper_bwd.cu's wgmma kernels (`tiles`: the
-    variants of dq and of dk/dv, HOPPER_TILES by default).
+    variants of dq and of dk/dv, HOPPER_TILES by default, where None keeps the mma.sync kernels).
     (Adding dq up with atomics inside the dk/dv kernel, FlashAttention-2's way, measured 4% slower
     in total at gpt2-124m's shapes on an H200: the atomics cost more than the recomputation.)"""
     B, H, T, D = q.shape
@@ -221,8 +222,9 @@ def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, d
             (q, k, v, g, lse, dvec, dk, dv, *qs, *ks, *vs, *gs, *_strides(dk), *shape, *drop),
         ),
     }
-    if not with_dropout and hopper(q.dtype, D):
-        (n, wq), (m, wk) = tiles or (HOPPER_TILES["dq"][D], HOPPER_TILES["dkdv"][D])
+    tiles = tiles or (HOPPER_TILES["dq"].get(D), HOPPER_TILES["dkdv"].get(D))
+    if not with_dropout and hopper(q.dtype, D) and None not in tiles:
+        (n, wq), (m, wk) = tiles
         suffix = L.suffix(q.dtype)
         # dq: queries and output gradients, two stages of keys and values; dk/dv: keys and values, two
         # stages of queries and output gradients and of their lse and dvec; 1 KB of alignment slack each

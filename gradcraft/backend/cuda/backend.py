@@ -107,8 +107,13 @@ class CUDABackend(Backend):
             array = cp.ascontiguousarray(array)  # (a copy kernel, queued in order, if strided)
             host = cupyx.empty_pinned(array.shape, array.dtype)
             stream = cp.cuda.get_current_stream()
-            if 0 < array.nbytes <= self.KERNEL_FETCH_BYTES:
-                pointer = cp.cuda.runtime.hostGetDevicePointer(host.ctypes.data, 0)
+            pointer = 0
+            if 0 < array.nbytes <= self.KERNEL_FETCH_BYTES:  # the buffer's device address (its own, with UVA)
+                try:
+                    pointer = cp.cuda.runtime.pointerGetAttributes(host.ctypes.data).devicePointer
+                except cp.cuda.runtime.CUDARuntimeError:  # not mapped: the copy engine, below
+                    pointer = 0
+            if pointer:
                 memory = cp.cuda.UnownedMemory(pointer, array.nbytes, host, self._device.id)
                 cp.ndarray(array.shape, array.dtype, cp.cuda.MemoryPointer(memory, 0))[...] = array
             elif array.nbytes:

@@ -1,4 +1,4 @@
-// What the flash-attention kernels share (flash_attention.cu: mma.sync, any sm_80+; flash_hopper.cu:
+// What the flash-attention kernels share (flash_attention.cu: mma.sync, any sm_80+; flash_hopper*.cu:
 // wgmma, sm_90a): asynchronous copies into shared memory, rounding to 16-bit pairs, base-2
 // exponentials, and which (query, key) pairs a block must visit.
 #pragma once
@@ -84,3 +84,39 @@ struct QueryTile {
         return base + b * batch_stride + hk * head_stride;
     }
 };
+
+// The work of a block of the dk/dv kernels: BN keys from n0 of key/value head hk of batch b, and the
+// sweep over the query tiles of BM queries, [q_begin, q_begin + tiles), of each of the G query heads
+// that read hk: `total` steps, step `it` being query head hk * G + it / tiles, tile q_begin + it % tiles.
+struct KeyTile {
+    Mask mask;
+    int n0, b, hk, G, q_begin, tiles, total;
+    __device__ __forceinline__ KeyTile(const Mask& mask_, int BN, int BM, int H, int Hkv) : mask(mask_) {
+        n0 = blockIdx.x * BN;  // (the first key tiles, seen by the most queries, start first)
+        b = blockIdx.y / Hkv;
+        hk = blockIdx.y - b * Hkv;
+        G = H / Hkv;
+        q_begin = mask.query_lo(n0) / BM;
+        const int query_end = mask.query_hi(n0 + BN);
+        const int t_end = query_end > 0 ? (query_end + BM - 1) / BM : 0;
+        tiles = t_end > q_begin ? t_end - q_begin : 0;
+        total = G * tiles;
+    }
+    // Sweep step it's query head and first query.
+    __device__ __forceinline__ void step(int it, int BM, int& h, int& m0) const {
+        const int hg = it / tiles;
+        m0 = (q_begin + it - hg * tiles) * BM;
+        h = hk * G + hg;
+    }
+};
+
+// The BM queries' statistics from m0 of head h into `st` ([lse in base 2 | dvec], 2 BM floats; rows past
+// T as zeros), by the block's first BM threads, with plain loads: visible after the next barrier.
+__device__ __forceinline__ void load_query_stats(float* st, const float* lse, const float* dvec, int b, int h,
+                                                 int H, int T, int m0, int BM) {
+    if (threadIdx.x >= BM) return;
+    const int row = m0 + threadIdx.x;
+    const i64 bh_row = ((i64)b * H + h) * T;
+    st[threadIdx.x] = row < T ? lse[bh_row + row] * LOG2E : 0.f;
+    st[BM + threadIdx.x] = row < T ? dvec[bh_row + row] : 0.f;
+}

@@ -502,30 +502,21 @@ __device__ __forceinline__ void flash_bwd_dkdv(const u16* __restrict__ q, const 
     u16* sqd = sv + BN * LD;  // two buffers of [query tile | output-gradient tile]
     float* s_stats = (float*)(sqd + 2 * 2 * BM * LD);  // two buffers of [lse | dvec]
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
-    const int n0 = blockIdx.x * BN;
-    const int b = blockIdx.y / Hkv, hk = blockIdx.y - b * Hkv, G = H / Hkv;
-    const Mask mask{T, S, S - T, causal, window};
-    const int q_begin = mask.query_lo(n0) / BM, query_end = mask.query_hi(n0 + BN);
-    const int t_end = query_end > 0 ? (query_end + BM - 1) / BM : 0;
-    const int tiles = t_end > q_begin ? t_end - q_begin : 0, total = G * tiles;
+    const KeyTile tile(Mask{T, S, S - T, causal, window}, BN, BM, H, Hkv);
+    const Mask& mask = tile.mask;
+    const int n0 = tile.n0, b = tile.b, hk = tile.hk, total = tile.total;
 
     load_tile<D, BN>(sk, k + b * ksb + hk * ksh, kst, n0, S);
     load_tile<D, BN>(sv, v + b * vsb + hk * vsh, vst, n0, S);
     cp_commit();
-    // Sweep step `it` = (query head hk * G + it / tiles, query tile q_begin + it % tiles), in buffer it & 1.
-    auto issue = [&](int it) {
-        const int hg = it / tiles, m0 = (q_begin + it - hg * tiles) * BM, h = hk * G + hg;
+    auto issue = [&](int it) {  // sweep step it (KeyTile) into buffer it & 1
+        int h, m0;
+        tile.step(it, BM, h, m0);
         u16* bq = sqd + (it & 1) * 2 * BM * LD;
         load_tile<D, BM>(bq, q + b * qsb + h * qsh, qst, m0, T);
         load_tile<D, BM>(bq + BM * LD, dout + b * dsb + h * dsh, dst, m0, T);
         cp_commit();
-        if (threadIdx.x < BM) {  // plain loads: visible after the barrier that follows the wait
-            const int row = m0 + threadIdx.x;
-            const i64 bh_row = ((i64)b * H + h) * T;
-            float* st = s_stats + (it & 1) * 2 * BM;
-            st[threadIdx.x] = row < T ? lse[bh_row + row] * LOG2E : 0.f;
-            st[BM + threadIdx.x] = row < T ? dvec[bh_row + row] : 0.f;
-        }
+        load_query_stats(s_stats + (it & 1) * 2 * BM, lse, dvec, b, h, H, T, m0, BM);
     };
     if (total > 0) issue(0);
 
@@ -536,7 +527,8 @@ __device__ __forceinline__ void flash_bwd_dkdv(const u16* __restrict__ q, const 
     const float scale2 = scale * LOG2E;
     const int key0 = n0 + warp * 16 + g;  // this thread's keys: key0 and key0 + 8
     for (int it = 0; it < total; ++it) {
-        const int hg = it / tiles, m0 = (q_begin + it - hg * tiles) * BM, h = hk * G + hg;
+        int h, m0;
+        tile.step(it, BM, h, m0);
         if (it + 1 < total) issue(it + 1);
         else cp_commit();
         cp_wait<1>();  // this step's tiles (and, the first time, the key/value tiles) have landed

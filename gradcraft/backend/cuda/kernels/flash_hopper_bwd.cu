@@ -150,28 +150,19 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
     float* s_stats = (float*)((char*)smem + (sqd + 4 * TILE - smem_u32(smem)));
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
               tq = lane & 3;
-    const int n0 = blockIdx.x * BN;  // (the first key tiles, seen by the most queries, start first)
-    const int b = blockIdx.y / Hkv, hk = blockIdx.y - b * Hkv, G = H / Hkv;
-    const Mask mask{T, S, S - T, causal, window};
-    const int q_begin = mask.query_lo(n0) / BM, query_end = mask.query_hi(n0 + BN);
-    const int t_end = query_end > 0 ? (query_end + BM - 1) / BM : 0;
-    const int tiles = t_end > q_begin ? t_end - q_begin : 0, total = G * tiles;
+    const KeyTile tile(Mask{T, S, S - T, causal, window}, BN, BM, H, Hkv);
+    const Mask& mask = tile.mask;
+    const int n0 = tile.n0, b = tile.b, hk = tile.hk, total = tile.total;
 
     load_swizzled<D, BN, THREADS>(sk, k + b * ksb + hk * ksh, kst, n0, S);
     load_swizzled<D, BN, THREADS>(sv, v + b * vsb + hk * vsh, vst, n0, S);
-    // Sweep step `it` = (query head hk * G + it / tiles, query tile q_begin + it % tiles), in stage it & 1.
-    auto issue = [&](int it) {
-        const int hg = it / tiles, m0 = (q_begin + it - hg * tiles) * BM, h = hk * G + hg;
+    auto issue = [&](int it) {  // sweep step it (KeyTile) into stage it & 1
+        int h, m0;
+        tile.step(it, BM, h, m0);
         const u32 cq = sqd + (it & 1) * 2 * TILE;
         load_swizzled<D, BM, THREADS>(cq, q + b * qsb + h * qsh, qst, m0, T);
         load_swizzled<D, BM, THREADS>(cq + TILE, dout + b * dsb + h * dsh, dst, m0, T);
-        if (threadIdx.x < BM) {  // plain loads: visible after the barrier that follows the wait
-            const int row = m0 + threadIdx.x;
-            const i64 bh_row = ((i64)b * H + h) * T;
-            float* st = s_stats + (it & 1) * 2 * BM;
-            st[threadIdx.x] = row < T ? lse[bh_row + row] * LOG2E : 0.f;
-            st[BM + threadIdx.x] = row < T ? dvec[bh_row + row] : 0.f;
-        }
+        load_query_stats(s_stats + (it & 1) * 2 * BM, lse, dvec, b, h, H, T, m0, BM);
     };
     if (total > 0) issue(0);
     cp_commit();
@@ -183,7 +174,7 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
     const int key_tile0 = n0 + wg * 64 + warp * 16, key0 = key_tile0 + g;  // this thread's keys: key0, key0 + 8
     const u32 k_rows = sk + wg * 64 * 128, v_rows = sv + wg * 64 * 128;  // this warpgroup's 64 keys
     for (int it = 0; it < total; ++it) {
-        const int m0 = (q_begin + it % tiles) * BM;
+        const int m0 = (tile.q_begin + it % tile.tiles) * BM;
         const u32 cq = sqd + (it & 1) * 2 * TILE, cd = cq + TILE;
         if (it + 1 < total) issue(it + 1);
         cp_commit();

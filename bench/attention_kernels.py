@@ -84,28 +84,38 @@ def main(argv=None):
             if attention.hopper(q.dtype, D):
                 o2, l2 = cp.empty_like(out), cp.empty_like(lse)
                 strides = [[np.int64(s // a.itemsize) for s in a.strides[:3]] for a in (q, k, v)]
-                for n, w in attention.HOPPER_VARIANTS["fwd"][D]:
+                for tiles in attention.HOPPER_VARIANTS["fwd"][D]:
 
-                    def run(tiles=(n, w)):
+                    def run(tiles=tiles):
                         attention._hopper_fwd(q, k, v, o2, l2, *strides, attrs["scale"], True, None, tiles=tiles)
 
-                    forwards[f"wgmma n{n} w{w}"] = timed(run)
+                    forwards[f"wgmma n{tiles[0]} w{tiles[1]}{' pipelined' if len(tiles) > 2 else ''}"] = timed(run)
             t_all = timed(lambda: attention.flash_attention_backward(q, k, v, out, lse, g, **attrs))
             # the backward's kernels one at a time, through the launcher's own pieces
             grads = [cp.empty_like(a) for a in (q, k, v)]
             launches = attention.backward_launches(q, k, v, out, lse, g, *grads, **attrs)
             t_parts = {name: timed(launch) for name, launch in launches.items()}
+            # (the default backward fused: "dq" is the conversion of dk/dv's float32 dQ sums)
+            fused_variants = (attention.FUSED, attention.FUSED_OVERLAP)
+            fused = attention.hopper(q.dtype, D) and attention.HOPPER_TILES["dq"].get(D) in fused_variants
             # the backward's dq and dk/dv side by side: mma.sync, and on sm_90 wgmma at each tile size
             # (keys per dq tile, queries per dk/dv tile)
             os.environ["GRADCRAFT_HOPPER_ATTENTION"] = "0"
             old = attention.backward_launches(q, k, v, out, lse, g, *grads, **attrs)
             os.environ.pop("GRADCRAFT_HOPPER_ATTENTION")
-            backwards = {"mma.sync": (timed(old["dq"]), timed(old["dkdv"]))}
+            backwards = {"mma.sync": (timed(old["dq"]), timed(old["dkdv"]), 3, 4)}
             if attention.hopper(q.dtype, D):
                 for tiles in zip(attention.HOPPER_VARIANTS["dq"][D], attention.HOPPER_VARIANTS["dkdv"][D]):
                     new = attention.backward_launches(q, k, v, out, lse, g, *grads, **attrs, tiles=tiles)
-                    (n, wq), (m, wk) = tiles
-                    backwards[f"wgmma n{n} w{wq} / m{m} w{wk}"] = (timed(new["dq"]), timed(new["dkdv"]))
+                    (m, wk) = tiles[1]
+                    if tiles[0] in fused_variants:  # dk/dv adds dQ up (5 products); "dq" converts it
+                        label = (
+                            f"wgmma {tiles[0]} m{m} w{wk} (dot + zeroing {timed(new['dot']) * 1e3:.3f}; convert, dk/dv)"
+                        )
+                        backwards[label] = (timed(new["dq"]), timed(new["dkdv"]), 0, 5)
+                    else:
+                        label = f"wgmma n{tiles[0][0]} w{tiles[0][1]} / m{m} w{wk}"
+                        backwards[label] = (timed(new["dq"]), timed(new["dkdv"]), 3, 4)
             tq, tk, tv, tg = (
                 torch.as_tensor(a, device="cuda").requires_grad_(True)
                 for a in (q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), g.astype(np.float32))
@@ -120,13 +130,14 @@ def main(argv=None):
 
             print(
                 f"{T:5d} {D:4d} {B:3d} {H:3d} | {cell(t_fwd, 2)} {t_parts['dot'] * 1e3:6.3f} "
-                f"{cell(t_parts['dq'], 3)} {cell(t_parts['dkdv'], 4)} | {cell(tt_fwd, 2)} {cell(tt_all, 7)}"
+                f"{cell(t_parts['dq'], 0 if fused else 3)} {cell(t_parts['dkdv'], 5 if fused else 4)} | "
+                f"{cell(tt_fwd, 2)} {cell(tt_all, 7)}"
                 f"   ours f+b {cell(t_fwd + t_all, 9)}"
             )
             print("      forward kernels: " + ", ".join(f"{name} {cell(t, 2)}" for name, t in forwards.items()))
             print(
                 "      dq, dk/dv kernels: "
-                + ", ".join(f"{name} {cell(a, 3)} {cell(b, 4)}" for name, (a, b) in backwards.items())
+                + ", ".join(f"{name} {cell(a, pa)} {cell(b, pb)}" for name, (a, b, pa, pb) in backwards.items())
             )
 
 

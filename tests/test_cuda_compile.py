@@ -52,6 +52,17 @@ def test_hopper_kernels_compile_to_wgmma_for_sm_90a(name, kernel):
     assert b"wgmma" not in compiler.nvrtc_compile(text, name, "sm_90", library=LIBRARY)
 
 
+@pytest.mark.skipif(LIBRARY is None, reason="NVRTC library not found (pip install nvidia-cuda-nvrtc-cu12)")
+@pytest.mark.parametrize("name", ["flash_hopper.cu", "flash_hopper_bwd.cu"])
+def test_hopper_kernels_keep_wgmma_asynchronous(name):
+    """ptxas serialises every wgmma of a kernel (and says so, C7513/C7514) where a register of an
+    in-flight product is read or redefined before the wait that retires it: the kernels would still
+    be right but lose the overlap they exist for, which no CPU test would otherwise notice."""
+    log = compiler.ptxas_report(compiler.source(name), name, compiler.HOPPER_ARCH, library=LIBRARY)
+    serialised = [line for line in log.splitlines() if "C7513" in line or "C7514" in line]
+    assert not serialised, "\n".join(serialised)
+
+
 def test_cached_cubin_builds_once_per_source_and_survives_an_unwritable_cache(tmp_path, monkeypatch):
     """hopper_module's on-disk cache: a second process reads what the first built; an edited source,
     another target or another NVRTC builds anew; a cache it cannot write to only costs a rebuild."""

@@ -21,17 +21,26 @@ HOPPER_BWD_FILE = "flash_hopper_bwd.cu"  # the backward's dq and dk/dv kernels o
 HOPPER_DIMS = (64, 128)
 # The Hopper kernels' variants, by kernel and head dim: (keys per tile of the forward and of dq, or
 # queries per tile of dk/dv; warpgroups of 128 threads per block, each owning 64 of the block's
-# queries or keys). The kernel files hold exactly these; bench/attention_kernels.py times them all.
+# queries or keys), and for the forward PIPELINED where the kernel overlaps the next tile's scores
+# and the current tile's O += P V with the softmax (three stages of keys and values, flash_hopper.cu's
+# _p kernels). dq's FUSED: no dq kernel, the dk/dv kernel (then (64, 1)) adds dQ up itself;
+# FUSED_OVERLAP: the same, each step's dQ product (at head dim 128 its second half) multiplied at the
+# start of the next step, behind that step's first products. The kernel files
+# hold exactly these; bench/attention_kernels.py times them all, dq's and dk/dv's in pairs.
+FUSED, FUSED_OVERLAP, PIPELINED = "fused", "fused_overlap", "pipelined"
 HOPPER_VARIANTS = {
-    "fwd": {64: ((64, 1), (64, 2), (128, 2)), 128: ((64, 2), (128, 1), (128, 2))},
-    "dq": {64: ((64, 1), (64, 2), (128, 1)), 128: ((64, 1), (64, 2))},
-    "dkdv": {64: ((64, 1), (64, 2), (128, 1)), 128: ((64, 1), (64, 2))},
+    "fwd": {
+        64: ((64, 1), (64, 2), (128, 2), (64, 1, PIPELINED), (64, 2, PIPELINED), (128, 2, PIPELINED)),
+        128: ((64, 2), (128, 1), (128, 2), (64, 2, PIPELINED), (128, 2, PIPELINED)),
+    },
+    "dq": {64: ((64, 1), (64, 2), (128, 1), FUSED, FUSED_OVERLAP), 128: ((64, 1), (64, 2), FUSED, FUSED_OVERLAP)},
+    "dkdv": {64: ((64, 1), (64, 2), (128, 1), (64, 1), (64, 1)), 128: ((64, 1), (64, 2), (64, 1), (64, 1))},
 }
-# The variant each kernel runs (measured on the H200 at gpt2-124m's layer and at T 1024-4096); None
-# for the backward: the mma.sync kernels, where they measured faster.
+# The variant each kernel runs (the fastest on the H200 at gpt2-124m's layer and at T 1024-4096,
+# bench/attention_kernels.py, BENCHMARK.md); None for the backward: the mma.sync kernels.
 HOPPER_TILES = {
-    "fwd": {64: (64, 1), 128: (128, 2)},
-    "dq": {64: (64, 1), 128: (64, 2)},
+    "fwd": {64: (64, 1), 128: (128, 2, PIPELINED)},
+    "dq": {64: FUSED_OVERLAP, 128: FUSED_OVERLAP},
     "dkdv": {64: (64, 1), 128: (64, 1)},
 }
 WARPGROUP = 128  # threads
@@ -123,10 +132,11 @@ def _hopper_launch(file, name, grid, threads, shared, args):
 
 def _hopper_fwd(q, k, v, out, lse, qs, ks, vs, scale, causal, window, tiles=None):
     B, H, T, D = q.shape
-    block_n, wgs = tiles or HOPPER_TILES["fwd"][D]
-    shared = (64 * wgs + 4 * block_n) * D * 2 + 1024  # queries, two stages of keys and values, alignment slack
+    block_n, wgs, *pipelined = tiles or HOPPER_TILES["fwd"][D]
+    stages = 3 if pipelined else 2
+    shared = (64 * wgs + 2 * stages * block_n) * D * 2 + 1024  # queries, keys and values by stage, alignment slack
     args = (q, k, v, out, lse, *qs, *ks, *vs, *_strides(out), *_shape_args(q, k, scale, causal, window))
-    name = f"hopper_fwd_{L.suffix(q.dtype)}_d{D}_n{block_n}_w{wgs}"
+    name = f"hopper_fwd_{L.suffix(q.dtype)}_d{D}_n{block_n}_w{wgs}{'_p' if pipelined else ''}"
     _hopper_launch(HOPPER_FILE, name, (-(-T // (64 * wgs)), B * H), WARPGROUP * wgs, shared, args)
 
 
@@ -178,13 +188,17 @@ def flash_attention_backward(q, k, v, out, lse, g, state=None, *, scale, causal,
 def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, dropout=None, tiles=None) -> dict:
     """The backward's three kernels as callables, in order (bench/attention_kernels.py times each):
     dot: dvec = rowsum(dO * O), the softmax gradient's correction term; dq: a block per query tile;
-    dkdv: a block per key tile, over the query tiles of every query head sharing its KV head.
+    dkdv: a block per key tile, over the query tiles of every query head sharing its KV head. With
+    dq's variant FUSED or FUSED_OVERLAP, dkdv adds dQ up in float32 too (zeroed by "dot") and "dq"
+    only converts it.
     `dropout`: _dropout_args (None: no dropout). dq double-buffers its key/value tiles, dk/dv its
     query/output-gradient tiles (and their lse/dvec), hence the shared-memory sizes below.
     Where `hopper` says so, dq and dk/dv are flash_hopper_bwd.cu's wgmma kernels (`tiles`: the
     variants of dq and of dk/dv, HOPPER_TILES by default, where None keeps the mma.sync kernels).
-    (Adding dq up with atomics inside the dk/dv kernel, FlashAttention-2's way, measured 4% slower
-    in total at gpt2-124m's shapes on an H200: the atomics cost more than the recomputation.)"""
+    (On mma.sync, adding dq up with scalar atomics inside the dk/dv kernel measured 4% slower than
+    the separate dq kernel at gpt2-124m's shapes on an H200; on wgmma, with dS^T staged in shared
+    memory and 16-byte vector reductions in the accumulator's register order, the fused kernel is
+    the faster, most at long sequences: bench/attention_kernels.py, BENCHMARK.md.)"""
     B, H, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     (q, qs), (k, ks), (v, vs), (g, gs), (out, os) = _rows(q), _rows(k), _rows(v), _rows(g), _rows(out)
@@ -224,6 +238,8 @@ def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, d
     }
     tiles = tiles or (HOPPER_TILES["dq"].get(D), HOPPER_TILES["dkdv"].get(D))
     if not with_dropout and hopper(q.dtype, D) and None not in tiles:
+        if tiles[0] in (FUSED, FUSED_OVERLAP):
+            return _fused_launches(q, k, v, g, lse, dvec, dq, dk, dv, qs, ks, vs, gs, shape, launches["dot"], tiles[0])
         (n, wq), (m, wk) = tiles
         suffix = L.suffix(q.dtype)
         # dq: queries and output gradients, two stages of keys and values; dk/dv: keys and values, two
@@ -240,6 +256,31 @@ def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, d
             HOPPER_BWD_FILE, name_dkdv, (-(-S // (64 * wk)), B * Hkv), WARPGROUP * wk, dkdv_shared, dkdv_args
         )
     return launches
+
+
+def _fused_launches(q, k, v, g, lse, dvec, dq, dk, dv, qs, ks, vs, gs, shape, dot, variant) -> dict:
+    """flash_hopper_bwd.cu's fused backward: dk/dv and dQ's float32 partial sums (added into dq_acc,
+    (B, H, T rounded up to 64, D), by every key block), then dq = scale * dq_acc by the convert kernel."""
+    B, H, T, D = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    suffix = L.suffix(q.dtype)
+    dq_acc = L.empty((B, H, -(-T // 64) * 64, D), np.float32)
+    stream = cp.cuda.get_current_stream().ptr
+
+    def zero_and_dot():
+        cp.cuda.runtime.memsetAsync(dq_acc.data.ptr, 0, dq_acc.nbytes, stream)
+        dot()
+
+    # keys and values, two stages of queries and output gradients, dS^T, two stages of lse and dvec
+    shared = (2 * 64 + 4 * 64) * D * 2 + 64 * 64 * 2 + 2 * 2 * 64 * 4 + 1024
+    args = (q, k, v, g, lse, dvec, dk, dv, dq_acc, *qs, *ks, *vs, *gs, *_strides(dk), *shape)
+    convert_args = (dq_acc, dq, *_strides(dq), shape[0], shape[2], shape[4])  # H, T, scale
+    fused, convert = f"hopper_bwd_{variant}_{suffix}_d{D}_m64_w1", f"hopper_bwd_dq_convert_{suffix}_d{D}"
+    return {
+        "dot": zero_and_dot,
+        "dkdv": lambda: _hopper_launch(HOPPER_BWD_FILE, fused, (-(-S // 64), B * Hkv), WARPGROUP, shared, args),
+        "dq": lambda: _hopper_launch(HOPPER_BWD_FILE, convert, (-(-T // 64), B * H), WARPGROUP, 0, convert_args),
+    }
 
 
 KERNELS = {"flash_attention": flash_attention, "flash_attention_backward": flash_attention_backward}

@@ -158,6 +158,17 @@ def _nvrtc(path: str):
 def nvrtc_compile(text: str, name: str, arch: str, options: tuple = OPTIONS, library: str | None = None) -> bytes:
     """Compile CUDA C++ to PTX for `arch` (e.g. "sm_90") with NVRTC through ctypes; raises NVRTCError
     with the compiler's log on failure."""
+    return _nvrtc_run(text, name, arch, options, library)[0]
+
+
+def ptxas_report(text: str, name: str, arch: str, library: str | None = None) -> str:
+    """NVRTC's log of compiling `text` for the real target `arch` with ptxas's verbose report: each
+    kernel's registers and spills, and ptxas's notes, such as the wgmma serialisation warnings
+    (C7513/C7514) that tests/test_cuda_compile.py keeps out of the Hopper kernels."""
+    return _nvrtc_run(text, name, arch, (*OPTIONS, "--ptxas-options=-v"), library)[1]
+
+
+def _nvrtc_run(text: str, name: str, arch: str, options: tuple, library: str | None) -> tuple[bytes, str]:
     path = library or find_nvrtc()
     if path is None:
         raise NVRTCError("no libnvrtc found; pip install nvidia-cuda-nvrtc-cu12")
@@ -182,6 +193,6 @@ def nvrtc_compile(text: str, name: str, arch: str, options: tuple = OPTIONS, lib
         check(lib.nvrtcGetPTXSize(prog, ctypes.byref(size)), "ptx size")
         ptx = ctypes.create_string_buffer(size.value)
         check(lib.nvrtcGetPTX(prog, ptx), "ptx")
-        return ptx.raw
+        return ptx.raw, log.value.decode()
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))

@@ -11,6 +11,15 @@
 // accumulator's layout (a warp's 16 rows, lane l holding rows l / 4 and l / 4 + 8, columns
 // 8 j + 2 (l % 4) and the next) is exactly the register operand's layout, so P never leaves registers.
 // The tiles' swizzled layout and the wgmma wrappers: wgmma.cuh.
+//
+// hopper_fwd_pipelined (the _p kernels) computes the same thing with FlashAttention-3's intra-warpgroup
+// overlap (Shah et al. 2024, Algorithm 2): in hopper_fwd a warpgroup's tensor cores idle while it works
+// out the softmax (as long as the two products at head dim 64), so here each iteration t issues the
+// next tile's scores S_{t+1} = Q K_{t+1}^T and then O += P_t V_t, both asynchronously, waits for the
+// scores alone and computes their softmax (P_{t+1} and O's rescale factors) while O's product still
+// runs, and only then waits for it and rescales O. The loads run two tiles ahead, staged three deep
+// (stage = tile index % 3): at the top of iteration t tile t + 1 must have landed (S_{t+1} reads its
+// keys), V_t is still being read, and tile t + 2 goes into the stage tile t - 1 has left.
 #include "wgmma.cuh"
 
 #if defined(FH_ENABLED)
@@ -129,6 +138,192 @@ __device__ __forceinline__ void hopper_fwd(const u16* __restrict__ q, const u16*
         if (tq == 0) lse[out_row + row] = l > 0.f ? (row_max[r] + log2f(l)) * LN2 : neg_inf<float>();
     }
 }
+
+// ---------------------------------------------------------------- forward, software-pipelined
+
+// The mask and the online softmax (base 2, on unscaled scores) of the score tile s of BN keys from n0, in
+// place (s becomes P in float32), updating the rows' running max and sum. O's rescale factors come back
+// in alpha rather than being applied: O may be an in-flight wgmma's accumulator.
+template <int BN>
+__device__ __forceinline__ void softmax_tile(float* s, float* row_max, float* row_sum, float* alpha, const Mask& mask,
+                                             int tile_m0, int row0, int tq, int n0, float scale2) {
+    constexpr int NT = BN / 8;
+    if (!mask.full(tile_m0, tile_m0 + 16, n0, n0 + BN)) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                if (!mask.ok(row0 + (e >> 1) * 8, n0 + nt * 8 + 2 * tq + (e & 1))) s[nt * 4 + e] = neg_inf<float>();
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float mx = neg_inf<float>();
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * r], s[nt * 4 + 2 * r + 1]));
+        mx = fmaxf(mx * scale2, row_max[r]);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float shift = mx == neg_inf<float>() ? 0.f : mx;  // a row with nothing visible yet
+        alpha[r] = fast_exp2(row_max[r] - shift);
+        row_max[r] = mx;
+        row_sum[r] *= alpha[r];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const float p0 = fast_exp2(fmaf(s[nt * 4 + 2 * r], scale2, -shift));
+            const float p1 = fast_exp2(fmaf(s[nt * 4 + 2 * r + 1], scale2, -shift));
+            s[nt * 4 + 2 * r] = p0, s[nt * 4 + 2 * r + 1] = p1;
+            row_sum[r] += p0 + p1;
+        }
+    }
+}
+
+// P (float32, the accumulator's layout) rounded to 16-bit pairs: the register operand of O += P V.
+template <bool BF16, int BN> __device__ __forceinline__ void pack_p(const float* s, u32 (*p)[4]) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) p[kk][i] = pack2<BF16>(s[kk * 8 + 2 * i], s[kk * 8 + 2 * i + 1]);
+}
+
+// O (this thread's accumulators) *= alpha, row by row.
+template <int D> __device__ __forceinline__ void rescale_o(float* acc, const float* alpha) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) acc[dt * 4 + 2 * r] *= alpha[r], acc[dt * 4 + 2 * r + 1] *= alpha[r];
+}
+
+// hopper_fwd's function and arguments, pipelined (the file's header). The launcher's dynamic shared
+// memory is (64 WGS + 6 BN) D 2 + 1024 bytes: the queries, three stages of keys, three of values.
+template <bool BF16, int D, int BN, int WGS>
+__device__ __forceinline__ void hopper_fwd_pipelined(const u16* __restrict__ q, const u16* __restrict__ k,
+                                                     const u16* __restrict__ v, u16* __restrict__ o,
+                                                     float* __restrict__ lse, i64 qsb, i64 qsh, i64 qst, i64 ksb,
+                                                     i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst, i64 osb, i64 osh,
+                                                     i64 ost, int H, int Hkv, int T, int S, float scale, int causal,
+                                                     int window) {
+    constexpr int BM = 64 * WGS, THREADS = FH_WARPGROUP * WGS, DT = D / 8, TILE = BN * D * 2;
+    extern __shared__ __align__(1024) u16 smem[];
+    const u32 base = (smem_u32(smem) + 1023u) & ~1023u;  // (the launcher asks for 1 KB more)
+    const u32 sq = base, sk = sq + BM * D * 2, sv = sk + 3 * TILE;  // stage st: sk + st * TILE, sv + st * TILE
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
+              tq = lane & 3;
+    const QueryTile tile(Mask{T, S, S - T, causal, window}, BM, BN, H, Hkv);
+    const int m0 = tile.m0, b = tile.b, h = tile.h, t_begin = tile.t_begin, t_end = tile.t_end;
+    const u16 *kb = tile.kv(k, ksb, ksh), *vb = tile.kv(v, vsb, vsh);
+
+    // Two cp.async groups: the queries with tile t_begin (stage 0), then tile t_begin + 1 (stage 1).
+    load_swizzled<D, BM, THREADS>(sq, q + b * qsb + h * qsh, qst, m0, T);
+    if (t_begin < t_end) {
+        load_swizzled<D, BN, THREADS>(sk, kb, kst, t_begin * BN, S);
+        load_swizzled<D, BN, THREADS>(sv, vb, vst, t_begin * BN, S);
+    }
+    cp_commit();
+    if (t_begin + 1 < t_end) {
+        load_swizzled<D, BN, THREADS>(sk + TILE, kb, kst, (t_begin + 1) * BN, S);
+        load_swizzled<D, BN, THREADS>(sv + TILE, vb, vst, (t_begin + 1) * BN, S);
+    }
+    cp_commit();
+
+    float acc[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) acc[i] = 0.f;
+    float row_max[2] = {neg_inf<float>(), neg_inf<float>()}, row_sum[2] = {0.f, 0.f};
+    const float scale2 = scale * LOG2E;
+    const int tile_m0 = m0 + wg * 64 + warp * 16, row0 = tile_m0 + g;  // this thread's rows: row0, row0 + 8
+    const u32 q_rows = sq + wg * 64 * 128;                             // this warpgroup's 64 query rows
+
+    // Carried from one iteration to the next: s, tile t's P in float32 (softmax done, not yet rounded), and
+    // alpha, the factors by which O must be rescaled before P_t V_t is added.
+    float s[BN / 2], alpha[2];
+    u32 p[BN / 16][4];  // P_t rounded: O += P_t V_t's register operand
+    if (t_begin < t_end) {  // the first tile's P, so that every iteration has a P to multiply
+        cp_wait<1>();       // the queries and tile t_begin have landed
+        fence_proxy_async();
+        __syncthreads();
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) mma_ss<BF16, BN>(s, desc_k<BM>(q_rows, kk), desc_k<BN>(sk, kk), kk);
+        wg_commit();
+        wg_wait<0>();
+        hold<BN / 2>(s);
+        softmax_tile<BN>(s, row_max, row_sum, alpha, tile.mask, tile_m0, row0, tq, t_begin * BN, scale2);
+    }
+
+    // Iteration t: O += P_t V_t overlapped with the softmax of tile t + 1. The wait for the product of
+    // iteration t - 1 opens iteration t rather than closing t - 1: ptxas schedules a wgmma wait as early
+    // as it can within a basic block, and after the softmax it went above the exponentials (so the
+    // product ran alone); across the loop's branch it stays after them.
+#pragma unroll 1
+    for (int t = t_begin; t + 1 < t_end; ++t) {
+        const int i = t - t_begin, st = i % 3, st1 = (i + 1) % 3, st2 = (i + 2) % 3;
+        wg_wait<0>();  // O += P_{t-1} V_{t-1} has retired (none at t_begin)
+        hold<D / 2>(acc);
+        hold<BN / 2>(s);
+        // P_t is written into p only now: ptxas serializes every wgmma of the kernel (C7513) if an
+        // in-flight product's register operand is redefined, as P_{t-1}'s registers would be before the wait.
+        rescale_o<D>(acc, alpha);
+        pack_p<BF16, BN>(s, p);
+
+        cp_wait<0>();  // tile t + 1 (this thread's copies: the only group in flight) has landed
+        fence_proxy_async();
+        // Every thread's copies of tile t + 1 are visible to wgmma, and every warpgroup has retired
+        // O += P_{t-1} V_{t-1} (and S_{t-1} before it), the last reads of tile t - 1's stage st2.
+        __syncthreads();
+        if (t + 2 < t_end) {  // into st2; this iteration's products read st1's keys and st's values
+            load_swizzled<D, BN, THREADS>(sk + st2 * TILE, kb, kst, (t + 2) * BN, S);
+            load_swizzled<D, BN, THREADS>(sv + st2 * TILE, vb, vst, (t + 2) * BN, S);
+        }
+        cp_commit();
+
+        // Two wgmma groups: S_{t+1} = Q K_{t+1}^T (needed first), then O += P_t V_t.
+        wg_fence();  // (acc, p and s have just been written by ordinary instructions)
+        hold<D / 2>(acc);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+            mma_ss<BF16, BN>(s, desc_k<BM>(q_rows, kk), desc_k<BN>(sk + st1 * TILE, kk), kk);
+        wg_commit();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) mma_rs<BF16, D>(acc, p[kk], desc_mn<BN>(sv + st * TILE, kk), 1);
+        wg_commit();
+
+        wg_wait<1>();  // S_{t+1} has retired; P_t V_t may still be running: acc and p stay untouched
+        hold<BN / 2>(s);
+        softmax_tile<BN>(s, row_max, row_sum, alpha, tile.mask, tile_m0, row0, tq, (t + 1) * BN, scale2);
+    }
+    if (t_begin < t_end) {  // the last tile's O += P V (its values landed with its keys)
+        const int st = (t_end - 1 - t_begin) % 3;
+        wg_wait<0>();
+        hold<D / 2>(acc);
+        hold<BN / 2>(s);
+        rescale_o<D>(acc, alpha);
+        pack_p<BF16, BN>(s, p);
+        wg_fence();
+        hold<D / 2>(acc);
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) mma_rs<BF16, D>(acc, p[kk], desc_mn<BN>(sv + st * TILE, kk), 1);
+        wg_commit();
+        wg_wait<0>();
+        hold<D / 2>(acc);
+    }
+    cp_wait<0>();  // (a block with no tile still has the queries' copies in flight)
+
+    const i64 out_row = ((i64)b * H + h) * T;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float l = row_sum[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const int row = row0 + r * 8;
+        if (row >= T) continue;
+        const float inv = l > 0.f ? 1.f / l : 0.f;  // rows that see no key come out as zeros
+        u32* orow = (u32*)(o + b * osb + h * osh + row * ost);
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt)
+            orow[dt * 4 + tq] = pack2<BF16>(acc[dt * 4 + 2 * r] * inv, acc[dt * 4 + 2 * r + 1] * inv);
+        if (tq == 0) lse[out_row + row] = l > 0.f ? (row_max[r] + log2f(l)) * LN2 : neg_inf<float>();
+    }
+}
 #endif  // FH_ENABLED
 
 // ---------------------------------------------------------------- extern "C" entry points
@@ -153,3 +348,25 @@ __device__ __forceinline__ void hopper_fwd(const u16* __restrict__ q, const u16*
         FH_FWD(NAME, BF, 128, 128, 1) FH_FWD(NAME, BF, 128, 128, 2)
 FH_ALL(bf16, true)
 FH_ALL(f16, false)
+
+// hopper_fwd_{bf16,f16}_d{D}_n{BN}_w{WGS}_p: the pipelined variant, same arguments; dynamic shared memory
+// (64 WGS + 6 BN) D 2 + 1024 bytes.
+#if defined(FH_ENABLED)
+#define FH_BODY_P(BF, D, BN, WGS)                                                                                \
+    hopper_fwd_pipelined<BF, D, BN, WGS>(q, k, v, o, lse, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, osb, osh, \
+                                         ost, H, Hkv, T, S, scale, causal, window);
+#else
+#define FH_BODY_P(BF, D, BN, WGS)
+#endif
+#define FH_FWD_P(NAME, BF, D, BN, WGS)                                                                        \
+    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP * WGS, 1) hopper_fwd_##NAME##_d##D##_n##BN##_w##WGS##_p( \
+        const u16* q, const u16* k, const u16* v, u16* o, float* lse, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh,    \
+        i64 kst, i64 vsb, i64 vsh, i64 vst, i64 osb, i64 osh, i64 ost, int H, int Hkv, int T, int S, float scale,     \
+        int causal, int window) {                                                                                    \
+        FH_BODY_P(BF, D, BN, WGS)                                                                                    \
+    }
+#define FH_ALL_P(NAME, BF)                                                                                           \
+    FH_FWD_P(NAME, BF, 64, 64, 1) FH_FWD_P(NAME, BF, 64, 64, 2) FH_FWD_P(NAME, BF, 64, 128, 2)                       \
+        FH_FWD_P(NAME, BF, 128, 64, 2) FH_FWD_P(NAME, BF, 128, 128, 2)
+FH_ALL_P(bf16, true)
+FH_ALL_P(f16, false)

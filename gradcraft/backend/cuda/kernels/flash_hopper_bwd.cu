@@ -140,14 +140,41 @@ __device__ __forceinline__ void hopper_bwd_dq(FHB_INPUTS, u16* __restrict__ dq, 
 
 // ---------------------------------------------------------------- dk, dv
 
-template <bool BF16, int D, int BM, int WGS>
-__device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk, u16* __restrict__ dvo, FHB_SHAPE) {
+// dQ's partial sums of one 64-query tile, added into the float32 accumulator dq_acc ((B, H, T rounded up to
+// 64, D), zeroed beforehand) in the accumulator's register order, not row-major: chunk c of four floats
+// (acc[4 c..4 c + 3]: rows g and g + 8, a column pair) of thread t of the warpgroup at floats
+// 4 (128 c + t), so that a warp's vector reductions cover 512 contiguous bytes. hopper_bwd_dq_convert
+// reads them back into rows. `chunk0`: the first chunk these 64 columns hold (D = 128 goes in halves).
+__device__ __forceinline__ void add_dq_partial(float* tile, const float* acc, int chunk0) {
+    const int t = threadIdx.x & (FH_WARPGROUP - 1);
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+        float* at = tile + 4 * (FH_WARPGROUP * (chunk0 + c) + t);
+        asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(at), "f"(acc[4 * c]), "f"(acc[4 * c + 1]),
+                     "f"(acc[4 * c + 2]), "f"(acc[4 * c + 3])
+                     : "memory");
+    }
+}
+
+// FUSED (one warpgroup, 64-query tiles): dQ too, FlashAttention-2's way: each step's dS^T, rounded to
+// 16 bits, goes to shared memory, and dQ's partial sum dS K over this block's 64 keys is multiplied
+// there (A = dS MN-major: the tile's rows are keys) and added into dq_acc (add_dq_partial), so no
+// separate dq kernel recomputes S and dP; at head dim 128 in two halves of 64 columns (64 more
+// accumulator registers would not fit). OVERLAP: the (last) half's product waits for the next step and
+// runs behind its S^T and dP^T while the exponentials are computed (issued there rather than left in
+// flight across the loop's back edge, where ptxas would serialise every wgmma of the kernel).
+template <bool BF16, int D, int BM, int WGS, bool FUSED, bool OVERLAP = false>
+__device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk, u16* __restrict__ dvo,
+                                                float* __restrict__ dq_acc, FHB_SHAPE) {
     constexpr int BN = 64 * WGS, THREADS = FH_WARPGROUP * WGS, MT = BM / 8, DT = D / 8, TILE = BM * D * 2;
+    constexpr bool DEFER = FUSED && OVERLAP;  // dQ's last 64 columns multiplied in the next step
+    static_assert(!FUSED || (WGS == 1 && BM == 64), "the fused dq takes one warpgroup and 64-query tiles");
     extern __shared__ __align__(1024) u16 smem[];
     const u32 base = (smem_u32(smem) + 1023u) & ~1023u;
-    // keys, values, then two stages of [queries | output gradients], then two stages of [lse | dvec]
-    const u32 sk = base, sv = sk + BN * D * 2, sqd = sv + BN * D * 2;
-    float* s_stats = (float*)((char*)smem + (sqd + 4 * TILE - smem_u32(smem)));
+    // keys, values, two stages of [queries | output gradients], (FUSED: dS^T, 64 keys x BM queries), then
+    // two stages of [lse | dvec]
+    const u32 sk = base, sv = sk + BN * D * 2, sqd = sv + BN * D * 2, sds = sqd + 4 * TILE;
+    float* s_stats = (float*)((char*)smem + (sds + (FUSED ? BN * BM * 2 : 0) - smem_u32(smem)));
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
               tq = lane & 3;
     const KeyTile tile(Mask{T, S, S - T, causal, window}, BN, BM, H, Hkv);
@@ -173,6 +200,8 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
     const float scale2 = scale * LOG2E;
     const int key_tile0 = n0 + wg * 64 + warp * 16, key0 = key_tile0 + g;  // this thread's keys: key0, key0 + 8
     const u32 k_rows = sk + wg * 64 * 128, v_rows = sv + wg * 64 * 128;  // this warpgroup's 64 keys
+    float dq_part[32];            // FUSED: a step's dQ sums, 64 columns
+    float* dq_pending = nullptr;  // DEFER: where in dq_acc the last step's deferred columns go
     for (int it = 0; it < total; ++it) {
         const int m0 = (tile.q_begin + it % tile.tiles) * BM;
         const u32 cq = sqd + (it & 1) * 2 * TILE, cd = cq + TILE;
@@ -193,7 +222,16 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) mma_ss<BF16, BM>(dp, desc_k<BN>(v_rows, kk), desc_k<BM>(cd, kk), kk);
         wg_commit();
-        wg_wait<1>();
+        if constexpr (DEFER) {  // the last step's deferred dQ columns, from its dS^T still in shared memory
+            // (at the first step a product of whatever is there, never added: no step is pending)
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk)
+                mma_ss_mn<BF16>(dq_part, desc_mn<BM>(sds, kk), desc_mn<BN>(sk + (D / 64 - 1) * BN * 128, kk), kk);
+            wg_commit();
+            wg_wait<2>();
+        } else {
+            wg_wait<1>();
+        }
         hold<BM / 2>(s);
         const bool full = mask.full(m0, m0 + BM, key_tile0, key_tile0 + 16);
 #pragma unroll
@@ -205,7 +243,8 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
                 if (!full && !mask.ok(m0 + col, key0 + (e >> 1) * 8)) p = 0.f;
                 s[mt * 4 + e] = p;
             }
-        wg_wait<0>();
+        if constexpr (DEFER) wg_wait<1>();
+        else wg_wait<0>();
         hold<BM / 2>(dp);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -214,6 +253,24 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
         u32 pt[BM / 16][4], dst_[BM / 16][4];
         to_operand<BF16, BM>(pt, s);
         to_operand<BF16, BM>(dst_, dp);
+        if constexpr (DEFER) {  // the deferred product, dS^T's last reader, is done: add its sums
+            wg_wait<0>();
+            hold<32>(dq_part);
+            if (dq_pending) add_dq_partial(dq_pending, dq_part, (D / 64 - 1) * 8);
+        }
+        if constexpr (FUSED) {
+            // dS^T into the swizzled tile: key row key0 - n0 (+ 8), the 16-byte chunk of queries 8 mt..
+            // (the previous step's dQ products, its readers, have completed)
+#pragma unroll
+            for (int kk = 0; kk < BM / 16; ++kk)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int row = key0 - n0 + (i & 1) * 8, mt = 2 * kk + (i >> 1);
+                    st_shared_u32(sds + row * 128 + ((mt ^ (row & 7)) << 4) + tq * 4, dst_[kk][i]);
+                }
+            fence_proxy_async();
+            __syncthreads();
+        }
 
         wg_fence();
         hold<D / 2>(dv_acc);
@@ -222,13 +279,48 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
         for (int kk = 0; kk < BM / 16; ++kk) mma_rs<BF16, D>(dv_acc, pt[kk], desc_mn<BM>(cd, kk), 1);  // dV += P^T dO
 #pragma unroll
         for (int kk = 0; kk < BM / 16; ++kk) mma_rs<BF16, D>(dk_acc, dst_[kk], desc_mn<BM>(cq, kk), 1);  // dK += dS^T Q
-        wg_commit();
-        wg_wait<0>();
+        if constexpr (FUSED) {
+            // dQ (64 queries x D) += dS K over this block's keys, 64 columns at a time
+            int h, m0_;
+            tile.step(it, BM, h, m0_);
+            const int Tp = (T + 63) & ~63;
+            float* dq_tile = dq_acc + (((i64)b * H + h) * Tp + m0) * D;
+            constexpr int INLINE = D / 64 - (DEFER ? 1 : 0);  // halves multiplied in this step
+#pragma unroll
+            for (int half = 0; half < INLINE; ++half) {
+#pragma unroll
+                for (int kk = 0; kk < BN / 16; ++kk)
+                    mma_ss_mn<BF16>(dq_part, desc_mn<BM>(sds, kk), desc_mn<BN>(sk + half * BN * 128, kk), kk);
+                wg_commit();
+                wg_wait<0>();
+                hold<32>(dq_part);
+                add_dq_partial(dq_tile, dq_part, half * 8);
+                if (half + 1 < INLINE) wg_fence();
+            }
+            if constexpr (INLINE == 0) {
+                wg_commit();
+                wg_wait<0>();
+            }
+            if constexpr (DEFER) dq_pending = dq_tile;
+        } else {
+            wg_commit();
+            wg_wait<0>();
+        }
         hold<D / 2>(dv_acc);
         hold<D / 2>(dk_acc);
         __syncthreads();  // every warpgroup is done with this stage before it is loaded again
     }
     cp_wait<0>();  // (when no query tile was swept, the key/value loads are still to be retired)
+    if (DEFER && dq_pending) {  // the last step's deferred columns
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk)
+            mma_ss_mn<BF16>(dq_part, desc_mn<BM>(sds, kk), desc_mn<BN>(sk + (D / 64 - 1) * BN * 128, kk), kk);
+        wg_commit();
+        wg_wait<0>();
+        hold<32>(dq_part);
+        add_dq_partial(dq_pending, dq_part, (D / 64 - 1) * 8);
+    }
 
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -244,13 +336,35 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
         }
     }
 }
+// dq = scale * dq_acc, read back from add_dq_partial's order: a block per 64-query tile of one head.
+template <bool BF16, int D>
+__device__ __forceinline__ void hopper_bwd_dq_convert(const float* __restrict__ dq_acc, u16* __restrict__ dq, i64 gsb,
+                                                      i64 gsh, i64 gst, int H, int T, float scale) {
+    const int t = threadIdx.x, warp = t >> 5, lane = t & 31, m0 = blockIdx.x * 64, bh = blockIdx.y;
+    const int b = bh / H, h = bh - b * H, row = m0 + warp * 16 + (lane >> 2), col = 2 * (lane & 3);
+    const float4* tile = (const float4*)(dq_acc + ((i64)bh * ((T + 63) & ~63) + m0) * D);
+    u16* out = dq + b * gsb + h * gsh;
+#pragma unroll
+    for (int c = 0; c < D / 8; ++c) {
+        const float4 x = tile[FH_WARPGROUP * c + t];
+        if (row < T) *(u32*)(out + row * gst + c * 8 + col) = pack2<BF16>(x.x * scale, x.y * scale);
+        if (row + 8 < T) *(u32*)(out + (row + 8) * gst + c * 8 + col) = pack2<BF16>(x.z * scale, x.w * scale);
+    }
+}
+
 #define FHB_SHAPE_ARGS \
     qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, dsb, dsh, dst, gsb, gsh, gst, H, Hkv, T, S, scale, causal, window
 #define FHB_DQ_BODY(BF, D, BN, WGS) hopper_bwd_dq<BF, D, BN, WGS>(q, k, v, dout, lse, dvec, dq, FHB_SHAPE_ARGS);
-#define FHB_DKDV_BODY(BF, D, BM, WGS) hopper_bwd_dkdv<BF, D, BM, WGS>(q, k, v, dout, lse, dvec, dk, dv, FHB_SHAPE_ARGS);
+#define FHB_DKDV_BODY(BF, D, BM, WGS) \
+    hopper_bwd_dkdv<BF, D, BM, WGS, false>(q, k, v, dout, lse, dvec, dk, dv, nullptr, FHB_SHAPE_ARGS);
+#define FHB_FUSED_BODY(BF, D, OVERLAP) \
+    hopper_bwd_dkdv<BF, D, 64, 1, true, OVERLAP>(q, k, v, dout, lse, dvec, dk, dv, dq_acc, FHB_SHAPE_ARGS);
+#define FHB_CONVERT_BODY(BF, D) hopper_bwd_dq_convert<BF, D>(dq_acc, dq, gsb, gsh, gst, H, T, scale);
 #else
 #define FHB_DQ_BODY(BF, D, BN, WGS)
 #define FHB_DKDV_BODY(BF, D, BM, WGS)
+#define FHB_FUSED_BODY(BF, D, OVERLAP)
+#define FHB_CONVERT_BODY(BF, D)
 #endif  // FH_ENABLED
 
 // ---------------------------------------------------------------- extern "C" entry points
@@ -266,10 +380,25 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
         FHB_INPUTS, u16* dk, u16* dv, FHB_SHAPE) {                                                                    \
         FHB_DKDV_BODY(BF, D, BM, WGS)                                                                                 \
     }
+// hopper_bwd_fused[_overlap]_{bf16,f16}_d{D}_m64_w1: dk/dv's arguments and dq_acc (float32, zeroed);
+// then hopper_bwd_dq_convert_{bf16,f16}_d{D} (a block of 128 threads per 64 queries of a head) writes dq.
+#define FHB_FUSED(NAME, BF, D)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP, 1) hopper_bwd_fused_##NAME##_d##D##_m64_w1(       \
+        FHB_INPUTS, u16* dk, u16* dv, float* dq_acc, FHB_SHAPE) {                                             \
+        FHB_FUSED_BODY(BF, D, false)                                                                           \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP, 1)                                              \
+        hopper_bwd_fused_overlap_##NAME##_d##D##_m64_w1(FHB_INPUTS, u16* dk, u16* dv, float* dq_acc, FHB_SHAPE) { \
+        FHB_FUSED_BODY(BF, D, true)                                                                            \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP) hopper_bwd_dq_convert_##NAME##_d##D(              \
+        const float* dq_acc, u16* dq, i64 gsb, i64 gsh, i64 gst, int H, int T, float scale) {                 \
+        FHB_CONVERT_BODY(BF, D)                                                                                \
+    }
 #define FHB_ALL(NAME, BF)                                                                                        \
     FHB_DQ(NAME, BF, 64, 64, 1) FHB_DQ(NAME, BF, 64, 64, 2) FHB_DQ(NAME, BF, 64, 128, 1)                         \
         FHB_DQ(NAME, BF, 128, 64, 1) FHB_DQ(NAME, BF, 128, 64, 2) FHB_DKDV(NAME, BF, 64, 64, 1)                  \
             FHB_DKDV(NAME, BF, 64, 64, 2) FHB_DKDV(NAME, BF, 64, 128, 1) FHB_DKDV(NAME, BF, 128, 64, 1)          \
-                FHB_DKDV(NAME, BF, 128, 64, 2)
+                FHB_DKDV(NAME, BF, 128, 64, 2) FHB_FUSED(NAME, BF, 64) FHB_FUSED(NAME, BF, 128)
 FHB_ALL(bf16, true)
 FHB_ALL(f16, false)

@@ -30,14 +30,15 @@
 
 // ---------------------------------------------------------------- wgmma wrappers
 // d (64 x N, float32; 16-row slices a warp) = (accumulate ? d : 0) + A (64 x 16) B (16 x N).
-// _ss_: A and B from shared-memory descriptors, both K-major. _rs_: A from registers (four 32-bit
-// registers of 16-bit pairs, mma.sync's A layout per warp), B MN-major (transposed).
+// _ss_: A and B from shared-memory descriptors, both K-major (at N = 64, TRANS = 1: both MN-major).
+// _rs_: A from registers (four 32-bit registers of 16-bit pairs, mma.sync's A layout per warp), B MN-major (transposed).
 
+template <int TRANS = 0>
 __device__ __forceinline__ void wgmma_ss_m64n64k16_bf16(float* d, u64 da, u64 db, int accumulate) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %35;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "l"(da), "l"(db), "r"(accumulate));
+                 : "l"(da), "l"(db), "r"(accumulate), "n"(TRANS));
 }
 
 __device__ __forceinline__ void wgmma_rs_m64n64k16_bf16(float* d, const u32* a, u64 db, int accumulate) {
@@ -61,11 +62,12 @@ __device__ __forceinline__ void wgmma_rs_m64n128k16_bf16(float* d, const u32* a,
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
 }
 
+template <int TRANS = 0>
 __device__ __forceinline__ void wgmma_ss_m64n64k16_f16(float* d, u64 da, u64 db, int accumulate) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %35;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "l"(da), "l"(db), "r"(accumulate));
+                 : "l"(da), "l"(db), "r"(accumulate), "n"(TRANS));
 }
 
 __device__ __forceinline__ void wgmma_rs_m64n64k16_f16(float* d, const u32* a, u64 db, int accumulate) {
@@ -97,6 +99,9 @@ template <int N> __device__ __forceinline__ void wg_wait() {
 }
 // Shared memory written by cp.async (the generic proxy) and next read by wgmma (the async proxy).
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
 // Keep the compiler from moving reads or writes of accumulator registers across an asynchronous wgmma.
 template <int N> __device__ __forceinline__ void hold(float* d) {
 #pragma unroll
@@ -108,6 +113,11 @@ template <bool BF16, int N> __device__ __forceinline__ void mma_ss(float* d, u64
     else if constexpr (BF16 && N == 128) wgmma_ss_m64n128k16_bf16(d, da, db, accumulate);
     else if constexpr (N == 64) wgmma_ss_m64n64k16_f16(d, da, db, accumulate);
     else wgmma_ss_m64n128k16_f16(d, da, db, accumulate);
+}
+// d (64 x 64) (+)= A B with A and B both MN-major in shared memory (A's 64 rows along a tile's rows).
+template <bool BF16> __device__ __forceinline__ void mma_ss_mn(float* d, u64 da, u64 db, int accumulate) {
+    if constexpr (BF16) wgmma_ss_m64n64k16_bf16<1>(d, da, db, accumulate);
+    else wgmma_ss_m64n64k16_f16<1>(d, da, db, accumulate);
 }
 template <bool BF16, int N> __device__ __forceinline__ void mma_rs(float* d, const u32* a, u64 db, int accumulate) {
     if constexpr (BF16 && N == 64) wgmma_rs_m64n64k16_bf16(d, a, db, accumulate);
@@ -125,25 +135,34 @@ __device__ __forceinline__ u64 desc128(u32 addr, u32 leading_bytes, u32 stride_b
            (1ull << 62);
 }
 // k-step kk (columns 16 kk..) of a K-major tile of R rows starting at `tile` (its first row here).
+// The step's offset is added to the descriptor's address field (bits 0-13, 16-byte units: shared
+// addresses stay below 256 KB, so it never carries out), so that with kk unrolled the tile's
+// descriptor is built once and each step costs one addition, not the whole bit packing again.
 template <int R> __device__ __forceinline__ u64 desc_k(u32 tile, int kk) {
-    return desc128(tile + (kk >> 2) * (R * 128) + (kk & 3) * 32, 16, 1024);
+    return desc128(tile, 16, 1024) + (u32)(((kk >> 2) * (R * 128) + (kk & 3) * 32) >> 4);
 }
 // k-step kk (rows 16 kk..) of an MN-major tile of R rows.
 template <int R> __device__ __forceinline__ u64 desc_mn(u32 tile, int kk) {
-    return desc128(tile + kk * 2048, R * 128, 1024);
+    return desc128(tile, R * 128, 1024) + (u32)(kk * (2048 >> 4));
 }
 
 // R rows of D 16-bit values, global rows row0.. (stride elements; rows past `rows` read as zeros), into
-// the swizzled tile at shared address s, by the block's THREADS threads.
+// the swizzled tile at shared address s, by the block's THREADS threads. A thread copies the same
+// 16-byte chunk c of rows r0, r0 + STEP, ...: STEP being a multiple of 8, the chunk's swizzled place
+// (c ^ (r % 8)) is the same in each, so the addresses are worked out once and then only advance (the
+// copies are most of the kernels' integer work otherwise).
 template <int D, int R, int THREADS>
 __device__ __forceinline__ void load_swizzled(u32 s, const u16* g, i64 stride, int row0, int rows) {
-    constexpr int CHUNKS = D / 8;
-#pragma unroll 4
-    for (int idx = threadIdx.x; idx < R * CHUNKS; idx += THREADS) {
-        const int r = idx / CHUNKS, c = idx - r * CHUNKS, row = row0 + r;
-        const bool ok = row < rows;
-        const u32 dst = s + (c >> 3) * (R * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4);
-        cp_async16(dst, ok ? g + (i64)row * stride + c * 8 : g, ok ? 16 : 0);
+    constexpr int CHUNKS = D / 8, STEP = THREADS / CHUNKS;
+    static_assert(THREADS % CHUNKS == 0 && STEP % 8 == 0 && R % STEP == 0, "a thread's rows share a swizzle");
+    const int c = threadIdx.x % CHUNKS, r0 = threadIdx.x / CHUNKS;
+    const u32 dst = s + (c >> 3) * (R * 128) + r0 * 128 + (((c & 7) ^ (r0 & 7)) << 4);
+    const u16* src = g + (i64)(row0 + r0) * stride + c * 8;
+    const int left = rows - row0 - r0;  // rows of this thread's column still inside the tensor
+#pragma unroll
+    for (int j = 0; j < R / STEP; ++j) {
+        const bool ok = j * STEP < left;
+        cp_async16(dst + j * STEP * 128, ok ? src + j * STEP * stride : g, ok ? 16 : 0);
     }
 }
 #endif  // FH_ENABLED

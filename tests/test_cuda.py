@@ -901,6 +901,34 @@ def test_hopper_flash_backward(gpu, case, dtype, variant):
         assert rel_err(cp.asnumpy(a), gpu.to_numpy(e)) < limit, name
 
 
+def test_hopper_backward_deterministic_mode_repeats_its_bits(gpu, monkeypatch):
+    """GRADCRAFT_DETERMINISTIC=1 swaps the fused Hopper backward (dQ added up with float32 atomics,
+    whose order varies) for the separate dq kernel: two runs give the same bits, and the same
+    gradients as the fused default within rounding."""
+    import cupy as cp
+
+    from gradcraft.backend.cuda import attention
+
+    B, H, T, D = 2, 4, 700, 64
+    if not attention.hopper(BF16, D):
+        pytest.skip("the wgmma backward runs on compute capability 9.0 only")
+    r = rng()
+    q, k, v, g = (randn((B, H, T, D), BF16, r) for _ in range(4))
+    attrs = {"scale": 1 / np.sqrt(D), "causal": True, "window": None}
+    out, lse = cpu().reference_kernels["flash_attention"](q, k, v, **attrs)
+    inputs = [gpu.from_numpy(a) for a in (q, k, v, out, lse, g)]
+
+    def backward():
+        return [cp.asnumpy(a) for a in attention.flash_attention_backward(*inputs, **attrs)]
+
+    fused = backward()
+    monkeypatch.setenv("GRADCRAFT_DETERMINISTIC", "1")
+    first, second = backward(), backward()
+    for name, a, b, c in zip(("dq", "dk", "dv"), first, second, fused):
+        np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16), err_msg=name)
+        assert rel_err(a, c) < 1e-2, name
+
+
 def test_flash_attention_strided_inputs(gpu):
     """q, k, v as views of one packed (B, T, 3, H, D) projection, as the model makes them."""
     r = rng()

@@ -37,12 +37,17 @@ HOPPER_VARIANTS = {
     "dkdv": {64: ((64, 1), (64, 2), (128, 1), (64, 1), (64, 1)), 128: ((64, 1), (64, 2), (64, 1), (64, 1))},
 }
 # The variant each kernel runs (the fastest on the H200 at gpt2-124m's layer and at T 1024-4096,
-# bench/attention_kernels.py, BENCHMARK.md); None for the backward: the mma.sync kernels.
+# bench/attention_kernels.py, BENCHMARK.md; a None in dq's or dk/dv's would keep the backward on the
+# mma.sync kernels). The fused backward adds dQ up with float32 atomics, whose order varies from run
+# to run; GRADCRAFT_DETERMINISTIC=1 runs DETERMINISTIC_TILES instead, the separate dq kernel (the
+# fastest unfused pair), for a backward that gives the same bits every time (as PyTorch's
+# use_deterministic_algorithms rules out its atomic backward kernels).
 HOPPER_TILES = {
     "fwd": {64: (64, 1), 128: (128, 2, PIPELINED)},
     "dq": {64: FUSED_OVERLAP, 128: FUSED_OVERLAP},
     "dkdv": {64: (64, 1), 128: (64, 1)},
 }
+DETERMINISTIC_TILES = {64: ((64, 1), (64, 1)), 128: ((64, 1), (64, 1))}
 WARPGROUP = 128  # threads
 HEAD_DIMS = (32, 48, 64, 96, 128)
 THREADS = 128
@@ -236,6 +241,8 @@ def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, d
             (q, k, v, g, lse, dvec, dk, dv, *qs, *ks, *vs, *gs, *_strides(dk), *shape, *drop),
         ),
     }
+    if tiles is None and os.environ.get("GRADCRAFT_DETERMINISTIC", "0") != "0":
+        tiles = DETERMINISTIC_TILES.get(D)
     tiles = tiles or (HOPPER_TILES["dq"].get(D), HOPPER_TILES["dkdv"].get(D))
     if not with_dropout and hopper(q.dtype, D) and None not in tiles:
         if tiles[0] in (FUSED, FUSED_OVERLAP):
@@ -265,10 +272,9 @@ def _fused_launches(q, k, v, g, lse, dvec, dq, dk, dv, qs, ks, vs, gs, shape, do
     Hkv, S = k.shape[1], k.shape[2]
     suffix = L.suffix(q.dtype)
     dq_acc = L.empty((B, H, -(-T // 64) * 64, D), np.float32)
-    stream = cp.cuda.get_current_stream().ptr
 
-    def zero_and_dot():
-        cp.cuda.runtime.memsetAsync(dq_acc.data.ptr, 0, dq_acc.nbytes, stream)
+    def zero_and_dot():  # (on the stream current when it runs, as every launch here)
+        cp.cuda.runtime.memsetAsync(dq_acc.data.ptr, 0, dq_acc.nbytes, cp.cuda.get_current_stream().ptr)
         dot()
 
     # keys and values, two stages of queries and output gradients, dS^T, two stages of lse and dvec

@@ -26,121 +26,6 @@
 
 // ---------------------------------------------------------------- forward
 
-template <bool BF16, int D, int BN, int WGS>
-__device__ __forceinline__ void hopper_fwd(const u16* __restrict__ q, const u16* __restrict__ k,
-                                           const u16* __restrict__ v, u16* __restrict__ o, float* __restrict__ lse,
-                                           i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh,
-                                           i64 vst, i64 osb, i64 osh, i64 ost, int H, int Hkv, int T, int S,
-                                           float scale, int causal, int window) {
-    constexpr int BM = 64 * WGS, THREADS = FH_WARPGROUP * WGS, NT = BN / 8, DT = D / 8, TILE = BN * D * 2;
-    extern __shared__ __align__(1024) u16 smem[];
-    const u32 base = (smem_u32(smem) + 1023u) & ~1023u;  // (the launcher asks for 1 KB more)
-    const u32 sq = base, sk = sq + BM * D * 2, sv = sk + 2 * TILE;  // stage st: sk + st * TILE, sv + st * TILE
-    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
-              tq = lane & 3;
-    const QueryTile tile(Mask{T, S, S - T, causal, window}, BM, BN, H, Hkv);
-    const int m0 = tile.m0, b = tile.b, h = tile.h, t_begin = tile.t_begin, t_end = tile.t_end;
-    const u16 *kb = tile.kv(k, ksb, ksh), *vb = tile.kv(v, vsb, vsh);
-
-    load_swizzled<D, BM, THREADS>(sq, q + b * qsb + h * qsh, qst, m0, T);
-    if (t_begin < t_end) {
-        load_swizzled<D, BN, THREADS>(sk, kb, kst, t_begin * BN, S);
-        load_swizzled<D, BN, THREADS>(sv, vb, vst, t_begin * BN, S);
-    }
-    cp_commit();
-
-    float acc[D / 2];
-#pragma unroll
-    for (int i = 0; i < D / 2; ++i) acc[i] = 0.f;
-    float row_max[2] = {neg_inf<float>(), neg_inf<float>()}, row_sum[2] = {0.f, 0.f};
-    const float scale2 = scale * LOG2E;
-    const int tile_m0 = m0 + wg * 64 + warp * 16, row0 = tile_m0 + g;  // this thread's rows: row0, row0 + 8
-    const u32 q_rows = sq + wg * 64 * 128;                             // this warpgroup's 64 query rows
-
-    for (int t = t_begin; t < t_end; ++t) {
-        const int st = (t - t_begin) & 1, n0 = t * BN;
-        if (t + 1 < t_end) {  // the next tile into the other stage (free since the barrier ending the last tile)
-            load_swizzled<D, BN, THREADS>(sk + (st ^ 1) * TILE, kb, kst, n0 + BN, S);
-            load_swizzled<D, BN, THREADS>(sv + (st ^ 1) * TILE, vb, vst, n0 + BN, S);
-        }
-        cp_commit();
-        cp_wait<1>();  // this tile (and the queries) have landed
-        fence_proxy_async();
-        __syncthreads();
-
-        float s[BN / 2];
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) mma_ss<BF16, BN>(s, desc_k<BM>(q_rows, kk), desc_k<BN>(sk + st * TILE, kk), kk);
-        wg_commit();
-        wg_wait<0>();
-        hold<BN / 2>(s);
-
-        if (!tile.mask.full(tile_m0, tile_m0 + 16, n0, n0 + BN)) {
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    if (!tile.mask.ok(row0 + (e >> 1) * 8, n0 + nt * 8 + 2 * tq + (e & 1))) s[nt * 4 + e] = neg_inf<float>();
-        }
-        // Online softmax in base 2 on unscaled scores (as flash_attention.cu's forward).
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            float mx = neg_inf<float>();
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * r], s[nt * 4 + 2 * r + 1]));
-            mx = fmaxf(mx * scale2, row_max[r]);
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float shift = mx == neg_inf<float>() ? 0.f : mx;  // a row with nothing visible yet
-            const float alpha = fast_exp2(row_max[r] - shift);
-            row_max[r] = mx;
-            row_sum[r] *= alpha;
-#pragma unroll
-            for (int dt = 0; dt < DT; ++dt) acc[dt * 4 + 2 * r] *= alpha, acc[dt * 4 + 2 * r + 1] *= alpha;
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                const float p0 = fast_exp2(fmaf(s[nt * 4 + 2 * r], scale2, -shift));
-                const float p1 = fast_exp2(fmaf(s[nt * 4 + 2 * r + 1], scale2, -shift));
-                s[nt * 4 + 2 * r] = p0, s[nt * 4 + 2 * r + 1] = p1;
-                row_sum[r] += p0 + p1;
-            }
-        }
-        u32 p[BN / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) p[kk][i] = pack2<BF16>(s[kk * 8 + 2 * i], s[kk * 8 + 2 * i + 1]);
-
-        wg_fence();
-        hold<D / 2>(acc);
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) mma_rs<BF16, D>(acc, p[kk], desc_mn<BN>(sv + st * TILE, kk), 1);
-        wg_commit();
-        wg_wait<0>();
-        hold<D / 2>(acc);
-        __syncthreads();  // every warpgroup is done with this stage before the next tile's loads reuse it
-    }
-    cp_wait<0>();
-
-    const i64 out_row = ((i64)b * H + h) * T;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        float l = row_sum[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const int row = row0 + r * 8;
-        if (row >= T) continue;
-        const float inv = l > 0.f ? 1.f / l : 0.f;  // rows that see no key come out as zeros
-        u32* orow = (u32*)(o + b * osb + h * osh + row * ost);
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt) orow[dt * 4 + tq] = pack2<BF16>(acc[dt * 4 + 2 * r] * inv, acc[dt * 4 + 2 * r + 1] * inv);
-        if (tq == 0) lse[out_row + row] = l > 0.f ? (row_max[r] + log2f(l)) * LN2 : neg_inf<float>();
-    }
-}
-
-// ---------------------------------------------------------------- forward, software-pipelined
-
 // The mask and the online softmax (base 2, on unscaled scores) of the score tile s of BN keys from n0, in
 // place (s becomes P in float32), updating the rows' running max and sum. O's rescale factors come back
 // in alpha rather than being applied: O may be an in-flight wgmma's accumulator.
@@ -193,6 +78,101 @@ template <int D> __device__ __forceinline__ void rescale_o(float* acc, const flo
         for (int dt = 0; dt < D / 8; ++dt) acc[dt * 4 + 2 * r] *= alpha[r], acc[dt * 4 + 2 * r + 1] *= alpha[r];
 }
 
+// The block's output rows: O / l (16-bit) and lse = (max + log2 l) ln 2 for this thread's rows row0 and
+// row0 + 8 of one head (o, lse: its first row); rows that see no key come out as zeros and -inf.
+template <bool BF16, int D>
+__device__ __forceinline__ void store_rows(u16* o, i64 ost, float* lse, const float* acc, const float* row_sum,
+                                           const float* row_max, int row0, int T, int tq) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float l = row_sum[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const int row = row0 + r * 8;
+        if (row >= T) continue;
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        u32* orow = (u32*)(o + row * ost);
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt)
+            orow[dt * 4 + tq] = pack2<BF16>(acc[dt * 4 + 2 * r] * inv, acc[dt * 4 + 2 * r + 1] * inv);
+        if (tq == 0) lse[row] = l > 0.f ? (row_max[r] + log2f(l)) * LN2 : neg_inf<float>();
+    }
+}
+
+
+template <bool BF16, int D, int BN, int WGS>
+__device__ __forceinline__ void hopper_fwd(const u16* __restrict__ q, const u16* __restrict__ k,
+                                           const u16* __restrict__ v, u16* __restrict__ o, float* __restrict__ lse,
+                                           i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh,
+                                           i64 vst, i64 osb, i64 osh, i64 ost, int H, int Hkv, int T, int S,
+                                           float scale, int causal, int window) {
+    constexpr int BM = 64 * WGS, THREADS = FH_WARPGROUP * WGS, TILE = BN * D * 2;
+    extern __shared__ __align__(1024) u16 smem[];
+    const u32 base = (smem_u32(smem) + 1023u) & ~1023u;  // (the launcher asks for 1 KB more)
+    const u32 sq = base, sk = sq + BM * D * 2, sv = sk + 2 * TILE;  // stage st: sk + st * TILE, sv + st * TILE
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
+              tq = lane & 3;
+    const QueryTile tile(Mask{T, S, S - T, causal, window}, BM, BN, H, Hkv);
+    const int m0 = tile.m0, b = tile.b, h = tile.h, t_begin = tile.t_begin, t_end = tile.t_end;
+    const u16 *kb = tile.kv(k, ksb, ksh), *vb = tile.kv(v, vsb, vsh);
+
+    load_swizzled<D, BM, THREADS>(sq, q + b * qsb + h * qsh, qst, m0, T);
+    if (t_begin < t_end) {
+        load_swizzled<D, BN, THREADS>(sk, kb, kst, t_begin * BN, S);
+        load_swizzled<D, BN, THREADS>(sv, vb, vst, t_begin * BN, S);
+    }
+    cp_commit();
+
+    float acc[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) acc[i] = 0.f;
+    float row_max[2] = {neg_inf<float>(), neg_inf<float>()}, row_sum[2] = {0.f, 0.f};
+    const float scale2 = scale * LOG2E;
+    const int tile_m0 = m0 + wg * 64 + warp * 16, row0 = tile_m0 + g;  // this thread's rows: row0, row0 + 8
+    const u32 q_rows = sq + wg * 64 * 128;                             // this warpgroup's 64 query rows
+
+    for (int t = t_begin; t < t_end; ++t) {
+        const int st = (t - t_begin) & 1, n0 = t * BN;
+        if (t + 1 < t_end) {  // the next tile into the other stage (free since the barrier ending the last tile)
+            load_swizzled<D, BN, THREADS>(sk + (st ^ 1) * TILE, kb, kst, n0 + BN, S);
+            load_swizzled<D, BN, THREADS>(sv + (st ^ 1) * TILE, vb, vst, n0 + BN, S);
+        }
+        cp_commit();
+        cp_wait<1>();  // this tile (and the queries) have landed
+        fence_proxy_async();
+        __syncthreads();
+
+        float s[BN / 2];
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) mma_ss<BF16, BN>(s, desc_k<BM>(q_rows, kk), desc_k<BN>(sk + st * TILE, kk), kk);
+        wg_commit();
+        wg_wait<0>();
+        hold<BN / 2>(s);
+
+        float alpha[2];
+        softmax_tile<BN>(s, row_max, row_sum, alpha, tile.mask, tile_m0, row0, tq, n0, scale2);
+        rescale_o<D>(acc, alpha);
+        u32 p[BN / 16][4];
+        pack_p<BF16, BN>(s, p);
+
+        wg_fence();
+        hold<D / 2>(acc);
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) mma_rs<BF16, D>(acc, p[kk], desc_mn<BN>(sv + st * TILE, kk), 1);
+        wg_commit();
+        wg_wait<0>();
+        hold<D / 2>(acc);
+        __syncthreads();  // every warpgroup is done with this stage before the next tile's loads reuse it
+    }
+    cp_wait<0>();
+
+    const i64 head = (i64)b * H + h;
+    store_rows<BF16, D>(o + b * osb + h * osh, ost, lse + head * T, acc, row_sum, row_max, row0, T, tq);
+}
+
+// ---------------------------------------------------------------- forward, software-pipelined
+
 // hopper_fwd's function and arguments, pipelined (the file's header). The launcher's dynamic shared
 // memory is (64 WGS + 6 BN) D 2 + 1024 bytes: the queries, three stages of keys, three of values.
 template <bool BF16, int D, int BN, int WGS>
@@ -202,7 +182,7 @@ __device__ __forceinline__ void hopper_fwd_pipelined(const u16* __restrict__ q, 
                                                      i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst, i64 osb, i64 osh,
                                                      i64 ost, int H, int Hkv, int T, int S, float scale, int causal,
                                                      int window) {
-    constexpr int BM = 64 * WGS, THREADS = FH_WARPGROUP * WGS, DT = D / 8, TILE = BN * D * 2;
+    constexpr int BM = 64 * WGS, THREADS = FH_WARPGROUP * WGS, TILE = BN * D * 2;
     extern __shared__ __align__(1024) u16 smem[];
     const u32 base = (smem_u32(smem) + 1023u) & ~1023u;  // (the launcher asks for 1 KB more)
     const u32 sq = base, sk = sq + BM * D * 2, sv = sk + 3 * TILE;  // stage st: sk + st * TILE, sv + st * TILE
@@ -308,21 +288,8 @@ __device__ __forceinline__ void hopper_fwd_pipelined(const u16* __restrict__ q, 
     }
     cp_wait<0>();  // (a block with no tile still has the queries' copies in flight)
 
-    const i64 out_row = ((i64)b * H + h) * T;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        float l = row_sum[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const int row = row0 + r * 8;
-        if (row >= T) continue;
-        const float inv = l > 0.f ? 1.f / l : 0.f;  // rows that see no key come out as zeros
-        u32* orow = (u32*)(o + b * osb + h * osh + row * ost);
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt)
-            orow[dt * 4 + tq] = pack2<BF16>(acc[dt * 4 + 2 * r] * inv, acc[dt * 4 + 2 * r + 1] * inv);
-        if (tq == 0) lse[out_row + row] = l > 0.f ? (row_max[r] + log2f(l)) * LN2 : neg_inf<float>();
-    }
+    const i64 head = (i64)b * H + h;
+    store_rows<BF16, D>(o + b * osb + h * osh, ost, lse + head * T, acc, row_sum, row_max, row0, T, tq);
 }
 #endif  // FH_ENABLED
 

@@ -4,7 +4,7 @@
 //
 // Both kernels recompute P = exp(scale q.k - lse) from the forward's log-sum-exp and form
 // dS = P * (dP - dvec) with dP = dO V^T (dvec = rowsum(dO * O), flash_bwd_dot), as the mma.sync
-// kernels do; without atomics, so dq, dk and dv are the same bits at every run:
+// kernels do, so no atomics are needed:
 // - dq: a block owns 64 WGS queries (WGS = 1 or 2 warpgroups, warpgroup w the rows 64 w..) and sweeps
 //   BN-key tiles of K and V,
 //   staged two deep: S = Q K^T and dP = dO V^T (both operands in shared memory), then dQ += dS K with
@@ -16,9 +16,6 @@
 // In each, the second product of a pair runs while the exponentials of the first are computed. With one
 // warpgroup a block, two or three blocks share an SM and run out of step: one block's exponentials
 // overlap another's products, which a block of two warpgroups in lockstep cannot do.
-// The fused variant of dk/dv (hopper_bwd_fused*, below) computes dq too, adding its partial sums in
-// float32 with atomic reductions: faster (no recomputed S, dP and exponentials), but dq's last bits
-// then depend on the order the key blocks run in (attention.py: GRADCRAFT_DETERMINISTIC).
 // The tiles' swizzled layout and the wgmma wrappers: wgmma.cuh.
 #include "wgmma.cuh"
 
@@ -260,13 +257,10 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
             wg_wait<0>();
             hold<32>(dq_part);
             if (dq_pending) add_dq_partial(dq_pending, dq_part, (D / 64 - 1) * 8);
-            // A warp's wait covers its own part of the product, which reads every warp's rows of dS^T:
-            // all four must be done before any overwrites its rows.
-            __syncthreads();
         }
         if constexpr (FUSED) {
             // dS^T into the swizzled tile: key row key0 - n0 (+ 8), the 16-byte chunk of queries 8 mt..
-            // (the previous step's dQ products, its readers, have completed in every warp)
+            // (the previous step's dQ products, its readers, have completed)
 #pragma unroll
             for (int kk = 0; kk < BM / 16; ++kk)
 #pragma unroll

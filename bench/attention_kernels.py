@@ -107,10 +107,10 @@ def main(argv=None):
             if attention.hopper(q.dtype, D):
                 for tiles in zip(attention.HOPPER_VARIANTS["dq"][D], attention.HOPPER_VARIANTS["dkdv"][D]):
                     new = attention.backward_launches(q, k, v, out, lse, g, *grads, **attrs, tiles=tiles)
-                    (m, wk) = tiles[1]
+                    m, wk, *blocks = tiles[1]  # (blocks: an SM's the registers are capped for)
                     if tiles[0] in fused_variants:  # dk/dv adds dQ up (5 products); "dq" converts it
                         label = (
-                            f"wgmma {tiles[0]} m{m} w{wk} (dot + zeroing {timed(new['dot']) * 1e3:.3f}; convert, dk/dv)"
+                            f"wgmma {tiles[0]} m{m} w{wk}{''.join(f' b{b}' for b in blocks)} (dot + zeroing {timed(new['dot']) * 1e3:.3f}; convert, dk/dv)"
                         )
                         backwards[label] = (timed(new["dq"]), timed(new["dkdv"]), 0, 5)
                     else:

@@ -32,11 +32,17 @@ HOPPER_DIMS = (64, 128)
 FUSED, FUSED_OVERLAP, PIPELINED = "fused", "fused_overlap", "pipelined"
 HOPPER_VARIANTS = {
     "fwd": {
-        64: ((64, 1), (64, 2), (128, 2), (64, 1, PIPELINED), (64, 2, PIPELINED), (128, 2, PIPELINED)),
+        64: ((64, 1), (64, 2), (128, 1), (128, 2), (64, 1, PIPELINED), (64, 2, PIPELINED), (128, 2, PIPELINED)),
         128: ((64, 2), (128, 1), (128, 2), (64, 2, PIPELINED), (128, 2, PIPELINED)),
     },
-    "dq": {64: ((64, 1), (64, 2), (128, 1), FUSED, FUSED_OVERLAP), 128: ((64, 1), (64, 2), FUSED, FUSED_OVERLAP)},
-    "dkdv": {64: ((64, 1), (64, 2), (128, 1), (64, 1), (64, 1)), 128: ((64, 1), (64, 2), (64, 1), (64, 1))},
+    "dq": {
+        64: ((64, 1), (64, 2), (128, 1), FUSED, FUSED_OVERLAP, FUSED, FUSED_OVERLAP),
+        128: ((64, 1), (64, 2), FUSED, FUSED_OVERLAP),
+    },
+    "dkdv": {
+        64: ((64, 1), (64, 2), (128, 1), (64, 1), (64, 1), (64, 1, 3), (64, 1, 3)),
+        128: ((64, 1), (64, 2), (64, 1), (64, 1)),
+    },
 }
 # The variant each kernel runs (the fastest on the H200 at gpt2-124m's layer and at T 1024-4096,
 # bench/attention_kernels.py, BENCHMARK.md; a None in dq's or dk/dv's would keep the backward on the
@@ -208,7 +214,7 @@ def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, d
     the faster, most at long sequences: bench/attention_kernels.py, BENCHMARK.md.)"""
     B, H, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
-    (q, qs), (k, ks), (v, vs), (g, gs), (out, os) = _rows(q), _rows(k), _rows(v), _rows(g), _rows(out)
+    (q, qs), (k, ks), (v, vs), (g, gs), (out, outs) = _rows(q), _rows(k), _rows(v), _rows(g), _rows(out)
     lse = L.contiguous(lse)
     if dk.strides != dv.strides:  # the dk/dv kernel writes both through one set of strides
         raise ValueError("flash attention: dk and dv must share a layout")
@@ -227,7 +233,7 @@ def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, d
             f"flash_bwd_dot_{L.suffix(q.dtype)}",
             (-(-rows * 8 // 256),),
             0,
-            (out, g, dvec, *os, *gs, L.i32(H), L.i32(T), L.i32(D), L.i64(rows)),
+            (out, g, dvec, *outs, *gs, L.i32(H), L.i32(T), L.i32(D), L.i64(rows)),
             threads=256,
         ),
         "dq": lambda: _launch(
@@ -248,7 +254,7 @@ def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, d
     tiles = tiles or (HOPPER_TILES["dq"].get(D), HOPPER_TILES["dkdv"].get(D))
     if not with_dropout and hopper(q.dtype, D) and None not in tiles:
         if tiles[0] in (FUSED, FUSED_OVERLAP):
-            return _fused_launches(q, k, v, g, lse, dvec, dq, dk, dv, qs, ks, vs, gs, shape, launches["dot"], tiles[0])
+            return _fused_launches(q, k, v, g, lse, dvec, dq, dk, dv, qs, ks, vs, gs, shape, launches["dot"], tiles)
         (n, wq), (m, wk) = tiles
         suffix = L.suffix(q.dtype)
         # dq: queries and output gradients, two stages of keys and values; dk/dv: keys and values, two
@@ -267,7 +273,7 @@ def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, d
     return launches
 
 
-def _fused_launches(q, k, v, g, lse, dvec, dq, dk, dv, qs, ks, vs, gs, shape, dot, variant) -> dict:
+def _fused_launches(q, k, v, g, lse, dvec, dq, dk, dv, qs, ks, vs, gs, shape, dot, tiles) -> dict:
     """flash_hopper_bwd.cu's fused backward: dk/dv and dQ's float32 partial sums (added into dq_acc,
     (B, H, T rounded up to 64, D), by every key block), then dq = scale * dq_acc by the convert kernel."""
     B, H, T, D = q.shape
@@ -283,7 +289,9 @@ def _fused_launches(q, k, v, g, lse, dvec, dq, dk, dv, qs, ks, vs, gs, shape, do
     shared = (2 * 64 + 4 * 64) * D * 2 + 64 * 64 * 2 + 2 * 2 * 64 * 4 + 1024
     args = (q, k, v, g, lse, dvec, dk, dv, dq_acc, *qs, *ks, *vs, *gs, *_strides(dk), *shape)
     convert_args = (dq_acc, dq, *_strides(dq), shape[0], shape[2], shape[4])  # H, T, scale
-    fused, convert = f"hopper_bwd_{variant}_{suffix}_d{D}_m64_w1", f"hopper_bwd_dq_convert_{suffix}_d{D}"
+    variant, (_, _, *blocks) = tiles  # dk/dv's (64, 1[, blocks an SM the registers are capped for])
+    tail = f"_b{blocks[0]}" if blocks else ""
+    fused, convert = f"hopper_bwd_{variant}_{suffix}_d{D}_m64_w1{tail}", f"hopper_bwd_dq_convert_{suffix}_d{D}"
     return {
         "dot": zero_and_dot,
         "dkdv": lambda: _hopper_launch(HOPPER_BWD_FILE, fused, (-(-S // 64), B * Hkv), WARPGROUP, shared, args),

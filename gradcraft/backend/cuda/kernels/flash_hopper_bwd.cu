@@ -4,7 +4,7 @@
 //
 // Both kernels recompute P = exp(scale q.k - lse) from the forward's log-sum-exp and form
 // dS = P * (dP - dvec) with dP = dO V^T (dvec = rowsum(dO * O), flash_bwd_dot), as the mma.sync
-// kernels do, so no atomics are needed:
+// kernels do; without atomics, so dq, dk and dv are the same bits at every run:
 // - dq: a block owns 64 WGS queries (WGS = 1 or 2 warpgroups, warpgroup w the rows 64 w..) and sweeps
 //   BN-key tiles of K and V,
 //   staged two deep: S = Q K^T and dP = dO V^T (both operands in shared memory), then dQ += dS K with
@@ -16,6 +16,9 @@
 // In each, the second product of a pair runs while the exponentials of the first are computed. With one
 // warpgroup a block, two or three blocks share an SM and run out of step: one block's exponentials
 // overlap another's products, which a block of two warpgroups in lockstep cannot do.
+// The fused variant of dk/dv (hopper_bwd_fused*, below) computes dq too, adding its partial sums in
+// float32 with atomic reductions: faster (no recomputed S, dP and exponentials), but dq's last bits
+// then depend on the order the key blocks run in (attention.py: GRADCRAFT_DETERMINISTIC).
 // The tiles' swizzled layout and the wgmma wrappers: wgmma.cuh.
 #include "wgmma.cuh"
 
@@ -257,10 +260,13 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
             wg_wait<0>();
             hold<32>(dq_part);
             if (dq_pending) add_dq_partial(dq_pending, dq_part, (D / 64 - 1) * 8);
+            // A warp's wait covers its own part of the product, which reads every warp's rows of dS^T:
+            // all four must be done before any overwrites its rows.
+            __syncthreads();
         }
         if constexpr (FUSED) {
             // dS^T into the swizzled tile: key row key0 - n0 (+ 8), the 16-byte chunk of queries 8 mt..
-            // (the previous step's dQ products, its readers, have completed)
+            // (the previous step's dQ products, its readers, have completed in every warp)
 #pragma unroll
             for (int kk = 0; kk < BM / 16; ++kk)
 #pragma unroll
@@ -380,17 +386,21 @@ __device__ __forceinline__ void hopper_bwd_dq_convert(const float* __restrict__ 
         FHB_INPUTS, u16* dk, u16* dv, FHB_SHAPE) {                                                                    \
         FHB_DKDV_BODY(BF, D, BM, WGS)                                                                                 \
     }
-// hopper_bwd_fused[_overlap]_{bf16,f16}_d{D}_m64_w1: dk/dv's arguments and dq_acc (float32, zeroed);
-// then hopper_bwd_dq_convert_{bf16,f16}_d{D} (a block of 128 threads per 64 queries of a head) writes dq.
+// hopper_bwd_fused[_overlap]_{bf16,f16}_d{D}_m64_w1[_b{MINB}]: dk/dv's arguments and dq_acc (float32,
+// zeroed); _b3: registers capped for three blocks an SM (at head dim 64 without spilling: 168 a thread).
+// Then hopper_bwd_dq_convert_{bf16,f16}_d{D} (a block of 128 threads per 64 queries of a head) writes dq.
+#define FHB_FUSED_PAIR(NAME, BF, D, MINB, TAIL)                                                                   \
+    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP, MINB) hopper_bwd_fused_##NAME##_d##D##_m64_w1##TAIL( \
+        FHB_INPUTS, u16* dk, u16* dv, float* dq_acc, FHB_SHAPE) {                                                 \
+        FHB_FUSED_BODY(BF, D, false)                                                                              \
+    }                                                                                                             \
+    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP, MINB)                                              \
+        hopper_bwd_fused_overlap_##NAME##_d##D##_m64_w1##TAIL(FHB_INPUTS, u16* dk, u16* dv, float* dq_acc,         \
+                                                              FHB_SHAPE) {                                        \
+        FHB_FUSED_BODY(BF, D, true)                                                                               \
+    }
 #define FHB_FUSED(NAME, BF, D)                                                                                 \
-    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP, 1) hopper_bwd_fused_##NAME##_d##D##_m64_w1(       \
-        FHB_INPUTS, u16* dk, u16* dv, float* dq_acc, FHB_SHAPE) {                                             \
-        FHB_FUSED_BODY(BF, D, false)                                                                           \
-    }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP, 1)                                              \
-        hopper_bwd_fused_overlap_##NAME##_d##D##_m64_w1(FHB_INPUTS, u16* dk, u16* dv, float* dq_acc, FHB_SHAPE) { \
-        FHB_FUSED_BODY(BF, D, true)                                                                            \
-    }                                                                                                          \
+    FHB_FUSED_PAIR(NAME, BF, D, 1, )                                                                           \
     extern "C" __global__ void __launch_bounds__(FH_WARPGROUP) hopper_bwd_dq_convert_##NAME##_d##D(              \
         const float* dq_acc, u16* dq, i64 gsb, i64 gsh, i64 gst, int H, int T, float scale) {                 \
         FHB_CONVERT_BODY(BF, D)                                                                                \
@@ -399,6 +409,7 @@ __device__ __forceinline__ void hopper_bwd_dq_convert(const float* __restrict__ 
     FHB_DQ(NAME, BF, 64, 64, 1) FHB_DQ(NAME, BF, 64, 64, 2) FHB_DQ(NAME, BF, 64, 128, 1)                         \
         FHB_DQ(NAME, BF, 128, 64, 1) FHB_DQ(NAME, BF, 128, 64, 2) FHB_DKDV(NAME, BF, 64, 64, 1)                  \
             FHB_DKDV(NAME, BF, 64, 64, 2) FHB_DKDV(NAME, BF, 64, 128, 1) FHB_DKDV(NAME, BF, 128, 64, 1)          \
-                FHB_DKDV(NAME, BF, 128, 64, 2) FHB_FUSED(NAME, BF, 64) FHB_FUSED(NAME, BF, 128)
+                FHB_DKDV(NAME, BF, 128, 64, 2) FHB_FUSED(NAME, BF, 64) FHB_FUSED(NAME, BF, 128)            \
+                    FHB_FUSED_PAIR(NAME, BF, 64, 3, _b3)
 FHB_ALL(bf16, true)
 FHB_ALL(f16, false)

@@ -23,12 +23,12 @@ HOPPER_DIMS = (64, 128)
 # queries per tile of dk/dv; warpgroups of 128 threads per block, each owning 64 of the block's
 # queries or keys), and for the forward PIPELINED where the kernel overlaps the next tile's scores
 # and the current tile's O += P V with the softmax (three stages of keys and values, flash_hopper.cu's
-# _p kernels). dq's FUSED: no dq kernel, the dk/dv kernel (then (64, 1)) adds dQ up itself;
-# FUSED_OVERLAP: the same, each step's dQ product (at head dim 128 its second half) multiplied at the
-# start of the next step, behind that step's first products (measured 2-6% faster than FUSED, but a
-# review found it overwriting dS^T without a barrier after each warp's own wgmma wait: not the default
-# until the barrier, which failed its first GPU run, is verified). The kernel files
-# hold exactly these; bench/attention_kernels.py times them all, dq's and dk/dv's in pairs.
+# _p kernels). dq's FUSED: no dq kernel, the dk/dv kernel (then (64, warpgroups[, blocks])) adds dQ
+# up itself, where `blocks` (3) names the kernel capped for that many blocks an SM (_b3: fewer
+# registers, more warps to hide latency); FUSED_OVERLAP: one warpgroup, each step's dQ product (at
+# head dim 128 its second half) multiplied at the start of the next step, behind that step's first
+# products. The kernel files hold exactly these; bench/attention_kernels.py times them all, dq's and
+# dk/dv's in pairs, and tests/test_cuda.py tests each.
 FUSED, FUSED_OVERLAP, PIPELINED = "fused", "fused_overlap", "pipelined"
 HOPPER_VARIANTS = {
     "fwd": {
@@ -36,12 +36,12 @@ HOPPER_VARIANTS = {
         128: ((64, 2), (128, 1), (128, 2), (64, 2, PIPELINED), (128, 2, PIPELINED)),
     },
     "dq": {
-        64: ((64, 1), (64, 2), (128, 1), FUSED, FUSED_OVERLAP, FUSED, FUSED_OVERLAP),
-        128: ((64, 1), (64, 2), FUSED, FUSED_OVERLAP),
+        64: ((64, 1), (64, 2), (128, 1), FUSED, FUSED_OVERLAP, FUSED),
+        128: ((64, 1), (64, 2), FUSED, FUSED_OVERLAP, FUSED),
     },
     "dkdv": {
-        64: ((64, 1), (64, 2), (128, 1), (64, 1), (64, 1), (64, 1, 3), (64, 1, 3)),
-        128: ((64, 1), (64, 2), (64, 1), (64, 1)),
+        64: ((64, 1), (64, 2), (128, 1), (64, 1), (64, 1), (64, 1, 3)),
+        128: ((64, 1), (64, 2), (64, 1), (64, 1), (64, 2)),
     },
 }
 # The variant each kernel runs (the fastest on the H200 at gpt2-124m's layer and at T 1024-4096,
@@ -51,9 +51,9 @@ HOPPER_VARIANTS = {
 # fastest unfused pair), for a backward that gives the same bits every time (as PyTorch's
 # use_deterministic_algorithms rules out its atomic backward kernels).
 HOPPER_TILES = {
-    "fwd": {64: (64, 1), 128: (128, 2, PIPELINED)},
+    "fwd": {64: (128, 1), 128: (128, 2, PIPELINED)},
     "dq": {64: FUSED, 128: FUSED},
-    "dkdv": {64: (64, 1), 128: (64, 1)},
+    "dkdv": {64: (64, 1, 3), 128: (64, 2)},
 }
 DETERMINISTIC_TILES = {64: ((64, 1), (64, 1)), 128: ((64, 1), (64, 1))}
 WARPGROUP = 128  # threads
@@ -285,16 +285,19 @@ def _fused_launches(q, k, v, g, lse, dvec, dq, dk, dv, qs, ks, vs, gs, shape, do
         cp.cuda.runtime.memsetAsync(dq_acc.data.ptr, 0, dq_acc.nbytes, cp.cuda.get_current_stream().ptr)
         dot()
 
+    variant, (_, wgs, *blocks) = tiles  # dk/dv's (64, warpgroups[, blocks an SM the registers are capped for])
+    keys = 64 * wgs  # a block's
     # keys and values, two stages of queries and output gradients, dS^T, two stages of lse and dvec
-    shared = (2 * 64 + 4 * 64) * D * 2 + 64 * 64 * 2 + 2 * 2 * 64 * 4 + 1024
+    shared = (2 * keys + 4 * 64) * D * 2 + keys * 64 * 2 + 2 * 2 * 64 * 4 + 1024
     args = (q, k, v, g, lse, dvec, dk, dv, dq_acc, *qs, *ks, *vs, *gs, *_strides(dk), *shape)
     convert_args = (dq_acc, dq, *_strides(dq), shape[0], shape[2], shape[4])  # H, T, scale
-    variant, (_, _, *blocks) = tiles  # dk/dv's (64, 1[, blocks an SM the registers are capped for])
     tail = f"_b{blocks[0]}" if blocks else ""
-    fused, convert = f"hopper_bwd_{variant}_{suffix}_d{D}_m64_w1{tail}", f"hopper_bwd_dq_convert_{suffix}_d{D}"
+    fused, convert = f"hopper_bwd_{variant}_{suffix}_d{D}_m64_w{wgs}{tail}", f"hopper_bwd_dq_convert_{suffix}_d{D}"
     return {
         "dot": zero_and_dot,
-        "dkdv": lambda: _hopper_launch(HOPPER_BWD_FILE, fused, (-(-S // 64), B * Hkv), WARPGROUP, shared, args),
+        "dkdv": lambda: _hopper_launch(
+            HOPPER_BWD_FILE, fused, (-(-S // keys), B * Hkv), WARPGROUP * wgs, shared, args
+        ),
         "dq": lambda: _hopper_launch(HOPPER_BWD_FILE, convert, (-(-T // 64), B * H), WARPGROUP, 0, convert_args),
     }
 

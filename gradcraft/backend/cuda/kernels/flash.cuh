@@ -19,6 +19,10 @@ __device__ __forceinline__ u32 smem_u32(const void* p) {
 __device__ __forceinline__ void cp_async16(u32 dst, const void* src, int bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
 }
+// 4 bytes likewise (cp.async's smallest copy; through L1).
+__device__ __forceinline__ void cp_async4(u32 dst, const void* src, int bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
@@ -119,4 +123,16 @@ __device__ __forceinline__ void load_query_stats(float* st, const float* lse, co
     const i64 bh_row = ((i64)b * H + h) * T;
     st[threadIdx.x] = row < T ? lse[bh_row + row] * LOG2E : 0.f;
     st[BM + threadIdx.x] = row < T ? dvec[bh_row + row] : 0.f;
+}
+// The same statistics copied asynchronously, lse as it is (natural log, not base 2), into the shared
+// address st, in the cp.async group the caller commits next: the copying threads do not wait for the
+// loads (load_query_stats's stores did, at every step of the wgmma dk/dv kernels).
+__device__ __forceinline__ void copy_query_stats(u32 st, const float* lse, const float* dvec, int b, int h, int H,
+                                                 int T, int m0, int BM) {
+    if (threadIdx.x >= BM) return;
+    const int row = m0 + threadIdx.x;
+    const i64 at = ((i64)b * H + h) * T + (row < T ? row : 0);
+    const int bytes = row < T ? 4 : 0;  // rows past T: zeros
+    cp_async4(st + threadIdx.x * 4, lse + at, bytes);
+    cp_async4(st + (BM + threadIdx.x) * 4, dvec + at, bytes);
 }

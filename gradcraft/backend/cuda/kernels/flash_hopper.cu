@@ -40,25 +40,29 @@ __device__ __forceinline__ void softmax_tile(float* s, float* row_max, float* ro
             for (int e = 0; e < 4; ++e)
                 if (!mask.ok(row0 + (e >> 1) * 8, n0 + nt * 8 + 2 * tq + (e & 1))) s[nt * 4 + e] = neg_inf<float>();
     }
+    // The row max and sum in four independent chains each (a single chain of dependent fmax / add
+    // instructions made the warps wait on each one's latency: Nsight Compute's "wait" stalls).
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        float mx = neg_inf<float>();
+        float m4[4] = {neg_inf<float>(), neg_inf<float>(), neg_inf<float>(), neg_inf<float>()};
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * r], s[nt * 4 + 2 * r + 1]));
+        for (int nt = 0; nt < NT; ++nt) m4[nt & 3] = fmaxf(m4[nt & 3], fmaxf(s[nt * 4 + 2 * r], s[nt * 4 + 2 * r + 1]));
+        float mx = fmaxf(fmaxf(m4[0], m4[1]), fmaxf(m4[2], m4[3]));
         mx = fmaxf(mx * scale2, row_max[r]);
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float shift = mx == neg_inf<float>() ? 0.f : mx;  // a row with nothing visible yet
         alpha[r] = fast_exp2(row_max[r] - shift);
         row_max[r] = mx;
-        row_sum[r] *= alpha[r];
+        float l4[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
             const float p0 = fast_exp2(fmaf(s[nt * 4 + 2 * r], scale2, -shift));
             const float p1 = fast_exp2(fmaf(s[nt * 4 + 2 * r + 1], scale2, -shift));
             s[nt * 4 + 2 * r] = p0, s[nt * 4 + 2 * r + 1] = p1;
-            row_sum[r] += p0 + p1;
+            l4[nt & 3] += p0 + p1;
         }
+        row_sum[r] = fmaf(row_sum[r], alpha[r], (l4[0] + l4[1]) + (l4[2] + l4[3]));
     }
 }
 

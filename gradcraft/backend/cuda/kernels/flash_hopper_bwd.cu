@@ -15,7 +15,8 @@
 //   register operand of dV += P^T dO and dK += dS^T Q.
 // In each, the second product of a pair runs while the exponentials of the first are computed. With one
 // warpgroup a block, two or three blocks share an SM and run out of step: one block's exponentials
-// overlap another's products, which a block of two warpgroups in lockstep cannot do.
+// overlap another's products, which a block of two warpgroups in lockstep cannot do; two warpgroups
+// instead load each query tile once for both (which wins for the fused kernel at head dim 128).
 // The fused variant of dk/dv (hopper_bwd_fused*, below) computes dq too, adding its partial sums in
 // float32 with atomic reductions: faster (no recomputed S, dP and exponentials), but dq's last bits
 // then depend on the order the key blocks run in (attention.py: GRADCRAFT_DETERMINISTIC).
@@ -159,7 +160,7 @@ __device__ __forceinline__ void add_dq_partial(float* tile, const float* acc, in
     }
 }
 
-// FUSED (one warpgroup, 64-query tiles): dQ too, FlashAttention-2's way: each step's dS^T, rounded to
+// FUSED (64-query tiles; one warpgroup, or two at head dim 128, each then one half of dQ): dQ too, FlashAttention-2's way: each step's dS^T, rounded to
 // 16 bits, goes to shared memory, and dQ's partial sum dS K over this block's 64 keys is multiplied
 // there (A = dS MN-major: the tile's rows are keys) and added into dq_acc (add_dq_partial), so no
 // separate dq kernel recomputes S and dP; at head dim 128 in two halves of 64 columns (64 more
@@ -171,11 +172,12 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
                                                 float* __restrict__ dq_acc, FHB_SHAPE) {
     constexpr int BN = 64 * WGS, THREADS = FH_WARPGROUP * WGS, MT = BM / 8, DT = D / 8, TILE = BM * D * 2;
     constexpr bool DEFER = FUSED && OVERLAP;  // dQ's last 64 columns multiplied in the next step
-    static_assert(!FUSED || (WGS == 1 && BM == 64), "the fused dq takes one warpgroup and 64-query tiles");
+    static_assert(!FUSED || (BM == 64 && (WGS == 1 || (WGS == 2 && D == 128 && !OVERLAP))),
+                  "the fused dq takes 64-query tiles, and two warpgroups only at head dim 128 (one half each)");
     extern __shared__ __align__(1024) u16 smem[];
     const u32 base = (smem_u32(smem) + 1023u) & ~1023u;
     // keys, values, two stages of [queries | output gradients], (FUSED: dS^T, 64 keys x BM queries), then
-    // two stages of [lse | dvec]
+    // two stages of [lse | dvec] (lse in natural log, as the forward wrote it)
     const u32 sk = base, sv = sk + BN * D * 2, sqd = sv + BN * D * 2, sds = sqd + 4 * TILE;
     float* s_stats = (float*)((char*)smem + (sds + (FUSED ? BN * BM * 2 : 0) - smem_u32(smem)));
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
@@ -192,7 +194,7 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
         const u32 cq = sqd + (it & 1) * 2 * TILE;
         load_swizzled<D, BM, THREADS>(cq, q + b * qsb + h * qsh, qst, m0, T);
         load_swizzled<D, BM, THREADS>(cq + TILE, dout + b * dsb + h * dsh, dst, m0, T);
-        load_query_stats(s_stats + (it & 1) * 2 * BM, lse, dvec, b, h, H, T, m0, BM);
+        copy_query_stats(smem_u32(s_stats + (it & 1) * 2 * BM), lse, dvec, b, h, H, T, m0, BM);
     };
     if (total > 0) issue(0);
     cp_commit();
@@ -242,7 +244,7 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int col = mt * 8 + 2 * tq + (e & 1);
-                float p = fast_exp2(fmaf(s[mt * 4 + e], scale2, -s_lse[col]));
+                float p = fast_exp2(fmaf(s[mt * 4 + e], scale2, -s_lse[col] * LOG2E));
                 if (!full && !mask.ok(m0 + col, key0 + (e >> 1) * 8)) p = 0.f;
                 s[mt * 4 + e] = p;
             }
@@ -286,14 +288,16 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
 #pragma unroll
         for (int kk = 0; kk < BM / 16; ++kk) mma_rs<BF16, D>(dk_acc, dst_[kk], desc_mn<BM>(cq, kk), 1);  // dK += dS^T Q
         if constexpr (FUSED) {
-            // dQ (64 queries x D) += dS K over this block's keys, 64 columns at a time
+            // dQ (64 queries x D) += dS K over this block's keys, 64 columns at a time; with two
+            // warpgroups (head dim 128) each multiplies one half over all 128 keys of dS^T
             int h, m0_;
             tile.step(it, BM, h, m0_);
             const int Tp = (T + 63) & ~63;
             float* dq_tile = dq_acc + (((i64)b * H + h) * Tp + m0) * D;
-            constexpr int INLINE = D / 64 - (DEFER ? 1 : 0);  // halves multiplied in this step
+            constexpr int INLINE = (D / 64 - (DEFER ? 1 : 0)) / WGS;  // halves this warpgroup multiplies now
 #pragma unroll
-            for (int half = 0; half < INLINE; ++half) {
+            for (int j = 0; j < INLINE; ++j) {
+                const int half = WGS == 1 ? j : j * WGS + wg;
 #pragma unroll
                 for (int kk = 0; kk < BN / 16; ++kk)
                     mma_ss_mn<BF16>(dq_part, desc_mn<BM>(sds, kk), desc_mn<BN>(sk + half * BN * 128, kk), kk);
@@ -301,7 +305,7 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
                 wg_wait<0>();
                 hold<32>(dq_part);
                 add_dq_partial(dq_tile, dq_part, half * 8);
-                if (half + 1 < INLINE) wg_fence();
+                if (j + 1 < INLINE) wg_fence();
             }
             if constexpr (INLINE == 0) {
                 wg_commit();
@@ -363,13 +367,13 @@ __device__ __forceinline__ void hopper_bwd_dq_convert(const float* __restrict__ 
 #define FHB_DQ_BODY(BF, D, BN, WGS) hopper_bwd_dq<BF, D, BN, WGS>(q, k, v, dout, lse, dvec, dq, FHB_SHAPE_ARGS);
 #define FHB_DKDV_BODY(BF, D, BM, WGS) \
     hopper_bwd_dkdv<BF, D, BM, WGS, false>(q, k, v, dout, lse, dvec, dk, dv, nullptr, FHB_SHAPE_ARGS);
-#define FHB_FUSED_BODY(BF, D, OVERLAP) \
-    hopper_bwd_dkdv<BF, D, 64, 1, true, OVERLAP>(q, k, v, dout, lse, dvec, dk, dv, dq_acc, FHB_SHAPE_ARGS);
+#define FHB_FUSED_BODY(BF, D, OVERLAP, WGS) \
+    hopper_bwd_dkdv<BF, D, 64, WGS, true, OVERLAP>(q, k, v, dout, lse, dvec, dk, dv, dq_acc, FHB_SHAPE_ARGS);
 #define FHB_CONVERT_BODY(BF, D) hopper_bwd_dq_convert<BF, D>(dq_acc, dq, gsb, gsh, gst, H, T, scale);
 #else
 #define FHB_DQ_BODY(BF, D, BN, WGS)
 #define FHB_DKDV_BODY(BF, D, BM, WGS)
-#define FHB_FUSED_BODY(BF, D, OVERLAP)
+#define FHB_FUSED_BODY(BF, D, OVERLAP, WGS)
 #define FHB_CONVERT_BODY(BF, D)
 #endif  // FH_ENABLED
 
@@ -386,21 +390,17 @@ __device__ __forceinline__ void hopper_bwd_dq_convert(const float* __restrict__ 
         FHB_INPUTS, u16* dk, u16* dv, FHB_SHAPE) {                                                                    \
         FHB_DKDV_BODY(BF, D, BM, WGS)                                                                                 \
     }
-// hopper_bwd_fused[_overlap]_{bf16,f16}_d{D}_m64_w1[_b{MINB}]: dk/dv's arguments and dq_acc (float32,
-// zeroed); _b3: registers capped for three blocks an SM (at head dim 64 without spilling: 168 a thread).
+// hopper_bwd_fused[_overlap]_{bf16,f16}_d{D}_m64_w{WGS}[_b3]: dk/dv's arguments and dq_acc (float32,
+// zeroed); 64 WGS keys a block. _b3 (head dim 64, not overlapped: that one would spill and serialise its
+// wgmma): registers capped at 168 a thread, for three blocks an SM. w2: head dim 128, not overlapped.
 // Then hopper_bwd_dq_convert_{bf16,f16}_d{D} (a block of 128 threads per 64 queries of a head) writes dq.
-#define FHB_FUSED_PAIR(NAME, BF, D, MINB, TAIL)                                                                   \
-    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP, MINB) hopper_bwd_fused_##NAME##_d##D##_m64_w1##TAIL( \
-        FHB_INPUTS, u16* dk, u16* dv, float* dq_acc, FHB_SHAPE) {                                                 \
-        FHB_FUSED_BODY(BF, D, false)                                                                              \
-    }                                                                                                             \
-    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP, MINB)                                              \
-        hopper_bwd_fused_overlap_##NAME##_d##D##_m64_w1##TAIL(FHB_INPUTS, u16* dk, u16* dv, float* dq_acc,         \
-                                                              FHB_SHAPE) {                                        \
-        FHB_FUSED_BODY(BF, D, true)                                                                               \
+#define FHB_FUSED_ONE(NAME, BF, D, KIND, OVERLAP, WGS, MINB, TAIL)                                                   \
+    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP * WGS, MINB)                                          \
+        hopper_bwd_##KIND##_##NAME##_d##D##_m64_w##WGS##TAIL(FHB_INPUTS, u16* dk, u16* dv, float* dq_acc, FHB_SHAPE) { \
+        FHB_FUSED_BODY(BF, D, OVERLAP, WGS)                                                                         \
     }
 #define FHB_FUSED(NAME, BF, D)                                                                                 \
-    FHB_FUSED_PAIR(NAME, BF, D, 1, )                                                                           \
+    FHB_FUSED_ONE(NAME, BF, D, fused, false, 1, 1, ) FHB_FUSED_ONE(NAME, BF, D, fused_overlap, true, 1, 1, )  \
     extern "C" __global__ void __launch_bounds__(FH_WARPGROUP) hopper_bwd_dq_convert_##NAME##_d##D(              \
         const float* dq_acc, u16* dq, i64 gsb, i64 gsh, i64 gst, int H, int T, float scale) {                 \
         FHB_CONVERT_BODY(BF, D)                                                                                \
@@ -410,6 +410,7 @@ __device__ __forceinline__ void hopper_bwd_dq_convert(const float* __restrict__ 
         FHB_DQ(NAME, BF, 128, 64, 1) FHB_DQ(NAME, BF, 128, 64, 2) FHB_DKDV(NAME, BF, 64, 64, 1)                  \
             FHB_DKDV(NAME, BF, 64, 64, 2) FHB_DKDV(NAME, BF, 64, 128, 1) FHB_DKDV(NAME, BF, 128, 64, 1)          \
                 FHB_DKDV(NAME, BF, 128, 64, 2) FHB_FUSED(NAME, BF, 64) FHB_FUSED(NAME, BF, 128)            \
-                    FHB_FUSED_PAIR(NAME, BF, 64, 3, _b3)
+                    FHB_FUSED_ONE(NAME, BF, 64, fused, false, 1, 3, _b3)  \
+                        FHB_FUSED_ONE(NAME, BF, 128, fused, false, 2, 1, )
 FHB_ALL(bf16, true)
 FHB_ALL(f16, false)

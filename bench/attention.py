@@ -8,8 +8,11 @@ window=...) on gradcraft tensors (created with requires_grad), realizes the outp
 out.backward(grad) (the gradients of q, k and v), and synchronizes the device; PyTorch runs
 torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) and .backward(grad) on the
 same values (on CUDA in bf16 that is its flash kernel). Outputs and gradients are first compared
-(relative L2 error of ours against PyTorch's), then both are timed: the median of --repeat calls after
-3 warm-up calls, wall clock between synchronisations (so our graph building and scheduling count).
+(relative L2 error of ours against PyTorch's), then both are timed: the median of --rounds x --repeat
+calls after 3 warm-up calls, wall clock between synchronisations (so our graph building and
+scheduling count). The rounds alternate between the two sides (ours, theirs, ours, ...), so that a
+shared machine's drift over the run (PyTorch's own times moved by up to 30% between runs on one
+H200) falls on both sides alike rather than on whichever was timed later.
 
 Shapes (default): the causal sweep over T = 512 ... 8192 at head dims 64 and 128, with B*T = --tokens
 (16384) sequences' tokens and H = --width / D heads (16 at d64, 8 at d128: a 1024-wide model), so
@@ -49,7 +52,8 @@ def parse_args(argv=None):
     p.add_argument("--extra_seq", type=int, default=4096, help="T of the window and GQA cases (0: skip them)")
     p.add_argument("--window", type=int, default=256, help="window of the sliding-window case")
     p.add_argument("--gqa", default="16,4", help="query heads,k/v heads of the GQA case")
-    p.add_argument("--repeat", type=int, default=10, help="timed calls per case and side")
+    p.add_argument("--repeat", type=int, default=10, help="timed calls per case, side and round")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds of --repeat calls per side")
     p.add_argument("--tf32", action="store_true", help="float32 on CUDA: TF32 products on both sides")
     p.add_argument("--threads", type=int, default=None, help="CPU threads of both sides (default: all cores)")
     return p.parse_args(argv)
@@ -82,15 +86,20 @@ def rel_err(a, b) -> float:
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
-def median_seconds(fn, repeat: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def interleaved_medians(fns, repeat: int, rounds: int) -> list[float]:
+    """Median seconds of each function: 3 warm-up calls each, then `rounds` rounds in which every
+    function in turn is called `repeat` times."""
+    for fn in fns:
+        for _ in range(3):
+            fn()
+    times = [[] for _ in fns]
+    for _ in range(rounds):
+        for fn, samples in zip(fns, times):
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                fn()
+                samples.append(time.perf_counter() - t0)
+    return [statistics.median(samples) for samples in times]
 
 
 def run_case(case, args, dtype, torch, torch_device):
@@ -145,7 +154,8 @@ def run_case(case, args, dtype, torch, torch_device):
     for ours_t, torch_t in ((q, tq), (k, tk), (v, tv)):
         errors.append(rel_err(ours_t.grad.numpy(), torch_t.grad.float().cpu().numpy()))
     del out, tout
-    return median_seconds(ours, args.repeat), median_seconds(theirs, args.repeat), errors
+    ours_s, theirs_s = interleaved_medians([ours, theirs], args.repeat, args.rounds)
+    return ours_s, theirs_s, errors
 
 
 def main(argv=None):
@@ -172,7 +182,7 @@ def main(argv=None):
     tolerance = 3e-2 if dtype == "bfloat16" else (5e-3 if args.tf32 else 1e-4)
     print(
         f"attention forward + backward; device {device}; {dtype}; torch {torch.__version__}; "
-        f"median of {args.repeat} calls after 3"
+        f"median of {args.rounds} alternating rounds of {args.repeat} calls after 3"
     )
     print(
         f"{'case':12s} {'B':>3s} {'H':>3s} {'Hkv':>3s} {'T':>5s} {'D':>4s} {'ours ms':>9s} {'torch ms':>9s} "

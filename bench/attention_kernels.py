@@ -6,7 +6,8 @@
 Each kernel is launched through the backend (no engine, no Python graph) and timed with CUDA events:
 the median of --repeat launches after 3, inputs bf16. FLOPs as FlashAttention counts them for causal
 attention: forward 2 products, dq 3, dk/dv 4 (the backward recomputes the scores in both kernels),
-each 2 * B * H * D * T * T / 2. PyTorch's SDPA forward and forward+backward are timed beside them,
+each 2 * B * H * D * T * T / 2. PyTorch's SDPA forward and forward+backward are timed beside them
+(before and after ours, the median over both sets, so that drift on a shared machine falls on both),
 and every kernel variant of the forward and of dq and dk/dv (mma.sync, and on an H100/H200 wgmma at
 each tile size the Hopper files hold) on its own line below.
 """
@@ -49,7 +50,7 @@ def main(argv=None):
             times.append(cp.cuda.get_elapsed_time(start, end) * 1e-3)
         return statistics.median(times)
 
-    def timed_torch(fn) -> float:
+    def torch_samples(fn) -> list:
         for _ in range(3):
             fn()
         times = []
@@ -60,7 +61,7 @@ def main(argv=None):
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end) * 1e-3)
-        return statistics.median(times)
+        return times
 
     print(
         f"{'T':>5s} {'D':>4s} {'B':>3s} {'H':>3s} | {'fwd':>13s} {'dot':>6s} {'dq':>13s} {'dkdv':>13s} | "
@@ -74,6 +75,20 @@ def main(argv=None):
             q, k, v, g = (rng.standard_normal((B, H, T, D), dtype=np.float32).astype("bfloat16") for _ in range(4))
             attrs = {"scale": D**-0.5, "causal": True, "window": None}
             out, lse = attention.flash_attention(q, k, v, **attrs)
+            tq, tk, tv, tg = (
+                torch.as_tensor(a, device="cuda").requires_grad_(True)
+                for a in (q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), g.astype(np.float32))
+            )
+            tq, tk, tv, tg = (x.detach().to(torch.bfloat16).requires_grad_(True) for x in (tq, tk, tv, tg))
+            sdpa = torch.nn.functional.scaled_dot_product_attention
+
+            def sdpa_fwd():
+                return sdpa(tq, tk, tv, is_causal=True)
+
+            def sdpa_all():
+                sdpa(tq, tk, tv, is_causal=True).backward(tg)
+
+            torch_fwd, torch_all = torch_samples(sdpa_fwd), torch_samples(sdpa_all)
             unit = 2 * B * H * D * T * T / 2  # one product over the causal half
             t_fwd = timed(lambda: attention.flash_attention(q, k, v, **attrs))
             # the forward's kernels side by side: mma.sync (flash_attention.cu), and on sm_90 the wgmma
@@ -109,21 +124,17 @@ def main(argv=None):
                     new = attention.backward_launches(q, k, v, out, lse, g, *grads, **attrs, tiles=tiles)
                     m, wk, *blocks = tiles[1]  # (blocks: an SM's the registers are capped for)
                     if tiles[0] in fused_variants:  # dk/dv adds dQ up (5 products); "dq" converts it
-                        label = (
-                            f"wgmma {tiles[0]} m{m} w{wk}{''.join(f' b{b}' for b in blocks)} (dot + zeroing {timed(new['dot']) * 1e3:.3f}; convert, dk/dv)"
-                        )
+                        capped = "".join(f" b{b}" for b in blocks)
+                        zeroing = timed(new["dot"]) * 1e3
+                        label = f"wgmma {tiles[0]} m{m} w{wk}{capped} (dot + zeroing {zeroing:.3f}; convert, dk/dv)"
                         backwards[label] = (timed(new["dq"]), timed(new["dkdv"]), 0, 5)
                     else:
                         label = f"wgmma n{tiles[0][0]} w{tiles[0][1]} / m{m} w{wk}"
                         backwards[label] = (timed(new["dq"]), timed(new["dkdv"]), 3, 4)
-            tq, tk, tv, tg = (
-                torch.as_tensor(a, device="cuda").requires_grad_(True)
-                for a in (q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), g.astype(np.float32))
-            )
-            tq, tk, tv, tg = (x.detach().to(torch.bfloat16).requires_grad_(True) for x in (tq, tk, tv, tg))
-            sdpa = torch.nn.functional.scaled_dot_product_attention
-            tt_fwd = timed_torch(lambda: sdpa(tq, tk, tv, is_causal=True))
-            tt_all = timed_torch(lambda: sdpa(tq, tk, tv, is_causal=True).backward(tg))
+            # SDPA timed before and after ours, its medians over both sets: a shared machine's drift
+            # over the minutes between falls on both sides
+            tt_fwd = statistics.median(torch_fwd + torch_samples(sdpa_fwd))
+            tt_all = statistics.median(torch_all + torch_samples(sdpa_all))
 
             def cell(seconds, products):
                 return f"{seconds * 1e3:6.3f} {products * unit / seconds / 1e12:5.0f}T"

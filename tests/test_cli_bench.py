@@ -209,10 +209,13 @@ def test_attention_bench_runs_on_the_cpu():
         "4,2",
         "--repeat",
         "1",
+        "--rounds",
+        "2",
         "--threads",
         "1",
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "median of 2 alternating rounds of 1 calls" in proc.stdout
     rows = re.findall(r"^(causal|window 8|gqa 4/2)\s.*\s([\d.]+)x\s+(\S+) / (\S+) / (\S+) / (\S+)$", proc.stdout, re.M)
     assert [r[0] for r in rows] == ["causal"] * 4 + ["window 8", "gqa 4/2"]
     assert max(float(e) for r in rows for e in r[2:]) < 1e-4  # ours and PyTorch's agree (float32)

@@ -295,9 +295,7 @@ def _fused_launches(q, k, v, g, lse, dvec, dq, dk, dv, qs, ks, vs, gs, shape, do
     fused, convert = f"hopper_bwd_{variant}_{suffix}_d{D}_m64_w{wgs}{tail}", f"hopper_bwd_dq_convert_{suffix}_d{D}"
     return {
         "dot": zero_and_dot,
-        "dkdv": lambda: _hopper_launch(
-            HOPPER_BWD_FILE, fused, (-(-S // keys), B * Hkv), WARPGROUP * wgs, shared, args
-        ),
+        "dkdv": lambda: _hopper_launch(HOPPER_BWD_FILE, fused, (-(-S // keys), B * Hkv), WARPGROUP * wgs, shared, args),
         "dq": lambda: _hopper_launch(HOPPER_BWD_FILE, convert, (-(-T // 64), B * H), WARPGROUP, 0, convert_args),
     }
 

@@ -160,11 +160,11 @@ __device__ __forceinline__ void add_dq_partial(float* tile, const float* acc, in
     }
 }
 
-// FUSED (64-query tiles; one warpgroup, or two at head dim 128, each then one half of dQ): dQ too, FlashAttention-2's way: each step's dS^T, rounded to
-// 16 bits, goes to shared memory, and dQ's partial sum dS K over this block's 64 keys is multiplied
-// there (A = dS MN-major: the tile's rows are keys) and added into dq_acc (add_dq_partial), so no
-// separate dq kernel recomputes S and dP; at head dim 128 in two halves of 64 columns (64 more
-// accumulator registers would not fit). OVERLAP: the (last) half's product waits for the next step and
+// FUSED (64-query tiles; one warpgroup, or two at head dim 128, each then one half of dQ): dQ too,
+// FlashAttention-2's way: each step's dS^T, rounded to 16 bits, goes to shared memory, and dQ's
+// partial sum dS K over this block's keys is multiplied there (A = dS MN-major: the tile's rows are
+// keys) and added into dq_acc (add_dq_partial), so no separate dq kernel recomputes S and dP; at head
+// dim 128 in two halves of 64 columns (64 more accumulator registers would not fit). OVERLAP: the (last) half's product waits for the next step and
 // runs behind its S^T and dP^T while the exponentials are computed (issued there rather than left in
 // flight across the loop's back edge, where ptxas would serialise every wgmma of the kernel).
 template <bool BF16, int D, int BM, int WGS, bool FUSED, bool OVERLAP = false>

@@ -23,9 +23,11 @@ HOPPER_DIMS = (64, 128)
 # queries per tile of dk/dv; warpgroups of 128 threads per block, each owning 64 of the block's
 # queries or keys), and for the forward PIPELINED where the kernel overlaps the next tile's scores
 # and the current tile's O += P V with the softmax (three stages of keys and values, flash_hopper.cu's
-# _p kernels). dq's FUSED: no dq kernel, the dk/dv kernel (then (64, warpgroups[, blocks])) adds dQ
-# up itself, where `blocks` (3) names the kernel capped for that many blocks an SM (_b3: fewer
-# registers, more warps to hide latency); FUSED_OVERLAP: one warpgroup, each step's dQ product (at
+# _p kernels). dq's FUSED: no dq kernel, the dk/dv kernel (then (64, warpgroups[, blocks[, stages]]))
+# adds dQ up itself, where `blocks` (3) names the kernel capped for that many blocks an SM (_b3: fewer
+# registers, more warps to hide latency) and `stages` (3) the one staging its query tiles three deep
+# (_s3; written in session 13 after the device time was spent: first run on a GPU still to come,
+# hence not a default); FUSED_OVERLAP: one warpgroup, each step's dQ product (at
 # head dim 128 its second half) multiplied at the start of the next step, behind that step's first
 # products. The kernel files hold exactly these; bench/attention_kernels.py times them all, dq's and
 # dk/dv's in pairs, and tests/test_cuda.py tests each.
@@ -36,11 +38,11 @@ HOPPER_VARIANTS = {
         128: ((64, 2), (128, 1), (128, 2), (64, 2, PIPELINED), (128, 2, PIPELINED)),
     },
     "dq": {
-        64: ((64, 1), (64, 2), (128, 1), FUSED, FUSED_OVERLAP, FUSED),
+        64: ((64, 1), (64, 2), (128, 1), FUSED, FUSED_OVERLAP, FUSED, FUSED),
         128: ((64, 1), (64, 2), FUSED, FUSED_OVERLAP, FUSED),
     },
     "dkdv": {
-        64: ((64, 1), (64, 2), (128, 1), (64, 1), (64, 1), (64, 1, 3)),
+        64: ((64, 1), (64, 2), (128, 1), (64, 1), (64, 1), (64, 1, 3), (64, 1, 3, 3)),
         128: ((64, 1), (64, 2), (64, 1), (64, 1), (64, 2)),
     },
 }
@@ -285,13 +287,15 @@ def _fused_launches(q, k, v, g, lse, dvec, dq, dk, dv, qs, ks, vs, gs, shape, do
         cp.cuda.runtime.memsetAsync(dq_acc.data.ptr, 0, dq_acc.nbytes, cp.cuda.get_current_stream().ptr)
         dot()
 
-    variant, (_, wgs, *blocks) = tiles  # dk/dv's (64, warpgroups[, blocks an SM the registers are capped for])
+    # dk/dv's (64, warpgroups[, blocks an SM the registers are capped for[, stages of query tiles]])
+    variant, (_, wgs, *rest) = tiles
+    blocks, stages = (rest[0] if rest else None), (rest[1] if len(rest) > 1 else 2)
     keys = 64 * wgs  # a block's
-    # keys and values, two stages of queries and output gradients, dS^T, two stages of lse and dvec
-    shared = (2 * keys + 4 * 64) * D * 2 + keys * 64 * 2 + 2 * 2 * 64 * 4 + 1024
+    # keys and values, the stages of queries and output gradients, dS^T, the stages of lse and dvec
+    shared = (2 * keys + 2 * stages * 64) * D * 2 + keys * 64 * 2 + stages * 2 * 64 * 4 + 1024
     args = (q, k, v, g, lse, dvec, dk, dv, dq_acc, *qs, *ks, *vs, *gs, *_strides(dk), *shape)
     convert_args = (dq_acc, dq, *_strides(dq), shape[0], shape[2], shape[4])  # H, T, scale
-    tail = f"_b{blocks[0]}" if blocks else ""
+    tail = (f"_b{blocks}" if blocks else "") + (f"_s{stages}" if stages != 2 else "")
     fused, convert = f"hopper_bwd_{variant}_{suffix}_d{D}_m64_w{wgs}{tail}", f"hopper_bwd_dq_convert_{suffix}_d{D}"
     return {
         "dot": zero_and_dot,

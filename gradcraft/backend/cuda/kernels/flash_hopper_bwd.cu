@@ -167,18 +167,21 @@ __device__ __forceinline__ void add_dq_partial(float* tile, const float* acc, in
 // dim 128 in two halves of 64 columns (64 more accumulator registers would not fit). OVERLAP: the (last) half's product waits for the next step and
 // runs behind its S^T and dP^T while the exponentials are computed (issued there rather than left in
 // flight across the loop's back edge, where ptxas would serialise every wgmma of the kernel).
-template <bool BF16, int D, int BM, int WGS, bool FUSED, bool OVERLAP = false>
+// STAGES (2, or 3 for the fused kernel at head dim 64): how deep the query tiles are staged; with 3,
+// a step's loads are issued two steps ahead.
+template <bool BF16, int D, int BM, int WGS, bool FUSED, bool OVERLAP = false, int STAGES = 2>
 __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk, u16* __restrict__ dvo,
                                                 float* __restrict__ dq_acc, FHB_SHAPE) {
     constexpr int BN = 64 * WGS, THREADS = FH_WARPGROUP * WGS, MT = BM / 8, DT = D / 8, TILE = BM * D * 2;
     constexpr bool DEFER = FUSED && OVERLAP;  // dQ's last 64 columns multiplied in the next step
     static_assert(!FUSED || (BM == 64 && (WGS == 1 || (WGS == 2 && D == 128 && !OVERLAP))),
                   "the fused dq takes 64-query tiles, and two warpgroups only at head dim 128 (one half each)");
+    static_assert(STAGES == 2 || (STAGES == 3 && FUSED && !OVERLAP && D == 64), "three stages: fused, head dim 64");
     extern __shared__ __align__(1024) u16 smem[];
     const u32 base = (smem_u32(smem) + 1023u) & ~1023u;
-    // keys, values, two stages of [queries | output gradients], (FUSED: dS^T, 64 keys x BM queries), then
-    // two stages of [lse | dvec] (lse in natural log, as the forward wrote it)
-    const u32 sk = base, sv = sk + BN * D * 2, sqd = sv + BN * D * 2, sds = sqd + 4 * TILE;
+    // keys, values, STAGES stages of [queries | output gradients], (FUSED: dS^T, BN keys x BM queries),
+    // then STAGES stages of [lse | dvec] (lse in natural log, as the forward wrote it)
+    const u32 sk = base, sv = sk + BN * D * 2, sqd = sv + BN * D * 2, sds = sqd + STAGES * 2 * TILE;
     float* s_stats = (float*)((char*)smem + (sds + (FUSED ? BN * BM * 2 : 0) - smem_u32(smem)));
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
               tq = lane & 3;
@@ -188,16 +191,21 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
 
     load_swizzled<D, BN, THREADS>(sk, k + b * ksb + hk * ksh, kst, n0, S);
     load_swizzled<D, BN, THREADS>(sv, v + b * vsb + hk * vsh, vst, n0, S);
-    auto issue = [&](int it) {  // sweep step it (KeyTile) into stage it & 1
+    auto stage_of = [](int it) { return STAGES == 2 ? it & 1 : it % STAGES; };  // (it >= 0)
+    auto issue = [&](int it) {  // sweep step it (KeyTile) into stage it % STAGES
         int h, m0;
         tile.step(it, BM, h, m0);
-        const u32 cq = sqd + (it & 1) * 2 * TILE;
+        const u32 cq = sqd + stage_of(it) * 2 * TILE;
         load_swizzled<D, BM, THREADS>(cq, q + b * qsb + h * qsh, qst, m0, T);
         load_swizzled<D, BM, THREADS>(cq + TILE, dout + b * dsb + h * dsh, dst, m0, T);
-        copy_query_stats(smem_u32(s_stats + (it & 1) * 2 * BM), lse, dvec, b, h, H, T, m0, BM);
+        copy_query_stats(smem_u32(s_stats + stage_of(it) * 2 * BM), lse, dvec, b, h, H, T, m0, BM);
     };
     if (total > 0) issue(0);
     cp_commit();
+    if constexpr (STAGES == 3) {  // step 1 too: each step then issues the one two ahead
+        if (total > 1) issue(1);
+        cp_commit();
+    }
 
     float dk_acc[D / 2], dv_acc[D / 2];
 #pragma unroll
@@ -209,13 +217,14 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
     float* dq_pending = nullptr;  // DEFER: where in dq_acc the last step's deferred columns go
     for (int it = 0; it < total; ++it) {
         const int m0 = (tile.q_begin + it % tile.tiles) * BM;
-        const u32 cq = sqd + (it & 1) * 2 * TILE, cd = cq + TILE;
-        if (it + 1 < total) issue(it + 1);
+        const u32 cq = sqd + stage_of(it) * 2 * TILE, cd = cq + TILE;
+        // (into the stage step it - 1 read: free since the barrier that ended that step)
+        if (it + STAGES - 1 < total) issue(it + STAGES - 1);
         cp_commit();
-        cp_wait<1>();  // this step's tiles (and, the first time, the keys and values) have landed
+        cp_wait<STAGES - 1>();  // this step's tiles (and, the first time, the keys and values) have landed
         fence_proxy_async();
         __syncthreads();
-        const float* s_lse = s_stats + (it & 1) * 2 * BM;
+        const float* s_lse = s_stats + stage_of(it) * 2 * BM;
         const float* s_dvec = s_lse + BM;
 
         // Transposed products: rows are this warpgroup's keys, columns the tile's queries.
@@ -367,13 +376,13 @@ __device__ __forceinline__ void hopper_bwd_dq_convert(const float* __restrict__ 
 #define FHB_DQ_BODY(BF, D, BN, WGS) hopper_bwd_dq<BF, D, BN, WGS>(q, k, v, dout, lse, dvec, dq, FHB_SHAPE_ARGS);
 #define FHB_DKDV_BODY(BF, D, BM, WGS) \
     hopper_bwd_dkdv<BF, D, BM, WGS, false>(q, k, v, dout, lse, dvec, dk, dv, nullptr, FHB_SHAPE_ARGS);
-#define FHB_FUSED_BODY(BF, D, OVERLAP, WGS) \
-    hopper_bwd_dkdv<BF, D, 64, WGS, true, OVERLAP>(q, k, v, dout, lse, dvec, dk, dv, dq_acc, FHB_SHAPE_ARGS);
+#define FHB_FUSED_BODY(BF, D, OVERLAP, WGS, STAGES) \
+    hopper_bwd_dkdv<BF, D, 64, WGS, true, OVERLAP, STAGES>(q, k, v, dout, lse, dvec, dk, dv, dq_acc, FHB_SHAPE_ARGS);
 #define FHB_CONVERT_BODY(BF, D) hopper_bwd_dq_convert<BF, D>(dq_acc, dq, gsb, gsh, gst, H, T, scale);
 #else
 #define FHB_DQ_BODY(BF, D, BN, WGS)
 #define FHB_DKDV_BODY(BF, D, BM, WGS)
-#define FHB_FUSED_BODY(BF, D, OVERLAP, WGS)
+#define FHB_FUSED_BODY(BF, D, OVERLAP, WGS, STAGES)
 #define FHB_CONVERT_BODY(BF, D)
 #endif  // FH_ENABLED
 
@@ -390,17 +399,18 @@ __device__ __forceinline__ void hopper_bwd_dq_convert(const float* __restrict__ 
         FHB_INPUTS, u16* dk, u16* dv, FHB_SHAPE) {                                                                    \
         FHB_DKDV_BODY(BF, D, BM, WGS)                                                                                 \
     }
-// hopper_bwd_fused[_overlap]_{bf16,f16}_d{D}_m64_w{WGS}[_b3]: dk/dv's arguments and dq_acc (float32,
+// hopper_bwd_fused[_overlap]_{bf16,f16}_d{D}_m64_w{WGS}[_b3[_s3]]: dk/dv's arguments and dq_acc (float32,
 // zeroed); 64 WGS keys a block. _b3 (head dim 64, not overlapped: that one would spill and serialise its
-// wgmma): registers capped at 168 a thread, for three blocks an SM. w2: head dim 128, not overlapped.
+// wgmma): registers capped at 168 a thread, for three blocks an SM; _s3: the query tiles staged three
+// deep (73.5 KB of shared memory, three blocks still fit). w2: head dim 128, not overlapped.
 // Then hopper_bwd_dq_convert_{bf16,f16}_d{D} (a block of 128 threads per 64 queries of a head) writes dq.
-#define FHB_FUSED_ONE(NAME, BF, D, KIND, OVERLAP, WGS, MINB, TAIL)                                                   \
+#define FHB_FUSED_ONE(NAME, BF, D, KIND, OVERLAP, WGS, MINB, STAGES, TAIL)                                          \
     extern "C" __global__ void __launch_bounds__(FH_WARPGROUP * WGS, MINB)                                          \
         hopper_bwd_##KIND##_##NAME##_d##D##_m64_w##WGS##TAIL(FHB_INPUTS, u16* dk, u16* dv, float* dq_acc, FHB_SHAPE) { \
-        FHB_FUSED_BODY(BF, D, OVERLAP, WGS)                                                                         \
+        FHB_FUSED_BODY(BF, D, OVERLAP, WGS, STAGES)                                                                 \
     }
 #define FHB_FUSED(NAME, BF, D)                                                                                 \
-    FHB_FUSED_ONE(NAME, BF, D, fused, false, 1, 1, ) FHB_FUSED_ONE(NAME, BF, D, fused_overlap, true, 1, 1, )  \
+    FHB_FUSED_ONE(NAME, BF, D, fused, false, 1, 1, 2, ) FHB_FUSED_ONE(NAME, BF, D, fused_overlap, true, 1, 1, 2, ) \
     extern "C" __global__ void __launch_bounds__(FH_WARPGROUP) hopper_bwd_dq_convert_##NAME##_d##D(              \
         const float* dq_acc, u16* dq, i64 gsb, i64 gsh, i64 gst, int H, int T, float scale) {                 \
         FHB_CONVERT_BODY(BF, D)                                                                                \
@@ -410,7 +420,8 @@ __device__ __forceinline__ void hopper_bwd_dq_convert(const float* __restrict__ 
         FHB_DQ(NAME, BF, 128, 64, 1) FHB_DQ(NAME, BF, 128, 64, 2) FHB_DKDV(NAME, BF, 64, 64, 1)                  \
             FHB_DKDV(NAME, BF, 64, 64, 2) FHB_DKDV(NAME, BF, 64, 128, 1) FHB_DKDV(NAME, BF, 128, 64, 1)          \
                 FHB_DKDV(NAME, BF, 128, 64, 2) FHB_FUSED(NAME, BF, 64) FHB_FUSED(NAME, BF, 128)            \
-                    FHB_FUSED_ONE(NAME, BF, 64, fused, false, 1, 3, _b3)  \
-                        FHB_FUSED_ONE(NAME, BF, 128, fused, false, 2, 1, )
+                    FHB_FUSED_ONE(NAME, BF, 64, fused, false, 1, 3, 2, _b3)                              \
+                        FHB_FUSED_ONE(NAME, BF, 64, fused, false, 1, 3, 3, _b3_s3)                       \
+                            FHB_FUSED_ONE(NAME, BF, 128, fused, false, 2, 1, 2, )
 FHB_ALL(bf16, true)
 FHB_ALL(f16, false)

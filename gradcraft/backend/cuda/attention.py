@@ -26,10 +26,9 @@ HOPPER_DIMS = (64, 128)
 # _p kernels). dq's FUSED: no dq kernel, the dk/dv kernel (then (64, warpgroups[, blocks[, stages]]))
 # adds dQ up itself, where `blocks` (3) names the kernel capped for that many blocks an SM (_b3: fewer
 # registers, more warps to hide latency) and `stages` (3) the one staging its query tiles three deep
-# (_s3; written in session 13 after the device time was spent: first run on a GPU still to come,
-# hence not a default); FUSED_OVERLAP: one warpgroup, each step's dQ product (at
-# head dim 128 its second half) multiplied at the start of the next step, behind that step's first
-# products. The kernel files hold exactly these; bench/attention_kernels.py times them all, dq's and
+# (_s3: not yet run on a GPU, hence not a default); FUSED_OVERLAP: one warpgroup, each step's dQ
+# product (at head dim 128 its second half) multiplied at the start of the next step, behind that
+# step's first products. The kernel files hold exactly these; bench/attention_kernels.py times them all, dq's and
 # dk/dv's in pairs, and tests/test_cuda.py tests each.
 FUSED, FUSED_OVERLAP, PIPELINED = "fused", "fused_overlap", "pipelined"
 HOPPER_VARIANTS = {

@@ -164,7 +164,7 @@ def nvrtc_compile(text: str, name: str, arch: str, options: tuple = OPTIONS, lib
 def ptxas_report(text: str, name: str, arch: str, library: str | None = None) -> str:
     """NVRTC's log of compiling `text` for the real target `arch` with ptxas's verbose report: each
     kernel's registers and spills, and ptxas's notes, such as the wgmma serialisation warnings
-    (C7513/C7514) that tests/test_cuda_compile.py keeps out of the Hopper kernels."""
+    (C7512/C7513/C7514) that tests/test_cuda_compile.py keeps out of the Hopper kernels."""
     return _nvrtc_run(text, name, arch, (*OPTIONS, "--ptxas-options=-v"), library)[1]
 
 

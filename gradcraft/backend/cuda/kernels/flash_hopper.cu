@@ -122,8 +122,7 @@ __device__ __forceinline__ void hopper_fwd(const u16* __restrict__ q, const u16*
 
     load_swizzled<D, BM, THREADS>(sq, q + b * qsb + h * qsh, qst, m0, T);
     if (t_begin < t_end) {
-        load_swizzled<D, BN, THREADS>(sk, kb, kst, t_begin * BN, S);
-        load_swizzled<D, BN, THREADS>(sv, vb, vst, t_begin * BN, S);
+        load_kv_tile<D, BN, THREADS>(sk, sv, kb, kst, vb, vst, t_begin * BN, S);
     }
     cp_commit();
 
@@ -138,8 +137,7 @@ __device__ __forceinline__ void hopper_fwd(const u16* __restrict__ q, const u16*
     for (int t = t_begin; t < t_end; ++t) {
         const int st = (t - t_begin) & 1, n0 = t * BN;
         if (t + 1 < t_end) {  // the next tile into the other stage (free since the barrier ending the last tile)
-            load_swizzled<D, BN, THREADS>(sk + (st ^ 1) * TILE, kb, kst, n0 + BN, S);
-            load_swizzled<D, BN, THREADS>(sv + (st ^ 1) * TILE, vb, vst, n0 + BN, S);
+            load_kv_tile<D, BN, THREADS>(sk + (st ^ 1) * TILE, sv + (st ^ 1) * TILE, kb, kst, vb, vst, n0 + BN, S);
         }
         cp_commit();
         cp_wait<1>();  // this tile (and the queries) have landed
@@ -199,13 +197,11 @@ __device__ __forceinline__ void hopper_fwd_pipelined(const u16* __restrict__ q, 
     // Two cp.async groups: the queries with tile t_begin (stage 0), then tile t_begin + 1 (stage 1).
     load_swizzled<D, BM, THREADS>(sq, q + b * qsb + h * qsh, qst, m0, T);
     if (t_begin < t_end) {
-        load_swizzled<D, BN, THREADS>(sk, kb, kst, t_begin * BN, S);
-        load_swizzled<D, BN, THREADS>(sv, vb, vst, t_begin * BN, S);
+        load_kv_tile<D, BN, THREADS>(sk, sv, kb, kst, vb, vst, t_begin * BN, S);
     }
     cp_commit();
     if (t_begin + 1 < t_end) {
-        load_swizzled<D, BN, THREADS>(sk + TILE, kb, kst, (t_begin + 1) * BN, S);
-        load_swizzled<D, BN, THREADS>(sv + TILE, vb, vst, (t_begin + 1) * BN, S);
+        load_kv_tile<D, BN, THREADS>(sk + TILE, sv + TILE, kb, kst, vb, vst, (t_begin + 1) * BN, S);
     }
     cp_commit();
 
@@ -255,8 +251,7 @@ __device__ __forceinline__ void hopper_fwd_pipelined(const u16* __restrict__ q, 
         // O += P_{t-1} V_{t-1} (and S_{t-1} before it), the last reads of tile t - 1's stage st2.
         __syncthreads();
         if (t + 2 < t_end) {  // into st2; this iteration's products read st1's keys and st's values
-            load_swizzled<D, BN, THREADS>(sk + st2 * TILE, kb, kst, (t + 2) * BN, S);
-            load_swizzled<D, BN, THREADS>(sv + st2 * TILE, vb, vst, (t + 2) * BN, S);
+            load_kv_tile<D, BN, THREADS>(sk + st2 * TILE, sv + st2 * TILE, kb, kst, vb, vst, (t + 2) * BN, S);
         }
         cp_commit();
 
@@ -310,7 +305,8 @@ __device__ __forceinline__ void hopper_fwd_pipelined(const u16* __restrict__ q, 
 // (d64 n128 w1 capped at 168 registers, three blocks an SM: 170 would leave two)
 #define FH_MIN_BLOCKS(D, BN, WGS) ((D) == 64 && (BN) == 128 && (WGS) == 1 ? 3 : 1)
 #define FH_FWD(NAME, BF, D, BN, WGS)                                                                               \
-    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP * WGS, FH_MIN_BLOCKS(D, BN, WGS)) hopper_fwd_##NAME##_d##D##_n##BN##_w##WGS( \
+    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP * WGS, FH_MIN_BLOCKS(D, BN, WGS))                  \
+        hopper_fwd_##NAME##_d##D##_n##BN##_w##WGS(                                                                 \
         const u16* q, const u16* k, const u16* v, u16* o, float* lse, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh,  \
         i64 kst, i64 vsb, i64 vsh, i64 vst, i64 osb, i64 osh, i64 ost, int H, int Hkv, int T, int S, float scale,   \
         int causal, int window) {                                                                                  \

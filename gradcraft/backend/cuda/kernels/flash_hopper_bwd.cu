@@ -62,8 +62,7 @@ __device__ __forceinline__ void hopper_bwd_dq(FHB_INPUTS, u16* __restrict__ dq, 
     load_swizzled<D, BM, THREADS>(sq, q + b * qsb + h * qsh, qst, m0, T);
     load_swizzled<D, BM, THREADS>(sd, dout + b * dsb + h * dsh, dst, m0, T);
     if (t_begin < t_end) {
-        load_swizzled<D, BN, THREADS>(sk, kb, kst, t_begin * BN, S);
-        load_swizzled<D, BN, THREADS>(sv, vb, vst, t_begin * BN, S);
+        load_kv_tile<D, BN, THREADS>(sk, sv, kb, kst, vb, vst, t_begin * BN, S);
     }
     cp_commit();
 
@@ -86,8 +85,7 @@ __device__ __forceinline__ void hopper_bwd_dq(FHB_INPUTS, u16* __restrict__ dq, 
         const int st = (t - t_begin) & 1, n0 = t * BN;
         const u32 ck = sk + st * TILE, cv = sv + st * TILE;
         if (t + 1 < t_end) {  // the next tile into the other stage (free since the barrier ending the last tile)
-            load_swizzled<D, BN, THREADS>(sk + (st ^ 1) * TILE, kb, kst, n0 + BN, S);
-            load_swizzled<D, BN, THREADS>(sv + (st ^ 1) * TILE, vb, vst, n0 + BN, S);
+            load_kv_tile<D, BN, THREADS>(sk + (st ^ 1) * TILE, sv + (st ^ 1) * TILE, kb, kst, vb, vst, n0 + BN, S);
         }
         cp_commit();
         cp_wait<1>();  // this tile (and the queries and output gradients) have landed
@@ -164,9 +162,10 @@ __device__ __forceinline__ void add_dq_partial(float* tile, const float* acc, in
 // FlashAttention-2's way: each step's dS^T, rounded to 16 bits, goes to shared memory, and dQ's
 // partial sum dS K over this block's keys is multiplied there (A = dS MN-major: the tile's rows are
 // keys) and added into dq_acc (add_dq_partial), so no separate dq kernel recomputes S and dP; at head
-// dim 128 in two halves of 64 columns (64 more accumulator registers would not fit). OVERLAP: the (last) half's product waits for the next step and
-// runs behind its S^T and dP^T while the exponentials are computed (issued there rather than left in
-// flight across the loop's back edge, where ptxas would serialise every wgmma of the kernel).
+// dim 128 in two halves of 64 columns (64 more accumulator registers would not fit). OVERLAP: the
+// (last) half's product waits for the next step and runs behind its S^T and dP^T while the
+// exponentials are computed (issued there rather than left in flight across the loop's back edge,
+// where ptxas would serialise every wgmma of the kernel).
 // STAGES (2, or 3 for the fused kernel at head dim 64): how deep the query tiles are staged; with 3,
 // a step's loads are issued two steps ahead.
 template <bool BF16, int D, int BM, int WGS, bool FUSED, bool OVERLAP = false, int STAGES = 2>

@@ -165,4 +165,12 @@ __device__ __forceinline__ void load_swizzled(u32 s, const u16* g, i64 stride, i
         cp_async16(dst + j * STEP * 128, ok ? src + j * STEP * stride : g, ok ? 16 : 0);
     }
 }
+// BN keys from key n0 (and their values) of the rows kb and vb (S of them) into the shared tiles sk and
+// sv: the query-tile kernels' staging of one key/value tile.
+template <int D, int BN, int THREADS>
+__device__ __forceinline__ void load_kv_tile(u32 sk, u32 sv, const u16* kb, i64 kst, const u16* vb, i64 vst, int n0,
+                                             int S) {
+    load_swizzled<D, BN, THREADS>(sk, kb, kst, n0, S);
+    load_swizzled<D, BN, THREADS>(sv, vb, vst, n0, S);
+}
 #endif  // FH_ENABLED

@@ -29,6 +29,7 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--heads", type=int, default=None)
     p.add_argument("--repeat", type=int, default=20)
+    p.add_argument("--forward_only", action="store_true", help="time the forward kernels only (and SDPA's)")
     args = p.parse_args(argv)
 
     import cupy as cp
@@ -104,7 +105,13 @@ def main(argv=None):
                     def run(tiles=tiles):
                         attention._hopper_fwd(q, k, v, o2, l2, *strides, attrs["scale"], True, None, tiles=tiles)
 
-                    forwards[f"wgmma n{tiles[0]} w{tiles[1]}{' pipelined' if len(tiles) > 2 else ''}"] = timed(run)
+                    forwards[f"wgmma n{tiles[0]} w{tiles[1]}{''.join(' ' + x for x in tiles[2:])}"] = timed(run)
+            if args.forward_only:
+                tt_fwd = statistics.median(torch_fwd + torch_samples(sdpa_fwd))
+                print(f"{T:5d} {D:4d} {B:3d} {H:3d} | SDPA fwd {tt_fwd * 1e3:6.3f} ms {2 * unit / tt_fwd / 1e12:5.0f}T")
+                for name, t in forwards.items():
+                    print(f"      {name:28s} {t * 1e3:6.3f} ms {2 * unit / t / 1e12:5.0f}T  {tt_fwd / t:5.2f}x SDPA")
+                continue
             t_all = timed(lambda: attention.flash_attention_backward(q, k, v, out, lse, g, **attrs))
             # the backward's kernels one at a time, through the launcher's own pieces
             grads = [cp.empty_like(a) for a in (q, k, v)]

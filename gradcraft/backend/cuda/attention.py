@@ -30,11 +30,35 @@ HOPPER_DIMS = (64, 128)
 # product (at head dim 128 its second half) multiplied at the start of the next step, behind that
 # step's first products. The kernel files hold exactly these; bench/attention_kernels.py times them all, dq's and
 # dk/dv's in pairs, and tests/test_cuda.py tests each.
+# WARP_SPECIALIZED (the forward's _ws kernels): the second number counts consumer warpgroups, each
+# owning 64 queries, beside one producer warpgroup that only copies tiles (FlashAttention-3's layout),
+# each consumer's loop pipelined; WARP_SPECIALIZED_SERIAL (_wss): the same, one tile at a time.
 FUSED, FUSED_OVERLAP, PIPELINED = "fused", "fused_overlap", "pipelined"
+WARP_SPECIALIZED, WARP_SPECIALIZED_SERIAL = "ws", "wss"
 HOPPER_VARIANTS = {
     "fwd": {
-        64: ((64, 1), (64, 2), (128, 1), (128, 2), (64, 1, PIPELINED), (64, 2, PIPELINED), (128, 2, PIPELINED)),
-        128: ((64, 2), (128, 1), (128, 2), (64, 2, PIPELINED), (128, 2, PIPELINED)),
+        64: (
+            (64, 1),
+            (64, 2),
+            (128, 1),
+            (128, 2),
+            (64, 1, PIPELINED),
+            (64, 2, PIPELINED),
+            (128, 2, PIPELINED),
+            (128, 2, WARP_SPECIALIZED),
+            (128, 3, WARP_SPECIALIZED),
+            (128, 2, WARP_SPECIALIZED_SERIAL),
+            (128, 3, WARP_SPECIALIZED_SERIAL),
+        ),
+        128: (
+            (64, 2),
+            (128, 1),
+            (128, 2),
+            (64, 2, PIPELINED),
+            (128, 2, PIPELINED),
+            (128, 2, WARP_SPECIALIZED),
+            (128, 2, WARP_SPECIALIZED_SERIAL),
+        ),
     },
     "dq": {
         64: ((64, 1), (64, 2), (128, 1), FUSED, FUSED_OVERLAP, FUSED, FUSED),
@@ -52,7 +76,7 @@ HOPPER_VARIANTS = {
 # fastest unfused pair), for a backward that gives the same bits every time (as PyTorch's
 # use_deterministic_algorithms rules out its atomic backward kernels).
 HOPPER_TILES = {
-    "fwd": {64: (128, 1), 128: (128, 2, PIPELINED)},
+    "fwd": {64: (128, 1), 128: (128, 2, WARP_SPECIALIZED)},
     "dq": {64: FUSED, 128: FUSED},
     "dkdv": {64: (64, 1, 3), 128: (64, 2)},
 }
@@ -144,14 +168,24 @@ def _hopper_launch(file, name, grid, threads, shared, args):
     fn(grid, (threads,), args, shared_mem=shared)
 
 
+def _ws_stages(head_dim: int, consumers: int) -> int:
+    """Key/value stages of a warp-specialised forward (flash_hopper.cu's FH_WS_STAGES)."""
+    return 3 if head_dim == 128 and consumers == 2 else 2
+
+
 def _hopper_fwd(q, k, v, out, lse, qs, ks, vs, scale, causal, window, tiles=None):
     B, H, T, D = q.shape
-    block_n, wgs, *pipelined = tiles or HOPPER_TILES["fwd"][D]
-    stages = 3 if pipelined else 2
+    block_n, wgs, *kind = tiles or HOPPER_TILES["fwd"][D]
+    kind = kind[0] if kind else None
+    threads, suffix, stages = WARPGROUP * wgs, f"w{wgs}", 2
+    if kind == PIPELINED:
+        suffix, stages = f"w{wgs}_p", 3
+    elif kind in (WARP_SPECIALIZED, WARP_SPECIALIZED_SERIAL):  # wgs consumer warpgroups and the producer
+        threads, suffix, stages = WARPGROUP * (wgs + 1), f"c{wgs}_{kind}", _ws_stages(D, wgs)
     shared = (64 * wgs + 2 * stages * block_n) * D * 2 + 1024  # queries, keys and values by stage, alignment slack
     args = (q, k, v, out, lse, *qs, *ks, *vs, *_strides(out), *_shape_args(q, k, scale, causal, window))
-    name = f"hopper_fwd_{L.suffix(q.dtype)}_d{D}_n{block_n}_w{wgs}{'_p' if pipelined else ''}"
-    _hopper_launch(HOPPER_FILE, name, (-(-T // (64 * wgs)), B * H), WARPGROUP * wgs, shared, args)
+    name = f"hopper_fwd_{L.suffix(q.dtype)}_d{D}_n{block_n}_{suffix}"
+    _hopper_launch(HOPPER_FILE, name, (-(-T // (64 * wgs)), B * H), threads, shared, args)
 
 
 def flash_attention(q, k, v, state=None, *, scale, causal, window, dropout_p=0.0, stream=0):
@@ -229,14 +263,13 @@ def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, d
     row_bytes = (D + _PAD) * 2
     dq_shared = max(2 * 64, 2 * 2 * block_n) * row_bytes  # staging of q/dO, then two key/value buffers
     dkdv_shared = (2 * 64 + 2 * 2 * block_m) * row_bytes + 2 * 2 * block_m * 4
+    def dot(zero=None):  # dvec; `zero` (float32, or None) cleared by the same launch
+        zero_args = (zero, L.i64(zero.size // 4)) if zero is not None else (L.ptr(None), L.i64(0))
+        dot_args = (out, g, dvec, *outs, *gs, L.i32(H), L.i32(T), L.i32(D), L.i64(rows), *zero_args)
+        _launch(f"flash_bwd_dot_{L.suffix(q.dtype)}", (-(-rows * 8 // 256),), 0, dot_args, threads=256)
+
     launches = {
-        "dot": lambda: _launch(
-            f"flash_bwd_dot_{L.suffix(q.dtype)}",
-            (-(-rows * 8 // 256),),
-            0,
-            (out, g, dvec, *outs, *gs, L.i32(H), L.i32(T), L.i32(D), L.i64(rows)),
-            threads=256,
-        ),
+        "dot": dot,
         "dq": lambda: _launch(
             _name("bwd_dq", q.dtype, D, with_dropout),
             (-(-T // 64), B * H),
@@ -282,9 +315,8 @@ def _fused_launches(q, k, v, g, lse, dvec, dq, dk, dv, qs, ks, vs, gs, shape, do
     suffix = L.suffix(q.dtype)
     dq_acc = L.empty((B, H, -(-T // 64) * 64, D), np.float32)
 
-    def zero_and_dot():  # (on the stream current when it runs, as every launch here)
-        cp.cuda.runtime.memsetAsync(dq_acc.data.ptr, 0, dq_acc.nbytes, cp.cuda.get_current_stream().ptr)
-        dot()
+    def zero_and_dot():  # (one launch: the dot kernel clears dq_acc as it goes)
+        dot(dq_acc)
 
     # dk/dv's (64, warpgroups[, blocks an SM the registers are capped for[, stages of query tiles]])
     variant, (_, wgs, *rest) = tiles

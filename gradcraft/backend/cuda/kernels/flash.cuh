@@ -25,6 +25,7 @@ __device__ __forceinline__ void cp_async4(u32 dst, const void* src, int bytes) {
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 // Two floats rounded to one register of two 16-bit values, `lo` in the low half (the lower column).
 template <bool BF16> __device__ __forceinline__ u32 pack2(float lo, float hi);

@@ -364,12 +364,19 @@ __device__ __forceinline__ void flash_fwd(const u16* __restrict__ q, const u16* 
 // and dk, dv (a block per key tile, sweeping the query tiles of every query head sharing it): each
 // recomputes P = exp(scale q.k - lse) and dS = P * (dP - dvec) with dP = do v^T, so no atomics are needed.
 
-// 8 lanes per row, 16-byte loads (rows are 16-byte aligned and d is a multiple of 8).
+// 8 lanes per row, 16-byte loads (rows are 16-byte aligned and d is a multiple of 8). `zero` (zero4
+// float4s, or none) is cleared on the way, grid-stride: the fused Hopper backward's dQ accumulator,
+// which a separate memset would clear in a launch and a pass of its own.
 template <bool BF16>
 __device__ __forceinline__ void flash_bwd_dot(const u16* __restrict__ o, const u16* __restrict__ dout,
                                               float* __restrict__ dvec, i64 osb, i64 osh, i64 ost, i64 dsb, i64 dsh,
-                                              i64 dst, int H, int T, int D, i64 rows) {
-    const i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 3;
+                                              i64 dst, int H, int T, int D, i64 rows, float4* __restrict__ zero,
+                                              i64 zero4) {
+    const i64 first = (i64)blockIdx.x * blockDim.x + threadIdx.x, stride = (i64)gridDim.x * blockDim.x;
+    float4 nothing;
+    nothing.x = nothing.y = nothing.z = nothing.w = 0.f;
+    for (i64 i = first; i < zero4; i += stride) zero[i] = nothing;
+    const i64 row = first >> 3;
     const int part = threadIdx.x & 7;
     const bool active = row < rows;
     float sum = 0.f;
@@ -643,10 +650,12 @@ FA_ALL(bf16, true)
 FA_ALL(f16, false)
 
 extern "C" __global__ void flash_bwd_dot_bf16(const u16* o, const u16* dout, float* dvec, i64 osb, i64 osh, i64 ost,
-                                              i64 dsb, i64 dsh, i64 dst, int H, int T, int D, i64 rows) {
-    flash_bwd_dot<true>(o, dout, dvec, osb, osh, ost, dsb, dsh, dst, H, T, D, rows);
+                                              i64 dsb, i64 dsh, i64 dst, int H, int T, int D, i64 rows, float4* zero,
+                                              i64 zero4) {
+    flash_bwd_dot<true>(o, dout, dvec, osb, osh, ost, dsb, dsh, dst, H, T, D, rows, zero, zero4);
 }
 extern "C" __global__ void flash_bwd_dot_f16(const u16* o, const u16* dout, float* dvec, i64 osb, i64 osh, i64 ost,
-                                             i64 dsb, i64 dsh, i64 dst, int H, int T, int D, i64 rows) {
-    flash_bwd_dot<false>(o, dout, dvec, osb, osh, ost, dsb, dsh, dst, H, T, D, rows);
+                                             i64 dsb, i64 dsh, i64 dst, int H, int T, int D, i64 rows, float4* zero,
+                                             i64 zero4) {
+    flash_bwd_dot<false>(o, dout, dvec, osb, osh, ost, dsb, dsh, dst, H, T, D, rows, zero, zero4);
 }

@@ -290,6 +290,172 @@ __device__ __forceinline__ void hopper_fwd_pipelined(const u16* __restrict__ q, 
     const i64 head = (i64)b * H + h;
     store_rows<BF16, D>(o + b * osb + h * osh, ost, lse + head * T, acc, row_sum, row_max, row0, T, tq);
 }
+
+// ---------------------------------------------------------------- forward, warp-specialised
+
+// hopper_fwd's function and arguments with FlashAttention-3's division of labour (Shah et al. 2024):
+// warpgroup 0 is a producer that only copies (the block's queries once, then each key/value tile into
+// one of STAGES stages, signalling the stage's "full" mbarrier as its copies land), and CW consumer
+// warpgroups (the block's 64 CW queries, 64 each) only multiply and exponentiate, each at its own pace:
+// a consumer waits for a stage's "full" barrier and, once its last product reading the stage has
+// retired, arrives on the stage's "empty" barrier, which the producer waits for before reusing it. No
+// __syncthreads in the loop: the consumers drift out of step, so one's softmax overlaps the other's
+// products, and the copies' address work leaves the consumers' instruction stream. Within a consumer
+// the loop is hopper_fwd_pipelined's (the next tile's scores and the current O += P V in flight during
+// the softmax), or with OVERLAP false hopper_fwd's (one tile at a time: fewer registers, and at head
+// dim 64 the other consumers already fill the softmax's gaps). The producer gives registers back
+// (setmaxnreg) so the consumers can hold more.
+// Dynamic shared memory: (64 CW + 2 STAGES BN) D 2 + 1024 bytes; 128 (CW + 1) threads.
+template <bool BF16, int D, int BN, int CW, int STAGES, int PRODUCER_REGS, int CONSUMER_REGS, bool OVERLAP>
+__device__ __forceinline__ void hopper_fwd_ws(const u16* __restrict__ q, const u16* __restrict__ k,
+                                              const u16* __restrict__ v, u16* __restrict__ o, float* __restrict__ lse,
+                                              i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh,
+                                              i64 vst, i64 osb, i64 osh, i64 ost, int H, int Hkv, int T, int S,
+                                              float scale, int causal, int window) {
+    constexpr int BM = 64 * CW, TILE = BN * D * 2;
+    // __launch_bounds__(128 (CW + 1), 1) caps a thread at 65536 / threads registers, rounded down to 8;
+    // a block holds that many for each thread, and setmaxnreg only moves them between its warpgroups
+    // (asking for more than the producer gave back would wait forever)
+    constexpr int ENTRY_REGS = (65536 / (FH_WARPGROUP * (CW + 1))) & ~7;
+    static_assert(PRODUCER_REGS + CW * CONSUMER_REGS <= (CW + 1) * ENTRY_REGS, "registers the block does not hold");
+    extern __shared__ __align__(1024) u16 smem[];
+    __shared__ __align__(8) u64 bars[1 + 2 * STAGES];  // queries' full, then full and empty by stage
+    const u32 base = (smem_u32(smem) + 1023u) & ~1023u;  // (the launcher asks for 1 KB more)
+    const u32 sq = base, sk = sq + BM * D * 2, sv = sk + STAGES * TILE;  // stage st: sk + st * TILE, sv + st * TILE
+    const u32 q_full = smem_u32(bars), full0 = q_full + 8, empty0 = full0 + 8 * STAGES;  // stage st: + 8 st
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
+              tq = lane & 3;
+    const QueryTile tile(Mask{T, S, S - T, causal, window}, BM, BN, H, Hkv);
+    const int m0 = tile.m0, b = tile.b, h = tile.h, t_begin = tile.t_begin, t_end = tile.t_end;
+    if (threadIdx.x == 0) {
+        mbar_init(q_full, FH_WARPGROUP);
+        for (int st = 0; st < STAGES; ++st) {
+            mbar_init(full0 + 8 * st, FH_WARPGROUP);  // each producer thread, once its copies land
+            mbar_init(empty0 + 8 * st, 4 * CW);       // one lane of each consumer warp
+        }
+    }
+    __syncthreads();
+
+    if (wg == 0) {  // ---- the producer
+        regs_dec<PRODUCER_REGS>();
+        const u16 *kb = tile.kv(k, ksb, ksh), *vb = tile.kv(v, vsb, vsh);
+        load_swizzled<D, BM, FH_WARPGROUP>(sq, q + b * qsb + h * qsh, qst, m0, T);
+        mbar_arrive_copies(q_full);
+        for (int t = t_begin; t < t_end; ++t) {
+            const int i = t - t_begin, st = i % STAGES;
+            if (i >= STAGES) mbar_wait(empty0 + 8 * st, ((i / STAGES) - 1) & 1);  // its last tile is read
+            load_kv_tile<D, BN, FH_WARPGROUP>(sk + st * TILE, sv + st * TILE, kb, kst, vb, vst, t * BN, S);
+            mbar_arrive_copies(full0 + 8 * st);
+        }
+        cp_wait_all();  // (the copies are never committed as groups: cp_wait would not cover them)
+        return;
+    }
+
+    // ---- a consumer: warpgroup c = wg - 1 owns the queries m0 + 64 c..
+    regs_inc<CONSUMER_REGS>();
+    const int c = wg - 1;
+    float acc[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) acc[i] = 0.f;
+    float row_max[2] = {neg_inf<float>(), neg_inf<float>()}, row_sum[2] = {0.f, 0.f};
+    const float scale2 = scale * LOG2E;
+    const int tile_m0 = m0 + c * 64 + warp * 16, row0 = tile_m0 + g;  // this thread's rows: row0, row0 + 8
+    const u32 q_rows = sq + c * 64 * 128;                             // this warpgroup's 64 query rows
+    // Tile i (from t_begin) sits in stage i % STAGES, the (i / STAGES)-th use of that stage.
+    auto wait_full = [&](int i) {
+        mbar_wait(full0 + 8 * (i % STAGES), (i / STAGES) & 1);
+        fence_proxy_async();  // (copies by the generic proxy, read next by wgmma)
+    };
+    auto release = [&](int i) {  // this warp's products reading tile i's stage have retired
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty0 + 8 * (i % STAGES));
+    };
+
+    float s[BN / 2], alpha[2];
+    u32 p[BN / 16][4];
+    mbar_wait(q_full, 0);
+    if constexpr (!OVERLAP) {
+#pragma unroll 1
+        for (int t = t_begin; t < t_end; ++t) {
+            const int i = t - t_begin, st = i % STAGES;
+            wait_full(i);
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk)
+                mma_ss<BF16, BN>(s, desc_k<BM>(q_rows, kk), desc_k<BN>(sk + st * TILE, kk), kk);
+            wg_commit();
+            wg_wait<0>();
+            hold<BN / 2>(s);
+            softmax_tile<BN>(s, row_max, row_sum, alpha, tile.mask, tile_m0, row0, tq, t * BN, scale2);
+            rescale_o<D>(acc, alpha);
+            pack_p<BF16, BN>(s, p);
+            wg_fence();
+            hold<D / 2>(acc);
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk) mma_rs<BF16, D>(acc, p[kk], desc_mn<BN>(sv + st * TILE, kk), 1);
+            wg_commit();
+            wg_wait<0>();
+            hold<D / 2>(acc);
+            release(i);
+        }
+        const i64 head = (i64)b * H + h;
+        store_rows<BF16, D>(o + b * osb + h * osh, ost, lse + head * T, acc, row_sum, row_max, row0, T, tq);
+        return;
+    }
+    if (t_begin < t_end) {
+        wait_full(0);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) mma_ss<BF16, BN>(s, desc_k<BM>(q_rows, kk), desc_k<BN>(sk, kk), kk);
+        wg_commit();
+        wg_wait<0>();
+        hold<BN / 2>(s);
+        softmax_tile<BN>(s, row_max, row_sum, alpha, tile.mask, tile_m0, row0, tq, t_begin * BN, scale2);
+    }
+#pragma unroll 1
+    for (int t = t_begin; t + 1 < t_end; ++t) {
+        const int i = t - t_begin, st = i % STAGES, st1 = (i + 1) % STAGES;
+        wg_wait<0>();  // O += P_{t-1} V_{t-1} has retired (none at t_begin)
+        hold<D / 2>(acc);
+        hold<BN / 2>(s);
+        if (i > 0) release(i - 1);
+        rescale_o<D>(acc, alpha);
+        pack_p<BF16, BN>(s, p);
+        wait_full(i + 1);
+        wg_fence();
+        hold<D / 2>(acc);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+            mma_ss<BF16, BN>(s, desc_k<BM>(q_rows, kk), desc_k<BN>(sk + st1 * TILE, kk), kk);
+        wg_commit();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) mma_rs<BF16, D>(acc, p[kk], desc_mn<BN>(sv + st * TILE, kk), 1);
+        wg_commit();
+        wg_wait<1>();  // S_{t+1} has retired; P_t V_t may still be running
+        hold<BN / 2>(s);
+        softmax_tile<BN>(s, row_max, row_sum, alpha, tile.mask, tile_m0, row0, tq, (t + 1) * BN, scale2);
+    }
+    if (t_begin < t_end) {  // the last tile's O += P V
+        const int i = t_end - 1 - t_begin;
+        wg_wait<0>();
+        hold<D / 2>(acc);
+        hold<BN / 2>(s);
+        if (i > 0) release(i - 1);
+        rescale_o<D>(acc, alpha);
+        pack_p<BF16, BN>(s, p);
+        wg_fence();
+        hold<D / 2>(acc);
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk)
+            mma_rs<BF16, D>(acc, p[kk], desc_mn<BN>(sv + (i % STAGES) * TILE, kk), 1);
+        wg_commit();
+        wg_wait<0>();
+        hold<D / 2>(acc);
+    }
+
+    const i64 head = (i64)b * H + h;
+    store_rows<BF16, D>(o + b * osb + h * osh, ost, lse + head * T, acc, row_sum, row_max, row0, T, tq);
+}
 #endif  // FH_ENABLED
 
 // ---------------------------------------------------------------- extern "C" entry points
@@ -340,3 +506,35 @@ FH_ALL(f16, false)
         FH_FWD_P(NAME, BF, 128, 64, 2) FH_FWD_P(NAME, BF, 128, 128, 2)
 FH_ALL_P(bf16, true)
 FH_ALL_P(f16, false)
+
+// hopper_fwd_{bf16,f16}_d{D}_n{BN}_c{CW}_ws: the warp-specialised variant, same arguments; 128 (CW + 1)
+// threads, dynamic shared memory (64 CW + 2 STAGES BN) D 2 + 1024 bytes (STAGES: FH_WS_STAGES). The
+// registers a thread has: 65536 / threads at entry, then the producer's and the consumers' counts.
+#define FH_WS_STAGES(D, BN, CW) ((D) == 128 && (CW) == 2 ? 3 : 2)
+// setmaxnreg.inc waits until the block's warps have handed back enough registers: what the consumers
+// take must not exceed what the block was launched with (hence the static_assert in hopper_fwd_ws).
+#define FH_WS_PRODUCER_REGS(CW) ((CW) == 2 ? 24 : 32)
+#define FH_WS_CONSUMER_REGS(CW) ((CW) == 2 ? 240 : 160)
+#if defined(FH_ENABLED)
+#define FH_BODY_WS(BF, D, BN, CW, OVERLAP)                                                                       \
+    hopper_fwd_ws<BF, D, BN, CW, FH_WS_STAGES(D, BN, CW), FH_WS_PRODUCER_REGS(CW), FH_WS_CONSUMER_REGS(CW),      \
+                  OVERLAP>(q, k, v, o, lse, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, osb, osh, ost, H, Hkv, T, \
+                           S, scale, causal, window);
+#else
+#define FH_BODY_WS(BF, D, BN, CW, OVERLAP)
+#endif
+#define FH_FWD_WS(NAME, BF, D, BN, CW, OVERLAP, TAIL)                                                            \
+    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP * ((CW) + 1), 1)                                   \
+        hopper_fwd_##NAME##_d##D##_n##BN##_c##CW##TAIL(                                                          \
+            const u16* q, const u16* k, const u16* v, u16* o, float* lse, i64 qsb, i64 qsh, i64 qst, i64 ksb,    \
+            i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst, i64 osb, i64 osh, i64 ost, int H, int Hkv, int T, int S, \
+            float scale, int causal, int window) {                                                               \
+        FH_BODY_WS(BF, D, BN, CW, OVERLAP)                                                                       \
+    }
+// _ws: the consumers' loop overlapped (pipelined); _wss: one tile at a time
+#define FH_ALL_WS(NAME, BF)                                                                                    \
+    FH_FWD_WS(NAME, BF, 64, 128, 2, true, _ws) FH_FWD_WS(NAME, BF, 64, 128, 3, true, _ws)                      \
+        FH_FWD_WS(NAME, BF, 128, 128, 2, true, _ws) FH_FWD_WS(NAME, BF, 64, 128, 2, false, _wss)               \
+            FH_FWD_WS(NAME, BF, 64, 128, 3, false, _wss) FH_FWD_WS(NAME, BF, 128, 128, 2, false, _wss)
+FH_ALL_WS(bf16, true)
+FH_ALL_WS(f16, false)

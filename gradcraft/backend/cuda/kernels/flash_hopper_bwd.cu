@@ -354,19 +354,40 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
         }
     }
 }
-// dq = scale * dq_acc, read back from add_dq_partial's order: a block per 64-query tile of one head.
+// dq = scale * dq_acc, read back from add_dq_partial's order: a block per 64-query tile of one head. The
+// tile is rounded into shared memory first (rows padded by 16 bytes: the quads' stores land in distinct
+// banks), then written out by rows in 16-byte pieces; a thread's own values are two 4-byte pieces of
+// two rows, whose stores a warp would spread over eight rows' sectors.
 template <bool BF16, int D>
 __device__ __forceinline__ void hopper_bwd_dq_convert(const float* __restrict__ dq_acc, u16* __restrict__ dq, i64 gsb,
                                                       i64 gsh, i64 gst, int H, int T, float scale) {
+    constexpr int ROW = D / 2 + 4;  // u32 (two 16-bit values) per padded shared row
+    __shared__ __align__(16) u32 rows_s[64 * ROW];
     const int t = threadIdx.x, warp = t >> 5, lane = t & 31, m0 = blockIdx.x * 64, bh = blockIdx.y;
-    const int b = bh / H, h = bh - b * H, row = m0 + warp * 16 + (lane >> 2), col = 2 * (lane & 3);
+    const int b = bh / H, h = bh - b * H, r = warp * 16 + (lane >> 2), pair = lane & 3;
     const float4* tile = (const float4*)(dq_acc + ((i64)bh * ((T + 63) & ~63) + m0) * D);
-    u16* out = dq + b * gsb + h * gsh;
 #pragma unroll
     for (int c = 0; c < D / 8; ++c) {
         const float4 x = tile[FH_WARPGROUP * c + t];
-        if (row < T) *(u32*)(out + row * gst + c * 8 + col) = pack2<BF16>(x.x * scale, x.y * scale);
-        if (row + 8 < T) *(u32*)(out + (row + 8) * gst + c * 8 + col) = pack2<BF16>(x.z * scale, x.w * scale);
+        rows_s[r * ROW + c * 4 + pair] = pack2<BF16>(x.x * scale, x.y * scale);
+        rows_s[(r + 8) * ROW + c * 4 + pair] = pack2<BF16>(x.z * scale, x.w * scale);
+    }
+    __syncthreads();
+    u16* out = dq + b * gsb + h * gsh;
+    const bool vector = ((reinterpret_cast<u64>(out) | (u64)gst * 2) & 15) == 0;
+    constexpr int CHUNKS = D / 8;  // 16-byte pieces a row
+#pragma unroll
+    for (int j = 0; j < 64 * CHUNKS / FH_WARPGROUP; ++j) {
+        const int i = j * FH_WARPGROUP + t, row = i / CHUNKS, chunk = i % CHUNKS;
+        if (m0 + row >= T) continue;
+        const u32* from = rows_s + row * ROW + chunk * 4;
+        u16* to = out + (i64)(m0 + row) * gst + chunk * 8;
+        if (vector) {
+            *(uint4*)to = *(const uint4*)from;
+        } else {
+#pragma unroll
+            for (int w = 0; w < 4; ++w) ((u32*)to)[w] = from[w];
+        }
     }
 }
 

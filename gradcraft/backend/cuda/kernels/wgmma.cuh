@@ -126,6 +126,42 @@ template <bool BF16, int N> __device__ __forceinline__ void mma_rs(float* d, con
     else wgmma_rs_m64n128k16_f16(d, a, db, accumulate);
 }
 
+// ---------------------------------------------------------------- mbarriers, register reallocation
+// For the warp-specialised kernels (a producer warpgroup copying tiles, consumer warpgroups multiplying
+// them): a stage's "full" barrier completes when the producer's copies into it have landed, its "empty"
+// barrier when every consumer warp is done reading it. A barrier's k-th completion has phase parity k & 1.
+
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Arrives once this thread's cp.async copies issued so far have landed (noinc: the barrier's count
+// names the copying threads, each arriving this way once per phase).
+__device__ __forceinline__ void mbar_arrive_copies(u32 bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// Blocks until the barrier's phase of this parity has completed.
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    asm volatile("{\n.reg .pred done;\nWAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+// A warpgroup's registers a thread handed back (producer) or taken (consumers): the kernel must be
+// capped at entry (__launch_bounds__(threads, 1)) for ptxas to honour these.
+template <int N> __device__ __forceinline__ void regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N> __device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+// Named barrier `id` (1..15; 0 is __syncthreads) over `threads` threads.
+__device__ __forceinline__ void named_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ---------------------------------------------------------------- swizzled tiles and descriptors
 
 // A shared-memory matrix descriptor in the 128-byte swizzle mode: start address, leading and stride

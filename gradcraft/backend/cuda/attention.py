@@ -26,7 +26,7 @@ HOPPER_DIMS = (64, 128)
 # _p kernels). dq's FUSED: no dq kernel, the dk/dv kernel (then (64, warpgroups[, blocks[, stages]]))
 # adds dQ up itself, where `blocks` (3) names the kernel capped for that many blocks an SM (_b3: fewer
 # registers, more warps to hide latency) and `stages` (3) the one staging its query tiles three deep
-# (_s3: not yet run on a GPU, hence not a default); FUSED_OVERLAP: one warpgroup, each step's dQ
+# (_s3: within 1% of _b3 on the H200, hence not a default); FUSED_OVERLAP: one warpgroup, each step's dQ
 # product (at head dim 128 its second half) multiplied at the start of the next step, behind that
 # step's first products. The kernel files hold exactly these; bench/attention_kernels.py times them all, dq's and
 # dk/dv's in pairs, and tests/test_cuda.py tests each.
@@ -69,7 +69,8 @@ HOPPER_VARIANTS = {
         128: ((64, 1), (64, 2), (64, 1), (64, 1), (64, 2)),
     },
 }
-# The variant each kernel runs (the fastest on the H200 at gpt2-124m's layer and at T 1024-4096,
+# The variant each kernel runs (the fastest on the H200 at gpt2-124m's layer and at T 1024-4096;
+# the warp-specialised forward at head dim 128 since session 14,
 # bench/attention_kernels.py, BENCHMARK.md; a None in dq's or dk/dv's would keep the backward on the
 # mma.sync kernels). The fused backward adds dQ up with float32 atomics, whose order varies from run
 # to run; GRADCRAFT_DETERMINISTIC=1 runs DETERMINISTIC_TILES instead, the separate dq kernel (the

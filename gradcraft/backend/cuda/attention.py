@@ -264,6 +264,7 @@ def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, d
     row_bytes = (D + _PAD) * 2
     dq_shared = max(2 * 64, 2 * 2 * block_n) * row_bytes  # staging of q/dO, then two key/value buffers
     dkdv_shared = (2 * 64 + 2 * 2 * block_m) * row_bytes + 2 * 2 * block_m * 4
+
     def dot(zero=None):  # dvec; `zero` (float32, or None) cleared by the same launch
         zero_args = (zero, L.i64(zero.size // 4)) if zero is not None else (L.ptr(None), L.i64(0))
         dot_args = (out, g, dvec, *outs, *gs, L.i32(H), L.i32(T), L.i32(D), L.i64(rows), *zero_args)

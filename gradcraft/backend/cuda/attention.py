@@ -28,9 +28,8 @@ HOPPER_DIMS = (64, 128)
 # registers, more warps to hide latency) and `stages` (3) the one staging its query tiles three deep
 # (_s3: within 1% of _b3 on the H200, hence not a default); FUSED_OVERLAP: one warpgroup, each step's dQ
 # product (at head dim 128 its second half) multiplied at the start of the next step, behind that
-# step's first products; dk/dv's (64, consumers, WARP_SPECIALIZED): the fused kernel with a producer
-# warpgroup and `consumers` warpgroups of 64 keys each (_ws). The kernel files hold exactly these;
-# bench/attention_kernels.py times them all, dq's and dk/dv's in pairs, and tests/test_cuda.py tests each.
+# step's first products. The kernel files hold exactly these; bench/attention_kernels.py times them all, dq's and
+# dk/dv's in pairs, and tests/test_cuda.py tests each.
 # WARP_SPECIALIZED (the forward's _ws kernels): the second number counts consumer warpgroups, each
 # owning 64 queries, beside one producer warpgroup that only copies tiles (FlashAttention-3's layout),
 # each consumer's loop pipelined; WARP_SPECIALIZED_SERIAL (_wss): the same, one tile at a time.
@@ -62,12 +61,12 @@ HOPPER_VARIANTS = {
         ),
     },
     "dq": {
-        64: ((64, 1), (64, 2), (128, 1), FUSED, FUSED_OVERLAP, FUSED, FUSED, FUSED),
-        128: ((64, 1), (64, 2), FUSED, FUSED_OVERLAP, FUSED, FUSED),
+        64: ((64, 1), (64, 2), (128, 1), FUSED, FUSED_OVERLAP, FUSED, FUSED),
+        128: ((64, 1), (64, 2), FUSED, FUSED_OVERLAP, FUSED),
     },
     "dkdv": {
-        64: ((64, 1), (64, 2), (128, 1), (64, 1), (64, 1), (64, 1, 3), (64, 1, 3, 3), (64, 2, WARP_SPECIALIZED)),
-        128: ((64, 1), (64, 2), (64, 1), (64, 1), (64, 2), (64, 2, WARP_SPECIALIZED)),
+        64: ((64, 1), (64, 2), (128, 1), (64, 1), (64, 1), (64, 1, 3), (64, 1, 3, 3)),
+        128: ((64, 1), (64, 2), (64, 1), (64, 1), (64, 2)),
     },
 }
 # The variant each kernel runs (the fastest on the H200 at gpt2-124m's layer and at T 1024-4096;
@@ -168,9 +167,6 @@ def _hopper_launch(file, name, grid, threads, shared, args):
         cp.cuda.driver.funcSetAttribute(fn.ptr, _MAX_DYNAMIC_SHARED, shared)
         _hopper_shared[(name, device)] = shared
     fn(grid, (threads,), args, shared_mem=shared)
-
-
-WS_BWD_STAGES = 3  # query/output-gradient stages of the warp-specialised backward (FHB_WS_STAGES)
 
 
 def _ws_stages(head_dim: int, consumers: int) -> int:
@@ -324,29 +320,19 @@ def _fused_launches(q, k, v, g, lse, dvec, dq, dk, dv, qs, ks, vs, gs, shape, do
     def zero_and_dot():  # (one launch: the dot kernel clears dq_acc as it goes)
         dot(dq_acc)
 
-    # dk/dv's (64, warpgroups[, blocks an SM the registers are capped for[, stages of query tiles]]),
-    # or (64, consumer warpgroups, WARP_SPECIALIZED): flash_hopper_bwd.cu's _ws kernel
+    # dk/dv's (64, warpgroups[, blocks an SM the registers are capped for[, stages of query tiles]])
     variant, (_, wgs, *rest) = tiles
+    blocks, stages = (rest[0] if rest else None), (rest[1] if len(rest) > 1 else 2)
     keys = 64 * wgs  # a block's
-    if rest and rest[0] == WARP_SPECIALIZED:
-        stages, threads = WS_BWD_STAGES, WARPGROUP * (wgs + 1)
-        # keys and values, the stages of queries and output gradients, two dS^T buffers a consumer,
-        # the stages of lse and dvec
-        shared = (2 * keys + 2 * stages * 64) * D * 2 + wgs * 2 * 64 * 64 * 2 + stages * 2 * 64 * 4 + 1024
-        fused = f"hopper_bwd_{variant}_{suffix}_d{D}_m64_c{wgs}_ws"
-    else:
-        blocks, stages = (rest[0] if rest else None), (rest[1] if len(rest) > 1 else 2)
-        threads = WARPGROUP * wgs
-        # keys and values, the stages of queries and output gradients, dS^T, the stages of lse and dvec
-        shared = (2 * keys + 2 * stages * 64) * D * 2 + keys * 64 * 2 + stages * 2 * 64 * 4 + 1024
-        tail = (f"_b{blocks}" if blocks else "") + (f"_s{stages}" if stages != 2 else "")
-        fused = f"hopper_bwd_{variant}_{suffix}_d{D}_m64_w{wgs}{tail}"
+    # keys and values, the stages of queries and output gradients, dS^T, the stages of lse and dvec
+    shared = (2 * keys + 2 * stages * 64) * D * 2 + keys * 64 * 2 + stages * 2 * 64 * 4 + 1024
     args = (q, k, v, g, lse, dvec, dk, dv, dq_acc, *qs, *ks, *vs, *gs, *_strides(dk), *shape)
     convert_args = (dq_acc, dq, *_strides(dq), shape[0], shape[2], shape[4])  # H, T, scale
-    convert = f"hopper_bwd_dq_convert_{suffix}_d{D}"
+    tail = (f"_b{blocks}" if blocks else "") + (f"_s{stages}" if stages != 2 else "")
+    fused, convert = f"hopper_bwd_{variant}_{suffix}_d{D}_m64_w{wgs}{tail}", f"hopper_bwd_dq_convert_{suffix}_d{D}"
     return {
         "dot": zero_and_dot,
-        "dkdv": lambda: _hopper_launch(HOPPER_BWD_FILE, fused, (-(-S // keys), B * Hkv), threads, shared, args),
+        "dkdv": lambda: _hopper_launch(HOPPER_BWD_FILE, fused, (-(-S // keys), B * Hkv), WARPGROUP * wgs, shared, args),
         "dq": lambda: _hopper_launch(HOPPER_BWD_FILE, convert, (-(-T // 64), B * H), WARPGROUP, 0, convert_args),
     }
 

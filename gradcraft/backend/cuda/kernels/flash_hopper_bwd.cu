@@ -391,172 +391,6 @@ __device__ __forceinline__ void hopper_bwd_dq_convert(const float* __restrict__ 
     }
 }
 
-// ---------------------------------------------------------------- dk, dv and dQ, warp-specialised
-
-// The fused backward (hopper_bwd_dkdv with FUSED) with the forward's _ws division of labour: warpgroup
-// 0 a producer that only copies (the block's keys and values once, then each sweep step's query and
-// output-gradient tiles with their lse and dvec into one of STAGES stages, under "full" and "empty"
-// mbarriers), and CW consumer warpgroups of 64 keys each (64 CW keys a block). A consumer is the
-// one-warpgroup fused kernel on its own keys: S^T, dP^T, P^T and dS^T, its dS^T into its own
-// shared tile (two buffers, so one barrier of its own warpgroup a step orders the tile's writes
-// before the dQ product reads them, and that product's reads before the buffer is written again two
-// steps on), dV, dK and its keys' dQ partial sums, added into dq_acc as the fused kernel does. The
-// consumers share only the stages (each releases a stage once its products reading it retire), so
-// they drift out of step: one's exponentials overlap another's products, with no block barrier.
-// Dynamic shared memory: 2 (64 CW) D 2 (keys, values) + STAGES (2 64 D 2 + 2 64 4) (query and
-// output-gradient tiles, lse and dvec) + CW 2 64 64 2 (dS^T) + 1024 bytes; 128 (CW + 1) threads.
-template <bool BF16, int D, int CW, int STAGES, int PRODUCER_REGS, int CONSUMER_REGS>
-__device__ __forceinline__ void hopper_bwd_fused_ws(FHB_INPUTS, u16* __restrict__ dk, u16* __restrict__ dvo,
-                                                    float* __restrict__ dq_acc, FHB_SHAPE) {
-    constexpr int BM = 64, BN = 64 * CW, MT = BM / 8, DT = D / 8, TILE = BM * D * 2, DS = 64 * BM * 2;
-    constexpr int ENTRY_REGS = (65536 / (FH_WARPGROUP * (CW + 1))) & ~7;  // (hopper_fwd_ws explains)
-    static_assert(PRODUCER_REGS + CW * CONSUMER_REGS <= (CW + 1) * ENTRY_REGS, "registers the block does not hold");
-    extern __shared__ __align__(1024) u16 smem[];
-    __shared__ __align__(8) u64 bars[1 + 2 * STAGES];  // keys' and values' full, then full and empty by stage
-    const u32 base = (smem_u32(smem) + 1023u) & ~1023u;
-    const u32 sk = base, sv = sk + BN * D * 2, sqd = sv + BN * D * 2, sds = sqd + STAGES * 2 * TILE;
-    float* s_stats = (float*)((char*)smem + (sds + CW * 2 * DS - smem_u32(smem)));  // [lse | dvec] by stage
-    const u32 kv_full = smem_u32(bars), full0 = kv_full + 8, empty0 = full0 + 8 * STAGES;  // stage st: + 8 st
-    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
-              tq = lane & 3;
-    const KeyTile tile(Mask{T, S, S - T, causal, window}, BN, BM, H, Hkv);
-    const Mask& mask = tile.mask;
-    const int n0 = tile.n0, b = tile.b, hk = tile.hk, total = tile.total;
-    if (threadIdx.x == 0) {
-        mbar_init(kv_full, FH_WARPGROUP);
-        for (int st = 0; st < STAGES; ++st) {
-            mbar_init(full0 + 8 * st, FH_WARPGROUP);
-            mbar_init(empty0 + 8 * st, 4 * CW);
-        }
-    }
-    __syncthreads();
-
-    if (wg == 0) {  // ---- the producer
-        regs_dec<PRODUCER_REGS>();
-        load_swizzled<D, BN, FH_WARPGROUP>(sk, k + b * ksb + hk * ksh, kst, n0, S);
-        load_swizzled<D, BN, FH_WARPGROUP>(sv, v + b * vsb + hk * vsh, vst, n0, S);
-        mbar_arrive_copies(kv_full);
-        for (int it = 0; it < total; ++it) {
-            const int st = it % STAGES;
-            if (it >= STAGES) mbar_wait(empty0 + 8 * st, ((it / STAGES) - 1) & 1);
-            int h, m0;
-            tile.step(it, BM, h, m0);
-            const u32 cq = sqd + st * 2 * TILE;
-            load_swizzled<D, BM, FH_WARPGROUP>(cq, q + b * qsb + h * qsh, qst, m0, T);
-            load_swizzled<D, BM, FH_WARPGROUP>(cq + TILE, dout + b * dsb + h * dsh, dst, m0, T);
-            copy_query_stats(smem_u32(s_stats + st * 2 * BM), lse, dvec, b, h, H, T, m0, BM);
-            mbar_arrive_copies(full0 + 8 * st);
-        }
-        cp_wait_all();
-        return;
-    }
-
-    // ---- a consumer: warpgroup c = wg - 1 owns the keys n0 + 64 c..
-    regs_inc<CONSUMER_REGS>();
-    const int c = wg - 1;
-    float dk_acc[D / 2], dv_acc[D / 2];
-#pragma unroll
-    for (int i = 0; i < D / 2; ++i) dk_acc[i] = 0.f, dv_acc[i] = 0.f;
-    const float scale2 = scale * LOG2E;
-    const int key_tile0 = n0 + c * 64 + warp * 16, key0 = key_tile0 + g;  // this thread's keys: key0, key0 + 8
-    const u32 k_rows = sk + c * 64 * 128, v_rows = sv + c * 64 * 128;      // this warpgroup's 64 keys
-    const u32 my_ds = sds + c * 2 * DS;                                     // its two dS^T buffers
-    const int Tp = (T + 63) & ~63;
-    float dq_part[32];
-    mbar_wait(kv_full, 0);
-    fence_proxy_async();
-#pragma unroll 1
-    for (int it = 0; it < total; ++it) {
-        const int st = it % STAGES;
-        int h, m0;
-        tile.step(it, BM, h, m0);
-        const u32 cq = sqd + st * 2 * TILE, cd = cq + TILE, ds = my_ds + (it & 1) * DS;
-        mbar_wait(full0 + 8 * st, (it / STAGES) & 1);
-        fence_proxy_async();  // (copies by the generic proxy, read next by wgmma)
-        const float* s_lse = s_stats + st * 2 * BM;
-        const float* s_dvec = s_lse + BM;
-
-        float s[BM / 2], dp[BM / 2];
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) mma_ss<BF16, BM>(s, desc_k<BN>(k_rows, kk), desc_k<BM>(cq, kk), kk);
-        wg_commit();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) mma_ss<BF16, BM>(dp, desc_k<BN>(v_rows, kk), desc_k<BM>(cd, kk), kk);
-        wg_commit();
-        wg_wait<1>();
-        hold<BM / 2>(s);
-        const bool full = mask.full(m0, m0 + BM, key_tile0, key_tile0 + 16);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int col = mt * 8 + 2 * tq + (e & 1);
-                float p = fast_exp2(fmaf(s[mt * 4 + e], scale2, -s_lse[col] * LOG2E));
-                if (!full && !mask.ok(m0 + col, key0 + (e >> 1) * 8)) p = 0.f;
-                s[mt * 4 + e] = p;
-            }
-        wg_wait<0>();
-        hold<BM / 2>(dp);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) dp[mt * 4 + e] = s[mt * 4 + e] * (dp[mt * 4 + e] - s_dvec[mt * 8 + 2 * tq + (e & 1)]);
-        u32 pt[BM / 16][4], dst_[BM / 16][4];
-        to_operand<BF16, BM>(pt, s);
-        to_operand<BF16, BM>(dst_, dp);
-        // dS^T into this step's buffer: key row key0 - n0 - 64 c (+ 8), the chunk of queries 8 mt..
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; ++kk)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int row = key0 - n0 - c * 64 + (i & 1) * 8, mt = 2 * kk + (i >> 1);
-                st_shared_u32(ds + row * 128 + ((mt ^ (row & 7)) << 4) + tq * 4, dst_[kk][i]);
-            }
-        fence_proxy_async();
-        named_sync(1 + c, FH_WARPGROUP);  // this warpgroup's dS^T is whole
-
-        wg_fence();
-        hold<D / 2>(dv_acc);
-        hold<D / 2>(dk_acc);
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; ++kk) mma_rs<BF16, D>(dv_acc, pt[kk], desc_mn<BM>(cd, kk), 1);  // dV += P^T dO
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; ++kk) mma_rs<BF16, D>(dk_acc, dst_[kk], desc_mn<BM>(cq, kk), 1);  // dK += dS^T Q
-        // dQ (64 queries x D) += dS K over this warpgroup's 64 keys, 64 columns at a time
-        float* dq_tile = dq_acc + (((i64)b * H + h) * Tp + m0) * D;
-#pragma unroll
-        for (int half = 0; half < D / 64; ++half) {
-#pragma unroll
-            for (int kk = 0; kk < 64 / 16; ++kk)
-                mma_ss_mn<BF16>(dq_part, desc_mn<BM>(ds, kk), desc_mn<BN>(k_rows + half * BN * 128, kk), kk);
-            wg_commit();
-            wg_wait<0>();
-            hold<32>(dq_part);
-            add_dq_partial(dq_tile, dq_part, half * 8);
-            if (half + 1 < D / 64) wg_fence();
-        }
-        hold<D / 2>(dv_acc);
-        hold<D / 2>(dk_acc);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(empty0 + 8 * st);  // this warp's products reading the stage have retired
-    }
-
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int key = key0 + r * 8;
-        if (key >= S) continue;
-        const i64 at = b * gsb + hk * gsh + key * gst;
-        u32* outk = (u32*)(dk + at);
-        u32* outv = (u32*)(dvo + at);
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt) {
-            outk[dt * 4 + tq] = pack2<BF16>(dk_acc[dt * 4 + 2 * r] * scale, dk_acc[dt * 4 + 2 * r + 1] * scale);
-            outv[dt * 4 + tq] = pack2<BF16>(dv_acc[dt * 4 + 2 * r], dv_acc[dt * 4 + 2 * r + 1]);
-        }
-    }
-}
-
 #define FHB_SHAPE_ARGS \
     qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, dsb, dsh, dst, gsb, gsh, gst, H, Hkv, T, S, scale, causal, window
 #define FHB_DQ_BODY(BF, D, BN, WGS) hopper_bwd_dq<BF, D, BN, WGS>(q, k, v, dout, lse, dvec, dq, FHB_SHAPE_ARGS);
@@ -565,11 +399,7 @@ __device__ __forceinline__ void hopper_bwd_fused_ws(FHB_INPUTS, u16* __restrict_
 #define FHB_FUSED_BODY(BF, D, OVERLAP, WGS, STAGES) \
     hopper_bwd_dkdv<BF, D, 64, WGS, true, OVERLAP, STAGES>(q, k, v, dout, lse, dvec, dk, dv, dq_acc, FHB_SHAPE_ARGS);
 #define FHB_CONVERT_BODY(BF, D) hopper_bwd_dq_convert<BF, D>(dq_acc, dq, gsb, gsh, gst, H, T, scale);
-#define FHB_WS_BODY(BF, D, CW)                                                                             \
-    hopper_bwd_fused_ws<BF, D, CW, FHB_WS_STAGES, FHB_WS_PRODUCER_REGS(CW), FHB_WS_CONSUMER_REGS(CW)>(        \
-        q, k, v, dout, lse, dvec, dk, dv, dq_acc, FHB_SHAPE_ARGS);
 #else
-#define FHB_WS_BODY(BF, D, CW)
 #define FHB_DQ_BODY(BF, D, BN, WGS)
 #define FHB_DKDV_BODY(BF, D, BM, WGS)
 #define FHB_FUSED_BODY(BF, D, OVERLAP, WGS, STAGES)
@@ -605,16 +435,6 @@ __device__ __forceinline__ void hopper_bwd_fused_ws(FHB_INPUTS, u16* __restrict_
         const float* dq_acc, u16* dq, i64 gsb, i64 gsh, i64 gst, int H, int T, float scale) {                 \
         FHB_CONVERT_BODY(BF, D)                                                                                \
     }
-// hopper_bwd_fused_{bf16,f16}_d{D}_m64_c{CW}_ws: the warp-specialised fused kernel (hopper_bwd_fused_ws),
-// the fused kernels' arguments; 128 (CW + 1) threads, 64 CW keys a block, FHB_WS_STAGES stages.
-#define FHB_WS_STAGES 3
-#define FHB_WS_PRODUCER_REGS(CW) ((CW) == 2 ? 24 : 32)
-#define FHB_WS_CONSUMER_REGS(CW) ((CW) == 2 ? 240 : 160)
-#define FHB_FUSED_WS(NAME, BF, D, CW)                                                                            \
-    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP * ((CW) + 1), 1)                                   \
-        hopper_bwd_fused_##NAME##_d##D##_m64_c##CW##_ws(FHB_INPUTS, u16* dk, u16* dv, float* dq_acc, FHB_SHAPE) { \
-        FHB_WS_BODY(BF, D, CW)                                                                                   \
-    }
 #define FHB_ALL(NAME, BF)                                                                                        \
     FHB_DQ(NAME, BF, 64, 64, 1) FHB_DQ(NAME, BF, 64, 64, 2) FHB_DQ(NAME, BF, 64, 128, 1)                         \
         FHB_DQ(NAME, BF, 128, 64, 1) FHB_DQ(NAME, BF, 128, 64, 2) FHB_DKDV(NAME, BF, 64, 64, 1)                  \
@@ -622,7 +442,6 @@ __device__ __forceinline__ void hopper_bwd_fused_ws(FHB_INPUTS, u16* __restrict_
                 FHB_DKDV(NAME, BF, 128, 64, 2) FHB_FUSED(NAME, BF, 64) FHB_FUSED(NAME, BF, 128)            \
                     FHB_FUSED_ONE(NAME, BF, 64, fused, false, 1, 3, 2, _b3)                              \
                         FHB_FUSED_ONE(NAME, BF, 64, fused, false, 1, 3, 3, _b3_s3)                       \
-                            FHB_FUSED_ONE(NAME, BF, 128, fused, false, 2, 1, 2, )                \
-                                FHB_FUSED_WS(NAME, BF, 64, 2) FHB_FUSED_WS(NAME, BF, 128, 2)
+                            FHB_FUSED_ONE(NAME, BF, 128, fused, false, 2, 1, 2, )
 FHB_ALL(bf16, true)
 FHB_ALL(f16, false)

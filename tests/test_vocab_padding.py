@@ -203,7 +203,10 @@ def test_padded_model_equals_unpadded_model(family, monkeypatch):
     assert loss == pytest.approx(ref_loss, rel=1e-6)
     assert grads.keys() == ref_grads.keys()
     for name in grads:  # every parameter has its true shape, the embedding and output head included
-        np.testing.assert_allclose(grads[name], ref_grads[name], rtol=1e-5, atol=1e-7, err_msg=name)
+        # (the two models' products have other shapes, so other BLAS blockings and thread counts: float32
+        # rounding of sums whose terms are as large as the gradient's largest entries, hence the atol)
+        scale = float(np.abs(ref_grads[name]).max())
+        np.testing.assert_allclose(grads[name], ref_grads[name], rtol=1e-5, atol=1e-5 * scale, err_msg=name)
 
 
 def test_padded_model_in_mixed_precision():

@@ -82,6 +82,37 @@ template <int D> __device__ __forceinline__ void rescale_o(float* acc, const flo
         for (int dt = 0; dt < D / 8; ++dt) acc[dt * 4 + 2 * r] *= alpha[r], acc[dt * 4 + 2 * r + 1] *= alpha[r];
 }
 
+// S (64 x BN: this warpgroup's queries, q_rows, by the key tile at k) = Q K^T, issued, not committed.
+template <bool BF16, int D, int BN, int BM> __device__ __forceinline__ void issue_scores(float* s, u32 q_rows, u32 k) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) mma_ss<BF16, BN>(s, desc_k<BM>(q_rows, kk), desc_k<BN>(k, kk), kk);
+}
+// O += P V (the value tile at v), issued, not committed.
+template <bool BF16, int D, int BN> __device__ __forceinline__ void issue_pv(float* acc, const u32 (*p)[4], u32 v) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) mma_rs<BF16, D>(acc, p[kk], desc_mn<BN>(v, kk), 1);
+}
+// S = Q K^T, waited for.
+template <bool BF16, int D, int BN, int BM> __device__ __forceinline__ void scores(float* s, u32 q_rows, u32 k) {
+    wg_fence();
+    issue_scores<BF16, D, BN, BM>(s, q_rows, k);
+    wg_commit();
+    wg_wait<0>();
+    hold<BN / 2>(s);
+}
+// O = alpha O + P V with P the softmax's tile s (float32), rounded into p, waited for.
+template <bool BF16, int D, int BN>
+__device__ __forceinline__ void add_pv(float* acc, const float* s, const float* alpha, u32 (*p)[4], u32 v) {
+    rescale_o<D>(acc, alpha);
+    pack_p<BF16, BN>(s, p);
+    wg_fence();
+    hold<D / 2>(acc);
+    issue_pv<BF16, D, BN>(acc, p, v);
+    wg_commit();
+    wg_wait<0>();
+    hold<D / 2>(acc);
+}
+
 // The block's output rows: O / l (16-bit) and lse = (max + log2 l) ln 2 for this thread's rows row0 and
 // row0 + 8 of one head (o, lse: its first row); rows that see no key come out as zeros and -inf.
 template <bool BF16, int D>
@@ -145,26 +176,11 @@ __device__ __forceinline__ void hopper_fwd(const u16* __restrict__ q, const u16*
         __syncthreads();
 
         float s[BN / 2];
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) mma_ss<BF16, BN>(s, desc_k<BM>(q_rows, kk), desc_k<BN>(sk + st * TILE, kk), kk);
-        wg_commit();
-        wg_wait<0>();
-        hold<BN / 2>(s);
-
+        scores<BF16, D, BN, BM>(s, q_rows, sk + st * TILE);
         float alpha[2];
         softmax_tile<BN>(s, row_max, row_sum, alpha, tile.mask, tile_m0, row0, tq, n0, scale2);
-        rescale_o<D>(acc, alpha);
         u32 p[BN / 16][4];
-        pack_p<BF16, BN>(s, p);
-
-        wg_fence();
-        hold<D / 2>(acc);
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) mma_rs<BF16, D>(acc, p[kk], desc_mn<BN>(sv + st * TILE, kk), 1);
-        wg_commit();
-        wg_wait<0>();
-        hold<D / 2>(acc);
+        add_pv<BF16, D, BN>(acc, s, alpha, p, sv + st * TILE);
         __syncthreads();  // every warpgroup is done with this stage before the next tile's loads reuse it
     }
     cp_wait<0>();
@@ -221,12 +237,7 @@ __device__ __forceinline__ void hopper_fwd_pipelined(const u16* __restrict__ q, 
         cp_wait<1>();       // the queries and tile t_begin have landed
         fence_proxy_async();
         __syncthreads();
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) mma_ss<BF16, BN>(s, desc_k<BM>(q_rows, kk), desc_k<BN>(sk, kk), kk);
-        wg_commit();
-        wg_wait<0>();
-        hold<BN / 2>(s);
+        scores<BF16, D, BN, BM>(s, q_rows, sk);
         softmax_tile<BN>(s, row_max, row_sum, alpha, tile.mask, tile_m0, row0, tq, t_begin * BN, scale2);
     }
 
@@ -258,12 +269,9 @@ __device__ __forceinline__ void hopper_fwd_pipelined(const u16* __restrict__ q, 
         // Two wgmma groups: S_{t+1} = Q K_{t+1}^T (needed first), then O += P_t V_t.
         wg_fence();  // (acc, p and s have just been written by ordinary instructions)
         hold<D / 2>(acc);
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk)
-            mma_ss<BF16, BN>(s, desc_k<BM>(q_rows, kk), desc_k<BN>(sk + st1 * TILE, kk), kk);
+        issue_scores<BF16, D, BN, BM>(s, q_rows, sk + st1 * TILE);
         wg_commit();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) mma_rs<BF16, D>(acc, p[kk], desc_mn<BN>(sv + st * TILE, kk), 1);
+        issue_pv<BF16, D, BN>(acc, p, sv + st * TILE);
         wg_commit();
 
         wg_wait<1>();  // S_{t+1} has retired; P_t V_t may still be running: acc and p stay untouched
@@ -275,15 +283,7 @@ __device__ __forceinline__ void hopper_fwd_pipelined(const u16* __restrict__ q, 
         wg_wait<0>();
         hold<D / 2>(acc);
         hold<BN / 2>(s);
-        rescale_o<D>(acc, alpha);
-        pack_p<BF16, BN>(s, p);
-        wg_fence();
-        hold<D / 2>(acc);
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) mma_rs<BF16, D>(acc, p[kk], desc_mn<BN>(sv + st * TILE, kk), 1);
-        wg_commit();
-        wg_wait<0>();
-        hold<D / 2>(acc);
+        add_pv<BF16, D, BN>(acc, s, alpha, p, sv + st * TILE);
     }
     cp_wait<0>();  // (a block with no tile still has the queries' copies in flight)
 
@@ -379,78 +379,45 @@ __device__ __forceinline__ void hopper_fwd_ws(const u16* __restrict__ q, const u
         for (int t = t_begin; t < t_end; ++t) {
             const int i = t - t_begin, st = i % STAGES;
             wait_full(i);
-            wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk)
-                mma_ss<BF16, BN>(s, desc_k<BM>(q_rows, kk), desc_k<BN>(sk + st * TILE, kk), kk);
-            wg_commit();
-            wg_wait<0>();
-            hold<BN / 2>(s);
+            scores<BF16, D, BN, BM>(s, q_rows, sk + st * TILE);
             softmax_tile<BN>(s, row_max, row_sum, alpha, tile.mask, tile_m0, row0, tq, t * BN, scale2);
-            rescale_o<D>(acc, alpha);
-            pack_p<BF16, BN>(s, p);
-            wg_fence();
-            hold<D / 2>(acc);
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; ++kk) mma_rs<BF16, D>(acc, p[kk], desc_mn<BN>(sv + st * TILE, kk), 1);
-            wg_commit();
-            wg_wait<0>();
-            hold<D / 2>(acc);
+            add_pv<BF16, D, BN>(acc, s, alpha, p, sv + st * TILE);
             release(i);
         }
-        const i64 head = (i64)b * H + h;
-        store_rows<BF16, D>(o + b * osb + h * osh, ost, lse + head * T, acc, row_sum, row_max, row0, T, tq);
-        return;
-    }
-    if (t_begin < t_end) {
-        wait_full(0);
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) mma_ss<BF16, BN>(s, desc_k<BM>(q_rows, kk), desc_k<BN>(sk, kk), kk);
-        wg_commit();
-        wg_wait<0>();
-        hold<BN / 2>(s);
-        softmax_tile<BN>(s, row_max, row_sum, alpha, tile.mask, tile_m0, row0, tq, t_begin * BN, scale2);
-    }
+    } else {
+        if (t_begin < t_end) {
+            wait_full(0);
+            scores<BF16, D, BN, BM>(s, q_rows, sk);
+            softmax_tile<BN>(s, row_max, row_sum, alpha, tile.mask, tile_m0, row0, tq, t_begin * BN, scale2);
+        }
 #pragma unroll 1
-    for (int t = t_begin; t + 1 < t_end; ++t) {
-        const int i = t - t_begin, st = i % STAGES, st1 = (i + 1) % STAGES;
-        wg_wait<0>();  // O += P_{t-1} V_{t-1} has retired (none at t_begin)
-        hold<D / 2>(acc);
-        hold<BN / 2>(s);
-        if (i > 0) release(i - 1);
-        rescale_o<D>(acc, alpha);
-        pack_p<BF16, BN>(s, p);
-        wait_full(i + 1);
-        wg_fence();
-        hold<D / 2>(acc);
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk)
-            mma_ss<BF16, BN>(s, desc_k<BM>(q_rows, kk), desc_k<BN>(sk + st1 * TILE, kk), kk);
-        wg_commit();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) mma_rs<BF16, D>(acc, p[kk], desc_mn<BN>(sv + st * TILE, kk), 1);
-        wg_commit();
-        wg_wait<1>();  // S_{t+1} has retired; P_t V_t may still be running
-        hold<BN / 2>(s);
-        softmax_tile<BN>(s, row_max, row_sum, alpha, tile.mask, tile_m0, row0, tq, (t + 1) * BN, scale2);
-    }
-    if (t_begin < t_end) {  // the last tile's O += P V
-        const int i = t_end - 1 - t_begin;
-        wg_wait<0>();
-        hold<D / 2>(acc);
-        hold<BN / 2>(s);
-        if (i > 0) release(i - 1);
-        rescale_o<D>(acc, alpha);
-        pack_p<BF16, BN>(s, p);
-        wg_fence();
-        hold<D / 2>(acc);
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk)
-            mma_rs<BF16, D>(acc, p[kk], desc_mn<BN>(sv + (i % STAGES) * TILE, kk), 1);
-        wg_commit();
-        wg_wait<0>();
-        hold<D / 2>(acc);
+        for (int t = t_begin; t + 1 < t_end; ++t) {
+            const int i = t - t_begin, st = i % STAGES, st1 = (i + 1) % STAGES;
+            wg_wait<0>();  // O += P_{t-1} V_{t-1} has retired (none at t_begin)
+            hold<D / 2>(acc);
+            hold<BN / 2>(s);
+            if (i > 0) release(i - 1);
+            rescale_o<D>(acc, alpha);
+            pack_p<BF16, BN>(s, p);
+            wait_full(i + 1);
+            wg_fence();
+            hold<D / 2>(acc);
+            issue_scores<BF16, D, BN, BM>(s, q_rows, sk + st1 * TILE);
+            wg_commit();
+            issue_pv<BF16, D, BN>(acc, p, sv + st * TILE);
+            wg_commit();
+            wg_wait<1>();  // S_{t+1} has retired; P_t V_t may still be running
+            hold<BN / 2>(s);
+            softmax_tile<BN>(s, row_max, row_sum, alpha, tile.mask, tile_m0, row0, tq, (t + 1) * BN, scale2);
+        }
+        if (t_begin < t_end) {  // the last tile's O += P V
+            const int i = t_end - 1 - t_begin;
+            wg_wait<0>();
+            hold<D / 2>(acc);
+            hold<BN / 2>(s);
+            if (i > 0) release(i - 1);
+            add_pv<BF16, D, BN>(acc, s, alpha, p, sv + (i % STAGES) * TILE);
+        }
     }
 
     const i64 head = (i64)b * H + h;

@@ -131,7 +131,10 @@ def main(argv=None):
                     new = attention.backward_launches(q, k, v, out, lse, g, *grads, **attrs, tiles=tiles)
                     m, wk, *rest = tiles[1]  # (blocks an SM the registers are capped for, stages)
                     if tiles[0] in fused_variants:  # dk/dv adds dQ up (5 products); "dq" converts it
-                        capped = "".join(f" {x}{n}" for x, n in zip("bs", rest))
+                        if rest == [attention.WARP_SPECIALIZED]:  # a producer warpgroup beside wk consumers
+                            capped = " ws"
+                        else:  # (blocks an SM the registers are capped for, stages)
+                            capped = "".join(f" {x}{n}" for x, n in zip("bs", rest))
                         zeroing = timed(new["dot"]) * 1e3
                         label = f"wgmma {tiles[0]} m{m} w{wk}{capped} (dot + zeroing {zeroing:.3f}; convert, dk/dv)"
                         backwards[label] = (timed(new["dq"]), timed(new["dkdv"]), 0, 5)

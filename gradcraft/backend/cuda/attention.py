@@ -61,16 +61,17 @@ HOPPER_VARIANTS = {
         ),
     },
     "dq": {
-        64: ((64, 1), (64, 2), (128, 1), FUSED, FUSED_OVERLAP, FUSED, FUSED),
-        128: ((64, 1), (64, 2), FUSED, FUSED_OVERLAP, FUSED),
+        64: ((64, 1), (64, 2), (128, 1), FUSED, FUSED_OVERLAP, FUSED, FUSED, FUSED),
+        128: ((64, 1), (64, 2), FUSED, FUSED_OVERLAP, FUSED, FUSED),
     },
     "dkdv": {
-        64: ((64, 1), (64, 2), (128, 1), (64, 1), (64, 1), (64, 1, 3), (64, 1, 3, 3)),
-        128: ((64, 1), (64, 2), (64, 1), (64, 1), (64, 2)),
+        64: ((64, 1), (64, 2), (128, 1), (64, 1), (64, 1), (64, 1, 3), (64, 1, 3, 3), (128, 2, WARP_SPECIALIZED)),
+        128: ((64, 1), (64, 2), (64, 1), (64, 1), (64, 2), (64, 2, WARP_SPECIALIZED)),
     },
 }
 # The variant each kernel runs (the fastest on the H200 at gpt2-124m's layer and at T 1024-4096;
-# the warp-specialised forward at head dim 128 since session 14,
+# the warp-specialised forward at head dim 128 since session 14, the warp-specialised fused backward
+# there since session 15,
 # bench/attention_kernels.py, BENCHMARK.md; a None in dq's or dk/dv's would keep the backward on the
 # mma.sync kernels). The fused backward adds dQ up with float32 atomics, whose order varies from run
 # to run; GRADCRAFT_DETERMINISTIC=1 runs DETERMINISTIC_TILES instead, the separate dq kernel (the
@@ -79,7 +80,7 @@ HOPPER_VARIANTS = {
 HOPPER_TILES = {
     "fwd": {64: (128, 1), 128: (128, 2, WARP_SPECIALIZED)},
     "dq": {64: FUSED, 128: FUSED},
-    "dkdv": {64: (64, 1, 3), 128: (64, 2)},
+    "dkdv": {64: (64, 1, 3), 128: (64, 2, WARP_SPECIALIZED)},
 }
 DETERMINISTIC_TILES = {64: ((64, 1), (64, 1)), 128: ((64, 1), (64, 1))}
 WARPGROUP = 128  # threads
@@ -167,6 +168,9 @@ def _hopper_launch(file, name, grid, threads, shared, args):
         cp.cuda.driver.funcSetAttribute(fn.ptr, _MAX_DYNAMIC_SHARED, shared)
         _hopper_shared[(name, device)] = shared
     fn(grid, (threads,), args, shared_mem=shared)
+
+
+WS_BWD_STAGES = 2  # query/output-gradient stages of the warp-specialised backward (FHB_WS_STAGES)
 
 
 def _ws_stages(head_dim: int, consumers: int) -> int:
@@ -320,19 +324,30 @@ def _fused_launches(q, k, v, g, lse, dvec, dq, dk, dv, qs, ks, vs, gs, shape, do
     def zero_and_dot():  # (one launch: the dot kernel clears dq_acc as it goes)
         dot(dq_acc)
 
-    # dk/dv's (64, warpgroups[, blocks an SM the registers are capped for[, stages of query tiles]])
-    variant, (_, wgs, *rest) = tiles
-    blocks, stages = (rest[0] if rest else None), (rest[1] if len(rest) > 1 else 2)
-    keys = 64 * wgs  # a block's
-    # keys and values, the stages of queries and output gradients, dS^T, the stages of lse and dvec
-    shared = (2 * keys + 2 * stages * 64) * D * 2 + keys * 64 * 2 + stages * 2 * 64 * 4 + 1024
+    # dk/dv's (64, warpgroups[, blocks an SM the registers are capped for[, stages of query tiles]]), or
+    # (queries a step, consumer warpgroups, WARP_SPECIALIZED)
+    variant, (queries, wgs, *rest) = tiles
     args = (q, k, v, g, lse, dvec, dk, dv, dq_acc, *qs, *ks, *vs, *gs, *_strides(dk), *shape)
     convert_args = (dq_acc, dq, *_strides(dq), shape[0], shape[2], shape[4])  # H, T, scale
-    tail = (f"_b{blocks}" if blocks else "") + (f"_s{stages}" if stages != 2 else "")
-    fused, convert = f"hopper_bwd_{variant}_{suffix}_d{D}_m64_w{wgs}{tail}", f"hopper_bwd_dq_convert_{suffix}_d{D}"
+    convert = f"hopper_bwd_dq_convert_{suffix}_d{D}"
+    keys = 64 * wgs  # a block's
+    if rest == [WARP_SPECIALIZED]:  # hopper_bwd_ws: a producer warpgroup beside the consumers
+        stages, threads = WS_BWD_STAGES, WARPGROUP * (wgs + 1)
+        # keys and values, the stages of queries and output gradients, two dS^T buffers, the dQ tile,
+        # the stages of lse and dvec
+        shared = (2 * keys + 2 * stages * queries) * D * 2 + 2 * keys * queries * 2 + queries * D * 4
+        shared += stages * 2 * queries * 4 + 1024
+        fused = f"hopper_bwd_{variant}_{suffix}_d{D}_m{queries}_c{wgs}_ws"
+    else:
+        blocks, stages = (rest[0] if rest else None), (rest[1] if len(rest) > 1 else 2)
+        threads = WARPGROUP * wgs
+        # keys and values, the stages of queries and output gradients, dS^T, the stages of lse and dvec
+        shared = (2 * keys + 2 * stages * 64) * D * 2 + keys * 64 * 2 + stages * 2 * 64 * 4 + 1024
+        tail = (f"_b{blocks}" if blocks else "") + (f"_s{stages}" if stages != 2 else "")
+        fused = f"hopper_bwd_{variant}_{suffix}_d{D}_m64_w{wgs}{tail}"
     return {
         "dot": zero_and_dot,
-        "dkdv": lambda: _hopper_launch(HOPPER_BWD_FILE, fused, (-(-S // keys), B * Hkv), WARPGROUP * wgs, shared, args),
+        "dkdv": lambda: _hopper_launch(HOPPER_BWD_FILE, fused, (-(-S // keys), B * Hkv), threads, shared, args),
         "dq": lambda: _hopper_launch(HOPPER_BWD_FILE, convert, (-(-T // 64), B * H), WARPGROUP, 0, convert_args),
     }
 

@@ -391,6 +391,210 @@ __device__ __forceinline__ void hopper_bwd_dq_convert(const float* __restrict__ 
     }
 }
 
+// ---------------------------------------------------------------- dk, dv and dQ, warp-specialised
+
+// The fused backward on FlashAttention-3's tiling: 128 keys a block, two consumer warpgroups of 64
+// keys each, and a producer warpgroup that only copies. A sweep step takes BM queries (64 at head dim
+// 128, 128 at head dim 64). Per step, each consumer forms S^T, dP^T, P^T and dS^T for its keys as
+// hopper_bwd_dkdv does and writes its dS^T rows into the step's shared buffer (two buffers, used in
+// turn); the consumers meet at one named barrier (the tile is whole), then each multiplies its share
+// of dQ = dS K over all 128 keys (head dim 128: one 64-column half each; head dim 64: one 64-query
+// half each) beside dV += P^T dO and dK += dS^T Q. dQ's partial sums go to shared memory, in
+// add_dq_partial's order, and the producer's first thread adds the whole BM x D tile into dq_acc with
+// one bulk reduction (cp.reduce.async.bulk): the consumers issue no atomics and the adding costs no
+// thread's loads. The producer stages the keys and values once, then each step's query and output-
+// gradient tiles with their lse and dvec into one of STAGES stages, under "full" and "empty" mbarriers
+// (the forward's _ws kernels' protocol); the dQ tile has "full" (every consumer thread has written)
+// and "empty" (the bulk reduction has read it) barriers of its own.
+// Why the buffers suffice: a consumer writes dS^T buffer it & 1 at step it after the named barrier of
+// step it - 1, which each warpgroup reaches only after its step-(it - 2) dQ product (the buffer's
+// last reader) has retired.
+// Dynamic shared memory: 128 D 2 2 (keys, values) + STAGES (2 BM D 2 + 2 BM 4) (query and output-
+// gradient tiles; lse and dvec) + 2 128 BM 2 (dS^T) + BM D 4 (dQ) + 1024 bytes; 384 threads.
+template <bool BF16, int D, int STAGES, int PRODUCER_REGS, int CONSUMER_REGS>
+__device__ __forceinline__ void hopper_bwd_ws(FHB_INPUTS, u16* __restrict__ dk, u16* __restrict__ dvo,
+                                              float* __restrict__ dq_acc, FHB_SHAPE) {
+    constexpr int BN = 128, BM = D == 128 ? 64 : 128, MT = BM / 8, DT = D / 8;
+    constexpr int TILE = BM * D * 2, DS = BN * BM * 2, DQ = BM * D * 4;  // bytes
+    constexpr int ENTRY_REGS = (65536 / (FH_WARPGROUP * 3)) & ~7;      // (hopper_fwd_ws explains)
+    static_assert(D == 64 || D == 128, "head dims 64 and 128");
+    static_assert(PRODUCER_REGS + 2 * CONSUMER_REGS <= 3 * ENTRY_REGS, "registers the block does not hold");
+    extern __shared__ __align__(1024) u16 smem[];
+    __shared__ __align__(8) u64 bars[3 + 2 * STAGES];  // keys' and values' full, dQ's full and empty, then by stage
+    const u32 base = (smem_u32(smem) + 1023u) & ~1023u;
+    const u32 sk = base, sv = sk + BN * D * 2, sqd = sv + BN * D * 2, sds = sqd + STAGES * 2 * TILE,
+              sdq = sds + 2 * DS;
+    float* s_stats = (float*)((char*)smem + (sdq + DQ - smem_u32(smem)));  // [lse | dvec] by stage
+    const u32 kv_full = smem_u32(bars), dq_full = kv_full + 8, dq_empty = kv_full + 16, full0 = kv_full + 24,
+              empty0 = full0 + 8 * STAGES;  // stage st: + 8 st
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
+              tq = lane & 3;
+    const KeyTile tile(Mask{T, S, S - T, causal, window}, BN, BM, H, Hkv);
+    const Mask& mask = tile.mask;
+    const int n0 = tile.n0, b = tile.b, hk = tile.hk, total = tile.total;
+    const int Tp = (T + 63) & ~63;  // dq_acc's rows a head
+    if (threadIdx.x == 0) {
+        mbar_init(kv_full, FH_WARPGROUP);
+        mbar_init(dq_full, 2 * FH_WARPGROUP);  // every consumer thread, once its sums are written
+        mbar_init(dq_empty, 1);                // the producer's first thread, once the reduction has read them
+        for (int st = 0; st < STAGES; ++st) {
+            mbar_init(full0 + 8 * st, FH_WARPGROUP);
+            mbar_init(empty0 + 8 * st, 8);  // one lane of each consumer warp
+        }
+    }
+    __syncthreads();
+
+    if (wg == 0) {  // ---- the producer
+        regs_dec<PRODUCER_REGS>();
+        load_swizzled<D, BN, FH_WARPGROUP>(sk, k + b * ksb + hk * ksh, kst, n0, S);
+        load_swizzled<D, BN, FH_WARPGROUP>(sv, v + b * vsb + hk * vsh, vst, n0, S);
+        mbar_arrive_copies(kv_full);
+        auto add_dq = [&](int j) {  // (thread 0) step j's dQ sums from shared memory into dq_acc
+            int h, m0;
+            tile.step(j, BM, h, m0);
+            mbar_wait(dq_full, j & 1);
+            // (BM = 128: the second 64-query tile is past dq_acc's rows when T ends in the first)
+            const int rows = min(BM, Tp - m0);
+            bulk_reduce_add_f32(dq_acc + (((i64)b * H + h) * Tp + m0) * D, sdq, rows * D * 4);
+            bulk_commit();
+            bulk_wait_read<0>();
+            mbar_arrive(dq_empty);
+        };
+        for (int it = 0; it < total; ++it) {
+            const int st = it % STAGES;
+            if (it >= STAGES) mbar_wait(empty0 + 8 * st, ((it / STAGES) - 1) & 1);  // step it - STAGES is done
+            int h, m0;
+            tile.step(it, BM, h, m0);
+            const u32 cq = sqd + st * 2 * TILE;
+            load_swizzled<D, BM, FH_WARPGROUP>(cq, q + b * qsb + h * qsh, qst, m0, T);
+            load_swizzled<D, BM, FH_WARPGROUP>(cq + TILE, dout + b * dsb + h * dsh, dst, m0, T);
+            copy_query_stats(smem_u32(s_stats + st * 2 * BM), lse, dvec, b, h, H, T, m0, BM);
+            mbar_arrive_copies(full0 + 8 * st);
+            // that step's dQ tile follows its release of the stage closely
+            if (threadIdx.x == 0 && it >= STAGES) add_dq(it - STAGES);
+        }
+        if (threadIdx.x == 0) {
+            for (int j = max(0, total - STAGES); j < total; ++j) add_dq(j);
+            bulk_wait<0>();
+        }
+        cp_wait_all();
+        return;
+    }
+
+    // ---- a consumer: warpgroup c = wg - 1 owns the keys n0 + 64 c..
+    regs_inc<CONSUMER_REGS>();
+    const int c = wg - 1, t = threadIdx.x & (FH_WARPGROUP - 1);
+    float dk_acc[D / 2], dv_acc[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) dk_acc[i] = 0.f, dv_acc[i] = 0.f;
+    const float scale2 = scale * LOG2E;
+    const int key_tile0 = n0 + c * 64 + warp * 16, key0 = key_tile0 + g;  // this thread's keys: key0, key0 + 8
+    const u32 k_rows = sk + c * 64 * 128, v_rows = sv + c * 64 * 128;      // this warpgroup's 64 keys
+    // This warpgroup's share of dQ = dS K: at head dim 128 the columns 64 c.. (K's column block c) of
+    // all BM = 64 queries, at 64 the queries 64 c.. (dS^T's column block c); its place in the dQ tile.
+    const u32 dq_a = D == 128 ? 0u : c * BN * 128, dq_b = sk + (D == 128 ? c * BN * 128 : 0u);
+    float* dq_s = (float*)((char*)smem + (sdq - smem_u32(smem))) + (D == 128 ? 4 * FH_WARPGROUP * 8 * c : 64 * D * c);
+    float dq_part[32];
+    mbar_wait(kv_full, 0);
+    fence_proxy_async();
+#pragma unroll 1
+    for (int it = 0; it < total; ++it) {
+        const int st = it % STAGES;
+        int h, m0;
+        tile.step(it, BM, h, m0);
+        const u32 cq = sqd + st * 2 * TILE, cd = cq + TILE, ds = sds + (it & 1) * DS;
+        mbar_wait(full0 + 8 * st, (it / STAGES) & 1);
+        fence_proxy_async();  // (copies by the generic proxy, read next by wgmma)
+        const float* s_lse = s_stats + st * 2 * BM;
+        const float* s_dvec = s_lse + BM;
+
+        // Transposed products: rows are this warpgroup's keys, columns the step's queries.
+        float s[BM / 2], dp[BM / 2];
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) mma_ss<BF16, BM>(s, desc_k<BN>(k_rows, kk), desc_k<BM>(cq, kk), kk);
+        wg_commit();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) mma_ss<BF16, BM>(dp, desc_k<BN>(v_rows, kk), desc_k<BM>(cd, kk), kk);
+        wg_commit();
+        wg_wait<1>();
+        hold<BM / 2>(s);
+        const bool full = mask.full(m0, m0 + BM, key_tile0, key_tile0 + 16);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int col = mt * 8 + 2 * tq + (e & 1);
+                float p = fast_exp2(fmaf(s[mt * 4 + e], scale2, -s_lse[col] * LOG2E));
+                if (!full && !mask.ok(m0 + col, key0 + (e >> 1) * 8)) p = 0.f;
+                s[mt * 4 + e] = p;
+            }
+        wg_wait<0>();
+        hold<BM / 2>(dp);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dp[mt * 4 + e] = s[mt * 4 + e] * (dp[mt * 4 + e] - s_dvec[mt * 8 + 2 * tq + (e & 1)]);
+        u32 pt[BM / 16][4], dst_[BM / 16][4];
+        to_operand<BF16, BM>(pt, s);
+        to_operand<BF16, BM>(dst_, dp);
+        // dS^T into the step's buffer: key row key0 - n0 (+ 8), the 16-byte chunk of queries 8 mt..
+        // (column block mt / 8 of the swizzled tile)
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; ++kk)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int row = key0 - n0 + (i & 1) * 8, mt = 2 * kk + (i >> 1);
+                st_shared_u32(ds + (mt >> 3) * (BN * 128) + row * 128 + (((mt & 7) ^ (row & 7)) << 4) + tq * 4,
+                              dst_[kk][i]);
+            }
+        fence_proxy_async();
+        named_sync(1, 2 * FH_WARPGROUP);  // both warpgroups' rows of dS^T are in
+
+        // dQ's share first, in a group of its own, so that its sums are written out while dV and dK
+        // still multiply
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) mma_ss_mn<BF16>(dq_part, desc_mn<BN>(ds + dq_a, kk), desc_mn<BN>(dq_b, kk), kk);
+        wg_commit();
+        hold<D / 2>(dv_acc);
+        hold<D / 2>(dk_acc);
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; ++kk) mma_rs<BF16, D>(dv_acc, pt[kk], desc_mn<BM>(cd, kk), 1);  // dV += P^T dO
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; ++kk) mma_rs<BF16, D>(dk_acc, dst_[kk], desc_mn<BM>(cq, kk), 1);  // dK += dS^T Q
+        wg_commit();
+        wg_wait<1>();
+        hold<32>(dq_part);
+        if (it > 0) mbar_wait(dq_empty, (it - 1) & 1);  // the last step's tile has been read out
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+            *(float4*)(dq_s + 4 * (FH_WARPGROUP * j + t)) =
+                make_float4(dq_part[4 * j], dq_part[4 * j + 1], dq_part[4 * j + 2], dq_part[4 * j + 3]);
+        fence_proxy_async();  // (read next by the bulk reduction, the async proxy)
+        mbar_arrive(dq_full);
+        wg_wait<0>();
+        hold<D / 2>(dv_acc);
+        hold<D / 2>(dk_acc);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty0 + 8 * st);  // this warp's products reading the stage have retired
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int key = key0 + r * 8;
+        if (key >= S) continue;
+        const i64 at = b * gsb + hk * gsh + key * gst;
+        u32* outk = (u32*)(dk + at);
+        u32* outv = (u32*)(dvo + at);
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+            outk[dt * 4 + tq] = pack2<BF16>(dk_acc[dt * 4 + 2 * r] * scale, dk_acc[dt * 4 + 2 * r + 1] * scale);
+            outv[dt * 4 + tq] = pack2<BF16>(dv_acc[dt * 4 + 2 * r], dv_acc[dt * 4 + 2 * r + 1]);
+        }
+    }
+}
+
 #define FHB_SHAPE_ARGS \
     qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, dsb, dsh, dst, gsb, gsh, gst, H, Hkv, T, S, scale, causal, window
 #define FHB_DQ_BODY(BF, D, BN, WGS) hopper_bwd_dq<BF, D, BN, WGS>(q, k, v, dout, lse, dvec, dq, FHB_SHAPE_ARGS);
@@ -399,7 +603,11 @@ __device__ __forceinline__ void hopper_bwd_dq_convert(const float* __restrict__ 
 #define FHB_FUSED_BODY(BF, D, OVERLAP, WGS, STAGES) \
     hopper_bwd_dkdv<BF, D, 64, WGS, true, OVERLAP, STAGES>(q, k, v, dout, lse, dvec, dk, dv, dq_acc, FHB_SHAPE_ARGS);
 #define FHB_CONVERT_BODY(BF, D) hopper_bwd_dq_convert<BF, D>(dq_acc, dq, gsb, gsh, gst, H, T, scale);
+#define FHB_WS_BODY(BF, D)                                                                                   \
+    hopper_bwd_ws<BF, D, FHB_WS_STAGES, FHB_WS_PRODUCER_REGS, FHB_WS_CONSUMER_REGS>(q, k, v, dout, lse, dvec, dk, \
+                                                                                   dv, dq_acc, FHB_SHAPE_ARGS);
 #else
+#define FHB_WS_BODY(BF, D)
 #define FHB_DQ_BODY(BF, D, BN, WGS)
 #define FHB_DKDV_BODY(BF, D, BM, WGS)
 #define FHB_FUSED_BODY(BF, D, OVERLAP, WGS, STAGES)
@@ -435,6 +643,18 @@ __device__ __forceinline__ void hopper_bwd_dq_convert(const float* __restrict__ 
         const float* dq_acc, u16* dq, i64 gsb, i64 gsh, i64 gst, int H, int T, float scale) {                 \
         FHB_CONVERT_BODY(BF, D)                                                                                \
     }
+// hopper_bwd_fused_{bf16,f16}_d{D}_m{BM}_c2_ws: the warp-specialised fused kernel (hopper_bwd_ws), the
+// fused kernels' arguments; 384 threads, 128 keys a block, BM = 64 (head dim 128) or 128 (64) queries a
+// step, staged FHB_WS_STAGES deep; registers moved from the producer (40) to the consumers (232; at
+// 24/240 the producer spilled 128 bytes, here 8).
+#define FHB_WS_STAGES 2
+#define FHB_WS_PRODUCER_REGS 40
+#define FHB_WS_CONSUMER_REGS 232
+#define FHB_FUSED_WS(NAME, BF, D, BM)                                                                             \
+    extern "C" __global__ void __launch_bounds__(3 * FH_WARPGROUP, 1)                                           \
+        hopper_bwd_fused_##NAME##_d##D##_m##BM##_c2_ws(FHB_INPUTS, u16* dk, u16* dv, float* dq_acc, FHB_SHAPE) { \
+        FHB_WS_BODY(BF, D)                                                                                       \
+    }
 #define FHB_ALL(NAME, BF)                                                                                        \
     FHB_DQ(NAME, BF, 64, 64, 1) FHB_DQ(NAME, BF, 64, 64, 2) FHB_DQ(NAME, BF, 64, 128, 1)                         \
         FHB_DQ(NAME, BF, 128, 64, 1) FHB_DQ(NAME, BF, 128, 64, 2) FHB_DKDV(NAME, BF, 64, 64, 1)                  \
@@ -442,6 +662,7 @@ __device__ __forceinline__ void hopper_bwd_dq_convert(const float* __restrict__ 
                 FHB_DKDV(NAME, BF, 128, 64, 2) FHB_FUSED(NAME, BF, 64) FHB_FUSED(NAME, BF, 128)            \
                     FHB_FUSED_ONE(NAME, BF, 64, fused, false, 1, 3, 2, _b3)                              \
                         FHB_FUSED_ONE(NAME, BF, 64, fused, false, 1, 3, 3, _b3_s3)                       \
-                            FHB_FUSED_ONE(NAME, BF, 128, fused, false, 2, 1, 2, )
+                            FHB_FUSED_ONE(NAME, BF, 128, fused, false, 2, 1, 2, )                \
+                                FHB_FUSED_WS(NAME, BF, 64, 128) FHB_FUSED_WS(NAME, BF, 128, 64)
 FHB_ALL(bf16, true)
 FHB_ALL(f16, false)

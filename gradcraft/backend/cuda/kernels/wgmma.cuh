@@ -159,6 +159,31 @@ template <int N> __device__ __forceinline__ void regs_inc() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
+// Barrier `id` (1..15; 0 is __syncthreads') of `threads` threads (a multiple of 32): the consumer
+// warpgroups of a warp-specialised kernel meeting without the producer.
+__device__ __forceinline__ void named_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// ---------------------------------------------------------------- bulk reductions into global memory
+// dst[i] += src[i] in float32 over `bytes` (a multiple of 16; both 16-byte aligned) by the copy engine
+// (cp.reduce.async.bulk): one thread issues it, no thread loads or adds. Shared writes by the generic
+// proxy must be fenced (fence_proxy_async) and made visible to the issuing thread first.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, u32 src, u32 bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// At most N of this thread's committed bulk groups still reading their shared source (_read), or not
+// yet complete.
+template <int N> __device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+template <int N> __device__ __forceinline__ void bulk_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 // ---------------------------------------------------------------- swizzled tiles and descriptors
 
 // A shared-memory matrix descriptor in the 128-byte swizzle mode: start address, leading and stride

@@ -170,6 +170,32 @@ def test_a_stop_signal_dropped_by_a_finalizer_is_raised_between_steps(signum):
     raise_if_interrupted()  # outside the block: nothing pending
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stop_dropped_by_a_finalizer_prints_no_traceback_and_other_errors_still_print(signum, monkeypatch):
+    # The user sees the train command's one-line stop message, not "Exception ignored in ..." and a
+    # traceback from whatever finalizer the signal happened to land in; a real error still prints.
+    import weakref
+    from gradcraft.training.runlock import raise_if_interrupted, sigterm_as_interrupt
+
+    class Thing:
+        pass
+
+    def fail():
+        raise ValueError("a real error in a finalizer")
+
+    printed = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: printed.append(unraisable.exc_type))
+    with pytest.raises(KeyboardInterrupt):
+        with sigterm_as_interrupt():
+            thing, other = Thing(), Thing()
+            weakref.finalize(thing, os.kill, os.getpid(), signum)
+            weakref.finalize(other, fail)
+            del thing, other
+            raise_if_interrupted()
+    assert printed == [ValueError]
+    assert sys.unraisablehook is not None and sys.unraisablehook.__name__ == "<lambda>"  # restored
+
+
 def test_a_stop_signal_ignored_at_the_start_stays_ignored():
     # `gradcraft train ... &` in a script: the shell ignores SIGINT for the job (Ctrl-C is for the
     # script's foreground command), and Python keeps it ignored; the run must not start taking it.

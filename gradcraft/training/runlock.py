@@ -11,6 +11,7 @@ there is no lock and no error.
 import contextlib
 import os
 import signal
+import sys
 import threading
 
 from gradcraft.errors import UserError
@@ -125,8 +126,8 @@ _handled = False  # the command has caught it (`interrupt_handled`) and is clean
 def sigterm_as_interrupt():
     """Within the block, Ctrl-C raises KeyboardInterrupt and SIGTERM Terminated in the main thread,
     and `raise_if_interrupted` raises it again: an exception raised while Python runs a finalizer or
-    a weakref callback is printed and dropped ("Exception ignored in ..."), and the run would go on as
-    if never stopped. The previous handlers are restored afterwards. Off the main thread (where
+    a weakref callback is dropped ("Exception ignored in ..."), and the run would go on as if never
+    stopped; such a dropped stop is not printed. The previous handlers are restored afterwards. Off the main thread (where
     signal.signal raises) it does nothing."""
     global _stop, _handled
     if threading.current_thread() is not threading.main_thread():
@@ -145,9 +146,20 @@ def sigterm_as_interrupt():
     # with `&` in a script, so that Ctrl-C stops the script's foreground command, not the job).
     stops = [sig for sig in (signal.SIGTERM, signal.SIGINT) if signal.getsignal(sig) is not signal.SIG_IGN]
     previous = {sig: signal.signal(sig, handler) for sig in stops}
+    previous_hook = sys.unraisablehook
+
+    def quiet_dropped_stop(unraisable):
+        # Python prints an exception dropped in a finalizer with its traceback ("Exception ignored
+        # in ..."); a stop dropped there is not lost (`raise_if_interrupted` raises it again at the
+        # next step), so the user sees the one-line stop message, not a traceback. Others print.
+        if _stop is None or not isinstance(unraisable.exc_value, _stop):
+            previous_hook(unraisable)
+
+    sys.unraisablehook = quiet_dropped_stop
     try:
         yield
     finally:
+        sys.unraisablehook = previous_hook
         for sig, old in previous.items():
             signal.signal(sig, old)
         _stop, _handled = None, False

@@ -127,8 +127,8 @@ def sigterm_as_interrupt():
     """Within the block, Ctrl-C raises KeyboardInterrupt and SIGTERM Terminated in the main thread,
     and `raise_if_interrupted` raises it again: an exception raised while Python runs a finalizer or
     a weakref callback is dropped ("Exception ignored in ..."), and the run would go on as if never
-    stopped; such a dropped stop is not printed. The previous handlers are restored afterwards. Off the main thread (where
-    signal.signal raises) it does nothing."""
+    stopped; such a dropped stop is not printed. The previous handlers are restored afterwards. Off
+    the main thread (where signal.signal raises) it does nothing."""
     global _stop, _handled
     if threading.current_thread() is not threading.main_thread():
         yield

@@ -10,7 +10,8 @@ torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) and .b
 same values (on CUDA in bf16 that is its flash kernel). Outputs and gradients are first compared
 (relative L2 error of ours against PyTorch's), then both are timed: the median of --rounds x --repeat
 calls after 3 warm-up calls, wall clock between synchronisations (so our graph building and
-scheduling count). The rounds alternate between the two sides (ours, theirs, ours, ...), so that a
+scheduling count). --gpu_time adds each side's GPU time per call, kernel by kernel (CUPTI), to tell
+kernel time from host time. The rounds alternate between the two sides (ours, theirs, ours, ...), so that a
 shared machine's drift over the run (PyTorch's own times moved by up to 30% between runs on one
 H200) falls on both sides alike rather than on whichever was timed later.
 
@@ -56,6 +57,11 @@ def parse_args(argv=None):
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds of --repeat calls per side")
     p.add_argument("--tf32", action="store_true", help="float32 on CUDA: TF32 products on both sides")
     p.add_argument("--threads", type=int, default=None, help="CPU threads of both sides (default: all cores)")
+    p.add_argument(
+        "--gpu_time",
+        action="store_true",
+        help="CUDA: also each side's GPU time per call, kernel by kernel (torch.profiler's CUPTI trace)",
+    )
     return p.parse_args(argv)
 
 
@@ -155,7 +161,33 @@ def run_case(case, args, dtype, torch, torch_device):
         errors.append(rel_err(ours_t.grad.numpy(), torch_t.grad.float().cpu().numpy()))
     del out, tout
     ours_s, theirs_s = interleaved_medians([ours, theirs], args.repeat, args.rounds)
+    if args.gpu_time:
+        for side, fn in (("ours", ours), ("torch", theirs)):
+            print_gpu_time(side, kernel_times(fn, args.repeat, torch))
     return ours_s, theirs_s, errors
+
+
+def kernel_times(fn, repeat: int, torch) -> dict:
+    """GPU milliseconds per call of each kernel (and memset/memcpy) that `repeat` calls of fn run, as
+    CUPTI traced them: the split of the wall time above into kernels, and what the GPU did not do
+    (the wall time less their sum: launch gaps and host work the GPU waited for)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeat):
+            fn()
+    times = {}
+    for event in prof.key_averages():
+        us = getattr(event, "self_device_time_total", None)
+        us = us if us is not None else event.self_cuda_time_total  # (the name before torch 2.4)
+        if us > 0:
+            times[event.key] = times.get(event.key, 0.0) + us / repeat / 1e3
+    return times
+
+
+def print_gpu_time(side: str, times: dict) -> None:
+    parts = ", ".join(f"{name[:48]} {ms:.3f}" for name, ms in sorted(times.items(), key=lambda kv: -kv[1]))
+    print(f"    {side} GPU {sum(times.values()):.3f} ms: {parts}")
 
 
 def main(argv=None):
@@ -169,9 +201,16 @@ def main(argv=None):
     import gradcraft as gc
 
     device = gc.device.canonical(args.device)
+    if args.gpu_time and not device.startswith("cuda"):
+        print("error: --gpu_time traces CUDA kernels; leave it out with --device cpu", file=sys.stderr)
+        return 2
     if device.startswith("cuda"):
         if not gc.device.is_available("cuda"):
-            sys.exit("error: no usable CUDA device here (CuPy and an NVIDIA GPU are needed); use --device cpu")
+            print(
+                "error: no usable CUDA device here (CuPy and an NVIDIA GPU are needed); use --device cpu",
+                file=sys.stderr,
+            )
+            return 2
         from gradcraft.backend import cuda as gc_cuda
 
         gc_cuda.set_tf32(args.tf32)

@@ -220,3 +220,25 @@ def test_attention_bench_runs_on_the_cpu():
     assert [r[0] for r in rows] == ["causal"] * 4 + ["window 8", "gqa 4/2"]
     assert max(float(e) for r in rows for e in r[2:]) < 1e-4  # ours and PyTorch's agree (float32)
     assert "(agree)" in proc.stdout
+
+
+def test_attention_bench_gpu_time_needs_cuda():
+    proc = script("attention.py", "--device", "cpu", "--gpu_time", "--seqs", "16", "--extra_seq", "0")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["error: --gpu_time traces CUDA kernels; leave it out with --device cpu"]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not gc.device.is_available("cuda"), reason="needs CuPy and an NVIDIA GPU")
+def test_attention_bench_gpu_time_splits_each_side_into_kernels():
+    proc = script(
+        "attention.py", "--seqs", "256", "--dims", "64", "--tokens", "1024", "--width", "128", "--extra_seq", "0",
+        "--repeat", "2", "--rounds", "1", "--gpu_time",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = {side: re.search(rf"^    {side} GPU ([\d.]+) ms: (.+)$", proc.stdout, re.M) for side in ("ours", "torch")}
+    for side, found in lines.items():
+        assert found, proc.stdout
+        kernels = [float(part.rsplit(" ", 1)[1]) for part in found.group(2).split(", ")]
+        assert all(ms > 0 for ms in kernels) and float(found.group(1)) == pytest.approx(sum(kernels), abs=2e-3)
+    assert "flash" in lines["ours"].group(2) or "hopper" in lines["ours"].group(2)  # our attention kernels ran

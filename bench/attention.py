@@ -11,7 +11,9 @@ same values (on CUDA in bf16 that is its flash kernel). Outputs and gradients ar
 (relative L2 error of ours against PyTorch's), then both are timed: the median of --rounds x --repeat
 calls after 3 warm-up calls, wall clock between synchronisations (so our graph building and
 scheduling count). --gpu_time adds each side's GPU time per call, kernel by kernel (CUPTI), to tell
-kernel time from host time. The rounds alternate between the two sides (ours, theirs, ours, ...), so that a
+kernel time from host time; --phases each side's median time per phase of a call (building the
+graph, the forward, the backward, then waiting for the device: host time, and the GPU time it did
+not hide). The rounds alternate between the two sides (ours, theirs, ours, ...), so that a
 shared machine's drift over the run (PyTorch's own times moved by up to 30% between runs on one
 H200) falls on both sides alike rather than on whichever was timed later.
 
@@ -57,6 +59,11 @@ def parse_args(argv=None):
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds of --repeat calls per side")
     p.add_argument("--tf32", action="store_true", help="float32 on CUDA: TF32 products on both sides")
     p.add_argument("--threads", type=int, default=None, help="CPU threads of both sides (default: all cores)")
+    p.add_argument(
+        "--phases",
+        action="store_true",
+        help="also each side's time per phase of a call: graph building, forward, backward, device wait",
+    )
     p.add_argument(
         "--gpu_time",
         action="store_true",
@@ -125,12 +132,16 @@ def run_case(case, args, dtype, torch, torch_device):
     v = gc.randn(B, Hkv, T, D, device=device, dtype=gc_dtype, requires_grad=True).realize()
     g = gc.randn(B, H, T, D, device=device, dtype=gc_dtype).realize()
 
-    def ours():
+    def ours(mark=_no_mark):  # mark(): a time stamp at each phase's end (--phases)
         q.grad = k.grad = v.grad = None  # each call computes fresh gradients (no accumulation)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, window=window)
+        mark()
         out.realize()  # the forward kernel (the backward recomputes the weights, it does not read out)
+        mark()
         out.backward(g)  # the backward kernel: q.grad, k.grad, v.grad realized
+        mark()
         backend.synchronize()
+        mark()
         return out
 
     # PyTorch gets the very same values (bf16 values are exact in float32 on the way over)
@@ -144,15 +155,19 @@ def run_case(case, args, dtype, torch, torch_device):
         i = torch.arange(T, device=torch_device)
         mask = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - window)  # (T, T) True = may attend
 
-    def theirs():
+    def theirs(mark=_no_mark):
         tq.grad = tk.grad = tv.grad = None
+        mark()  # (nothing to build: PyTorch launches as it goes)
         if mask is None:
             out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=True, enable_gqa=H != Hkv)
         else:
             out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=mask, enable_gqa=H != Hkv)
+        mark()
         out.backward(tg)
+        mark()
         if torch_device.type == "cuda":
             torch.cuda.synchronize(torch_device)
+        mark()
         return out
 
     out, tout = ours(), theirs()
@@ -161,10 +176,38 @@ def run_case(case, args, dtype, torch, torch_device):
         errors.append(rel_err(ours_t.grad.numpy(), torch_t.grad.float().cpu().numpy()))
     del out, tout
     ours_s, theirs_s = interleaved_medians([ours, theirs], args.repeat, args.rounds)
+    if args.phases:
+        for side, fn in (("ours", ours), ("torch", theirs)):
+            print_phases(side, phase_times(fn, args.repeat * args.rounds))
     if args.gpu_time:
         for side, fn in (("ours", ours), ("torch", theirs)):
             print_gpu_time(side, kernel_times(fn, args.repeat, torch))
     return ours_s, theirs_s, errors
+
+
+def _no_mark():
+    pass
+
+
+PHASES = ("build", "forward", "backward", "wait")
+
+
+def phase_times(fn, calls: int) -> list[float]:
+    """Median milliseconds of each of PHASES over `calls` calls of fn(mark): building the lazy graph,
+    realizing the output (the forward's launch), .backward() (the backward's launches), and waiting
+    for the device. On a GPU, the first three are host time (kernels run behind them) and the wait is
+    GPU time not hidden behind them."""
+    samples = [[] for _ in PHASES]
+    for _ in range(calls):
+        stamps = [time.perf_counter()]
+        fn(lambda: stamps.append(time.perf_counter()))
+        for i, sample in enumerate(samples):
+            sample.append(stamps[i + 1] - stamps[i])
+    return [1e3 * statistics.median(sample) for sample in samples]
+
+
+def print_phases(side: str, ms: list) -> None:
+    print(f"    {side} phases (ms, medians): " + ", ".join(f"{name} {t:.3f}" for name, t in zip(PHASES, ms)))
 
 
 def kernel_times(fn, repeat: int, torch) -> dict:

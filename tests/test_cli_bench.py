@@ -242,3 +242,17 @@ def test_attention_bench_gpu_time_splits_each_side_into_kernels():
         kernels = [float(part.rsplit(" ", 1)[1]) for part in found.group(2).split(", ")]
         assert all(ms > 0 for ms in kernels) and float(found.group(1)) == pytest.approx(sum(kernels), abs=2e-3)
     assert "flash" in lines["ours"].group(2) or "hopper" in lines["ours"].group(2)  # our attention kernels ran
+
+
+def test_attention_bench_phases_split_each_call():
+    proc = script(
+        "attention.py", "--device", "cpu", "--seqs", "16", "--dims", "8", "--tokens", "32", "--width", "16",
+        "--extra_seq", "0", "--repeat", "2", "--rounds", "1", "--threads", "1", "--phases",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for side in ("ours", "torch"):
+        pattern = rf"^    {side} phases \(ms, medians\): build (\S+), forward (\S+), backward (\S+), wait (\S+)$"
+        found = re.search(pattern, proc.stdout, re.M)
+        assert found, proc.stdout
+        build, forward, backward, wait = (float(x) for x in found.groups())
+        assert min(build, forward, backward, wait) >= 0 and forward > 0 and backward > 0

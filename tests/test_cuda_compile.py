@@ -87,3 +87,30 @@ def test_cached_cubin_builds_once_per_source_and_survives_an_unwritable_cache(tm
     blocker.write_text("not a directory")
     monkeypatch.setenv("GRADCRAFT_KERNEL_CACHE", str(blocker / "cache"))
     assert compiler.cached_cubin("src", "sm_90a", (12, 8), build("e")) == b"cubin of e"
+
+
+@pytest.mark.skipif(LIBRARY is None, reason="NVRTC library not found (pip install nvidia-cuda-nvrtc-cu12)")
+def test_prebuilt_kernels_are_what_the_gpu_machines_cache_reads(tmp_path, monkeypatch, capsys):
+    """scripts/prebuild_kernels.py builds machine code here and names it as cached_cubin names it, so
+    a GPU machine with the same NVRTC version reads it instead of compiling (a small file stands in
+    for the Hopper files, which take NVRTC tens of seconds)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "prebuild", compiler.KERNEL_DIR.parents[3] / "scripts" / "prebuild_kernels.py"
+    )
+    prebuild = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prebuild)
+    out = tmp_path / "kcache"
+    assert prebuild.main(["--nvrtc", LIBRARY, "--out", str(out), "--files", "rope.cu"]) == 0
+    (cubin,) = out.glob("*.cubin")
+    assert cubin.read_bytes()[:4] == b"\x7fELF"  # machine code, not PTX
+
+    def build():
+        raise AssertionError("compiled again: the prebuilt file was not found")
+
+    monkeypatch.setenv("GRADCRAFT_KERNEL_CACHE", str(out))
+    text, version = compiler.source("rope.cu"), compiler.nvrtc_version(LIBRARY)
+    assert compiler.cached_cubin(text, compiler.HOPPER_ARCH, version, build) == cubin.read_bytes()
+    assert prebuild.main(["--nvrtc", LIBRARY, "--out", str(out), "--files", "nope.cu"]) == 2
+    assert capsys.readouterr().err.startswith("error: no kernel file nope.cu")

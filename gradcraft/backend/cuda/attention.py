@@ -16,8 +16,8 @@ from gradcraft.backend.cuda import compiler
 from gradcraft.backend.cuda import launch as L
 
 FILE = "flash_attention.cu"
-HOPPER_FILE = "flash_hopper.cu"  # the forward on wgmma (sm_90a): H100, H200
-HOPPER_BWD_FILE = "flash_hopper_bwd.cu"  # the backward's dq and dk/dv kernels on wgmma
+# the forward on wgmma (sm_90a: H100, H200), and the backward's dq and dk/dv kernels on wgmma
+HOPPER_FILE, HOPPER_BWD_FILE = compiler.HOPPER_FILES
 HOPPER_DIMS = (64, 128)
 # The Hopper kernels' variants, by kernel and head dim: (keys per tile of the forward and of dq, or
 # queries per tile of dk/dv; warpgroups of 128 threads per block, each owning 64 of the block's

@@ -64,10 +64,17 @@ def function(name: str, kernel: str, device_id: int):
 # Kernels that use Hopper's architecture-specific instructions (wgmma: kernels/flash_hopper*.cu) need the
 # sm_90a target, which CuPy's compile never picks (it names compute_90/sm_90 for an H100 or H200).
 HOPPER_ARCH = "sm_90a"
+HOPPER_FILES = ("flash_hopper.cu", "flash_hopper_bwd.cu")  # built by hopper_module for HOPPER_ARCH
 
 
 def _cache_dir() -> Path:
     return Path(os.environ.get("GRADCRAFT_KERNEL_CACHE") or Path.home() / ".cache" / "gradcraft" / "kernels")
+
+
+def cubin_name(text: str, arch: str, version) -> str:
+    """The cache's file name for the machine code of `text` built for `arch` by NVRTC `version`
+    ((major, minor), as cupy.cuda.nvrtc.getVersion gives it)."""
+    return hashlib.sha256("\0".join((text, arch, *OPTIONS, repr(tuple(version)))).encode()).hexdigest() + ".cubin"
 
 
 def cached_cubin(text: str, arch: str, version, build) -> bytes:
@@ -76,8 +83,7 @@ def cached_cubin(text: str, arch: str, version, build) -> bytes:
     what it compiles itself; hopper_module compiles through NVRTC directly (CuPy cannot name sm_90a),
     and the Hopper files take NVRTC tens of seconds. The key is the whole source text, the target, the
     options and NVRTC's `version`, so an edited kernel or header is never served stale."""
-    key = hashlib.sha256("\0".join((text, arch, *OPTIONS, repr(version))).encode()).hexdigest()
-    path = _cache_dir() / f"{key}.cubin"
+    path = _cache_dir() / cubin_name(text, arch, version)
     try:
         return path.read_bytes()
     except OSError:
@@ -150,6 +156,11 @@ def find_nvrtc() -> str | None:
 
 @functools.cache
 def _nvrtc(path: str):
+    # NVRTC opens its builtins library by name at compile time; a wheel's copy lies beside it, off the
+    # loader's path, so load it first (a library already loaded is what dlopen of its name returns).
+    for builtins in sorted(glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so*"))):
+        if ".alt." not in builtins:
+            ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
     lib = ctypes.CDLL(path)
     lib.nvrtcGetErrorString.restype = ctypes.c_char_p
     return lib
@@ -168,7 +179,24 @@ def ptxas_report(text: str, name: str, arch: str, library: str | None = None) ->
     return _nvrtc_run(text, name, arch, (*OPTIONS, "--ptxas-options=-v"), library)[1]
 
 
-def _nvrtc_run(text: str, name: str, arch: str, options: tuple, library: str | None) -> tuple[bytes, str]:
+def nvrtc_cubin(text: str, name: str, arch: str, library: str | None = None) -> bytes:
+    """Compile CUDA C++ to machine code for the real target `arch` (e.g. "sm_90a") with NVRTC through
+    ctypes, as hopper_module does on the GPU machine (same options): scripts/prebuild_kernels.py
+    fills a kernel cache with it on a machine without a GPU."""
+    return _nvrtc_run(text, name, arch, OPTIONS, library, cubin=True)[0]
+
+
+def nvrtc_version(library: str | None = None) -> tuple[int, int]:
+    """(major, minor) of an NVRTC library, the version that keys its machine code in the cache."""
+    lib = _nvrtc(library or find_nvrtc())
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+    return major.value, minor.value
+
+
+def _nvrtc_run(
+    text: str, name: str, arch: str, options: tuple, library: str | None, cubin: bool = False
+) -> tuple[bytes, str]:
     path = library or find_nvrtc()
     if path is None:
         raise NVRTCError("no libnvrtc found; pip install nvidia-cuda-nvrtc-cu12")
@@ -189,10 +217,11 @@ def _nvrtc_run(text: str, name: str, arch: str, options: tuple, library: str | N
         lib.nvrtcGetProgramLog(prog, log)
         if status != 0:
             raise NVRTCError(f"{name} ({arch}): {lib.nvrtcGetErrorString(status).decode()}\n{log.value.decode()}")
+        kind = "CUBIN" if cubin else "PTX"
         size = ctypes.c_size_t()
-        check(lib.nvrtcGetPTXSize(prog, ctypes.byref(size)), "ptx size")
-        ptx = ctypes.create_string_buffer(size.value)
-        check(lib.nvrtcGetPTX(prog, ptx), "ptx")
-        return ptx.raw, log.value.decode()
+        check(getattr(lib, f"nvrtcGet{kind}Size")(prog, ctypes.byref(size)), f"{kind} size")
+        code = ctypes.create_string_buffer(size.value)
+        check(getattr(lib, f"nvrtcGet{kind}")(prog, code), kind)
+        return code.raw, log.value.decode()
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))

@@ -1,0 +1,58 @@
+"""Build the Hopper kernels' machine code into a kernel cache, on a machine without a GPU.
+
+    python scripts/prebuild_kernels.py --nvrtc /path/to/libnvrtc.so.13 --out kcache
+    # then, on the GPU machine: GRADCRAFT_KERNEL_CACHE=$PWD/kcache python ...
+
+On an H100/H200, the first process to run flash attention compiles kernels/flash_hopper*.cu for sm_90a
+with NVRTC (a minute or more on a fresh machine) and keeps the machine code in its kernel cache
+(docs/cuda.md). This builds the same files here with an NVRTC library of the GPU machine's version
+(its CuPy's `cupy.cuda.nvrtc.getVersion()`; e.g. `pip install --target DIR nvidia-cuda-nvrtc==13.0.88`
+for 13.0) and names each file as that cache does, so the GPU machine reads them instead of compiling:
+for machines that start fresh each time, or many nodes that would each compile the same kernels. A
+cubin named for another version or another source text is never read (the name is a hash of both).
+"""
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from gradcraft.backend.cuda import compiler  # noqa: E402
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nvrtc", default=None, help="the NVRTC library (default: the one found here, as the tests do)")
+    p.add_argument("--out", required=True, help="the kernel cache folder to fill (GRADCRAFT_KERNEL_CACHE there)")
+    p.add_argument("--files", default=",".join(compiler.HOPPER_FILES), help="kernel files (default: %(default)s)")
+    args = p.parse_args(argv)
+    library = args.nvrtc or compiler.find_nvrtc()
+    if library is None or not os.path.exists(library):
+        print(f"error: no NVRTC library at {library or '(none found)'}; pass --nvrtc PATH", file=sys.stderr)
+        return 2
+    names = [name for name in args.files.split(",") if name]
+    unknown = [name for name in names if not (compiler.KERNEL_DIR / name).is_file()]
+    if unknown:
+        print(f"error: no kernel file {', '.join(unknown)} in {compiler.KERNEL_DIR}", file=sys.stderr)
+        return 2
+    version = compiler.nvrtc_version(library)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        start = time.perf_counter()
+        text = compiler.source(name)
+        cubin = compiler.nvrtc_cubin(text, name, compiler.HOPPER_ARCH, library=library)
+        path = out / compiler.cubin_name(text, compiler.HOPPER_ARCH, version)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(cubin)
+        os.replace(tmp, path)
+        print(f"{name}: {compiler.HOPPER_ARCH}, NVRTC {version[0]}.{version[1]}, {len(cubin)} bytes in "
+              f"{time.perf_counter() - start:.1f} s -> {path}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

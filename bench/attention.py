@@ -177,8 +177,11 @@ def run_case(case, args, dtype, torch, torch_device):
     del out, tout
     ours_s, theirs_s = interleaved_medians([ours, theirs], args.repeat, args.rounds)
     if args.phases:
-        for side, fn in (("ours", ours), ("torch", theirs)):
-            print_phases(side, phase_times(fn, args.repeat * args.rounds))
+        from gradcraft.engine.realize import kernel_host_time
+
+        with kernel_host_time() as kernel_calls:
+            print_phases("ours", *phase_times(ours, args.repeat * args.rounds, kernel_calls))
+        print_phases("torch", *phase_times(theirs, args.repeat * args.rounds))
     if args.gpu_time:
         for side, fn in (("ours", ours), ("torch", theirs)):
             print_gpu_time(side, kernel_times(fn, args.repeat, torch))
@@ -192,22 +195,35 @@ def _no_mark():
 PHASES = ("build", "forward", "backward", "wait")
 
 
-def phase_times(fn, calls: int) -> list[float]:
+def phase_times(fn, calls: int, kernel_calls: dict | None = None) -> tuple[list, list | None]:
     """Median milliseconds of each of PHASES over `calls` calls of fn(mark): building the lazy graph,
     realizing the output (the forward's launch), .backward() (the backward's launches), and waiting
     for the device. On a GPU, the first three are host time (kernels run behind them) and the wait is
-    GPU time not hidden behind them."""
-    samples = [[] for _ in PHASES]
+    GPU time not hidden behind them. With `kernel_calls` (kernel_host_time's dict, filled while fn
+    runs), also the medians of each phase's share in the backend's kernel calls: on a GPU the
+    launchers' work and the launches, the rest of a phase being the engine's own (graph, schedule,
+    autograd)."""
+    samples, in_calls = [[] for _ in PHASES], [[] for _ in PHASES]
+
+    def now():
+        return time.perf_counter(), sum(kernel_calls.values()) if kernel_calls is not None else 0.0
+
     for _ in range(calls):
-        stamps = [time.perf_counter()]
-        fn(lambda: stamps.append(time.perf_counter()))
-        for i, sample in enumerate(samples):
-            sample.append(stamps[i + 1] - stamps[i])
-    return [1e3 * statistics.median(sample) for sample in samples]
+        stamps = [now()]
+        fn(lambda: stamps.append(now()))
+        for i in range(len(PHASES)):
+            samples[i].append(stamps[i + 1][0] - stamps[i][0])
+            in_calls[i].append(stamps[i + 1][1] - stamps[i][1])
+    medians = [1e3 * statistics.median(sample) for sample in samples]
+    return medians, [1e3 * statistics.median(s) for s in in_calls] if kernel_calls is not None else None
 
 
-def print_phases(side: str, ms: list) -> None:
-    print(f"    {side} phases (ms, medians): " + ", ".join(f"{name} {t:.3f}" for name, t in zip(PHASES, ms)))
+def print_phases(side: str, ms: list, in_calls: list | None = None) -> None:
+    parts = [
+        f"{name} {t:.3f}" + (f" (kernel calls {c:.3f})" if in_calls is not None and c > 0 else "")
+        for name, t, c in zip(PHASES, ms, in_calls or [0.0] * len(PHASES))
+    ]
+    print(f"    {side} phases (ms, medians): " + ", ".join(parts))
 
 
 def kernel_times(fn, repeat: int, torch) -> dict:

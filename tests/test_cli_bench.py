@@ -251,8 +251,14 @@ def test_attention_bench_phases_split_each_call():
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for side in ("ours", "torch"):
-        pattern = rf"^    {side} phases \(ms, medians\): build (\S+), forward (\S+), backward (\S+), wait (\S+)$"
+        calls = r" \(kernel calls ([\d.]+)\)" if side == "ours" else "()"  # ours: the backend's share
+        pattern = (
+            rf"^    {side} phases \(ms, medians\): build (\S+), forward (\S+){calls}, backward (\S+){calls}, "
+            r"wait (\S+)$"
+        )
         found = re.search(pattern, proc.stdout, re.M)
         assert found, proc.stdout
-        build, forward, backward, wait = (float(x) for x in found.groups())
+        build, forward, forward_calls, backward, backward_calls, wait = (float(x or 0) for x in found.groups())
         assert min(build, forward, backward, wait) >= 0 and forward > 0 and backward > 0
+        assert forward_calls <= forward and backward_calls <= backward
+        assert (forward_calls > 0 and backward_calls > 0) == (side == "ours")

@@ -328,3 +328,20 @@ def test_a_grouped_cast_of_a_view_reads_the_data_before_a_write_in_the_same_sche
     np.testing.assert_array_equal(flat.float().numpy(), w0.reshape(6))
     np.testing.assert_array_equal(transposed.float().numpy(), w0.T)
     np.testing.assert_array_equal(w.numpy(), 2 * w0)
+
+
+def test_kernel_host_time_sums_each_ops_kernel_calls_while_the_block_lasts():
+    from gradcraft.engine.realize import kernel_host_time
+
+    a = gc.randn(64, 64, requires_grad=True).realize()
+    with kernel_host_time() as outer:
+        (a @ a).realize()
+        with kernel_host_time() as inner:
+            (a @ a).sum().backward()
+    assert set(inner) <= set(outer) and "matmul" in outer and "matmul" in inner
+    assert all(seconds > 0 for seconds in outer.values())
+    assert outer["matmul"] > inner["matmul"]  # the outer block also saw the first product
+    assert "sum" in inner
+    before = dict(outer)
+    (a @ a).realize()  # after the blocks: counted nowhere
+    assert outer == before

@@ -9,6 +9,7 @@ reader has run, and its array goes back to the device's pool.
 GRADCRAFT_DEBUG=1 prints each kernel as it runs; =2 adds shapes, bytes and time.
 """
 
+import contextlib
 import os
 import sys
 import time
@@ -25,6 +26,31 @@ BEFORE_WRITE: list = []
 
 # The kernels that write into some of their inputs (backend/__init__.py), and which inputs.
 WRITES_INPUTS = {"assign": (0,), "kv_append_attention": (1, 2), "greedy_advance": (1, 2)}
+
+
+# The dicts of the active `kernel_host_time` blocks (op name -> seconds).
+_host_times: list[dict] = []
+
+
+@contextlib.contextmanager
+def kernel_host_time():
+    """Within: the host time of each backend kernel call the engine makes, summed by op name into the
+    yielded dict (seconds). On a GPU that is the launcher's work and the launch, not the kernel's run
+    (which goes on behind it); on the CPU it is the kernel itself. With the block's wall time it tells
+    the engine's own per-op work (graph, schedule, autograd) from the launchers' (bench/attention.py
+    --phases)."""
+    times: dict = {}
+    _host_times.append(times)
+    try:
+        yield times
+    finally:
+        _host_times.remove(times)
+
+
+def _count_host_time(op: str, start: float) -> None:
+    seconds = time.perf_counter() - start
+    for times in _host_times:
+        times[op] = times.get(op, 0.0) + seconds
 
 
 def before_write(target, scheduled=frozenset()) -> None:
@@ -91,8 +117,10 @@ def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
                     scheduled = {id(n) for n in order}
                 before_write(node.inputs[i], scheduled)
         args = [inp._buf if inp._buf is not None else values[(id(inp._node), inp._index)] for inp in node.inputs]
-        start = time.perf_counter() if DEBUG >= 2 else 0.0
+        start = time.perf_counter() if DEBUG >= 2 or _host_times else 0.0
         result = backend.run(node.op, args, node.attrs)
+        if _host_times:
+            _count_host_time(node.op, start)
         outputs = result if node.n_outputs > 1 else (result,)
         if DEBUG:
             _trace(step, node, args, outputs, backend, start)
@@ -141,12 +169,15 @@ def _run_casts(nodes, backend, values, readers, target_keys, keep, watched, on_r
     ]
     together = [i for i, a in enumerate(args) if a.flags.c_contiguous]
     outputs = [None] * len(nodes)
+    start = time.perf_counter()
     cast = backend.cast_many([args[i] for i in together], [nodes[i].attrs["dtype"] for i in together])
     for i, out in zip(together, cast):
         outputs[i] = out
     for i, node in enumerate(nodes):
         if outputs[i] is None:
             outputs[i] = backend.run("cast", [args[i]], node.attrs)
+    if _host_times:
+        _count_host_time("cast_many", start)
         if DEBUG:
             print(f"[gradcraft]   grouped {node.device:7s} cast ({len(together)} in one launch)", file=sys.stderr)
     del args, cast

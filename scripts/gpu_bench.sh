@@ -4,6 +4,8 @@
 #   bash scripts/gpu_bench.sh [OUT_DIR]      (logs and JSON results go to OUT_DIR, default ./out/bench)
 #   ONLY="gpt2 attention" bash scripts/gpu_bench.sh      (a subset: gpt2 mallmoc mallmoc_tf32 fp32
 #                                                          dropout attention)
+# On a freshly started H100/H200, GRADCRAFT_KERNEL_CACHE pointing at what scripts/prebuild_kernels.py
+# built elsewhere skips the minutes of compiling the Hopper attention kernels.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -27,5 +29,7 @@ want dropout && run dropout $T --label "6x384 dropout 0.2 bf16" --preset gpt2-12
     --set n_layers=6 --set dim=384 --set n_heads=6 --set vocab_size=256 --set dropout=0.2 --baseline sdpa,compile
 want mallmoc_tf32 && run mallmoc_tf32 $T --label "mallmoc TF32" --preset mallmoc --batch 16 --seq 512 --tf32 --baseline sdpa
 want fp32 && run fp32 $T --label "mallmoc fp32" --preset mallmoc --batch 16 --seq 512 --baseline eager
-want attention && run attention $PY bench/attention.py --repeat 10
+# attention: wall clock against SDPA, each side's kernels (CUPTI) and host phases; then every kernel variant
+want attention && run attention $PY bench/attention.py --repeat 10 --gpu_time --phases
+want attention && run attention_kernels $PY bench/attention_kernels.py --repeat 10
 true

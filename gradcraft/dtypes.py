@@ -13,7 +13,7 @@ import ml_dtypes
 import numpy as np
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DType:
     name: str
     np: np.dtype
@@ -24,6 +24,17 @@ class DType:
     @property
     def is_floating_point(self) -> bool:
         return self.kind == "f"
+
+    # One instance per dtype (below; unpickling returns it too), so equality is mostly identity: every
+    # op compares dtypes, and a dataclass's field-by-field comparison was a visible share of an op's cost.
+    def __eq__(self, other) -> bool:
+        return self is other or (isinstance(other, DType) and self.name == other.name)
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __reduce__(self):
+        return to_dtype, (self.name,)
 
     def __repr__(self) -> str:
         return f"gradcraft.{self.name}"

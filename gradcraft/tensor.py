@@ -67,7 +67,7 @@ class Tensor:
         self._init(tuple(array.shape), target, device, requires_grad)
         self._buf = get_backend(device).from_numpy(array)
 
-    def _init(self, shape, dtype: DType, device: str, requires_grad: bool) -> None:
+    def _init(self, shape, dtype: DType, device: str, requires_grad: bool) -> None:  # (_lazy: the same fields)
         self.shape = shape
         self.dtype = dtype
         self.device = device
@@ -83,9 +83,12 @@ class Tensor:
 
     @classmethod
     def _lazy(cls, node, index, shape, dtype, device, requires_grad) -> "Tensor":
+        # The output of a new node (ops/function.py's apply, which only asks for grad on a floating
+        # dtype): _init's fields set directly, since every op pays for this.
         t = cls.__new__(cls)
-        t._init(shape, dtype, device, requires_grad)
-        t._node, t._index = node, index
+        t.shape, t.dtype, t.device = shape, dtype, device
+        t._requires_grad, t.grad, t._buf, t._node, t._index = bool(requires_grad), None, None, node, index
+        t._version, t._readers, t._graph_freed = 0, None, False
         return t
 
     @classmethod

@@ -19,10 +19,16 @@ from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops.function import apply, gradient
 
 
-def _is_tensor(x) -> bool:
-    from gradcraft.tensor import Tensor
+_Tensor = None  # gradcraft.tensor.Tensor, once imported (a module-level import would be circular)
 
-    return isinstance(x, Tensor)
+
+def _is_tensor(x) -> bool:
+    global _Tensor
+    if _Tensor is None:
+        from gradcraft.tensor import Tensor
+
+        _Tensor = Tensor
+    return isinstance(x, _Tensor)
 
 
 def scalar(value, dtype, device):
@@ -30,9 +36,19 @@ def scalar(value, dtype, device):
     return apply("full", (), {"shape": (), "value": value, "dtype": dtype.np}, (), dtype, device=device)
 
 
+def broadcast_shapes(a: tuple, b: tuple) -> tuple:
+    """NumPy's broadcast shape of a and b (ValueError where they do not broadcast), the common cases
+    (equal shapes, a scalar) first: NumPy's general rule costs microseconds, and every binary op asks."""
+    if a == b or not b:
+        return tuple(a)
+    if not a:
+        return tuple(b)
+    return tuple(np.broadcast_shapes(a, b))
+
+
 def broadcast_shape(a: tuple, b: tuple, op: str = "op") -> tuple:
     try:
-        return tuple(np.broadcast_shapes(a, b))
+        return broadcast_shapes(a, b)
     except ValueError:
         raise RuntimeError_(f"shape mismatch in {op}: {a} and {b} cannot be broadcast together") from None
 

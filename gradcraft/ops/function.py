@@ -63,6 +63,17 @@ class enable_grad(no_grad):
         _state.grad_enabled = True
 
 
+_Tensor = None  # gradcraft.tensor.Tensor, once imported (a module-level import would be circular)
+
+
+def _tensor_class():
+    global _Tensor
+    from gradcraft.tensor import Tensor
+
+    _Tensor = Tensor
+    return Tensor
+
+
 def apply(
     op: str,
     inputs: tuple,
@@ -82,8 +93,7 @@ def apply(
     has no gradient unless `saves_outputs`: then its first output is differentiable and the others are
     what its gradient rule reads (`node.saved`), e.g. flash attention's log-sum-exp.
     """
-    from gradcraft.tensor import Tensor
-
+    Tensor = _Tensor or _tensor_class()
     device = device or inputs[0].device
     if op in OPTIONAL and not get_backend(device).has_kernel(op):
         from gradcraft.ops.fallback import FALLBACKS  # (imports Tensor ops: not at module level)
@@ -96,7 +106,7 @@ def apply(
         (n_outputs == 1 or saves_outputs)
         and op in GRADIENTS
         and is_grad_enabled()
-        and any(t.requires_grad for t in inputs)
+        and any(t._requires_grad for t in inputs)
         and first_dtype.is_floating_point
     )
     if n_outputs == 1:

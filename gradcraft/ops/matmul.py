@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
 
-import numpy as np
 
 from gradcraft import dtypes
 from gradcraft.errors import RuntimeError_, UserError
@@ -29,7 +28,7 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
             f"matmul shape mismatch: {a.shape} @ {b.shape} (inner dimensions {a2.shape[-1]} and {b2.shape[-2]} differ)"
         )
     try:
-        batch = tuple(np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]))
+        batch = ew.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
     except ValueError:
         raise RuntimeError_(f"matmul batch dimensions do not broadcast: {a.shape} @ {b.shape}") from None
     out = apply("matmul", (a2, b2), {}, batch + (a2.shape[-2], b2.shape[-1]), a.dtype)

@@ -31,8 +31,9 @@ def _unary(fn):
 def _binary(fn):
     def kernel(a, b):
         wa, wb = _wide(a), _wide(b)
-        shape = np.broadcast_shapes(wa.shape, wb.shape)
-        out = _out(shape, np.result_type(wa, wb))
+        shape = wa.shape if wa.shape == wb.shape else np.broadcast_shapes(wa.shape, wb.shape)
+        dtype = wa.dtype if wa.dtype == wb.dtype else np.result_type(wa, wb)
+        out = _out(shape, dtype)
         _map(fn, out, wa, wb)
         return _finish(out, a.dtype) if wa is not a else out
 

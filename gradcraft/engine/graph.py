@@ -30,7 +30,7 @@ class Node:
         self.device = device
         # Versions of the realized inputs when the node was built: if one is later
         # modified in place, recomputing this node would silently use new data.
-        self.input_versions = tuple(t._version for t in inputs)
+        self.input_versions = tuple([t._version for t in inputs])  # (a list first: faster than a generator)
         self.saved = ()  # outputs 1.. of a differentiable multi-output node, for its gradient rule
         self.serial = next(_SERIALS)
 

@@ -83,7 +83,7 @@ def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
     if keep_saved:
         for node in order:
             for inp in node.inputs:
-                if inp._buf is None and inp.requires_grad:
+                if inp._buf is None and inp._requires_grad:
                     keep[(id(inp._node), inp._index)] = inp
             for extra in node.saved:  # what a multi-output node's gradient rule will read
                 if extra._buf is None:

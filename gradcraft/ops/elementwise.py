@@ -284,36 +284,42 @@ def sum_to(g, shape: tuple):
     return g.reshape(shape)
 
 
+# The binary rules build an input's gradient only where that input requires grad (PyTorch's
+# needs_input_grad): `x * 0.5` has a constant on one side, whose gradient (a product and a sum)
+# would be built for nothing.
+
+
 @gradient("add")
 def _add_grad(node, out, g):
     a, b = node.inputs
-    return sum_to(g, a.shape), sum_to(g, b.shape)
+    return (sum_to(g, a.shape) if a.requires_grad else None), (sum_to(g, b.shape) if b.requires_grad else None)
 
 
 @gradient("sub")
 def _sub_grad(node, out, g):
     a, b = node.inputs
-    return sum_to(g, a.shape), sum_to(neg(g), b.shape)
+    return (sum_to(g, a.shape) if a.requires_grad else None), (sum_to(neg(g), b.shape) if b.requires_grad else None)
 
 
 @gradient("mul")
 def _mul_grad(node, out, g):
     a, b = node.inputs
-    return sum_to(mul(g, b), a.shape), sum_to(mul(g, a), b.shape)
+    grad_a = sum_to(mul(g, b), a.shape) if a.requires_grad else None
+    return grad_a, (sum_to(mul(g, a), b.shape) if b.requires_grad else None)
 
 
 @gradient("div")
 def _div_grad(node, out, g):
     a, b = node.inputs
-    return sum_to(div(g, b), a.shape), sum_to(neg(mul(g, div(out, b))), b.shape)
+    grad_a = sum_to(div(g, b), a.shape) if a.requires_grad else None
+    return grad_a, (sum_to(neg(mul(g, div(out, b))), b.shape) if b.requires_grad else None)
 
 
 @gradient("pow")
 def _pow_grad(node, out, g):
     a, b = node.inputs
-    grad_a = mul(g, mul(b, pow(a, sub(b, 1.0))))
-    grad_b = mul(g, mul(out, log(a))) if b.requires_grad else None
-    return sum_to(grad_a, a.shape), (sum_to(grad_b, b.shape) if grad_b is not None else None)
+    grad_a = sum_to(mul(g, mul(b, pow(a, sub(b, 1.0)))), a.shape) if a.requires_grad else None
+    return grad_a, (sum_to(mul(g, mul(out, log(a))), b.shape) if b.requires_grad else None)
 
 
 def _minmax_grad(node, g, first_wins):

@@ -27,7 +27,9 @@ def _matmul(a, b):
         wb = np.ascontiguousarray(wb)
     if wa.ndim < 2 or wb.ndim < 2:
         return _finish(np.matmul(wa, wb), a.dtype)
-    out = _out(np.broadcast_shapes(wa.shape[:-2], wb.shape[:-2]) + (wa.shape[-2], wb.shape[-1]), np.result_type(wa, wb))
+    batch_a, batch_b = wa.shape[:-2], wb.shape[:-2]
+    batch = batch_a if batch_a == batch_b else np.broadcast_shapes(batch_a, batch_b)
+    out = _out(batch + (wa.shape[-2], wb.shape[-1]), wa.dtype if wa.dtype == wb.dtype else np.result_type(wa, wb))
     np.matmul(wa, wb, out=out)
     return _finish(out, a.dtype) if wa is not a else out
 

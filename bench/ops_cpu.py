@@ -160,6 +160,16 @@ def op_cases(gc, torch):
             arrays((B, H, T, D), (B, H, T, D), (B, H, T, D)),
         )
 
+    def small_ops():
+        # 40 ops on 8 x 8 tensors (and the ~120 of their backward): the engine's own cost per op
+        # (graph, schedule, realize, pool) against PyTorch's eager dispatch, the kernels being tiny
+        def chain(x, w):
+            for _ in range(10):
+                x = (x @ w).tanh() * 0.5 + x
+            return x
+
+        return fwd_bwd(chain, chain, arrays((8, 8), (8, 8)))
+
     def embedding():
         (w,) = arrays((8192, 512))
         idx = rng.integers(0, 8192, (16, 256))
@@ -178,6 +188,7 @@ def op_cases(gc, torch):
         "sdpa": ("(8,8,256,64) causal vs explicit", sdpa),
         "sdpa_math": ("(8,8,256,64) causal vs SDPA math", sdpa_torch_math),
         "embedding": ("8192x512, (16,256) ids", embedding),
+        "small_ops": ("40 ops on (8,8), engine overhead", small_ops),
         "mlp_step": ("4x Linear(512)+GELU, b256, AdamW", lambda: mlp_step(gc, torch)),
         "block_step": ("demo Block, (16,128,128), AdamW", lambda: block_step(gc, torch)),
     }

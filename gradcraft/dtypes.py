@@ -28,7 +28,9 @@ class DType:
     # One instance per dtype (below; unpickling returns it too), so equality is mostly identity: every
     # op compares dtypes, and a dataclass's field-by-field comparison was a visible share of an op's cost.
     def __eq__(self, other) -> bool:
-        return self is other or (isinstance(other, DType) and self.name == other.name)
+        if self is other:
+            return True
+        return self.name == other.name if isinstance(other, DType) else NotImplemented
 
     def __hash__(self) -> int:
         return hash(self.name)

@@ -20,7 +20,18 @@ def serial_now() -> int:
 
 
 class Node:
-    __slots__ = ("op", "inputs", "attrs", "n_outputs", "device", "input_versions", "saved", "serial", "__weakref__")
+    __slots__ = (
+        "op",
+        "inputs",
+        "attrs",
+        "n_outputs",
+        "device",
+        "input_versions",
+        "saved",
+        "serial",
+        "view_out",
+        "__weakref__",
+    )
 
     def __init__(self, op: str, inputs: tuple, attrs: dict, device: str, n_outputs: int = 1):
         self.op = op
@@ -33,6 +44,7 @@ class Node:
         self.input_versions = tuple([t._version for t in inputs])  # (a list first: faster than a generator)
         self.saved = ()  # outputs 1.. of a differentiable multi-output node, for its gradient rule
         self.serial = next(_SERIALS)
+        self.view_out = None  # a view op's output, weakly, where ops/inplace.py may need it (ops/function.py)
 
     def __repr__(self) -> str:
         return f"Node({self.op}, {len(self.inputs)} inputs, {self.attrs})"

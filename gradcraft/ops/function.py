@@ -18,10 +18,10 @@ from gradcraft.engine.graph import Node
 GRADIENTS: dict = {}
 _state = threading.local()
 VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice"})
-# id(node) -> the output of each lazy view of a tensor that does not require grad: such a view
-# aliases its base when the base is written in place, and gradcraft/ops/inplace.py follows it to the
-# ops built on it (views of tensors that require grad, most of a training graph's, are not needed).
-_VIEW_OUTPUTS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+# A lazy view of a tensor that does not require grad keeps a weak reference to its output on its node
+# (node.view_out): such a view aliases its base when the base is written in place, and
+# gradcraft/ops/inplace.py follows it to the ops built on it (views of tensors that require grad,
+# most of a training graph's, are not needed).
 
 
 def gradient(op: str):
@@ -112,7 +112,7 @@ def apply(
     if n_outputs == 1:
         out = Tensor._lazy(node, 0, tuple(shape), dtype, device, requires_grad)
         if op in VIEW_OPS and not inputs[0].requires_grad:
-            _VIEW_OUTPUTS[id(node)] = out
+            node.view_out = weakref.ref(out)
         return out
     outputs = tuple(
         Tensor._lazy(node, i, tuple(s), d, device, requires_grad and i == 0)
@@ -155,7 +155,7 @@ def live_readers(t) -> list:
 
 def view_output(node):
     """The tensor a lazy view node computes, while it exists and is still lazy (else None)."""
-    out = _VIEW_OUTPUTS.get(id(node))
+    out = node.view_out() if node.view_out is not None else None
     return out if out is not None and out._node is node and out._buf is None else None
 
 

@@ -85,12 +85,18 @@ def unsqueeze(x: Tensor, dim: int) -> Tensor:
 
 
 def permute(x: Tensor, *dims: int | Sequence[int]) -> Tensor:
-    axes = tuple(normalize_dim(d, x.ndim) for d in _dims(dims))
-    if sorted(axes) != list(range(x.ndim)):
-        raise UserError(f"permute: {tuple(_dims(dims))} is not a permutation of the {x.ndim} dimensions of {x.shape}")
-    if axes == tuple(range(x.ndim)):
+    return _permute(x, _dims(dims))
+
+
+def _permute(x: Tensor, dims) -> Tensor:
+    ndim = len(x.shape)
+    axes = tuple([normalize_dim(d, ndim) for d in dims])
+    identity = tuple(range(ndim))
+    if axes == identity:
         return x
-    return apply("permute", (x,), {"axes": axes}, tuple(x.shape[a] for a in axes), x.dtype)
+    if tuple(sorted(axes)) != identity:
+        raise UserError(f"permute: {tuple(dims)} is not a permutation of the {ndim} dimensions of {x.shape}")
+    return apply("permute", (x,), {"axes": axes}, tuple([x.shape[a] for a in axes]), x.dtype)
 
 
 @gradient("permute")
@@ -99,10 +105,11 @@ def _permute_grad(node, out, g):
 
 
 def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
-    axes = list(range(x.ndim))
-    a, b = normalize_dim(dim0, x.ndim), normalize_dim(dim1, x.ndim)
+    ndim = len(x.shape)
+    axes = list(range(ndim))
+    a, b = normalize_dim(dim0, ndim), normalize_dim(dim1, ndim)
     axes[a], axes[b] = axes[b], axes[a]
-    return permute(x, axes)
+    return _permute(x, axes)
 
 
 def expand(x, *sizes):

@@ -35,10 +35,10 @@ _host_times: list[dict] = []
 @contextlib.contextmanager
 def kernel_host_time():
     """Within: the host time of each backend kernel call the engine makes (in any thread of the
-    process), summed by op name into the yielded dict (seconds). On a GPU that is the launcher's work and the launch, not the kernel's run
-    (which goes on behind it); on the CPU it is the kernel itself. With the block's wall time it tells
-    the engine's own per-op work (graph, schedule, autograd) from the launchers' (bench/attention.py
-    --phases)."""
+    process), summed by op name into the yielded dict (seconds). On a GPU that is the launcher's work
+    and the launch, not the kernel's run (which goes on behind it); on the CPU it is the kernel
+    itself. With the block's wall time it tells the engine's own per-op work (graph, schedule,
+    autograd) from the launchers' (bench/attention.py --phases)."""
     times: dict = {}
     _host_times.append(times)
     try:

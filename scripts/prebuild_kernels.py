@@ -38,17 +38,25 @@ def main(argv=None) -> int:
     if unknown:
         print(f"error: no kernel file {', '.join(unknown)} in {compiler.KERNEL_DIR}", file=sys.stderr)
         return 2
-    version = compiler.nvrtc_version(library)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        version = compiler.nvrtc_version(library)
+    except (OSError, AttributeError) as e:  # not a loadable library, or not NVRTC
+        print(f"error: {library} is not an NVRTC library ({e}); pass --nvrtc PATH/libnvrtc.so.N", file=sys.stderr)
+        return 2
     for name in names:
         start = time.perf_counter()
         text = compiler.source(name)
-        cubin = compiler.nvrtc_cubin(text, name, compiler.HOPPER_ARCH, library=library)
-        path = out / compiler.cubin_name(text, compiler.HOPPER_ARCH, version)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(cubin)
-        os.replace(tmp, path)
+        try:
+            cubin = compiler.nvrtc_cubin(text, name, compiler.HOPPER_ARCH, library=library)
+        except compiler.NVRTCError as e:
+            print(f"error: NVRTC {version[0]}.{version[1]} could not build {name}: {e}", file=sys.stderr)
+            return 1
+        path = Path(args.out) / compiler.cubin_name(text, compiler.HOPPER_ARCH, version)
+        try:
+            compiler.store_cubin(path, cubin)
+        except OSError as e:
+            print(f"error: cannot write {path} ({e.strerror}); choose another --out", file=sys.stderr)
+            return 2
         print(f"{name}: {compiler.HOPPER_ARCH}, NVRTC {version[0]}.{version[1]}, {len(cubin)} bytes in "
               f"{time.perf_counter() - start:.1f} s -> {path}")  # fmt: skip
     return 0

@@ -114,3 +114,7 @@ def test_prebuilt_kernels_are_what_the_gpu_machines_cache_reads(tmp_path, monkey
     assert compiler.cached_cubin(text, compiler.HOPPER_ARCH, version, build) == cubin.read_bytes()
     assert prebuild.main(["--nvrtc", LIBRARY, "--out", str(out), "--files", "nope.cu"]) == 2
     assert capsys.readouterr().err.startswith("error: no kernel file nope.cu")
+    blocker = tmp_path / "a file"
+    blocker.write_text("")
+    assert prebuild.main(["--nvrtc", LIBRARY, "--out", str(blocker / "kcache"), "--files", "rope.cu"]) == 2
+    assert capsys.readouterr().err.startswith("error: cannot write ")

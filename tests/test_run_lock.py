@@ -184,7 +184,11 @@ def test_a_stop_dropped_by_a_finalizer_prints_no_traceback_and_other_errors_stil
         raise ValueError("a real error in a finalizer")
 
     printed = []
-    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: printed.append(unraisable.exc_type))
+
+    def hook(unraisable):
+        printed.append(unraisable.exc_type)
+
+    monkeypatch.setattr(sys, "unraisablehook", hook)
     with pytest.raises(KeyboardInterrupt):
         with sigterm_as_interrupt():
             thing, other = Thing(), Thing()
@@ -193,7 +197,7 @@ def test_a_stop_dropped_by_a_finalizer_prints_no_traceback_and_other_errors_stil
             del thing, other
             raise_if_interrupted()
     assert printed == [ValueError]
-    assert sys.unraisablehook is not None and sys.unraisablehook.__name__ == "<lambda>"  # restored
+    assert sys.unraisablehook is hook  # restored
 
 
 def test_a_stop_signal_ignored_at_the_start_stays_ignored():

@@ -16,19 +16,11 @@ import numpy as np
 from gradcraft import dtypes
 from gradcraft.dtypes import promote_types, scalar_result_dtype
 from gradcraft.errors import RuntimeError_, UserError
-from gradcraft.ops.function import apply, gradient
-
-
-_Tensor = None  # gradcraft.tensor.Tensor, once imported (a module-level import would be circular)
+from gradcraft.ops.function import apply, gradient, tensor_class
 
 
 def _is_tensor(x) -> bool:
-    global _Tensor
-    if _Tensor is None:
-        from gradcraft.tensor import Tensor
-
-        _Tensor = Tensor
-    return isinstance(x, _Tensor)
+    return isinstance(x, tensor_class())
 
 
 def scalar(value, dtype, device):

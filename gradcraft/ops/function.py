@@ -66,12 +66,15 @@ class enable_grad(no_grad):
 _Tensor = None  # gradcraft.tensor.Tensor, once imported (a module-level import would be circular)
 
 
-def _tensor_class():
+def tensor_class():
+    """gradcraft.tensor.Tensor, imported on first use: every op asks, and an import statement in a
+    function costs a lookup each time."""
     global _Tensor
-    from gradcraft.tensor import Tensor
+    if _Tensor is None:
+        from gradcraft.tensor import Tensor
 
-    _Tensor = Tensor
-    return Tensor
+        _Tensor = Tensor
+    return _Tensor
 
 
 def apply(
@@ -93,7 +96,7 @@ def apply(
     has no gradient unless `saves_outputs`: then its first output is differentiable and the others are
     what its gradient rule reads (`node.saved`), e.g. flash attention's log-sum-exp.
     """
-    Tensor = _Tensor or _tensor_class()
+    Tensor = _Tensor or tensor_class()
     device = device or inputs[0].device
     if op in OPTIONAL and not get_backend(device).has_kernel(op):
         from gradcraft.ops.fallback import FALLBACKS  # (imports Tensor ops: not at module level)

@@ -89,14 +89,20 @@ def cached_cubin(text: str, arch: str, version, build) -> bytes:
     except OSError:
         pass
     cubin = build()
-    try:  # written whole under a temporary name, then renamed: a concurrent reader never sees half a file
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(cubin)
-        os.replace(tmp, path)
+    try:
+        store_cubin(path, cubin)
     except OSError:
         pass  # a read-only home: compile again next time
     return cubin
+
+
+def store_cubin(path: Path, cubin: bytes) -> None:
+    """Write a cache file whole under a temporary name, then rename it: a concurrent reader never
+    sees half a file (OSError where the folder cannot be made or written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(cubin)
+    os.replace(tmp, path)
 
 
 @functools.cache

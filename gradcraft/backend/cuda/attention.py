@@ -33,8 +33,11 @@ HOPPER_DIMS = (64, 128)
 # WARP_SPECIALIZED (the forward's _ws kernels): the second number counts consumer warpgroups, each
 # owning 64 queries, beside one producer warpgroup that only copies tiles (FlashAttention-3's layout),
 # each consumer's loop pipelined; WARP_SPECIALIZED_SERIAL (_wss): the same, one tile at a time.
+# PERSISTENT and PERSISTENT_SERIAL (_wsp, _wssp): those two as persistent kernels, one block an SM
+# taking query tiles until none is left, the next tile's copies overlapping the current one's end.
 FUSED, FUSED_OVERLAP, PIPELINED = "fused", "fused_overlap", "pipelined"
 WARP_SPECIALIZED, WARP_SPECIALIZED_SERIAL = "ws", "wss"
+PERSISTENT, PERSISTENT_SERIAL = "wsp", "wssp"
 HOPPER_VARIANTS = {
     "fwd": {
         64: (
@@ -49,6 +52,8 @@ HOPPER_VARIANTS = {
             (128, 3, WARP_SPECIALIZED),
             (128, 2, WARP_SPECIALIZED_SERIAL),
             (128, 3, WARP_SPECIALIZED_SERIAL),
+            (128, 2, PERSISTENT),
+            (128, 2, PERSISTENT_SERIAL),
         ),
         128: (
             (64, 2),
@@ -58,6 +63,7 @@ HOPPER_VARIANTS = {
             (128, 2, PIPELINED),
             (128, 2, WARP_SPECIALIZED),
             (128, 2, WARP_SPECIALIZED_SERIAL),
+            (128, 2, PERSISTENT),
         ),
     },
     "dq": {
@@ -178,19 +184,32 @@ def _ws_stages(head_dim: int, consumers: int) -> int:
     return 3 if head_dim == 128 and consumers == 2 else 2
 
 
-def _hopper_fwd(q, k, v, out, lse, qs, ks, vs, scale, causal, window, tiles=None):
+@functools.cache
+def _sm_count(device_id: int) -> int:
+    return cp.cuda.Device(device_id).attributes["MultiProcessorCount"]
+
+
+def _hopper_fwd(q, k, v, out, lse, qs, ks, vs, scale, causal, window, tiles=None, blocks=None):
+    """flash_hopper.cu's forward, variant `tiles` (HOPPER_TILES by default). `blocks` caps a persistent
+    variant's grid (one block an SM by default), so a test can make each block take many tiles."""
     B, H, T, D = q.shape
     block_n, wgs, *kind = tiles or HOPPER_TILES["fwd"][D]
     kind = kind[0] if kind else None
     threads, suffix, stages = WARPGROUP * wgs, f"w{wgs}", 2
     if kind == PIPELINED:
         suffix, stages = f"w{wgs}_p", 3
-    elif kind in (WARP_SPECIALIZED, WARP_SPECIALIZED_SERIAL):  # wgs consumer warpgroups and the producer
+    elif kind in (WARP_SPECIALIZED, WARP_SPECIALIZED_SERIAL, PERSISTENT, PERSISTENT_SERIAL):
+        # wgs consumer warpgroups and the producer
         threads, suffix, stages = WARPGROUP * (wgs + 1), f"c{wgs}_{kind}", _ws_stages(D, wgs)
     shared = (64 * wgs + 2 * stages * block_n) * D * 2 + 1024  # queries, keys and values by stage, alignment slack
     args = (q, k, v, out, lse, *qs, *ks, *vs, *_strides(out), *_shape_args(q, k, scale, causal, window))
     name = f"hopper_fwd_{L.suffix(q.dtype)}_d{D}_n{block_n}_{suffix}"
-    _hopper_launch(HOPPER_FILE, name, (-(-T // (64 * wgs)), B * H), threads, shared, args)
+    grid = (-(-T // (64 * wgs)), B * H)
+    if kind in (PERSISTENT, PERSISTENT_SERIAL):  # the tiles handed out by a counter the launch starts at zero
+        items = grid[0] * grid[1]
+        grid = (min(items, blocks or _sm_count(cp.cuda.Device().id)), 1)
+        args = (*args, L.i32(B * H), cp.zeros(1, np.int32))
+    _hopper_launch(HOPPER_FILE, name, grid, threads, shared, args)
 
 
 def flash_attention(q, k, v, state=None, *, scale, causal, window, dropout_p=0.0, stream=0):

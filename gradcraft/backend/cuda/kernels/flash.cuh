@@ -84,6 +84,17 @@ struct QueryTile {
         hk = h / (H / Hkv);
         mask.key_tiles(m0, m0 + BM, BN, t_begin, t_end);
     }
+    // The same for work item w of a persistent kernel's sweep (q_tiles query tiles a head): the items
+    // run head by head, each head's longest causal rows first, the order of the grid above.
+    __device__ __forceinline__ QueryTile(const Mask& mask_, int BM, int BN, int H, int Hkv, int w, int q_tiles)
+        : mask(mask_) {
+        const int bh = w / q_tiles;
+        m0 = (q_tiles - 1 - (w - bh * q_tiles)) * BM;
+        b = bh / H;
+        h = bh - b * H;
+        hk = h / (H / Hkv);
+        mask.key_tiles(m0, m0 + BM, BN, t_begin, t_end);
+    }
     // The rows of key/value head hk of batch b in a (B, Hkv, S, D) tensor with these strides.
     __device__ __forceinline__ const u16* kv(const u16* base, i64 batch_stride, i64 head_stride) const {
         return base + b * batch_stride + hk * head_stride;

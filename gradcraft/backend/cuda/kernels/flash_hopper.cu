@@ -293,6 +293,83 @@ __device__ __forceinline__ void hopper_fwd_pipelined(const u16* __restrict__ q, 
 
 // ---------------------------------------------------------------- forward, warp-specialised
 
+// A consumer warpgroup's sweep over its query tile's key/value tiles [t_begin, t_end) (hopper_fwd_ws
+// and hopper_fwd_wsp): tile i of the sweep lies in stage (first + i) % STAGES, that stage's
+// ((first + i) / STAGES)-th use, where `first` counts the tiles the block consumed before this sweep.
+// q_done() runs once the warp's last product reading the queries has retired; with PERSISTENT the last
+// tile's stage is handed back too (a block that stops after the sweep has no reason to).
+template <bool BF16, int D, int BN, int BM, int STAGES, bool OVERLAP, bool PERSISTENT, class QDone>
+__device__ __forceinline__ void ws_consume(float* acc, float* s, float* alpha, u32 (*p)[4], float* row_max,
+                                           float* row_sum, const Mask& mask, int tile_m0, int row0, int tq, int lane,
+                                           float scale2, u32 q_rows, u32 sk, u32 sv, u32 full0, u32 empty0, int first,
+                                           int t_begin, int t_end, QDone q_done) {
+    constexpr int TILE = BN * D * 2;
+    auto wait_full = [&](int i) {
+        mbar_wait(full0 + 8 * ((first + i) % STAGES), ((first + i) / STAGES) & 1);
+        fence_proxy_async();  // (copies by the generic proxy, read next by wgmma)
+    };
+    auto release = [&](int i) {  // this warp's products reading tile i's stage have retired
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty0 + 8 * ((first + i) % STAGES));
+    };
+    auto stage = [&](int i) { return (first + i) % STAGES; };
+    if constexpr (PERSISTENT) {
+        if (t_begin >= t_end) q_done();
+    }
+
+    if constexpr (!OVERLAP) {
+#pragma unroll 1
+        for (int t = t_begin; t < t_end; ++t) {
+            const int i = t - t_begin, st = stage(i);
+            wait_full(i);
+            scores<BF16, D, BN, BM>(s, q_rows, sk + st * TILE);
+            if constexpr (PERSISTENT) {
+                if (t + 1 == t_end) q_done();
+            }
+            softmax_tile<BN>(s, row_max, row_sum, alpha, mask, tile_m0, row0, tq, t * BN, scale2);
+            add_pv<BF16, D, BN>(acc, s, alpha, p, sv + st * TILE);
+            release(i);
+        }
+    } else {
+        if (t_begin < t_end) {
+            wait_full(0);
+            scores<BF16, D, BN, BM>(s, q_rows, sk + stage(0) * TILE);
+            softmax_tile<BN>(s, row_max, row_sum, alpha, mask, tile_m0, row0, tq, t_begin * BN, scale2);
+        }
+#pragma unroll 1
+        for (int t = t_begin; t + 1 < t_end; ++t) {
+            const int i = t - t_begin, st = stage(i), st1 = stage(i + 1);
+            wg_wait<0>();  // O += P_{t-1} V_{t-1} has retired (none at t_begin)
+            hold<D / 2>(acc);
+            hold<BN / 2>(s);
+            if (i > 0) release(i - 1);
+            rescale_o<D>(acc, alpha);
+            pack_p<BF16, BN>(s, p);
+            wait_full(i + 1);
+            wg_fence();
+            hold<D / 2>(acc);
+            issue_scores<BF16, D, BN, BM>(s, q_rows, sk + st1 * TILE);
+            wg_commit();
+            issue_pv<BF16, D, BN>(acc, p, sv + st * TILE);
+            wg_commit();
+            wg_wait<1>();  // S_{t+1} has retired; P_t V_t may still be running
+            hold<BN / 2>(s);
+            softmax_tile<BN>(s, row_max, row_sum, alpha, mask, tile_m0, row0, tq, (t + 1) * BN, scale2);
+        }
+        if (t_begin < t_end) {  // the last tile's O += P V
+            const int i = t_end - 1 - t_begin;
+            if constexpr (PERSISTENT) q_done();  // (its scores retired above)
+            wg_wait<0>();
+            hold<D / 2>(acc);
+            hold<BN / 2>(s);
+            if (i > 0) release(i - 1);
+            add_pv<BF16, D, BN>(acc, s, alpha, p, sv + stage(i) * TILE);
+            if constexpr (PERSISTENT) release(i);
+        }
+    }
+}
+
+
 // hopper_fwd's function and arguments with FlashAttention-3's division of labour (Shah et al. 2024):
 // warpgroup 0 is a producer that only copies (the block's queries once, then each key/value tile into
 // one of STAGES stages, signalling the stage's "full" mbarrier as its copies land), and CW consumer
@@ -361,67 +438,129 @@ __device__ __forceinline__ void hopper_fwd_ws(const u16* __restrict__ q, const u
     const float scale2 = scale * LOG2E;
     const int tile_m0 = m0 + c * 64 + warp * 16, row0 = tile_m0 + g;  // this thread's rows: row0, row0 + 8
     const u32 q_rows = sq + c * 64 * 128;                             // this warpgroup's 64 query rows
-    // Tile i (from t_begin) sits in stage i % STAGES, the (i / STAGES)-th use of that stage.
-    auto wait_full = [&](int i) {
-        mbar_wait(full0 + 8 * (i % STAGES), (i / STAGES) & 1);
-        fence_proxy_async();  // (copies by the generic proxy, read next by wgmma)
-    };
-    auto release = [&](int i) {  // this warp's products reading tile i's stage have retired
-        __syncwarp();
-        if (lane == 0) mbar_arrive(empty0 + 8 * (i % STAGES));
-    };
-
     float s[BN / 2], alpha[2];
     u32 p[BN / 16][4];
     mbar_wait(q_full, 0);
-    if constexpr (!OVERLAP) {
-#pragma unroll 1
-        for (int t = t_begin; t < t_end; ++t) {
-            const int i = t - t_begin, st = i % STAGES;
-            wait_full(i);
-            scores<BF16, D, BN, BM>(s, q_rows, sk + st * TILE);
-            softmax_tile<BN>(s, row_max, row_sum, alpha, tile.mask, tile_m0, row0, tq, t * BN, scale2);
-            add_pv<BF16, D, BN>(acc, s, alpha, p, sv + st * TILE);
-            release(i);
-        }
-    } else {
-        if (t_begin < t_end) {
-            wait_full(0);
-            scores<BF16, D, BN, BM>(s, q_rows, sk);
-            softmax_tile<BN>(s, row_max, row_sum, alpha, tile.mask, tile_m0, row0, tq, t_begin * BN, scale2);
-        }
-#pragma unroll 1
-        for (int t = t_begin; t + 1 < t_end; ++t) {
-            const int i = t - t_begin, st = i % STAGES, st1 = (i + 1) % STAGES;
-            wg_wait<0>();  // O += P_{t-1} V_{t-1} has retired (none at t_begin)
-            hold<D / 2>(acc);
-            hold<BN / 2>(s);
-            if (i > 0) release(i - 1);
-            rescale_o<D>(acc, alpha);
-            pack_p<BF16, BN>(s, p);
-            wait_full(i + 1);
-            wg_fence();
-            hold<D / 2>(acc);
-            issue_scores<BF16, D, BN, BM>(s, q_rows, sk + st1 * TILE);
-            wg_commit();
-            issue_pv<BF16, D, BN>(acc, p, sv + st * TILE);
-            wg_commit();
-            wg_wait<1>();  // S_{t+1} has retired; P_t V_t may still be running
-            hold<BN / 2>(s);
-            softmax_tile<BN>(s, row_max, row_sum, alpha, tile.mask, tile_m0, row0, tq, (t + 1) * BN, scale2);
-        }
-        if (t_begin < t_end) {  // the last tile's O += P V
-            const int i = t_end - 1 - t_begin;
-            wg_wait<0>();
-            hold<D / 2>(acc);
-            hold<BN / 2>(s);
-            if (i > 0) release(i - 1);
-            add_pv<BF16, D, BN>(acc, s, alpha, p, sv + (i % STAGES) * TILE);
-        }
-    }
+    ws_consume<BF16, D, BN, BM, STAGES, OVERLAP, false>(acc, s, alpha, p, row_max, row_sum, tile.mask, tile_m0, row0,
+                                                       tq, lane, scale2, q_rows, sk, sv, full0, empty0, 0, t_begin,
+                                                       t_end, [] {});
 
     const i64 head = (i64)b * H + h;
     store_rows<BF16, D>(o + b * osb + h * osh, ost, lse + head * T, acc, row_sum, row_max, row0, T, tq);
+}
+
+// ---------------------------------------------------------------- forward, warp-specialised, persistent
+
+// hopper_fwd_ws as a persistent kernel (FlashAttention-3's tile scheduler): a grid of about one block an
+// SM, each block taking query tiles one after another, so the producer copies the next tile's keys,
+// values and queries while the consumers still multiply, and later write, the current one. Without it
+// every block starts with nothing to multiply until its first tiles land and ends storing its rows
+// with the tensor cores idle; at short sequences (a few key tiles a query tile) that is much of a
+// block's life. Work item w (QueryTile's second constructor: head by head, the longest causal rows
+// first) goes to whichever block asks next: item blockIdx.x first, then gridDim.x + the count the
+// producer's thread 0 takes from *next_work (zero at launch), so a block that drew short causal rows
+// draws again sooner instead of a fixed share leaving some blocks with all the long ones.
+// The item number reaches the producer's warps through a named barrier and the consumers through the
+// queries' "full" barrier (one plain arrival, a release, besides the copies'), double-buffered by the
+// item's parity. The queries' "empty" barrier (one arrival a consumer warp, once its last Q K^T has
+// retired) lets the producer overwrite them; it first copies the item's first key/value tile, so that
+// copy overlaps the consumers' last products. The key/value stages run on as one ring across items.
+// Arguments: hopper_fwd_ws's, then heads = B H and next_work.
+template <bool BF16, int D, int BN, int CW, int STAGES, int PRODUCER_REGS, int CONSUMER_REGS, bool OVERLAP>
+__device__ __forceinline__ void hopper_fwd_wsp(const u16* __restrict__ q, const u16* __restrict__ k,
+                                               const u16* __restrict__ v, u16* __restrict__ o, float* __restrict__ lse,
+                                               i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh,
+                                               i64 vst, i64 osb, i64 osh, i64 ost, int H, int Hkv, int T, int S,
+                                               float scale, int causal, int window, int heads, int* next_work) {
+    constexpr int BM = 64 * CW, TILE = BN * D * 2;
+    constexpr int ENTRY_REGS = (65536 / (FH_WARPGROUP * (CW + 1))) & ~7;  // (as in hopper_fwd_ws)
+    static_assert(PRODUCER_REGS + CW * CONSUMER_REGS <= (CW + 1) * ENTRY_REGS, "registers the block does not hold");
+    extern __shared__ __align__(1024) u16 smem[];
+    // queries' full and empty, then full and empty by stage
+    __shared__ __align__(8) u64 bars[2 + 2 * STAGES];
+    __shared__ int work[2];  // item j's number in work[j & 1]
+    const u32 base = (smem_u32(smem) + 1023u) & ~1023u;  // (the launcher asks for 1 KB more)
+    const u32 sq = base, sk = sq + BM * D * 2, sv = sk + STAGES * TILE;  // stage st: sk + st * TILE, sv + st * TILE
+    const u32 q_full = smem_u32(bars), q_empty = q_full + 8, full0 = q_empty + 8, empty0 = full0 + 8 * STAGES;
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
+              tq = lane & 3;
+    const Mask mask{T, S, S - T, causal, window};
+    const int q_tiles = (T + BM - 1) / BM, items = q_tiles * heads;
+    if (threadIdx.x == 0) {
+        mbar_init(q_full, FH_WARPGROUP + 1);  // the producer's copies, and thread 0's release of the item number
+        mbar_init(q_empty, 4 * CW);
+        for (int st = 0; st < STAGES; ++st) {
+            mbar_init(full0 + 8 * st, FH_WARPGROUP);
+            mbar_init(empty0 + 8 * st, 4 * CW);
+        }
+    }
+    __syncthreads();
+
+    if (wg == 0) {  // ---- the producer
+        regs_dec<PRODUCER_REGS>();
+        int kv = 0;  // key/value tiles copied so far: the next goes into stage kv % STAGES
+        for (int j = 0;; ++j) {
+            if (threadIdx.x == 0) work[j & 1] = j == 0 ? (int)blockIdx.x : (int)gridDim.x + atomicAdd(next_work, 1);
+            named_sync(1, FH_WARPGROUP);
+            const int w = work[j & 1];
+            if (w >= items) {  // no more: tell the consumers (after they are done with the last queries)
+                if (j > 0) mbar_wait(q_empty, (j - 1) & 1);
+                mbar_arrive(q_full);
+                if (threadIdx.x == 0) mbar_arrive(q_full);
+                break;
+            }
+            const QueryTile tile(mask, BM, BN, H, Hkv, w, q_tiles);
+            const u16 *kb = tile.kv(k, ksb, ksh), *vb = tile.kv(v, vsb, vsh);
+            auto load_kv = [&](int t) {
+                const int st = kv % STAGES;
+                if (kv >= STAGES) mbar_wait(empty0 + 8 * st, ((kv / STAGES) - 1) & 1);  // its last tile is read
+                load_kv_tile<D, BN, FH_WARPGROUP>(sk + st * TILE, sv + st * TILE, kb, kst, vb, vst, t * BN, S);
+                mbar_arrive_copies(full0 + 8 * st);
+                ++kv;
+            };
+            if (tile.t_begin < tile.t_end) load_kv(tile.t_begin);
+            // (also keeps this item's arrivals on q_full out of the last item's phase, whose copy
+            // arrivals land asynchronously: the consumers have seen that phase complete)
+            if (j > 0) mbar_wait(q_empty, (j - 1) & 1);
+            load_swizzled<D, BM, FH_WARPGROUP>(sq, q + tile.b * qsb + tile.h * qsh, qst, tile.m0, T);
+            mbar_arrive_copies(q_full);
+            if (threadIdx.x == 0) mbar_arrive(q_full);
+            for (int t = tile.t_begin + 1; t < tile.t_end; ++t) load_kv(t);
+        }
+        cp_wait_all();
+        return;
+    }
+
+    // ---- a consumer: warpgroup c = wg - 1 owns the queries m0 + 64 c.. of each item
+    regs_inc<CONSUMER_REGS>();
+    const int c = wg - 1;
+    const float scale2 = scale * LOG2E;
+    const u32 q_rows = sq + c * 64 * 128;  // this warpgroup's 64 query rows
+    float acc[D / 2], s[BN / 2], alpha[2], row_max[2], row_sum[2];
+    u32 p[BN / 16][4];
+    int first = 0;  // key/value tiles consumed before this item
+    for (int j = 0;; ++j) {
+        mbar_wait(q_full, j & 1);
+        const int w = work[j & 1];
+        if (w >= items) break;
+        fence_proxy_async();  // (the queries, copied by the generic proxy, read next by wgmma)
+        const QueryTile tile(mask, BM, BN, H, Hkv, w, q_tiles);
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) acc[i] = 0.f;
+        row_max[0] = row_max[1] = neg_inf<float>();
+        row_sum[0] = row_sum[1] = 0.f;
+        const int tile_m0 = tile.m0 + c * 64 + warp * 16, row0 = tile_m0 + g;  // this thread's rows: row0, row0 + 8
+        auto q_done = [&] {
+            __syncwarp();
+            if (lane == 0) mbar_arrive(q_empty);
+        };
+        ws_consume<BF16, D, BN, BM, STAGES, OVERLAP, true>(acc, s, alpha, p, row_max, row_sum, mask, tile_m0, row0, tq,
+                                                          lane, scale2, q_rows, sk, sv, full0, empty0, first,
+                                                          tile.t_begin, tile.t_end, q_done);
+        first += max(0, tile.t_end - tile.t_begin);
+        const i64 head = (i64)tile.b * H + tile.h;
+        store_rows<BF16, D>(o + tile.b * osb + tile.h * osh, ost, lse + head * T, acc, row_sum, row_max, row0, T, tq);
+    }
 }
 #endif  // FH_ENABLED
 
@@ -505,3 +644,28 @@ FH_ALL_P(f16, false)
             FH_FWD_WS(NAME, BF, 64, 128, 3, false, _wss) FH_FWD_WS(NAME, BF, 128, 128, 2, false, _wss)
 FH_ALL_WS(bf16, true)
 FH_ALL_WS(f16, false)
+
+// hopper_fwd_{bf16,f16}_d{D}_n{BN}_c{CW}_wsp (overlapped consumers) and _wssp (one tile at a time): the
+// persistent variants, the _ws kernels' arguments followed by heads (B H) and next_work (an int, zero at
+// launch); a grid of at most one block an SM, the _ws kernels' threads and shared memory.
+#if defined(FH_ENABLED)
+#define FH_BODY_WSP(BF, D, BN, CW, OVERLAP)                                                                       \
+    hopper_fwd_wsp<BF, D, BN, CW, FH_WS_STAGES(D, BN, CW), FH_WS_PRODUCER_REGS(CW), FH_WS_CONSUMER_REGS(CW),      \
+                   OVERLAP>(q, k, v, o, lse, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, osb, osh, ost, H, Hkv, T, \
+                            S, scale, causal, window, heads, next_work);
+#else
+#define FH_BODY_WSP(BF, D, BN, CW, OVERLAP)
+#endif
+#define FH_FWD_WSP(NAME, BF, D, BN, CW, OVERLAP, TAIL)                                                           \
+    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP * ((CW) + 1), 1)                                   \
+        hopper_fwd_##NAME##_d##D##_n##BN##_c##CW##TAIL(                                                          \
+            const u16* q, const u16* k, const u16* v, u16* o, float* lse, i64 qsb, i64 qsh, i64 qst, i64 ksb,    \
+            i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst, i64 osb, i64 osh, i64 ost, int H, int Hkv, int T, int S, \
+            float scale, int causal, int window, int heads, int* next_work) {                                    \
+        FH_BODY_WSP(BF, D, BN, CW, OVERLAP)                                                                      \
+    }
+#define FH_ALL_WSP(NAME, BF)                                                                                    \
+    FH_FWD_WSP(NAME, BF, 64, 128, 2, true, _wsp) FH_FWD_WSP(NAME, BF, 64, 128, 2, false, _wssp)                 \
+        FH_FWD_WSP(NAME, BF, 128, 128, 2, true, _wsp)
+FH_ALL_WSP(bf16, true)
+FH_ALL_WSP(f16, false)

@@ -817,7 +817,7 @@ HOPPER_CASES = [  # (B, H, Hkv, T, S, D, causal, window): the wgmma forward's he
 ]
 
 
-@pytest.mark.parametrize("variant", range(14))  # (beyond a head dim's variants: skipped)
+@pytest.mark.parametrize("variant", range(16))  # (beyond a head dim's variants: skipped)
 @pytest.mark.parametrize("dtype", [BF16, np.float16])
 @pytest.mark.parametrize("case", HOPPER_CASES, ids=_case_id)
 def test_hopper_flash_forward(gpu, case, dtype, variant):
@@ -843,7 +843,7 @@ def test_hopper_flash_forward(gpu, case, dtype, variant):
     strides = [[np.int64(s // a.itemsize) for s in a.strides[:3]] for a in (dq, dk, dv)]
     tiles = attention.HOPPER_VARIANTS["fwd"][D][variant]  # (keys per tile, warpgroups per block)
     attention._hopper_fwd(dq, dk, dv, out, lse, *strides, attrs["scale"], causal, window, tiles=tiles)
-    if tiles[2:] and tiles[2] in (attention.PERSISTENT, attention.PERSISTENT_SERIAL):
+    if tiles[2:] and tiles[2] in attention.PERSISTENT_KINDS:
         for blocks in (1, 2):
             out2, lse2 = cp.full(out.shape, np.nan, dtype=np.float32).astype(dtype), cp.full_like(lse, np.nan)
             args = (dq, dk, dv, out2, lse2, *strides, attrs["scale"], causal, window)

@@ -35,9 +35,21 @@ HOPPER_DIMS = (64, 128)
 # each consumer's loop pipelined; WARP_SPECIALIZED_SERIAL (_wss): the same, one tile at a time.
 # PERSISTENT and PERSISTENT_SERIAL (_wsp, _wssp): those two as persistent kernels, one block an SM
 # taking query tiles until none is left, the next tile's copies overlapping the current one's end.
+# PINGPONG and PERSISTENT_PINGPONG (_ws_pp, _wsp_pp): _ws and _wsp with the two consumers issuing their
+# products in turns (FlashAttention-3's inter-warpgroup schedule: one's softmax under the other's products).
 FUSED, FUSED_OVERLAP, PIPELINED = "fused", "fused_overlap", "pipelined"
 WARP_SPECIALIZED, WARP_SPECIALIZED_SERIAL = "ws", "wss"
 PERSISTENT, PERSISTENT_SERIAL = "wsp", "wssp"
+PINGPONG, PERSISTENT_PINGPONG = "ws_pp", "wsp_pp"
+WARP_SPECIALIZED_KINDS = (
+    WARP_SPECIALIZED,
+    WARP_SPECIALIZED_SERIAL,
+    PERSISTENT,
+    PERSISTENT_SERIAL,
+    PINGPONG,
+    PERSISTENT_PINGPONG,
+)
+PERSISTENT_KINDS = (PERSISTENT, PERSISTENT_SERIAL, PERSISTENT_PINGPONG)
 HOPPER_VARIANTS = {
     "fwd": {
         64: (
@@ -54,6 +66,8 @@ HOPPER_VARIANTS = {
             (128, 3, WARP_SPECIALIZED_SERIAL),
             (128, 2, PERSISTENT),
             (128, 2, PERSISTENT_SERIAL),
+            (128, 2, PINGPONG),
+            (128, 2, PERSISTENT_PINGPONG),
         ),
         128: (
             (64, 2),
@@ -64,6 +78,8 @@ HOPPER_VARIANTS = {
             (128, 2, WARP_SPECIALIZED),
             (128, 2, WARP_SPECIALIZED_SERIAL),
             (128, 2, PERSISTENT),
+            (128, 2, PINGPONG),
+            (128, 2, PERSISTENT_PINGPONG),
         ),
     },
     "dq": {
@@ -198,14 +214,13 @@ def _hopper_fwd(q, k, v, out, lse, qs, ks, vs, scale, causal, window, tiles=None
     threads, suffix, stages = WARPGROUP * wgs, f"w{wgs}", 2
     if kind == PIPELINED:
         suffix, stages = f"w{wgs}_p", 3
-    elif kind in (WARP_SPECIALIZED, WARP_SPECIALIZED_SERIAL, PERSISTENT, PERSISTENT_SERIAL):
-        # wgs consumer warpgroups and the producer
+    elif kind in WARP_SPECIALIZED_KINDS:  # wgs consumer warpgroups and the producer
         threads, suffix, stages = WARPGROUP * (wgs + 1), f"c{wgs}_{kind}", _ws_stages(D, wgs)
     shared = (64 * wgs + 2 * stages * block_n) * D * 2 + 1024  # queries, keys and values by stage, alignment slack
     args = (q, k, v, out, lse, *qs, *ks, *vs, *_strides(out), *_shape_args(q, k, scale, causal, window))
     name = f"hopper_fwd_{L.suffix(q.dtype)}_d{D}_n{block_n}_{suffix}"
     grid = (-(-T // (64 * wgs)), B * H)
-    if kind in (PERSISTENT, PERSISTENT_SERIAL):  # the tiles handed out by a counter the launch starts at zero
+    if kind in PERSISTENT_KINDS:  # the tiles handed out by a counter the launch starts at zero
         items = grid[0] * grid[1]
         grid = (min(items, blocks or _sm_count(cp.cuda.Device().id)), 1)
         args = (*args, L.i32(B * H), cp.zeros(1, np.int32))

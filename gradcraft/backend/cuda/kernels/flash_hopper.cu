@@ -298,12 +298,29 @@ __device__ __forceinline__ void hopper_fwd_pipelined(const u16* __restrict__ q, 
 // ((first + i) / STAGES)-th use, where `first` counts the tiles the block consumed before this sweep.
 // q_done() runs once the warp's last product reading the queries has retired; with PERSISTENT the last
 // tile's stage is handed back too (a block that stops after the sweep has no reason to).
-template <bool BF16, int D, int BN, int BM, int STAGES, bool OVERLAP, bool PERSISTENT, class QDone>
+// PINGPONG (two consumers, the overlapped loop; FlashAttention-3's inter-warpgroup schedule): consumer c
+// (0 or 1) issues each batch of products only in its turn, and hands the turn over as soon as they are
+// issued, so the tensor cores run one warpgroup's products while the other computes its softmax, instead
+// of both asking for them at once and both then waiting on the exponentials. Named barrier 2 + c is c's
+// turn: it syncs there (its 128 threads) once the other has arrived (the other's 128). Consumer 1 hands
+// consumer 0 the first turn; both issue t_end - t_begin + 1 batches, so consumer 1 skips its last
+// hand-over and every barrier ends the sweep with no arrival pending.
+template <bool BF16, int D, int BN, int BM, int STAGES, bool OVERLAP, bool PERSISTENT, bool PINGPONG = false,
+          class QDone>
 __device__ __forceinline__ void ws_consume(float* acc, float* s, float* alpha, u32 (*p)[4], float* row_max,
                                            float* row_sum, const Mask& mask, int tile_m0, int row0, int tq, int lane,
                                            float scale2, u32 q_rows, u32 sk, u32 sv, u32 full0, u32 empty0, int first,
-                                           int t_begin, int t_end, QDone q_done) {
+                                           int t_begin, int t_end, QDone q_done, int c = 0) {
     constexpr int TILE = BN * D * 2;
+    static_assert(!PINGPONG || OVERLAP, "ping-pong schedules the overlapped loop");
+    auto my_turn = [&] {
+        if constexpr (PINGPONG) named_sync(2 + c, 2 * FH_WARPGROUP);
+    };
+    auto pass_turn = [&](bool last) {
+        if constexpr (PINGPONG) {
+            if (c == 0 || !last) named_arrive(2 + (c ^ 1), 2 * FH_WARPGROUP);
+        }
+    };
     auto wait_full = [&](int i) {
         mbar_wait(full0 + 8 * ((first + i) % STAGES), ((first + i) / STAGES) & 1);
         fence_proxy_async();  // (copies by the generic proxy, read next by wgmma)
@@ -332,8 +349,21 @@ __device__ __forceinline__ void ws_consume(float* acc, float* s, float* alpha, u
         }
     } else {
         if (t_begin < t_end) {
+            if constexpr (PINGPONG) {
+                if (c == 1) named_arrive(2, 2 * FH_WARPGROUP);  // consumer 0 goes first
+            }
             wait_full(0);
-            scores<BF16, D, BN, BM>(s, q_rows, sk + stage(0) * TILE);
+            if constexpr (PINGPONG) {  // scores(), its products issued in turn
+                my_turn();
+                wg_fence();
+                issue_scores<BF16, D, BN, BM>(s, q_rows, sk + stage(0) * TILE);
+                wg_commit();
+                pass_turn(false);
+                wg_wait<0>();
+                hold<BN / 2>(s);
+            } else {
+                scores<BF16, D, BN, BM>(s, q_rows, sk + stage(0) * TILE);
+            }
             softmax_tile<BN>(s, row_max, row_sum, alpha, mask, tile_m0, row0, tq, t_begin * BN, scale2);
         }
 #pragma unroll 1
@@ -346,12 +376,14 @@ __device__ __forceinline__ void ws_consume(float* acc, float* s, float* alpha, u
             rescale_o<D>(acc, alpha);
             pack_p<BF16, BN>(s, p);
             wait_full(i + 1);
+            my_turn();
             wg_fence();
             hold<D / 2>(acc);
             issue_scores<BF16, D, BN, BM>(s, q_rows, sk + st1 * TILE);
             wg_commit();
             issue_pv<BF16, D, BN>(acc, p, sv + st * TILE);
             wg_commit();
+            pass_turn(false);
             wg_wait<1>();  // S_{t+1} has retired; P_t V_t may still be running
             hold<BN / 2>(s);
             softmax_tile<BN>(s, row_max, row_sum, alpha, mask, tile_m0, row0, tq, (t + 1) * BN, scale2);
@@ -363,7 +395,20 @@ __device__ __forceinline__ void ws_consume(float* acc, float* s, float* alpha, u
             hold<D / 2>(acc);
             hold<BN / 2>(s);
             if (i > 0) release(i - 1);
-            add_pv<BF16, D, BN>(acc, s, alpha, p, sv + stage(i) * TILE);
+            if constexpr (PINGPONG) {  // add_pv, its products issued in turn
+                rescale_o<D>(acc, alpha);
+                pack_p<BF16, BN>(s, p);
+                my_turn();
+                wg_fence();
+                hold<D / 2>(acc);
+                issue_pv<BF16, D, BN>(acc, p, sv + stage(i) * TILE);
+                wg_commit();
+                pass_turn(true);
+                wg_wait<0>();
+                hold<D / 2>(acc);
+            } else {
+                add_pv<BF16, D, BN>(acc, s, alpha, p, sv + stage(i) * TILE);
+            }
             if constexpr (PERSISTENT) release(i);
         }
     }
@@ -383,7 +428,8 @@ __device__ __forceinline__ void ws_consume(float* acc, float* s, float* alpha, u
 // dim 64 the other consumers already fill the softmax's gaps). The producer gives registers back
 // (setmaxnreg) so the consumers can hold more.
 // Dynamic shared memory: (64 CW + 2 STAGES BN) D 2 + 1024 bytes; 128 (CW + 1) threads.
-template <bool BF16, int D, int BN, int CW, int STAGES, int PRODUCER_REGS, int CONSUMER_REGS, bool OVERLAP>
+template <bool BF16, int D, int BN, int CW, int STAGES, int PRODUCER_REGS, int CONSUMER_REGS, bool OVERLAP,
+          bool PINGPONG>
 __device__ __forceinline__ void hopper_fwd_ws(const u16* __restrict__ q, const u16* __restrict__ k,
                                               const u16* __restrict__ v, u16* __restrict__ o, float* __restrict__ lse,
                                               i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh,
@@ -441,9 +487,9 @@ __device__ __forceinline__ void hopper_fwd_ws(const u16* __restrict__ q, const u
     float s[BN / 2], alpha[2];
     u32 p[BN / 16][4];
     mbar_wait(q_full, 0);
-    ws_consume<BF16, D, BN, BM, STAGES, OVERLAP, false>(acc, s, alpha, p, row_max, row_sum, tile.mask, tile_m0, row0,
-                                                       tq, lane, scale2, q_rows, sk, sv, full0, empty0, 0, t_begin,
-                                                       t_end, [] {});
+    ws_consume<BF16, D, BN, BM, STAGES, OVERLAP, false, PINGPONG>(acc, s, alpha, p, row_max, row_sum, tile.mask,
+                                                                 tile_m0, row0, tq, lane, scale2, q_rows, sk, sv, full0,
+                                                                 empty0, 0, t_begin, t_end, [] {}, c);
 
     const i64 head = (i64)b * H + h;
     store_rows<BF16, D>(o + b * osb + h * osh, ost, lse + head * T, acc, row_sum, row_max, row0, T, tq);
@@ -466,7 +512,8 @@ __device__ __forceinline__ void hopper_fwd_ws(const u16* __restrict__ q, const u
 // retired) lets the producer overwrite them; it first copies the item's first key/value tile, so that
 // copy overlaps the consumers' last products. The key/value stages run on as one ring across items.
 // Arguments: hopper_fwd_ws's, then heads = B H and next_work.
-template <bool BF16, int D, int BN, int CW, int STAGES, int PRODUCER_REGS, int CONSUMER_REGS, bool OVERLAP>
+template <bool BF16, int D, int BN, int CW, int STAGES, int PRODUCER_REGS, int CONSUMER_REGS, bool OVERLAP,
+          bool PINGPONG>
 __device__ __forceinline__ void hopper_fwd_wsp(const u16* __restrict__ q, const u16* __restrict__ k,
                                                const u16* __restrict__ v, u16* __restrict__ o, float* __restrict__ lse,
                                                i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh,
@@ -554,9 +601,9 @@ __device__ __forceinline__ void hopper_fwd_wsp(const u16* __restrict__ q, const 
             __syncwarp();
             if (lane == 0) mbar_arrive(q_empty);
         };
-        ws_consume<BF16, D, BN, BM, STAGES, OVERLAP, true>(acc, s, alpha, p, row_max, row_sum, mask, tile_m0, row0, tq,
-                                                          lane, scale2, q_rows, sk, sv, full0, empty0, first,
-                                                          tile.t_begin, tile.t_end, q_done);
+        ws_consume<BF16, D, BN, BM, STAGES, OVERLAP, true, PINGPONG>(acc, s, alpha, p, row_max, row_sum, mask, tile_m0,
+                                                                    row0, tq, lane, scale2, q_rows, sk, sv, full0,
+                                                                    empty0, first, tile.t_begin, tile.t_end, q_done, c);
         first += max(0, tile.t_end - tile.t_begin);
         const i64 head = (i64)tile.b * H + tile.h;
         store_rows<BF16, D>(o + tile.b * osb + tile.h * osh, ost, lse + head * T, acc, row_sum, row_max, row0, T, tq);
@@ -622,50 +669,57 @@ FH_ALL_P(f16, false)
 #define FH_WS_PRODUCER_REGS(CW) ((CW) == 2 ? 24 : 32)
 #define FH_WS_CONSUMER_REGS(CW) ((CW) == 2 ? 240 : 160)
 #if defined(FH_ENABLED)
-#define FH_BODY_WS(BF, D, BN, CW, OVERLAP)                                                                       \
+#define FH_BODY_WS(BF, D, BN, CW, OVERLAP, PINGPONG)                                                             \
     hopper_fwd_ws<BF, D, BN, CW, FH_WS_STAGES(D, BN, CW), FH_WS_PRODUCER_REGS(CW), FH_WS_CONSUMER_REGS(CW),      \
-                  OVERLAP>(q, k, v, o, lse, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, osb, osh, ost, H, Hkv, T, \
+                  OVERLAP, PINGPONG>(q, k, v, o, lse, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, osb, osh, ost, H, Hkv, T, \
                            S, scale, causal, window);
 #else
-#define FH_BODY_WS(BF, D, BN, CW, OVERLAP)
+#define FH_BODY_WS(BF, D, BN, CW, OVERLAP, PINGPONG)
 #endif
-#define FH_FWD_WS(NAME, BF, D, BN, CW, OVERLAP, TAIL)                                                            \
+#define FH_FWD_WS(NAME, BF, D, BN, CW, OVERLAP, PINGPONG, TAIL)                                                          \
     extern "C" __global__ void __launch_bounds__(FH_WARPGROUP * ((CW) + 1), 1)                                   \
         hopper_fwd_##NAME##_d##D##_n##BN##_c##CW##TAIL(                                                          \
             const u16* q, const u16* k, const u16* v, u16* o, float* lse, i64 qsb, i64 qsh, i64 qst, i64 ksb,    \
             i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst, i64 osb, i64 osh, i64 ost, int H, int Hkv, int T, int S, \
             float scale, int causal, int window) {                                                               \
-        FH_BODY_WS(BF, D, BN, CW, OVERLAP)                                                                       \
+        FH_BODY_WS(BF, D, BN, CW, OVERLAP, PINGPONG)                                                                     \
     }
-// _ws: the consumers' loop overlapped (pipelined); _wss: one tile at a time
+// _ws: the consumers' loop overlapped (pipelined); _wss: one tile at a time; _ws_pp: _ws with the two
+// consumers' products issued in turns (ws_consume's PINGPONG)
 #define FH_ALL_WS(NAME, BF)                                                                                    \
-    FH_FWD_WS(NAME, BF, 64, 128, 2, true, _ws) FH_FWD_WS(NAME, BF, 64, 128, 3, true, _ws)                      \
-        FH_FWD_WS(NAME, BF, 128, 128, 2, true, _ws) FH_FWD_WS(NAME, BF, 64, 128, 2, false, _wss)               \
-            FH_FWD_WS(NAME, BF, 64, 128, 3, false, _wss) FH_FWD_WS(NAME, BF, 128, 128, 2, false, _wss)
+    FH_FWD_WS(NAME, BF, 64, 128, 2, true, false, _ws) FH_FWD_WS(NAME, BF, 64, 128, 3, true, false, _ws)        \
+        FH_FWD_WS(NAME, BF, 128, 128, 2, true, false, _ws) FH_FWD_WS(NAME, BF, 64, 128, 2, false, false, _wss) \
+            FH_FWD_WS(NAME, BF, 64, 128, 3, false, false, _wss)                                                \
+                FH_FWD_WS(NAME, BF, 128, 128, 2, false, false, _wss)                                           \
+                    FH_FWD_WS(NAME, BF, 64, 128, 2, true, true, _ws_pp)                                        \
+                        FH_FWD_WS(NAME, BF, 128, 128, 2, true, true, _ws_pp)
 FH_ALL_WS(bf16, true)
 FH_ALL_WS(f16, false)
 
-// hopper_fwd_{bf16,f16}_d{D}_n{BN}_c{CW}_wsp (overlapped consumers) and _wssp (one tile at a time): the
-// persistent variants, the _ws kernels' arguments followed by heads (B H) and next_work (an int, zero at
-// launch); a grid of at most one block an SM, the _ws kernels' threads and shared memory.
+// hopper_fwd_{bf16,f16}_d{D}_n{BN}_c{CW}_wsp (overlapped consumers), _wssp (one tile at a time) and
+// _wsp_pp (overlapped, products issued in turns): the persistent variants, the _ws kernels' arguments
+// followed by heads (B H) and next_work (an int, zero at launch); a grid of at most one block an SM, the
+// _ws kernels' threads and shared memory.
 #if defined(FH_ENABLED)
-#define FH_BODY_WSP(BF, D, BN, CW, OVERLAP)                                                                       \
+#define FH_BODY_WSP(BF, D, BN, CW, OVERLAP, PINGPONG)                                                             \
     hopper_fwd_wsp<BF, D, BN, CW, FH_WS_STAGES(D, BN, CW), FH_WS_PRODUCER_REGS(CW), FH_WS_CONSUMER_REGS(CW),      \
-                   OVERLAP>(q, k, v, o, lse, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, osb, osh, ost, H, Hkv, T, \
+                   OVERLAP, PINGPONG>(q, k, v, o, lse, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, osb, osh, ost, H, Hkv, T, \
                             S, scale, causal, window, heads, next_work);
 #else
-#define FH_BODY_WSP(BF, D, BN, CW, OVERLAP)
+#define FH_BODY_WSP(BF, D, BN, CW, OVERLAP, PINGPONG)
 #endif
-#define FH_FWD_WSP(NAME, BF, D, BN, CW, OVERLAP, TAIL)                                                           \
+#define FH_FWD_WSP(NAME, BF, D, BN, CW, OVERLAP, PINGPONG, TAIL)                                                         \
     extern "C" __global__ void __launch_bounds__(FH_WARPGROUP * ((CW) + 1), 1)                                   \
         hopper_fwd_##NAME##_d##D##_n##BN##_c##CW##TAIL(                                                          \
             const u16* q, const u16* k, const u16* v, u16* o, float* lse, i64 qsb, i64 qsh, i64 qst, i64 ksb,    \
             i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst, i64 osb, i64 osh, i64 ost, int H, int Hkv, int T, int S, \
             float scale, int causal, int window, int heads, int* next_work) {                                    \
-        FH_BODY_WSP(BF, D, BN, CW, OVERLAP)                                                                      \
+        FH_BODY_WSP(BF, D, BN, CW, OVERLAP, PINGPONG)                                                                    \
     }
 #define FH_ALL_WSP(NAME, BF)                                                                                    \
-    FH_FWD_WSP(NAME, BF, 64, 128, 2, true, _wsp) FH_FWD_WSP(NAME, BF, 64, 128, 2, false, _wssp)                 \
-        FH_FWD_WSP(NAME, BF, 128, 128, 2, true, _wsp)
+    FH_FWD_WSP(NAME, BF, 64, 128, 2, true, false, _wsp) FH_FWD_WSP(NAME, BF, 64, 128, 2, false, false, _wssp)   \
+        FH_FWD_WSP(NAME, BF, 128, 128, 2, true, false, _wsp)                                                    \
+            FH_FWD_WSP(NAME, BF, 64, 128, 2, true, true, _wsp_pp)                                               \
+                FH_FWD_WSP(NAME, BF, 128, 128, 2, true, true, _wsp_pp)
 FH_ALL_WSP(bf16, true)
 FH_ALL_WSP(f16, false)

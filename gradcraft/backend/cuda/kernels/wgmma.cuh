@@ -164,6 +164,10 @@ template <int N> __device__ __forceinline__ void regs_inc() {
 __device__ __forceinline__ void named_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// Arrives on barrier `id` of `threads` threads without waiting (the threads that sync there wait for it).
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 // ---------------------------------------------------------------- bulk reductions into global memory
 // dst[i] += src[i] in float32 over `bytes` (a multiple of 16; both 16-byte aligned) by the copy engine

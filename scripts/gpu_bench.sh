@@ -3,7 +3,7 @@
 # side by side with PyTorch (explicit attention, SDPA + fused AdamW, torch.compile), one run each.
 #   bash scripts/gpu_bench.sh [OUT_DIR]      (logs and JSON results go to OUT_DIR, default ./out/bench)
 #   ONLY="gpt2 attention" bash scripts/gpu_bench.sh      (a subset: gpt2 mallmoc mallmoc_tf32 fp32
-#                                                          dropout attention)
+#                                                          dropout attention; and ncu, not by default)
 # On a freshly started H100/H200, GRADCRAFT_KERNEL_CACHE pointing at what scripts/prebuild_kernels.py
 # built elsewhere skips the minutes of compiling the Hopper attention kernels.
 set -uo pipefail
@@ -32,4 +32,14 @@ want fp32 && run fp32 $T --label "mallmoc fp32" --preset mallmoc --batch 16 --se
 # attention: wall clock against SDPA, each side's kernels (CUPTI) and host phases; then every kernel variant
 want attention && run attention $PY bench/attention.py --repeat 10 --gpu_time --phases
 want attention && run attention_kernels $PY bench/attention_kernels.py --repeat 10
+# ncu (diagnostics, only when asked): Nsight Compute's hardware counters for our main attention kernels
+# and cuDNN's (SDPA's) at a short and a long sequence, one call of each: where each spends its time
+# (tensor pipe, issue slots, warp stalls, memory). --clock-control none leaves the clocks alone.
+NCU_KERNELS='regex:hopper_fwd|hopper_bwd_fused|hopper_bwd_ws|sdpa_sm90_flash'
+for case in "1024 128" "8192 64"; do
+    set -- $case
+    want ncu && run "ncu_t$1_d$2" ncu --clock-control none -k "$NCU_KERNELS" -c 4 --section SpeedOfLight \
+        --section ComputeWorkloadAnalysis --section WarpStateStats --section MemoryWorkloadAnalysis \
+        --section Occupancy $PY bench/attention.py --seqs "$1" --dims "$2" --extra_seq 0 --repeat 1 --rounds 1
+done
 true

@@ -71,6 +71,30 @@ struct Mask {
     }
 };
 
+// The probabilities of invisible (query, key) pairs set to 0, for a tile the mask cuts (the caller tests
+// Mask::full first, once a tile, so that the common full tile's exponentials run as one straight-line
+// block: with the test inside their loop, per element, ptxas gave each element its own branch and
+// convergence barrier, about ten instructions an exponential). Accumulator layouts (flat: 8-column
+// tile t's four values at 4 t): a warp's 16 rows of NT tiles, this thread's rows row0 and row0 + 8
+// (zero_masked_rows: queries down, keys across from n0), or the transposed tiles of the dk/dv kernels
+// (zero_masked_cols: this thread's keys key0 and key0 + 8 down, MT 8-query tiles across from m0).
+template <int NT>
+__device__ __forceinline__ void zero_masked_rows(float* p, const Mask& mask, int row0, int n0, int tq) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            if (!mask.ok(row0 + (e >> 1) * 8, n0 + nt * 8 + 2 * tq + (e & 1))) p[nt * 4 + e] = 0.f;
+}
+template <int MT>
+__device__ __forceinline__ void zero_masked_cols(float* p, const Mask& mask, int m0, int key0, int tq) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            if (!mask.ok(m0 + mt * 8 + 2 * tq + (e & 1), key0 + (e >> 1) * 8)) p[mt * 4 + e] = 0.f;
+}
+
 // The work of a block of the query-tile kernels (forward, dq): BM queries from m0 (the blocks of the
 // longest causal rows start first) of head h of batch b, which read key/value head hk, and the tiles
 // [t_begin, t_end) of BN keys holding every key they may see.

@@ -463,16 +463,15 @@ __device__ __forceinline__ void flash_bwd_dq(const u16* __restrict__ q, const u1
         gemm_rows<BF16, D, BN>(s, qf, sk);
         gemm_rows<BF16, D, BN>(dp, df, sv);
         if (DROP) drop_rows<NT>(dp, drop, bh_row + m0 + warp * 16, (S + 7) / 8, n0 / 8);  // dP of the kept weights
-        const bool full = tile.mask.full(m0, m0 + BM, n0, n0 + BN);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = e >> 1;
-                float p = fast_exp2(fmaf(s[nt][e], scale2, -lse2[r]));
-                if (!full && !tile.mask.ok(row0 + r * 8, n0 + nt * 8 + 2 * tq + (e & 1))) p = 0.f;
-                s[nt][e] = p * (dp[nt][e] - dv[r]);  // dS (unscaled)
-            }
+            for (int e = 0; e < 4; ++e) s[nt][e] = fast_exp2(fmaf(s[nt][e], scale2, -lse2[e >> 1]));
+        if (!tile.mask.full(m0, m0 + BM, n0, n0 + BN)) zero_masked_rows<NT>(&s[0][0], tile.mask, row0, n0, tq);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[nt][e] *= dp[nt][e] - dv[e >> 1];  // dS (unscaled)
         gemm_pv<BF16, BN, D>(acc, s, sk);  // dq += dS k
         __syncthreads();  // every warp is done with this buffer before it is loaded again
     }
@@ -562,16 +561,12 @@ __device__ __forceinline__ void flash_bwd_dkdv(const u16* __restrict__ q, const 
             gemm_rows_s<BF16, D, BM>(st, sk, warp * 16, sq);
             gemm_rows_s<BF16, D, BM>(dpt, sv, warp * 16, sd);
         }
-        const bool full = mask.full(m0, m0 + BM, n0, n0 + BN);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int col = mt * 8 + 2 * tq + (e & 1);
-                float p = fast_exp2(fmaf(st[mt][e], scale2, -s_lse[col]));
-                if (!full && !mask.ok(m0 + col, key0 + (e >> 1) * 8)) p = 0.f;
-                st[mt][e] = p;
-            }
+            for (int e = 0; e < 4; ++e)
+                st[mt][e] = fast_exp2(fmaf(st[mt][e], scale2, -s_lse[mt * 8 + 2 * tq + (e & 1)]));
+        if (!mask.full(m0, m0 + BM, n0, n0 + BN)) zero_masked_cols<MT>(&st[0][0], mask, m0, key0, tq);
         if (DROP) {  // dv takes the kept weights, dS the gradient of the kept weights
             const i64 row0 = ((i64)b * H + h) * T + m0, groups = (S + 7) / 8, group0 = (n0 + warp * 16) / 8;
             drop_cols<MT>(dpt, drop, row0, groups, group0);

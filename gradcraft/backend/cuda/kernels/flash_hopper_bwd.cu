@@ -102,16 +102,9 @@ __device__ __forceinline__ void hopper_bwd_dq(FHB_INPUTS, u16* __restrict__ dq, 
         wg_commit();
         wg_wait<1>();  // S is ready; dP is still being multiplied
         hold<BN / 2>(s);
-        const bool full = tile.mask.full(tile_m0, tile_m0 + 16, n0, n0 + BN);
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = e >> 1;
-                float p = fast_exp2(fmaf(s[nt * 4 + e], scale2, -lse2[r]));
-                if (!full && !tile.mask.ok(row0 + r * 8, n0 + nt * 8 + 2 * tq + (e & 1))) p = 0.f;
-                s[nt * 4 + e] = p;
-            }
+        for (int i = 0; i < BN / 2; ++i) s[i] = fast_exp2(fmaf(s[i], scale2, -lse2[(i >> 1) & 1]));
+        if (!tile.mask.full(tile_m0, tile_m0 + 16, n0, n0 + BN)) zero_masked_rows<NT>(s, tile.mask, row0, n0, tq);
         wg_wait<0>();
         hold<BN / 2>(dp);
 #pragma unroll
@@ -246,16 +239,12 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
             wg_wait<1>();
         }
         hold<BM / 2>(s);
-        const bool full = mask.full(m0, m0 + BM, key_tile0, key_tile0 + 16);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int col = mt * 8 + 2 * tq + (e & 1);
-                float p = fast_exp2(fmaf(s[mt * 4 + e], scale2, -s_lse[col] * LOG2E));
-                if (!full && !mask.ok(m0 + col, key0 + (e >> 1) * 8)) p = 0.f;
-                s[mt * 4 + e] = p;
-            }
+            for (int e = 0; e < 4; ++e)
+                s[mt * 4 + e] = fast_exp2(fmaf(s[mt * 4 + e], scale2, -s_lse[mt * 8 + 2 * tq + (e & 1)] * LOG2E));
+        if (!mask.full(m0, m0 + BM, key_tile0, key_tile0 + 16)) zero_masked_cols<MT>(s, mask, m0, key0, tq);
         if constexpr (DEFER) wg_wait<1>();
         else wg_wait<0>();
         hold<BM / 2>(dp);
@@ -519,16 +508,12 @@ __device__ __forceinline__ void hopper_bwd_ws(FHB_INPUTS, u16* __restrict__ dk, 
         wg_commit();
         wg_wait<1>();
         hold<BM / 2>(s);
-        const bool full = mask.full(m0, m0 + BM, key_tile0, key_tile0 + 16);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int col = mt * 8 + 2 * tq + (e & 1);
-                float p = fast_exp2(fmaf(s[mt * 4 + e], scale2, -s_lse[col] * LOG2E));
-                if (!full && !mask.ok(m0 + col, key0 + (e >> 1) * 8)) p = 0.f;
-                s[mt * 4 + e] = p;
-            }
+            for (int e = 0; e < 4; ++e)
+                s[mt * 4 + e] = fast_exp2(fmaf(s[mt * 4 + e], scale2, -s_lse[mt * 8 + 2 * tq + (e & 1)] * LOG2E));
+        if (!mask.full(m0, m0 + BM, key_tile0, key_tile0 + 16)) zero_masked_cols<MT>(s, mask, m0, key0, tq);
         wg_wait<0>();
         hold<BM / 2>(dp);
 #pragma unroll

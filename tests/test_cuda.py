@@ -814,6 +814,7 @@ HOPPER_CASES = [  # (B, H, Hkv, T, S, D, causal, window): the wgmma forward's he
     (1, 2, 1, 257, 257, 128, False, None),
     (1, 2, 2, 129, 129, 64, False, 16),
     (1, 2, 2, 300, 40, 128, True, None),  # query tiles with no key to see (T > S, causal)
+    (1, 2, 2, 300, 40, 64, True, None),
 ]
 
 

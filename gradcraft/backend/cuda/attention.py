@@ -200,11 +200,6 @@ def _ws_stages(head_dim: int, consumers: int) -> int:
     return 3 if head_dim == 128 and consumers == 2 else 2
 
 
-@functools.cache
-def _sm_count(device_id: int) -> int:
-    return cp.cuda.Device(device_id).attributes["MultiProcessorCount"]
-
-
 def _hopper_fwd(q, k, v, out, lse, qs, ks, vs, scale, causal, window, tiles=None, blocks=None):
     """flash_hopper.cu's forward, variant `tiles` (HOPPER_TILES by default). `blocks` caps a persistent
     variant's grid (one block an SM by default), so a test can make each block take many tiles."""
@@ -220,10 +215,10 @@ def _hopper_fwd(q, k, v, out, lse, qs, ks, vs, scale, causal, window, tiles=None
     args = (q, k, v, out, lse, *qs, *ks, *vs, *_strides(out), *_shape_args(q, k, scale, causal, window))
     name = f"hopper_fwd_{L.suffix(q.dtype)}_d{D}_n{block_n}_{suffix}"
     grid = (-(-T // (64 * wgs)), B * H)
-    if kind in PERSISTENT_KINDS:  # the tiles handed out by a counter the launch starts at zero
+    if kind in PERSISTENT_KINDS:  # the tiles handed out by a counter at 0 between launches
         items = grid[0] * grid[1]
-        grid = (min(items, blocks or _sm_count(cp.cuda.Device().id)), 1)
-        args = (*args, L.i32(B * H), cp.zeros(1, np.int32))
+        grid = (min(items, blocks or L.sm_count()), 1)
+        args = (*args, L.i32(B * H), L.block_counters(1))
     _hopper_launch(HOPPER_FILE, name, grid, threads, shared, args)
 
 

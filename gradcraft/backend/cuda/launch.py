@@ -103,7 +103,8 @@ def sm_count() -> int:
 
 
 # Counters of finished blocks, for kernels whose last block to finish a row merges the others' partial
-# results (kernels/kv_cache.cu's split attention, kernels/reduce.cu's split argmax): one int32 buffer
+# results (kernels/kv_cache.cu's split attention, kernels/reduce.cu's split argmax), or of work handed
+# out (flash_hopper.cu's persistent forward, whose blocks take query tiles by number): one int32 buffer
 # per device, zeroed once when allocated and never again (each launch leaves its counters at 0: the
 # last block sets its counter back), so a replayed CUDA graph needs no reset of its own. Launches that
 # share the buffer must not run at the same time (they do not: a decoding step's kernels run one after

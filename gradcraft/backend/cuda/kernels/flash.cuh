@@ -50,6 +50,9 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // Which (query i, key j) pairs are visible.
 struct Mask {
     int T, S, off, causal, window;
+    // (&& rather than &: evaluating every term at once, as predicate logic, let ptxas hoist all of a
+    // tile's tests above the wait for its scores, into registers: the fused backward at head dim 64
+    // then spilled 72 bytes)
     __device__ __forceinline__ bool ok(int i, int j) const {
         return i < T && j < S && (!causal || j <= i + off) && (window <= 0 || j > i + off - window);
     }
@@ -78,13 +81,18 @@ struct Mask {
 // tile t's four values at 4 t): a warp's 16 rows of NT tiles, this thread's rows row0 and row0 + 8
 // (zero_masked_rows: queries down, keys across from n0), or the transposed tiles of the dk/dv kernels
 // (zero_masked_cols: this thread's keys key0 and key0 + 8 down, MT 8-query tiles across from m0).
+// `value` (0, or -inf for scores) goes where the pair is invisible.
 template <int NT>
-__device__ __forceinline__ void zero_masked_rows(float* p, const Mask& mask, int row0, int n0, int tq) {
+__device__ __forceinline__ void mask_rows(float* p, const Mask& mask, int row0, int n0, int tq, float value) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-            if (!mask.ok(row0 + (e >> 1) * 8, n0 + nt * 8 + 2 * tq + (e & 1))) p[nt * 4 + e] = 0.f;
+            if (!mask.ok(row0 + (e >> 1) * 8, n0 + nt * 8 + 2 * tq + (e & 1))) p[nt * 4 + e] = value;
+}
+template <int NT>
+__device__ __forceinline__ void zero_masked_rows(float* p, const Mask& mask, int row0, int n0, int tq) {
+    mask_rows<NT>(p, mask, row0, n0, tq, 0.f);
 }
 template <int MT>
 __device__ __forceinline__ void zero_masked_cols(float* p, const Mask& mask, int m0, int key0, int tq) {

@@ -33,13 +33,7 @@ template <int BN>
 __device__ __forceinline__ void softmax_tile(float* s, float* row_max, float* row_sum, float* alpha, const Mask& mask,
                                              int tile_m0, int row0, int tq, int n0, float scale2) {
     constexpr int NT = BN / 8;
-    if (!mask.full(tile_m0, tile_m0 + 16, n0, n0 + BN)) {
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                if (!mask.ok(row0 + (e >> 1) * 8, n0 + nt * 8 + 2 * tq + (e & 1))) s[nt * 4 + e] = neg_inf<float>();
-    }
+    if (!mask.full(tile_m0, tile_m0 + 16, n0, n0 + BN)) mask_rows<NT>(s, mask, row0, n0, tq, neg_inf<float>());
     // The row max and sum in four independent chains each (a single chain of dependent fmax / add
     // instructions made the warps wait on each one's latency: Nsight Compute's "wait" stalls).
 #pragma unroll
@@ -293,6 +287,13 @@ __device__ __forceinline__ void hopper_fwd_pipelined(const u16* __restrict__ q, 
 
 // ---------------------------------------------------------------- forward, warp-specialised
 
+// Consumer 1 hands consumer 0 the first turn of a ping-pong kernel (ws_consume's PINGPONG), once a block.
+template <bool PINGPONG> __device__ __forceinline__ void ping_pong_start(int c) {
+    if constexpr (PINGPONG) {
+        if (c == 1) named_arrive(2, 2 * FH_WARPGROUP);
+    }
+}
+
 // A consumer warpgroup's sweep over its query tile's key/value tiles [t_begin, t_end) (hopper_fwd_ws
 // and hopper_fwd_wsp): tile i of the sweep lies in stage (first + i) % STAGES, that stage's
 // ((first + i) / STAGES)-th use, where `first` counts the tiles the block consumed before this sweep.
@@ -302,9 +303,11 @@ __device__ __forceinline__ void hopper_fwd_pipelined(const u16* __restrict__ q, 
 // (0 or 1) issues each batch of products only in its turn, and hands the turn over as soon as they are
 // issued, so the tensor cores run one warpgroup's products while the other computes its softmax, instead
 // of both asking for them at once and both then waiting on the exponentials. Named barrier 2 + c is c's
-// turn: it syncs there (its 128 threads) once the other has arrived (the other's 128). Consumer 1 hands
-// consumer 0 the first turn; both issue t_end - t_begin + 1 batches, so consumer 1 skips its last
-// hand-over and every barrier ends the sweep with no arrival pending.
+// turn: it syncs there (its 128 threads) once the other has arrived (the other's 128). The kernel has
+// consumer 1 hand consumer 0 the first turn, once (ping_pong_start); both issue t_end - t_begin + 1
+// batches a sweep, so across sweeps (a persistent kernel's tiles) the turns keep alternating, and at
+// the end one hand-over to consumer 0 is left pending, as in FlashAttention-3 (a block's barriers start
+// afresh at launch).
 template <bool BF16, int D, int BN, int BM, int STAGES, bool OVERLAP, bool PERSISTENT, bool PINGPONG = false,
           class QDone>
 __device__ __forceinline__ void ws_consume(float* acc, float* s, float* alpha, u32 (*p)[4], float* row_max,
@@ -313,13 +316,12 @@ __device__ __forceinline__ void ws_consume(float* acc, float* s, float* alpha, u
                                            int t_begin, int t_end, QDone q_done, int c = 0) {
     constexpr int TILE = BN * D * 2;
     static_assert(!PINGPONG || OVERLAP, "ping-pong schedules the overlapped loop");
+    static_assert(!PINGPONG || BM == 128, "ping-pong takes turns between two consumers");
     auto my_turn = [&] {
         if constexpr (PINGPONG) named_sync(2 + c, 2 * FH_WARPGROUP);
     };
-    auto pass_turn = [&](bool last) {
-        if constexpr (PINGPONG) {
-            if (c == 0 || !last) named_arrive(2 + (c ^ 1), 2 * FH_WARPGROUP);
-        }
+    auto pass_turn = [&] {
+        if constexpr (PINGPONG) named_arrive(2 + (c ^ 1), 2 * FH_WARPGROUP);
     };
     auto wait_full = [&](int i) {
         mbar_wait(full0 + 8 * ((first + i) % STAGES), ((first + i) / STAGES) & 1);
@@ -349,16 +351,13 @@ __device__ __forceinline__ void ws_consume(float* acc, float* s, float* alpha, u
         }
     } else {
         if (t_begin < t_end) {
-            if constexpr (PINGPONG) {
-                if (c == 1) named_arrive(2, 2 * FH_WARPGROUP);  // consumer 0 goes first
-            }
             wait_full(0);
             if constexpr (PINGPONG) {  // scores(), its products issued in turn
                 my_turn();
                 wg_fence();
                 issue_scores<BF16, D, BN, BM>(s, q_rows, sk + stage(0) * TILE);
                 wg_commit();
-                pass_turn(false);
+                pass_turn();
                 wg_wait<0>();
                 hold<BN / 2>(s);
             } else {
@@ -383,7 +382,7 @@ __device__ __forceinline__ void ws_consume(float* acc, float* s, float* alpha, u
             wg_commit();
             issue_pv<BF16, D, BN>(acc, p, sv + st * TILE);
             wg_commit();
-            pass_turn(false);
+            pass_turn();
             wg_wait<1>();  // S_{t+1} has retired; P_t V_t may still be running
             hold<BN / 2>(s);
             softmax_tile<BN>(s, row_max, row_sum, alpha, mask, tile_m0, row0, tq, (t + 1) * BN, scale2);
@@ -403,7 +402,7 @@ __device__ __forceinline__ void ws_consume(float* acc, float* s, float* alpha, u
                 hold<D / 2>(acc);
                 issue_pv<BF16, D, BN>(acc, p, sv + stage(i) * TILE);
                 wg_commit();
-                pass_turn(true);
+                pass_turn();
                 wg_wait<0>();
                 hold<D / 2>(acc);
             } else {
@@ -486,6 +485,7 @@ __device__ __forceinline__ void hopper_fwd_ws(const u16* __restrict__ q, const u
     const u32 q_rows = sq + c * 64 * 128;                             // this warpgroup's 64 query rows
     float s[BN / 2], alpha[2];
     u32 p[BN / 16][4];
+    ping_pong_start<PINGPONG>(c);
     mbar_wait(q_full, 0);
     ws_consume<BF16, D, BN, BM, STAGES, OVERLAP, false, PINGPONG>(acc, s, alpha, p, row_max, row_sum, tile.mask,
                                                                  tile_m0, row0, tq, lane, scale2, q_rows, sk, sv, full0,
@@ -504,8 +504,9 @@ __device__ __forceinline__ void hopper_fwd_ws(const u16* __restrict__ q, const u
 // with the tensor cores idle; at short sequences (a few key tiles a query tile) that is much of a
 // block's life. Work item w (QueryTile's second constructor: head by head, the longest causal rows
 // first) goes to whichever block asks next: item blockIdx.x first, then gridDim.x + the count the
-// producer's thread 0 takes from *next_work (zero at launch), so a block that drew short causal rows
-// draws again sooner instead of a fixed share leaving some blocks with all the long ones.
+// producer's thread 0 takes from *next_work (0 at launch, and put back to 0 by the launch's last
+// taker: launch.py's block_counters), so a block that drew short causal rows draws again sooner
+// instead of a fixed share leaving some blocks with all the long ones.
 // The item number reaches the producer's warps through a named barrier and the consumers through the
 // queries' "full" barrier (one plain arrival, a release, besides the copies'), double-buffered by the
 // item's parity. The queries' "empty" barrier (one arrival a consumer warp, once its last Q K^T has
@@ -547,7 +548,17 @@ __device__ __forceinline__ void hopper_fwd_wsp(const u16* __restrict__ q, const 
         regs_dec<PRODUCER_REGS>();
         int kv = 0;  // key/value tiles copied so far: the next goes into stage kv % STAGES
         for (int j = 0;; ++j) {
-            if (threadIdx.x == 0) work[j & 1] = j == 0 ? (int)blockIdx.x : (int)gridDim.x + atomicAdd(next_work, 1);
+            if (threadIdx.x == 0) {
+                int w = blockIdx.x;
+                if (j > 0) {
+                    const int taken = atomicAdd(next_work, 1);
+                    w = gridDim.x + taken;
+                    // Every block takes one number past the end, so the launch takes `items` in all: the
+                    // block taking the last puts the counter back to 0 for the next launch.
+                    if (taken == items - 1) atomicExch(next_work, 0);
+                }
+                work[j & 1] = w;
+            }
             named_sync(1, FH_WARPGROUP);
             const int w = work[j & 1];
             if (w >= items) {  // no more: tell the consumers (after they are done with the last queries)
@@ -586,6 +597,7 @@ __device__ __forceinline__ void hopper_fwd_wsp(const u16* __restrict__ q, const 
     float acc[D / 2], s[BN / 2], alpha[2], row_max[2], row_sum[2];
     u32 p[BN / 16][4];
     int first = 0;  // key/value tiles consumed before this item
+    ping_pong_start<PINGPONG>(c);
     for (int j = 0;; ++j) {
         mbar_wait(q_full, j & 1);
         const int w = work[j & 1];
@@ -698,8 +710,8 @@ FH_ALL_WS(f16, false)
 
 // hopper_fwd_{bf16,f16}_d{D}_n{BN}_c{CW}_wsp (overlapped consumers), _wssp (one tile at a time) and
 // _wsp_pp (overlapped, products issued in turns): the persistent variants, the _ws kernels' arguments
-// followed by heads (B H) and next_work (an int, zero at launch); a grid of at most one block an SM, the
-// _ws kernels' threads and shared memory.
+// followed by heads (B H) and next_work (an int, 0 at launch and after it); a grid of at most one
+// block an SM, the _ws kernels' threads and shared memory.
 #if defined(FH_ENABLED)
 #define FH_BODY_WSP(BF, D, BN, CW, OVERLAP, PINGPONG)                                                             \
     hopper_fwd_wsp<BF, D, BN, CW, FH_WS_STAGES(D, BN, CW), FH_WS_PRODUCER_REGS(CW), FH_WS_CONSUMER_REGS(CW),      \

@@ -68,6 +68,18 @@ struct Mask {
         begin = key_lo(i0) / bn;
         end = hi > 0 ? (hi + bn - 1) / bn : 0;
     }
+    // The keys [lo, lo + count) query i may see, and the queries [lo, lo + count) that may see key j
+    // (count 0: none): what ok() tests, as one range a row, so that a tile's mask costs an unsigned
+    // comparison an element (`visible`) instead of ok()'s chain of tests.
+    __device__ __forceinline__ void keys_of(int i, int& lo, int& count) const {
+        lo = window > 0 ? i + off - window + 1 : 0;
+        count = max(0, (i < T ? (causal ? min(S, i + off + 1) : S) : 0) - lo);
+    }
+    __device__ __forceinline__ void queries_of(int j, int& lo, int& count) const {
+        lo = causal ? j - off : 0;
+        count = max(0, (j < S ? (window > 0 ? min(T, j - off + window) : T) : 0) - lo);
+    }
+    static __device__ __forceinline__ bool visible(int x, int lo, int count) { return (u32)(x - lo) < (u32)count; }
     // True when every pair of the tile is visible (no per-element test needed).
     __device__ __forceinline__ bool full(int i0, int i1, int j0, int j1) const {
         return i1 <= T && j1 <= S && (!causal || j1 - 1 <= i0 + off) && (window <= 0 || j0 > i1 - 1 + off - window);
@@ -84,11 +96,14 @@ struct Mask {
 // `value` (0, or -inf for scores) goes where the pair is invisible.
 template <int NT>
 __device__ __forceinline__ void mask_rows(float* p, const Mask& mask, int row0, int n0, int tq, float value) {
+    int lo[2], count[2];
+    mask.keys_of(row0, lo[0], count[0]);
+    mask.keys_of(row0 + 8, lo[1], count[1]);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-            if (!mask.ok(row0 + (e >> 1) * 8, n0 + nt * 8 + 2 * tq + (e & 1))) p[nt * 4 + e] = value;
+            if (!Mask::visible(n0 + nt * 8 + 2 * tq + (e & 1), lo[e >> 1], count[e >> 1])) p[nt * 4 + e] = value;
 }
 template <int NT>
 __device__ __forceinline__ void zero_masked_rows(float* p, const Mask& mask, int row0, int n0, int tq) {
@@ -96,11 +111,14 @@ __device__ __forceinline__ void zero_masked_rows(float* p, const Mask& mask, int
 }
 template <int MT>
 __device__ __forceinline__ void zero_masked_cols(float* p, const Mask& mask, int m0, int key0, int tq) {
+    int lo[2], count[2];
+    mask.queries_of(key0, lo[0], count[0]);
+    mask.queries_of(key0 + 8, lo[1], count[1]);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-            if (!mask.ok(m0 + mt * 8 + 2 * tq + (e & 1), key0 + (e >> 1) * 8)) p[mt * 4 + e] = 0.f;
+            if (!Mask::visible(m0 + mt * 8 + 2 * tq + (e & 1), lo[e >> 1], count[e >> 1])) p[mt * 4 + e] = 0.f;
 }
 
 // The work of a block of the query-tile kernels (forward, dq): BM queries from m0 (the blocks of the

@@ -277,13 +277,8 @@ __device__ __forceinline__ void flash_fwd(const u16* __restrict__ q, const u16* 
         for (int mt = 0; mt < 2; ++mt) {
             const int row0 = m0 + mt * 64 + warp * 16 + g;  // this thread's rows: row0 and row0 + 8
             const int tile_m0 = m0 + mt * 64 + warp * 16;
-            if (!tile.mask.full(tile_m0, tile_m0 + 16, n0, n0 + BN)) {
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        if (!tile.mask.ok(row0 + (e >> 1) * 8, n0 + nt * 8 + 2 * tq + (e & 1))) s[mt][nt][e] = neg_inf<float>();
-            }
+            if (!tile.mask.full(tile_m0, tile_m0 + 16, n0, n0 + BN))
+                mask_rows<NT>(&s[mt][0][0], tile.mask, row0, n0, tq, neg_inf<float>());
             // Online softmax: rescale what was summed so far to the new row maximum. Scores stay
             // unscaled (scale > 0 keeps the maximum where it is); each exponent is one fma and one ex2.
 #pragma unroll

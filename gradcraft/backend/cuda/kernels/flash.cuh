@@ -168,11 +168,17 @@ struct KeyTile {
         tiles = t_end > q_begin ? t_end - q_begin : 0;
         total = G * tiles;
     }
-    // Sweep step it's query head and first query.
-    __device__ __forceinline__ void step(int it, int BM, int& h, int& m0) const {
-        const int hg = it / tiles;
-        m0 = (q_begin + it - hg * tiles) * BM;
-        h = hk * G + hg;
+    // Sweep step it's query head and first query (head hk G + it / tiles, tile q_begin + it % tiles) for
+    // consecutive steps: a cursor at step 0, moved on one step at a time (dividing by `tiles`, known
+    // only at run time, took a score of integer instructions a step, more for the remainder, in loops
+    // that are short of issue slots).
+    struct Step {
+        int h, m0;
+    };
+    __device__ __forceinline__ Step first_step(int BM) const { return {hk * G, q_begin * BM}; }
+    __device__ __forceinline__ void next(Step& s, int BM) const {
+        s.m0 += BM;
+        if (s.m0 == (q_begin + tiles) * BM) s.m0 = q_begin * BM, ++s.h;
     }
 };
 

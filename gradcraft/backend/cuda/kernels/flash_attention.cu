@@ -510,9 +510,10 @@ __device__ __forceinline__ void flash_bwd_dkdv(const u16* __restrict__ q, const 
     load_tile<D, BN>(sk, k + b * ksb + hk * ksh, kst, n0, S);
     load_tile<D, BN>(sv, v + b * vsb + hk * vsh, vst, n0, S);
     cp_commit();
+    KeyTile::Step loading = tile.first_step(BM);  // the next step to load (they load in order)
     auto issue = [&](int it) {  // sweep step it (KeyTile) into buffer it & 1
-        int h, m0;
-        tile.step(it, BM, h, m0);
+        const int h = loading.h, m0 = loading.m0;
+        tile.next(loading, BM);
         u16* bq = sqd + (it & 1) * 2 * BM * LD;
         load_tile<D, BM>(bq, q + b * qsb + h * qsh, qst, m0, T);
         load_tile<D, BM>(bq + BM * LD, dout + b * dsb + h * dsh, dst, m0, T);
@@ -527,9 +528,9 @@ __device__ __forceinline__ void flash_bwd_dkdv(const u16* __restrict__ q, const 
     u32 kf[KV_IN_REGS ? KS : 1][4], vf[KV_IN_REGS ? KS : 1][4];
     const float scale2 = scale * LOG2E;
     const int key0 = n0 + warp * 16 + g;  // this thread's keys: key0 and key0 + 8
-    for (int it = 0; it < total; ++it) {
-        int h, m0;
-        tile.step(it, BM, h, m0);
+    KeyTile::Step step = tile.first_step(BM);  // step it's query head and first query
+    for (int it = 0; it < total; ++it, tile.next(step, BM)) {
+        const int h = step.h, m0 = step.m0;
         if (it + 1 < total) issue(it + 1);
         else cp_commit();
         cp_wait<1>();  // this step's tiles (and, the first time, the key/value tiles) have landed

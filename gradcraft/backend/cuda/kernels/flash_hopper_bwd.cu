@@ -184,13 +184,14 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
     load_swizzled<D, BN, THREADS>(sk, k + b * ksb + hk * ksh, kst, n0, S);
     load_swizzled<D, BN, THREADS>(sv, v + b * vsb + hk * vsh, vst, n0, S);
     auto stage_of = [](int it) { return STAGES == 2 ? it & 1 : it % STAGES; };  // (it >= 0)
+    KeyTile::Step loading = tile.first_step(BM);  // the next step to load (they load in order)
     auto issue = [&](int it) {  // sweep step it (KeyTile) into stage it % STAGES
-        int h, m0;
-        tile.step(it, BM, h, m0);
+        const int h = loading.h, m0 = loading.m0;
         const u32 cq = sqd + stage_of(it) * 2 * TILE;
         load_swizzled<D, BM, THREADS>(cq, q + b * qsb + h * qsh, qst, m0, T);
         load_swizzled<D, BM, THREADS>(cq + TILE, dout + b * dsb + h * dsh, dst, m0, T);
         copy_query_stats(smem_u32(s_stats + stage_of(it) * 2 * BM), lse, dvec, b, h, H, T, m0, BM);
+        tile.next(loading, BM);
     };
     if (total > 0) issue(0);
     cp_commit();
@@ -207,8 +208,9 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
     const u32 k_rows = sk + wg * 64 * 128, v_rows = sv + wg * 64 * 128;  // this warpgroup's 64 keys
     float dq_part[32];            // FUSED: a step's dQ sums, 64 columns
     float* dq_pending = nullptr;  // DEFER: where in dq_acc the last step's deferred columns go
-    for (int it = 0; it < total; ++it) {
-        const int m0 = (tile.q_begin + it % tile.tiles) * BM;
+    KeyTile::Step step = tile.first_step(BM);  // step it's query head and first query
+    for (int it = 0; it < total; ++it, tile.next(step, BM)) {
+        const int m0 = step.m0;
         const u32 cq = sqd + stage_of(it) * 2 * TILE, cd = cq + TILE;
         // (into the stage step it - 1 read: free since the barrier that ended that step)
         if (it + STAGES - 1 < total) issue(it + STAGES - 1);
@@ -287,10 +289,8 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
         if constexpr (FUSED) {
             // dQ (64 queries x D) += dS K over this block's keys, 64 columns at a time; with two
             // warpgroups (head dim 128) each multiplies one half over all 128 keys of dS^T
-            int h, m0_;
-            tile.step(it, BM, h, m0_);
             const int Tp = (T + 63) & ~63;
-            float* dq_tile = dq_acc + (((i64)b * H + h) * Tp + m0) * D;
+            float* dq_tile = dq_acc + (((i64)b * H + step.h) * Tp + m0) * D;
             constexpr int INLINE = (D / 64 - (DEFER ? 1 : 0)) / WGS;  // halves this warpgroup multiplies now
 #pragma unroll
             for (int j = 0; j < INLINE; ++j) {
@@ -438,9 +438,10 @@ __device__ __forceinline__ void hopper_bwd_ws(FHB_INPUTS, u16* __restrict__ dk, 
         load_swizzled<D, BN, FH_WARPGROUP>(sk, k + b * ksb + hk * ksh, kst, n0, S);
         load_swizzled<D, BN, FH_WARPGROUP>(sv, v + b * vsb + hk * vsh, vst, n0, S);
         mbar_arrive_copies(kv_full);
+        KeyTile::Step adding = tile.first_step(BM), loading = adding;  // (each goes through the steps in order)
         auto add_dq = [&](int j) {  // (thread 0) step j's dQ sums from shared memory into dq_acc
-            int h, m0;
-            tile.step(j, BM, h, m0);
+            const int h = adding.h, m0 = adding.m0;
+            tile.next(adding, BM);
             mbar_wait(dq_full, j & 1);
             // (BM = 128: the second 64-query tile is past dq_acc's rows when T ends in the first)
             const int rows = min(BM, Tp - m0);
@@ -452,8 +453,8 @@ __device__ __forceinline__ void hopper_bwd_ws(FHB_INPUTS, u16* __restrict__ dk, 
         for (int it = 0; it < total; ++it) {
             const int st = it % STAGES;
             if (it >= STAGES) mbar_wait(empty0 + 8 * st, ((it / STAGES) - 1) & 1);  // step it - STAGES is done
-            int h, m0;
-            tile.step(it, BM, h, m0);
+            const int h = loading.h, m0 = loading.m0;
+            tile.next(loading, BM);
             const u32 cq = sqd + st * 2 * TILE;
             load_swizzled<D, BM, FH_WARPGROUP>(cq, q + b * qsb + h * qsh, qst, m0, T);
             load_swizzled<D, BM, FH_WARPGROUP>(cq + TILE, dout + b * dsb + h * dsh, dst, m0, T);
@@ -486,11 +487,10 @@ __device__ __forceinline__ void hopper_bwd_ws(FHB_INPUTS, u16* __restrict__ dk, 
     float dq_part[32];
     mbar_wait(kv_full, 0);
     fence_proxy_async();
+    KeyTile::Step step = tile.first_step(BM);  // step it's query head and first query
 #pragma unroll 1
-    for (int it = 0; it < total; ++it) {
-        const int st = it % STAGES;
-        int h, m0;
-        tile.step(it, BM, h, m0);
+    for (int it = 0; it < total; ++it, tile.next(step, BM)) {
+        const int st = it % STAGES, m0 = step.m0;
         const u32 cq = sqd + st * 2 * TILE, cd = cq + TILE, ds = sds + (it & 1) * DS;
         mbar_wait(full0 + 8 * st, (it / STAGES) & 1);
         fence_proxy_async();  // (copies by the generic proxy, read next by wgmma)

@@ -268,13 +268,12 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
         if constexpr (FUSED) {
             // dS^T into the swizzled tile: key row key0 - n0 (+ 8), the 16-byte chunk of queries 8 mt..
             // (the previous step's dQ products, its readers, have completed in every warp)
+            const u32 row_at = swizzled_row(sds, key0 - n0, tq);
 #pragma unroll
             for (int kk = 0; kk < BM / 16; ++kk)
 #pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int row = key0 - n0 + (i & 1) * 8, mt = 2 * kk + (i >> 1);
-                    st_shared_u32(sds + row * 128 + ((mt ^ (row & 7)) << 4) + tq * 4, dst_[kk][i]);
-                }
+                for (int i = 0; i < 4; ++i)
+                    st_shared_u32(swizzled_chunk(row_at, 2 * kk + (i >> 1)) + (i & 1) * 1024, dst_[kk][i]);
             fence_proxy_async();
             __syncthreads();
         }
@@ -525,12 +524,13 @@ __device__ __forceinline__ void hopper_bwd_ws(FHB_INPUTS, u16* __restrict__ dk, 
         to_operand<BF16, BM>(dst_, dp);
         // dS^T into the step's buffer: key row key0 - n0 (+ 8), the 16-byte chunk of queries 8 mt..
         // (column block mt / 8 of the swizzled tile)
+        const u32 row_at = swizzled_row(ds, key0 - n0, tq);
 #pragma unroll
         for (int kk = 0; kk < BM / 16; ++kk)
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const int row = key0 - n0 + (i & 1) * 8, mt = 2 * kk + (i >> 1);
-                st_shared_u32(ds + (mt >> 3) * (BN * 128) + row * 128 + (((mt & 7) ^ (row & 7)) << 4) + tq * 4,
+                const int mt = 2 * kk + (i >> 1);
+                st_shared_u32(swizzled_chunk(row_at, mt & 7) + (mt >> 3) * (BN * 128) + (i & 1) * 1024,
                               dst_[kk][i]);
             }
         fence_proxy_async();

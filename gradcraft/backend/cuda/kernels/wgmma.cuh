@@ -208,6 +208,14 @@ template <int R> __device__ __forceinline__ u64 desc_mn(u32 tile, int kk) {
     return desc128(tile, R * 128, 1024) + (u32)(kk * (2048 >> 4));
 }
 
+// Where a thread writes into row r of a swizzled tile at `tile` (1024-byte aligned): swizzled_row once,
+// then for 16-byte chunk c (0..7) the 4-byte piece `tq` of it at swizzled_chunk(row, c). The chunk lies
+// at c ^ (r % 8), and tile + 128 r has bits 4-6 clear, so its address is one XOR away from the row's
+// (instead of an XOR and an addition for each chunk); row r + 8 is 1024 bytes further.
+__device__ __forceinline__ u32 swizzled_row(u32 tile, int r, int tq) {
+    return tile + r * 128 + ((r & 7) << 4) + tq * 4;
+}
+__device__ __forceinline__ u32 swizzled_chunk(u32 row, int c) { return row ^ (c << 4); }
 // R rows of D 16-bit values, global rows row0.. (stride elements; rows past `rows` read as zeros), into
 // the swizzled tile at shared address s, by the block's THREADS threads. A thread copies the same
 // 16-byte chunk c of rows r0, r0 + STEP, ...: STEP being a multiple of 8, the chunk's swizzled place

@@ -35,6 +35,12 @@
 
 #if defined(FH_ENABLED)
 
+// A dk/dv kernel's per-query statistic (lse or dvec, staged in shared memory) for this thread's two
+// columns 8 mt + 2 tq and the next of the transposed tiles, in one 8-byte load (the pair is 8-byte aligned).
+__device__ __forceinline__ float2 query_pair(const float* stat, int mt, int tq) {
+    return *reinterpret_cast<const float2*>(stat + mt * 8 + 2 * tq);
+}
+
 // rows x cols 16-bit pairs of a float32 accumulator (64 x N per warpgroup) as wgmma's register operand:
 // k-step kk holds columns 16 kk.. of the thread's rows.
 template <bool BF16, int N>
@@ -242,18 +248,22 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
         }
         hold<BM / 2>(s);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt) {
+            const float2 l = query_pair(s_lse, mt, tq);  // (one 8-byte load for the two columns)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-                s[mt * 4 + e] = fast_exp2(fmaf(s[mt * 4 + e], scale2, -s_lse[mt * 8 + 2 * tq + (e & 1)] * LOG2E));
+                s[mt * 4 + e] = fast_exp2(fmaf(s[mt * 4 + e], scale2, -(e & 1 ? l.y : l.x) * LOG2E));
+        }
         if (!mask.full(m0, m0 + BM, key_tile0, key_tile0 + 16)) zero_masked_cols<MT>(s, mask, m0, key0, tq);
         if constexpr (DEFER) wg_wait<1>();
         else wg_wait<0>();
         hold<BM / 2>(dp);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt) {
+            const float2 dv = query_pair(s_dvec, mt, tq);
 #pragma unroll
-            for (int e = 0; e < 4; ++e) dp[mt * 4 + e] = s[mt * 4 + e] * (dp[mt * 4 + e] - s_dvec[mt * 8 + 2 * tq + (e & 1)]);
+            for (int e = 0; e < 4; ++e) dp[mt * 4 + e] = s[mt * 4 + e] * (dp[mt * 4 + e] - (e & 1 ? dv.y : dv.x));
+        }
         u32 pt[BM / 16][4], dst_[BM / 16][4];
         to_operand<BF16, BM>(pt, s);
         to_operand<BF16, BM>(dst_, dp);
@@ -508,17 +518,21 @@ __device__ __forceinline__ void hopper_bwd_ws(FHB_INPUTS, u16* __restrict__ dk, 
         wg_wait<1>();
         hold<BM / 2>(s);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt) {
+            const float2 l = query_pair(s_lse, mt, tq);  // (one 8-byte load for the two columns)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-                s[mt * 4 + e] = fast_exp2(fmaf(s[mt * 4 + e], scale2, -s_lse[mt * 8 + 2 * tq + (e & 1)] * LOG2E));
+                s[mt * 4 + e] = fast_exp2(fmaf(s[mt * 4 + e], scale2, -(e & 1 ? l.y : l.x) * LOG2E));
+        }
         if (!mask.full(m0, m0 + BM, key_tile0, key_tile0 + 16)) zero_masked_cols<MT>(s, mask, m0, key0, tq);
         wg_wait<0>();
         hold<BM / 2>(dp);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt) {
+            const float2 dv = query_pair(s_dvec, mt, tq);
 #pragma unroll
-            for (int e = 0; e < 4; ++e) dp[mt * 4 + e] = s[mt * 4 + e] * (dp[mt * 4 + e] - s_dvec[mt * 8 + 2 * tq + (e & 1)]);
+            for (int e = 0; e < 4; ++e) dp[mt * 4 + e] = s[mt * 4 + e] * (dp[mt * 4 + e] - (e & 1 ? dv.y : dv.x));
+        }
         u32 pt[BM / 16][4], dst_[BM / 16][4];
         to_operand<BF16, BM>(pt, s);
         to_operand<BF16, BM>(dst_, dp);

@@ -815,6 +815,7 @@ HOPPER_CASES = [  # (B, H, Hkv, T, S, D, causal, window): the wgmma forward's he
     (1, 2, 2, 129, 129, 64, False, 16),
     (1, 2, 2, 300, 40, 128, True, None),  # query tiles with no key to see (T > S, causal)
     (1, 2, 2, 300, 40, 64, True, None),
+    (1, 2, 2, 100, 100, 64, False, 2**31 - 1),  # a window wider than S hides nothing (no int32 overflow)
 ]
 
 

@@ -159,7 +159,9 @@ def _rows(a):
 
 def _shape_args(q, k, scale, causal, window):
     H, Hkv, T, S = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
-    return [L.i32(H), L.i32(Hkv), L.i32(T), L.i32(S), np.float32(scale), L.i32(bool(causal)), L.i32(window or 0)]
+    # (a window of S keys or more hides nothing: 0 says so, and keeps the kernels' int32 ranges in range)
+    window = window if window and window < S else 0
+    return [L.i32(H), L.i32(Hkv), L.i32(T), L.i32(S), np.float32(scale), L.i32(bool(causal)), L.i32(window)]
 
 
 @functools.cache

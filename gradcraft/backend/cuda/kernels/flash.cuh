@@ -47,15 +47,12 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
-// Which (query i, key j) pairs are visible.
+// Which (query i, key j) pairs are visible: i < T, j < S, and j <= i + off if causal, and
+// j > i + off - window if window > 0 (off = S - T: the queries are the last T of the S positions).
+// The launcher passes window 0 for a window of S or more, which hides nothing (and would overflow
+// the ranges below).
 struct Mask {
     int T, S, off, causal, window;
-    // (&& rather than &: evaluating every term at once, as predicate logic, let ptxas hoist all of a
-    // tile's tests above the wait for its scores, into registers: the fused backward at head dim 64
-    // then spilled 72 bytes)
-    __device__ __forceinline__ bool ok(int i, int j) const {
-        return i < T && j < S && (!causal || j <= i + off) && (window <= 0 || j > i + off - window);
-    }
     // Keys [lo, hi) that queries [i0, i1) may see.
     __device__ __forceinline__ int key_lo(int i0) const { return window > 0 ? max(0, i0 + off - window + 1) : 0; }
     __device__ __forceinline__ int key_hi(int i1) const { return causal ? min(S, i1 + off) : S; }
@@ -69,8 +66,10 @@ struct Mask {
         end = hi > 0 ? (hi + bn - 1) / bn : 0;
     }
     // The keys [lo, lo + count) query i may see, and the queries [lo, lo + count) that may see key j
-    // (count 0: none): what ok() tests, as one range a row, so that a tile's mask costs an unsigned
-    // comparison an element (`visible`) instead of ok()'s chain of tests.
+    // (count 0: none): the rule above as one range a row, so that a tile's mask costs an unsigned
+    // comparison an element (`visible`). (Testing the rule's terms for each element instead, ptxas
+    // gave each term a branch and a convergence barrier; written with & rather than &&, it hoisted a
+    // tile's tests above the wait for its scores, into registers, and the backward spilled.)
     __device__ __forceinline__ void keys_of(int i, int& lo, int& count) const {
         lo = window > 0 ? i + off - window + 1 : 0;
         count = max(0, (i < T ? (causal ? min(S, i + off + 1) : S) : 0) - lo);
@@ -89,13 +88,16 @@ struct Mask {
 // The probabilities of invisible (query, key) pairs set to 0, for a tile the mask cuts (the caller tests
 // Mask::full first, once a tile, so that the common full tile's exponentials run as one straight-line
 // block: with the test inside their loop, per element, ptxas gave each element its own branch and
-// convergence barrier, about ten instructions an exponential). Accumulator layouts (flat: 8-column
-// tile t's four values at 4 t): a warp's 16 rows of NT tiles, this thread's rows row0 and row0 + 8
+// convergence barrier, about ten instructions an exponential). Accumulator layouts: a warp's 16 rows
+// of NT 8-column tiles, this thread's rows row0 and row0 + 8
 // (zero_masked_rows: queries down, keys across from n0), or the transposed tiles of the dk/dv kernels
 // (zero_masked_cols: this thread's keys key0 and key0 + 8 down, MT 8-query tiles across from m0).
-// `value` (0, or -inf for scores) goes where the pair is invisible.
-template <int NT>
-__device__ __forceinline__ void mask_rows(float* p, const Mask& mask, int row0, int n0, int tq, float value) {
+// `value` (0, or -inf for scores) goes where the pair is invisible. `p`: the tiles as float[4] arrays
+// (the mma.sync kernels) or flat, tile t's values at 4 t (the wgmma kernels).
+__device__ __forceinline__ float& tile_value(float (*p)[4], int t, int e) { return p[t][e]; }
+__device__ __forceinline__ float& tile_value(float* p, int t, int e) { return p[t * 4 + e]; }
+template <int NT, class Tiles>
+__device__ __forceinline__ void mask_rows(Tiles p, const Mask& mask, int row0, int n0, int tq, float value) {
     int lo[2], count[2];
     mask.keys_of(row0, lo[0], count[0]);
     mask.keys_of(row0 + 8, lo[1], count[1]);
@@ -103,14 +105,14 @@ __device__ __forceinline__ void mask_rows(float* p, const Mask& mask, int row0, 
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-            if (!Mask::visible(n0 + nt * 8 + 2 * tq + (e & 1), lo[e >> 1], count[e >> 1])) p[nt * 4 + e] = value;
+            if (!Mask::visible(n0 + nt * 8 + 2 * tq + (e & 1), lo[e >> 1], count[e >> 1])) tile_value(p, nt, e) = value;
 }
-template <int NT>
-__device__ __forceinline__ void zero_masked_rows(float* p, const Mask& mask, int row0, int n0, int tq) {
+template <int NT, class Tiles>
+__device__ __forceinline__ void zero_masked_rows(Tiles p, const Mask& mask, int row0, int n0, int tq) {
     mask_rows<NT>(p, mask, row0, n0, tq, 0.f);
 }
-template <int MT>
-__device__ __forceinline__ void zero_masked_cols(float* p, const Mask& mask, int m0, int key0, int tq) {
+template <int MT, class Tiles>
+__device__ __forceinline__ void zero_masked_cols(Tiles p, const Mask& mask, int m0, int key0, int tq) {
     int lo[2], count[2];
     mask.queries_of(key0, lo[0], count[0]);
     mask.queries_of(key0 + 8, lo[1], count[1]);
@@ -118,7 +120,7 @@ __device__ __forceinline__ void zero_masked_cols(float* p, const Mask& mask, int
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-            if (!Mask::visible(m0 + mt * 8 + 2 * tq + (e & 1), lo[e >> 1], count[e >> 1])) p[mt * 4 + e] = 0.f;
+            if (!Mask::visible(m0 + mt * 8 + 2 * tq + (e & 1), lo[e >> 1], count[e >> 1])) tile_value(p, mt, e) = 0.f;
 }
 
 // The work of a block of the query-tile kernels (forward, dq): BM queries from m0 (the blocks of the

@@ -278,7 +278,7 @@ __device__ __forceinline__ void flash_fwd(const u16* __restrict__ q, const u16* 
             const int row0 = m0 + mt * 64 + warp * 16 + g;  // this thread's rows: row0 and row0 + 8
             const int tile_m0 = m0 + mt * 64 + warp * 16;
             if (!tile.mask.full(tile_m0, tile_m0 + 16, n0, n0 + BN))
-                mask_rows<NT>(&s[mt][0][0], tile.mask, row0, n0, tq, neg_inf<float>());
+                mask_rows<NT>(s[mt], tile.mask, row0, n0, tq, neg_inf<float>());
             // Online softmax: rescale what was summed so far to the new row maximum. Scores stay
             // unscaled (scale > 0 keeps the maximum where it is); each exponent is one fma and one ex2.
 #pragma unroll
@@ -462,7 +462,7 @@ __device__ __forceinline__ void flash_bwd_dq(const u16* __restrict__ q, const u1
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[nt][e] = fast_exp2(fmaf(s[nt][e], scale2, -lse2[e >> 1]));
-        if (!tile.mask.full(m0, m0 + BM, n0, n0 + BN)) zero_masked_rows<NT>(&s[0][0], tile.mask, row0, n0, tq);
+        if (!tile.mask.full(m0, m0 + BM, n0, n0 + BN)) zero_masked_rows<NT>(s, tile.mask, row0, n0, tq);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -562,7 +562,7 @@ __device__ __forceinline__ void flash_bwd_dkdv(const u16* __restrict__ q, const 
 #pragma unroll
             for (int e = 0; e < 4; ++e)
                 st[mt][e] = fast_exp2(fmaf(st[mt][e], scale2, -s_lse[mt * 8 + 2 * tq + (e & 1)]));
-        if (!mask.full(m0, m0 + BM, n0, n0 + BN)) zero_masked_cols<MT>(&st[0][0], mask, m0, key0, tq);
+        if (!mask.full(m0, m0 + BM, n0, n0 + BN)) zero_masked_cols<MT>(st, mask, m0, key0, tq);
         if (DROP) {  // dv takes the kept weights, dS the gradient of the kept weights
             const i64 row0 = ((i64)b * H + h) * T + m0, groups = (S + 7) / 8, group0 = (n0 + warp * 16) / 8;
             drop_cols<MT>(dpt, drop, row0, groups, group0);

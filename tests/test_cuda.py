@@ -819,7 +819,7 @@ HOPPER_CASES = [  # (B, H, Hkv, T, S, D, causal, window): the wgmma forward's he
 ]
 
 
-@pytest.mark.parametrize("variant", range(16))  # (beyond a head dim's variants: skipped)
+@pytest.mark.parametrize("variant", range(18))  # (beyond a head dim's variants: skipped)
 @pytest.mark.parametrize("dtype", [BF16, np.float16])
 @pytest.mark.parametrize("case", HOPPER_CASES, ids=_case_id)
 def test_hopper_flash_forward(gpu, case, dtype, variant):

@@ -35,8 +35,8 @@ HOPPER_DIMS = (64, 128)
 # each consumer's loop pipelined; WARP_SPECIALIZED_SERIAL (_wss): the same, one tile at a time.
 # PERSISTENT and PERSISTENT_SERIAL (_wsp, _wssp): those two as persistent kernels, one block an SM
 # taking query tiles until none is left, the next tile's copies overlapping the current one's end.
-# PINGPONG and PERSISTENT_PINGPONG (_ws_pp, _wsp_pp): _ws and _wsp with the two consumers issuing their
-# products in turns (FlashAttention-3's inter-warpgroup schedule: one's softmax under the other's products).
+# PINGPONG and PERSISTENT_PINGPONG (_ws_pp, _wsp_pp): _ws and _wsp with the consumers issuing their
+# products in turns (FlashAttention-3's inter-warpgroup schedule: one's softmax under another's products).
 FUSED, FUSED_OVERLAP, PIPELINED = "fused", "fused_overlap", "pipelined"
 WARP_SPECIALIZED, WARP_SPECIALIZED_SERIAL = "ws", "wss"
 PERSISTENT, PERSISTENT_SERIAL = "wsp", "wssp"
@@ -68,6 +68,9 @@ HOPPER_VARIANTS = {
             (128, 2, PERSISTENT_SERIAL),
             (128, 2, PINGPONG),
             (128, 2, PERSISTENT_PINGPONG),
+            (128, 3, PINGPONG),
+            (128, 3, PERSISTENT),
+            (128, 3, PERSISTENT_PINGPONG),
         ),
         128: (
             (64, 2),

@@ -287,10 +287,11 @@ __device__ __forceinline__ void hopper_fwd_pipelined(const u16* __restrict__ q, 
 
 // ---------------------------------------------------------------- forward, warp-specialised
 
-// Consumer 1 hands consumer 0 the first turn of a ping-pong kernel (ws_consume's PINGPONG), once a block.
-template <bool PINGPONG> __device__ __forceinline__ void ping_pong_start(int c) {
+// The last of CW consumers hands consumer 0 the first turn of a ping-pong kernel (ws_consume's
+// PINGPONG), once a block.
+template <bool PINGPONG, int CW> __device__ __forceinline__ void ping_pong_start(int c) {
     if constexpr (PINGPONG) {
-        if (c == 1) named_arrive(2, 2 * FH_WARPGROUP);
+        if (c == CW - 1) named_arrive(2, 2 * FH_WARPGROUP);
     }
 }
 
@@ -299,15 +300,15 @@ template <bool PINGPONG> __device__ __forceinline__ void ping_pong_start(int c) 
 // ((first + i) / STAGES)-th use, where `first` counts the tiles the block consumed before this sweep.
 // q_done() runs once the warp's last product reading the queries has retired; with PERSISTENT the last
 // tile's stage is handed back too (a block that stops after the sweep has no reason to).
-// PINGPONG (two consumers, the overlapped loop; FlashAttention-3's inter-warpgroup schedule): consumer c
-// (0 or 1) issues each batch of products only in its turn, and hands the turn over as soon as they are
-// issued, so the tensor cores run one warpgroup's products while the other computes its softmax, instead
-// of both asking for them at once and both then waiting on the exponentials. Named barrier 2 + c is c's
-// turn: it syncs there (its 128 threads) once the other has arrived (the other's 128). The kernel has
-// consumer 1 hand consumer 0 the first turn, once (ping_pong_start); both issue t_end - t_begin + 1
-// batches a sweep, so across sweeps (a persistent kernel's tiles) the turns keep alternating, and at
-// the end one hand-over to consumer 0 is left pending, as in FlashAttention-3 (a block's barriers start
-// afresh at launch).
+// PINGPONG (two or three consumers, the overlapped loop; FlashAttention-3's inter-warpgroup schedule):
+// consumer c issues each batch of products only in its turn, and hands the turn to consumer c + 1 (mod
+// their number) as soon as they are issued, so the tensor cores run one warpgroup's products while the
+// others compute their softmax, instead of all asking for them at once and all then waiting on the
+// exponentials. Named barrier 2 + c is c's turn: it syncs there (its 128 threads) once the consumer
+// before it has arrived (that one's 128). The kernel has the last consumer hand consumer 0 the first
+// turn, once (ping_pong_start); all issue t_end - t_begin + 1 batches a sweep, so across sweeps (a
+// persistent kernel's tiles) the turns keep going round, and at the end one hand-over to consumer 0 is
+// left pending, as in FlashAttention-3 (a block's barriers start afresh at launch).
 template <bool BF16, int D, int BN, int BM, int STAGES, bool OVERLAP, bool PERSISTENT, bool PINGPONG = false,
           class QDone>
 __device__ __forceinline__ void ws_consume(float* acc, float* s, float* alpha, u32 (*p)[4], float* row_max,
@@ -316,12 +317,13 @@ __device__ __forceinline__ void ws_consume(float* acc, float* s, float* alpha, u
                                            int t_begin, int t_end, QDone q_done, int c = 0) {
     constexpr int TILE = BN * D * 2;
     static_assert(!PINGPONG || OVERLAP, "ping-pong schedules the overlapped loop");
-    static_assert(!PINGPONG || BM == 128, "ping-pong takes turns between two consumers");
+    constexpr int CW = BM / 64;
+    static_assert(!PINGPONG || CW == 2 || CW == 3, "ping-pong takes turns between two or three consumers");
     auto my_turn = [&] {
         if constexpr (PINGPONG) named_sync(2 + c, 2 * FH_WARPGROUP);
     };
     auto pass_turn = [&] {
-        if constexpr (PINGPONG) named_arrive(2 + (c ^ 1), 2 * FH_WARPGROUP);
+        if constexpr (PINGPONG) named_arrive(2 + (c + 1) % CW, 2 * FH_WARPGROUP);
     };
     auto wait_full = [&](int i) {
         mbar_wait(full0 + 8 * ((first + i) % STAGES), ((first + i) / STAGES) & 1);
@@ -485,7 +487,7 @@ __device__ __forceinline__ void hopper_fwd_ws(const u16* __restrict__ q, const u
     const u32 q_rows = sq + c * 64 * 128;                             // this warpgroup's 64 query rows
     float s[BN / 2], alpha[2];
     u32 p[BN / 16][4];
-    ping_pong_start<PINGPONG>(c);
+    ping_pong_start<PINGPONG, CW>(c);
     mbar_wait(q_full, 0);
     ws_consume<BF16, D, BN, BM, STAGES, OVERLAP, false, PINGPONG>(acc, s, alpha, p, row_max, row_sum, tile.mask,
                                                                  tile_m0, row0, tq, lane, scale2, q_rows, sk, sv, full0,
@@ -597,7 +599,7 @@ __device__ __forceinline__ void hopper_fwd_wsp(const u16* __restrict__ q, const 
     float acc[D / 2], s[BN / 2], alpha[2], row_max[2], row_sum[2];
     u32 p[BN / 16][4];
     int first = 0;  // key/value tiles consumed before this item
-    ping_pong_start<PINGPONG>(c);
+    ping_pong_start<PINGPONG, CW>(c);
     for (int j = 0;; ++j) {
         mbar_wait(q_full, j & 1);
         const int w = work[j & 1];
@@ -696,7 +698,7 @@ FH_ALL_P(f16, false)
             float scale, int causal, int window) {                                                               \
         FH_BODY_WS(BF, D, BN, CW, OVERLAP, PINGPONG)                                                                     \
     }
-// _ws: the consumers' loop overlapped (pipelined); _wss: one tile at a time; _ws_pp: _ws with the two
+// _ws: the consumers' loop overlapped (pipelined); _wss: one tile at a time; _ws_pp: _ws with the
 // consumers' products issued in turns (ws_consume's PINGPONG)
 #define FH_ALL_WS(NAME, BF)                                                                                    \
     FH_FWD_WS(NAME, BF, 64, 128, 2, true, false, _ws) FH_FWD_WS(NAME, BF, 64, 128, 3, true, false, _ws)        \
@@ -704,7 +706,8 @@ FH_ALL_P(f16, false)
             FH_FWD_WS(NAME, BF, 64, 128, 3, false, false, _wss)                                                \
                 FH_FWD_WS(NAME, BF, 128, 128, 2, false, false, _wss)                                           \
                     FH_FWD_WS(NAME, BF, 64, 128, 2, true, true, _ws_pp)                                        \
-                        FH_FWD_WS(NAME, BF, 128, 128, 2, true, true, _ws_pp)
+                        FH_FWD_WS(NAME, BF, 128, 128, 2, true, true, _ws_pp)                                   \
+                            FH_FWD_WS(NAME, BF, 64, 128, 3, true, true, _ws_pp)
 FH_ALL_WS(bf16, true)
 FH_ALL_WS(f16, false)
 
@@ -732,6 +735,8 @@ FH_ALL_WS(f16, false)
     FH_FWD_WSP(NAME, BF, 64, 128, 2, true, false, _wsp) FH_FWD_WSP(NAME, BF, 64, 128, 2, false, false, _wssp)   \
         FH_FWD_WSP(NAME, BF, 128, 128, 2, true, false, _wsp)                                                    \
             FH_FWD_WSP(NAME, BF, 64, 128, 2, true, true, _wsp_pp)                                               \
-                FH_FWD_WSP(NAME, BF, 128, 128, 2, true, true, _wsp_pp)
+                FH_FWD_WSP(NAME, BF, 128, 128, 2, true, true, _wsp_pp)                                          \
+                    FH_FWD_WSP(NAME, BF, 64, 128, 3, true, false, _wsp)                                         \
+                        FH_FWD_WSP(NAME, BF, 64, 128, 3, true, true, _wsp_pp)
 FH_ALL_WSP(bf16, true)
 FH_ALL_WSP(f16, false)

@@ -3,7 +3,8 @@
 # side by side with PyTorch (explicit attention, SDPA + fused AdamW, torch.compile), one run each.
 #   bash scripts/gpu_bench.sh [OUT_DIR]      (logs and JSON results go to OUT_DIR, default ./out/bench)
 #   ONLY="gpt2 attention" bash scripts/gpu_bench.sh      (a subset: gpt2 mallmoc mallmoc_tf32 fp32
-#                                                          dropout attention; and ncu, not by default)
+#                                                          dropout attention; and, not by default,
+#                                                          tests and ncu)
 # On a freshly started H100/H200, GRADCRAFT_KERNEL_CACHE pointing at what scripts/prebuild_kernels.py
 # built elsewhere skips the minutes of compiling the Hopper attention kernels.
 set -uo pipefail
@@ -17,11 +18,17 @@ want() { [[ " $ONLY " == *" $1 "* ]]; }
 run() {  # name, then the command; the table (the last lines) is printed, the whole log kept
     local name=$1; shift
     echo "== $name: $*"
-    timeout 420 "$@" > "$OUT_DIR/$name.log" 2>&1
+    # (LIMIT seconds, 420 by default; killed outright 10 s after: a hung kernel ignores SIGTERM)
+    timeout -k 10 "${LIMIT:-420}" "$@" > "$OUT_DIR/$name.log" 2>&1
     local status=$?
     grep -v "^\s*$" "$OUT_DIR/$name.log" | tail -12
     [ $status = 0 ] || echo "!! $name exited with $status"
 }
+# tests (only when asked, and first): the attention kernels' GPU tests, every variant included, stopped
+# after 600 s so that a kernel that hangs cannot take the machine's whole session with it
+want tests && LIMIT=600 run attention_tests $PY -m pytest --maxfail=20 -q -p no:cacheprovider tests/test_cuda.py \
+    tests/test_attention_dropout.py tests/test_cuda_graph.py \
+    -k "flash or hopper or attention or sdpa or dropout or graph or deterministic"
 T="$PY bench/train_gpt.py --device cuda --graph --steps 10 --warmup 3 --json $OUT_DIR/train.json"
 want gpt2 && run gpt2 $T --label "gpt2-124m bf16" --preset gpt2-124m --batch 16 --seq 1024 --bf16 --baseline sdpa,compile
 want mallmoc && run mallmoc $T --label "mallmoc bf16" --preset mallmoc --batch 16 --seq 512 --bf16 --baseline sdpa,compile

@@ -308,7 +308,9 @@ template <bool PINGPONG, int CW> __device__ __forceinline__ void ping_pong_start
 // before it has arrived (that one's 128). The kernel has the last consumer hand consumer 0 the first
 // turn, once (ping_pong_start); all issue t_end - t_begin + 1 batches a sweep, so across sweeps (a
 // persistent kernel's tiles) the turns keep going round, and at the end one hand-over to consumer 0 is
-// left pending, as in FlashAttention-3 (a block's barriers start afresh at launch).
+// left pending, as in FlashAttention-3 (a block's barriers start afresh at launch). These kernels also
+// take FlashAttention-3's order within a batch: the scores' products are issued first, and O is
+// rescaled while they run, before O += P V is issued.
 template <bool BF16, int D, int BN, int BM, int STAGES, bool OVERLAP, bool PERSISTENT, bool PINGPONG = false,
           class QDone>
 __device__ __forceinline__ void ws_consume(float* acc, float* s, float* alpha, u32 (*p)[4], float* row_max,
@@ -374,7 +376,7 @@ __device__ __forceinline__ void ws_consume(float* acc, float* s, float* alpha, u
             hold<D / 2>(acc);
             hold<BN / 2>(s);
             if (i > 0) release(i - 1);
-            rescale_o<D>(acc, alpha);
+            if constexpr (!PINGPONG) rescale_o<D>(acc, alpha);
             pack_p<BF16, BN>(s, p);
             wait_full(i + 1);
             my_turn();
@@ -382,6 +384,13 @@ __device__ __forceinline__ void ws_consume(float* acc, float* s, float* alpha, u
             hold<D / 2>(acc);
             issue_scores<BF16, D, BN, BM>(s, q_rows, sk + st1 * TILE);
             wg_commit();
+            if constexpr (PINGPONG) {
+                // (FlashAttention-3's order: O's rescale, D / 2 multiplications, runs behind the scores'
+                // products rather than ahead of them; O is free, P_{t-1} V_{t-1} having retired above)
+                rescale_o<D>(acc, alpha);
+                wg_fence();
+                hold<D / 2>(acc);
+            }
             issue_pv<BF16, D, BN>(acc, p, sv + st * TILE);
             wg_commit();
             pass_turn();

@@ -20,6 +20,16 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def fastest(times: dict, default) -> str:
+    """The fastest of `times` (name -> seconds), against `default` (the name of the variant the backend
+    runs, or None when it is not among them): what to look at before changing attention.HOPPER_TILES."""
+    name = min(times, key=times.get)
+    text = f"{name} {times[name] * 1e3:.3f} ms"
+    if default in times:
+        text += f" ({times[default] / times[name]:.2f}x the default, {default})"
+    return text
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seqs", default="512,1024,2048,4096,8192")
@@ -97,6 +107,7 @@ def main(argv=None):
             os.environ["GRADCRAFT_HOPPER_ATTENTION"] = "0"
             forwards = {"mma.sync": timed(lambda: attention.flash_attention(q, k, v, **attrs))}
             os.environ.pop("GRADCRAFT_HOPPER_ATTENTION")
+            default_fwd = "mma.sync"  # (the variant the backend runs: the wgmma default on sm_90)
             if attention.hopper(q.dtype, D):
                 o2, l2 = cp.empty_like(out), cp.empty_like(lse)
                 strides = [[np.int64(s // a.itemsize) for s in a.strides[:3]] for a in (q, k, v)]
@@ -105,12 +116,16 @@ def main(argv=None):
                     def run(tiles=tiles):
                         attention._hopper_fwd(q, k, v, o2, l2, *strides, attrs["scale"], True, None, tiles=tiles)
 
-                    forwards[f"wgmma n{tiles[0]} w{tiles[1]}{''.join(' ' + x for x in tiles[2:])}"] = timed(run)
+                    label = f"wgmma n{tiles[0]} w{tiles[1]}{''.join(' ' + x for x in tiles[2:])}"
+                    forwards[label] = timed(run)
+                    if tiles == attention.HOPPER_TILES["fwd"][D]:
+                        default_fwd = label
             if args.forward_only:
                 tt_fwd = statistics.median(torch_fwd + torch_samples(sdpa_fwd))
                 print(f"{T:5d} {D:4d} {B:3d} {H:3d} | SDPA fwd {tt_fwd * 1e3:6.3f} ms {2 * unit / tt_fwd / 1e12:5.0f}T")
                 for name, t in forwards.items():
                     print(f"      {name:28s} {t * 1e3:6.3f} ms {2 * unit / t / 1e12:5.0f}T  {tt_fwd / t:5.2f}x SDPA")
+                print(f"      fastest forward: {fastest(forwards, default_fwd)}")
                 continue
             t_all = timed(lambda: attention.flash_attention_backward(q, k, v, out, lse, g, **attrs))
             # the backward's kernels one at a time, through the launcher's own pieces
@@ -126,7 +141,9 @@ def main(argv=None):
             old = attention.backward_launches(q, k, v, out, lse, g, *grads, **attrs)
             os.environ.pop("GRADCRAFT_HOPPER_ATTENTION")
             backwards = {"mma.sync": (timed(old["dq"]), timed(old["dkdv"]), 3, 4)}
+            default_bwd = "mma.sync"
             if attention.hopper(q.dtype, D):
+                default_tiles = (attention.HOPPER_TILES["dq"].get(D), attention.HOPPER_TILES["dkdv"].get(D))
                 for tiles in zip(attention.HOPPER_VARIANTS["dq"][D], attention.HOPPER_VARIANTS["dkdv"][D]):
                     new = attention.backward_launches(q, k, v, out, lse, g, *grads, **attrs, tiles=tiles)
                     m, wk, *rest = tiles[1]  # (blocks an SM the registers are capped for, stages)
@@ -141,6 +158,8 @@ def main(argv=None):
                     else:
                         label = f"wgmma n{tiles[0][0]} w{tiles[0][1]} / m{m} w{wk}"
                         backwards[label] = (timed(new["dq"]), timed(new["dkdv"]), 3, 4)
+                    if tiles == default_tiles:
+                        default_bwd = label
             # SDPA timed before and after ours, its medians over both sets: a shared machine's drift
             # over the minutes between falls on both sides
             tt_fwd = statistics.median(torch_fwd + torch_samples(sdpa_fwd))
@@ -160,6 +179,9 @@ def main(argv=None):
                 "      dq, dk/dv kernels: "
                 + ", ".join(f"{name} {cell(a, pa)} {cell(b, pb)}" for name, (a, b, pa, pb) in backwards.items())
             )
+            pairs = {name: a + b for name, (a, b, _, _) in backwards.items()}  # (the dot kernel: the same for all)
+            print(f"      fastest forward: {fastest(forwards, default_fwd)}")
+            print(f"      fastest dq + dk/dv: {fastest(pairs, default_bwd)}")
 
 
 if __name__ == "__main__":

@@ -262,3 +262,19 @@ def test_attention_bench_phases_split_each_call():
         assert min(build, forward, backward, wait) >= 0 and forward > 0 and backward > 0
         assert forward_calls <= forward and backward_calls <= backward
         assert (forward_calls > 0 and backward_calls > 0) == (side == "ours")
+
+
+# ---------------------------------------------------------------- bench/attention_kernels.py
+
+
+def test_attention_kernels_names_the_fastest_variant_against_the_default():
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "attention_kernels.py")
+    spec = importlib.util.spec_from_file_location("attention_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # (the GPU imports are inside main)
+    times = {"mma.sync": 0.004, "wgmma n128 w1": 0.002, "wgmma n128 w2 ws": 0.0016}
+    assert module.fastest(times, "wgmma n128 w1") == "wgmma n128 w2 ws 1.600 ms (1.25x the default, wgmma n128 w1)"
+    assert module.fastest(times, "wgmma n128 w2 ws").startswith("wgmma n128 w2 ws 1.600 ms (1.00x the default")
+    assert module.fastest(times, None) == "wgmma n128 w2 ws 1.600 ms"  # (a default not among them)

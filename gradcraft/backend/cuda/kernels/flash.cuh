@@ -89,9 +89,9 @@ struct Mask {
 // Mask::full first, once a tile, so that the common full tile's exponentials run as one straight-line
 // block: with the test inside their loop, per element, ptxas gave each element its own branch and
 // convergence barrier, about ten instructions an exponential). Accumulator layouts: a warp's 16 rows
-// of NT 8-column tiles, this thread's rows row0 and row0 + 8
-// (zero_masked_rows: queries down, keys across from n0), or the transposed tiles of the dk/dv kernels
-// (zero_masked_cols: this thread's keys key0 and key0 + 8 down, MT 8-query tiles across from m0).
+// of NT 8-column tiles, this thread's rows row0 and row0 + 8 (mask_rows, zero_masked_rows: queries
+// down, keys across from n0), or the transposed tiles of the dk/dv kernels (zero_masked_cols: this
+// thread's keys key0 and key0 + 8 down, MT 8-query tiles across from m0).
 // `value` (0, or -inf for scores) goes where the pair is invisible. `p`: the tiles as float[4] arrays
 // (the mma.sync kernels) or flat, tile t's values at 4 t (the wgmma kernels).
 __device__ __forceinline__ float& tile_value(float (*p)[4], int t, int e) { return p[t][e]; }

@@ -1,9 +1,35 @@
+import faulthandler
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))  # tests import their shared tables (optable.py)
 
 import pytest
+
+# GRADCRAFT_TEST_TIMEOUT=S: a test still running after S seconds (its fixtures' setup and teardown
+# included) ends the whole run, with every thread's stack on stderr. On a GPU, a kernel that hangs (a
+# barrier no one arrives at) cannot be interrupted from the host, and would hold the machine until its
+# session ran out; this way the run stops within S seconds and the stack names the test.
+TEST_TIMEOUT = float(os.environ.get("GRADCRAFT_TEST_TIMEOUT") or 0)
+_stderr_fd = None
+
+
+def pytest_configure(config):
+    global _stderr_fd
+    if TEST_TIMEOUT > 0:  # (pytest does not capture stderr here: this is the terminal's)
+        _stderr_fd = os.dup(sys.stderr.fileno())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if _stderr_fd is None:
+        yield
+        return
+    faulthandler.dump_traceback_later(TEST_TIMEOUT, exit=True, file=_stderr_fd)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture

@@ -1,0 +1,33 @@
+"""GRADCRAFT_TEST_TIMEOUT (tests/conftest.py): a test that overruns ends the run within its seconds,
+printing the stacks that name it, instead of holding a GPU machine whose kernel hangs."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+
+def test_an_overrunning_test_ends_the_run_with_its_stack():
+    env = {**os.environ, "GRADCRAFT_TEST_TIMEOUT": "2", "GRADCRAFT_TEST_SLEEP": "60"}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{__file__}::test_sleeps_when_asked"]
+    start = time.monotonic()
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert time.monotonic() - start < 45  # (pytest's start-up, then the 2 s)
+    assert proc.returncode != 0
+    assert "Timeout" in proc.stderr and "test_sleeps_when_asked" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_test_within_its_time_passes_as_usual():
+    env = {**os.environ, "GRADCRAFT_TEST_TIMEOUT": "30", "GRADCRAFT_TEST_SLEEP": "0.1"}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{__file__}::test_sleeps_when_asked"]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_sleeps_when_asked():
+    seconds = os.environ.get("GRADCRAFT_TEST_SLEEP")
+    if not seconds:
+        pytest.skip("runs only as the subprocess of the tests above")
+    time.sleep(float(seconds))

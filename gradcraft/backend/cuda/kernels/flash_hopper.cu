@@ -635,50 +635,48 @@ __device__ __forceinline__ void hopper_fwd_wsp(const u16* __restrict__ q, const 
 #endif  // FH_ENABLED
 
 // ---------------------------------------------------------------- extern "C" entry points
-// hopper_fwd_{bf16,f16}_d{D}_n{BN}_w{WGS}: BN keys per tile, 64 WGS queries per block (WGS warpgroups);
-// flash_fwd's arguments without dropout.
+// Every forward entry point's parameters (flash_fwd's, without dropout), and the same as arguments.
+#define FH_PARAMS                                                                                                \
+    const u16 *q, const u16 *k, const u16 *v, u16 *o, float *lse, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh,  \
+        i64 kst, i64 vsb, i64 vsh, i64 vst, i64 osb, i64 osh, i64 ost, int H, int Hkv, int T, int S, float scale, \
+        int causal, int window
+#define FH_ARGS \
+    q, k, v, o, lse, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, osb, osh, ost, H, Hkv, T, S, scale, causal, window
+
+// hopper_fwd_{bf16,f16}_d{D}_n{BN}_w{WGS}: BN keys per tile, 64 WGS queries per block (WGS warpgroups).
 #if defined(FH_ENABLED)
-#define FH_BODY(BF, D, BN, WGS)                                                                                  \
-    hopper_fwd<BF, D, BN, WGS>(q, k, v, o, lse, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, osb, osh, ost, H, Hkv, \
-                               T, S, scale, causal, window);
+#define FH_BODY(BF, D, BN, WGS) hopper_fwd<BF, D, BN, WGS>(FH_ARGS);
 #else
 #define FH_BODY(BF, D, BN, WGS)
 #endif
 // (d64 n128 w1 capped at 168 registers, three blocks an SM: 170 would leave two)
 #define FH_MIN_BLOCKS(D, BN, WGS) ((D) == 64 && (BN) == 128 && (WGS) == 1 ? 3 : 1)
-#define FH_FWD(NAME, BF, D, BN, WGS)                                                                               \
-    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP * WGS, FH_MIN_BLOCKS(D, BN, WGS))                  \
-        hopper_fwd_##NAME##_d##D##_n##BN##_w##WGS(                                                                 \
-        const u16* q, const u16* k, const u16* v, u16* o, float* lse, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh,  \
-        i64 kst, i64 vsb, i64 vsh, i64 vst, i64 osb, i64 osh, i64 ost, int H, int Hkv, int T, int S, float scale,   \
-        int causal, int window) {                                                                                  \
-        FH_BODY(BF, D, BN, WGS)                                                                                    \
+#define FH_FWD(NAME, BF, D, BN, WGS)                                                                      \
+    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP * WGS, FH_MIN_BLOCKS(D, BN, WGS))         \
+        hopper_fwd_##NAME##_d##D##_n##BN##_w##WGS(FH_PARAMS) {                                            \
+        FH_BODY(BF, D, BN, WGS)                                                                           \
     }
 #define FH_ALL(NAME, BF)                                                                                  \
-    FH_FWD(NAME, BF, 64, 64, 1) FH_FWD(NAME, BF, 64, 64, 2) FH_FWD(NAME, BF, 64, 128, 1) FH_FWD(NAME, BF, 64, 128, 2) \
-        FH_FWD(NAME, BF, 128, 64, 2) \
-        FH_FWD(NAME, BF, 128, 128, 1) FH_FWD(NAME, BF, 128, 128, 2)
+    FH_FWD(NAME, BF, 64, 64, 1) FH_FWD(NAME, BF, 64, 64, 2) FH_FWD(NAME, BF, 64, 128, 1)                  \
+        FH_FWD(NAME, BF, 64, 128, 2) FH_FWD(NAME, BF, 128, 64, 2) FH_FWD(NAME, BF, 128, 128, 1)           \
+            FH_FWD(NAME, BF, 128, 128, 2)
 FH_ALL(bf16, true)
 FH_ALL(f16, false)
 
 // hopper_fwd_{bf16,f16}_d{D}_n{BN}_w{WGS}_p: the pipelined variant, same arguments; dynamic shared memory
 // (64 WGS + 6 BN) D 2 + 1024 bytes.
 #if defined(FH_ENABLED)
-#define FH_BODY_P(BF, D, BN, WGS)                                                                                \
-    hopper_fwd_pipelined<BF, D, BN, WGS>(q, k, v, o, lse, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, osb, osh, \
-                                         ost, H, Hkv, T, S, scale, causal, window);
+#define FH_BODY_P(BF, D, BN, WGS) hopper_fwd_pipelined<BF, D, BN, WGS>(FH_ARGS);
 #else
 #define FH_BODY_P(BF, D, BN, WGS)
 #endif
-#define FH_FWD_P(NAME, BF, D, BN, WGS)                                                                        \
-    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP * WGS, 1) hopper_fwd_##NAME##_d##D##_n##BN##_w##WGS##_p( \
-        const u16* q, const u16* k, const u16* v, u16* o, float* lse, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh,    \
-        i64 kst, i64 vsb, i64 vsh, i64 vst, i64 osb, i64 osh, i64 ost, int H, int Hkv, int T, int S, float scale,     \
-        int causal, int window) {                                                                                    \
-        FH_BODY_P(BF, D, BN, WGS)                                                                                    \
+#define FH_FWD_P(NAME, BF, D, BN, WGS)                                                                    \
+    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP * WGS, 1)                                   \
+        hopper_fwd_##NAME##_d##D##_n##BN##_w##WGS##_p(FH_PARAMS) {                                        \
+        FH_BODY_P(BF, D, BN, WGS)                                                                         \
     }
-#define FH_ALL_P(NAME, BF)                                                                                           \
-    FH_FWD_P(NAME, BF, 64, 64, 1) FH_FWD_P(NAME, BF, 64, 64, 2) FH_FWD_P(NAME, BF, 64, 128, 2)                       \
+#define FH_ALL_P(NAME, BF)                                                                                \
+    FH_FWD_P(NAME, BF, 64, 64, 1) FH_FWD_P(NAME, BF, 64, 64, 2) FH_FWD_P(NAME, BF, 64, 128, 2)            \
         FH_FWD_P(NAME, BF, 128, 64, 2) FH_FWD_P(NAME, BF, 128, 128, 2)
 FH_ALL_P(bf16, true)
 FH_ALL_P(f16, false)
@@ -691,32 +689,28 @@ FH_ALL_P(f16, false)
 // take must not exceed what the block was launched with (hence the static_assert in hopper_fwd_ws).
 #define FH_WS_PRODUCER_REGS(CW) ((CW) == 2 ? 24 : 32)
 #define FH_WS_CONSUMER_REGS(CW) ((CW) == 2 ? 240 : 160)
+// hopper_fwd_ws's template arguments after BF, D, BN, CW
+#define FH_WS_REGS(D, BN, CW) FH_WS_STAGES(D, BN, CW), FH_WS_PRODUCER_REGS(CW), FH_WS_CONSUMER_REGS(CW)
 #if defined(FH_ENABLED)
-#define FH_BODY_WS(BF, D, BN, CW, OVERLAP, PINGPONG)                                                             \
-    hopper_fwd_ws<BF, D, BN, CW, FH_WS_STAGES(D, BN, CW), FH_WS_PRODUCER_REGS(CW), FH_WS_CONSUMER_REGS(CW),      \
-                  OVERLAP, PINGPONG>(q, k, v, o, lse, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, osb, osh, ost, H, Hkv, T, \
-                           S, scale, causal, window);
+#define FH_BODY_WS(BF, D, BN, CW, OVERLAP, PINGPONG) \
+    hopper_fwd_ws<BF, D, BN, CW, FH_WS_REGS(D, BN, CW), OVERLAP, PINGPONG>(FH_ARGS);
 #else
 #define FH_BODY_WS(BF, D, BN, CW, OVERLAP, PINGPONG)
 #endif
-#define FH_FWD_WS(NAME, BF, D, BN, CW, OVERLAP, PINGPONG, TAIL)                                                          \
-    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP * ((CW) + 1), 1)                                   \
-        hopper_fwd_##NAME##_d##D##_n##BN##_c##CW##TAIL(                                                          \
-            const u16* q, const u16* k, const u16* v, u16* o, float* lse, i64 qsb, i64 qsh, i64 qst, i64 ksb,    \
-            i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst, i64 osb, i64 osh, i64 ost, int H, int Hkv, int T, int S, \
-            float scale, int causal, int window) {                                                               \
-        FH_BODY_WS(BF, D, BN, CW, OVERLAP, PINGPONG)                                                                     \
+#define FH_FWD_WS(NAME, BF, D, BN, CW, OVERLAP, PINGPONG, TAIL)                                           \
+    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP * ((CW) + 1), 1)                            \
+        hopper_fwd_##NAME##_d##D##_n##BN##_c##CW##TAIL(FH_PARAMS) {                                       \
+        FH_BODY_WS(BF, D, BN, CW, OVERLAP, PINGPONG)                                                      \
     }
 // _ws: the consumers' loop overlapped (pipelined); _wss: one tile at a time; _ws_pp: _ws with the
 // consumers' products issued in turns (ws_consume's PINGPONG)
-#define FH_ALL_WS(NAME, BF)                                                                                    \
-    FH_FWD_WS(NAME, BF, 64, 128, 2, true, false, _ws) FH_FWD_WS(NAME, BF, 64, 128, 3, true, false, _ws)        \
-        FH_FWD_WS(NAME, BF, 128, 128, 2, true, false, _ws) FH_FWD_WS(NAME, BF, 64, 128, 2, false, false, _wss) \
-            FH_FWD_WS(NAME, BF, 64, 128, 3, false, false, _wss)                                                \
-                FH_FWD_WS(NAME, BF, 128, 128, 2, false, false, _wss)                                           \
-                    FH_FWD_WS(NAME, BF, 64, 128, 2, true, true, _ws_pp)                                        \
-                        FH_FWD_WS(NAME, BF, 128, 128, 2, true, true, _ws_pp)                                   \
-                            FH_FWD_WS(NAME, BF, 64, 128, 3, true, true, _ws_pp)
+#define FH_ALL_WS(NAME, BF)                                                                               \
+    FH_FWD_WS(NAME, BF, 64, 128, 2, true, false, _ws) FH_FWD_WS(NAME, BF, 64, 128, 3, true, false, _ws)   \
+        FH_FWD_WS(NAME, BF, 128, 128, 2, true, false, _ws)                                                \
+        FH_FWD_WS(NAME, BF, 64, 128, 2, false, false, _wss) FH_FWD_WS(NAME, BF, 64, 128, 3, false, false, _wss) \
+        FH_FWD_WS(NAME, BF, 128, 128, 2, false, false, _wss)                                              \
+        FH_FWD_WS(NAME, BF, 64, 128, 2, true, true, _ws_pp) FH_FWD_WS(NAME, BF, 64, 128, 3, true, true, _ws_pp) \
+        FH_FWD_WS(NAME, BF, 128, 128, 2, true, true, _ws_pp)
 FH_ALL_WS(bf16, true)
 FH_ALL_WS(f16, false)
 
@@ -725,27 +719,21 @@ FH_ALL_WS(f16, false)
 // followed by heads (B H) and next_work (an int, 0 at launch and after it); a grid of at most one
 // block an SM, the _ws kernels' threads and shared memory.
 #if defined(FH_ENABLED)
-#define FH_BODY_WSP(BF, D, BN, CW, OVERLAP, PINGPONG)                                                             \
-    hopper_fwd_wsp<BF, D, BN, CW, FH_WS_STAGES(D, BN, CW), FH_WS_PRODUCER_REGS(CW), FH_WS_CONSUMER_REGS(CW),      \
-                   OVERLAP, PINGPONG>(q, k, v, o, lse, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, osb, osh, ost, H, Hkv, T, \
-                            S, scale, causal, window, heads, next_work);
+#define FH_BODY_WSP(BF, D, BN, CW, OVERLAP, PINGPONG) \
+    hopper_fwd_wsp<BF, D, BN, CW, FH_WS_REGS(D, BN, CW), OVERLAP, PINGPONG>(FH_ARGS, heads, next_work);
 #else
 #define FH_BODY_WSP(BF, D, BN, CW, OVERLAP, PINGPONG)
 #endif
-#define FH_FWD_WSP(NAME, BF, D, BN, CW, OVERLAP, PINGPONG, TAIL)                                                         \
-    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP * ((CW) + 1), 1)                                   \
-        hopper_fwd_##NAME##_d##D##_n##BN##_c##CW##TAIL(                                                          \
-            const u16* q, const u16* k, const u16* v, u16* o, float* lse, i64 qsb, i64 qsh, i64 qst, i64 ksb,    \
-            i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst, i64 osb, i64 osh, i64 ost, int H, int Hkv, int T, int S, \
-            float scale, int causal, int window, int heads, int* next_work) {                                    \
-        FH_BODY_WSP(BF, D, BN, CW, OVERLAP, PINGPONG)                                                                    \
+#define FH_FWD_WSP(NAME, BF, D, BN, CW, OVERLAP, PINGPONG, TAIL)                                          \
+    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP * ((CW) + 1), 1)                            \
+        hopper_fwd_##NAME##_d##D##_n##BN##_c##CW##TAIL(FH_PARAMS, int heads, int* next_work) {            \
+        FH_BODY_WSP(BF, D, BN, CW, OVERLAP, PINGPONG)                                                     \
     }
-#define FH_ALL_WSP(NAME, BF)                                                                                    \
-    FH_FWD_WSP(NAME, BF, 64, 128, 2, true, false, _wsp) FH_FWD_WSP(NAME, BF, 64, 128, 2, false, false, _wssp)   \
-        FH_FWD_WSP(NAME, BF, 128, 128, 2, true, false, _wsp)                                                    \
-            FH_FWD_WSP(NAME, BF, 64, 128, 2, true, true, _wsp_pp)                                               \
-                FH_FWD_WSP(NAME, BF, 128, 128, 2, true, true, _wsp_pp)                                          \
-                    FH_FWD_WSP(NAME, BF, 64, 128, 3, true, false, _wsp)                                         \
-                        FH_FWD_WSP(NAME, BF, 64, 128, 3, true, true, _wsp_pp)
+#define FH_ALL_WSP(NAME, BF)                                                                              \
+    FH_FWD_WSP(NAME, BF, 64, 128, 2, true, false, _wsp) FH_FWD_WSP(NAME, BF, 64, 128, 3, true, false, _wsp) \
+        FH_FWD_WSP(NAME, BF, 128, 128, 2, true, false, _wsp)                                              \
+        FH_FWD_WSP(NAME, BF, 64, 128, 2, false, false, _wssp)                                             \
+        FH_FWD_WSP(NAME, BF, 64, 128, 2, true, true, _wsp_pp) FH_FWD_WSP(NAME, BF, 64, 128, 3, true, true, _wsp_pp) \
+        FH_FWD_WSP(NAME, BF, 128, 128, 2, true, true, _wsp_pp)
 FH_ALL_WSP(bf16, true)
 FH_ALL_WSP(f16, false)

@@ -23,26 +23,36 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from gradcraft.backend.cuda import compiler  # noqa: E402
 
 
+def nvrtc_and_files(nvrtc, files: str):
+    """(library, its (major, minor) version, the kernel file names) from --nvrtc and --files, or None
+    after one line on stderr saying what is wrong (scripts/kernel_report.py takes the same two)."""
+    library = nvrtc or compiler.find_nvrtc()
+    if library is None or not os.path.exists(library):
+        print(f"error: no NVRTC library at {library or '(none found)'}; pass --nvrtc PATH", file=sys.stderr)
+        return None
+    names = [name for name in files.split(",") if name]
+    unknown = [name for name in names if not (compiler.KERNEL_DIR / name).is_file()]
+    if unknown:
+        print(f"error: no kernel file {', '.join(unknown)} in {compiler.KERNEL_DIR}", file=sys.stderr)
+        return None
+    try:
+        version = compiler.nvrtc_version(library)
+    except (OSError, AttributeError) as e:  # not a loadable library, or not NVRTC
+        print(f"error: {library} is not an NVRTC library ({e}); pass --nvrtc PATH/libnvrtc.so.N", file=sys.stderr)
+        return None
+    return library, version, names
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nvrtc", default=None, help="the NVRTC library (default: the one found here, as the tests do)")
     p.add_argument("--out", required=True, help="the kernel cache folder to fill (GRADCRAFT_KERNEL_CACHE there)")
     p.add_argument("--files", default=",".join(compiler.HOPPER_FILES), help="kernel files (default: %(default)s)")
     args = p.parse_args(argv)
-    library = args.nvrtc or compiler.find_nvrtc()
-    if library is None or not os.path.exists(library):
-        print(f"error: no NVRTC library at {library or '(none found)'}; pass --nvrtc PATH", file=sys.stderr)
+    found = nvrtc_and_files(args.nvrtc, args.files)
+    if found is None:
         return 2
-    names = [name for name in args.files.split(",") if name]
-    unknown = [name for name in names if not (compiler.KERNEL_DIR / name).is_file()]
-    if unknown:
-        print(f"error: no kernel file {', '.join(unknown)} in {compiler.KERNEL_DIR}", file=sys.stderr)
-        return 2
-    try:
-        version = compiler.nvrtc_version(library)
-    except (OSError, AttributeError) as e:  # not a loadable library, or not NVRTC
-        print(f"error: {library} is not an NVRTC library ({e}); pass --nvrtc PATH/libnvrtc.so.N", file=sys.stderr)
-        return 2
+    library, version, names = found
     for name in names:
         start = time.perf_counter()
         text = compiler.source(name)

@@ -3,6 +3,8 @@
 Needs only the NVRTC library (pip install nvidia-cuda-nvrtc-cu12); CuPy and a GPU are not used.
 """
 
+import sys
+
 import pytest
 
 from gradcraft.backend.cuda import compiler
@@ -89,18 +91,26 @@ def test_cached_cubin_builds_once_per_source_and_survives_an_unwritable_cache(tm
     assert compiler.cached_cubin("src", "sm_90a", (12, 8), build("e")) == b"cubin of e"
 
 
+def _script(name):
+    import importlib.util
+
+    scripts = compiler.KERNEL_DIR.parents[3] / "scripts"
+    sys.path.insert(0, str(scripts))  # (kernel_report imports prebuild_kernels beside it)
+    try:
+        spec = importlib.util.spec_from_file_location(name, scripts / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(scripts))
+    return module
+
+
 @pytest.mark.skipif(LIBRARY is None, reason="NVRTC library not found (pip install nvidia-cuda-nvrtc-cu12)")
 def test_prebuilt_kernels_are_what_the_gpu_machines_cache_reads(tmp_path, monkeypatch, capsys):
     """scripts/prebuild_kernels.py builds machine code here and names it as cached_cubin names it, so
     a GPU machine with the same NVRTC version reads it instead of compiling (a small file stands in
     for the Hopper files, which take NVRTC tens of seconds)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "prebuild", compiler.KERNEL_DIR.parents[3] / "scripts" / "prebuild_kernels.py"
-    )
-    prebuild = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(prebuild)
+    prebuild = _script("prebuild_kernels")
     out = tmp_path / "kcache"
     assert prebuild.main(["--nvrtc", LIBRARY, "--out", str(out), "--files", "rope.cu"]) == 0
     (cubin,) = out.glob("*.cubin")
@@ -118,3 +128,33 @@ def test_prebuilt_kernels_are_what_the_gpu_machines_cache_reads(tmp_path, monkey
     blocker.write_text("")
     assert prebuild.main(["--nvrtc", LIBRARY, "--out", str(blocker / "kcache"), "--files", "rope.cu"]) == 2
     assert capsys.readouterr().err.startswith("error: cannot write ")
+
+
+@pytest.mark.skipif(LIBRARY is None, reason="NVRTC library not found (pip install nvidia-cuda-nvrtc-cu12)")
+def test_kernel_report_gives_each_kernels_registers_and_spills(tmp_path, capsys):
+    report = _script("kernel_report")
+    assert report.main(["--nvrtc", LIBRARY, "--files", "rope.cu", "--arch", "sm_80", "--kernels", "f32"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert rows and all("f32" in row[0] and int(row[1]) > 0 and row[3] == "/" for row in rows)
+    assert report.main(["--nvrtc", LIBRARY, "--files", "rope.cu", "--nvdisasm", str(tmp_path / "none")]) == 2
+    assert capsys.readouterr().err.startswith("error: no nvdisasm program at ")
+    assert report.main(["--nvrtc", LIBRARY, "--files", "rope.cu", "--kernels", "("]) == 2
+    assert capsys.readouterr().err.startswith("error: --kernels '(' is not a regular expression")
+    assert report.main(["--nvrtc", LIBRARY, "--files", "nope.cu"]) == 2
+    assert capsys.readouterr().err.startswith("error: no kernel file nope.cu")
+
+
+def test_kernel_report_counts_each_kernels_lines_of_sass():
+    listing = "\n".join(
+        [
+            '\t.section\t.text.k_one,"ax",@progbits',
+            ".text.k_one:",
+            "        /*0000*/                   MOV R1, c[0x0][0x28] ;",
+            "        /*0010*/                   EXIT ;",
+            "//--------------------- .text.k_two --------------------------",
+            '\t.section\t.text.k_two,"ax",@progbits',
+            ".text.k_two:",
+            "        /*0000*/                   EXIT ;",
+        ]
+    )
+    assert _script("kernel_report").sass_lines(listing) == {"k_one": 2, "k_two": 1}

@@ -69,6 +69,13 @@ def parse_args(argv=None):
         action="store_true",
         help="CUDA: also each side's GPU time per call, kernel by kernel (torch.profiler's CUPTI trace)",
     )
+    p.add_argument(
+        "--host_profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also a cProfile of N of our calls (after the timing): the host's functions by own time",
+    )
     return p.parse_args(argv)
 
 
@@ -182,10 +189,32 @@ def run_case(case, args, dtype, torch, torch_device):
         with kernel_host_time() as kernel_calls:
             print_phases("ours", *phase_times(ours, args.repeat * args.rounds, kernel_calls))
         print_phases("torch", *phase_times(theirs, args.repeat * args.rounds))
+    if args.host_profile:
+        print_host_profile(ours, args.host_profile)
     if args.gpu_time:
         for side, fn in (("ours", ours), ("torch", theirs)):
             print_gpu_time(side, kernel_times(fn, args.repeat, torch))
     return ours_s, theirs_s, errors
+
+
+def print_host_profile(fn, calls: int, top: int = 25) -> None:
+    """cProfile of `calls` calls of fn: the `top` functions by their own time, then by cumulative
+    time (the profiler's own cost inflates both, about a microsecond a function call)."""
+    import cProfile
+    import io
+    import pstats
+
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(calls):
+        fn()
+    profile.disable()
+    for order in ("tottime", "cumtime"):
+        text = io.StringIO()
+        pstats.Stats(profile, stream=text).sort_stats(order).print_stats(top)
+        lines = [line for line in text.getvalue().splitlines() if line.strip()]
+        print(f"    ours host profile, {calls} calls, by {order}:")
+        print("\n".join("      " + line for line in lines[2:]))
 
 
 def _no_mark():

@@ -264,6 +264,18 @@ def test_attention_bench_phases_split_each_call():
         assert (forward_calls > 0 and backward_calls > 0) == (side == "ours")
 
 
+def test_attention_bench_host_profile_names_our_engine_functions():
+    proc = script(
+        "attention.py", "--device", "cpu", "--seqs", "16", "--dims", "8", "--tokens", "32", "--width", "16",
+        "--extra_seq", "0", "--repeat", "2", "--rounds", "1", "--threads", "1", "--host_profile", "3",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for order in ("tottime", "cumtime"):
+        section = proc.stdout.split(f"ours host profile, 3 calls, by {order}:")[1]
+        assert "ncalls  tottime  percall  cumtime" in section.split("\n")[2]
+    assert "gradcraft/engine/realize.py" in proc.stdout and "autograd.py" in proc.stdout
+
+
 # ---------------------------------------------------------------- bench/attention_kernels.py
 
 

@@ -94,18 +94,19 @@ HOPPER_VARIANTS = {
         128: ((64, 1), (64, 2), (64, 1), (64, 1), (64, 2), (64, 2, WARP_SPECIALIZED)),
     },
 }
-# The variant each kernel runs (the fastest on the H200 at gpt2-124m's layer and at T 1024-4096;
-# the warp-specialised forward at head dim 128 since session 14, the warp-specialised fused backward
-# there since session 15,
-# bench/attention_kernels.py, BENCHMARK.md; a None in dq's or dk/dv's would keep the backward on the
-# mma.sync kernels). The fused backward adds dQ up with float32 atomics, whose order varies from run
+# The variant each kernel runs: the fastest on the H200 over T 512-8192 (bench/attention_kernels.py,
+# BENCHMARK.md). Since session 18: the persistent warp-specialised forward at head dim 128 (1-4% ahead
+# of _ws up to T 4096, level at 8192), and the warp-specialised fused backward at both head dims (at 64
+# 6-30% ahead of _b3 from T 1024, 4% behind at T 512, once the mask and loop cuts of session 17 made
+# its exponentials cheap). A None in dq's or dk/dv's would keep the backward on the mma.sync kernels.
+# The fused backward adds dQ up with float32 atomics, whose order varies from run
 # to run; GRADCRAFT_DETERMINISTIC=1 runs DETERMINISTIC_TILES instead, the separate dq kernel (the
 # fastest unfused pair), for a backward that gives the same bits every time (as PyTorch's
 # use_deterministic_algorithms rules out its atomic backward kernels).
 HOPPER_TILES = {
-    "fwd": {64: (128, 1), 128: (128, 2, WARP_SPECIALIZED)},
+    "fwd": {64: (128, 1), 128: (128, 2, PERSISTENT)},
     "dq": {64: FUSED, 128: FUSED},
-    "dkdv": {64: (64, 1, 3), 128: (64, 2, WARP_SPECIALIZED)},
+    "dkdv": {64: (128, 2, WARP_SPECIALIZED), 128: (64, 2, WARP_SPECIALIZED)},
 }
 DETERMINISTIC_TILES = {64: ((64, 1), (64, 1)), 128: ((64, 1), (64, 1))}
 WARPGROUP = 128  # threads

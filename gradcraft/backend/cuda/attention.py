@@ -124,11 +124,14 @@ def _name(kind: str, dtype, head_dim: int, dropout: bool = False) -> str:
     return f"flash_{kind}_{'dropout_' if dropout else ''}{L.suffix(dtype)}_d{head_dim}"
 
 
+_NO_DROPOUT = (L.ptr(None), np.uint32(0), np.uint32(0), np.float32(1.0))
+
+
 def _dropout_args(state, dropout_p, stream):
     """The kernels' dropout arguments: the device's [seed, counter] (read when the kernel runs, so a
     replayed graph draws new masks), the stream id, backend/philox.py's 16-bit threshold and scale."""
     if not dropout_p:
-        return [L.ptr(None), np.uint32(0), np.uint32(0), np.float32(1.0)]
+        return _NO_DROPOUT
     return [
         L.contiguous(state),
         np.uint32(stream),
@@ -148,24 +151,40 @@ def _seq_major(shape, dtype):
     return L.empty((B, T, heads, D), dtype).transpose(0, 2, 1, 3)
 
 
+# The scalar arguments below are cached by value: an eager call would otherwise make some fifty
+# NumPy scalars for the same few layouts and shapes (bench/attention.py --host_profile, BENCHMARK.md).
+
+
+@functools.lru_cache(maxsize=1024)
+def _element_strides(strides: tuple, itemsize: int) -> tuple:
+    """The first three byte strides in elements, as the kernels' int64 arguments."""
+    return tuple(L.i64(s // itemsize) for s in strides[:3])
+
+
 def _strides(a):
-    return [L.i64(s // a.itemsize) for s in a.strides[:3]]
+    return _element_strides(a.strides, a.itemsize)
 
 
 def _rows(a):
     """a with its last axis contiguous and 16-byte aligned rows (the kernels load 16 bytes at a time),
     and its strides over the first three axes in elements."""
-    item = a.itemsize
-    if a.strides[-1] != item or a.data.ptr % 16 or any(s % 16 for s in a.strides[:-1]):
+    item, strides = a.itemsize, a.strides
+    if strides[-1] != item or a.data.ptr % 16 or any(s % 16 for s in strides[:-1]):
         a = cp.ascontiguousarray(a)
-    return a, [L.i64(s // item) for s in a.strides[:3]]
+        strides = a.strides
+    return a, _element_strides(strides, item)
 
 
 def _shape_args(q, k, scale, causal, window):
     H, Hkv, T, S = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
     # (a window of S keys or more hides nothing: 0 says so, and keeps the kernels' int32 ranges in range)
     window = window if window and window < S else 0
-    return [L.i32(H), L.i32(Hkv), L.i32(T), L.i32(S), np.float32(scale), L.i32(bool(causal)), L.i32(window)]
+    return _shape_scalars(H, Hkv, T, S, float(scale), bool(causal), int(window))
+
+
+@functools.lru_cache(maxsize=1024)
+def _shape_scalars(H, Hkv, T, S, scale, causal, window) -> tuple:
+    return (L.i32(H), L.i32(Hkv), L.i32(T), L.i32(S), np.float32(scale), L.i32(causal), L.i32(window))
 
 
 @functools.cache

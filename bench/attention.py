@@ -289,6 +289,9 @@ def main(argv=None):
     import gradcraft as gc
 
     device = gc.device.canonical(args.device)
+    if args.host_profile < 0:
+        print(f"error: --host_profile takes a number of calls >= 0, got {args.host_profile}", file=sys.stderr)
+        return 2
     if args.gpu_time and not device.startswith("cuda"):
         print("error: --gpu_time traces CUDA kernels; leave it out with --device cpu", file=sys.stderr)
         return 2

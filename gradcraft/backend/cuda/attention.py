@@ -14,6 +14,7 @@ import numpy as np
 from gradcraft.backend import philox
 from gradcraft.backend.cuda import compiler
 from gradcraft.backend.cuda import launch as L
+from gradcraft.backend.cuda import packed
 
 FILE = "flash_attention.cu"
 # the forward on wgmma (sm_90a: H100, H200), and the backward's dq and dk/dv kernels on wgmma
@@ -124,41 +125,75 @@ def _name(kind: str, dtype, head_dim: int, dropout: bool = False) -> str:
     return f"flash_{kind}_{'dropout_' if dropout else ''}{L.suffix(dtype)}_d{head_dim}"
 
 
-_NO_DROPOUT = (L.ptr(None), np.uint32(0), np.uint32(0), np.float32(1.0))
+# Every kernel here launches through packed.launch (one buffer of arguments, not CuPy's argument by
+# argument conversion: the eager call's host time, BENCHMARK.md session 19), with its parameters' C
+# types as a struct format: "P" a device pointer, "q" int64, "i" int32, "I" uint32, "f" float32.
+_SHAPE = "iiiifii"  # H, Hkv, T, S, scale, causal, window
+_DROP = "PIIf"  # the dropout state, stream id, threshold and scale (the mma.sync kernels only)
+FWD_TYPES = "P" * 5 + "q" * 12 + _SHAPE  # q, k, v, out, lse; their strides; the shape
+PERSISTENT_FWD_TYPES = FWD_TYPES + "iP"  # B * H, the work counter
+DQ_TYPES = "P" * 7 + "q" * 15 + _SHAPE  # q, k, v, dO, lse, dvec, dq; strides of q, k, v, dO, dq
+DKDV_TYPES = "P" * 8 + "q" * 15 + _SHAPE  # ... dk, dv; strides of q, k, v, dO, dk (= dv's)
+FUSED_TYPES = "P" * 9 + "q" * 15 + _SHAPE  # ... dk, dv, dq_acc
+CONVERT_TYPES = "PP" + "q" * 3 + "iif"  # dq_acc, dq, dq's strides, H, T, scale
+DOT_TYPES = "PPP" + "q" * 6 + "iii" + "q" + "Pq"  # O, dO, dvec, their strides, H, T, D, rows, zeroed, its float4s
+
+_NO_DROPOUT = (0, 0, 0, 1.0)
 
 
 def _dropout_args(state, dropout_p, stream):
-    """The kernels' dropout arguments: the device's [seed, counter] (read when the kernel runs, so a
-    replayed graph draws new masks), the stream id, backend/philox.py's 16-bit threshold and scale."""
+    """The mma.sync kernels' dropout arguments: the device's [seed, counter] (contiguous, and held by the
+    caller until the launch; read when the kernel runs, so a replayed graph draws new masks), the
+    stream id, backend/philox.py's 16-bit threshold and scale."""
     if not dropout_p:
         return _NO_DROPOUT
-    return [
-        L.contiguous(state),
-        np.uint32(stream),
-        np.uint32(philox.threshold(dropout_p)),
-        np.float32(philox.keep_scale(dropout_p)),
-    ]
+    return (state.data.ptr, int(stream), int(philox.threshold(dropout_p)), float(philox.keep_scale(dropout_p)))
 
 
-def _launch(name, grid, shared, args, threads=THREADS):
-    L.with_shared(FILE, name, shared)(grid, (threads,), args, shared_mem=shared)
+_functions: dict = {}  # (file, kernel, device) -> (its CUfunction, the dynamic shared memory it may use)
+_MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+
+
+def _function(file: str, name: str, shared: int) -> int:
+    """The CUfunction of kernel `name` of `file` on the current device, allowed `shared` bytes of dynamic
+    shared memory (more than the 48 KB a launch gets without asking: an attribute, set when it grows)."""
+    device = cp.cuda.runtime.getDevice()
+    key = (file, name, device)
+    entry = _functions.get(key)
+    if entry is None or entry[1] < shared:
+        if file == FILE:
+            handle = L.with_shared(FILE, name, shared).kernel.ptr
+        else:
+            handle = compiler.hopper_function(file, name, device).ptr
+            # (a Function of a loaded Module has no attribute setter; the driver call is what it would do)
+            cp.cuda.driver.funcSetAttribute(handle, _MAX_DYNAMIC_SHARED, shared)
+        entry = _functions[key] = (handle, max(shared, entry[1] if entry else 0))
+    return entry[0]
+
+
+def _launch(file, name, grid, threads, shared, types, values, keep=None) -> None:
+    """Launch kernel `name` of `file`; `keep`: memory the arguments point into that nothing else holds
+    (alive until here, so until the launch has been queued: the pool reuses memory in stream order)."""
+    packed.launch(_function(file, name, shared), grid, threads, shared, types, values)
 
 
 def _seq_major(shape, dtype):
     """An output of shape (B, heads, T, D) laid out as (B, T, heads, D): the model's next step,
     transposing back to (B, T, heads * D), is then a view, not a copy."""
     B, heads, T, D = shape
-    return L.empty((B, T, heads, D), dtype).transpose(0, 2, 1, 3)
+    item = np.dtype(dtype).itemsize
+    strides = (T * heads * D * item, D * item, heads * D * item, item)
+    return cp.ndarray(shape, dtype, L.scratch(B * T * heads * D * item), strides=strides)
 
 
-# The scalar arguments below are cached by value: an eager call would otherwise make some fifty
-# NumPy scalars for the same few layouts and shapes (bench/attention.py --host_profile, BENCHMARK.md).
+# The scalar arguments below are cached by value: an eager call would otherwise rebuild them for the same
+# few layouts and shapes (bench/attention.py --host_profile, BENCHMARK.md).
 
 
 @functools.lru_cache(maxsize=1024)
 def _element_strides(strides: tuple, itemsize: int) -> tuple:
-    """The first three byte strides in elements, as the kernels' int64 arguments."""
-    return tuple(L.i64(s // itemsize) for s in strides[:3])
+    """The first three byte strides in elements (the kernels' int64 arguments)."""
+    return (strides[0] // itemsize, strides[1] // itemsize, strides[2] // itemsize)
 
 
 def _strides(a):
@@ -166,13 +201,12 @@ def _strides(a):
 
 
 def _rows(a):
-    """a with its last axis contiguous and 16-byte aligned rows (the kernels load 16 bytes at a time),
-    and its strides over the first three axes in elements."""
-    item, strides = a.itemsize, a.strides
-    if strides[-1] != item or a.data.ptr % 16 or any(s % 16 for s in strides[:-1]):
+    """a (4-d) with its last axis contiguous and 16-byte aligned rows (the kernels load 16 bytes at a
+    time), and its strides over the first three axes in elements."""
+    s0, s1, s2, s3 = a.strides
+    if s3 != a.itemsize or (a.data.ptr | s0 | s1 | s2) & 15:
         a = cp.ascontiguousarray(a)
-        strides = a.strides
-    return a, _element_strides(strides, item)
+    return a, _element_strides(a.strides, a.itemsize)
 
 
 def _shape_args(q, k, scale, causal, window):
@@ -184,7 +218,7 @@ def _shape_args(q, k, scale, causal, window):
 
 @functools.lru_cache(maxsize=1024)
 def _shape_scalars(H, Hkv, T, S, scale, causal, window) -> tuple:
-    return (L.i32(H), L.i32(Hkv), L.i32(T), L.i32(S), np.float32(scale), L.i32(causal), L.i32(window))
+    return (H, Hkv, T, S, scale, int(causal), window)
 
 
 @functools.cache
@@ -198,23 +232,7 @@ def hopper(dtype, head_dim: int, dropout_p: float = 0.0) -> bool:
     GRADCRAFT_HOPPER_ATTENTION not 0."""
     if dropout_p or head_dim not in HOPPER_DIMS or np.dtype(dtype) not in L.HALF:
         return False
-    return os.environ.get("GRADCRAFT_HOPPER_ATTENTION", "1") != "0" and _is_hopper(cp.cuda.Device().id)
-
-
-_hopper_shared: dict = {}
-_MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-
-
-def _hopper_launch(file, name, grid, threads, shared, args):
-    """Launch a kernel of a Hopper file with `shared` bytes of dynamic shared memory (more than the
-    48 KB a launch gets without asking, hence the attribute, set once per kernel and size)."""
-    device = cp.cuda.Device().id
-    fn = compiler.hopper_function(file, name, device)
-    if _hopper_shared.get((name, device), 0) < shared:
-        # (a Function of a loaded Module has no attribute setter; the driver call is what it would do)
-        cp.cuda.driver.funcSetAttribute(fn.ptr, _MAX_DYNAMIC_SHARED, shared)
-        _hopper_shared[(name, device)] = shared
-    fn(grid, (threads,), args, shared_mem=shared)
+    return os.environ.get("GRADCRAFT_HOPPER_ATTENTION", "1") != "0" and _is_hopper(cp.cuda.runtime.getDevice())
 
 
 WS_BWD_STAGES = 2  # query/output-gradient stages of the warp-specialised backward (FHB_WS_STAGES)
@@ -237,14 +255,15 @@ def _hopper_fwd(q, k, v, out, lse, qs, ks, vs, scale, causal, window, tiles=None
     elif kind in WARP_SPECIALIZED_KINDS:  # wgs consumer warpgroups and the producer
         threads, suffix, stages = WARPGROUP * (wgs + 1), f"c{wgs}_{kind}", _ws_stages(D, wgs)
     shared = (64 * wgs + 2 * stages * block_n) * D * 2 + 1024  # queries, keys and values by stage, alignment slack
-    args = (q, k, v, out, lse, *qs, *ks, *vs, *_strides(out), *_shape_args(q, k, scale, causal, window))
+    pointers = (q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse.data.ptr)
+    values = (*pointers, *qs, *ks, *vs, *_strides(out), *_shape_args(q, k, scale, causal, window))
     name = f"hopper_fwd_{L.suffix(q.dtype)}_d{D}_n{block_n}_{suffix}"
-    grid = (-(-T // (64 * wgs)), B * H)
+    grid, types = (-(-T // (64 * wgs)), B * H), FWD_TYPES
     if kind in PERSISTENT_KINDS:  # the tiles handed out by a counter at 0 between launches
         items = grid[0] * grid[1]
-        grid = (min(items, blocks or L.sm_count()), 1)
-        args = (*args, L.i32(B * H), L.block_counters(1))
-    _hopper_launch(HOPPER_FILE, name, grid, threads, shared, args)
+        grid = (min(items, blocks or L.sm_count()),)
+        values, types = (*values, B * H, int(L.block_counters(1))), PERSISTENT_FWD_TYPES
+    _launch(HOPPER_FILE, name, grid, threads, shared, types, values)
 
 
 def flash_attention(q, k, v, state=None, *, scale, causal, window, dropout_p=0.0, stream=0):
@@ -258,24 +277,11 @@ def flash_attention(q, k, v, state=None, *, scale, causal, window, dropout_p=0.0
         _hopper_fwd(q, k, v, out, lse, qs, ks, vs, scale, causal, window)
         return out, lse
     shared = (128 + 2 * (32 if D >= 128 else 64)) * (D + _PAD) * 2  # query, key, value tiles (FWD_BLOCK_*)
-    _launch(
-        _name("fwd", q.dtype, D, bool(dropout_p)),
-        (-(-T // 128), B * H),
-        shared,
-        (
-            q,
-            k,
-            v,
-            out,
-            lse,
-            *qs,
-            *ks,
-            *vs,
-            *_strides(out),
-            *_shape_args(q, k, scale, causal, window),
-            *_dropout_args(state, dropout_p, stream),
-        ),
-    )
+    pointers = (q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse.data.ptr)
+    values = (*pointers, *qs, *ks, *vs, *_strides(out), *_shape_args(q, k, scale, causal, window))
+    name, grid = _name("fwd", q.dtype, D, bool(dropout_p)), (-(-T // 128), B * H)
+    state = L.contiguous(state) if dropout_p else None
+    _launch(FILE, name, grid, THREADS, shared, FWD_TYPES + _DROP, (*values, *_dropout_args(state, dropout_p, stream)))
     return out, lse
 
 
@@ -285,6 +291,7 @@ def flash_attention_backward(q, k, v, out, lse, g, state=None, *, scale, causal,
         for a in (dq, dk, dv):
             a.fill(0)
         return dq, dk, dv
+    state = L.contiguous(state) if dropout_p else None
     for launch in backward_launches(
         q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, _dropout_args(state, dropout_p, stream)
     ).values():
@@ -312,78 +319,68 @@ def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, d
     lse = L.contiguous(lse)
     if dk.strides != dv.strides:  # the dk/dv kernel writes both through one set of strides
         raise ValueError("flash attention: dk and dv must share a layout")
-    rows = B * H * T
-    dvec = L.empty((B, H, T), np.float32)
     shape = _shape_args(q, k, scale, causal, window)
-    drop = dropout or _dropout_args(None, 0.0, 0)
-    with_dropout = dropout is not None and int(drop[2]) > 0
-    block_n = 64 if D <= 96 else 32  # keys per tile of the dq kernel
-    block_m = 64 if D <= 64 else 32  # queries per tile of the dk/dv kernel
-    row_bytes = (D + _PAD) * 2
-    dq_shared = max(2 * 64, 2 * 2 * block_n) * row_bytes  # staging of q/dO, then two key/value buffers
-    dkdv_shared = (2 * 64 + 2 * 2 * block_m) * row_bytes + 2 * 2 * block_m * 4
-
-    def dot(zero=None):  # dvec; `zero` (float32, or None) cleared by the same launch
-        zero_args = (zero, L.i64(zero.size // 4)) if zero is not None else (L.ptr(None), L.i64(0))
-        dot_args = (out, g, dvec, *outs, *gs, L.i32(H), L.i32(T), L.i32(D), L.i64(rows), *zero_args)
-        _launch(f"flash_bwd_dot_{L.suffix(q.dtype)}", (-(-rows * 8 // 256),), 0, dot_args, threads=256)
-
-    launches = {
-        "dot": dot,
-        "dq": lambda: _launch(
-            _name("bwd_dq", q.dtype, D, with_dropout),
-            (-(-T // 64), B * H),
-            dq_shared,
-            (q, k, v, g, lse, dvec, dq, *qs, *ks, *vs, *gs, *_strides(dq), *shape, *drop),
-        ),
-        "dkdv": lambda: _launch(
-            _name("bwd_dkdv", q.dtype, D, with_dropout),
-            (-(-S // 64), B * Hkv),
-            dkdv_shared,
-            (q, k, v, g, lse, dvec, dk, dv, *qs, *ks, *vs, *gs, *_strides(dk), *shape, *drop),
-        ),
-    }
+    drop = dropout or _NO_DROPOUT
+    with_dropout = dropout is not None and drop[2] > 0
     if tiles is None and os.environ.get("GRADCRAFT_DETERMINISTIC", "0") != "0":
         tiles = DETERMINISTIC_TILES.get(D)
     tiles = tiles or (HOPPER_TILES["dq"].get(D), HOPPER_TILES["dkdv"].get(D))
-    if not with_dropout and hopper(q.dtype, D) and None not in tiles:
-        if tiles[0] in (FUSED, FUSED_OVERLAP):
-            return _fused_launches(q, k, v, g, lse, dvec, dq, dk, dv, qs, ks, vs, gs, shape, launches["dot"], tiles)
+    on_hopper = not with_dropout and hopper(q.dtype, D) and None not in tiles
+    fused = on_hopper and tiles[0] in (FUSED, FUSED_OVERLAP)
+    # dvec (B, H, T), and for the fused kernels dQ's float32 sums (B, H, T rounded up to 64, D) after it
+    # (256-byte aligned): one allocation, which the launches below keep alive
+    rows = B * H * T
+    dvec_bytes = -(-rows * 4 // 256) * 256
+    acc_bytes = B * H * -(-T // 64) * 64 * D * 4 if fused else 0
+    memory = L.scratch(dvec_bytes + acc_bytes)
+    dvec, dq_acc = memory.ptr, memory.ptr + dvec_bytes
+    inputs = (q.data.ptr, k.data.ptr, v.data.ptr, g.data.ptr, lse.data.ptr, dvec)
+    strides = (*qs, *ks, *vs, *gs)
+    dot_values = (out.data.ptr, g.data.ptr, dvec, *outs, *gs, H, T, D, rows, dq_acc if fused else 0, acc_bytes // 16)
+    # (the dot kernel clears dq_acc as it goes: one launch)
+    dot = (FILE, f"flash_bwd_dot_{L.suffix(q.dtype)}", (-(-rows * 8 // 256),), 256, 0, DOT_TYPES, dot_values)
+    dq_values = (*inputs, dq.data.ptr, *strides, *_strides(dq), *shape)
+    dkdv_values = (*inputs, dk.data.ptr, dv.data.ptr, *strides, *_strides(dk), *shape)
+    if fused:
+        variant, dkdv_tiles = tiles
+        dkdv, dq_launch = _fused_launches(q, k, dq, dkdv_values, dq_acc, shape, variant, dkdv_tiles)
+    elif on_hopper:
         (n, wq), (m, wk) = tiles
         suffix = L.suffix(q.dtype)
         # dq: queries and output gradients, two stages of keys and values; dk/dv: keys and values, two
         # stages of queries and output gradients and of their lse and dvec; 1 KB of alignment slack each
         dq_shared = (2 * 64 * wq + 4 * n) * D * 2 + 1024
         dkdv_shared = (2 * 64 * wk + 4 * m) * D * 2 + 2 * 2 * m * 4 + 1024
-        dq_args = (q, k, v, g, lse, dvec, dq, *qs, *ks, *vs, *gs, *_strides(dq), *shape)
-        dkdv_args = (q, k, v, g, lse, dvec, dk, dv, *qs, *ks, *vs, *gs, *_strides(dk), *shape)
         name_dq, name_dkdv = f"hopper_bwd_dq_{suffix}_d{D}_n{n}_w{wq}", f"hopper_bwd_dkdv_{suffix}_d{D}_m{m}_w{wk}"
-        launches["dq"] = lambda: _hopper_launch(
-            HOPPER_BWD_FILE, name_dq, (-(-T // (64 * wq)), B * H), WARPGROUP * wq, dq_shared, dq_args
-        )
-        launches["dkdv"] = lambda: _hopper_launch(
-            HOPPER_BWD_FILE, name_dkdv, (-(-S // (64 * wk)), B * Hkv), WARPGROUP * wk, dkdv_shared, dkdv_args
-        )
-    return launches
+        dq_launch = (HOPPER_BWD_FILE, name_dq, (-(-T // (64 * wq)), B * H), WARPGROUP * wq, dq_shared, DQ_TYPES)
+        dq_launch += (dq_values,)
+        dkdv = (HOPPER_BWD_FILE, name_dkdv, (-(-S // (64 * wk)), B * Hkv), WARPGROUP * wk, dkdv_shared, DKDV_TYPES)
+        dkdv += (dkdv_values,)
+    else:
+        block_n = 64 if D <= 96 else 32  # keys per tile of the dq kernel
+        block_m = 64 if D <= 64 else 32  # queries per tile of the dk/dv kernel
+        row_bytes = (D + _PAD) * 2
+        dq_shared = max(2 * 64, 2 * 2 * block_n) * row_bytes  # staging of q/dO, then two key/value buffers
+        dkdv_shared = (2 * 64 + 2 * 2 * block_m) * row_bytes + 2 * 2 * block_m * 4
+        dq_launch = (FILE, _name("bwd_dq", q.dtype, D, with_dropout), (-(-T // 64), B * H), THREADS, dq_shared)
+        dq_launch += (DQ_TYPES + _DROP, (*dq_values, *drop))
+        dkdv = (FILE, _name("bwd_dkdv", q.dtype, D, with_dropout), (-(-S // 64), B * Hkv), THREADS, dkdv_shared)
+        dkdv += (DKDV_TYPES + _DROP, (*dkdv_values, *drop))
+    # (with the fused kernels, "dq" only converts dQ's sums, after dk/dv has added them up)
+    order = {"dot": dot, "dkdv": dkdv, "dq": dq_launch} if fused else {"dot": dot, "dq": dq_launch, "dkdv": dkdv}
+    return {name: functools.partial(_launch, *launch, keep=memory) for name, launch in order.items()}
 
 
-def _fused_launches(q, k, v, g, lse, dvec, dq, dk, dv, qs, ks, vs, gs, shape, dot, tiles) -> dict:
+def _fused_launches(q, k, dq, dkdv_values, dq_acc, shape, variant, tiles) -> tuple:
     """flash_hopper_bwd.cu's fused backward: dk/dv and dQ's float32 partial sums (added into dq_acc,
-    (B, H, T rounded up to 64, D), by every key block), then dq = scale * dq_acc by the convert kernel."""
+    (B, H, T rounded up to 64, D), by every key block), then dq = scale * dq_acc by the convert kernel:
+    the two launches' (file, kernel, grid, threads, shared memory, types, values)."""
     B, H, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     suffix = L.suffix(q.dtype)
-    dq_acc = L.empty((B, H, -(-T // 64) * 64, D), np.float32)
-
-    def zero_and_dot():  # (one launch: the dot kernel clears dq_acc as it goes)
-        dot(dq_acc)
-
     # dk/dv's (64, warpgroups[, blocks an SM the registers are capped for[, stages of query tiles]]), or
     # (queries a step, consumer warpgroups, WARP_SPECIALIZED)
-    variant, (queries, wgs, *rest) = tiles
-    args = (q, k, v, g, lse, dvec, dk, dv, dq_acc, *qs, *ks, *vs, *gs, *_strides(dk), *shape)
-    convert_args = (dq_acc, dq, *_strides(dq), shape[0], shape[2], shape[4])  # H, T, scale
-    convert = f"hopper_bwd_dq_convert_{suffix}_d{D}"
+    queries, wgs, *rest = tiles
     keys = 64 * wgs  # a block's
     if rest == [WARP_SPECIALIZED]:  # hopper_bwd_ws: a producer warpgroup beside the consumers
         stages, threads = WS_BWD_STAGES, WARPGROUP * (wgs + 1)
@@ -399,11 +396,11 @@ def _fused_launches(q, k, v, g, lse, dvec, dq, dk, dv, qs, ks, vs, gs, shape, do
         shared = (2 * keys + 2 * stages * 64) * D * 2 + keys * 64 * 2 + stages * 2 * 64 * 4 + 1024
         tail = (f"_b{blocks}" if blocks else "") + (f"_s{stages}" if stages != 2 else "")
         fused = f"hopper_bwd_{variant}_{suffix}_d{D}_m64_w{wgs}{tail}"
-    return {
-        "dot": zero_and_dot,
-        "dkdv": lambda: _hopper_launch(HOPPER_BWD_FILE, fused, (-(-S // keys), B * Hkv), threads, shared, args),
-        "dq": lambda: _hopper_launch(HOPPER_BWD_FILE, convert, (-(-T // 64), B * H), WARPGROUP, 0, convert_args),
-    }
+    values = (*dkdv_values[:8], dq_acc, *dkdv_values[8:])
+    dkdv = (HOPPER_BWD_FILE, fused, (-(-S // keys), B * Hkv), threads, shared, FUSED_TYPES, values)
+    convert_values = (dq_acc, dq.data.ptr, *_strides(dq), shape[0], shape[2], shape[4])  # H, T, scale
+    convert = (HOPPER_BWD_FILE, f"hopper_bwd_dq_convert_{suffix}_d{D}", (-(-T // 64), B * H), WARPGROUP, 0)
+    return dkdv, convert + (CONVERT_TYPES, convert_values)
 
 
 KERNELS = {"flash_attention": flash_attention, "flash_attention_backward": flash_attention_backward}

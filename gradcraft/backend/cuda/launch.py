@@ -242,3 +242,13 @@ def i32(v) -> np.int32:
 
 def f64(v) -> np.float64:
     return np.float64(v)
+
+
+def scratch(nbytes: int) -> cp.cuda.MemoryPointer:
+    """`nbytes` of device memory from CuPy's pool without an array object around it (a launcher's own
+    temporaries, or the memory of an array it builds with cupy.ndarray: cheaper than cupy.empty); NaN
+    bits (0xFF bytes) when POISON."""
+    memory = cp.cuda.alloc(nbytes)
+    if POISON and nbytes:
+        cp.cuda.runtime.memsetAsync(memory.ptr, 0xFF, nbytes, cp.cuda.get_current_stream().ptr)
+    return memory

@@ -11,7 +11,8 @@ the host has issued the next and the times below are the host's alone. Each line
 
 - cupy: the CuPy calls a launcher makes (allocation, array construction, device and stream queries);
 - launch: one forward kernel launched by CuPy's kernel call (its 30-odd arguments NumPy scalars, the
-  path the launchers took before session 19) and by packed.launch (one buffer, the path they take);
+  path the launchers took before session 19), by packed.launch (every argument packed into one buffer)
+  and by a prepared packed.Launch (only the pointers packed: the launchers' path);
 - launchers: backend/cuda/attention.py's forward and backward (every launch of a call);
 - engine: gradcraft's scaled_dot_product_attention on tensors, building the graph, realizing it,
   then the backward, then the whole call with a synchronisation; PyTorch's whole call beside it.
@@ -124,6 +125,8 @@ def run(args) -> None:
                     "packed.launch",
                     lambda: packed.launch(handle, grid, threads, shared, attention.FWD_TYPES, packed_values),
                 )
+                prepared = packed.Launch(handle, grid, threads, shared, attention.FWD_TYPES, packed_values[5:])
+                line(f"launch d{D}", "packed.Launch (prepared: the pointers only)", lambda: prepared(*pointers))
             line(f"launchers d{D}", "attention._rows(q)", lambda: attention._rows(a_q))
             line(f"launchers d{D}", "attention.hopper(dtype, D)", lambda: attention.hopper(a_q.dtype, D))
             line(f"launchers d{D}", "flash_attention", lambda: attention.flash_attention(a_q, a_k, a_v, **attrs))

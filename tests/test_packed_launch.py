@@ -105,7 +105,7 @@ def _types(params: str) -> str:
     "file,kernel,types",
     [
         ("flash_hopper.cu", "hopper_fwd_##NAME##_d##D##_n##BN##_w##WGS(", "FWD_TYPES"),
-        ("flash_hopper.cu", "hopper_fwd_##NAME##_d##D##_n##BN##_c##CW##TAIL(FH_PARAMS, int heads", "PERSISTENT_FWD_TYPES"),
+        ("flash_hopper.cu", "##TAIL(FH_PARAMS, int heads", "PERSISTENT_FWD_TYPES"),
         ("flash_hopper_bwd.cu", "hopper_bwd_dq_##NAME##_d##D##_n##BN", "DQ_TYPES"),
         ("flash_hopper_bwd.cu", "hopper_bwd_dkdv_##NAME", "DKDV_TYPES"),
         ("flash_hopper_bwd.cu", "hopper_bwd_##KIND##_##NAME", "FUSED_TYPES"),

@@ -6,6 +6,7 @@ The NumPy references are `_flash_attention` and `_flash_attention_backward` in b
 """
 
 import functools
+import operator
 import os
 
 import cupy as cp
@@ -125,9 +126,11 @@ def _name(kind: str, dtype, head_dim: int, dropout: bool = False) -> str:
     return f"flash_{kind}_{'dropout_' if dropout else ''}{L.suffix(dtype)}_d{head_dim}"
 
 
-# Every kernel here launches through packed.launch (one buffer of arguments, not CuPy's argument by
-# argument conversion: the eager call's host time, BENCHMARK.md session 19), with its parameters' C
-# types as a struct format: "P" a device pointer, "q" int64, "i" int32, "I" uint32, "f" float32.
+# Every kernel here launches through packed.Launch: prepared once per shape and layout (the launch
+# plans below), then each call packs its pointers and launches, where CuPy's kernel call converted some
+# 30 NumPy scalars each time (the eager call's host time: bench/attention_host.py, BENCHMARK.md session
+# 19). The kernels' parameters, as struct formats ("P" a device pointer, "q" int64, "i" int32, "I"
+# uint32, "f" float32), start with the pointers a call passes.
 _SHAPE = "iiiifii"  # H, Hkv, T, S, scale, causal, window
 _DROP = "PIIf"  # the dropout state, stream id, threshold and scale (the mma.sync kernels only)
 FWD_TYPES = "P" * 5 + "q" * 12 + _SHAPE  # q, k, v, out, lse; their strides; the shape
@@ -136,12 +139,12 @@ DQ_TYPES = "P" * 7 + "q" * 15 + _SHAPE  # q, k, v, dO, lse, dvec, dq; strides of
 DKDV_TYPES = "P" * 8 + "q" * 15 + _SHAPE  # ... dk, dv; strides of q, k, v, dO, dk (= dv's)
 FUSED_TYPES = "P" * 9 + "q" * 15 + _SHAPE  # ... dk, dv, dq_acc
 CONVERT_TYPES = "PP" + "q" * 3 + "iif"  # dq_acc, dq, dq's strides, H, T, scale
-DOT_TYPES = "PPP" + "q" * 6 + "iii" + "q" + "Pq"  # O, dO, dvec, their strides, H, T, D, rows, zeroed, its float4s
+DOT_TYPES = "P" * 4 + "q" * 6 + "iii" + "qq"  # O, dO, dvec, what it zeroes; strides of O, dO; H, T, D; rows, float4s
 
 _NO_DROPOUT = (0, 0, 0, 1.0)
 
 
-def _dropout_args(state, dropout_p, stream):
+def _dropout_args(state, dropout_p, stream) -> tuple:
     """The mma.sync kernels' dropout arguments: the device's [seed, counter] (contiguous, and held by the
     caller until the launch; read when the kernel runs, so a replayed graph draws new masks), the
     stream id, backend/philox.py's 16-bit threshold and scale."""
@@ -171,10 +174,8 @@ def _function(file: str, name: str, shared: int) -> int:
     return entry[0]
 
 
-def _launch(file, name, grid, threads, shared, types, values, keep=None) -> None:
-    """Launch kernel `name` of `file`; `keep`: memory the arguments point into that nothing else holds
-    (alive until here, so until the launch has been queued: the pool reuses memory in stream order)."""
-    packed.launch(_function(file, name, shared), grid, threads, shared, types, values)
+def _prepare(file, name, grid, threads, shared, types, fixed) -> packed.Launch:
+    return packed.Launch(_function(file, name, shared), grid, threads, shared, types, fixed)
 
 
 def _seq_major(shape, dtype):
@@ -243,11 +244,23 @@ def _ws_stages(head_dim: int, consumers: int) -> int:
     return 3 if head_dim == 128 and consumers == 2 else 2
 
 
-def _hopper_fwd(q, k, v, out, lse, qs, ks, vs, scale, causal, window, tiles=None, blocks=None):
-    """flash_hopper.cu's forward, variant `tiles` (HOPPER_TILES by default). `blocks` caps a persistent
-    variant's grid (one block an SM by default), so a test can make each block take many tiles."""
-    B, H, T, D = q.shape
-    block_n, wgs, *kind = tiles or HOPPER_TILES["fwd"][D]
+# ---------------------------------------------------------------- launch plans, by shape and layout
+# Built on a call's first sight of its shapes, strides, dtype, attributes and variants on a device (the
+# key: every argument below), then kept: an eager training or decoding loop repeats a handful of them.
+
+
+@functools.lru_cache(maxsize=256)
+def _forward_plan(device, dtype, shape, qs, ks, vs, outs, shape_args, tiles, blocks, drop, counters):
+    """The forward's launch, taking the pointers of q, k, v, out and lse. tiles: the wgmma variant
+    (HOPPER_VARIANTS), or None for the mma.sync kernel (with `drop`, _dropout_args); blocks: a
+    persistent variant's grid cap (None: one block an SM); counters: its work counter's pointer."""
+    B, H, T, D = shape
+    fixed = (*qs, *ks, *vs, *outs, *shape_args)
+    if tiles is None:
+        shared = (128 + 2 * (32 if D >= 128 else 64)) * (D + _PAD) * 2  # query, key, value tiles (FWD_BLOCK_*)
+        name = _name("fwd", dtype, D, drop[2] > 0)
+        return _prepare(FILE, name, (-(-T // 128), B * H), THREADS, shared, FWD_TYPES + _DROP, (*fixed, *drop))
+    block_n, wgs, *kind = tiles
     kind = kind[0] if kind else None
     threads, suffix, stages = WARPGROUP * wgs, f"w{wgs}", 2
     if kind == PIPELINED:
@@ -255,15 +268,29 @@ def _hopper_fwd(q, k, v, out, lse, qs, ks, vs, scale, causal, window, tiles=None
     elif kind in WARP_SPECIALIZED_KINDS:  # wgs consumer warpgroups and the producer
         threads, suffix, stages = WARPGROUP * (wgs + 1), f"c{wgs}_{kind}", _ws_stages(D, wgs)
     shared = (64 * wgs + 2 * stages * block_n) * D * 2 + 1024  # queries, keys and values by stage, alignment slack
-    pointers = (q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse.data.ptr)
-    values = (*pointers, *qs, *ks, *vs, *_strides(out), *_shape_args(q, k, scale, causal, window))
-    name = f"hopper_fwd_{L.suffix(q.dtype)}_d{D}_n{block_n}_{suffix}"
+    name = f"hopper_fwd_{L.suffix(dtype)}_d{D}_n{block_n}_{suffix}"
     grid, types = (-(-T // (64 * wgs)), B * H), FWD_TYPES
     if kind in PERSISTENT_KINDS:  # the tiles handed out by a counter at 0 between launches
-        items = grid[0] * grid[1]
-        grid = (min(items, blocks or L.sm_count()),)
-        values, types = (*values, B * H, int(L.block_counters(1))), PERSISTENT_FWD_TYPES
-    _launch(HOPPER_FILE, name, grid, threads, shared, types, values)
+        grid = (min(grid[0] * grid[1], blocks or L.sm_count()),)
+        fixed, types = (*fixed, B * H, counters), PERSISTENT_FWD_TYPES
+    return _prepare(HOPPER_FILE, name, grid, threads, shared, types, fixed)
+
+
+def _counters(tiles) -> int:
+    """The work counter of a persistent forward variant (0 for the others)."""
+    return int(L.block_counters(1)) if tiles is not None and tiles[2:] and tiles[2] in PERSISTENT_KINDS else 0
+
+
+def _hopper_fwd(q, k, v, out, lse, qs, ks, vs, scale, causal, window, tiles=None, blocks=None):
+    """flash_hopper.cu's forward, variant `tiles` (HOPPER_TILES by default). `blocks` caps a persistent
+    variant's grid (one block an SM by default), so a test can make each block take many tiles."""
+    tiles = tuple(tiles or HOPPER_TILES["fwd"][q.shape[3]])
+    strides = tuple(tuple(int(s) for s in a) for a in (qs, ks, vs))
+    shape = _shape_args(q, k, scale, causal, window)
+    device = cp.cuda.runtime.getDevice()
+    outs, counters = _strides(out), _counters(tiles)
+    plan = _forward_plan(device, q.dtype, q.shape, *strides, outs, shape, tiles, blocks, _NO_DROPOUT, counters)
+    plan(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse.data.ptr)
 
 
 def flash_attention(q, k, v, state=None, *, scale, causal, window, dropout_p=0.0, stream=0):
@@ -273,114 +300,87 @@ def flash_attention(q, k, v, state=None, *, scale, causal, window, dropout_p=0.0
     if out.size == 0:
         return out, lse
     (q, qs), (k, ks), (v, vs) = _rows(q), _rows(k), _rows(v)
+    tiles, drop = None, _NO_DROPOUT
     if hopper(q.dtype, D, dropout_p):
-        _hopper_fwd(q, k, v, out, lse, qs, ks, vs, scale, causal, window)
-        return out, lse
-    shared = (128 + 2 * (32 if D >= 128 else 64)) * (D + _PAD) * 2  # query, key, value tiles (FWD_BLOCK_*)
-    pointers = (q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse.data.ptr)
-    values = (*pointers, *qs, *ks, *vs, *_strides(out), *_shape_args(q, k, scale, causal, window))
-    name, grid = _name("fwd", q.dtype, D, bool(dropout_p)), (-(-T // 128), B * H)
-    state = L.contiguous(state) if dropout_p else None
-    _launch(FILE, name, grid, THREADS, shared, FWD_TYPES + _DROP, (*values, *_dropout_args(state, dropout_p, stream)))
+        tiles = HOPPER_TILES["fwd"][D]
+    elif dropout_p:
+        state = L.contiguous(state)  # (held until the launch below)
+        drop = _dropout_args(state, dropout_p, stream)
+    shape = _shape_args(q, k, scale, causal, window)
+    device = cp.cuda.runtime.getDevice()
+    outs, counters = _strides(out), _counters(tiles)
+    plan = _forward_plan(device, q.dtype, q.shape, qs, ks, vs, outs, shape, tiles, None, drop, counters)
+    plan(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse.data.ptr)
     return out, lse
 
 
-def flash_attention_backward(q, k, v, out, lse, g, state=None, *, scale, causal, window, dropout_p=0.0, stream=0):
-    dq, dk, dv = _seq_major(q.shape, q.dtype), _seq_major(k.shape, k.dtype), _seq_major(v.shape, v.dtype)
-    if q.size == 0 or k.size == 0:  # nothing attends: every gradient is zero
-        for a in (dq, dk, dv):
-            a.fill(0)
-        return dq, dk, dv
-    state = L.contiguous(state) if dropout_p else None
-    for launch in backward_launches(
-        q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, _dropout_args(state, dropout_p, stream)
-    ).values():
-        launch()
-    return dq, dk, dv
+# A backward launch's pointers, by name: each launch of a plan reads its own from this tuple.
+_POINTERS = ("q", "k", "v", "g", "lse", "dvec", "dq", "dk", "dv", "dq_acc", "out")
+_DOT = ("out", "g", "dvec", "dq_acc")
+_INPUTS = ("q", "k", "v", "g", "lse", "dvec")
 
 
-def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, dropout=None, tiles=None) -> dict:
-    """The backward's three kernels as callables, in order (bench/attention_kernels.py times each):
-    dot: dvec = rowsum(dO * O), the softmax gradient's correction term; dq: a block per query tile;
-    dkdv: a block per key tile, over the query tiles of every query head sharing its KV head. With
-    dq's variant FUSED or FUSED_OVERLAP, dkdv adds dQ up in float32 too (zeroed by "dot") and "dq"
-    only converts it.
-    `dropout`: _dropout_args (None: no dropout). dq double-buffers its key/value tiles, dk/dv its
-    query/output-gradient tiles (and their lse/dvec), hence the shared-memory sizes below.
-    Where `hopper` says so, dq and dk/dv are flash_hopper_bwd.cu's wgmma kernels (`tiles`: the
-    variants of dq and of dk/dv, HOPPER_TILES by default, where None keeps the mma.sync kernels).
-    (On mma.sync, adding dq up with scalar atomics inside the dk/dv kernel measured 4% slower than
-    the separate dq kernel at gpt2-124m's shapes on an H200; on wgmma, with dS^T staged in shared
-    memory and 16-byte vector reductions in the accumulator's register order, the fused kernel is
-    the faster, most at long sequences: bench/attention_kernels.py, BENCHMARK.md.)"""
-    B, H, T, D = q.shape
-    Hkv, S = k.shape[1], k.shape[2]
-    (q, qs), (k, ks), (v, vs), (g, gs), (out, outs) = _rows(q), _rows(k), _rows(v), _rows(g), _rows(out)
-    lse = L.contiguous(lse)
-    if dk.strides != dv.strides:  # the dk/dv kernel writes both through one set of strides
-        raise ValueError("flash attention: dk and dv must share a layout")
-    shape = _shape_args(q, k, scale, causal, window)
-    drop = dropout or _NO_DROPOUT
-    with_dropout = dropout is not None and drop[2] > 0
-    if tiles is None and os.environ.get("GRADCRAFT_DETERMINISTIC", "0") != "0":
-        tiles = DETERMINISTIC_TILES.get(D)
-    tiles = tiles or (HOPPER_TILES["dq"].get(D), HOPPER_TILES["dkdv"].get(D))
-    on_hopper = not with_dropout and hopper(q.dtype, D) and None not in tiles
-    fused = on_hopper and tiles[0] in (FUSED, FUSED_OVERLAP)
-    # dvec (B, H, T), and for the fused kernels dQ's float32 sums (B, H, T rounded up to 64, D) after it
-    # (256-byte aligned): one allocation, which the launches below keep alive
+def _pointers(*names):
+    return operator.itemgetter(*(_POINTERS.index(n) for n in names))
+
+
+@functools.lru_cache(maxsize=256)
+def _backward_plan(device, dtype, shape, kv_shape, qs, ks, vs, gs, outs, dqs, dks, shape_args, tiles, drop):
+    """The backward's launches for these shapes and layouts: (bytes of dvec, bytes of dQ's float32 sums,
+    ((name, pointers (a getter of _POINTERS' values), packed.Launch) in launch order)). tiles: the
+    wgmma variants of dq and dk/dv, or None for the mma.sync kernels (with `drop`, _dropout_args)."""
+    B, H, T, D = shape
+    Hkv, S = kv_shape[1], kv_shape[2]
+    fused = tiles is not None and tiles[0] in (FUSED, FUSED_OVERLAP)
     rows = B * H * T
+    # dvec (B, H, T), and for the fused kernels dQ's sums (B, H, T rounded up to 64, D) after it, 256-byte
+    # aligned: one allocation
     dvec_bytes = -(-rows * 4 // 256) * 256
     acc_bytes = B * H * -(-T // 64) * 64 * D * 4 if fused else 0
-    memory = L.scratch(dvec_bytes + acc_bytes)
-    dvec, dq_acc = memory.ptr, memory.ptr + dvec_bytes
-    inputs = (q.data.ptr, k.data.ptr, v.data.ptr, g.data.ptr, lse.data.ptr, dvec)
     strides = (*qs, *ks, *vs, *gs)
-    dot_values = (out.data.ptr, g.data.ptr, dvec, *outs, *gs, H, T, D, rows, dq_acc if fused else 0, acc_bytes // 16)
-    # (the dot kernel clears dq_acc as it goes: one launch)
-    dot = (FILE, f"flash_bwd_dot_{L.suffix(q.dtype)}", (-(-rows * 8 // 256),), 256, 0, DOT_TYPES, dot_values)
-    dq_values = (*inputs, dq.data.ptr, *strides, *_strides(dq), *shape)
-    dkdv_values = (*inputs, dk.data.ptr, dv.data.ptr, *strides, *_strides(dk), *shape)
+    # (the dot kernel clears dQ's sums as it goes: one launch)
+    dot_fixed = (*outs, *gs, H, T, D, rows, acc_bytes // 16)
+    dot = _prepare(FILE, f"flash_bwd_dot_{L.suffix(dtype)}", (-(-rows * 8 // 256),), 256, 0, DOT_TYPES, dot_fixed)
+    launches = [("dot", _pointers(*_DOT), dot)]
+    dq_fixed, dkdv_fixed = (*strides, *dqs, *shape_args), (*strides, *dks, *shape_args)
     if fused:
-        variant, dkdv_tiles = tiles
-        dkdv, dq_launch = _fused_launches(q, k, dq, dkdv_values, dq_acc, shape, variant, dkdv_tiles)
-    elif on_hopper:
+        fused_launches = _fused_launches(dtype, shape, kv_shape, dqs, dkdv_fixed, shape_args, tiles)
+        return dvec_bytes, acc_bytes, tuple(launches + fused_launches)
+    if tiles is not None:
         (n, wq), (m, wk) = tiles
-        suffix = L.suffix(q.dtype)
+        suffix = L.suffix(dtype)
         # dq: queries and output gradients, two stages of keys and values; dk/dv: keys and values, two
         # stages of queries and output gradients and of their lse and dvec; 1 KB of alignment slack each
         dq_shared = (2 * 64 * wq + 4 * n) * D * 2 + 1024
         dkdv_shared = (2 * 64 * wk + 4 * m) * D * 2 + 2 * 2 * m * 4 + 1024
         name_dq, name_dkdv = f"hopper_bwd_dq_{suffix}_d{D}_n{n}_w{wq}", f"hopper_bwd_dkdv_{suffix}_d{D}_m{m}_w{wk}"
-        dq_launch = (HOPPER_BWD_FILE, name_dq, (-(-T // (64 * wq)), B * H), WARPGROUP * wq, dq_shared, DQ_TYPES)
-        dq_launch += (dq_values,)
-        dkdv = (HOPPER_BWD_FILE, name_dkdv, (-(-S // (64 * wk)), B * Hkv), WARPGROUP * wk, dkdv_shared, DKDV_TYPES)
-        dkdv += (dkdv_values,)
-    else:
+        dq_grid, dkdv_grid = (-(-T // (64 * wq)), B * H), (-(-S // (64 * wk)), B * Hkv)
+        dq = _prepare(HOPPER_BWD_FILE, name_dq, dq_grid, WARPGROUP * wq, dq_shared, DQ_TYPES, dq_fixed)
+        dkdv = _prepare(HOPPER_BWD_FILE, name_dkdv, dkdv_grid, WARPGROUP * wk, dkdv_shared, DKDV_TYPES, dkdv_fixed)
+    else:  # dq double-buffers its key/value tiles, dk/dv its query/output-gradient tiles (and lse, dvec)
         block_n = 64 if D <= 96 else 32  # keys per tile of the dq kernel
         block_m = 64 if D <= 64 else 32  # queries per tile of the dk/dv kernel
         row_bytes = (D + _PAD) * 2
         dq_shared = max(2 * 64, 2 * 2 * block_n) * row_bytes  # staging of q/dO, then two key/value buffers
         dkdv_shared = (2 * 64 + 2 * 2 * block_m) * row_bytes + 2 * 2 * block_m * 4
-        dq_launch = (FILE, _name("bwd_dq", q.dtype, D, with_dropout), (-(-T // 64), B * H), THREADS, dq_shared)
-        dq_launch += (DQ_TYPES + _DROP, (*dq_values, *drop))
-        dkdv = (FILE, _name("bwd_dkdv", q.dtype, D, with_dropout), (-(-S // 64), B * Hkv), THREADS, dkdv_shared)
-        dkdv += (DKDV_TYPES + _DROP, (*dkdv_values, *drop))
-    # (with the fused kernels, "dq" only converts dQ's sums, after dk/dv has added them up)
-    order = {"dot": dot, "dkdv": dkdv, "dq": dq_launch} if fused else {"dot": dot, "dq": dq_launch, "dkdv": dkdv}
-    return {name: functools.partial(_launch, *launch, keep=memory) for name, launch in order.items()}
+        dropout = drop[2] > 0
+        dq_name, dkdv_name = _name("bwd_dq", dtype, D, dropout), _name("bwd_dkdv", dtype, D, dropout)
+        dq_grid, dkdv_grid = (-(-T // 64), B * H), (-(-S // 64), B * Hkv)
+        dq = _prepare(FILE, dq_name, dq_grid, THREADS, dq_shared, DQ_TYPES + _DROP, (*dq_fixed, *drop))
+        dkdv = _prepare(FILE, dkdv_name, dkdv_grid, THREADS, dkdv_shared, DKDV_TYPES + _DROP, (*dkdv_fixed, *drop))
+    launches += [("dq", _pointers(*_INPUTS, "dq"), dq), ("dkdv", _pointers(*_INPUTS, "dk", "dv"), dkdv)]
+    return dvec_bytes, acc_bytes, tuple(launches)
 
 
-def _fused_launches(q, k, dq, dkdv_values, dq_acc, shape, variant, tiles) -> tuple:
+def _fused_launches(dtype, shape, kv_shape, dqs, dkdv_fixed, shape_args, tiles) -> list:
     """flash_hopper_bwd.cu's fused backward: dk/dv and dQ's float32 partial sums (added into dq_acc,
-    (B, H, T rounded up to 64, D), by every key block), then dq = scale * dq_acc by the convert kernel:
-    the two launches' (file, kernel, grid, threads, shared memory, types, values)."""
-    B, H, T, D = q.shape
-    Hkv, S = k.shape[1], k.shape[2]
-    suffix = L.suffix(q.dtype)
+    (B, H, T rounded up to 64, D), by every key block), then dq = scale * dq_acc by the convert kernel."""
+    B, H, T, D = shape
+    Hkv, S = kv_shape[1], kv_shape[2]
+    suffix = L.suffix(dtype)
     # dk/dv's (64, warpgroups[, blocks an SM the registers are capped for[, stages of query tiles]]), or
     # (queries a step, consumer warpgroups, WARP_SPECIALIZED)
-    queries, wgs, *rest = tiles
+    variant, (queries, wgs, *rest) = tiles
     keys = 64 * wgs  # a block's
     if rest == [WARP_SPECIALIZED]:  # hopper_bwd_ws: a producer warpgroup beside the consumers
         stages, threads = WS_BWD_STAGES, WARPGROUP * (wgs + 1)
@@ -396,11 +396,74 @@ def _fused_launches(q, k, dq, dkdv_values, dq_acc, shape, variant, tiles) -> tup
         shared = (2 * keys + 2 * stages * 64) * D * 2 + keys * 64 * 2 + stages * 2 * 64 * 4 + 1024
         tail = (f"_b{blocks}" if blocks else "") + (f"_s{stages}" if stages != 2 else "")
         fused = f"hopper_bwd_{variant}_{suffix}_d{D}_m64_w{wgs}{tail}"
-    values = (*dkdv_values[:8], dq_acc, *dkdv_values[8:])
-    dkdv = (HOPPER_BWD_FILE, fused, (-(-S // keys), B * Hkv), threads, shared, FUSED_TYPES, values)
-    convert_values = (dq_acc, dq.data.ptr, *_strides(dq), shape[0], shape[2], shape[4])  # H, T, scale
-    convert = (HOPPER_BWD_FILE, f"hopper_bwd_dq_convert_{suffix}_d{D}", (-(-T // 64), B * H), WARPGROUP, 0)
-    return dkdv, convert + (CONVERT_TYPES, convert_values)
+    dkdv = _prepare(HOPPER_BWD_FILE, fused, (-(-S // keys), B * Hkv), threads, shared, FUSED_TYPES, dkdv_fixed)
+    convert_name, grid = f"hopper_bwd_dq_convert_{suffix}_d{D}", (-(-T // 64), B * H)
+    convert = _prepare(HOPPER_BWD_FILE, convert_name, grid, WARPGROUP, 0, CONVERT_TYPES, (*dqs, H, T, shape_args[4]))
+    # (dq only converts dQ's sums, after dk/dv has added them up)
+    return [("dkdv", _pointers(*_INPUTS, "dk", "dv", "dq_acc"), dkdv), ("dq", _pointers("dq_acc", "dq"), convert)]
+
+
+def _backward(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, dropout, tiles):
+    """The backward's launches as (name, packed.Launch, its pointers), in order, and what they point into
+    that nothing else may hold (the row-layout copies _rows made, the scratch memory): alive until the
+    launches are queued. dropout: _dropout_args (None: none); tiles as backward_launches'."""
+    D = q.shape[3]
+    (q, qs), (k, ks), (v, vs), (g, gs), (out, outs) = _rows(q), _rows(k), _rows(v), _rows(g), _rows(out)
+    lse = L.contiguous(lse)
+    if dk.strides != dv.strides:  # the dk/dv kernel writes both through one set of strides
+        raise ValueError("flash attention: dk and dv must share a layout")
+    drop = dropout or _NO_DROPOUT
+    if tiles is None and os.environ.get("GRADCRAFT_DETERMINISTIC", "0") != "0":
+        tiles = DETERMINISTIC_TILES.get(D)
+    tiles = tuple(tiles or (HOPPER_TILES["dq"].get(D), HOPPER_TILES["dkdv"].get(D)))
+    if drop[2] > 0 or None in tiles or not hopper(q.dtype, D):
+        tiles = None  # the mma.sync kernels
+    shape = _shape_args(q, k, scale, causal, window)
+    device = cp.cuda.runtime.getDevice()
+    dvec_bytes, acc_bytes, launches = _backward_plan(
+        device, q.dtype, q.shape, k.shape, qs, ks, vs, gs, outs, _strides(dq), _strides(dk), shape, tiles, drop
+    )
+    memory = L.scratch(dvec_bytes + acc_bytes)
+    dvec = memory.ptr
+    dq_acc = dvec + dvec_bytes if acc_bytes else 0
+    inputs = (q.data.ptr, k.data.ptr, v.data.ptr, g.data.ptr, lse.data.ptr, dvec)
+    pointers = (*inputs, dq.data.ptr, dk.data.ptr, dv.data.ptr, dq_acc, out.data.ptr)  # (as _POINTERS)
+    return [(name, launch, getter(pointers)) for name, getter, launch in launches], (memory, q, k, v, g, out, lse)
+
+
+def flash_attention_backward(q, k, v, out, lse, g, state=None, *, scale, causal, window, dropout_p=0.0, stream=0):
+    dq, dk, dv = _seq_major(q.shape, q.dtype), _seq_major(k.shape, k.dtype), _seq_major(v.shape, v.dtype)
+    if q.size == 0 or k.size == 0:  # nothing attends: every gradient is zero
+        for a in (dq, dk, dv):
+            a.fill(0)
+        return dq, dk, dv
+    state = L.contiguous(state) if dropout_p else None  # (held until the launches below)
+    dropout = _dropout_args(state, dropout_p, stream)
+    launches, _keep = _backward(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, dropout, None)
+    for _, launch, pointers in launches:
+        launch(*pointers)
+    return dq, dk, dv
+
+
+def _run(launch, pointers, keep) -> None:
+    launch(*pointers)  # (keep: what the pointers point into, alive as long as this callable)
+
+
+def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, dropout=None, tiles=None) -> dict:
+    """The backward's three kernels as callables, in order (bench/attention_kernels.py times each):
+    dot: dvec = rowsum(dO * O), the softmax gradient's correction term; dq: a block per query tile;
+    dkdv: a block per key tile, over the query tiles of every query head sharing its KV head. With
+    dq's variant FUSED or FUSED_OVERLAP, dkdv adds dQ up in float32 too (zeroed by "dot") and "dq"
+    only converts it.
+    `dropout`: _dropout_args (None: no dropout). Where `hopper` says so, dq and dk/dv are
+    flash_hopper_bwd.cu's wgmma kernels (`tiles`: the variants of dq and of dk/dv, HOPPER_TILES by
+    default, where None keeps the mma.sync kernels).
+    (On mma.sync, adding dq up with scalar atomics inside the dk/dv kernel measured 4% slower than
+    the separate dq kernel at gpt2-124m's shapes on an H200; on wgmma, with dS^T staged in shared
+    memory and 16-byte vector reductions in the accumulator's register order, the fused kernel is
+    the faster, most at long sequences: bench/attention_kernels.py, BENCHMARK.md.)"""
+    launches, keep = _backward(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, dropout, tiles)
+    return {name: functools.partial(_run, launch, pointers, keep) for name, launch, pointers in launches}
 
 
 KERNELS = {"flash_attention": flash_attention, "flash_attention_backward": flash_attention_backward}

@@ -41,6 +41,7 @@ class _Scratch(threading.local):
 
     def __init__(self):
         self.buffer = ctypes.create_string_buffer(BUFFER_BYTES)
+        self.bytes = memoryview(self.buffer).cast("B")
         self.size = ctypes.c_size_t(0)
         self.extra = (ctypes.c_void_p * 5)(
             _BUFFER_POINTER, ctypes.addressof(self.buffer), _BUFFER_SIZE, ctypes.addressof(self.size), _END
@@ -72,3 +73,36 @@ def launch(function: int, grid: tuple, threads: int, shared: int, types: str, va
     scratch.size.value = packed.size
     gx, gy, gz = grid if len(grid) == 3 else (*grid, 1, 1)[:3]
     driver.launchKernel(function, gx, gy, gz, threads, 1, 1, shared, current_stream().ptr, 0, scratch.extra_address)
+
+
+class Launch:
+    """One kernel launch prepared once: every argument fixed but the leading device pointers (the "P"s
+    at the start of `types`), which each call passes, packed over a copy of the rest. A launcher keeps
+    these by shape and layout, so an eager call pays for its pointers and the launch only."""
+
+    __slots__ = ("function", "grid", "threads", "shared", "size", "template", "head")
+
+    def __init__(self, function: int, grid: tuple, threads: int, shared: int, types: str, fixed: tuple):
+        packed = layout(types)
+        pointers = len(types) - len(types.lstrip("P"))
+        if len(fixed) != len(types) - pointers:
+            raise ValueError(
+                f"packed launch: {len(fixed)} fixed arguments for the {len(types) - pointers} of {types!r}"
+            )
+        template = bytearray(packed.size)
+        packed.pack_into(template, 0, *([0] * pointers), *fixed)
+        self.function, self.threads, self.shared = function, threads, shared
+        self.grid = grid if len(grid) == 3 else (*grid, 1, 1)[:3]
+        self.size, self.template, self.head = packed.size, bytes(template), layout("P" * pointers)
+
+    def __call__(self, *pointers) -> None:
+        driver, current_stream = _cupy or _cuda()
+        scratch = _scratch
+        scratch.bytes[: self.size] = self.template
+        self.head.pack_into(scratch.bytes, 0, *pointers)
+        scratch.size.value = self.size
+        gx, gy, gz = self.grid
+        stream = current_stream().ptr
+        driver.launchKernel(
+            self.function, gx, gy, gz, self.threads, 1, 1, self.shared, stream, 0, scratch.extra_address
+        )

@@ -640,13 +640,13 @@ __device__ __forceinline__ void flash_bwd_dkdv(const u16* __restrict__ q, const 
 FA_ALL(bf16, true)
 FA_ALL(f16, false)
 
-extern "C" __global__ void flash_bwd_dot_bf16(const u16* o, const u16* dout, float* dvec, i64 osb, i64 osh, i64 ost,
-                                              i64 dsb, i64 dsh, i64 dst, int H, int T, int D, i64 rows, float4* zero,
+extern "C" __global__ void flash_bwd_dot_bf16(const u16* o, const u16* dout, float* dvec, float4* zero, i64 osb,
+                                              i64 osh, i64 ost, i64 dsb, i64 dsh, i64 dst, int H, int T, int D, i64 rows,
                                               i64 zero4) {
     flash_bwd_dot<true>(o, dout, dvec, osb, osh, ost, dsb, dsh, dst, H, T, D, rows, zero, zero4);
 }
-extern "C" __global__ void flash_bwd_dot_f16(const u16* o, const u16* dout, float* dvec, i64 osb, i64 osh, i64 ost,
-                                             i64 dsb, i64 dsh, i64 dst, int H, int T, int D, i64 rows, float4* zero,
+extern "C" __global__ void flash_bwd_dot_f16(const u16* o, const u16* dout, float* dvec, float4* zero, i64 osb,
+                                             i64 osh, i64 ost, i64 dsb, i64 dsh, i64 dst, int H, int T, int D, i64 rows,
                                              i64 zero4) {
     flash_bwd_dot<false>(o, dout, dvec, osb, osh, ost, dsb, dsh, dst, H, T, D, rows, zero, zero4);
 }

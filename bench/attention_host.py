@@ -38,11 +38,7 @@ def parse_args(argv=None):
     p.add_argument("--seq", type=int, default=128, help="T (default: %(default)s)")
     p.add_argument("--calls", type=int, default=200, help="calls per batch (default: %(default)s)")
     p.add_argument("--batches", type=int, default=7, help="batches per line (default: %(default)s)")
-    args = p.parse_args(argv)
-    for name in ("batch", "heads", "seq", "calls", "batches"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
-    return args
+    return p.parse_args(argv)
 
 
 def per_call_us(fn, calls: int, batches: int, sync) -> float:
@@ -186,6 +182,10 @@ def run(args) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    for name in ("batch", "heads", "seq", "calls", "batches"):
+        if getattr(args, name) < 1:
+            print(f"error: --{name} must be at least 1, got {getattr(args, name)}", file=sys.stderr)
+            return 2
     if not args.device.startswith("cuda"):
         print("error: bench/attention_host.py times the CUDA launch path; use --device cuda or cuda:N", file=sys.stderr)
         return 2

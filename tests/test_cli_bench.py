@@ -278,6 +278,16 @@ def test_attention_bench_host_profile_names_our_engine_functions():
     assert bad.returncode == 2 and bad.stderr.strip() == "error: --host_profile takes a number of calls >= 0, got -1"
 
 
+def test_attention_host_bench_refuses_what_it_cannot_time_in_one_line():
+    """bench/attention_host.py times the CUDA launch path: on the CPU, or with a count below 1, it says
+    so in one line and exits 2 (its timings run on a GPU: BENCHMARK.md)."""
+    cpu = script("attention_host.py", "--device", "cpu")
+    assert cpu.returncode == 2 and cpu.stderr.strip().startswith("error: bench/attention_host.py times the CUDA")
+    assert len(cpu.stderr.strip().splitlines()) == 1
+    bad = script("attention_host.py", "--calls", "0")
+    assert bad.returncode == 2 and bad.stderr.strip() == "error: --calls must be at least 1, got 0"
+
+
 # ---------------------------------------------------------------- bench/attention_kernels.py
 
 

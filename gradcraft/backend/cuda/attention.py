@@ -6,6 +6,7 @@ The NumPy references are `_flash_attention` and `_flash_attention_backward` in b
 """
 
 import functools
+import math
 import operator
 import os
 
@@ -178,13 +179,23 @@ def _prepare(file, name, grid, threads, shared, types, fixed) -> packed.Launch:
     return packed.Launch(_function(file, name, shared), grid, threads, shared, types, fixed)
 
 
-def _seq_major(shape, dtype):
-    """An output of shape (B, heads, T, D) laid out as (B, T, heads, D): the model's next step,
-    transposing back to (B, T, heads * D), is then a view, not a copy."""
+@functools.lru_cache(maxsize=1024)
+def _seq_major_strides(shape: tuple) -> tuple:
+    """The element strides of a (B, heads, T, D) array laid out as (B, T, heads, D)."""
     B, heads, T, D = shape
+    return (T * heads * D, D, heads * D, 1)
+
+
+def _seq_major(shape, dtype, memory=None):
+    """An output of shape (B, heads, T, D) laid out as (B, T, heads, D): the model's next step,
+    transposing back to (B, T, heads * D), is then a view, not a copy. `memory`: pool memory of its
+    size (L.scratch) that a kernel has been launched to write, or None for new memory. (The launchers
+    take the memory first and build the array after their launches: constructing a CuPy array costs
+    some 5 us of host time, which the device would otherwise wait through.)"""
     item = np.dtype(dtype).itemsize
-    strides = (T * heads * D * item, D * item, heads * D * item, item)
-    return cp.ndarray(shape, dtype, L.scratch(B * T * heads * D * item), strides=strides)
+    if memory is None:
+        memory = L.scratch(math.prod(shape) * item)
+    return cp.ndarray(shape, dtype, memory, strides=tuple(s * item for s in _seq_major_strides(shape)))
 
 
 # The scalar arguments below are cached by value: an eager call would otherwise rebuild them for the same
@@ -295,23 +306,21 @@ def _hopper_fwd(q, k, v, out, lse, qs, ks, vs, scale, causal, window, tiles=None
 
 def flash_attention(q, k, v, state=None, *, scale, causal, window, dropout_p=0.0, stream=0):
     B, H, T, D = q.shape
-    out = _seq_major((B, H, T, D), q.dtype)
-    lse = L.empty((B, H, T), np.float32)
-    if out.size == 0:
-        return out, lse
-    (q, qs), (k, ks), (v, vs) = _rows(q), _rows(k), _rows(v)
-    tiles, drop = None, _NO_DROPOUT
-    if hopper(q.dtype, D, dropout_p):
-        tiles = HOPPER_TILES["fwd"][D]
-    elif dropout_p:
-        state = L.contiguous(state)  # (held until the launch below)
-        drop = _dropout_args(state, dropout_p, stream)
-    shape = _shape_args(q, k, scale, causal, window)
-    device = cp.cuda.runtime.getDevice()
-    outs, counters = _strides(out), _counters(tiles)
-    plan = _forward_plan(device, q.dtype, q.shape, qs, ks, vs, outs, shape, tiles, None, drop, counters)
-    plan(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse.data.ptr)
-    return out, lse
+    shape, dtype = q.shape, q.dtype
+    out_memory, lse_memory = L.scratch(q.size * q.itemsize), L.scratch(B * H * T * 4)  # (arrays: after the launch)
+    if q.size:
+        (q, qs), (k, ks), (v, vs) = _rows(q), _rows(k), _rows(v)
+        tiles, drop = None, _NO_DROPOUT
+        if hopper(q.dtype, D, dropout_p):
+            tiles = HOPPER_TILES["fwd"][D]
+        elif dropout_p:
+            state = L.contiguous(state)  # (held until the launch below)
+            drop = _dropout_args(state, dropout_p, stream)
+        device, outs = cp.cuda.runtime.getDevice(), _seq_major_strides(shape)[:3]
+        shape_args, counters = _shape_args(q, k, scale, causal, window), _counters(tiles)
+        plan = _forward_plan(device, dtype, shape, qs, ks, vs, outs, shape_args, tiles, None, drop, counters)
+        plan(q.data.ptr, k.data.ptr, v.data.ptr, out_memory.ptr, lse_memory.ptr)
+    return _seq_major(shape, dtype, out_memory), cp.ndarray((B, H, T), np.float32, lse_memory)
 
 
 # A backward launch's pointers, by name: each launch of a plan reads its own from this tuple.
@@ -403,15 +412,15 @@ def _fused_launches(dtype, shape, kv_shape, dqs, dkdv_fixed, shape_args, tiles) 
     return [("dkdv", _pointers(*_INPUTS, "dk", "dv", "dq_acc"), dkdv), ("dq", _pointers("dq_acc", "dq"), convert)]
 
 
-def _backward(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, dropout, tiles):
+def _backward(q, k, v, out, lse, g, dq, dk, dv, dqs, dks, scale, causal, window, dropout, tiles):
     """The backward's launches as (name, packed.Launch, its pointers), in order, and what they point into
     that nothing else may hold (the row-layout copies _rows made, the scratch memory): alive until the
-    launches are queued. dropout: _dropout_args (None: none); tiles as backward_launches'."""
+    launches are queued. dq, dk, dv: the gradients' pointers; dqs, dks: the element strides of dq and of
+    dk and dv (one layout) over their first three axes; dropout: _dropout_args (None: none); tiles as
+    backward_launches'."""
     D = q.shape[3]
     (q, qs), (k, ks), (v, vs), (g, gs), (out, outs) = _rows(q), _rows(k), _rows(v), _rows(g), _rows(out)
     lse = L.contiguous(lse)
-    if dk.strides != dv.strides:  # the dk/dv kernel writes both through one set of strides
-        raise ValueError("flash attention: dk and dv must share a layout")
     drop = dropout or _NO_DROPOUT
     if tiles is None and os.environ.get("GRADCRAFT_DETERMINISTIC", "0") != "0":
         tiles = DETERMINISTIC_TILES.get(D)
@@ -421,28 +430,31 @@ def _backward(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, dropout, 
     shape = _shape_args(q, k, scale, causal, window)
     device = cp.cuda.runtime.getDevice()
     dvec_bytes, acc_bytes, launches = _backward_plan(
-        device, q.dtype, q.shape, k.shape, qs, ks, vs, gs, outs, _strides(dq), _strides(dk), shape, tiles, drop
+        device, q.dtype, q.shape, k.shape, qs, ks, vs, gs, outs, dqs, dks, shape, tiles, drop
     )
     memory = L.scratch(dvec_bytes + acc_bytes)
     dvec = memory.ptr
     dq_acc = dvec + dvec_bytes if acc_bytes else 0
     inputs = (q.data.ptr, k.data.ptr, v.data.ptr, g.data.ptr, lse.data.ptr, dvec)
-    pointers = (*inputs, dq.data.ptr, dk.data.ptr, dv.data.ptr, dq_acc, out.data.ptr)  # (as _POINTERS)
+    pointers = (*inputs, dq, dk, dv, dq_acc, out.data.ptr)  # (as _POINTERS)
     return [(name, launch, getter(pointers)) for name, getter, launch in launches], (memory, q, k, v, g, out, lse)
 
 
 def flash_attention_backward(q, k, v, out, lse, g, state=None, *, scale, causal, window, dropout_p=0.0, stream=0):
-    dq, dk, dv = _seq_major(q.shape, q.dtype), _seq_major(k.shape, k.dtype), _seq_major(v.shape, v.dtype)
-    if q.size == 0 or k.size == 0:  # nothing attends: every gradient is zero
-        for a in (dq, dk, dv):
+    memory = [L.scratch(a.size * a.itemsize) for a in (q, k, v)]  # dq, dk, dv's (arrays: after the launches)
+    if q.size and k.size:
+        state = L.contiguous(state) if dropout_p else None  # (held until the launches below)
+        dropout = _dropout_args(state, dropout_p, stream)
+        dqs, dks = _seq_major_strides(q.shape)[:3], _seq_major_strides(k.shape)[:3]
+        pointers = (memory[0].ptr, memory[1].ptr, memory[2].ptr)
+        launches, _keep = _backward(q, k, v, out, lse, g, *pointers, dqs, dks, scale, causal, window, dropout, None)
+        for _, launch, args in launches:
+            launch(*args)
+    grads = [_seq_major(a.shape, a.dtype, m) for a, m in zip((q, k, v), memory)]
+    if not (q.size and k.size):  # nothing attends: every gradient is zero
+        for a in grads:
             a.fill(0)
-        return dq, dk, dv
-    state = L.contiguous(state) if dropout_p else None  # (held until the launches below)
-    dropout = _dropout_args(state, dropout_p, stream)
-    launches, _keep = _backward(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, dropout, None)
-    for _, launch, pointers in launches:
-        launch(*pointers)
-    return dq, dk, dv
+    return tuple(grads)
 
 
 def _run(launch, pointers, keep) -> None:
@@ -462,7 +474,10 @@ def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, d
     the separate dq kernel at gpt2-124m's shapes on an H200; on wgmma, with dS^T staged in shared
     memory and 16-byte vector reductions in the accumulator's register order, the fused kernel is
     the faster, most at long sequences: bench/attention_kernels.py, BENCHMARK.md.)"""
-    launches, keep = _backward(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, dropout, tiles)
+    if dk.strides != dv.strides:  # the dk/dv kernel writes both through one set of strides
+        raise ValueError("flash attention: dk and dv must share a layout")
+    pointers, strides = (dq.data.ptr, dk.data.ptr, dv.data.ptr), (_strides(dq), _strides(dk))
+    launches, keep = _backward(q, k, v, out, lse, g, *pointers, *strides, scale, causal, window, dropout, tiles)
     return {name: functools.partial(_run, launch, pointers, keep) for name, launch, pointers in launches}
 
 

@@ -29,7 +29,7 @@ run() {  # name, then the command; the table (the last lines) is printed, the wh
 # the whole step after 600 s, so that a kernel that hangs cannot take the machine's session with it
 want tests && GRADCRAFT_TEST_TIMEOUT=120 LIMIT=600 run attention_tests $PY -m pytest --maxfail=20 -q \
     -p no:cacheprovider tests/test_cuda.py tests/test_attention_dropout.py tests/test_cuda_graph.py \
-    -k "flash or hopper or attention or sdpa or dropout or graph or deterministic"
+    tests/test_packed_launch.py -k "flash or hopper or attention or sdpa or dropout or graph or deterministic or packed"
 T="$PY bench/train_gpt.py --device cuda --graph --steps 10 --warmup 3 --json $OUT_DIR/train.json"
 want gpt2 && run gpt2 $T --label "gpt2-124m bf16" --preset gpt2-124m --batch 16 --seq 1024 --bf16 --baseline sdpa,compile
 want mallmoc && run mallmoc $T --label "mallmoc bf16" --preset mallmoc --batch 16 --seq 512 --bf16 --baseline sdpa,compile
@@ -40,6 +40,7 @@ want fp32 && run fp32 $T --label "mallmoc fp32" --preset mallmoc --batch 16 --se
 # attention: wall clock against SDPA, each side's kernels (CUPTI) and host phases; then every kernel variant
 want attention && run attention $PY bench/attention.py --repeat 10 --gpu_time --phases
 want attention && run attention_kernels $PY bench/attention_kernels.py --repeat 10
+want attention && run attention_host $PY bench/attention_host.py  # (our host time per call, piece by piece)
 # ncu (diagnostics, only when asked): Nsight Compute's hardware counters for our main attention kernels
 # and cuDNN's (SDPA's) at a short and a long sequence, one call of each: where each spends its time
 # (tensor pipe, issue slots, warp stalls, memory). --clock-control none leaves the clocks alone.

@@ -32,6 +32,8 @@ def plan(
     to the group's nodes (run them all), every other grouped node to None (skip it). late: the late
     groups, one per device, to run after the schedule. can_group(device) says whether the device has
     cast_many."""
+    if sum(node.op == "cast" for node in order) < 2:  # (nothing to group: the common eager case, at once)
+        return {}, []
     early: dict[str, list] = {}
     late: dict[str, list] = {}
     for node in order:

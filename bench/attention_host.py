@@ -98,13 +98,12 @@ def run(args) -> None:
             attrs = {"scale": D**-0.5, "causal": True, "window": None}
             out, lse = attention.flash_attention(a_q, a_k, a_v, **attrs)
             if attention.hopper(a_q.dtype, D):
-                block_n, wgs = attention.HOPPER_TILES["fwd"][D][:2]
                 # a non-persistent forward, so both launch paths get the same arguments
-                name = f"hopper_fwd_bf16_d{D}_n{block_n}_w{wgs}"
-                shared = (64 * wgs + 4 * block_n) * D * 2 + 1024
+                block_n, wgs = attention.HOPPER_TILES["fwd"][D][:2]
+                name, threads, shared = attention.hopper_fwd_kernel(bf16, D, (block_n, wgs))
                 handle = attention._function(attention.HOPPER_FILE, name, shared)
                 function = compiler.hopper_function(attention.HOPPER_FILE, name, cp.cuda.runtime.getDevice())
-                grid, threads = (-(-T // (64 * wgs)), B * H), 128 * wgs
+                grid = (-(-T // (64 * wgs)), B * H)
                 strides = [s for a in (a_q, a_k, a_v, out) for s in attention._strides(a)]
                 shape = attention._shape_args(a_q, a_k, attrs["scale"], True, None)
                 pointers = [a.data.ptr for a in (a_q, a_k, a_v, out, lse)]

@@ -4,7 +4,10 @@ packed buffer shifts every argument after it. The launches themselves run in tes
 
 import ast
 import re
+import shutil
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,7 +33,8 @@ def test_layout_aligns_each_value_to_its_size():
 
 
 def test_layout_takes_numpy_scalars():
-    np = pytest.importorskip("numpy")
+    import numpy as np
+
     layout = packed.layout("qif")
     buffer = bytearray(layout.size)
     layout.pack_into(buffer, 0, np.int64(-3), np.int32(4), np.float32(1.5))
@@ -121,3 +125,46 @@ def test_attention_argument_types_match_the_kernels(file, kernel, types):
     names = _attention_types()
     expected = "".join(names[part] for part in types.split("+"))
     assert _types(_parameters(_source(file), kernel)) == expected
+
+
+# ------------------------------------------------------------ scripts/record_attention_launches.py
+
+
+def _record(*args):
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "record_attention_launches.py"), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_launch_recordings_agree_for_one_tree_and_tell_a_planted_change(tmp_path):
+    """Two recordings of this tree agree launch for launch; a copy of it with one scalar argument
+    changed (the dQ convert's scale) is told apart, and only in that kernel's launches."""
+    ours, again = tmp_path / "ours.json", tmp_path / "again.json"
+    assert _record("record", ours, "--quick").returncode == 0
+    assert _record("record", again, "--quick").returncode == 0
+    same = _record("compare", ours, again)
+    assert same.returncode == 0 and " 0 differ" in same.stdout and "0 agree but for" in same.stdout
+    planted = tmp_path / "planted"
+    shutil.copytree(ROOT / "gradcraft", planted / "gradcraft", ignore=shutil.ignore_patterns("__pycache__"))
+    source = planted / "gradcraft" / "backend" / "cuda" / "attention.py"
+    text = source.read_text()
+    assert text.count("(*dqs, H, T, shape_args[4])") == 1
+    source.write_text(text.replace("(*dqs, H, T, shape_args[4])", "(*dqs, H, T, shape_args[4] * 2)"))
+    mutant = tmp_path / "mutant.json"
+    assert _record("record", mutant, "--quick", "--tree", planted).returncode == 0
+    told = _record("compare", ours, mutant)
+    assert told.returncode == 1 and " 0 differ" not in told.stdout
+    differing = [line for line in told.stdout.splitlines() if line.startswith("  ")]
+    assert differing and all("hopper_bwd_dq_convert" in line for line in differing)
+
+
+def test_launch_recorder_refuses_bad_input_in_one_line(tmp_path):
+    missing = _record("compare", tmp_path / "none.json", tmp_path / "none.json")
+    assert missing.returncode == 2 and missing.stderr.startswith("error: cannot read the recording")
+    assert len(missing.stderr.strip().splitlines()) == 1
+    not_a_tree = _record("record", tmp_path / "out.json", "--tree", tmp_path)
+    assert not_a_tree.returncode == 2 and "has no gradcraft/backend/cuda/packed.py" in not_a_tree.stderr
+    assert not (tmp_path / "out.json").exists()

@@ -255,6 +255,21 @@ def _ws_stages(head_dim: int, consumers: int) -> int:
     return 3 if head_dim == 128 and consumers == 2 else 2
 
 
+def hopper_fwd_kernel(dtype, head_dim: int, tiles) -> tuple:
+    """(kernel name, threads a block, dynamic shared memory) of flash_hopper.cu's forward variant `tiles`
+    (HOPPER_VARIANTS: keys per tile, warpgroups[, kind])."""
+    block_n, wgs, *kind = tiles
+    kind = kind[0] if kind else None
+    threads, suffix, stages = WARPGROUP * wgs, f"w{wgs}", 2
+    if kind == PIPELINED:
+        suffix, stages = f"w{wgs}_p", 3
+    elif kind in WARP_SPECIALIZED_KINDS:  # wgs consumer warpgroups and the producer
+        threads, suffix, stages = WARPGROUP * (wgs + 1), f"c{wgs}_{kind}", _ws_stages(head_dim, wgs)
+    # queries, keys and values by stage, alignment slack
+    shared = (64 * wgs + 2 * stages * block_n) * head_dim * 2 + 1024
+    return f"hopper_fwd_{L.suffix(dtype)}_d{head_dim}_n{block_n}_{suffix}", threads, shared
+
+
 # ---------------------------------------------------------------- launch plans, by shape and layout
 # Built on a call's first sight of its shapes, strides, dtype, attributes and variants on a device (the
 # key: every argument below), then kept: an eager training or decoding loop repeats a handful of them.
@@ -271,15 +286,8 @@ def _forward_plan(device, dtype, shape, qs, ks, vs, outs, shape_args, tiles, blo
         shared = (128 + 2 * (32 if D >= 128 else 64)) * (D + _PAD) * 2  # query, key, value tiles (FWD_BLOCK_*)
         name = _name("fwd", dtype, D, drop[2] > 0)
         return _prepare(FILE, name, (-(-T // 128), B * H), THREADS, shared, FWD_TYPES + _DROP, (*fixed, *drop))
-    block_n, wgs, *kind = tiles
-    kind = kind[0] if kind else None
-    threads, suffix, stages = WARPGROUP * wgs, f"w{wgs}", 2
-    if kind == PIPELINED:
-        suffix, stages = f"w{wgs}_p", 3
-    elif kind in WARP_SPECIALIZED_KINDS:  # wgs consumer warpgroups and the producer
-        threads, suffix, stages = WARPGROUP * (wgs + 1), f"c{wgs}_{kind}", _ws_stages(D, wgs)
-    shared = (64 * wgs + 2 * stages * block_n) * D * 2 + 1024  # queries, keys and values by stage, alignment slack
-    name = f"hopper_fwd_{L.suffix(dtype)}_d{D}_n{block_n}_{suffix}"
+    name, threads, shared = hopper_fwd_kernel(dtype, D, tiles)
+    wgs, kind = tiles[1], (tiles[2] if len(tiles) > 2 else None)
     grid, types = (-(-T // (64 * wgs)), B * H), FWD_TYPES
     if kind in PERSISTENT_KINDS:  # the tiles handed out by a counter at 0 between launches
         grid = (min(grid[0] * grid[1], blocks or L.sm_count()),)

@@ -20,7 +20,7 @@ import threading
 # cuda.h: the markers of cuLaunchKernel's `extra` array
 _BUFFER_POINTER, _BUFFER_SIZE, _END = 1, 2, 0
 BUFFER_BYTES = 4096  # the driver's limit on a kernel's parameters (4 KB before CUDA 12.1)
-_C_TYPES = {"P": 8, "q": 8, "i": 4, "I": 4, "f": 4}  # format character -> size (and alignment) in bytes
+_C_TYPES = "PqiIf"  # a device pointer, int64, int32, uint32, float32 (8, 8, 4, 4, 4 bytes, aligned to their size)
 
 
 @functools.cache
@@ -66,12 +66,21 @@ def launch(function: int, grid: tuple, threads: int, shared: int, types: str, va
     """Launch the CUfunction `function` (a handle: cupy's Function.ptr) on `grid` (1 to 3 block
     counts) of `threads` threads with `shared` bytes of dynamic shared memory, its arguments
     `values` of C types `types` (see layout; an array is passed as its `.data.ptr`)."""
-    driver, current_stream = _cupy or _cuda()
     packed = layout(types)
+    packed.pack_into(_scratch.bytes, 0, *values)
+    _issue(function, _grid3(grid), threads, shared, packed.size)
+
+
+def _grid3(grid: tuple) -> tuple:
+    return grid if len(grid) == 3 else (*grid, 1, 1)[:3]
+
+
+def _issue(function: int, grid: tuple, threads: int, shared: int, size: int) -> None:
+    """Launch `function` with the first `size` bytes of this thread's buffer as its arguments."""
+    driver, current_stream = _cupy or _cuda()
     scratch = _scratch
-    packed.pack_into(scratch.buffer, 0, *values)
-    scratch.size.value = packed.size
-    gx, gy, gz = grid if len(grid) == 3 else (*grid, 1, 1)[:3]
+    scratch.size.value = size
+    gx, gy, gz = grid
     driver.launchKernel(function, gx, gy, gz, threads, 1, 1, shared, current_stream().ptr, 0, scratch.extra_address)
 
 
@@ -92,17 +101,11 @@ class Launch:
         template = bytearray(packed.size)
         packed.pack_into(template, 0, *([0] * pointers), *fixed)
         self.function, self.threads, self.shared = function, threads, shared
-        self.grid = grid if len(grid) == 3 else (*grid, 1, 1)[:3]
+        self.grid = _grid3(grid)
         self.size, self.template, self.head = packed.size, bytes(template), layout("P" * pointers)
 
     def __call__(self, *pointers) -> None:
-        driver, current_stream = _cupy or _cuda()
-        scratch = _scratch
-        scratch.bytes[: self.size] = self.template
-        self.head.pack_into(scratch.bytes, 0, *pointers)
-        scratch.size.value = self.size
-        gx, gy, gz = self.grid
-        stream = current_stream().ptr
-        driver.launchKernel(
-            self.function, gx, gy, gz, self.threads, 1, 1, self.shared, stream, 0, scratch.extra_address
-        )
+        buffer = _scratch.bytes
+        buffer[: self.size] = self.template
+        self.head.pack_into(buffer, 0, *pointers)
+        _issue(self.function, self.grid, self.threads, self.shared, self.size)

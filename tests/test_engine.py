@@ -345,3 +345,55 @@ def test_kernel_host_time_sums_each_ops_kernel_calls_while_the_block_lasts():
     before = dict(outer)
     (a @ a).realize()  # after the blocks: counted nowhere
     assert outer == before
+
+
+def _one_kernel_graphs():
+    """Graphs whose realize schedules one kernel: a single-output op, a multi-output op whose gradient
+    rule reads a second output (flash attention's log-sum-exp), and no-grad ops."""
+    gc.manual_seed(3)
+    q, k, v = (gc.randn(1, 2, 8, 4, requires_grad=True).realize() for _ in range(3))
+    x = gc.randn(3, 5).realize()
+    from gradcraft.ops.attention import sdpa_kernel
+
+    with sdpa_kernel("flash"):
+        flash = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return [
+        ("exp of a leaf that requires grad", lambda: [q.exp()], q),
+        ("flash attention", lambda: [flash], q),
+        ("a no-grad op and a realized target", lambda: [x.exp(), x], None),
+    ]
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_one_kernel_realize_keeps_what_the_general_schedule_keeps(case, monkeypatch):
+    """realize() of one kernel takes a short path (engine/realize.py's _realize_one); on_ready forces the
+    general loop. Both must give the same values, keep the same saved outputs, and drop the same recipes."""
+    from gradcraft.engine import realize as engine
+
+    short_paths = []
+    one = engine._realize_one
+    monkeypatch.setattr(engine, "_realize_one", lambda *a: short_paths.append(1) or one(*a))
+    realize = engine.realize
+    states = []
+    for general in (False, True):
+        name, build, leaf = _one_kernel_graphs()[case]
+        targets = build()
+        node = targets[0]._node
+        short_paths.clear()
+        realize(targets, on_ready=(lambda t, b: None) if general else None)
+        assert len(short_paths) == (0 if general else 1)
+        saved = [s._buf is not None for s in node.saved]
+        states.append(
+            ([t.numpy().copy() for t in targets], saved, [t._node is None for t in targets], len(node.saved))
+        )
+        if leaf is not None:
+            targets[0].sum().backward()  # the saved outputs serve the backward pass
+            states[-1] += (leaf.grad.numpy().copy(),)
+    (values_a, *rest_a), (values_b, *rest_b) = states
+    for a, b in zip(values_a, values_b):
+        np.testing.assert_array_equal(a, b)
+    assert rest_a[:3] == rest_b[:3], name
+    if leaf is not None:
+        np.testing.assert_array_equal(rest_a[3], rest_b[3])
+    if case == 1:
+        assert rest_a[0] == [True] and rest_a[2] == 1  # the log-sum-exp kept for the backward pass

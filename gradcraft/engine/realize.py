@@ -75,6 +75,9 @@ def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
     order, readers = schedule(targets)
     if not order:
         return
+    if len(order) == 1 and on_ready is None and order[0].op not in WRITES_INPUTS:
+        _realize_one(order[0], targets, keep_saved)
+        return
     # (Keys are (id(node), output index), as schedule.output_key makes them; written out in the loops
     # below, which run once per kernel: they are the engine's per-op cost.)
     target_keys = {(id(t._node), t._index) for t in targets if t._buf is None}
@@ -154,6 +157,31 @@ def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
         t._buf = t._buf if t._buf is not None else values[(id(t._node), t._index)]
         if not t.requires_grad:
             t._node = None  # no backward will need the recipe: let the graph behind it go
+
+
+def _realize_one(node, targets, keep_saved: bool) -> None:
+    """realize() of a schedule of one kernel that writes none of its inputs (so every input already
+    holds a buffer): eager code's common case (one op, then .realize() or .backward()), without the
+    bookkeeping of intermediates that the general loop needs. What it keeps is what that loop would
+    keep: the targets, and with keep_saved the outputs the node's gradient rule reads."""
+    backend = get_backend(node.device)
+    args = [inp._buf for inp in node.inputs]
+    start = time.perf_counter() if DEBUG >= 2 or _host_times else 0.0
+    result = backend.run(node.op, args, node.attrs)
+    if _host_times:
+        _count_host_time(node.op, start)
+    outputs = result if node.n_outputs > 1 else (result,)
+    if DEBUG:
+        _trace(0, node, args, outputs, backend, start)
+    if keep_saved:
+        for extra in node.saved:
+            if extra._buf is None:
+                extra._buf = outputs[extra._index]
+    for t in targets:
+        if t._buf is None:
+            t._buf = outputs[t._index]
+        if not t.requires_grad:
+            t._node = None  # (as realize's loop)
 
 
 def _has_cast_many(device: str) -> bool:

@@ -383,9 +383,7 @@ def test_one_kernel_realize_keeps_what_the_general_schedule_keeps(case, monkeypa
         realize(targets, on_ready=(lambda t, b: None) if general else None)
         assert len(short_paths) == (0 if general else 1)
         saved = [s._buf is not None for s in node.saved]
-        states.append(
-            ([t.numpy().copy() for t in targets], saved, [t._node is None for t in targets], len(node.saved))
-        )
+        states.append(([t.numpy().copy() for t in targets], saved, [t._node is None for t in targets], len(node.saved)))
         if leaf is not None:
             targets[0].sum().backward()  # the saved outputs serve the backward pass
             states[-1] += (leaf.grad.numpy().copy(),)

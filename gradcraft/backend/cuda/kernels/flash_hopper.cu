@@ -21,6 +21,7 @@
 // (stage = tile index % 3): at the top of iteration t tile t + 1 must have landed (S_{t+1} reads its
 // keys), V_t is still being read, and tile t + 2 goes into the stage tile t - 1 has left.
 #include "wgmma.cuh"
+#include "row_store.cuh"
 
 #if defined(FH_ENABLED)
 
@@ -108,7 +109,8 @@ __device__ __forceinline__ void add_pv(float* acc, const float* s, const float* 
 }
 
 // The block's output rows: O / l (16-bit) and lse = (max + log2 l) ln 2 for this thread's rows row0 and
-// row0 + 8 of one head (o, lse: its first row); rows that see no key come out as zeros and -inf.
+// row0 + 8 of one head (o, lse: its first row); rows that see no key come out as zeros and -inf. O goes
+// out in 16-byte pieces (row_store.cuh); every lane of the warp takes part, rows past T included.
 template <bool BF16, int D>
 __device__ __forceinline__ void store_rows(u16* o, i64 ost, float* lse, const float* acc, const float* row_sum,
                                            const float* row_max, int row0, int T, int tq) {
@@ -118,13 +120,12 @@ __device__ __forceinline__ void store_rows(u16* o, i64 ost, float* lse, const fl
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         const int row = row0 + r * 8;
-        if (row >= T) continue;
         const float inv = l > 0.f ? 1.f / l : 0.f;
-        u32* orow = (u32*)(o + row * ost);
+        u32 pairs[D / 8];
 #pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt)
-            orow[dt * 4 + tq] = pack2<BF16>(acc[dt * 4 + 2 * r] * inv, acc[dt * 4 + 2 * r + 1] * inv);
-        if (tq == 0) lse[row] = l > 0.f ? (row_max[r] + log2f(l)) * LN2 : neg_inf<float>();
+        for (int dt = 0; dt < D / 8; ++dt) pairs[dt] = pack2<BF16>(acc[dt * 4 + 2 * r] * inv, acc[dt * 4 + 2 * r + 1] * inv);
+        store_row_16b<D / 8>(o + row * ost, pairs, tq, row < T);
+        if (row < T && tq == 0) lse[row] = l > 0.f ? (row_max[r] + log2f(l)) * LN2 : neg_inf<float>();
     }
 }
 

@@ -22,6 +22,7 @@
 // then depend on the order the key blocks run in (attention.py: GRADCRAFT_DETERMINISTIC).
 // The tiles' swizzled layout and the wgmma wrappers: wgmma.cuh.
 #include "wgmma.cuh"
+#include "row_store.cuh"
 
 // Arguments of both kernels, in flash_bwd_dq's and flash_bwd_dkdv's order (without dropout): the inputs,
 // then the outputs (dq, or dk and dv, which share one layout: strides gsb, gsh, gst), then the rest.
@@ -130,16 +131,35 @@ __device__ __forceinline__ void hopper_bwd_dq(FHB_INPUTS, u16* __restrict__ dq, 
     cp_wait<0>();
 
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 2; ++r) {  // (in 16-byte pieces, row_store.cuh: every lane takes part)
         const int row = row0 + r * 8;
-        if (row >= T) continue;
-        u32* out = (u32*)(dq + b * gsb + h * gsh + row * gst);
+        u32 pairs[DT];
 #pragma unroll
-        for (int dt = 0; dt < DT; ++dt) out[dt * 4 + tq] = pack2<BF16>(acc[dt * 4 + 2 * r] * scale, acc[dt * 4 + 2 * r + 1] * scale);
+        for (int dt = 0; dt < DT; ++dt) pairs[dt] = pack2<BF16>(acc[dt * 4 + 2 * r] * scale, acc[dt * 4 + 2 * r + 1] * scale);
+        store_row_16b<DT>(dq + b * gsb + h * gsh + row * gst, pairs, tq, row < T);
     }
 }
 
 // ---------------------------------------------------------------- dk, dv
+
+// A block's dK (scale dk_acc) and dV rows, 16-bit, for this thread's keys key0 and key0 + 8 (at, of
+// both: the head's first row); keys past S are not written. In 16-byte pieces (row_store.cuh): every
+// lane of the warp takes part.
+template <bool BF16, int DT>
+__device__ __forceinline__ void store_dkdv_rows(u16* dk, u16* dv, i64 at, i64 gst, const float* dk_acc,
+                                                const float* dv_acc, float scale, int key0, int S, int tq) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int key = key0 + r * 8;
+        u32 pairs[DT];
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) pairs[dt] = pack2<BF16>(dk_acc[dt * 4 + 2 * r] * scale, dk_acc[dt * 4 + 2 * r + 1] * scale);
+        store_row_16b<DT>(dk + at + key * gst, pairs, tq, key < S);
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) pairs[dt] = pack2<BF16>(dv_acc[dt * 4 + 2 * r], dv_acc[dt * 4 + 2 * r + 1]);
+        store_row_16b<DT>(dv + at + key * gst, pairs, tq, key < S);
+    }
+}
 
 // dQ's partial sums of one 64-query tile, added into the float32 accumulator dq_acc ((B, H, T rounded up to
 // 64, D), zeroed beforehand) in the accumulator's register order, not row-major: chunk c of four floats
@@ -338,19 +358,7 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
         add_dq_partial(dq_pending, dq_part, (D / 64 - 1) * 8);
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int key = key0 + r * 8;
-        if (key >= S) continue;
-        const i64 at = b * gsb + hk * gsh + key * gst;
-        u32* outk = (u32*)(dk + at);
-        u32* outv = (u32*)(dvo + at);
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt) {
-            outk[dt * 4 + tq] = pack2<BF16>(dk_acc[dt * 4 + 2 * r] * scale, dk_acc[dt * 4 + 2 * r + 1] * scale);
-            outv[dt * 4 + tq] = pack2<BF16>(dv_acc[dt * 4 + 2 * r], dv_acc[dt * 4 + 2 * r + 1]);
-        }
-    }
+    store_dkdv_rows<BF16, DT>(dk, dvo, b * gsb + hk * gsh, gst, dk_acc, dv_acc, scale, key0, S, tq);
 }
 // dq = scale * dq_acc, read back from add_dq_partial's order: a block per 64-query tile of one head. The
 // tile is rounded into shared memory first (rows padded by 16 bytes: the quads' stores land in distinct
@@ -579,19 +587,7 @@ __device__ __forceinline__ void hopper_bwd_ws(FHB_INPUTS, u16* __restrict__ dk, 
         if (lane == 0) mbar_arrive(empty0 + 8 * st);  // this warp's products reading the stage have retired
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int key = key0 + r * 8;
-        if (key >= S) continue;
-        const i64 at = b * gsb + hk * gsh + key * gst;
-        u32* outk = (u32*)(dk + at);
-        u32* outv = (u32*)(dvo + at);
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt) {
-            outk[dt * 4 + tq] = pack2<BF16>(dk_acc[dt * 4 + 2 * r] * scale, dk_acc[dt * 4 + 2 * r + 1] * scale);
-            outv[dt * 4 + tq] = pack2<BF16>(dv_acc[dt * 4 + 2 * r], dv_acc[dt * 4 + 2 * r + 1]);
-        }
-    }
+    store_dkdv_rows<BF16, DT>(dk, dvo, b * gsb + hk * gsh, gst, dk_acc, dv_acc, scale, key0, S, tq);
 }
 
 #define FHB_SHAPE_ARGS \

@@ -20,6 +20,7 @@
 #include "common.cuh"
 #include "flash.cuh"
 #include "philox.cuh"
+#include "row_store.cuh"
 
 #define FA_THREADS 128
 #define FA_PAD 8  // u16 elements of padding per shared-memory row: ldmatrix rows land in distinct banks
@@ -344,13 +345,13 @@ __device__ __forceinline__ void flash_fwd(const u16* __restrict__ q, const u16* 
             l += __shfl_xor_sync(0xffffffffu, l, 1);
             l += __shfl_xor_sync(0xffffffffu, l, 2);
             const int row = m0 + mt * 64 + warp * 16 + g + r * 8;
-            if (row >= T) continue;
             const float inv = l > 0.f ? 1.f / l : 0.f;  // rows that see no key come out as zeros
-            u32* orow = (u32*)(o + b * osb + h * osh + row * ost);
+            u32 pairs[DT];
 #pragma unroll
-            for (int dt = 0; dt < DT; ++dt)
-                orow[dt * 4 + tq] = pack2<BF16>(acc[mt][dt][2 * r] * inv, acc[mt][dt][2 * r + 1] * inv);
-            if (tq == 0) lse[out_row + row] = l > 0.f ? (row_max[mt][r] + log2f(l)) * LN2 : neg_inf<float>();
+            for (int dt = 0; dt < DT; ++dt) pairs[dt] = pack2<BF16>(acc[mt][dt][2 * r] * inv, acc[mt][dt][2 * r + 1] * inv);
+            // (16-byte pieces, row_store.cuh: every lane takes part, rows past T too)
+            store_row_16b<DT>(o + b * osb + h * osh + row * ost, pairs, tq, row < T);
+            if (row < T && tq == 0) lse[out_row + row] = l > 0.f ? (row_max[mt][r] + log2f(l)) * LN2 : neg_inf<float>();
         }
 }
 
@@ -472,12 +473,12 @@ __device__ __forceinline__ void flash_bwd_dq(const u16* __restrict__ q, const u1
     }
     cp_wait<0>();
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 2; ++r) {  // (in 16-byte pieces, row_store.cuh: every lane takes part)
         const int row = row0 + r * 8;
-        if (row >= T) continue;
-        u32* out = (u32*)(dq + b * gsb + h * gsh + row * gst);
+        u32 pairs[DT];
 #pragma unroll
-        for (int dt = 0; dt < DT; ++dt) out[dt * 4 + tq] = pack2<BF16>(acc[dt][2 * r] * scale, acc[dt][2 * r + 1] * scale);
+        for (int dt = 0; dt < DT; ++dt) pairs[dt] = pack2<BF16>(acc[dt][2 * r] * scale, acc[dt][2 * r + 1] * scale);
+        store_row_16b<DT>(dq + b * gsb + h * gsh + row * gst, pairs, tq, row < T);
     }
 }
 
@@ -583,17 +584,16 @@ __device__ __forceinline__ void flash_bwd_dkdv(const u16* __restrict__ q, const 
     }
     cp_wait<0>();  // (when no query tile was swept, the key/value loads are still to be retired)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 2; ++r) {  // (in 16-byte pieces, row_store.cuh: every lane takes part)
         const int key = key0 + r * 8;
-        if (key >= S) continue;
         const i64 at = b * gsb + hk * gsh + key * gst;  // dk and dv share one layout
-        u32* outk = (u32*)(dk + at);
-        u32* outv = (u32*)(dvo + at);
+        u32 pairs[DT];
 #pragma unroll
-        for (int dt = 0; dt < DT; ++dt) {
-            outk[dt * 4 + tq] = pack2<BF16>(dk_acc[dt][2 * r] * scale, dk_acc[dt][2 * r + 1] * scale);
-            outv[dt * 4 + tq] = pack2<BF16>(dv_acc[dt][2 * r], dv_acc[dt][2 * r + 1]);
-        }
+        for (int dt = 0; dt < DT; ++dt) pairs[dt] = pack2<BF16>(dk_acc[dt][2 * r] * scale, dk_acc[dt][2 * r + 1] * scale);
+        store_row_16b<DT>(dk + at, pairs, tq, key < S);
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) pairs[dt] = pack2<BF16>(dv_acc[dt][2 * r], dv_acc[dt][2 * r + 1]);
+        store_row_16b<DT>(dvo + at, pairs, tq, key < S);
     }
 }
 

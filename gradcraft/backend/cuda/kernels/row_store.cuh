@@ -26,12 +26,12 @@ __device__ __forceinline__ void store_16b(u32* to, const u32* a) {
 #endif
 }
 
-// row: this thread's row (16-bit elements, at least 4-byte aligned); pairs[j]: its register of group j
-// (GROUPS, a multiple of 4). Every lane of the warp must call it, with the same GROUPS (shuffles); with
-// store false (a row past the end) a thread only takes part in the shuffles. A row that is not 16-byte
-// aligned gets the same bytes in 4-byte stores. pairs is overwritten.
+// row: this thread's row (16-bit elements, at least 4-byte aligned); pairs[j]: its register of group j.
+// Every lane of the warp must call it, with the same GROUPS (shuffles); with store false (a row past the
+// end) a thread only takes part in the shuffles. A row that is not 16-byte aligned gets the same bytes
+// in 4-byte stores, and so do the last GROUPS % 4 groups (head dims 48 and 96: 6 and 12 groups, the
+// latter whole). pairs is overwritten.
 template <int GROUPS> __device__ __forceinline__ void store_row_16b(u16* row, u32* pairs, int tq, bool store) {
-    static_assert(GROUPS % 4 == 0, "whole blocks of four 8-column groups");
     const bool odd = tq & 1, high = tq & 2;
     const bool wide = (reinterpret_cast<unsigned long long>(row) & 15) == 0;  // (pieces start 16 k bytes in)
 #pragma unroll
@@ -63,5 +63,9 @@ template <int GROUPS> __device__ __forceinline__ void store_row_16b(u16* row, u3
 #pragma unroll
             for (int s = 0; s < 4; ++s) to[s] = a[s];
         }
+    }
+    if (store) {
+#pragma unroll
+        for (int j = GROUPS / 4 * 4; j < GROUPS; ++j) ((u32*)row)[4 * j + tq] = pairs[j];  // as they stand
     }
 }

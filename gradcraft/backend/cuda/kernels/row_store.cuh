@@ -1,4 +1,4 @@
-// Rows of a product's accumulator written to global memory in 16-byte pieces: the Hopper flash-attention
+// Rows of a product's accumulator written to global memory in 16-byte pieces: the flash-attention
 // kernels' epilogues (O in the forward, dK and dV in the backward).
 //
 // In the mma / wgmma accumulator layout a thread holds, for each of its rows, two adjacent columns of

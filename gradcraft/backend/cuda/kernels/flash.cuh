@@ -3,6 +3,7 @@
 // exponentials, and which (query, key) pairs a block must visit.
 #pragma once
 #include "common.cuh"
+#include "tile_order.cuh"
 
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
@@ -123,27 +124,35 @@ __device__ __forceinline__ void zero_masked_cols(Tiles p, const Mask& mask, int 
             if (!Mask::visible(m0 + mt * 8 + 2 * tq + (e & 1), lo[e >> 1], count[e >> 1])) tile_value(p, mt, e) = 0.f;
 }
 
-// The work of a block of the query-tile kernels (forward, dq): BM queries from m0 (the blocks of the
-// longest causal rows start first) of head h of batch b, which read key/value head hk, and the tiles
-// [t_begin, t_end) of BN keys holding every key they may see.
+// Which tile a block takes (tile_order.cuh: longest first, by sections of rows), on this GPU.
+__device__ __forceinline__ TileOrder tile_order(int index, int tiles, int rows, int row_kb) {
+    unsigned sms;
+    asm("mov.u32 %0, %%nsmid;" : "=r"(sms));
+    return tile_order(index, tiles, rows, row_kb, (int)sms);
+}
+
+// The work of a block of the query-tile kernels (forward, dq): BM queries from m0 of head h of batch b,
+// which read key/value head hk (D columns), and the tiles [t_begin, t_end) of BN keys holding every key
+// they may see. The grid is (query tiles, B H); tile_order picks the block's tile, the last (causal:
+// the longest) first.
 struct QueryTile {
     Mask mask;
     int m0, b, h, hk, t_begin, t_end;
-    __device__ __forceinline__ QueryTile(const Mask& mask_, int BM, int BN, int H, int Hkv) : mask(mask_) {
-        m0 = (gridDim.x - 1 - blockIdx.x) * BM;
-        b = blockIdx.y / H;
-        h = blockIdx.y - b * H;
-        hk = h / (H / Hkv);
-        mask.key_tiles(m0, m0 + BM, BN, t_begin, t_end);
+    __device__ __forceinline__ QueryTile(const Mask& mask_, int BM, int BN, int H, int Hkv, int D) : mask(mask_) {
+        place(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, BM, BN, H, Hkv, D);
     }
-    // The same for work item w of a persistent kernel's sweep (q_tiles query tiles a head): the items
-    // run head by head, each head's longest causal rows first, the order of the grid above.
-    __device__ __forceinline__ QueryTile(const Mask& mask_, int BM, int BN, int H, int Hkv, int w, int q_tiles)
+    // The same for work item w (of q_tiles * heads) of a persistent kernel's sweep.
+    __device__ __forceinline__ QueryTile(const Mask& mask_, int BM, int BN, int H, int Hkv, int D, int w, int q_tiles,
+                                         int heads)
         : mask(mask_) {
-        const int bh = w / q_tiles;
-        m0 = (q_tiles - 1 - (w - bh * q_tiles)) * BM;
-        b = bh / H;
-        h = bh - b * H;
+        place(w, q_tiles, heads, BM, BN, H, Hkv, D);
+    }
+    __device__ __forceinline__ void place(int index, int q_tiles, int heads, int BM, int BN, int H, int Hkv, int D) {
+        // (a row's keys and values, S D 4 bytes, shared by the H / Hkv query heads next to it)
+        const TileOrder at = tile_order(index, q_tiles, heads, (int)(((i64)mask.S * D) >> 8) / (H / Hkv));
+        m0 = (q_tiles - 1 - at.rank) * BM;
+        b = at.row / H;
+        h = at.row - b * H;
         hk = h / (H / Hkv);
         mask.key_tiles(m0, m0 + BM, BN, t_begin, t_end);
     }
@@ -156,14 +165,19 @@ struct QueryTile {
 // The work of a block of the dk/dv kernels: BN keys from n0 of key/value head hk of batch b, and the
 // sweep over the query tiles of BM queries, [q_begin, q_begin + tiles), of each of the G query heads
 // that read hk: `total` steps, step `it` being query head hk * G + it / tiles, tile q_begin + it % tiles.
+// The grid is (key tiles, B Hkv); tile_order picks the block's tile, the first (causal: the longest)
+// first.
 struct KeyTile {
     Mask mask;
     int n0, b, hk, G, q_begin, tiles, total;
-    __device__ __forceinline__ KeyTile(const Mask& mask_, int BN, int BM, int H, int Hkv) : mask(mask_) {
-        n0 = blockIdx.x * BN;  // (the first key tiles, seen by the most queries, start first)
-        b = blockIdx.y / Hkv;
-        hk = blockIdx.y - b * Hkv;
+    __device__ __forceinline__ KeyTile(const Mask& mask_, int BN, int BM, int H, int Hkv, int D) : mask(mask_) {
         G = H / Hkv;
+        // (a row's queries and output gradients, of its G query heads)
+        const TileOrder at = tile_order(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y,
+                                        (int)(((i64)G * mask.T * D) >> 8));
+        n0 = at.rank * BN;
+        b = at.row / Hkv;
+        hk = at.row - b * Hkv;
         q_begin = mask.query_lo(n0) / BM;
         const int query_end = mask.query_hi(n0 + BN);
         const int t_end = query_end > 0 ? (query_end + BM - 1) / BM : 0;

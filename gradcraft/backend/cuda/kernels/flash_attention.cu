@@ -221,7 +221,7 @@ __device__ __forceinline__ void flash_fwd(const u16* __restrict__ q, const u16* 
     u16* sk = sq + BM * LD;
     u16* sv = sk + BN * LD;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
-    const QueryTile tile(Mask{T, S, S - T, causal, window}, BM, BN, H, Hkv);
+    const QueryTile tile(Mask{T, S, S - T, causal, window}, BM, BN, H, Hkv, D);
     const int m0 = tile.m0, b = tile.b, h = tile.h, t_begin = tile.t_begin, t_end = tile.t_end;
     const u16 *kb = tile.kv(k, ksb, ksh), *vb = tile.kv(v, vsb, vsh);
 
@@ -407,7 +407,7 @@ __device__ __forceinline__ void flash_bwd_dq(const u16* __restrict__ q, const u1
     constexpr int BM = 64, BN = D <= 96 ? 64 : 32, LD = D + FA_PAD, KS = D / 16, NT = BN / 8, DT = D / 8;
     extern __shared__ __align__(16) u16 smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
-    const QueryTile tile(Mask{T, S, S - T, causal, window}, BM, BN, H, Hkv);
+    const QueryTile tile(Mask{T, S, S - T, causal, window}, BM, BN, H, Hkv, D);
     const int m0 = tile.m0, b = tile.b, h = tile.h, t_begin = tile.t_begin, t_end = tile.t_end;
     const u16 *kb = tile.kv(k, ksb, ksh), *vb = tile.kv(v, vsb, vsh);
 
@@ -504,7 +504,7 @@ __device__ __forceinline__ void flash_bwd_dkdv(const u16* __restrict__ q, const 
     u16* sqd = sv + BN * LD;  // two buffers of [query tile | output-gradient tile]
     float* s_stats = (float*)(sqd + 2 * 2 * BM * LD);  // two buffers of [lse | dvec]
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
-    const KeyTile tile(Mask{T, S, S - T, causal, window}, BN, BM, H, Hkv);
+    const KeyTile tile(Mask{T, S, S - T, causal, window}, BN, BM, H, Hkv, D);
     const Mask& mask = tile.mask;
     const int n0 = tile.n0, b = tile.b, hk = tile.hk, total = tile.total;
 

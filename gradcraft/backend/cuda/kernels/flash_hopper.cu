@@ -142,7 +142,7 @@ __device__ __forceinline__ void hopper_fwd(const u16* __restrict__ q, const u16*
     const u32 sq = base, sk = sq + BM * D * 2, sv = sk + 2 * TILE;  // stage st: sk + st * TILE, sv + st * TILE
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
               tq = lane & 3;
-    const QueryTile tile(Mask{T, S, S - T, causal, window}, BM, BN, H, Hkv);
+    const QueryTile tile(Mask{T, S, S - T, causal, window}, BM, BN, H, Hkv, D);
     const int m0 = tile.m0, b = tile.b, h = tile.h, t_begin = tile.t_begin, t_end = tile.t_end;
     const u16 *kb = tile.kv(k, ksb, ksh), *vb = tile.kv(v, vsb, vsh);
 
@@ -201,7 +201,7 @@ __device__ __forceinline__ void hopper_fwd_pipelined(const u16* __restrict__ q, 
     const u32 sq = base, sk = sq + BM * D * 2, sv = sk + 3 * TILE;  // stage st: sk + st * TILE, sv + st * TILE
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
               tq = lane & 3;
-    const QueryTile tile(Mask{T, S, S - T, causal, window}, BM, BN, H, Hkv);
+    const QueryTile tile(Mask{T, S, S - T, causal, window}, BM, BN, H, Hkv, D);
     const int m0 = tile.m0, b = tile.b, h = tile.h, t_begin = tile.t_begin, t_end = tile.t_end;
     const u16 *kb = tile.kv(k, ksb, ksh), *vb = tile.kv(v, vsb, vsh);
 
@@ -459,7 +459,7 @@ __device__ __forceinline__ void hopper_fwd_ws(const u16* __restrict__ q, const u
     const u32 q_full = smem_u32(bars), full0 = q_full + 8, empty0 = full0 + 8 * STAGES;  // stage st: + 8 st
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
               tq = lane & 3;
-    const QueryTile tile(Mask{T, S, S - T, causal, window}, BM, BN, H, Hkv);
+    const QueryTile tile(Mask{T, S, S - T, causal, window}, BM, BN, H, Hkv, D);
     const int m0 = tile.m0, b = tile.b, h = tile.h, t_begin = tile.t_begin, t_end = tile.t_end;
     if (threadIdx.x == 0) {
         mbar_init(q_full, FH_WARPGROUP);
@@ -514,8 +514,8 @@ __device__ __forceinline__ void hopper_fwd_ws(const u16* __restrict__ q, const u
 // values and queries while the consumers still multiply, and later write, the current one. Without it
 // every block starts with nothing to multiply until its first tiles land and ends storing its rows
 // with the tensor cores idle; at short sequences (a few key tiles a query tile) that is much of a
-// block's life. Work item w (QueryTile's second constructor: head by head, the longest causal rows
-// first) goes to whichever block asks next: item blockIdx.x first, then gridDim.x + the count the
+// block's life. Work item w (QueryTile's second constructor: tile_order.cuh's order, the longest tiles
+// first by sections of heads) goes to whichever block asks next: item blockIdx.x first, then gridDim.x + the count the
 // producer's thread 0 takes from *next_work (0 at launch, and put back to 0 by the launch's last
 // taker: launch.py's block_counters), so a block that drew short causal rows draws again sooner
 // instead of a fixed share leaving some blocks with all the long ones.
@@ -579,7 +579,7 @@ __device__ __forceinline__ void hopper_fwd_wsp(const u16* __restrict__ q, const 
                 if (threadIdx.x == 0) mbar_arrive(q_full);
                 break;
             }
-            const QueryTile tile(mask, BM, BN, H, Hkv, w, q_tiles);
+            const QueryTile tile(mask, BM, BN, H, Hkv, D, w, q_tiles, heads);
             const u16 *kb = tile.kv(k, ksb, ksh), *vb = tile.kv(v, vsb, vsh);
             auto load_kv = [&](int t) {
                 const int st = kv % STAGES;
@@ -615,7 +615,7 @@ __device__ __forceinline__ void hopper_fwd_wsp(const u16* __restrict__ q, const 
         const int w = work[j & 1];
         if (w >= items) break;
         fence_proxy_async();  // (the queries, copied by the generic proxy, read next by wgmma)
-        const QueryTile tile(mask, BM, BN, H, Hkv, w, q_tiles);
+        const QueryTile tile(mask, BM, BN, H, Hkv, D, w, q_tiles, heads);
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) acc[i] = 0.f;
         row_max[0] = row_max[1] = neg_inf<float>();

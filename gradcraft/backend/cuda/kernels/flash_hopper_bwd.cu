@@ -62,7 +62,7 @@ __device__ __forceinline__ void hopper_bwd_dq(FHB_INPUTS, u16* __restrict__ dq, 
     const u32 sq = base, sd = sq + BM * D * 2, sk = sd + BM * D * 2, sv = sk + 2 * TILE;  // stage st: + st * TILE
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
               tq = lane & 3;
-    const QueryTile tile(Mask{T, S, S - T, causal, window}, BM, BN, H, Hkv);
+    const QueryTile tile(Mask{T, S, S - T, causal, window}, BM, BN, H, Hkv, D);
     const int m0 = tile.m0, b = tile.b, h = tile.h, t_begin = tile.t_begin, t_end = tile.t_end;
     const u16 *kb = tile.kv(k, ksb, ksh), *vb = tile.kv(v, vsb, vsh);
 
@@ -203,7 +203,7 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
     float* s_stats = (float*)((char*)smem + (sds + (FUSED ? BN * BM * 2 : 0) - smem_u32(smem)));
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
               tq = lane & 3;
-    const KeyTile tile(Mask{T, S, S - T, causal, window}, BN, BM, H, Hkv);
+    const KeyTile tile(Mask{T, S, S - T, causal, window}, BN, BM, H, Hkv, D);
     const Mask& mask = tile.mask;
     const int n0 = tile.n0, b = tile.b, hk = tile.hk, total = tile.total;
 
@@ -435,7 +435,7 @@ __device__ __forceinline__ void hopper_bwd_ws(FHB_INPUTS, u16* __restrict__ dk, 
               empty0 = full0 + 8 * STAGES;  // stage st: + 8 st
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
               tq = lane & 3;
-    const KeyTile tile(Mask{T, S, S - T, causal, window}, BN, BM, H, Hkv);
+    const KeyTile tile(Mask{T, S, S - T, causal, window}, BN, BM, H, Hkv, D);
     const Mask& mask = tile.mask;
     const int n0 = tile.n0, b = tile.b, hk = tile.hk, total = tile.total;
     const int Tp = (T + 63) & ~63;  // dq_acc's rows a head

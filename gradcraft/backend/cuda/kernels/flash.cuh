@@ -125,6 +125,8 @@ __device__ __forceinline__ void zero_masked_cols(Tiles p, const Mask& mask, int 
 }
 
 // Which tile a block takes (tile_order.cuh: longest first, by sections of rows), on this GPU.
+// %nsmid is an upper bound on the SM ids (it can exceed the SMs present); tile_order uses it only
+// for the smallest section size, which an overestimate merely lengthens.
 __device__ __forceinline__ TileOrder tile_order(int index, int tiles, int rows, int row_kb) {
     unsigned sms;
     asm("mov.u32 %0, %%nsmid;" : "=r"(sms));

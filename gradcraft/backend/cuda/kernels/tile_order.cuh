@@ -9,13 +9,15 @@
 // longest tiles first, then the next longest and so on (longest processing time first), so that a
 // launch ends on short tiles. Only for rows of FLASH_ORDER_MIN_TILES tiles or more: with fewer (short
 // sequences) the tiles' work differs little, and taking a row's tiles together, as the grid stands,
-// measured faster (an H100, session 20: interleaving 192 rows of 8 tiles each made the head-dim-64
-// backward at T 512 24% slower, where the rows' keys and values no longer stayed in L2 between
-// their tiles; from 16 tiles a row on, it was level or faster, up to 10% at T 8192 and 6% with
+// measured faster (an H100, session 20: at T 512, head dim 64, 512 rows of 8 query tiles forward
+// and 4 key tiles backward, sections of 192 rows made the backward 24% slower and the forward 13%,
+// a row's streamed tensor no longer staying in L2 between its tiles; from 16 tiles a row on, it was level or faster, up to 10% at T 8192 and 6% with
 // grouped-query attention). A section holds as many rows as keep their working set (row_kb a row, in
 // KB: the keys and values its query tiles read, or the queries and output gradients its key tiles read)
 // within FLASH_SECTION_KB, so that it stays in L2 as one row's did, but at least enough rows for two
-// blocks an SM (sms), or the sections' own ends would be tails. (32-bit arithmetic only: 64-bit
+// blocks an SM (sms), or the sections' own ends would be tails. (sms comes from %nsmid, which PTX
+// lets exceed the SMs present; it only sets the smallest section, so too high a count makes sections
+// longer, never an order that misses or repeats a tile.) (32-bit arithmetic only: 64-bit
 // divisions cost registers, and some of the kernels are capped.)
 //
 // tests/test_tile_order.py runs it on the CPU.

@@ -126,11 +126,19 @@ __device__ __forceinline__ void zero_masked_cols(Tiles p, const Mask& mask, int 
 
 // Which tile a block takes (tile_order.cuh: longest first, by sections of rows), on this GPU.
 // %nsmid is an upper bound on the SM ids (it can exceed the SMs present); tile_order uses it only
-// for the smallest section size, which an overestimate merely lengthens.
+// for the smallest section size, which an overestimate merely lengthens. Rows of few tiles go row by
+// row, and a grid's block then takes (blockIdx.x, blockIdx.y) as they stand, with no %nsmid and no
+// sections' arithmetic: computed and then discarded, that cost 2-5% of the kernel at T 512-1024 (an
+// H100, session 22) and an 8-byte spill in the default head-dim-128 fused backward.
 __device__ __forceinline__ TileOrder tile_order(int index, int tiles, int rows, int row_kb) {
+    if (tiles < FLASH_ORDER_MIN_TILES) return tile_order(index, tiles, rows, row_kb, 0);
     unsigned sms;
     asm("mov.u32 %0, %%nsmid;" : "=r"(sms));
     return tile_order(index, tiles, rows, row_kb, (int)sms);
+}
+__device__ __forceinline__ TileOrder grid_tile_order(int row_kb) {
+    if ((int)gridDim.x < FLASH_ORDER_MIN_TILES) return {(int)blockIdx.x, (int)blockIdx.y};
+    return tile_order(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, row_kb);
 }
 
 // The work of a block of the query-tile kernels (forward, dq): BM queries from m0 of head h of batch b,
@@ -141,17 +149,16 @@ struct QueryTile {
     Mask mask;
     int m0, b, h, hk, t_begin, t_end;
     __device__ __forceinline__ QueryTile(const Mask& mask_, int BM, int BN, int H, int Hkv, int D) : mask(mask_) {
-        place(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, BM, BN, H, Hkv, D);
+        // (a row's keys and values, S D 4 bytes, shared by the H / Hkv query heads next to it)
+        set(grid_tile_order((int)(((i64)mask.S * D) >> 8) / (H / Hkv)), gridDim.x, BM, BN, H, Hkv);
     }
     // The same for work item w (of q_tiles * heads) of a persistent kernel's sweep.
     __device__ __forceinline__ QueryTile(const Mask& mask_, int BM, int BN, int H, int Hkv, int D, int w, int q_tiles,
                                          int heads)
         : mask(mask_) {
-        place(w, q_tiles, heads, BM, BN, H, Hkv, D);
+        set(tile_order(w, q_tiles, heads, (int)(((i64)mask.S * D) >> 8) / (H / Hkv)), q_tiles, BM, BN, H, Hkv);
     }
-    __device__ __forceinline__ void place(int index, int q_tiles, int heads, int BM, int BN, int H, int Hkv, int D) {
-        // (a row's keys and values, S D 4 bytes, shared by the H / Hkv query heads next to it)
-        const TileOrder at = tile_order(index, q_tiles, heads, (int)(((i64)mask.S * D) >> 8) / (H / Hkv));
+    __device__ __forceinline__ void set(TileOrder at, int q_tiles, int BM, int BN, int H, int Hkv) {
         m0 = (q_tiles - 1 - at.rank) * BM;
         b = at.row / H;
         h = at.row - b * H;
@@ -175,8 +182,7 @@ struct KeyTile {
     __device__ __forceinline__ KeyTile(const Mask& mask_, int BN, int BM, int H, int Hkv, int D) : mask(mask_) {
         G = H / Hkv;
         // (a row's queries and output gradients, of its G query heads)
-        const TileOrder at = tile_order(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y,
-                                        (int)(((i64)G * mask.T * D) >> 8));
+        const TileOrder at = grid_tile_order((int)(((i64)G * mask.T * D) >> 8));
         n0 = at.rank * BN;
         b = at.row / Hkv;
         hk = at.row - b * Hkv;

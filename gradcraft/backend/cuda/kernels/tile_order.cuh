@@ -31,11 +31,14 @@ struct TileOrder {
 };
 
 __device__ __forceinline__ TileOrder tile_order(int index, int tiles, int rows, int row_kb, int sms) {
+    if (tiles < FLASH_ORDER_MIN_TILES) {  // row by row, without the sections' arithmetic
+        const int row = index / tiles;
+        return {index - row * tiles, row};
+    }
     int section = FLASH_SECTION_KB / (row_kb > 0 ? row_kb : 1);
     section = section < 1 ? 1 : (section > rows ? rows : section);
     const int enough = (2 * sms + tiles - 1) / tiles;  // rows for two blocks an SM
     if (section < enough) section = enough < rows ? enough : rows;
-    if (tiles < FLASH_ORDER_MIN_TILES) section = 1;  // (row by row)
     const int per = section * tiles, s = index / per, first = s * section;
     const int n = rows - first < section ? rows - first : section;  // (the last section may be short)
     const int within = index - s * per, rank = within / n;

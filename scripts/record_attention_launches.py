@@ -143,6 +143,8 @@ def _kernel_types(attention, name: str) -> str:
     if name.startswith("hopper_fwd_"):
         persistent = "_wsp" in name or "_wssp" in name
         return attention.PERSISTENT_FWD_TYPES if persistent else attention.FWD_TYPES
+    if name.startswith("hopper_bwd_fused") and name.endswith("_ws"):  # (a tree before session 23: no dkv_acc, parts)
+        return getattr(attention, "WS_BWD_TYPES", attention.FUSED_TYPES)
     for prefix, constant in (
         ("hopper_bwd_dq_convert", "CONVERT_TYPES"),
         ("hopper_bwd_dq_", "DQ_TYPES"),
@@ -158,6 +160,7 @@ def _cases(attention, quick: bool):
     """(name, function(array maker)) of every case: a call of the launchers on made-up arrays."""
     bf16 = np.dtype("bfloat16")
     shapes = [(2, 4, 4, 300, 300), (1, 8, 2, 256, 256), (1, 2, 2, 300, 40), (3, 2, 2, 128, 512)]
+    shapes += [(1, 16, 2, 256, 256)]  # (G = 8: at head dim 128 the fused backward's sweeps are split)
     shapes += [(2, 4, 4, 0, 300), (2, 4, 4, 300, 0)]  # (nothing to attend: no launch, zeroed gradients)
     dims, dtypes = ((64, 128), (bf16,)) if quick else ((32, 64, 96, 128), (bf16, np.float16))
     if quick:

@@ -55,3 +55,16 @@ def test_the_check_sees_a_missing_module(tmp_path):
     script = tmp_path / "bench.py"
     script.write_text("import os\nfrom threadpoolctl import threadpool_limits\nimport numpy\n")
     assert imported_modules(script) - sys.stdlib_module_names - installed_modules() == {"threadpoolctl"}
+
+
+def test_gqa_split_bench_refuses_bad_shapes_in_one_line():
+    import subprocess
+
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "gqa_split.py"), "--shapes", "1,6,4,128,64"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2 and run.stderr.startswith("error: --shapes takes B,H,Hkv,T,D")
+    assert len(run.stderr.strip().splitlines()) == 1 and not run.stdout

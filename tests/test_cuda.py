@@ -867,6 +867,28 @@ def test_hopper_flash_forward(gpu, case, dtype, variant):
     assert rel_err(out, gpu.to_numpy(old_out)) < limit
 
 
+def _backward_case(gpu, case, dtype):
+    """A backward test's inputs on the GPU (q, k, v, the reference output and lse, dO), the NumPy
+    reference's dq, dk, dv, and the attention attributes of `case`."""
+    B, H, Hkv, T, S, D, causal, window = case
+    r = rng()
+    q, k, v = randn((B, H, T, D), dtype, r), randn((B, Hkv, S, D), dtype, r), randn((B, Hkv, S, D), dtype, r)
+    g = randn((B, H, T, D), dtype, r)
+    attrs = {"scale": 1 / np.sqrt(D), "causal": causal, "window": window}
+    ref_out, ref_lse = cpu().reference_kernels["flash_attention"](q, k, v, **attrs)
+    expected = cpu().reference_kernels["flash_attention_backward"](q, k, v, ref_out, ref_lse, g, **attrs)
+    return [gpu.from_numpy(a) for a in (q, k, v, ref_out, ref_lse, g)], expected, attrs
+
+
+def _nan_gradients(inputs, dtype):
+    """dq, dk, dv for q, k, v = inputs[:3], laid out as the launcher lays them out ((B, T, heads, D) seen
+    as (B, heads, T, D)), all NaN: a test then sees every element written."""
+    import cupy as cp
+
+    shapes = [(a.shape[0], a.shape[2], a.shape[1], a.shape[3]) for a in inputs[:3]]
+    return [cp.full(s, np.nan, dtype=np.float32).astype(dtype).transpose(0, 2, 1, 3) for s in shapes]
+
+
 @pytest.mark.parametrize("variant", range(8))
 @pytest.mark.parametrize("dtype", [BF16, np.float16])
 @pytest.mark.parametrize("case", HOPPER_CASES, ids=_case_id)
@@ -884,17 +906,8 @@ def test_hopper_flash_backward(gpu, case, dtype, variant):
     variants = attention.HOPPER_VARIANTS
     if variant >= min(len(variants["dq"][D]), len(variants["dkdv"][D])):
         pytest.skip(f"no such variant at head dim {D}")
-    r = rng()
-    q, k, v = randn((B, H, T, D), dtype, r), randn((B, Hkv, S, D), dtype, r), randn((B, Hkv, S, D), dtype, r)
-    g = randn((B, H, T, D), dtype, r)
-    attrs = {"scale": 1 / np.sqrt(D), "causal": causal, "window": window}
-    ref_out, ref_lse = cpu().reference_kernels["flash_attention"](q, k, v, **attrs)
-    expected = cpu().reference_kernels["flash_attention_backward"](q, k, v, ref_out, ref_lse, g, **attrs)
-    inputs = [gpu.from_numpy(a) for a in (q, k, v, ref_out, ref_lse, g)]
-    grads = [  # laid out as the launcher lays them out: (B, T, heads, D) seen as (B, heads, T, D)
-        cp.full((a.shape[0], a.shape[2], a.shape[1], D), np.nan, dtype=np.float32).astype(dtype).transpose(0, 2, 1, 3)
-        for a in (q, k, v)
-    ]
+    inputs, expected, attrs = _backward_case(gpu, case, dtype)
+    grads = _nan_gradients(inputs, dtype)
     tiles = variants["dq"][D][variant], variants["dkdv"][D][variant]
     launches = attention.backward_launches(*inputs, *grads, attrs["scale"], causal, window, tiles=tiles)
     for launch in launches.values():
@@ -910,6 +923,57 @@ def test_hopper_flash_backward(gpu, case, dtype, variant):
         monkey.undo()
     for name, a, e in zip(("dq", "dk", "dv"), grads, old):
         assert rel_err(cp.asnumpy(a), gpu.to_numpy(e)) < limit, name
+
+
+SPLIT_CASES = [c for c in HOPPER_CASES if c[1] != c[2]] + [  # grouped-query cases, G up to 8
+    (1, 16, 2, 200, 200, 128, True, None),
+    (2, 8, 1, 130, 130, 64, False, None),
+    (1, 6, 2, 190, 70, 128, True, 50),
+]
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.float16])
+@pytest.mark.parametrize("case", SPLIT_CASES, ids=_case_id)
+def test_hopper_backward_split_sweeps(gpu, case, dtype, monkeypatch):
+    """The warp-specialised fused backward with each key tile's sweep over its G query heads split over
+    `parts` blocks, for every divisor of G (the blocks add dk and dv up in float32, then converted):
+    against the NumPy reference, every gradient element written (they start as NaN)."""
+    import cupy as cp
+
+    from gradcraft.backend.cuda import attention
+
+    B, H, Hkv, T, S, D, causal, window = case
+    if not attention.hopper(dtype, D):
+        pytest.skip("the wgmma backward runs on compute capability 9.0 only")
+    inputs, expected, attrs = _backward_case(gpu, case, dtype)
+    G = H // Hkv
+    try:
+        for parts in (p for p in range(1, G + 1) if G % p == 0):
+            monkeypatch.setattr(attention, "kv_parts", lambda G, D, parts=parts: parts)
+            attention._backward_plan.cache_clear()
+            grads = _nan_gradients(inputs, dtype)
+            launches = attention.backward_launches(*inputs, *grads, attrs["scale"], causal, window)
+            assert ("dk" in launches) == (parts > 1)  # (dk's and dv's conversions)
+            for launch in launches.values():
+                launch()
+            limit = 2e-2 if dtype == BF16 else 4e-3
+            for name, a, e in zip(("dq", "dk", "dv"), grads, expected):
+                assert rel_err(cp.asnumpy(a), e) < limit, f"{name}, parts {parts}"
+    finally:
+        monkeypatch.undo()
+        attention._backward_plan.cache_clear()  # (no plan of a patched split outlives the test)
+
+
+def test_hopper_backward_splits_sweeps_of_many_columns(gpu):
+    """kv_parts: a block per query head where the G heads' columns exceed KV_SWEEP_COLUMNS (512), else one
+    block sweeping all G."""
+    from gradcraft.backend.cuda import attention
+
+    assert attention.KV_SWEEP_COLUMNS == 512
+    expected = {(1, 128): 1, (2, 128): 1, (4, 128): 1, (8, 128): 8, (16, 128): 16, (6, 128): 6, (5, 128): 5}
+    expected |= {(4, 64): 1, (8, 64): 1, (16, 64): 16, (12, 64): 12, (3, 64): 1}
+    for (G, D), parts in expected.items():
+        assert attention.kv_parts(G, D) == parts, (G, D)
 
 
 def test_hopper_backward_deterministic_mode_repeats_its_bits(gpu, monkeypatch):

@@ -113,7 +113,7 @@ def _types(params: str) -> str:
         ("flash_hopper_bwd.cu", "hopper_bwd_dq_##NAME##_d##D##_n##BN", "DQ_TYPES"),
         ("flash_hopper_bwd.cu", "hopper_bwd_dkdv_##NAME", "DKDV_TYPES"),
         ("flash_hopper_bwd.cu", "hopper_bwd_##KIND##_##NAME", "FUSED_TYPES"),
-        ("flash_hopper_bwd.cu", "hopper_bwd_fused_##NAME##_d##D##_m##BM##_c2_ws", "FUSED_TYPES"),
+        ("flash_hopper_bwd.cu", "hopper_bwd_fused_##NAME##_d##D##_m##BM##_c2_ws", "WS_BWD_TYPES"),
         ("flash_hopper_bwd.cu", "hopper_bwd_dq_convert_##NAME", "CONVERT_TYPES"),
         ("flash_attention.cu", "flash_bwd_dot_bf16(", "DOT_TYPES"),
         ("flash_attention.cu", "flash_fwd_##TAG", "FWD_TYPES+_DROP"),
@@ -151,8 +151,8 @@ def test_launch_recordings_agree_for_one_tree_and_tell_a_planted_change(tmp_path
     shutil.copytree(ROOT / "gradcraft", planted / "gradcraft", ignore=shutil.ignore_patterns("__pycache__"))
     source = planted / "gradcraft" / "backend" / "cuda" / "attention.py"
     text = source.read_text()
-    assert text.count("(*dqs, H, T, shape_args[4])") == 1
-    source.write_text(text.replace("(*dqs, H, T, shape_args[4])", "(*dqs, H, T, shape_args[4] * 2)"))
+    assert text.count("(*dqs, H, T, scale)") == 1
+    source.write_text(text.replace("(*dqs, H, T, scale)", "(*dqs, H, T, scale * 2)"))
     mutant = tmp_path / "mutant.json"
     assert _record("record", mutant, "--quick", "--tree", planted).returncode == 0
     told = _record("compare", ours, mutant)

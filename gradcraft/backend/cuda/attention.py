@@ -139,6 +139,7 @@ PERSISTENT_FWD_TYPES = FWD_TYPES + "iP"  # B * H, the work counter
 DQ_TYPES = "P" * 7 + "q" * 15 + _SHAPE  # q, k, v, dO, lse, dvec, dq; strides of q, k, v, dO, dq
 DKDV_TYPES = "P" * 8 + "q" * 15 + _SHAPE  # ... dk, dv; strides of q, k, v, dO, dk (= dv's)
 FUSED_TYPES = "P" * 9 + "q" * 15 + _SHAPE  # ... dk, dv, dq_acc
+WS_BWD_TYPES = "P" * 10 + "q" * 15 + _SHAPE + "i"  # ... dk, dv, dq_acc, dkv_acc; ...; parts (hopper_bwd_ws)
 CONVERT_TYPES = "PP" + "q" * 3 + "iif"  # dq_acc, dq, dq's strides, H, T, scale
 DOT_TYPES = "P" * 4 + "q" * 6 + "iii" + "qq"  # O, dO, dvec, what it zeroes; strides of O, dO; H, T, D; rows, float4s
 
@@ -332,7 +333,7 @@ def flash_attention(q, k, v, state=None, *, scale, causal, window, dropout_p=0.0
 
 
 # A backward launch's pointers, by name: each launch of a plan reads its own from this tuple.
-_POINTERS = ("q", "k", "v", "g", "lse", "dvec", "dq", "dk", "dv", "dq_acc", "out")
+_POINTERS = ("q", "k", "v", "g", "lse", "dvec", "dq", "dk", "dv", "dq_acc", "dk_acc", "dv_acc", "out")
 _DOT = ("out", "g", "dvec", "dq_acc")
 _INPUTS = ("q", "k", "v", "g", "lse", "dvec")
 
@@ -341,28 +342,52 @@ def _pointers(*names):
     return operator.itemgetter(*(_POINTERS.index(n) for n in names))
 
 
+# The query heads' columns (G x head dim) above which the warp-specialised fused backward gives each
+# query head a block of its own (kv_parts).
+KV_SWEEP_COLUMNS = 512
+
+
+def kv_parts(G: int, D: int) -> int:
+    """How many blocks of the warp-specialised fused backward share a key tile's sweep over the G query
+    heads that read its key/value head, adding dk and dv up in float32: 1 (one block sweeps all G), or
+    G (a block per query head, as multi-head attention's) where G x D exceeds KV_SWEEP_COLUMNS.
+    Why: a block sweeps its heads one after the other, and the blocks of one key/value head drift
+    apart, each through the heads at its own pace, so that the queries, output gradients and dQ sums
+    they read at once span up to all G heads; at G = 8 and head dim 128 those outgrew L2 (an H100: 51%
+    of L2 hits against 84% split, 2.4 GB read from memory against 0.8), and the backward took 18-26%
+    longer than with a block per head (T 1024-4096), which also beat two blocks of four heads in 5 of
+    7 comparisons. At 512 columns or fewer (4 x 128, 8 x 64) a split ranged from 28% slower to 9% faster
+    (faster only at T 8192): the float32 sums cost their zeroing, conversion and atomics
+    (bench/gqa_split.py; BENCHMARK.md, session 23)."""
+    return G if G * D > KV_SWEEP_COLUMNS else 1
+
+
 @functools.lru_cache(maxsize=256)
 def _backward_plan(device, dtype, shape, kv_shape, qs, ks, vs, gs, outs, dqs, dks, shape_args, tiles, drop):
     """The backward's launches for these shapes and layouts: (bytes of dvec, bytes of dQ's float32 sums,
-    ((name, pointers (a getter of _POINTERS' values), packed.Launch) in launch order)). tiles: the
-    wgmma variants of dq and dk/dv, or None for the mma.sync kernels (with `drop`, _dropout_args)."""
+    bytes of dK's and of dV's (each), ((name, pointers (a getter of _POINTERS' values), packed.Launch) in
+    launch order)). tiles: the wgmma variants of dq and dk/dv, or None for the mma.sync kernels (with
+    `drop`, _dropout_args)."""
     B, H, T, D = shape
     Hkv, S = kv_shape[1], kv_shape[2]
     fused = tiles is not None and tiles[0] in (FUSED, FUSED_OVERLAP)
+    parts = kv_parts(H // Hkv, D) if fused and tiles[1][2:] == (WARP_SPECIALIZED,) else 1
     rows = B * H * T
-    # dvec (B, H, T), and for the fused kernels dQ's sums (B, H, T rounded up to 64, D) after it, 256-byte
-    # aligned: one allocation
+    # dvec (B, H, T), and for the fused kernels dQ's sums (B, H, T rounded up to 64, D) after it, then
+    # dK's and dV's where key tiles are shared (B, Hkv, S rounded up to 64, D each), 256-byte aligned:
+    # one allocation
     dvec_bytes = -(-rows * 4 // 256) * 256
     acc_bytes = B * H * -(-T // 64) * 64 * D * 4 if fused else 0
+    kv_acc_bytes = B * Hkv * -(-S // 64) * 64 * D * 4 if parts > 1 else 0
     strides = (*qs, *ks, *vs, *gs)
-    # (the dot kernel clears dQ's sums as it goes: one launch)
-    dot_fixed = (*outs, *gs, H, T, D, rows, acc_bytes // 16)
+    # (the dot kernel clears the float32 sums as it goes: one launch)
+    dot_fixed = (*outs, *gs, H, T, D, rows, (acc_bytes + 2 * kv_acc_bytes) // 16)
     dot = _prepare(FILE, f"flash_bwd_dot_{L.suffix(dtype)}", (-(-rows * 8 // 256),), 256, 0, DOT_TYPES, dot_fixed)
     launches = [("dot", _pointers(*_DOT), dot)]
     dq_fixed, dkdv_fixed = (*strides, *dqs, *shape_args), (*strides, *dks, *shape_args)
     if fused:
-        fused_launches = _fused_launches(dtype, shape, kv_shape, dqs, dkdv_fixed, shape_args, tiles)
-        return dvec_bytes, acc_bytes, tuple(launches + fused_launches)
+        fused_launches = _fused_launches(dtype, shape, kv_shape, dqs, dks, dkdv_fixed, shape_args, tiles, parts)
+        return dvec_bytes, acc_bytes, kv_acc_bytes, tuple(launches + fused_launches)
     if tiles is not None:
         (n, wq), (m, wk) = tiles
         suffix = L.suffix(dtype)
@@ -386,12 +411,14 @@ def _backward_plan(device, dtype, shape, kv_shape, qs, ks, vs, gs, outs, dqs, dk
         dq = _prepare(FILE, dq_name, dq_grid, THREADS, dq_shared, DQ_TYPES + _DROP, (*dq_fixed, *drop))
         dkdv = _prepare(FILE, dkdv_name, dkdv_grid, THREADS, dkdv_shared, DKDV_TYPES + _DROP, (*dkdv_fixed, *drop))
     launches += [("dq", _pointers(*_INPUTS, "dq"), dq), ("dkdv", _pointers(*_INPUTS, "dk", "dv"), dkdv)]
-    return dvec_bytes, acc_bytes, tuple(launches)
+    return dvec_bytes, acc_bytes, 0, tuple(launches)
 
 
-def _fused_launches(dtype, shape, kv_shape, dqs, dkdv_fixed, shape_args, tiles) -> list:
+def _fused_launches(dtype, shape, kv_shape, dqs, dks, dkdv_fixed, shape_args, tiles, parts) -> list:
     """flash_hopper_bwd.cu's fused backward: dk/dv and dQ's float32 partial sums (added into dq_acc,
-    (B, H, T rounded up to 64, D), by every key block), then dq = scale * dq_acc by the convert kernel."""
+    (B, H, T rounded up to 64, D), by every key block), then dq = scale * dq_acc by the convert kernel;
+    with `parts` > 1 (hopper_bwd_ws only) dk and dv are summed the same way (dk_acc, dv_acc) and
+    converted after dq."""
     B, H, T, D = shape
     Hkv, S = kv_shape[1], kv_shape[2]
     suffix = L.suffix(dtype)
@@ -405,19 +432,30 @@ def _fused_launches(dtype, shape, kv_shape, dqs, dkdv_fixed, shape_args, tiles) 
         # the stages of lse and dvec
         shared = (2 * keys + 2 * stages * queries) * D * 2 + 2 * keys * queries * 2 + queries * D * 4
         shared += stages * 2 * queries * 4 + 1024
-        fused = f"hopper_bwd_{variant}_{suffix}_d{D}_m{queries}_c{wgs}_ws"
+        name = f"hopper_bwd_{variant}_{suffix}_d{D}_m{queries}_c{wgs}_ws"
+        grid = (-(-S // keys), B * Hkv * parts)
+        dkdv = _prepare(HOPPER_BWD_FILE, name, grid, threads, shared, WS_BWD_TYPES, (*dkdv_fixed, parts))
+        dkdv_pointers = _pointers(*_INPUTS, "dk", "dv", "dq_acc", "dk_acc")
     else:
         blocks, stages = (rest[0] if rest else None), (rest[1] if len(rest) > 1 else 2)
         threads = WARPGROUP * wgs
         # keys and values, the stages of queries and output gradients, dS^T, the stages of lse and dvec
         shared = (2 * keys + 2 * stages * 64) * D * 2 + keys * 64 * 2 + stages * 2 * 64 * 4 + 1024
         tail = (f"_b{blocks}" if blocks else "") + (f"_s{stages}" if stages != 2 else "")
-        fused = f"hopper_bwd_{variant}_{suffix}_d{D}_m64_w{wgs}{tail}"
-    dkdv = _prepare(HOPPER_BWD_FILE, fused, (-(-S // keys), B * Hkv), threads, shared, FUSED_TYPES, dkdv_fixed)
-    convert_name, grid = f"hopper_bwd_dq_convert_{suffix}_d{D}", (-(-T // 64), B * H)
-    convert = _prepare(HOPPER_BWD_FILE, convert_name, grid, WARPGROUP, 0, CONVERT_TYPES, (*dqs, H, T, shape_args[4]))
+        name = f"hopper_bwd_{variant}_{suffix}_d{D}_m64_w{wgs}{tail}"
+        dkdv = _prepare(HOPPER_BWD_FILE, name, (-(-S // keys), B * Hkv), threads, shared, FUSED_TYPES, dkdv_fixed)
+        dkdv_pointers = _pointers(*_INPUTS, "dk", "dv", "dq_acc")
+    convert_name, scale = f"hopper_bwd_dq_convert_{suffix}_d{D}", shape_args[4]
+    dq_grid = (-(-T // 64), B * H)
+    convert = _prepare(HOPPER_BWD_FILE, convert_name, dq_grid, WARPGROUP, 0, CONVERT_TYPES, (*dqs, H, T, scale))
     # (dq only converts dQ's sums, after dk/dv has added them up)
-    return [("dkdv", _pointers(*_INPUTS, "dk", "dv", "dq_acc"), dkdv), ("dq", _pointers("dq_acc", "dq"), convert)]
+    launches = [("dkdv", dkdv_pointers, dkdv), ("dq", _pointers("dq_acc", "dq"), convert)]
+    if parts > 1:
+        kv_grid = (-(-S // 64), B * Hkv)
+        for name, acc, grad, factor in (("dk", "dk_acc", "dk", scale), ("dv", "dv_acc", "dv", 1.0)):
+            kv = _prepare(HOPPER_BWD_FILE, convert_name, kv_grid, WARPGROUP, 0, CONVERT_TYPES, (*dks, Hkv, S, factor))
+            launches.append((name, _pointers(acc, grad), kv))
+    return launches
 
 
 def _backward(q, k, v, out, lse, g, dq, dk, dv, dqs, dks, scale, causal, window, dropout, tiles):
@@ -437,14 +475,16 @@ def _backward(q, k, v, out, lse, g, dq, dk, dv, dqs, dks, scale, causal, window,
         tiles = None  # the mma.sync kernels
     shape = _shape_args(q, k, scale, causal, window)
     device = cp.cuda.runtime.getDevice()
-    dvec_bytes, acc_bytes, launches = _backward_plan(
+    dvec_bytes, acc_bytes, kv_acc_bytes, launches = _backward_plan(
         device, q.dtype, q.shape, k.shape, qs, ks, vs, gs, outs, dqs, dks, shape, tiles, drop
     )
-    memory = L.scratch(dvec_bytes + acc_bytes)
+    memory = L.scratch(dvec_bytes + acc_bytes + 2 * kv_acc_bytes)
     dvec = memory.ptr
     dq_acc = dvec + dvec_bytes if acc_bytes else 0
+    dk_acc = dq_acc + acc_bytes if kv_acc_bytes else 0
+    dv_acc = dk_acc + kv_acc_bytes if kv_acc_bytes else 0
     inputs = (q.data.ptr, k.data.ptr, v.data.ptr, g.data.ptr, lse.data.ptr, dvec)
-    pointers = (*inputs, dq, dk, dv, dq_acc, out.data.ptr)  # (as _POINTERS)
+    pointers = (*inputs, dq, dk, dv, dq_acc, dk_acc, dv_acc, out.data.ptr)  # (as _POINTERS)
     return [(name, launch, getter(pointers)) for name, getter, launch in launches], (memory, q, k, v, g, out, lse)
 
 

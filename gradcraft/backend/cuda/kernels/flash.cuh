@@ -149,14 +149,18 @@ struct QueryTile {
     Mask mask;
     int m0, b, h, hk, t_begin, t_end;
     __device__ __forceinline__ QueryTile(const Mask& mask_, int BM, int BN, int H, int Hkv, int D) : mask(mask_) {
-        // (a row's keys and values, S D 4 bytes, shared by the H / Hkv query heads next to it)
-        set(grid_tile_order((int)(((i64)mask.S * D) >> 8) / (H / Hkv)), gridDim.x, BM, BN, H, Hkv);
+        set(grid_tile_order(row_kb(D, H, Hkv)), gridDim.x, BM, BN, H, Hkv);
     }
     // The same for work item w (of q_tiles * heads) of a persistent kernel's sweep.
     __device__ __forceinline__ QueryTile(const Mask& mask_, int BM, int BN, int H, int Hkv, int D, int w, int q_tiles,
                                          int heads)
         : mask(mask_) {
-        set(tile_order(w, q_tiles, heads, (int)(((i64)mask.S * D) >> 8) / (H / Hkv)), q_tiles, BM, BN, H, Hkv);
+        set(tile_order(w, q_tiles, heads, row_kb(D, H, Hkv)), q_tiles, BM, BN, H, Hkv);
+    }
+    // tile_order's footprint of a row: its keys and values, S D 4 bytes, shared by the H / Hkv query
+    // heads next to it
+    __device__ __forceinline__ int row_kb(int D, int H, int Hkv) const {
+        return (int)(((i64)mask.S * D) >> 8) / (H / Hkv);
     }
     __device__ __forceinline__ void set(TileOrder at, int q_tiles, int BM, int BN, int H, int Hkv) {
         m0 = (q_tiles - 1 - at.rank) * BM;
@@ -172,34 +176,40 @@ struct QueryTile {
 };
 
 // The work of a block of the dk/dv kernels: BN keys from n0 of key/value head hk of batch b, and the
-// sweep over the query tiles of BM queries, [q_begin, q_begin + tiles), of each of the G query heads
-// that read hk: `total` steps, step `it` being query head hk * G + it / tiles, tile q_begin + it % tiles.
-// The grid is (key tiles, B Hkv); tile_order picks the block's tile, the first (causal: the longest)
-// first.
+// sweep over the query tiles of BM queries, [q_begin, q_begin + tiles), of `heads` of the G query heads
+// that read hk, from h0: `total` steps, step `it` being query head h0 + it / tiles, tile
+// q_begin + it % tiles. `parts` blocks share a key tile (hopper_bwd_ws: G / parts query heads each,
+// G % parts == 0; they then add dk and dv up), so that a block's sweep stays within L2 where G heads'
+// would not (attention.py, kv_parts); 1 elsewhere: one block sweeps all G. The grid is (key tiles,
+// B Hkv parts), a key/value head's parts in adjacent rows; tile_order picks the block's tile, the first
+// (causal: the longest) first.
 struct KeyTile {
     Mask mask;
-    int n0, b, hk, G, q_begin, tiles, total;
-    __device__ __forceinline__ KeyTile(const Mask& mask_, int BN, int BM, int H, int Hkv, int D) : mask(mask_) {
-        G = H / Hkv;
-        // (a row's queries and output gradients, of its G query heads)
-        const TileOrder at = grid_tile_order((int)(((i64)G * mask.T * D) >> 8));
+    int n0, b, hk, h0, q_begin, tiles, total;
+    __device__ __forceinline__ KeyTile(const Mask& mask_, int BN, int BM, int H, int Hkv, int D, int parts = 1)
+        : mask(mask_) {
+        const int G = H / Hkv, heads = G / parts;
+        // (a row's queries and output gradients, of its query heads)
+        const TileOrder at = grid_tile_order((int)(((i64)heads * mask.T * D) >> 8));
         n0 = at.rank * BN;
-        b = at.row / Hkv;
-        hk = at.row - b * Hkv;
+        const int kv_row = at.row / parts;
+        b = kv_row / Hkv;
+        hk = kv_row - b * Hkv;
+        h0 = hk * G + (at.row - kv_row * parts) * heads;
         q_begin = mask.query_lo(n0) / BM;
         const int query_end = mask.query_hi(n0 + BN);
         const int t_end = query_end > 0 ? (query_end + BM - 1) / BM : 0;
         tiles = t_end > q_begin ? t_end - q_begin : 0;
-        total = G * tiles;
+        total = heads * tiles;
     }
-    // Sweep step it's query head and first query (head hk G + it / tiles, tile q_begin + it % tiles) for
+    // Sweep step it's query head and first query (head h0 + it / tiles, tile q_begin + it % tiles) for
     // consecutive steps: a cursor at step 0, moved on one step at a time (dividing by `tiles`, known
     // only at run time, took a score of integer instructions a step, more for the remainder, in loops
     // that are short of issue slots).
     struct Step {
         int h, m0;
     };
-    __device__ __forceinline__ Step first_step(int BM) const { return {hk * G, q_begin * BM}; }
+    __device__ __forceinline__ Step first_step(int BM) const { return {h0, q_begin * BM}; }
     __device__ __forceinline__ void next(Step& s, int BM) const {
         s.m0 += BM;
         if (s.m0 == (q_begin + tiles) * BM) s.m0 = q_begin * BM, ++s.h;

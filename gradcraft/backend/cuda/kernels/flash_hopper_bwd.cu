@@ -360,7 +360,9 @@ __device__ __forceinline__ void hopper_bwd_dkdv(FHB_INPUTS, u16* __restrict__ dk
 
     store_dkdv_rows<BF16, DT>(dk, dvo, b * gsb + hk * gsh, gst, dk_acc, dv_acc, scale, key0, S, tq);
 }
-// dq = scale * dq_acc, read back from add_dq_partial's order: a block per 64-query tile of one head. The
+// dq = scale * dq_acc, read back from add_dq_partial's order: a block per 64-query tile of one head (and
+// dk = scale * its sums, dv = its sums, the same way, where hopper_bwd_ws's blocks add them up: H, T
+// are then Hkv, S). The
 // tile is rounded into shared memory first (rows padded by 16 bytes: the quads' stores land in distinct
 // banks), then written out by rows in 16-byte pieces; a thread's own values are two 4-byte pieces of
 // two rows, whose stores a warp would spread over eight rows' sectors.
@@ -412,6 +414,11 @@ __device__ __forceinline__ void hopper_bwd_dq_convert(const float* __restrict__ 
 // gradient tiles with their lse and dvec into one of STAGES stages, under "full" and "empty" mbarriers
 // (the forward's _ws kernels' protocol); the dQ tile has "full" (every consumer thread has written)
 // and "empty" (the bulk reduction has read it) barriers of its own.
+// GQA: with `parts` > 1, a key tile's sweep over its G query heads is shared by `parts` blocks (KeyTile),
+// which add their dK and dV sums in float32 into dkv_acc (dk's (B, Hkv, S rounded up to 64, D), then
+// dv's, zeroed beforehand; add_dq_partial's order) for hopper_bwd_dq_convert to write out: the launcher
+// splits sweeps of many heads, whose data outgrew L2 (attention.py, kv_parts). The order of those
+// additions varies, as dQ's does.
 // Why the buffers suffice: a consumer writes dS^T buffer it & 1 at step it after the named barrier of
 // step it - 1, which each warpgroup reaches only after its step-(it - 2) dQ product (the buffer's
 // last reader) has retired.
@@ -419,7 +426,8 @@ __device__ __forceinline__ void hopper_bwd_dq_convert(const float* __restrict__ 
 // gradient tiles; lse and dvec) + 2 128 BM 2 (dS^T) + BM D 4 (dQ) + 1024 bytes; 384 threads.
 template <bool BF16, int D, int STAGES, int PRODUCER_REGS, int CONSUMER_REGS>
 __device__ __forceinline__ void hopper_bwd_ws(FHB_INPUTS, u16* __restrict__ dk, u16* __restrict__ dvo,
-                                              float* __restrict__ dq_acc, FHB_SHAPE) {
+                                              float* __restrict__ dq_acc, float* __restrict__ dkv_acc, FHB_SHAPE,
+                                              int parts) {
     constexpr int BN = 128, BM = D == 128 ? 64 : 128, MT = BM / 8, DT = D / 8;
     constexpr int TILE = BM * D * 2, DS = BN * BM * 2, DQ = BM * D * 4;  // bytes
     constexpr int ENTRY_REGS = (65536 / (FH_WARPGROUP * 3)) & ~7;      // (hopper_fwd_ws explains)
@@ -435,7 +443,7 @@ __device__ __forceinline__ void hopper_bwd_ws(FHB_INPUTS, u16* __restrict__ dk, 
               empty0 = full0 + 8 * STAGES;  // stage st: + 8 st
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
               tq = lane & 3;
-    const KeyTile tile(Mask{T, S, S - T, causal, window}, BN, BM, H, Hkv, D);
+    const KeyTile tile(Mask{T, S, S - T, causal, window}, BN, BM, H, Hkv, D, parts);
     const Mask& mask = tile.mask;
     const int n0 = tile.n0, b = tile.b, hk = tile.hk, total = tile.total;
     const int Tp = (T + 63) & ~63;  // dq_acc's rows a head
@@ -587,7 +595,18 @@ __device__ __forceinline__ void hopper_bwd_ws(FHB_INPUTS, u16* __restrict__ dk, 
         if (lane == 0) mbar_arrive(empty0 + 8 * st);  // this warp's products reading the stage have retired
     }
 
-    store_dkdv_rows<BF16, DT>(dk, dvo, b * gsb + hk * gsh, gst, dk_acc, dv_acc, scale, key0, S, tq);
+    if (parts == 1) {
+        store_dkdv_rows<BF16, DT>(dk, dvo, b * gsb + hk * gsh, gst, dk_acc, dv_acc, scale, key0, S, tq);
+    } else if (n0 + c * 64 < S) {  // this warpgroup's 64 keys' sums, added into dk's and dv's (the convert writes them)
+        const int Sp = (S + 63) & ~63;
+        float* dk_tile = dkv_acc + (((i64)b * Hkv + hk) * Sp + n0 + c * 64) * D;
+        float* dv_tile = dk_tile + (i64)(gridDim.y / parts) * Sp * D;  // (dv's sums follow dk's B Hkv heads)
+#pragma unroll
+        for (int half = 0; half < D / 64; ++half) {
+            add_dq_partial(dk_tile, dk_acc + 32 * half, 8 * half);
+            add_dq_partial(dv_tile, dv_acc + 32 * half, 8 * half);
+        }
+    }
 }
 
 #define FHB_SHAPE_ARGS \
@@ -600,7 +619,8 @@ __device__ __forceinline__ void hopper_bwd_ws(FHB_INPUTS, u16* __restrict__ dk, 
 #define FHB_CONVERT_BODY(BF, D) hopper_bwd_dq_convert<BF, D>(dq_acc, dq, gsb, gsh, gst, H, T, scale);
 #define FHB_WS_BODY(BF, D)                                                                                   \
     hopper_bwd_ws<BF, D, FHB_WS_STAGES, FHB_WS_PRODUCER_REGS, FHB_WS_CONSUMER_REGS>(q, k, v, dout, lse, dvec, dk, \
-                                                                                   dv, dq_acc, FHB_SHAPE_ARGS);
+                                                                                   dv, dq_acc, dkv_acc,           \
+                                                                                   FHB_SHAPE_ARGS, parts);
 #else
 #define FHB_WS_BODY(BF, D)
 #define FHB_DQ_BODY(BF, D, BN, WGS)
@@ -639,7 +659,7 @@ __device__ __forceinline__ void hopper_bwd_ws(FHB_INPUTS, u16* __restrict__ dk, 
         FHB_CONVERT_BODY(BF, D)                                                                                \
     }
 // hopper_bwd_fused_{bf16,f16}_d{D}_m{BM}_c2_ws: the warp-specialised fused kernel (hopper_bwd_ws), the
-// fused kernels' arguments; 384 threads, 128 keys a block, BM = 64 (head dim 128) or 128 (64) queries a
+// fused kernels' arguments with dkv_acc after dq_acc and `parts` last (1: dk and dv written directly); 384 threads, 128 keys a block, BM = 64 (head dim 128) or 128 (64) queries a
 // step, staged FHB_WS_STAGES deep; registers moved from the producer (40) to the consumers (232; at
 // 24/240 the producer spilled 128 bytes, here 8).
 #define FHB_WS_STAGES 2
@@ -647,7 +667,8 @@ __device__ __forceinline__ void hopper_bwd_ws(FHB_INPUTS, u16* __restrict__ dk, 
 #define FHB_WS_CONSUMER_REGS 232
 #define FHB_FUSED_WS(NAME, BF, D, BM)                                                                             \
     extern "C" __global__ void __launch_bounds__(3 * FH_WARPGROUP, 1)                                           \
-        hopper_bwd_fused_##NAME##_d##D##_m##BM##_c2_ws(FHB_INPUTS, u16* dk, u16* dv, float* dq_acc, FHB_SHAPE) { \
+        hopper_bwd_fused_##NAME##_d##D##_m##BM##_c2_ws(FHB_INPUTS, u16* dk, u16* dv, float* dq_acc,             \
+                                                       float* dkv_acc, FHB_SHAPE, int parts) {                  \
         FHB_WS_BODY(BF, D)                                                                                       \
     }
 #define FHB_ALL(NAME, BF)                                                                                        \

@@ -510,11 +510,12 @@ def _run(launch, pointers, keep) -> None:
 
 
 def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, dropout=None, tiles=None) -> dict:
-    """The backward's three kernels as callables, in order (bench/attention_kernels.py times each):
+    """The backward's kernels as callables, in order (bench/attention_kernels.py times each):
     dot: dvec = rowsum(dO * O), the softmax gradient's correction term; dq: a block per query tile;
     dkdv: a block per key tile, over the query tiles of every query head sharing its KV head. With
     dq's variant FUSED or FUSED_OVERLAP, dkdv adds dQ up in float32 too (zeroed by "dot") and "dq"
-    only converts it.
+    only converts it; where the warp-specialised dkdv splits its sweeps (kv_parts), it adds dK and dV
+    up the same way, and "dk" and "dv" convert them.
     `dropout`: _dropout_args (None: no dropout). Where `hopper` says so, dq and dk/dv are
     flash_hopper_bwd.cu's wgmma kernels (`tiles`: the variants of dq and of dk/dv, HOPPER_TILES by
     default, where None keeps the mma.sync kernels).

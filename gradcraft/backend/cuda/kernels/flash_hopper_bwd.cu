@@ -597,7 +597,8 @@ __device__ __forceinline__ void hopper_bwd_ws(FHB_INPUTS, u16* __restrict__ dk, 
 
     if (parts == 1) {
         store_dkdv_rows<BF16, DT>(dk, dvo, b * gsb + hk * gsh, gst, dk_acc, dv_acc, scale, key0, S, tq);
-    } else if (n0 + c * 64 < S) {  // this warpgroup's 64 keys' sums, added into dk's and dv's (the convert writes them)
+    } else if (n0 + c * 64 < S) {
+        // this warpgroup's 64 keys' sums, added into dk's and dv's (hopper_bwd_dq_convert writes them out)
         const int Sp = (S + 63) & ~63;
         float* dk_tile = dkv_acc + (((i64)b * Hkv + hk) * Sp + n0 + c * 64) * D;
         float* dv_tile = dk_tile + (i64)(gridDim.y / parts) * Sp * D;  // (dv's sums follow dk's B Hkv heads)
@@ -659,8 +660,9 @@ __device__ __forceinline__ void hopper_bwd_ws(FHB_INPUTS, u16* __restrict__ dk, 
         FHB_CONVERT_BODY(BF, D)                                                                                \
     }
 // hopper_bwd_fused_{bf16,f16}_d{D}_m{BM}_c2_ws: the warp-specialised fused kernel (hopper_bwd_ws), the
-// fused kernels' arguments with dkv_acc after dq_acc and `parts` last (1: dk and dv written directly); 384 threads, 128 keys a block, BM = 64 (head dim 128) or 128 (64) queries a
-// step, staged FHB_WS_STAGES deep; registers moved from the producer (40) to the consumers (232; at
+// fused kernels' arguments with dkv_acc after dq_acc and `parts` last (1: dk and dv written directly);
+// 384 threads, 128 keys a block, BM = 64 (head dim 128) or 128 (64) queries a step, staged
+// FHB_WS_STAGES deep; registers moved from the producer (40) to the consumers (232; at
 // 24/240 the producer spilled 128 bytes, here 8).
 #define FHB_WS_STAGES 2
 #define FHB_WS_PRODUCER_REGS 40

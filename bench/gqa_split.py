@@ -6,7 +6,8 @@
 The warp-specialised fused backward (flash_hopper_bwd.cu, hopper_bwd_ws) gives each block one key tile
 and sweeps the query tiles of the G query heads that share its key/value head, or of G / parts of them
 when `parts` blocks share the tile (adding dk and dv up in float32, then converted). The backend picks
-parts with attention.kv_parts; here each split is forced in turn and the whole backward (its launches
+parts with attention.kv_parts; here each split is asked for in turn (backward_launches' `parts`) and
+the whole backward (its launches
 through the backend: dvec, the fused kernel, the conversions) is timed with CUDA events, --rounds
 alternating rounds of --repeat calls per split, the median reported, beside the default's pick and the
 largest relative difference of each split's dq, dk, dv from parts 1's. Needs a GPU of compute capability
@@ -50,19 +51,11 @@ def run_shape(attention, cp, shape, parts_list, repeat, rounds):
         print(f"B{B} H{H} Hkv{Hkv} T{T} D{D}: none of --parts divides G = {G}; skipped")
         return
     default = attention.kv_parts(G, D)
-    chosen, calls, grads = attention.kv_parts, {}, {}
-    try:
-        for parts in splits:
-            attention.kv_parts = lambda G, D, parts=parts: parts
-            attention._backward_plan.cache_clear()
-            grads[parts] = [
-                cp.empty((B, a.shape[2], a.shape[1], D), dtype=bf16).transpose(0, 2, 1, 3) for a in (q, k, v)
-            ]
-            launches = attention.backward_launches(q, k, v, out, lse, g, *grads[parts], **attrs)
-            calls[parts] = list(launches.values())
-    finally:
-        attention.kv_parts = chosen
-        attention._backward_plan.cache_clear()
+    calls, grads = {}, {}
+    for parts in splits:
+        grads[parts] = [cp.empty((B, a.shape[2], a.shape[1], D), dtype=bf16).transpose(0, 2, 1, 3) for a in (q, k, v)]
+        launches = attention.backward_launches(q, k, v, out, lse, g, *grads[parts], **attrs, parts=parts)
+        calls[parts] = list(launches.values())
     start, end = cp.cuda.Event(), cp.cuda.Event()
     times = {p: [] for p in splits}
     for parts in splits:  # warm-up
@@ -104,6 +97,9 @@ def main(argv=None):
             raise ValueError
     except ValueError:
         print("error: --shapes takes B,H,Hkv,T,D;... (H a multiple of Hkv), --parts positive integers", file=sys.stderr)
+        return 2
+    if any(s[4] not in (64, 128) for s in shapes) or args.repeat < 1 or args.rounds < 1:
+        print("error: head dims 64 and 128 only (the split kernel's); --repeat, --rounds >= 1", file=sys.stderr)
         return 2
     try:
         import cupy as cp

@@ -934,7 +934,7 @@ SPLIT_CASES = [c for c in HOPPER_CASES if c[1] != c[2]] + [  # grouped-query cas
 
 @pytest.mark.parametrize("dtype", [BF16, np.float16])
 @pytest.mark.parametrize("case", SPLIT_CASES, ids=_case_id)
-def test_hopper_backward_split_sweeps(gpu, case, dtype, monkeypatch):
+def test_hopper_backward_split_sweeps(gpu, case, dtype):
     """The warp-specialised fused backward with each key tile's sweep over its G query heads split over
     `parts` blocks, for every divisor of G (the blocks add dk and dv up in float32, then converted):
     against the NumPy reference, every gradient element written (they start as NaN)."""
@@ -947,21 +947,15 @@ def test_hopper_backward_split_sweeps(gpu, case, dtype, monkeypatch):
         pytest.skip("the wgmma backward runs on compute capability 9.0 only")
     inputs, expected, attrs = _backward_case(gpu, case, dtype)
     G = H // Hkv
-    try:
-        for parts in (p for p in range(1, G + 1) if G % p == 0):
-            monkeypatch.setattr(attention, "kv_parts", lambda G, D, parts=parts: parts)
-            attention._backward_plan.cache_clear()
-            grads = _nan_gradients(inputs, dtype)
-            launches = attention.backward_launches(*inputs, *grads, attrs["scale"], causal, window)
-            assert ("dk" in launches) == (parts > 1)  # (dk's and dv's conversions)
-            for launch in launches.values():
-                launch()
-            limit = 2e-2 if dtype == BF16 else 4e-3
-            for name, a, e in zip(("dq", "dk", "dv"), grads, expected):
-                assert rel_err(cp.asnumpy(a), e) < limit, f"{name}, parts {parts}"
-    finally:
-        monkeypatch.undo()
-        attention._backward_plan.cache_clear()  # (no plan of a patched split outlives the test)
+    for parts in (p for p in range(1, G + 1) if G % p == 0):
+        grads = _nan_gradients(inputs, dtype)
+        launches = attention.backward_launches(*inputs, *grads, attrs["scale"], causal, window, parts=parts)
+        assert ("dk" in launches) == (parts > 1)  # (dk's and dv's conversions)
+        for launch in launches.values():
+            launch()
+        limit = 2e-2 if dtype == BF16 else 4e-3
+        for name, a, e in zip(("dq", "dk", "dv"), grads, expected):
+            assert rel_err(cp.asnumpy(a), e) < limit, f"{name}, parts {parts}"
 
 
 def test_hopper_backward_splits_sweeps_of_many_columns(gpu):

@@ -349,29 +349,28 @@ KV_SWEEP_COLUMNS = 512
 
 def kv_parts(G: int, D: int) -> int:
     """How many blocks of the warp-specialised fused backward share a key tile's sweep over the G query
-    heads that read its key/value head, adding dk and dv up in float32: 1 (one block sweeps all G), or
-    G (a block per query head, as multi-head attention's) where G x D exceeds KV_SWEEP_COLUMNS.
-    Why: a block sweeps its heads one after the other, and the blocks of one key/value head drift
-    apart, each through the heads at its own pace, so that the queries, output gradients and dQ sums
-    they read at once span up to all G heads; at G = 8 and head dim 128 those outgrew L2 (an H100: 51%
-    of L2 hits against 84% split, 2.4 GB read from memory against 0.8), and the backward took 18-26%
-    longer than with a block per head (T 1024-4096), which also beat two blocks of four heads in 5 of
-    7 comparisons. At 512 columns or fewer (4 x 128, 8 x 64) a split ranged from 28% slower to 9% faster
-    (faster only at T 8192): the float32 sums cost their zeroing, conversion and atomics
-    (bench/gqa_split.py; BENCHMARK.md, session 23)."""
+    heads that read its key/value head, adding dk and dv up in float32: G (a block per query head, as
+    multi-head attention's) where G x D exceeds KV_SWEEP_COLUMNS, else 1 (one block sweeps all G).
+    Longer sweeps outgrew L2 (G 8 at head dim 128: 18-26% slower on an H100); shorter ones lose more to
+    the float32 sums than they gain (docs/cuda.md; BENCHMARK.md, session 23)."""
     return G if G * D > KV_SWEEP_COLUMNS else 1
 
 
 @functools.lru_cache(maxsize=256)
-def _backward_plan(device, dtype, shape, kv_shape, qs, ks, vs, gs, outs, dqs, dks, shape_args, tiles, drop):
+def _backward_plan(device, dtype, shape, kv_shape, qs, ks, vs, gs, outs, dqs, dks, shape_args, tiles, drop, parts):
     """The backward's launches for these shapes and layouts: (bytes of dvec, bytes of dQ's float32 sums,
     bytes of dK's and of dV's (each), ((name, pointers (a getter of _POINTERS' values), packed.Launch) in
     launch order)). tiles: the wgmma variants of dq and dk/dv, or None for the mma.sync kernels (with
-    `drop`, _dropout_args)."""
+    `drop`, _dropout_args); parts: as backward_launches'."""
     B, H, T, D = shape
     Hkv, S = kv_shape[1], kv_shape[2]
     fused = tiles is not None and tiles[0] in (FUSED, FUSED_OVERLAP)
-    parts = kv_parts(H // Hkv, D) if fused and tiles[1][2:] == (WARP_SPECIALIZED,) else 1
+    if not (fused and tiles[1][2:] == (WARP_SPECIALIZED,)):
+        parts = 1  # (only hopper_bwd_ws splits its sweeps)
+    elif parts is None:
+        parts = kv_parts(H // Hkv, D)
+    elif (H // Hkv) % parts:
+        raise ValueError(f"flash attention: {parts} parts do not divide the {H // Hkv} query heads of a key/value head")
     rows = B * H * T
     # dvec (B, H, T), and for the fused kernels dQ's sums (B, H, T rounded up to 64, D) after it, then
     # dK's and dV's where key tiles are shared (B, Hkv, S rounded up to 64, D each), 256-byte aligned:
@@ -452,18 +451,18 @@ def _fused_launches(dtype, shape, kv_shape, dqs, dks, dkdv_fixed, shape_args, ti
     launches = [("dkdv", dkdv_pointers, dkdv), ("dq", _pointers("dq_acc", "dq"), convert)]
     if parts > 1:
         kv_grid = (-(-S // 64), B * Hkv)
-        for name, acc, grad, factor in (("dk", "dk_acc", "dk", scale), ("dv", "dv_acc", "dv", 1.0)):
+        for grad, factor in (("dk", scale), ("dv", 1.0)):
             kv = _prepare(HOPPER_BWD_FILE, convert_name, kv_grid, WARPGROUP, 0, CONVERT_TYPES, (*dks, Hkv, S, factor))
-            launches.append((name, _pointers(acc, grad), kv))
+            launches.append((grad, _pointers(f"{grad}_acc", grad), kv))
     return launches
 
 
-def _backward(q, k, v, out, lse, g, dq, dk, dv, dqs, dks, scale, causal, window, dropout, tiles):
+def _backward(q, k, v, out, lse, g, dq, dk, dv, dqs, dks, scale, causal, window, dropout, tiles, parts=None):
     """The backward's launches as (name, packed.Launch, its pointers), in order, and what they point into
     that nothing else may hold (the row-layout copies _rows made, the scratch memory): alive until the
     launches are queued. dq, dk, dv: the gradients' pointers; dqs, dks: the element strides of dq and of
-    dk and dv (one layout) over their first three axes; dropout: _dropout_args (None: none); tiles as
-    backward_launches'."""
+    dk and dv (one layout) over their first three axes; dropout: _dropout_args (None: none); tiles and
+    parts as backward_launches'."""
     D = q.shape[3]
     (q, qs), (k, ks), (v, vs), (g, gs), (out, outs) = _rows(q), _rows(k), _rows(v), _rows(g), _rows(out)
     lse = L.contiguous(lse)
@@ -476,7 +475,7 @@ def _backward(q, k, v, out, lse, g, dq, dk, dv, dqs, dks, scale, causal, window,
     shape = _shape_args(q, k, scale, causal, window)
     device = cp.cuda.runtime.getDevice()
     dvec_bytes, acc_bytes, kv_acc_bytes, launches = _backward_plan(
-        device, q.dtype, q.shape, k.shape, qs, ks, vs, gs, outs, dqs, dks, shape, tiles, drop
+        device, q.dtype, q.shape, k.shape, qs, ks, vs, gs, outs, dqs, dks, shape, tiles, drop, parts
     )
     memory = L.scratch(dvec_bytes + acc_bytes + 2 * kv_acc_bytes)
     dvec = memory.ptr
@@ -509,13 +508,16 @@ def _run(launch, pointers, keep) -> None:
     launch(*pointers)  # (keep: what the pointers point into, alive as long as this callable)
 
 
-def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, dropout=None, tiles=None) -> dict:
+def backward_launches(
+    q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, dropout=None, tiles=None, parts=None
+) -> dict:
     """The backward's kernels as callables, in order (bench/attention_kernels.py times each):
     dot: dvec = rowsum(dO * O), the softmax gradient's correction term; dq: a block per query tile;
     dkdv: a block per key tile, over the query tiles of every query head sharing its KV head. With
     dq's variant FUSED or FUSED_OVERLAP, dkdv adds dQ up in float32 too (zeroed by "dot") and "dq"
-    only converts it; where the warp-specialised dkdv splits its sweeps (kv_parts), it adds dK and dV
-    up the same way, and "dk" and "dv" convert them.
+    only converts it; where the warp-specialised dkdv splits its sweeps (`parts` blocks a key tile, a
+    divisor of the query heads a key/value head; kv_parts's choice by default), it adds dK and dV up the
+    same way, and "dk" and "dv" convert them.
     `dropout`: _dropout_args (None: no dropout). Where `hopper` says so, dq and dk/dv are
     flash_hopper_bwd.cu's wgmma kernels (`tiles`: the variants of dq and of dk/dv, HOPPER_TILES by
     default, where None keeps the mma.sync kernels).
@@ -526,7 +528,7 @@ def backward_launches(q, k, v, out, lse, g, dq, dk, dv, scale, causal, window, d
     if dk.strides != dv.strides:  # the dk/dv kernel writes both through one set of strides
         raise ValueError("flash attention: dk and dv must share a layout")
     pointers, strides = (dq.data.ptr, dk.data.ptr, dv.data.ptr), (_strides(dq), _strides(dk))
-    launches, keep = _backward(q, k, v, out, lse, g, *pointers, *strides, scale, causal, window, dropout, tiles)
+    launches, keep = _backward(q, k, v, out, lse, g, *pointers, *strides, scale, causal, window, dropout, tiles, parts)
     return {name: functools.partial(_run, launch, pointers, keep) for name, launch, pointers in launches}
 
 

@@ -28,7 +28,7 @@ run() {  # name, then the command; the table (the last lines) is printed, the wh
 # still running after 120 s ends the run with its stack (GRADCRAFT_TEST_TIMEOUT, tests/conftest.py), and
 # the whole step after 600 s, so that a kernel that hangs cannot take the machine's session with it
 want tests && GRADCRAFT_TEST_TIMEOUT=120 LIMIT=600 run attention_tests $PY -m pytest --maxfail=20 -q \
-    -p no:cacheprovider tests/test_cuda.py tests/test_attention_dropout.py tests/test_cuda_graph.py \
+    -p no:cacheprovider tests/test_cuda_attention.py tests/test_attention_dropout.py tests/test_cuda_graph.py \
     tests/test_packed_launch.py -k "flash or hopper or attention or sdpa or dropout or graph or deterministic or packed"
 T="$PY bench/train_gpt.py --device cuda --graph --steps 10 --warmup 3 --json $OUT_DIR/train.json"
 want gpt2 && run gpt2 $T --label "gpt2-124m bf16" --preset gpt2-124m --batch 16 --seq 1024 --bf16 --baseline sdpa,compile

@@ -14,8 +14,9 @@ $PY -c "import cupy, numpy, ml_dtypes, pytest" 2>/dev/null || {
 }
 $PY -c "import cupy, numpy, ml_dtypes; print('cupy', cupy.__version__, 'numpy', numpy.__version__, 'ml_dtypes', ml_dtypes.__version__)"
 $PY -m pytest -q -p no:cacheprovider tests/test_cuda_compile.py 2>&1 | tail -2; compile=${PIPESTATUS[0]}
-$PY -m pytest -q -p no:cacheprovider --maxfail=300 --tb=short -rf tests/test_cuda.py tests/test_cuda_graph.py \
-    tests/test_kv_cache.py tests/test_cuda_distributed.py 2>&1 | tee /tmp/gpu_check_tests.log | tail -40  # (distributed: skipped below 2 GPUs)
+$PY -m pytest -q -p no:cacheprovider --maxfail=300 --tb=short -rf tests/test_cuda.py tests/test_cuda_rows.py \
+    tests/test_cuda_attention.py tests/test_cuda_linear.py tests/test_cuda_graph.py tests/test_kv_cache.py \
+    tests/test_cuda_distributed.py 2>&1 | tee /tmp/gpu_check_tests.log | tail -40  # (distributed: skipped below 2 GPUs)
 tests=${PIPESTATUS[0]}
 $PY bench/kernels.py --dtype float32 2>&1 | tee /tmp/gpu_check_bench.log | tail -20
 $PY bench/kernels.py --dtype bfloat16 2>&1 | tail -18

@@ -17,7 +17,7 @@ $PY -m pytest -q -p no:cacheprovider -x --tb=short -rf tests/test_sampling.py te
     "tests/test_cuda.py::test_sample_tokens_kernel" "tests/test_cuda.py::test_kv_cache_kernels" \
     -k "cuda or sample or graph or kv or generat or schedul" 2>&1 | tee "$OUT_DIR/tests.log" | tail -15
 tests=${PIPESTATUS[0]}
-$PY -m pytest -q -p no:cacheprovider --tb=short tests/test_cuda.py -k "matmul or argmax or gemv" 2>&1 | tail -3
+$PY -m pytest -q -p no:cacheprovider --tb=short tests/test_cuda.py tests/test_cuda_linear.py -k "matmul or argmax or gemv" 2>&1 | tail -3
 timeout 120 $PY bench/decode_kernels.py 2>&1 | tee "$OUT_DIR/decode_kernels.log" | tail -30
 for model in "llama-110m --vocab 32000" "gpt2-124m --vocab 50257"; do
     timeout 120 $PY bench/decode_profile.py --preset $model --dtype bfloat16 --cupti 2>&1 | grep -v Warn \

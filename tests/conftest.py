@@ -32,6 +32,48 @@ def pytest_runtest_protocol(item, nextitem):
         faulthandler.cancel_dump_traceback_later()
 
 
+def pytest_collection_modifyitems(config, items):
+    """test_every_contract_kernel_ran (test_cuda.py) reads what every CUDA kernel test ran: it goes last."""
+    last = [item for item in items if item.name == "test_every_contract_kernel_ran"]
+    items[:] = [item for item in items if item.name != "test_every_contract_kernel_ran"] + last
+
+
+@pytest.fixture(scope="module")
+def cuda_backend():
+    """The CUDA backend for one module of CUDA kernel tests (cuda_support.py): the handwritten kernels'
+    outputs poisoned (NaN bits) before each run, so a kernel that skips elements fails, and every op it
+    runs recorded in cuda_support.SEEN."""
+    from cuda_support import SEEN
+
+    from gradcraft.backend.cuda import launch
+    from gradcraft.device import get_backend
+
+    backend = get_backend("cuda:0")
+    run = type(backend).run
+
+    def recording_run(self, op, args, attrs):
+        SEEN.add(op)
+        return run(self, op, args, attrs)
+
+    type(backend).run = recording_run
+    launch.POISON = True
+    yield backend
+    launch.POISON = False
+    type(backend).run = run
+
+
+@pytest.fixture
+def gpu(cuda_backend, request):
+    """cuda_backend, for a test that draws its inputs from cuda_support.rng(): restarted from the session's
+    seed (new every session unless GRADCRAFT_TEST_SEED is set) for each test, and named in its failure
+    report."""
+    import cuda_support
+
+    cuda_support.reseed()
+    request.node.add_report_section("call", "seed", f"inputs drawn with GRADCRAFT_TEST_SEED={cuda_support.SEED}")
+    return cuda_backend
+
+
 @pytest.fixture
 def primitives_only(monkeypatch):
     """The CPU backend with every optional kernel removed from its table (for the test's duration)."""

@@ -1,7 +1,7 @@
 """Attention-weight dropout (F.scaled_dot_product_attention(dropout_p=...)): the Philox4x32 reference
 against the published known-answer vectors, the keep rate and scaling, the flash path and the explicit
 path drawing the same mask, and outputs and gradients against PyTorch given that mask. The CUDA
-kernels are checked against these references in tests/test_cuda.py."""
+kernels are checked against these references in tests/test_cuda_attention.py."""
 
 import numpy as np
 import pytest

@@ -1,5 +1,5 @@
 """Flash attention's op (output + saved log-sum-exp, a gradient that reads them) and its NumPy
-reference kernels against PyTorch, on the CPU. tests/test_cuda.py checks the CUDA kernels against
+reference kernels against PyTorch, on the CPU. tests/test_cuda_attention.py checks the CUDA kernels against
 these references."""
 
 import numpy as np

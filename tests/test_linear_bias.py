@@ -1,7 +1,7 @@
 """F.linear with a bias as one linear_bias op (the bias in the product's epilogue, its gradient summed
 by the weight gradient's product, backend/cuda/linear.py), where the device says so: the same values
 and gradients as PyTorch's linear. On the CPU the op is switched on for the test (its kernels are the
-reference the CUDA kernels are tested against in tests/test_cuda.py)."""
+reference the CUDA kernels are tested against in tests/test_cuda_linear.py)."""
 
 import numpy as np
 import pytest

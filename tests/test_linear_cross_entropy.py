@@ -1,6 +1,6 @@
 """F.linear_cross_entropy: an output layer and its loss in one op. The fused kernel (the logits never
 held whole; their gradient and the inputs' computed chunk by chunk in the forward pass) is checked on
-the CPU through its NumPy reference against PyTorch; tests/test_cuda.py checks the CUDA kernel against
+the CPU through its NumPy reference against PyTorch; tests/test_cuda_linear.py checks the CUDA kernel against
 that reference."""
 
 import numpy as np

@@ -1,6 +1,6 @@
 """backend/cuda/packed.py's argument layouts, and the attention launchers' argument types against the
 kernels' own parameter lists (read from the .cu files): checked without a GPU, since a wrong type in a
-packed buffer shifts every argument after it. The launches themselves run in tests/test_cuda.py."""
+packed buffer shifts every argument after it. The launches themselves run in tests/test_cuda_attention.py."""
 
 import ast
 import re

@@ -1,6 +1,6 @@
 """backend/cuda/pdl.py without a GPU: the driver structures' C layouts, the packing of kernel
 arguments into cuLaunchKernelEx's `void** kernelParams`, and GRADCRAFT_PDL (off unless =1). (The launches
-themselves: tests/test_cuda.py, on a GPU.)"""
+themselves: tests/test_cuda_linear.py, on a GPU.)"""
 
 import ctypes
 import types

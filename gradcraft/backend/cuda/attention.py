@@ -32,7 +32,7 @@ HOPPER_DIMS = (64, 128)
 # (_s3: within 1% of _b3 on the H200, hence not a default); FUSED_OVERLAP: one warpgroup, each step's dQ
 # product (at head dim 128 its second half) multiplied at the start of the next step, behind that
 # step's first products. The kernel files hold exactly these; bench/attention_kernels.py times them all,
-# dq's and dk/dv's in pairs, and tests/test_cuda.py tests each.
+# dq's and dk/dv's in pairs, and tests/test_cuda_attention.py tests each.
 # WARP_SPECIALIZED (the forward's _ws kernels): the second number counts consumer warpgroups, each
 # owning 64 queries, beside one producer warpgroup that only copies tiles (FlashAttention-3's layout),
 # each consumer's loop pipelined; WARP_SPECIALIZED_SERIAL (_wss): the same, one tile at a time.

@@ -1,6 +1,6 @@
-"""The CUDA row kernels (softmax, norms, activations, embedding, cross-entropy) at every layout and
-access width, dropout and random numbers, and the binary ops' 16-byte and one-value kernels, against
-the CPU backend. Skipped without a GPU; see cuda_support.py."""
+"""The CUDA row kernels (softmax, cross-entropy, norms, activations, swiglu, rope, embedding) called
+directly at odd sizes, then at every layout and access width; dropout and random numbers; and the
+binary ops' 16-byte and one-value kernels; against the CPU backend. Skipped without a GPU; see cuda_support.py."""
 
 import numpy as np
 import pytest
@@ -8,6 +8,132 @@ import pytest
 from cuda_support import BF16, CUDA_ONLY, FLOATS, both, check, close, cpu, misaligned, randn, rng
 
 pytestmark = CUDA_ONLY
+
+# ---------------------------------------------------------------- fused kernels, directly, odd sizes
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [np.float64])
+@pytest.mark.parametrize("shape,axis", [((1, 1), -1), ((3, 50257), 1), ((37, 1000), -1), ((5, 33, 7), 1), ((4, 3), 0)])
+def test_softmax_family(gpu, shape, axis, dtype):
+    x = randn(shape, dtype, scale=3)
+    g = randn(shape, dtype)
+    for op in ("softmax", "log_softmax"):
+        y = cpu().run(op, [x], {"axis": axis})
+        check(gpu, op, x, axis=axis)
+        check(gpu, f"{op}_backward", np.asarray(y), g, axis=axis)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [np.float64])
+@pytest.mark.parametrize("N,C", [(1, 1), (1, 50257), (7, 50257), (64, 129)])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_cross_entropy(gpu, N, C, smoothing, dtype):
+    r = rng()
+    logits = randn((N, C), dtype, r, scale=2)
+    target = r.integers(0, C, size=N).astype(np.int64)
+    target[::3] = -100  # ignored rows
+    g = randn((N,), dtype, r)
+    check(gpu, "cross_entropy", logits, target, ignore_index=-100, label_smoothing=smoothing)
+    check(gpu, "cross_entropy_backward", logits, target, g, ignore_index=-100, label_smoothing=smoothing)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("N,C,W", [(7, 50257, 50304), (9, 61, 64), (4, 1, 64)])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_cross_entropy_valid_classes(gpu, N, C, W, smoothing, dtype):
+    """A padded vocabulary: only the first C of W columns are classes, the padding gets gradient 0."""
+    r = rng()
+    logits = randn((N, W), dtype, r, scale=2)
+    logits[:, C:] = 50  # padding that would dominate the softmax if it were read
+    target = r.integers(0, C, size=N).astype(np.int64)
+    target[::3] = -100  # ignored rows
+    g = randn((N,), dtype, r)
+    attrs = dict(ignore_index=-100, label_smoothing=smoothing, valid_classes=C)
+    check(gpu, "cross_entropy", logits, target, **attrs)
+    check(gpu, "cross_entropy_backward", logits, target, g, **attrs)  # padding: 0 on both, not the poison
+
+
+def test_cross_entropy_with_grad_one_launch(gpu):
+    import cupy as cp
+
+    r = rng()
+    logits, target = randn((9, 1001), np.float32, r), r.integers(0, 1001, size=9).astype(np.int64)
+    loss, dlogits = gpu.cross_entropy_with_grad(cp.asarray(logits), cp.asarray(target), grad_scale=1 / 9)
+    close(
+        cp.asnumpy(loss), cpu().run("cross_entropy", [logits, target], {"ignore_index": -100, "label_smoothing": 0.0})
+    )
+    expected = cpu().run(
+        "cross_entropy_backward",
+        [logits, target, np.full(9, 1 / 9, np.float32)],
+        {"ignore_index": -100, "label_smoothing": 0.0},
+    )
+    close(cp.asnumpy(dlogits), expected)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [np.float64])
+@pytest.mark.parametrize(
+    "shape,n_dims", [((1, 1), 1), ((3, 5, 768), 1), ((4, 1, 4097), 1), ((2, 3, 4), 2), ((300, 33), 1)]
+)
+def test_norms(gpu, shape, n_dims, dtype):
+    r = rng()
+    x = randn(shape, dtype, r, scale=2, shift=0.5)
+    g = randn(shape, dtype, r)
+    norm_shape = shape[len(shape) - n_dims :]
+    w, b = randn(norm_shape, dtype, r), randn(norm_shape, dtype, r)
+    # weight gradients sum over every row: allow for the longer sums in bf16
+    scale = 1.0 if dtype != BF16 else 2.0
+    for weight, bias in ((w, b), (None, None)):
+        check(gpu, "layer_norm", x, weight, bias, eps=1e-5, n_dims=n_dims)
+        check(gpu, "layer_norm_backward", x, weight, g, eps=1e-5, n_dims=n_dims, tol_scale=scale)
+        check(gpu, "rms_norm", x, weight, eps=1e-6, n_dims=n_dims)
+        check(gpu, "rms_norm_backward", x, weight, g, eps=1e-6, n_dims=n_dims, tol_scale=scale)
+
+
+def check_activations(checker, gpu, x, g):
+    """gelu (exact and tanh) and silu, forward and backward, through `checker` (check, or
+    check_both_alignments)."""
+    for approximate in ("none", "tanh"):
+        checker(gpu, "gelu", x, approximate=approximate)
+        checker(gpu, "gelu_backward", x, g, approximate=approximate)
+    checker(gpu, "silu", x)
+    checker(gpu, "silu_backward", x, g)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [np.float64, np.float16])
+@pytest.mark.parametrize("n", [1, 1000003])
+def test_activations(gpu, n, dtype):
+    x, g = randn((n,), dtype, scale=3), randn((n,), dtype)
+    check_activations(check, gpu, x, g)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [np.float64])
+@pytest.mark.parametrize("shape", [(3, 8), (1000, 768), (2, 5, 66), (2,)])
+def test_swiglu(gpu, shape, dtype):
+    h, g = randn(shape, dtype, scale=3), randn(shape[:-1] + (shape[-1] // 2,), dtype)
+    check(gpu, "swiglu", h)
+    check(gpu, "swiglu_backward", h, g)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", [(2, 3, 5, 8), (1, 1, 1, 2), (3, 7, 66)])
+def test_rope(gpu, shape, dtype):
+    T, half = shape[-2], shape[-1] // 2
+    angles = rng().uniform(0, 6.3, size=(T, half))
+    cos, sin = np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+    x = randn(shape, dtype)
+    for inverse in (False, True):
+        check(gpu, "rope", x, cos, sin, inverse=inverse)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [np.float64])
+@pytest.mark.parametrize("V,D,idx_shape", [(50257, 33, (4, 65)), (7, 1, (3,)), (5, 768, (2, 300))])
+def test_embedding(gpu, V, D, idx_shape, dtype):
+    r = rng()
+    weight = randn((V, D), dtype, r)
+    idx = r.integers(0, min(V, 50), size=idx_shape).astype(np.int64)  # many repeats
+    g = randn(idx_shape + (D,), dtype, r)
+    check(gpu, "embedding", weight, idx)
+    check(gpu, "embedding_backward", idx, g, num_embeddings=V)
+
 
 # ---------------------------------------------------------------- row kernels: every layout, both accesses
 
@@ -117,11 +243,7 @@ def test_norm_layouts(gpu, width, dtype):
 def test_activation_accesses(gpu, n, dtype):
     """16-byte accesses with a tail (n % 8), and misaligned arrays (one value at a time)."""
     x, g = randn((n,), dtype, scale=3), randn((n,), dtype)
-    for approximate in ("none", "tanh"):
-        check_both_alignments(gpu, "gelu", x, approximate=approximate)
-        check_both_alignments(gpu, "gelu_backward", x, g, approximate=approximate)
-    check_both_alignments(gpu, "silu", x)
-    check_both_alignments(gpu, "silu_backward", x, g)
+    check_activations(check_both_alignments, gpu, x, g)
 
 
 @pytest.mark.parametrize("dtype", HALF_AND_ALL)
@@ -131,11 +253,7 @@ def test_activation_extremes(gpu, dtype):
         dtype=dtype,
     )
     g = np.ones_like(x)
-    for approximate in ("none", "tanh"):
-        check(gpu, "gelu", x, approximate=approximate)
-        check(gpu, "gelu_backward", x, g, approximate=approximate)
-    check(gpu, "silu", x)
-    check(gpu, "silu_backward", x, g)
+    check_activations(check, gpu, x, g)
 
 
 @pytest.mark.parametrize("dtype", HALF_AND_ALL)

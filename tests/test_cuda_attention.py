@@ -43,6 +43,12 @@ def test_sdpa(gpu, case, dtype):
 
 # ---------------------------------------------------------------- flash attention (tensor cores)
 
+
+def _case_id(c):
+    """A case's test id: B2H4kv4T64S64D64cwNone for (2, 4, 4, 64, 64, 64, True, None)."""
+    return "B{}H{}kv{}T{}S{}D{}{}w{}".format(*c[:6], "c" * c[6], c[7])
+
+
 # (B, H, Hkv, T, S, D, causal, window): tile-aligned and ragged sizes, GQA ratios 1/2/4, windows that
 # skip whole tiles, queries aligned with the last T of S keys (a KV cache), T > S, one query (decoding).
 FLASH_CASES = [
@@ -61,7 +67,7 @@ FLASH_CASES = [
 
 
 @pytest.mark.parametrize("dtype", [BF16, np.float16])
-@pytest.mark.parametrize("case", FLASH_CASES, ids=lambda c: "B{}H{}kv{}T{}S{}D{}{}w{}".format(*c[:6], "c" * c[6], c[7]))
+@pytest.mark.parametrize("case", FLASH_CASES, ids=_case_id)
 def test_flash_attention(gpu, case, dtype):
     B, H, Hkv, T, S, D, causal, window = case
     r = rng()
@@ -80,10 +86,6 @@ def test_flash_attention(gpu, case, dtype):
     for name, a, e in zip(("dq", "dk", "dv"), got, expected):
         assert a.dtype == e.dtype
         assert rel_err(a, e) < 2 * limit, name
-
-
-def _case_id(c):
-    return "B{}H{}kv{}T{}S{}D{}{}w{}".format(*c[:6], "c" * c[6], c[7])
 
 
 HOPPER_CASES = [  # (B, H, Hkv, T, S, D, causal, window): the wgmma forward's head dims, ragged tiles
@@ -344,9 +346,7 @@ DROPOUT_CASES = [
 
 
 @pytest.mark.parametrize("dtype", [BF16, np.float16])
-@pytest.mark.parametrize(
-    "case", DROPOUT_CASES, ids=lambda c: "B{}H{}kv{}T{}S{}D{}{}w{}".format(*c[:6], "c" * c[6], c[7])
-)
+@pytest.mark.parametrize("case", DROPOUT_CASES, ids=_case_id)
 def test_flash_attention_dropout(gpu, case, dtype):
     """The dropout kernels draw backend/philox.py's mask: output and the three gradients equal the NumPy
     reference with the same state and stream (a different mask would be far off)."""

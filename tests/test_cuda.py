@@ -386,6 +386,34 @@ def test_kv_cache_kernels(gpu, dtype):
         np.testing.assert_array_equal(gpu.to_numpy(on_gpu), expected)
 
 
+@pytest.mark.parametrize("rotary", [False, True])
+@pytest.mark.parametrize("dtype", FLOATS + [np.float16])
+def test_kv_append_attention_kernel(gpu, dtype, rotary):
+    """kv_append_attention (kernels/kv_cache.cu) against the NumPy kernel: this step's key and value
+    written into their slots of both caches in place (rotated first when rotary, with per-row or shared
+    angles), then the attention; per-row and shared positions, a ring past its length, grouped-query
+    heads. tests/test_kv_cache.py checks the op against the separate ops it stands for."""
+    r = rng()
+    B, H, Hkv, length, D = 3, 4, 2, 37, 32
+    for position in (np.array([0, 20, 41]), np.array([9])):
+        q, key, value = randn((B, H, 1, D), dtype, r), randn((B, Hkv, 1, D), dtype, r), randn((B, Hkv, 1, D), dtype, r)
+        k_cache, v_cache = randn((B, Hkv, length, D), dtype, r), randn((B, Hkv, length, D), dtype, r)
+        angles = r.uniform(0, 6, size=(len(position), D // 2))
+        rope = (np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)) if rotary else ()
+        attrs = {"scale": 0.3, "rotary": rotary}
+        k_expected, v_expected = k_cache.copy(), v_cache.copy()
+        expected = cpu().reference_kernels["kv_append_attention"](
+            q, k_expected, v_expected, position, key, value, *rope, **attrs
+        )
+        k_gpu, v_gpu = gpu.from_numpy(k_cache), gpu.from_numpy(v_cache)
+        rest = [gpu.from_numpy(a) for a in (position, key, value, *rope)]
+        got = gpu.run("kv_append_attention", [gpu.from_numpy(q), k_gpu, v_gpu, *rest], attrs)
+        what = f"kv_append_attention at {position.tolist()}"
+        close(gpu.to_numpy(got), np.asarray(expected), what=what)
+        close(gpu.to_numpy(k_gpu), k_expected, what=f"{what}: the key cache")
+        close(gpu.to_numpy(v_gpu), v_expected, what=f"{what}: the value cache")
+
+
 def test_sample_tokens_kernel(gpu):
     """sample_tokens (kernels/sampling.cu) against the NumPy kernel: greedy, top-k, top-k + top-p and
     whole-vocabulary rows; tests/test_sampling.py checks it further (ties, rows it cannot hold)."""

@@ -7,11 +7,11 @@ The warp-specialised fused backward (flash_hopper_bwd.cu, hopper_bwd_ws) gives e
 and sweeps the query tiles of the G query heads that share its key/value head, or of G / parts of them
 when `parts` blocks share the tile (adding dk and dv up in float32, then converted). The backend picks
 parts with attention.kv_parts; here each split is asked for in turn (backward_launches' `parts`) and
-the whole backward (its launches
-through the backend: dvec, the fused kernel, the conversions) is timed with CUDA events, --rounds
-alternating rounds of --repeat calls per split, the median reported, beside the default's pick and the
-largest relative difference of each split's dq, dk, dv from parts 1's. Needs a GPU of compute capability
-9.0 (the wgmma kernels). FLOPs: forward + backward's 2.5x the causal forward, as bench/attention.py.
+the whole backward (its launches through the backend: dvec, the fused kernel, the conversions) is timed
+with CUDA events, --rounds alternating rounds of --repeat calls per split, the median reported, beside
+the default's pick and the largest relative difference of each split's dq, dk, dv from the first
+split's (parts 1 unless --parts leaves it out). Needs a GPU of compute capability 9.0 (the wgmma
+kernels). FLOPs: the backward's alone, 2.5x the causal forward's (bench/attention.py's count).
 """
 
 import argparse

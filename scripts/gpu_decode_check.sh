@@ -15,6 +15,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || { echo "no G
 $PY -m pytest -q -p no:cacheprovider -x --tb=short -rf tests/test_sampling.py tests/test_kv_cache.py \
     tests/test_cuda_graph.py tests/test_generate.py tests/test_scheduler.py \
     "tests/test_cuda.py::test_sample_tokens_kernel" "tests/test_cuda.py::test_kv_cache_kernels" \
+    "tests/test_cuda.py::test_kv_append_attention_kernel" \
     -k "cuda or sample or graph or kv or generat or schedul" 2>&1 | tee "$OUT_DIR/tests.log" | tail -15
 tests=${PIPESTATUS[0]}
 $PY -m pytest -q -p no:cacheprovider --tb=short tests/test_cuda.py tests/test_cuda_linear.py -k "matmul or argmax or gemv" 2>&1 | tail -3

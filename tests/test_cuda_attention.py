@@ -49,6 +49,15 @@ def _case_id(c):
     return "B{}H{}kv{}T{}S{}D{}{}w{}".format(*c[:6], "c" * c[6], c[7])
 
 
+def _flash_inputs(case, dtype, r):
+    """q (B, H, T, D), k and v (B, Hkv, S, D) and the output gradient dO (B, H, T, D), drawn from r in
+    that order, and the attention attributes of `case` (B, H, Hkv, T, S, D, causal, window)."""
+    B, H, Hkv, T, S, D, causal, window = case
+    q, k, v = randn((B, H, T, D), dtype, r), randn((B, Hkv, S, D), dtype, r), randn((B, Hkv, S, D), dtype, r)
+    g = randn((B, H, T, D), dtype, r)
+    return q, k, v, g, {"scale": 1 / np.sqrt(D), "causal": causal, "window": window}
+
+
 # (B, H, Hkv, T, S, D, causal, window): tile-aligned and ragged sizes, GQA ratios 1/2/4, windows that
 # skip whole tiles, queries aligned with the last T of S keys (a KV cache), T > S, one query (decoding).
 FLASH_CASES = [
@@ -69,11 +78,7 @@ FLASH_CASES = [
 @pytest.mark.parametrize("dtype", [BF16, np.float16])
 @pytest.mark.parametrize("case", FLASH_CASES, ids=_case_id)
 def test_flash_attention(gpu, case, dtype):
-    B, H, Hkv, T, S, D, causal, window = case
-    r = rng()
-    q, k, v = randn((B, H, T, D), dtype, r), randn((B, Hkv, S, D), dtype, r), randn((B, Hkv, S, D), dtype, r)
-    g = randn((B, H, T, D), dtype, r)
-    attrs = {"scale": 1 / np.sqrt(D), "causal": causal, "window": window}
+    q, k, v, g, attrs = _flash_inputs(case, dtype, rng())
     (out, lse), (ref_out, ref_lse) = both(gpu, "flash_attention", q, k, v, **attrs)
     limit = 1e-2 if dtype == BF16 else 2e-3
     assert out.dtype == dtype and lse.dtype == np.float32
@@ -120,9 +125,7 @@ def test_hopper_flash_forward(gpu, case, dtype, variant):
     B, H, Hkv, T, S, D, causal, window = case
     if variant >= len(attention.HOPPER_VARIANTS["fwd"][D]):
         pytest.skip(f"no such variant at head dim {D}")
-    r = rng()
-    q, k, v = randn((B, H, T, D), dtype, r), randn((B, Hkv, S, D), dtype, r), randn((B, Hkv, S, D), dtype, r)
-    attrs = {"scale": 1 / np.sqrt(D), "causal": causal, "window": window}
+    q, k, v, _, attrs = _flash_inputs(case, dtype, rng())
     ref_out, ref_lse = cpu().reference_kernels["flash_attention"](q, k, v, **attrs)
     dq, dk, dv = (gpu.from_numpy(a) for a in (q, k, v))
     out = cp.full((B, T, H, D), np.nan, dtype=np.float32).astype(dtype).transpose(0, 2, 1, 3)
@@ -155,11 +158,7 @@ def test_hopper_flash_forward(gpu, case, dtype, variant):
 def _backward_case(gpu, case, dtype):
     """A backward test's inputs on the GPU (q, k, v, the reference output and lse, dO), the NumPy
     reference's dq, dk, dv, and the attention attributes of `case`."""
-    B, H, Hkv, T, S, D, causal, window = case
-    r = rng()
-    q, k, v = randn((B, H, T, D), dtype, r), randn((B, Hkv, S, D), dtype, r), randn((B, Hkv, S, D), dtype, r)
-    g = randn((B, H, T, D), dtype, r)
-    attrs = {"scale": 1 / np.sqrt(D), "causal": causal, "window": window}
+    q, k, v, g, attrs = _flash_inputs(case, dtype, rng())
     ref_out, ref_lse = cpu().reference_kernels["flash_attention"](q, k, v, **attrs)
     expected = cpu().reference_kernels["flash_attention_backward"](q, k, v, ref_out, ref_lse, g, **attrs)
     return [gpu.from_numpy(a) for a in (q, k, v, ref_out, ref_lse, g)], expected, attrs
@@ -350,18 +349,10 @@ DROPOUT_CASES = [
 def test_flash_attention_dropout(gpu, case, dtype):
     """The dropout kernels draw backend/philox.py's mask: output and the three gradients equal the NumPy
     reference with the same state and stream (a different mask would be far off)."""
-    B, H, Hkv, T, S, D, causal, window = case
     r = rng()
-    q, k, v = randn((B, H, T, D), dtype, r), randn((B, Hkv, S, D), dtype, r), randn((B, Hkv, S, D), dtype, r)
-    g = randn((B, H, T, D), dtype, r)
+    q, k, v, g, attrs = _flash_inputs(case, dtype, r)
     state = np.array([int(r.integers(0, 2**62)), int(r.integers(0, 2**31))], dtype=np.int64)
-    attrs = {
-        "scale": 1 / np.sqrt(D),
-        "causal": causal,
-        "window": window,
-        "dropout_p": 0.3,
-        "stream": int(r.integers(0, 50)),
-    }
+    attrs.update(dropout_p=0.3, stream=int(r.integers(0, 50)))
     (out, lse), (ref_out, ref_lse) = both(gpu, "flash_attention", q, k, v, state, **attrs)
     limit = 1e-2 if dtype == BF16 else 2e-3
     assert rel_err(out, ref_out) < limit

@@ -27,6 +27,7 @@ LAYERS = {
     "gradcraft": 7,  # the root package: the public API, re-exporting tensor, ops, nn and optim
     "serialization": 6,
     "nn": 7,
+    "compiled": 7,  # gradcraft.compile: above nn (it wraps Modules), below the models
     "optim": 7,
     "tokenizer": 8,
     "data": 8,

@@ -15,7 +15,7 @@ import sys
 import time
 
 from gradcraft.device import get_backend
-from gradcraft.engine import grouping
+from gradcraft.engine import grouping, plans
 from gradcraft.engine.schedule import schedule
 
 DEBUG = int(os.environ.get("GRADCRAFT_DEBUG", "0") or 0)
@@ -78,8 +78,23 @@ def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
     if len(order) == 1 and on_ready is None and order[0].op not in WRITES_INPUTS:
         _realize_one(order[0], targets, keep_saved)
         return
-    # (Keys are (id(node), output index), as schedule.output_key makes them; written out in the loops
-    # below, which run once per kernel: they are the engine's per-op cost.)
+    target_keys, keep = _kept(order, targets, keep_saved)
+    if on_ready is None and plans.replays(order):
+        values = plans.run(order, readers, target_keys, keep, _run_loop)
+    else:
+        values = _run_loop(order, readers, target_keys, keep, on_ready, targets)
+    for key, tensor in keep.items():
+        tensor._buf = values[key]
+    for t in targets:
+        t._buf = t._buf if t._buf is not None else values[(id(t._node), t._index)]
+        if not t.requires_grad:
+            t._node = None  # no backward will need the recipe: let the graph behind it go
+
+
+def _kept(order, targets, keep_saved: bool):
+    """(keys of the targets' outputs, {key: tensor} of every output whose buffer a tensor keeps).
+    Keys are (id(node), output index), as schedule.output_key makes them; written out in the loops
+    below, which run once per kernel: they are the engine's per-op cost."""
     target_keys = {(id(t._node), t._index) for t in targets if t._buf is None}
     # Tensor objects seen in the graph, by output key: the ones we may keep.
     keep: dict[tuple, object] = {}
@@ -94,7 +109,25 @@ def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
     for t in targets:
         if t._buf is None:
             keep[(id(t._node), t._index)] = t
+    return target_keys, keep
 
+
+def announce_writes(order) -> None:
+    """Before a schedule overwrites inputs in place: the hooks that give lazy readers of the old
+    contents a copy of them (ops/inplace.py)."""
+    scheduled = None
+    for node in order:
+        for i in WRITES_INPUTS.get(node.op, ()):
+            if BEFORE_WRITE and node.inputs[i]._readers:
+                if scheduled is None:
+                    scheduled = {id(n) for n in order}
+                before_write(node.inputs[i], scheduled)
+
+
+def _run_loop(order, readers, target_keys, keep, on_ready=None, targets=(), announce=True) -> dict:
+    """Run each node's kernel in order; returns the buffers of the outputs in target_keys and keep,
+    by key. Every other intermediate is released after its last reader. announce=False: the caller
+    has run announce_writes already (a schedule recorded as a CUDA graph, engine/plans.py)."""
     watched: dict[int, list] = {}  # id(node) -> the targets it computes, for on_ready
     if on_ready is not None:
         for t in targets:
@@ -115,7 +148,7 @@ def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
             continue
         written = WRITES_INPUTS.get(node.op, ())
         for i in written:
-            if BEFORE_WRITE and node.inputs[i]._readers:
+            if announce and BEFORE_WRITE and node.inputs[i]._readers:
                 if scheduled is None:
                     scheduled = {id(n) for n in order}
                 before_write(node.inputs[i], scheduled)
@@ -151,12 +184,7 @@ def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
 
     for group in late_groups:
         _run_casts(group, get_backend(group[0].device), values, readers, target_keys, keep, watched, on_ready)
-    for key, tensor in keep.items():
-        tensor._buf = values[key]
-    for t in targets:
-        t._buf = t._buf if t._buf is not None else values[(id(t._node), t._index)]
-        if not t.requires_grad:
-            t._node = None  # no backward will need the recipe: let the graph behind it go
+    return values
 
 
 def _realize_one(node, targets, keep_saved: bool) -> None:

@@ -132,8 +132,9 @@ def _key(order, target_keys, keep):
     return (order[0].device, tuple(nodes), tuple(leaf_shapes), kept), leaves, position
 
 
-def run(order, readers, target_keys, keep, run_loop) -> dict:
-    """The schedule's kept outputs by key, computed eagerly, recorded, or replayed."""
+def run(order, readers, target_keys, keep, run_loop, announce_writes, writes_inputs) -> dict:
+    """The schedule's kept outputs by key, computed eagerly, recorded, or replayed. run_loop,
+    announce_writes and writes_inputs are engine/realize.py's (which imports this module)."""
     key, leaves, position = _key(order, target_keys, keep)
     plan = _plans.get(key)
     if plan is None:
@@ -146,15 +147,13 @@ def run(order, readers, target_keys, keep, run_loop) -> dict:
     if plan.failed is not None or plan.seen < 2:
         stats["eager"] += 1
         return run_loop(order, readers, target_keys, keep)
-    from gradcraft.engine.realize import announce_writes, WRITES_INPUTS  # (realize imports this module)
-
     announce_writes(order)
     if plan.graph is None:
         values = _record(plan, order, readers, target_keys, keep, run_loop, leaves, position)
         if values is None:  # could not record: this time and from now on, eagerly
             return run_loop(order, readers, target_keys, keep, announce=False)
     else:
-        values = _replay(plan, leaves, order, WRITES_INPUTS)
+        values = _replay(plan, leaves, order, writes_inputs)
     plan.holders = [weakref.ref(t) for t in keep.values()]
     return values
 

@@ -80,7 +80,7 @@ def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
         return
     target_keys, keep = _kept(order, targets, keep_saved)
     if on_ready is None and plans.replays(order):
-        values = plans.run(order, readers, target_keys, keep, _run_loop)
+        values = plans.run(order, readers, target_keys, keep, _run_loop, announce_writes, WRITES_INPUTS)
     else:
         values = _run_loop(order, readers, target_keys, keep, on_ready, targets)
     for key, tensor in keep.items():

@@ -73,7 +73,7 @@ def recording_cpu(refuse=()):
     names = ("capture", "replay", "release_graph", "address")
     for name in names:
         setattr(backend, name, getattr(recorder, name))
-    plans.stats.update(recorded=0, replayed=0, eager=0, failed=0)
+    plans.stats.update(recorded=0, replayed=0, replayed_kernels=0, eager=0, failed=0)
     try:
         yield recorder
     finally:
@@ -93,7 +93,7 @@ class TinyGPT(nn.Module):
 
     def forward(self, idx, targets=None):
         B, T = idx.shape
-        x = self.wte(idx) + self.wpe(gc.arange(T))
+        x = self.wte(idx) + self.wpe(gc.arange(T, device=idx.device))
         q, k, v = self.qkv(self.ln(x)).view(B, T, 3, 2, -1).permute(2, 0, 3, 1, 4)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=0.1 if self.training else 0.0)
         x = x + self.drop(self.proj(y.transpose(1, 2).reshape(B, T, -1)))
@@ -103,17 +103,17 @@ class TinyGPT(nn.Module):
         return logits, loss
 
 
-def _train(compile_kwargs, steps=8, shapes=((4, 8),), clip=True, hold_outputs=False):
+def _train(compile_kwargs, steps=8, shapes=((4, 8),), clip=True, hold_outputs=False, device="cpu"):
     gc.manual_seed(0)
-    model = TinyGPT()
+    model = TinyGPT().to(device)
     compiled = gc.compile(model, **compile_kwargs)
     opt = gc.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
     rng = np.random.default_rng(1)
     losses, held = [], []
     for step in range(steps):
         B, T = shapes[step % len(shapes)]
-        x = gc.tensor(rng.integers(0, 23, (B, T)))
-        y = gc.tensor(rng.integers(0, 23, (B, T)))
+        x = gc.tensor(rng.integers(0, 23, (B, T)), device=device)
+        y = gc.tensor(rng.integers(0, 23, (B, T)), device=device)
         logits, loss = compiled(x, y)
         loss.backward()
         if clip:
@@ -130,10 +130,29 @@ def _train(compile_kwargs, steps=8, shapes=((4, 8),), clip=True, hold_outputs=Fa
     return losses, {k: v.numpy().copy() for k, v in model.state_dict().items()}
 
 
-def _assert_same(a, b):
-    np.testing.assert_allclose(a[0], b[0], rtol=1e-5, atol=1e-6)
+def _assert_same(a, b, rtol=1e-5):
+    np.testing.assert_allclose(a[0], b[0], rtol=rtol, atol=1e-6)
     for k in a[1]:
-        np.testing.assert_allclose(a[1][k], b[1][k], rtol=1e-5, atol=1e-6, err_msg=k)
+        np.testing.assert_allclose(a[1][k], b[1][k], rtol=rtol, atol=1e-6, err_msg=k)
+
+
+needs_gpu = pytest.mark.skipif(not gc.is_available("cuda"), reason="needs an NVIDIA GPU with CuPy")
+
+
+@needs_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("hold_outputs", [False, True])
+def test_cuda_graphs_replay_20_steps_equal_to_eager_with_dropout(hold_outputs):
+    """Real CUDA graphs: 20 steps with dropout, two batch shapes, clipping and fused AdamW."""
+    kwargs = dict(steps=20, shapes=((4, 8), (2, 6)), hold_outputs=hold_outputs, device="cuda")
+    eager = _train({"backend": "eager"}, **kwargs)
+    plans.stats.update(recorded=0, replayed=0, replayed_kernels=0, eager=0, failed=0)
+    try:
+        compiled = _train({}, **kwargs)
+        assert plans.stats["recorded"] >= 3 and plans.stats["replayed"] >= 30 and not plans.stats["failed"], plans.stats
+    finally:
+        plans.disable()
+    _assert_same(eager, compiled, rtol=2e-5)
 
 
 def test_compiled_training_replays_and_equals_the_eager_run_with_dropout():

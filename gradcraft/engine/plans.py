@@ -39,7 +39,8 @@ MAX_PLANS = 16  # recorded graphs kept per process (each holds its schedule's pe
 _enabled: set = set()  # devices whose schedules are replayed
 _plans: "OrderedDict[tuple, Plan]" = OrderedDict()
 _warned: set = set()
-stats = {"recorded": 0, "replayed": 0, "eager": 0, "failed": 0}
+# schedules recorded, replayed (and the kernels those replays ran), run eagerly, failed to record
+stats = {"recorded": 0, "replayed": 0, "replayed_kernels": 0, "eager": 0, "failed": 0}
 
 
 def enable(device: str) -> None:
@@ -185,6 +186,7 @@ def _record(plan, order, readers, target_keys, keep, run_loop, leaves, position)
     plan.outputs = [(position[node_id], index, value) for (node_id, index), value in values.items()]
     stats["recorded"] += 1
     backend.replay(graph)
+    stats["replayed_kernels"] += plan.kernels
     return values
 
 
@@ -211,4 +213,5 @@ def _replay(plan, leaves, order, writes_inputs) -> dict:
             node.inputs[i]._version += 1
     backend.replay(plan.graph)
     stats["replayed"] += 1
+    stats["replayed_kernels"] += plan.kernels
     return {(id(order[pos]), index): buf for pos, index, buf in plan.outputs}

@@ -28,6 +28,10 @@ BEFORE_WRITE: list = []
 WRITES_INPUTS = {"assign": (0,), "kv_append_attention": (1, 2), "greedy_advance": (1, 2)}
 
 
+# Kernels run one by one since the process started (bench/user_model.py reads it per step); a
+# replayed schedule counts in engine/plans.py's stats instead.
+launches = {"kernels": 0}
+
 # The dicts of the active `kernel_host_time` blocks (op name -> seconds).
 _host_times: list[dict] = []
 
@@ -155,6 +159,7 @@ def _run_loop(order, readers, target_keys, keep, on_ready=None, targets=(), anno
         args = [inp._buf if inp._buf is not None else values[(id(inp._node), inp._index)] for inp in node.inputs]
         start = time.perf_counter() if DEBUG >= 2 or _host_times else 0.0
         result = backend.run(node.op, args, node.attrs)
+        launches["kernels"] += 1
         if _host_times:
             _count_host_time(node.op, start)
         outputs = result if node.n_outputs > 1 else (result,)
@@ -196,6 +201,7 @@ def _realize_one(node, targets, keep_saved: bool) -> None:
     args = [inp._buf for inp in node.inputs]
     start = time.perf_counter() if DEBUG >= 2 or _host_times else 0.0
     result = backend.run(node.op, args, node.attrs)
+    launches["kernels"] += 1
     if _host_times:
         _count_host_time(node.op, start)
     outputs = result if node.n_outputs > 1 else (result,)
@@ -227,6 +233,7 @@ def _run_casts(nodes, backend, values, readers, target_keys, keep, watched, on_r
     outputs = [None] * len(nodes)
     start = time.perf_counter()
     cast = backend.cast_many([args[i] for i in together], [nodes[i].attrs["dtype"] for i in together])
+    launches["kernels"] += 1 + len(nodes) - len(together)
     for i, out in zip(together, cast):
         outputs[i] = out
     for i, node in enumerate(nodes):

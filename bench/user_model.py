@@ -49,9 +49,9 @@ def run_one(lib, mode, precision, model_name, steps, warmup, batch, device) -> d
 
     torch.manual_seed(0)
     tf32 = precision == "tf32"
-    if device.startswith("cuda"):
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        torch.backends.cudnn.allow_tf32 = tf32
+    if tf32:  # (off is both libraries' default)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     config = user_gpt.GPTConfig(custom=model_name == "custom")
     model = user_gpt.GPT(config).to(device)
     opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cuda" if device.startswith("cuda") else "cpu")

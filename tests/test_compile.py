@@ -112,7 +112,7 @@ def _train(compile_kwargs, steps=8, shapes=((4, 8),), clip=True, hold_outputs=Fa
     losses, held = [], []
     for step in range(steps):
         B, T = shapes[step % len(shapes)]
-        x = gc.tensor(rng.integers(0, 23, (B, T)), device=device)
+        x = gc.from_numpy(rng.integers(0, 23, (B, T))).to(device)  # (on a GPU: a copy in the schedule)
         y = gc.tensor(rng.integers(0, 23, (B, T)), device=device)
         logits, loss = compiled(x, y)
         loss.backward()

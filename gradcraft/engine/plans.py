@@ -67,6 +67,18 @@ def replays(order) -> bool:
     return device in _enabled and all(node.device == device for node in order)
 
 
+def transfers(order) -> list:
+    """The lazy tensors of a schedule that copy data in from another device (a batch made on the
+    host, then `.to("cuda")`): a CUDA graph cannot record a host-to-device copy, so the engine runs
+    them first, and their results are new inputs like any other."""
+    moved = {}
+    for node in order:
+        for inp in node.inputs:
+            if inp._buf is None and inp._node.op == "copy_from":
+                moved[id(inp)] = inp
+    return list(moved.values())
+
+
 class Plan:
     __slots__ = ("seen", "graph", "leaves", "leaf_holders", "outputs", "holders", "failed", "device", "kernels")
 

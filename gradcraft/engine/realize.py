@@ -82,8 +82,13 @@ def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
     if len(order) == 1 and on_ready is None and order[0].op not in WRITES_INPUTS:
         _realize_one(order[0], targets, keep_saved)
         return
+    replayed = on_ready is None and plans.replays(order)
+    if replayed and plans.transfers(order):
+        realize(plans.transfers(order), keep_saved=keep_saved)  # copies from the host: not recordable
+        order, readers = schedule(targets)
+        replayed = plans.replays(order)
     target_keys, keep = _kept(order, targets, keep_saved)
-    if on_ready is None and plans.replays(order):
+    if replayed:
         values = plans.run(order, readers, target_keys, keep, _run_loop, announce_writes, WRITES_INPUTS)
     else:
         values = _run_loop(order, readers, target_keys, keep, on_ready, targets)

@@ -9,7 +9,7 @@ writes and the version bumps stay here, below the public API.
 
 from gradcraft import dtypes
 from gradcraft.device import get_backend
-from gradcraft.engine.realize import before_write
+from gradcraft.engine.realize import before_write, realize
 
 # The dtypes the fused kernels read and write.
 FUSED_DTYPES = (dtypes.float32, dtypes.bfloat16, dtypes.float16)
@@ -52,6 +52,7 @@ def adamw_step(
     float32 tensor [lr, step]; grad_scale None or the [norm, coefficient] tensor of `grad_norm`,
     whose coefficient multiplies every gradient. Lazy tensors built from the old values keep them
     (gradcraft/ops/inplace.py); every written tensor's version moves on."""
+    realize(list(grads))  # one schedule for the lazy gradients (clipped, unscaled...), not one each
     grad_buffers = [_contiguous_buffer(g, p.dtype) for p, g in zip(params, grads)]
     for p in params:
         before_write(p)

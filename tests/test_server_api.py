@@ -146,7 +146,9 @@ def test_chat_completions_use_the_default_template(chat_api):
     assert answer["choices"][0]["message"]["content"] == same["choices"][0]["text"]
     assert answer["usage"] == same["usage"]
     assert len(answer["choices"][0]["logprobs"]["content"]) == answer["usage"]["completion_tokens"]
-    status, text, _ = call(api, "/v1/chat/completions", dict(payload, stream=True, stream_options={"include_usage": True}))
+    status, text, _ = call(
+        api, "/v1/chat/completions", dict(payload, stream=True, stream_options={"include_usage": True})
+    )
     chunks = events(text)
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     assert (

@@ -121,6 +121,19 @@ def test_max_tokens_0_with_echo_scores_the_prompt_as_a_forward_pass_does(served,
     # lm-eval's request: the context and continuation, max_tokens 1; the prompt's part is the same
     one = client.completions.create(model=NAME, prompt=ids, max_tokens=1, echo=True, logprobs=1, temperature=0)
     assert one.choices[0].logprobs.token_logprobs[1 : len(ids)] == pytest.approx(expected[1:], abs=1e-4)
+    # ... also when the token generated is the end of text (forced here): it is listed (empty text) and
+    # counted, so that lm-eval's `token_logprobs[ctxlen:-1]` drops it and not the prompt's last token
+    eot = generator.tokenizer.eot_id
+    ended = client.completions.create(
+        model=NAME, prompt=ids, max_tokens=1, echo=True, logprobs=1, temperature=0, logit_bias={str(eot): 100}
+    )
+    choice = ended.choices[0]
+    assert choice.finish_reason == "stop" and choice.text == text and ended.usage.completion_tokens == 1
+    assert len(choice.logprobs.token_logprobs) == len(ids) + 1 and choice.logprobs.tokens[-1] == ""
+    assert choice.logprobs.token_logprobs[1:-1] == pytest.approx(expected[1:], abs=1e-4)
+    assert choice.logprobs.token_logprobs[-1] == pytest.approx(
+        prompt_logprobs(generator.model, ids + [eot])[-1], abs=1e-4
+    )
     # a prompt that only is scored may fill the whole context
     context = generator.model.config.seq_len
     full = (ids * context)[:context]

@@ -130,12 +130,18 @@ class _Choice:
             reason = "stop"
         self._release(len(self.text.visible))
         self.dropped, self.held = len(self.held), []
+        if seq.stop_token is not None and seq.logprobs is not None:
+            # The stop token that ended the choice has no text, but its log-probability is listed (as
+            # vLLM lists it): a client that scores a prompt with max_tokens 1 (lm-eval-harness) drops
+            # the last entry as the generated token, which must be there.
+            text, lp, _, top = self._entry(*seq.stop_token)
+            self.entries.append(("", lp, self.offset + len(self.text.visible), top))
         self.entries = [e for e in self.entries if e is not None]
         self._post(("end", self.index, reason, piece, self._take_entries()))
 
     def completion_tokens(self) -> int:
-        """The generated tokens whose text the answer returns."""
-        return self.seq.generated - self.dropped
+        """The generated tokens whose text the answer returns, and the stop token that ended it."""
+        return self.seq.generated - self.dropped + (self.seq.stop_token is not None)
 
 
 def _max_token_bytes(tokenizer) -> int | None:

@@ -108,6 +108,9 @@ class Sequence:
     reason: str | None = None
     error: str | None = None
     prompt_logprobs_out: list = field(default_factory=list)
+    # the stop token that ended the sequence, if one did: (id, TokenLogprob or None); not handed to
+    # on_token (it is no text), but a server reports and counts it, as vLLM does
+    stop_token: tuple | None = None
 
     def __post_init__(self):
         self.rng = np.random.default_rng(self.params.seed)
@@ -450,6 +453,7 @@ class Scheduler:
         elif seq.logprobs is not None:
             raise ValueError("a sequence that reports log-probabilities needs its logits row")
         if token in seq.params.stop_ids:
+            seq.stop_token = (token, None if seq.logprobs is None else token_logprob(row, token, seq.logprobs))
             return self._finish(seq, StopReason.STOP)
         seq.generated += 1
         seq.last = token

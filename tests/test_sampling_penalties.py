@@ -134,3 +134,29 @@ def test_generate_flags(trained_run, capsys):
     for bad in (["--repetition_penalty", "0"], ["--min_p", "2"], ["--presence_penalty", "-3"]):
         status, _, err = run_cli([*model, *bad], capsys)
         assert status == 2 and bad[0] in err
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not gc.is_available("cuda"), reason="needs an NVIDIA GPU with CuPy")
+@pytest.mark.parametrize("step_prompts", [0, 32])
+def test_the_penalized_step_is_captured_on_cuda_and_answers_as_the_cpu(step_prompts):
+    """On CUDA the step with penalties is a captured graph of its own, and its greedy answers under load are
+    the CPU scheduler's (up to rounding: the same tokens on this model), beside a request with none."""
+    from test_scheduler import PROMPTS, make_model, served
+
+    cases = [dict(repetition_penalty=1.5), dict(frequency_penalty=1.0, presence_penalty=0.5), dict(logit_bias={7: 5})]
+    requests = [(PROMPTS[i % len(PROMPTS)], SamplingParams(max_tokens=12, **cases[i % 3])) for i in range(6)]
+    requests.append((PROMPTS[0], SamplingParams(max_tokens=12)))
+    cpu = Scheduler(make_model("gpt"), slots=4, step_prompts=step_prompts)
+    try:
+        expected = served(cpu, requests)
+    finally:
+        cpu.close()
+    model = make_model("gpt")
+    model.to("cuda")
+    scheduler = Scheduler(model, slots=4, step_prompts=step_prompts)
+    try:
+        assert served(scheduler, requests) == expected
+        assert any(b.penalized is not None and b.penalized.graph is not None for b in scheduler.buckets.values())
+    finally:
+        scheduler.close()

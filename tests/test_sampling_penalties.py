@@ -160,3 +160,20 @@ def test_the_penalized_step_is_captured_on_cuda_and_answers_as_the_cpu(step_prom
         assert any(b.penalized is not None and b.penalized.graph is not None for b in scheduler.buckets.values())
     finally:
         scheduler.close()
+
+
+def test_special_tokens_in_a_generate_prompt_are_special_unless_split(trained_run, capsys):
+    from cli_helpers import run_cli
+
+    from gradcraft.inference.text import TextGenerator, paths_from_model_dir
+    from gradcraft.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.load(paths_from_model_dir(str(trained_run / "run"))[0])
+    generator = TextGenerator(None, tokenizer)
+    prompt = "<|endoftext|>" * 4
+    assert generator.encode_prompt(prompt) == [tokenizer.eot_id] * 4
+    assert generator.encode_prompt(prompt, split_special_tokens=True) == tokenizer.encode_ordinary(prompt)
+    command = ["generate", "--model_dir", trained_run / "run", "--max_tokens", "2", "--prompt", prompt]
+    assert run_cli(command, capsys)[0] == 0  # 4 tokens
+    status, _, err = run_cli([*command, "--split_special_tokens"], capsys)  # as text: longer than the context
+    assert status == 2 and "context" in err

@@ -257,3 +257,20 @@ def test_penalties_and_logit_bias_change_the_answer_as_the_host_oracle_does(serv
         assert answer.choices[0].text != unpenalized.choices[0].text, (kwargs, extra)  # (they do something)
     forced = client.completions.create(model=NAME, prompt="def ", max_tokens=5, temperature=0, logit_bias={"40": 100})
     assert forced.choices[0].text == generator.tokenizer.decode([40] * 5)
+
+
+def test_lm_evals_rolling_log_likelihood_request_equals_a_forward_pass(served, client):
+    """What lm-eval-harness's local-completions model sends for a loglikelihood_rolling document (untokenized
+    requests: the end-of-text token written as text, then the document; max_tokens 1, echo, logprobs 1) and
+    how it reads the answer (the sum of token_logprobs[ctxlen:-1], ctxlen 1): the document's log-likelihood
+    after the end-of-text token, as a forward pass gives it."""
+    _, generator = served
+    document = "def reverse_string(s):\n    return s[::-1]"
+    eot = generator.tokenizer.eot_id
+    ids = [eot] + generator.tokenizer.encode(document)
+    for prompt in ("<|endoftext|>" + document, ids):
+        answer = client.completions.create(
+            model=NAME, prompt=prompt, max_tokens=1, echo=True, logprobs=1, temperature=0, seed=1234
+        )
+        got = sum(answer.choices[0].logprobs.token_logprobs[1:-1])
+        assert got == pytest.approx(sum(prompt_logprobs(generator.model, ids)[1:]), abs=1e-3)

@@ -233,6 +233,7 @@ class Scheduler:
                 bucket.close()
 
     def _turn(self) -> bool:
+        fed = []  # sequences whose prompts the step feeds, new this turn
         with self.wake:
             while not (self.closed or self.waiting or self.prefilling or self.running):
                 self.wake.wait()
@@ -253,12 +254,14 @@ class Scheduler:
                     if len(seq.prompt) <= self.step_prompts and not seq.prompt_logprobs:
                         seq.last = seq.prompt[0]  # fed by the decoding step from position 0 on
                         self.running[seq.slot] = seq
-                        self._start_penalties(seq, prompt_seen=False)
+                        fed.append(seq)
                     else:
                         self.prefilling.append(seq)
             expired = [s for s in self.waiting if s.cancel.is_set() or self._expired(s)]
             for seq in expired:
                 self.waiting.remove(seq)
+        for seq in fed:  # (device work: outside the lock that submit() waits on)
+            self._start_penalties(seq, prompt_seen=False)
         for seq in pending + expired:
             if seq.params.max_tokens == 0 and not (seq.cancel.is_set() or self.closed or self._expired(seq)):
                 self._finish(seq, StopReason.LENGTH)

@@ -45,3 +45,42 @@ def sample_row(logits: np.ndarray, temperature: float, top_k: int | None, top_p:
     cdf /= cdf[-1]
     choice = int(cdf.searchsorted(uniform, side="right"))
     return choice if candidates is None else int(candidates[choice])
+
+
+def min_p_shift(min_p: float, temperature: float | None) -> float:
+    """min_p as a shift of the logits: a token is kept where softmax(logits / T) >= min_p x the largest
+    probability, that is where logit >= max logit + T * log(min_p). -inf (nothing dropped) when min_p is
+    0 or decoding is greedy (the argmax is always kept)."""
+    if not min_p or not temperature:
+        return float("-inf")
+    return float(np.float32(temperature * np.log(min_p)))
+
+
+def penalize(
+    logits: np.ndarray,
+    counts: np.ndarray,
+    seen: np.ndarray,
+    bias: np.ndarray | None = None,
+    frequency: float = 0.0,
+    presence: float = 0.0,
+    repetition: float = 1.0,
+    shift: float = float("-inf"),
+) -> np.ndarray:
+    """One row of logits (V,) after the penalties, in float32, in this order (the device's step,
+    inference/penalties.py, computes the same values in the same order):
+
+    1. `bias` (V,) is added (OpenAI's logit_bias);
+    2. HF's repetition penalty over the tokens in `seen` (the prompt's and the generated ones): a
+       positive logit is divided by `repetition`, a negative one multiplied;
+    3. OpenAI's penalties over the generated tokens: `frequency` x its count (`counts`, (V,)) and
+       `presence` x (count > 0) are subtracted;
+    4. min_p (`shift`, see min_p_shift): logits below max + shift become -inf."""
+    f32 = np.float32
+    x = np.asarray(logits, dtype=f32)
+    if bias is not None:
+        x = x + bias.astype(f32)
+    rep = f32(repetition)
+    x = np.where(seen > 0, np.where(x > 0, x / rep, x * rep), x).astype(f32)
+    counts = counts.astype(f32)
+    x = x - f32(frequency) * counts - f32(presence) * (counts > 0).astype(f32)
+    return np.where(x < x.max() + f32(shift), f32(-np.inf), x).astype(f32)

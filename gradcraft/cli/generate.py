@@ -39,8 +39,69 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--seed", type=seed, default=None, help="random seed of the sampling (default: none: a fresh one)")
     p.add_argument("--stop", action="append", default=[], help="stop string, repeatable (default: none)")
+    add_penalty_arguments(p)
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.set_defaults(func=run)
+
+
+def add_penalty_arguments(p) -> None:
+    """The penalties and filters (gradcraft/sampling.py's `penalize`; docs/inference.md)."""
+    from gradcraft.validation import Value
+
+    penalty = Value(float, low=-2, high=2)
+    p.add_argument(
+        "--frequency_penalty",
+        type=penalty,
+        default=0.0,
+        help="subtract this x each token's count in the generated text from its logit, -2 to 2 (OpenAI's; "
+        "default: %(default)s)",
+    )
+    p.add_argument(
+        "--presence_penalty",
+        type=penalty,
+        default=0.0,
+        help="subtract this from the logit of each token the generated text holds, -2 to 2 (OpenAI's; "
+        "default: %(default)s)",
+    )
+    p.add_argument(
+        "--repetition_penalty",
+        type=Value(float, low=0, high=100, low_open=True),
+        default=1.0,
+        help="divide the positive logits (multiply the negative ones) of the tokens in the prompt and the "
+        "generated text by this (HF's; 1: off, 1.1-1.3 stops small models looping; default: %(default)s)",
+    )
+    p.add_argument(
+        "--min_p",
+        type=Value(float, low=0, high=1),
+        default=0.0,
+        help="with --temp, sample only among tokens at least this x as likely as the most likely (0: off)",
+    )
+    p.add_argument(
+        "--logit_bias",
+        action="append",
+        default=[],
+        metavar="ID=BIAS",
+        help="add BIAS (-100 to 100) to token ID's logit; repeatable (-100 bans a token, 100 forces it)",
+    )
+    p.add_argument(
+        "--split_special_tokens",
+        action="store_true",
+        help="encode special-token text in the prompt (<|endoftext|>) as plain text, not as the special token",
+    )
+
+
+def parse_logit_bias(items: list) -> dict | None:
+    bias = {}
+    for item in items:
+        token, sep, value = item.partition("=")
+        try:
+            token_id, amount = int(token), float(value)
+        except ValueError:
+            token_id = amount = None
+        if not sep or token_id is None or token_id < 0 or not -100 <= amount <= 100:
+            raise UserError(f"--logit_bias takes ID=BIAS, a token id >= 0 and a bias in [-100, 100], got {item!r}")
+        bias[token_id] = amount
+    return bias or None
 
 
 def load(args):
@@ -75,17 +136,22 @@ def params_from(args):
         top_p=args.top_p,
         seed=args.seed,
         stop_strings=tuple(args.stop),
+        frequency_penalty=args.frequency_penalty,
+        presence_penalty=args.presence_penalty,
+        repetition_penalty=args.repetition_penalty,
+        logit_bias=parse_logit_bias(args.logit_bias),
+        min_p=args.min_p,
     )
 
 
-def stream(generator, prompt: str, params) -> str:
+def stream(generator, prompt: str, params, split_special_tokens: bool = False) -> str:
     """Print the completion as it is produced; returns the stop reason."""
 
     def on_text(_, piece):
         sys.stdout.write(piece)
         sys.stdout.flush()
 
-    _, reasons = generator.complete([prompt], params, on_text)
+    _, reasons = generator.complete([prompt], params, on_text, split_special_tokens)
     sys.stdout.write("\n")
     if reasons[0] == "context":
         print(
@@ -95,7 +161,7 @@ def stream(generator, prompt: str, params) -> str:
     return reasons[0]
 
 
-def interactive(generator, params) -> None:
+def interactive(generator, params, split_special_tokens: bool = False) -> None:
     try:
         import readline  # noqa: F401  (history and line editing for input())
     except ImportError:
@@ -121,7 +187,7 @@ def interactive(generator, params) -> None:
             continue
         empty = 0
         try:
-            stream(generator, prompt, params)
+            stream(generator, prompt, params, split_special_tokens)
         except KeyboardInterrupt:
             print("\n[generation stopped]", file=sys.stderr)
         except UserError as e:
@@ -137,8 +203,12 @@ def run(args) -> int:
     if args.prompt is None and sys.stdin is None:
         raise UserError("no --prompt and stdin is closed; pass --prompt, or pipe the prompt in")
     generator = load(args)
+    vocab = generator.model.config.vocab_size
+    if params.logit_bias and max(params.logit_bias) >= vocab:
+        raise UserError(f"--logit_bias names token {max(params.logit_bias)}; the vocabulary has {vocab} tokens")
+    split = args.split_special_tokens
     if args.prompt is not None:
-        stream(generator, args.prompt, params)
+        stream(generator, args.prompt, params, split)
     elif not sys.stdin.isatty():
         try:
             prompt = sys.stdin.read()
@@ -146,7 +216,7 @@ def run(args) -> int:
             raise UserError(
                 f"the piped prompt is not valid text in {sys.stdin.encoding} ({e.reason}); pipe UTF-8 text"
             ) from None
-        stream(generator, prompt, params)
+        stream(generator, prompt, params, split)
     else:
-        interactive(generator, params)
+        interactive(generator, params, split)
     return 0

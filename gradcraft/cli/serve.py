@@ -27,6 +27,13 @@ def add_parser(subparsers) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s, this machine only)")
     p.add_argument("--port", type=port, default=8000, help="TCP port, 1-65535 (default: %(default)s)")
     p.add_argument("--name", default=None, help="model name reported by /v1/models (default: the model_dir name)")
+    p.add_argument(
+        "--alias",
+        action="append",
+        default=[],
+        help="another name a request's `model` may give, repeatable (a request naming any other model "
+        "gets a 404 model_not_found; one with no `model` is served)",
+    )
     p.add_argument("--device", default="cpu", help="'cpu', 'cuda' or 'cuda:N' (default: %(default)s)")
     p.add_argument(
         "--max_body_bytes",
@@ -160,6 +167,7 @@ def run(args) -> int:
             request_timeout=args.request_timeout,
             api_key=args.api_key,
             ui=not args.no_ui,
+            aliases=tuple(args.alias),
         )
     finally:
         sock.close()

@@ -57,6 +57,10 @@ class _Choice:
         self.index, self.prompt, self.tokenizer, self.events, self.loop = index, prompt, tokenizer, events, loop
         self.echo, self.text = echo, TextStream(tokenizer, params.stop_strings)
         self.entries = []  # logprob entries not yet sent
+        # Generated tokens' entries wait here, with where their text starts in the generated text, until
+        # that text is known to be returned: a token whose text starts at or after a stop string's cut
+        # is neither reported nor counted (`dropped`), so logprobs and usage match the text.
+        self.held, self.dropped = [], 0
         self.offset = len(prompt) if echo else 0  # where the next token's text starts in the choice's text
         self.seq = Sequence(
             prompt_ids,
@@ -99,13 +103,22 @@ class _Choice:
         entries, self.entries = self.entries, []
         return entries
 
+    def _release(self, returned: int) -> None:
+        """Move the held entries whose text starts within the first `returned` characters."""
+        while self.held and self.held[0][0] < returned:
+            self.entries.append(self.held.pop(0)[1])
+
     def _on_token(self, seq, token: int, logprob) -> bool:
         self._echo_once()
         before = len(self.text.text)
         piece, stopped = self.text.push(token)
         if seq.logprobs is not None:
             text, lp, _, top = self._entry(token, logprob)
-            self.entries.append((text, lp, self.offset + before, top))
+            self.held.append((before, (text, lp, self.offset + before, top)))
+        else:
+            self.held.append((before, None))
+        self._release(self.text.emitted)
+        self.entries = [e for e in self.entries if e is not None]
         if piece or self.entries:
             self._post(("text", self.index, piece, self._take_entries()))
         return not stopped
@@ -115,15 +128,30 @@ class _Choice:
         piece = self.text.finish()
         if self.text.stopped:
             reason = "stop"
+        self._release(len(self.text.visible))
+        self.dropped, self.held = len(self.held), []
+        if seq.stop_token is not None and seq.logprobs is not None:
+            # The stop token that ended the choice has no text, but its log-probability is listed (as
+            # vLLM lists it): a client that scores a prompt with max_tokens 1 (lm-eval-harness) drops
+            # the last entry as the generated token, which must be there.
+            text, lp, _, top = self._entry(*seq.stop_token)
+            self.entries.append(("", lp, self.offset + len(self.text.visible), top))
+        self.entries = [e for e in self.entries if e is not None]
         self._post(("end", self.index, reason, piece, self._take_entries()))
+
+    def completion_tokens(self) -> int:
+        """The generated tokens whose text the answer returns, and the stop token that ended it."""
+        return self.seq.generated - self.dropped + (self.seq.stop_token is not None)
 
 
 def _max_token_bytes(tokenizer) -> int | None:
-    """The most bytes one token stands for (None when the tokenizer does not say)."""
+    """The most bytes one token stands for (None when the tokenizer does not say): a special token's
+    text in a prompt is one token too."""
     table = getattr(tokenizer, "token_bytes", None)
     if not table:
         return None
-    return max(len(b) for b in table.values())
+    specials = getattr(tokenizer, "special_tokens", None) or {}
+    return max([len(b) for b in table.values()] + [len(s.encode("utf-8")) for s in specials])
 
 
 class Requests:
@@ -136,32 +164,49 @@ class Requests:
         self.context = generator.model.config.seq_len
         self.bytes_per_token = _max_token_bytes(self.tokenizer)
 
-    def encode(self, prompt: str) -> list:
-        context, bytes_per_token = self.context, self.bytes_per_token
+    def encode(self, prompt, split_special_tokens: bool = False, scored: bool = False) -> list:
+        """The prompt's token ids (a list of ids is checked and kept). scored: the prompt is only scored
+        (max_tokens 0), so it may fill the whole context."""
+        context, bytes_per_token = self.context + (1 if scored else 0), self.bytes_per_token
         if not prompt:
-            raise RequestError(422, "prompt must not be empty", "prompt", "empty_prompt")
+            raise RequestError(400, "prompt must not be empty", "prompt", "empty_prompt")
+        if not isinstance(prompt, str):
+            vocab = self.tokenizer.vocab_size
+            bad = next((t for t in prompt if not 0 <= t < vocab), None)
+            if bad is not None:
+                raise RequestError(
+                    400, f"token id {bad} is not in the vocabulary (0..{vocab - 1})", "prompt", "invalid_prompt"
+                )
+            if len(prompt) >= context:
+                raise RequestError(
+                    400,
+                    f"the prompt is {len(prompt)} tokens; the model's context is {self.context} tokens",
+                    "prompt",
+                    "context_length_exceeded",
+                )
+            return list(prompt)
         try:
             prompt_bytes = len(prompt.encode("utf-8"))
         except UnicodeEncodeError:
-            raise RequestError(422, "prompt is not valid Unicode (a lone surrogate)", "prompt", "invalid_prompt")
+            raise RequestError(400, "prompt is not valid Unicode (a lone surrogate)", "prompt", "invalid_prompt")
         # Refuse a prompt whose length alone proves it too long, before encoding it whole.
         if bytes_per_token and -(-prompt_bytes // bytes_per_token) >= context:
             raise RequestError(
                 400,
                 f"the prompt is {prompt_bytes} bytes, at least "
                 f"{-(-prompt_bytes // bytes_per_token)} tokens; the model's context is "
-                f"{context} tokens",
+                f"{self.context} tokens",
                 "prompt",
                 "context_length_exceeded",
             )
         try:
-            ids = self.generator.encode_prompt(prompt)
+            ids = self.generator.encode_prompt(prompt, split_special_tokens)
         except UserError as e:
-            raise RequestError(422, str(e), "prompt")
+            raise RequestError(400, str(e), "prompt")
         if len(ids) >= context:
             raise RequestError(
                 400,
-                f"the prompt is {len(ids)} tokens; the model's context is {context} tokens",
+                f"the prompt is {len(ids)} tokens; the model's context is {self.context} tokens",
                 "prompt",
                 "context_length_exceeded",
             )
@@ -173,12 +218,19 @@ class Requests:
         context, request_timeout, generator = self.context, self.request_timeout, self.generator
         if max_tokens is not None and max_tokens > context:
             raise RequestError(
-                422,
+                400,
                 f"max_tokens must be at most the context length {context}, got {max_tokens}",
                 "max_tokens",
                 "less_than_equal",
             )
-        encoded = [self.encode(p) for p in prompts]
+        vocab = self.tokenizer.vocab_size
+        bias = {int(k): v for k, v in (req.logit_bias or {}).items()}
+        if any(k >= vocab for k in bias):
+            raise RequestError(
+                400, f"logit_bias names token {max(bias)}; the vocabulary has {vocab} tokens", "logit_bias"
+            )
+        encoded = [self.encode(p, req.split_special_tokens, scored=max_tokens == 0) for p in prompts]
+        texts = [p if isinstance(p, str) else self.tokenizer.decode(p) for p in prompts]
         state = request.scope.setdefault("state", {})
         cancel = state.get("gc_cancel") or threading.Event()
         if cancel.is_set():
@@ -186,16 +238,21 @@ class Requests:
         events: asyncio.Queue = asyncio.Queue()
         deadline = None if request_timeout is None else time.monotonic() + request_timeout
         choices = []
-        for p, (prompt, ids) in enumerate(zip(prompts, encoded)):
+        for p, (prompt, ids) in enumerate(zip(texts, encoded)):
             for i in range(req.n):
                 params = SamplingParams(
-                    max_tokens=max_tokens or context,
+                    max_tokens=context if max_tokens is None else max_tokens,
                     temperature=req.temperature,
                     top_k=req.top_k,
                     top_p=req.top_p,
                     seed=None if req.seed is None else req.seed + i,
                     stop_ids=generator.stop_ids(),
                     stop_strings=stops,
+                    frequency_penalty=req.frequency_penalty or 0.0,
+                    presence_penalty=req.presence_penalty or 0.0,
+                    repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
+                    logit_bias=bias or None,
+                    min_p=req.min_p or 0.0,
                 )
                 choices.append(
                     _Choice(

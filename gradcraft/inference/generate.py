@@ -17,7 +17,7 @@ import gradcraft as gc
 import gradcraft.nn.functional as F
 from gradcraft.engine.capture import CapturedStep
 from gradcraft.errors import UserError
-from gradcraft.sampling import sample_row
+from gradcraft.sampling import min_p_shift, penalize, sample_row
 
 MIN_TEMPERATURE = 1e-6  # a positive temperature below this overflows logits / T (0 means greedy)
 MAX_TEMPERATURE = 100.0
@@ -32,10 +32,42 @@ class SamplingParams:
     seed: int | None = None
     stop_ids: tuple = ()  # token ids that end generation (e.g. <|endoftext|>); not emitted
     stop_strings: tuple = field(default_factory=tuple)  # handled by the text layer (see TextGenerator)
+    # penalties and filters (gradcraft/sampling.py's `penalize`): OpenAI's frequency and presence
+    # penalties over the generated tokens, HF's repetition penalty over the prompt's and the generated
+    # ones, a bias per token id, and min_p
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: dict | None = None  # {token id: bias in [-100, 100]}
+    min_p: float = 0.0
+
+    def penalized(self) -> bool:
+        """Whether any penalty or filter changes the logits."""
+        return bool(
+            self.frequency_penalty or self.presence_penalty or self.repetition_penalty != 1.0 or self.logit_bias
+        ) or bool(self.min_p and self.temperature)
+
+    def bias_row(self, vocab_size: int) -> np.ndarray | None:
+        if not self.logit_bias:
+            return None
+        row = np.zeros(vocab_size, dtype=np.float32)
+        for token, bias in self.logit_bias.items():
+            row[int(token)] = bias
+        return row
 
     def validate(self, context: int) -> None:
-        if self.max_tokens < 1:
-            raise UserError(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if self.max_tokens < 0:
+            raise UserError(f"max_tokens must be at least 0, got {self.max_tokens}")
+        for name in ("frequency_penalty", "presence_penalty"):
+            if not -2 <= getattr(self, name) <= 2:
+                raise UserError(f"{name} must be in [-2, 2], got {getattr(self, name)}")
+        if not 0 < self.repetition_penalty <= 100:
+            raise UserError(f"repetition_penalty must be in (0, 100], got {self.repetition_penalty}")
+        if not 0 <= self.min_p <= 1:
+            raise UserError(f"min_p must be in [0, 1], got {self.min_p}")
+        for token, bias in (self.logit_bias or {}).items():
+            if int(token) < 0 or not -100 <= bias <= 100:
+                raise UserError(f"logit_bias takes token ids >= 0 and biases in [-100, 100], got {token}: {bias}")
         if self.temperature is not None and self.temperature < 0:
             raise UserError(f"temperature must be >= 0, got {self.temperature}")
         if self.top_k is not None and self.top_k < 1:
@@ -44,9 +76,40 @@ class SamplingParams:
             raise UserError(f"top_p must be in (0, 1], got {self.top_p}")
 
 
-def sample_next(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> int:
+class History:
+    """The tokens a sequence has seen, for the penalties: `seen` (V,) marks the prompt's and the
+    generated ones, `counts` (V,) counts the generated ones."""
+
+    def __init__(self, prompt: list, vocab_size: int):
+        self.counts = np.zeros(vocab_size, dtype=np.float32)
+        self.seen = np.zeros(vocab_size, dtype=np.float32)
+        self.seen[np.asarray(prompt, dtype=np.int64)] = 1
+
+    def add(self, token: int) -> None:
+        self.counts[token] += 1
+        self.seen[token] = 1
+
+
+def penalized_row(logits: np.ndarray, params: SamplingParams, history: History) -> np.ndarray:
+    """The row the next token is drawn from: the logits after params' penalties (sampling.penalize)."""
+    return penalize(
+        logits,
+        history.counts,
+        history.seen,
+        params.bias_row(len(logits)),
+        params.frequency_penalty,
+        params.presence_penalty,
+        params.repetition_penalty,
+        min_p_shift(params.min_p, params.temperature),
+    )
+
+
+def sample_next(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator, history=None) -> int:
     """Pick the next token id from one row of logits (V,): its argmax when greedy, else a draw with
-    one uniform number from rng (gradcraft/sampling.py; the same token Generator.choice would pick)."""
+    one uniform number from rng (gradcraft/sampling.py; the same token Generator.choice would pick).
+    history: the sequence's History, when params has penalties (applied to the row first)."""
+    if history is not None and params.penalized():
+        logits = penalized_row(logits, params, history)
     if not params.temperature:
         return int(np.argmax(logits))
     return sample_row(logits, params.temperature, params.top_k, params.top_p, rng.random())
@@ -74,13 +137,17 @@ class StepResult:
             self._rows = np.asarray(self.logits.numpy(), dtype=np.float32)
         return self._rows
 
-    def tokens(self, params: SamplingParams, rngs: list, finished: list) -> list:
-        """The next token of every row (rngs: one generator per row); 0 for the finished rows, which
-        ride along in the batch and are not sampled."""
-        if not params.temperature and self.best is not None:
+    def tokens(self, params: SamplingParams, rngs: list, finished: list, histories=None) -> list:
+        """The next token of every row (rngs: one generator per row; histories: one History per row
+        when params has penalties); 0 for the finished rows, which ride along and are not sampled."""
+        if not params.temperature and self.best is not None and histories is None:
             return [0 if done else int(t) for t, done in zip(self.best.numpy(), finished)]
         rows = self.rows()
-        return [0 if done else sample_next(row, params, rng) for row, rng, done in zip(rows, rngs, finished)]
+        histories = histories or [None] * len(rows)
+        return [
+            0 if done else sample_next(row, params, rng, history)
+            for row, rng, done, history in zip(rows, rngs, finished, histories)
+        ]
 
 
 class _Decoder:
@@ -183,6 +250,8 @@ def generate_batch(model, prompts: list, params: SamplingParams, on_token=None, 
         raise UserError("the prompt is empty: give at least one token")
     if prompt_len >= context:
         raise UserError(f"the prompt has {prompt_len} tokens; the model's context is {context}: shorten it")
+    if params.max_tokens == 0:
+        return [[] for _ in prompts], [StopReason.LENGTH] * len(prompts)
     model.eval()
     device = model.tok_emb.weight.device
     rngs = [np.random.default_rng(params.seed) for _ in prompts]
@@ -195,14 +264,14 @@ def generate_batch(model, prompts: list, params: SamplingParams, on_token=None, 
     )
     try:
         first = StepResult(logits.float())
-        if decoder.static is not None and not params.temperature:
+        if decoder.static is not None and not params.temperature and not params.penalized():
             return _greedy_pipelined(decoder, first, position, prompts, params, rngs, on_token, context)
         return _decode_loop(decoder, first, position, prompts, params, rngs, on_token, context)
     finally:
         decoder.close()
 
 
-def _take(tokens, out, reasons, params, on_token) -> list:
+def _take(tokens, out, reasons, params, on_token, histories=None) -> list:
     """Hand on each unfinished row's token and end the rows it ends; returns the ids to feed next
     (0 for rows already finished, which ride along)."""
     next_ids = []
@@ -214,6 +283,8 @@ def _take(tokens, out, reasons, params, on_token) -> list:
             reasons[r] = StopReason.STOP
         else:
             out[r].append(token)
+            if histories is not None:
+                histories[r].add(token)
             if on_token is not None and on_token(r, token) is False:
                 reasons[r] = StopReason.STOP
             elif len(out[r]) >= params.max_tokens:
@@ -225,9 +296,11 @@ def _take(tokens, out, reasons, params, on_token) -> list:
 def _decode_loop(decoder, result, position, prompts, params, rngs, on_token, context):
     out = [[] for _ in prompts]
     reasons = [None] * len(prompts)
+    vocab = decoder.model.config.vocab_size
+    histories = [History(p, vocab) for p in prompts] if params.penalized() else None
     while True:
         finished = [reason is not None for reason in reasons]
-        next_ids = _take(result.tokens(params, rngs, finished), out, reasons, params, on_token)
+        next_ids = _take(result.tokens(params, rngs, finished, histories), out, reasons, params, on_token, histories)
         if all(reason is not None for reason in reasons):
             break
         if position >= context:  # the next token would sit past the trained context
@@ -287,11 +360,13 @@ def generate_without_cache(model, prompt: list, params: SamplingParams) -> list:
     model.eval()
     device = model.tok_emb.weight.device
     ids, out = list(prompt), []
+    history = History(prompt, model.config.vocab_size)
     while len(out) < params.max_tokens and len(ids) < model.config.seq_len:
         logits = model(gc.tensor(np.array([ids], dtype=np.int64), device=device))[0, -1].float().numpy()
-        token = sample_next(logits, params, rng)
+        token = sample_next(logits, params, rng, history)
         if token in params.stop_ids:
             break
         out.append(token)
         ids.append(token)
+        history.add(token)
     return out

@@ -2,7 +2,8 @@
 
 `_Front` stands before the FastAPI app and sees every request first: it checks the API key (when the
 server has one; `Authorization: Bearer <key>` on /v1/ paths), reads the body (refusing one over
-`max_body_bytes` with a 413), watches the connection for the client going away (it sets the request's
+`max_body_bytes` with a 413; a POST body is read as JSON whatever its Content-Type),
+watches the connection for the client going away (it sets the request's
 `gc_cancel` event in the ASGI scope's state, which cancels the request's sequences), and writes one
 access-log line (method, path, status, duration, tokens) to the "gradcraft.server" logger.
 `bind` makes the listening socket, with a clear error when it cannot.
@@ -124,6 +125,11 @@ class _Front:
                     ),
                 )
                 return
+            if scope.get("method") == "POST":
+                # Every POST route takes JSON: read the body as JSON whatever the client declared (curl -d
+                # sends application/x-www-form-urlencoded), as OpenAI's API does.
+                headers = [(k, v) for k, v in scope.get("headers", ()) if k.lower() != b"content-type"]
+                scope = dict(scope, headers=[*headers, (b"content-type", b"application/json")])
             gone = asyncio.Event()
 
             async def watch():  # the only reader of `receive` from here on

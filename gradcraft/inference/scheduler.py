@@ -46,10 +46,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import gradcraft as gc
-from gradcraft.engine.capture import CapturedStep
 from gradcraft.errors import UserError
-import gradcraft.nn.functional as F
-from gradcraft.inference.generate import SamplingParams, StopReason, sample_next
+from gradcraft.inference.generate import History, SamplingParams, StopReason, sample_next
+from gradcraft.inference.penalties import Penalties
+from gradcraft.inference.step import _Bucket
 from gradcraft.sampling import sample_row
 
 CANCELLED = "cancelled"  # the client went away (no answer is sent)
@@ -108,6 +108,9 @@ class Sequence:
     reason: str | None = None
     error: str | None = None
     prompt_logprobs_out: list = field(default_factory=list)
+    # the stop token that ended the sequence, if one did: (id, TokenLogprob or None); not handed to
+    # on_token (it is no text), but a server reports and counts it, as vLLM does
+    stop_token: tuple | None = None
 
     def __post_init__(self):
         self.rng = np.random.default_rng(self.params.seed)
@@ -159,6 +162,7 @@ class Scheduler:
             gc.zeros(slots, dtype=dtype, device=self.device).realize()
             for dtype in (gc.float64, gc.int64, gc.float64, gc.float64)
         ]
+        self.penalties = None  # Penalties, made for the first sequence that has some
         self.buckets = {}  # rows -> _Bucket, made on first use
         self.waiting: deque = deque()
         self.prefilling: list = []
@@ -177,8 +181,10 @@ class Scheduler:
         """Queue sequences (all or none). Raises QueueFull when the waiting line cannot take them,
         SchedulerClosed after close() or a failure of the loop."""
         for seq in seqs:
-            if not seq.prompt or len(seq.prompt) >= self.context:
-                raise UserError(f"a prompt must have 1 to {self.context - 1} tokens, got {len(seq.prompt)}")
+            # (a prompt only scored, max_tokens 0, may fill the whole context)
+            longest = self.context if seq.params.max_tokens == 0 else self.context - 1
+            if not seq.prompt or len(seq.prompt) > longest:
+                raise UserError(f"a prompt must have 1 to {longest} tokens, got {len(seq.prompt)}")
             seq.params.validate(self.context)
         with self.wake:
             if self.closed:
@@ -227,6 +233,7 @@ class Scheduler:
                 bucket.close()
 
     def _turn(self) -> bool:
+        fed = []  # sequences whose prompts the step feeds, new this turn
         with self.wake:
             while not (self.closed or self.waiting or self.prefilling or self.running):
                 self.wake.wait()
@@ -240,16 +247,25 @@ class Scheduler:
                     if seq.cancel.is_set() or self._expired(seq):
                         pending.append(seq)
                         continue
+                    if seq.params.max_tokens == 0 and not seq.prompt_logprobs:
+                        pending.append(seq)  # nothing to compute: it ends at once (below)
+                        continue
                     seq.slot = self.free.pop(self.free.index(min(self.free)))
                     if len(seq.prompt) <= self.step_prompts and not seq.prompt_logprobs:
                         seq.last = seq.prompt[0]  # fed by the decoding step from position 0 on
                         self.running[seq.slot] = seq
+                        fed.append(seq)
                     else:
                         self.prefilling.append(seq)
             expired = [s for s in self.waiting if s.cancel.is_set() or self._expired(s)]
             for seq in expired:
                 self.waiting.remove(seq)
+        for seq in fed:  # (device work: outside the lock that submit() waits on)
+            self._start_penalties(seq, prompt_seen=False)
         for seq in pending + expired:
+            if seq.params.max_tokens == 0 and not (seq.cancel.is_set() or self.closed or self._expired(seq)):
+                self._finish(seq, StopReason.LENGTH)
+                continue
             self._finish(seq, CANCELLED if seq.cancel.is_set() or self.closed else TIMEOUT)
         if self.closed:
             for seq in self.prefilling + list(self.running.values()):
@@ -322,9 +338,12 @@ class Scheduler:
             last = logits[:, -1].float()
             gc.realize(last, *[t for c in seq.caches for t in c.tensors()])
             last = last.numpy()[0]
-        if done:
+        if done and seq.params.max_tokens == 0:  # the prompt was only scored
+            self._finish(seq, StopReason.LENGTH)
+        elif done:
             self._enter_slot(seq)
-            self._emit(seq, last)
+            history = History(seq.prompt, len(last)) if seq.params.penalized() else None
+            self._emit(seq, last, history=history)
         return len(chunk)
 
     def _enter_slot(self, seq) -> None:
@@ -340,6 +359,15 @@ class Scheduler:
         seq.position = len(seq.prompt)
         self.prefilling.remove(seq)
         self.running[seq.slot] = seq
+        self._start_penalties(seq, prompt_seen=True)
+
+    def _start_penalties(self, seq, prompt_seen: bool) -> None:
+        """Set the step's penalty rows of seq's slot (inference/penalties.py): for a sequence with
+        penalties, and for one taking a slot whose bias row another left behind."""
+        if self.penalties is None and seq.params.penalized():
+            self.penalties = Penalties(self.slots, self.model.config.vocab_size, self.device)
+        if self.penalties is not None and (seq.params.penalized() or seq.slot in self.penalties.biased):
+            self.penalties.start(seq.slot, seq, prompt_seen)
 
     # ------------------------------------------------------------------ decode
 
@@ -386,13 +414,18 @@ class Scheduler:
                 top_p[slot] = params.top_p if params.top_p is not None else 1.0
         host = [ids, positions, temperature, top_k, top_p, uniform]
         targets = [self.ids, self.position, *self.sampling]
+        # the penalized step (inference/penalties.py) runs while a running sequence has penalties
+        penalized = any(seq.params.penalized() for seq in self.running.values())
+        if penalized:
+            host += self.penalties.columns(self.running)
+            targets += self.penalties.scalars
         gc.realize(*[t.assign(gc.tensor(a, device=self.device)) for t, a in zip(targets, host)])
-        logits, tokens = self._bucket()()
+        logits, scores, tokens = self._bucket()(penalized)
         self.steps += 1
         # Each row's token came from the step (its argmax, or its draw): B ids to the host, not B rows
         # of logits, unless a sequence reports log-probabilities or a row the device could not sample.
         tokens = tokens.numpy()
-        rows = None
+        rows = sampled = None  # the logits, and the rows the tokens are drawn from (after penalties)
         for slot, seq in list(self.running.items()):
             seq.position += 1
             if seq.prefilled < len(seq.prompt):  # a prompt token went through the step
@@ -402,24 +435,28 @@ class Scheduler:
                     continue
             if seq.logprobs is not None or tokens[slot] < 0:
                 rows = logits.numpy() if rows is None else rows
+                sampled = (rows if scores is logits else scores.numpy()) if sampled is None else sampled
             if seq.logprobs is not None:
-                self._emit(seq, rows[slot])  # (sampled here: its generator was not drawn from above)
+                # (sampled here: its generator was not drawn from above)
+                self._emit(seq, rows[slot], scores=sampled[slot])
             elif tokens[slot] < 0:  # the same draw on the host, with the same uniform
                 self._emit(
                     seq,
-                    token=sample_row(rows[slot], temperature[slot], top_k[slot] or None, top_p[slot], uniform[slot]),
+                    token=sample_row(sampled[slot], temperature[slot], top_k[slot] or None, top_p[slot], uniform[slot]),
                 )
             else:
                 self._emit(seq, token=int(tokens[slot]))
 
-    def _emit(self, seq, row: np.ndarray | None = None, token: int | None = None) -> None:
-        """Hand on seq's next token (sampled from its logits row, or given) and finish the sequence
-        when it ends."""
+    def _emit(self, seq, row=None, token: int | None = None, scores=None, history=None) -> None:
+        """Hand on seq's next token (sampled from its logits row, or from `scores`, the row after the
+        penalties, or from the row with `history`'s penalties applied here; or given) and finish the
+        sequence when it ends. Log-probabilities are the model's: of `row`, before any penalty."""
         if token is None:
-            token = sample_next(row, seq.params, seq.rng)
+            token = sample_next(row if scores is None else scores, seq.params, seq.rng, history)
         elif seq.logprobs is not None:
             raise ValueError("a sequence that reports log-probabilities needs its logits row")
         if token in seq.params.stop_ids:
+            seq.stop_token = (token, None if seq.logprobs is None else token_logprob(row, token, seq.logprobs))
             return self._finish(seq, StopReason.STOP)
         seq.generated += 1
         seq.last = token
@@ -434,47 +471,3 @@ class Scheduler:
             self._finish(seq, StopReason.LENGTH)
         elif seq.position >= self.context:  # the next token would sit past the trained context
             self._finish(seq, StopReason.CONTEXT)
-
-
-class _Bucket:
-    """The decoding step over the first `rows` slots: views of the scheduler's buffers (writes go
-    through to them), and the step captured as a CUDA graph where the device can."""
-
-    def __init__(self, scheduler: Scheduler, rows: int):
-        self.model = scheduler.model
-        self.ids = scheduler.ids[:rows].realize()
-        self.sampling = [t[:rows].realize() for t in scheduler.sampling]
-        position = scheduler.position[:rows].realize()
-        self.caches = [
-            type(c)(c.k[:rows].realize(), c.v[:rows].realize(), position, c.window) for c in scheduler.caches
-        ]
-        self.position = position
-        self.captured = CapturedStep(self._step, scheduler.device)
-
-    def _step(self):
-        logits = self.model(self.ids, caches=self.caches, position=self.position)[:, -1].float()  # (rows, V)
-        tokens = F.sample_tokens(logits, *self.sampling)  # each row's argmax or draw (-1: the host's)
-        gc.realize(logits, tokens, *[t for c in self.caches for t in c.tensors()])
-        return logits, tokens
-
-    def runs_to_capture(self) -> int:
-        """Calls until this step replays a captured graph (0: it does, or never will, on this device)."""
-        c = self.captured
-        if c is None or c.graph is not None or not c.can_capture:
-            return 0
-        return max(0, c.warmup - c.runs) + 1
-
-    def __call__(self):
-        if self.captured is None:
-            return self._step()
-        try:
-            return self.captured()
-        except UserError:  # the step cannot be captured here: run it eagerly (same results, slower)
-            self.captured.close()
-            self.captured = None
-            return self._step()
-
-    def close(self) -> None:
-        if self.captured is not None:
-            self.captured.close()
-            self.captured = None

@@ -6,6 +6,7 @@
     POST /v1/chat/completions   {"messages": [{"role": "user", "content": "..."}], ...the same sampling fields,
                                  "logprobs": true, "top_logprobs": 3}
     GET  /v1/models             the model's name, parameter count, context length and tokenizer
+    GET  /v1/models/{id}        the same entry, or 404 model_not_found
     GET  /health
     GET  /                      the browser playground (static/playground.html; off with ui=False)
 
@@ -14,7 +15,8 @@ The model is loaded once and driven by one Scheduler (inference/scheduler.py): c
 are batched continuously (each joins the running batch at the next decoding step and leaves when it
 ends) over a KV cache of fixed slots. Each choice of a request is one sequence with its own random
 generator: choice i samples with `seed + i`, so an answer does not depend on what else is running.
-Streaming answers are server-sent events; the last event before `[DONE]` carries `usage`.
+Streaming answers are server-sent events; with `stream_options.include_usage` a last chunk before `[DONE]`
+has no choices and carries `usage`, as OpenAI sends it.
 
 Every request passes through `_Front` (a plain ASGI layer, inference/http_front.py) first: it checks
 the API key (when the server has one; `Authorization: Bearer <key>` on /v1/ paths), reads the body (refusing one over
@@ -24,8 +26,9 @@ and writes one access-log line (method, path, status, duration, tokens).
 
 Every error answer has OpenAI's shape:
     {"error": {"message": "...", "type": "invalid_request_error", "param": "top_p", "code": "..."}}
-400 for a body that is not JSON and for a prompt longer than the context, 401 for a missing or
-wrong API key, 413 for a body over the limit, 422 for a parameter of the wrong type or out of range,
+400 for a body that is not JSON, a parameter of the wrong type or out of range (`param` names it), an
+OpenAI field the server does not implement, and a prompt longer than the context; 401 for a missing or
+wrong API key, 413 for a body over the limit, 404 for a `model` that is not served (model_not_found),
 404/405 for unknown paths and methods, 429 when the waiting line is full, 503 when a request runs
 past the server's time limit (or the generator has failed), 500 (type server_error) for a failure
 inside the server.
@@ -90,10 +93,11 @@ def create_app(
     prefill_chunk: int = 256,
     step_prompts: int | None = None,
     ui: bool = True,
+    aliases: tuple = (),
 ):
     """The ASGI app (its `.scheduler` drives the model). docs: serve /docs and /openapi.json (off by
     default). api_key: demand `Authorization: Bearer <api_key>` on the /v1/ paths. ui: serve the
-    playground at /."""
+    playground at /. A request's `model` must be model_name or one of `aliases` (or left out)."""
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -133,15 +137,14 @@ def create_app(
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or None
         kind = first.get("type", "invalid")
         message = f"{where or 'body'}: {first.get('msg', 'invalid request')}"
+        cause = first.get("ctx", {}).get("error")
+        if isinstance(cause, api.UnsupportedField):  # an OpenAI field this server does not implement
+            return error(400, str(cause), param=cause.name, code="unsupported_parameter")
         if where is None and kind in ("model_attributes_type", "missing"):
-            return error(422, "the body must be a JSON object (sent with Content-Type: application/json)", code=kind)
+            return error(400, "the body must be a JSON object", code=kind)
         if kind == "json_invalid":
-            return error(
-                400,
-                f"the body is not valid JSON: {first.get('ctx', {}).get('error', 'parse error')}",
-                code="json_invalid",
-            )
-        return error(422, message, param=where.split(".")[0] if where else None, code=kind)
+            return error(400, f"the body is not valid JSON: {cause or 'parse error'}", code="json_invalid")
+        return error(400, message, param=where.split(".")[0] if where else None, code=kind)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
@@ -166,14 +169,16 @@ def create_app(
     # ------------------------------------------------------------------ answers
 
     def usage(choices, state) -> dict:
-        """The answer's usage (and the access log's token counts) once every choice has ended."""
-        prompt_tokens, completion = state["gc_prompt_tokens"], sum(c.seq.generated for c in choices)
+        """The answer's usage (and the access log's token counts) once every choice has ended: the
+        generated tokens whose text is returned (not those cut with a stop string)."""
+        prompt_tokens, completion = state["gc_prompt_tokens"], sum(c.completion_tokens() for c in choices)
         state["gc_usage"] = (prompt_tokens, completion)
         return api.usage(prompt_tokens, completion)
 
-    def stream_events(choices, events, state, chunk, last_chunk):
+    def stream_events(choices, events, state, chunk, last_chunk, usage_chunk=None):
         """Server-sent events: chunk(index, piece, entries) per piece of text, last_chunk(index, reason,
-        piece, entries) per ending (the final one carries usage), then [DONE]."""
+        piece, entries) per ending, then (with stream_options.include_usage) usage_chunk(usage), one
+        more chunk with no choices and the usage, as OpenAI sends it, then [DONE]."""
 
         async def generate():
             open_choices, finished = len(choices), False
@@ -191,10 +196,11 @@ def create_app(
                         message = refusal(requests.failure([reason], state, choices)).body.decode()
                         yield f"data: {message}\n\n"  # the status line has gone out: the error goes in the stream
                         break
-                    body = last_chunk(index, reason, piece, entries)
+                    yield f"data: {json.dumps(last_chunk(index, reason, piece, entries))}\n\n"
                     if open_choices == 0:
-                        body["usage"] = usage(choices, state)
-                    yield f"data: {json.dumps(body)}\n\n"
+                        counts = usage(choices, state)
+                        if usage_chunk is not None:
+                            yield f"data: {json.dumps(usage_chunk(counts))}\n\n"
                 finished = True
                 yield "data: [DONE]\n\n"
             finally:
@@ -211,10 +217,26 @@ def create_app(
         return {"status": "ok"}
 
     card = model_card(generator, model_name, requests.context)
+    names = (model_name, *aliases)
+
+    def check_model(name) -> None:
+        """A request for a model this server does not serve is refused, as OpenAI refuses it."""
+        if name is not None and name not in names:
+            raise RequestError(
+                404,
+                f"the model {name!r} does not exist; this server serves {model_name!r}",
+                param="model",
+                code="model_not_found",
+            )
 
     @app.get("/v1/models")
     def models():
         return {"object": "list", "data": [card]}
+
+    @app.get("/v1/models/{name:path}")
+    def model(name: str):
+        check_model(name)
+        return card
 
     if ui:
         page = playground_page()  # read now: a broken install fails at start, not on the first visit
@@ -229,6 +251,7 @@ def create_app(
 
     @app.post("/v1/completions")
     async def completions(req: api.CompletionRequest, request: Request):
+        check_model(req.model)
         state, choices, events = await requests.admit(
             request, req, req.prompts(), req.max_tokens, req.stop_strings(), req.logprobs, req.echo
         )
@@ -246,6 +269,9 @@ def create_app(
                 ],
             }
 
+        def usage_chunk(counts):
+            return dict(body(0, "", None, []), choices=[], usage=counts)
+
         if req.stream:
             return stream_events(
                 choices,
@@ -253,6 +279,7 @@ def create_app(
                 state,
                 lambda i, piece, e: body(i, piece, None, e),
                 lambda i, reason, piece, e: body(i, piece, reason, e),
+                usage_chunk if req.include_usage() else None,
             )
         texts, reasons, entries = await requests.collect(choices, events, state)
         out = body(0, "", None, [])
@@ -262,6 +289,7 @@ def create_app(
 
     @app.post("/v1/chat/completions")
     async def chat_completions(req: api.ChatRequest, request: Request):
+        check_model(req.model)
         top = (req.top_logprobs or 0) if req.logprobs else None
         stops = req.stop_strings() + (api.CHAT_STOP,)
         state, choices, events = await requests.admit(
@@ -294,6 +322,9 @@ def create_app(
                 state,
                 piece_chunk,
                 lambda i, reason, piece, e: chunk(i, piece, e, reason, first=i not in greeted),
+                (lambda counts: dict(envelope("chat.completion.chunk", []), usage=counts))
+                if req.include_usage()
+                else None,
             )
         texts, reasons, entries = await requests.collect(choices, events, state)
         out = envelope(

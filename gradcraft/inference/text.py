@@ -117,8 +117,11 @@ class TextGenerator:
     def __init__(self, model, tokenizer):
         self.model, self.tokenizer = model, tokenizer
 
-    def encode_prompt(self, prompt: str) -> list:
-        ids = self.tokenizer.encode(prompt)
+    def encode_prompt(self, prompt: str, split_special_tokens: bool = False) -> list:
+        """The prompt's ids. A special token's text (`<|endoftext|>`) becomes its id, as Hugging Face's
+        tokenizers and vLLM's server encode it; split_special_tokens: encode it as plain text (HF's
+        option of that name)."""
+        ids = self.tokenizer.encode(prompt, allowed_special=() if split_special_tokens else "all")
         if not ids:
             raise UserError("the prompt is empty")
         return ids
@@ -127,8 +130,11 @@ class TextGenerator:
         eot = self.tokenizer.eot_id
         return (eot,) if eot is not None else ()
 
-    def complete(self, prompts: list[str], params: SamplingParams, on_text=None) -> tuple[list[str], list[str]]:
+    def complete(
+        self, prompts: list[str], params: SamplingParams, on_text=None, split_special_tokens: bool = False
+    ) -> tuple[list[str], list[str]]:
         """Complete each prompt. `on_text(i, piece)` streams text as it becomes valid UTF-8.
+        split_special_tokens: special tokens' text in a prompt is plain text (see encode_prompt).
 
         Stop strings end a completion; the returned text stops before them.
         """
@@ -141,7 +147,8 @@ class TextGenerator:
                 on_text(i, piece)
             return not stopped
 
-        ids, reasons = generate(self.model, [self.encode_prompt(p) for p in prompts], params, on_token)
+        encoded = [self.encode_prompt(p, split_special_tokens) for p in prompts]
+        ids, reasons = generate(self.model, encoded, params, on_token)
         self.last_token_counts = [len(i) for i in ids]
         for i, stream in enumerate(streams):
             piece = stream.finish()

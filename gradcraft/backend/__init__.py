@@ -197,6 +197,23 @@ class Backend:
     def from_numpy(self, array):
         raise NotImplementedError
 
+    # Whether the engine should hand this backend fused elementwise groups (engine/fusion.py): only
+    # where fused_elementwise is faster than the kernels one by one.
+    fuses_elementwise = False
+
+    def fused_elementwise(self, args: list, program: tuple, shape: tuple, dtype):
+        """Run an elementwise program (engine/fusion.py) over args; returns its last value, of `shape`
+        and `dtype`. Here: each op's own kernel in turn, which is what a generated kernel must equal.
+        Entries: ("in", k, dtype name) reads args[k]; ("op", name, refs, attrs, dtype name, shape)
+        runs kernel `name` on the values at positions `refs` with dict(attrs)."""
+        values = []
+        for entry in program:
+            if entry[0] == "in":
+                values.append(args[entry[1]])
+            else:
+                values.append(self.run(entry[1], [values[r] for r in entry[2]], dict(entry[3])))
+        return values[-1]
+
     def to_numpy(self, array):
         raise NotImplementedError
 

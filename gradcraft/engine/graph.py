@@ -30,6 +30,7 @@ class Node:
         "saved",
         "serial",
         "view_out",
+        "output_id",
         "__weakref__",
     )
 
@@ -45,6 +46,9 @@ class Node:
         self.saved = ()  # outputs 1.. of a differentiable multi-output node, for its gradient rule
         self.serial = next(_SERIALS)
         self.view_out = None  # a view op's output, weakly, where ops/inplace.py may need it (ops/function.py)
+        # the id its outputs' values are kept under while a schedule runs (engine/fusion.py's groups
+        # stand in for a node and keep its id)
+        self.output_id = id(self)
 
     def __repr__(self) -> str:
         return f"Node({self.op}, {len(self.inputs)} inputs, {self.attrs})"

@@ -122,7 +122,7 @@ def _freeze(value):
 
 def _key(order, target_keys, keep):
     """(the schedule's structural key, its leaf tensors in leaf order, node positions by id)."""
-    position = {id(node): i for i, node in enumerate(order)}
+    position = {node.output_id: i for i, node in enumerate(order)}
     leaf_index: dict[int, int] = {}
     leaves: list = []  # one tensor per leaf buffer
     leaf_shapes: list = []
@@ -226,4 +226,4 @@ def _replay(plan, leaves, order, writes_inputs) -> dict:
     backend.replay(plan.graph)
     stats["replayed"] += 1
     stats["replayed_kernels"] += plan.kernels
-    return {(id(order[pos]), index): buf for pos, index, buf in plan.outputs}
+    return {(order[pos].output_id, index): buf for pos, index, buf in plan.outputs}

@@ -15,7 +15,7 @@ import sys
 import time
 
 from gradcraft.device import get_backend
-from gradcraft.engine import grouping, plans
+from gradcraft.engine import fusion, grouping, plans
 from gradcraft.engine.schedule import schedule
 
 DEBUG = int(os.environ.get("GRADCRAFT_DEBUG", "0") or 0)
@@ -88,6 +88,8 @@ def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
         order, readers = schedule(targets)
         replayed = plans.replays(order)
     target_keys, keep = _kept(order, targets, keep_saved)
+    if fusion.ENABLED and _fuses(order[0].device):
+        order = fusion.fuse(order, readers, target_keys, keep)
     if replayed:
         values = plans.run(order, readers, target_keys, keep, _run_loop, announce_writes, WRITES_INPUTS)
     else:
@@ -129,8 +131,13 @@ def announce_writes(order) -> None:
         for i in WRITES_INPUTS.get(node.op, ()):
             if BEFORE_WRITE and node.inputs[i]._readers:
                 if scheduled is None:
-                    scheduled = {id(n) for n in order}
+                    scheduled = _scheduled_ids(order)
                 before_write(node.inputs[i], scheduled)
+
+
+def _scheduled_ids(order) -> set:
+    """The ids of the graph nodes a schedule runs (a fused group's members included)."""
+    return {id(n) for step in order for n in getattr(step, "nodes", (step,))}
 
 
 def _run_loop(order, readers, target_keys, keep, on_ready=None, targets=(), announce=True) -> dict:
@@ -159,11 +166,14 @@ def _run_loop(order, readers, target_keys, keep, on_ready=None, targets=(), anno
         for i in written:
             if announce and BEFORE_WRITE and node.inputs[i]._readers:
                 if scheduled is None:
-                    scheduled = {id(n) for n in order}
+                    scheduled = _scheduled_ids(order)
                 before_write(node.inputs[i], scheduled)
         args = [inp._buf if inp._buf is not None else values[(id(inp._node), inp._index)] for inp in node.inputs]
         start = time.perf_counter() if DEBUG >= 2 or _host_times else 0.0
-        result = backend.run(node.op, args, node.attrs)
+        if node.op == "fused_elementwise":  # a group of elementwise nodes (engine/fusion.py)
+            result = backend.fused_elementwise(args, **node.attrs)
+        else:
+            result = backend.run(node.op, args, node.attrs)
         launches["kernels"] += 1
         if _host_times:
             _count_host_time(node.op, start)
@@ -173,7 +183,7 @@ def _run_loop(order, readers, target_keys, keep, on_ready=None, targets=(), anno
         del args, result
         for i in written:
             node.inputs[i]._version += 1
-        node_id = id(node)
+        node_id = node.output_id
         for index, value in enumerate(outputs):
             key = (node_id, index)
             if readers.get(key, 0) or key in target_keys or key in keep:
@@ -221,6 +231,10 @@ def _realize_one(node, targets, keep_saved: bool) -> None:
             t._buf = outputs[t._index]
         if not t.requires_grad:
             t._node = None  # (as realize's loop)
+
+
+def _fuses(device: str) -> bool:
+    return getattr(get_backend(device), "fuses_elementwise", False)
 
 
 def _has_cast_many(device: str) -> bool:
@@ -271,9 +285,16 @@ def _trace(step, node, args, outputs, backend, start) -> None:
         shapes = " ".join(str(tuple(a.shape)) for a in args)
         out_bytes = sum(o.nbytes for o in outputs)
         print(
-            f"[gradcraft] {step:5d} {node.device:7s} {node.op:24s} in {shapes} -> "
+            f"[gradcraft] {step:5d} {node.device:7s} {_name(node):24s} in {shapes} -> "
             f"{' '.join(str(tuple(o.shape)) for o in outputs)} {out_bytes / 1e6:.3f} MB {ms:.3f} ms",
             file=sys.stderr,
         )
     else:
-        print(f"[gradcraft] {step:5d} {node.device:7s} {node.op}", file=sys.stderr)
+        print(f"[gradcraft] {step:5d} {node.device:7s} {_name(node)}", file=sys.stderr)
+
+
+def _name(node) -> str:
+    """The op, or for a fused group its ops: fused(mul sigmoid mul)."""
+    if node.op != "fused_elementwise":
+        return node.op
+    return "fused(" + " ".join(e[1] for e in node.attrs["program"] if e[0] == "op") + ")"

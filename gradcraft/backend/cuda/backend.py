@@ -18,6 +18,7 @@ import numpy as np
 from gradcraft.backend import Backend, assemble_kernels
 from gradcraft.backend.cuda import (
     activations,
+    fused,
     attention,
     creation,
     cross_entropy,
@@ -78,6 +79,12 @@ class CUDABackend(Backend):
     def run(self, op: str, args: list, attrs: dict):
         with self._device:
             return self.kernels[op](*args, **attrs)
+
+    fuses_elementwise = True  # generated kernels for engine/fusion.py's groups (fused.py)
+
+    def fused_elementwise(self, args: list, program: tuple, shape: tuple, dtype):
+        with self._device:
+            return fused.run(args, program, shape, dtype)
 
     def _copy_from(self, a, source_backend):
         if isinstance(a, np.ndarray):

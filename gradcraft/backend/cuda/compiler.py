@@ -27,21 +27,25 @@ def kernel_files() -> list[Path]:
 
 def source(name: str) -> str:
     """The full text of kernels/<name> with its local includes expanded (each header once)."""
+    return expand((KERNEL_DIR / name).read_text())
+
+
+def expand(text: str) -> str:
+    """text with its local includes (headers of kernels/) expanded, each header once: generated
+    kernels (fused.py) include the same headers as the files."""
     seen: set[str] = set()
 
-    def expand(path: Path) -> str:
-        text = path.read_text()
-
+    def expand_text(text: str) -> str:
         def include(match):
             header = match.group(1)
             if header in seen:
                 return ""
             seen.add(header)
-            return expand(KERNEL_DIR / header)
+            return expand_text((KERNEL_DIR / header).read_text())
 
         return _INCLUDE.sub(include, text.replace("#pragma once", ""))
 
-    return expand(KERNEL_DIR / name)
+    return expand_text(text)
 
 
 @functools.cache

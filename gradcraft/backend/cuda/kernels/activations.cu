@@ -9,18 +9,6 @@
 #include "common.cuh"
 #include "activations.cuh"
 
-template <typename A> __device__ __forceinline__ A gelu_slope(A x, int tanh_form) {
-    if (tanh_form) {
-        // d/dx 0.5 x (1 + tanh u) = 0.5 (1 + t) + 0.5 x (1 - t^2) u' with 1 + t = 2s, 1 - t^2 = 4 s (1 - s)
-        const A u = (A)SQRT_2_OVER_PI * x * ((A)1 + (A)GELU_C * x * x);
-        const A du = (A)SQRT_2_OVER_PI * ((A)1 + (A)(3 * GELU_C) * x * x);
-        const A s = sigmoid((A)2 * u), r = sigmoid((A)-2 * u);  // s and 1 - s, each without cancellation
-        return s + (A)2 * x * s * r * du;
-    }
-    const A cdf = (A)0.5 * ((A)1 + ferf(x * (A)0.7071067811865476));
-    return cdf + x * fast_exp((A)-0.5 * x * x) * (A)0.3989422804014327;  // 1 / sqrt(2 pi)
-}
-
 enum { GELU_FWD, GELU_BWD, SILU_FWD, SILU_BWD };
 
 template <int OP, typename A> __device__ __forceinline__ A activation(A x, A g, int tanh_form) {

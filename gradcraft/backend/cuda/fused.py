@@ -105,7 +105,10 @@ def source(program, args, shape, dtype) -> str:
             k = entry[1]
             load = f"in{k}[{layouts[k]}]"
             name = args[k].dtype.name
-            value = f"(bool){load}" if name == "bool" else f"(float){load}" if name.startswith("int") else f"to_float({load})"
+            if name == "bool" or name.startswith("int"):
+                value = f"({'bool' if name == 'bool' else 'float'}){load}"
+            else:
+                value = f"to_float({load})"
             body.append(f"        const {_value_type(name if name == 'bool' else 'float32')} v{n} = {value};")
             continue
         _, op, refs, attrs, out_name, _ = entry

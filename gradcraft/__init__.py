@@ -208,3 +208,11 @@ class _DeviceModule(_types.ModuleType):
 _sys.modules["gradcraft.device"].__class__ = _DeviceModule
 
 from gradcraft import cuda, nn, optim  # noqa: E402,F401  (after the Tensor methods are attached)
+
+# Random generators and sampling ops (gradcraft/ops/generator.py, gradcraft/ops/random.py)
+from gradcraft.ops.creation import default_generator, initial_seed, seed  # noqa: E402
+from gradcraft.ops.generator import Generator  # noqa: E402
+from gradcraft.ops.random import attach_methods as _attach_random_methods  # noqa: E402
+from gradcraft.ops.random import bernoulli, multinomial, normal, poisson  # noqa: E402
+
+_attach_random_methods(Tensor)

@@ -216,3 +216,4 @@ from gradcraft.ops.random import attach_methods as _attach_random_methods  # noq
 from gradcraft.ops.random import bernoulli, multinomial, normal, poisson  # noqa: E402
 
 _attach_random_methods(Tensor)
+from gradcraft import utils  # noqa: E402,F401  (torch.utils.data: datasets, samplers, DataLoader)

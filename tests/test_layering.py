@@ -32,6 +32,7 @@ LAYERS = {
     "data": 8,
     "models": 9,
     "distributed": 10,  # (listed after training in design.md; the trainer uses it, it never imports training)
+    "utils": 10,  # torch.utils: data (datasets, samplers, DataLoader); DistributedSampler asks distributed
     "training": 11,
     "inference": 12,
     "benchmarks": 13,

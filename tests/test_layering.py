@@ -32,7 +32,7 @@ LAYERS = {
     "data": 8,
     "models": 9,
     "distributed": 10,  # (listed after training in design.md; the trainer uses it, it never imports training)
-    "utils": 10,  # torch.utils: data (datasets, samplers, DataLoader); DistributedSampler asks distributed
+    "utils": 7,  # torch.utils: data (datasets, samplers, DataLoader), imported by the root package as in torch
     "training": 11,
     "inference": 12,
     "benchmarks": 13,

@@ -45,7 +45,9 @@ class DataLoader:
         in_order: bool = True,
     ) -> None:  # fmt: skip
         if num_workers < 0:
-            raise ValueError_("num_workers option should be non-negative; use num_workers=0 to disable multiprocessing.")
+            raise ValueError_(
+                "num_workers option should be non-negative; use num_workers=0 to disable multiprocessing."
+            )
         if timeout < 0:
             raise ValueError_("timeout option should be non-negative")
         if num_workers == 0 and prefetch_factor is not None:
@@ -76,9 +78,7 @@ class DataLoader:
                 )
             batch_size, drop_last = None, False
         elif batch_size is None and drop_last:
-            raise ValueError_(
-                "batch_size=None option disables auto-batching and is mutually exclusive with drop_last"
-            )
+            raise ValueError_("batch_size=None option disables auto-batching and is mutually exclusive with drop_last")
         if sampler is None:
             if iterable:
                 sampler = _InfiniteConstantSampler()

@@ -54,7 +54,9 @@ class StackDataset(Dataset):
 
     def __init__(self, *args, **kwargs) -> None:
         if args and kwargs:
-            raise ValueError_("Supported either ``tuple``- (via ``args``) or``dict``- (via ``kwargs``) like input/output")
+            raise ValueError_(
+                "Supported either ``tuple``- (via ``args``) or``dict``- (via ``kwargs``) like input/output"
+            )
         self.datasets = args or kwargs
         lengths = {len(d) for d in (args or kwargs.values())}
         if len(lengths) != 1:
@@ -149,7 +151,9 @@ def random_split(dataset, lengths, generator=None) -> list:
             counts[i % len(counts)] += 1
         for i, count in enumerate(counts):
             if count == 0:
-                warnings.warn(f"Length of split at index {i} is 0. This might result in an empty dataset.", stacklevel=2)
+                warnings.warn(
+                    f"Length of split at index {i} is 0. This might result in an empty dataset.", stacklevel=2
+                )
         lengths = counts
     if sum(lengths) != len(dataset):
         raise ValueError_("Sum of input lengths does not equal the length of the input dataset!")

@@ -7,6 +7,7 @@ process, so the shares never overlap."""
 from __future__ import annotations
 
 import math
+import sys
 
 from gradcraft.errors import RuntimeError_, ValueError_
 from gradcraft.utils.data.sampler import Sampler
@@ -14,9 +15,9 @@ from gradcraft.utils.data.sampler import Sampler
 
 def _process_group(name: str) -> int:
     """The default process group's world size or rank, through `gradcraft.distributed`'s PyTorch-named
-    functions (`get_world_size`, `get_rank`), when a group is initialized."""
-    import gradcraft.distributed as dist
-
+    functions (`is_initialized`, `get_world_size`, `get_rank`). Looked up, not imported: a process that
+    never loaded gradcraft.distributed has no process group."""
+    dist = sys.modules.get("gradcraft.distributed")
     initialized = getattr(dist, "is_initialized", None)
     if initialized is None or not initialized():
         raise RuntimeError_(

@@ -44,10 +44,9 @@ from gradcraft import dtypes
 from gradcraft.device import canonical, get_backend
 from gradcraft.errors import RuntimeError_, TypeError_, UserError
 from gradcraft.ops.function import apply, refuse_stale_readers
-from gradcraft.ops.generator import Generator, resolve
+from gradcraft.ops.generator import Generator, default_generator, resolve
 
 _MASK64 = (1 << 64) - 1
-default_generator = Generator()  # seeds of rand, randn, randint, ... when no generator= is given
 _dropout_seed = int(np.random.default_rng().integers(0, 2**63 - 1))  # the key of every dropout mask
 _dropout_states: dict = {}  # device -> _DropoutState
 _restored: dict = {}  # device -> (counter, streams) from set_rng_state, for a state not made yet

@@ -90,11 +90,12 @@ class Generator:
         return f"<gradcraft.Generator object at {id(self):#x}>"
 
 
+default_generator = Generator()  # gradcraft.default_generator: seeded by gradcraft.manual_seed
+
+
 def resolve(generator) -> Generator:
     """`generator` itself, or the global generator when it is None; anything else is a TypeError."""
     if generator is None:
-        from gradcraft.ops.creation import default_generator
-
         return default_generator
     if not isinstance(generator, Generator):
         raise TypeError_(f"generator must be a gradcraft.Generator, not {type(generator).__name__}")

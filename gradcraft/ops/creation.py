@@ -231,7 +231,7 @@ def rand(
     dtype: DTypeLike = None,
     device: Device = None,
     requires_grad: bool = False,
-    **kwargs,
+    **kwargs: Shape,
 ) -> Tensor:
     size = _size_argument("rand", size, kwargs)
     return _creation("rand", _shape(size), dtype, device, requires_grad, seed=next_seed(generator))
@@ -243,7 +243,7 @@ def randn(
     dtype: DTypeLike = None,
     device: Device = None,
     requires_grad: bool = False,
-    **kwargs,
+    **kwargs: Shape,
 ) -> Tensor:
     size = _size_argument("randn", size, kwargs)
     return _creation("randn", _shape(size), dtype, device, requires_grad, seed=next_seed(generator))
@@ -257,12 +257,12 @@ def _size_argument(name: str, size: tuple, kwargs: dict) -> tuple:
 
 
 def randint(
-    *args,
+    *args: int | Shape,
     generator: Generator | None = None,
     dtype: DTypeLike = None,
     device: Device = None,
     requires_grad: bool = False,
-    **kwargs,
+    **kwargs: int | Shape,
 ) -> Tensor:
     """Integers drawn uniformly from [low, high): torch's overloads `randint(high, size)` and
     `randint(low, high, size)`, each also with keywords (`randint(0, 10, size=(3,))`, `low=`, `high=`)."""
@@ -400,7 +400,7 @@ def from_numpy(array: np.ndarray) -> Tensor:
         from gradcraft.errors import TypeError_
 
         raise TypeError_(f"from_numpy expects a numpy.ndarray, got {type(array).__name__}; use gradcraft.tensor()")
-    return Tensor(array, dtype=dtypes.to_dtype(array.dtype))
+    return Tensor(array, dtype=dtypes.to_dtype(array.dtype), device="cpu")  # the CPU whatever the default
 
 
 def as_tensor(data: Any, dtype: DTypeLike = None, device: Device = None) -> Tensor:

@@ -21,6 +21,8 @@ the check would wait for the device, so it is skipped there (PyTorch's CUDA kern
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from gradcraft import dtypes
@@ -29,7 +31,11 @@ from gradcraft.ops import elementwise as ew
 from gradcraft.ops import reduce as rd
 from gradcraft.ops.creation import _creation, _shape, next_seed
 from gradcraft.ops.function import tensor_class
-from gradcraft.ops.generator import resolve
+from gradcraft.ops.generator import Generator, resolve
+from gradcraft.typing import Device, DTypeLike, Shape
+
+if TYPE_CHECKING:
+    from gradcraft.tensor import Tensor
 
 
 def _uniform(shape, dtype, device, generator):
@@ -53,7 +59,14 @@ def _check_probabilities(p, what: str) -> None:
         raise RuntimeError_("Expected p_in >= 0 && p_in <= 1 to be true, but got false.")
 
 
-def multinomial(input, num_samples: int, replacement: bool = False, *, generator=None, out=None):
+def multinomial(
+    input: Tensor,
+    num_samples: int,
+    replacement: bool = False,
+    *,
+    generator: Generator | None = None,
+    out: Tensor | None = None,
+) -> Tensor:
     """`num_samples` category indices per row of `input` (1-D: one distribution; 2-D: one per row),
     drawn with probabilities proportional to the row's values; int64, shape (num_samples,) or
     (rows, num_samples). Without replacement no index repeats within a row."""
@@ -91,7 +104,17 @@ def _into(out, result):
     return out
 
 
-def normal(mean=0.0, std=1.0, size=None, *, generator=None, out=None, dtype=None, device=None, requires_grad=False):
+def normal(
+    mean: Tensor | float = 0.0,
+    std: Tensor | float = 1.0,
+    size: Shape | None = None,
+    *,
+    generator: Generator | None = None,
+    out: Tensor | None = None,
+    dtype: DTypeLike = None,
+    device: Device = None,
+    requires_grad: bool = False,
+) -> Tensor:
     """Normal samples: `normal(mean_tensor, std_tensor)`, `normal(mean_tensor, std=1.0)`,
     `normal(mean, std_tensor)` (the tensors' broadcast shape), or `normal(mean, std, size)` with
     floats. As in PyTorch, the result depends on mean and std for autograd, with zero gradient."""
@@ -127,7 +150,9 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, out=None, dtype=None
     return _into(out, result)
 
 
-def bernoulli(input, p=None, *, generator=None, out=None):
+def bernoulli(
+    input: Tensor, p: float | None = None, *, generator: Generator | None = None, out: Tensor | None = None
+) -> Tensor:
     """1 with probability `input` (or `p`, a float, for every element), else 0; `input`'s dtype."""
     if p is None:
         _check_probabilities(input, "bernoulli")
@@ -141,7 +166,7 @@ def bernoulli(input, p=None, *, generator=None, out=None):
     return _into(out, ew.lt(u, probability).to(input.dtype))
 
 
-def bernoulli_(x, p=0.5, *, generator=None):
+def bernoulli_(x: Tensor, p: Tensor | float = 0.5, *, generator: Generator | None = None) -> Tensor:
     """In place: each element becomes 1 with probability p (a float or a tensor), else 0."""
     from gradcraft.ops.inplace import write
 
@@ -157,7 +182,7 @@ def bernoulli_(x, p=0.5, *, generator=None):
     return write(x, ew.lt(u, probability).to(x.dtype))
 
 
-def poisson(input, generator=None):
+def poisson(input: Tensor, generator: Generator | None = None) -> Tensor:
     """Counts drawn from Poisson(rate = each element of `input`), in `input`'s dtype (on the host)."""
     if not input.dtype.is_floating_point:
         raise TypeError_(f'"poisson" is not implemented for {input.dtype.name}; pass floating-point rates')

@@ -108,7 +108,7 @@ class Tensor:
     @requires_grad.setter
     def requires_grad(self, value: bool) -> None:
         if value and not self.dtype.is_floating_point:
-            raise UserError(
+            raise RuntimeError_(
                 f"only floating-point tensors can require gradients, got {self.dtype.name}; convert with .float() first"
             )
         if value and not self._requires_grad and self._node is not None:

@@ -31,7 +31,7 @@ class _LegacyTensorType(type):
             return Tensor(np.asarray(data).astype(cls.dtype.np), dtype=cls.dtype, device=device)
         if any(not isinstance(n, int) for n in args):
             raise TypeError_(f"{cls.__name__}() takes a sequence of data or integer sizes, got {args}")
-        return zeros(*args, dtype=cls.dtype, device=device)  # PyTorch leaves it uninitialized
+        return zeros(*(args or (0,)), dtype=cls.dtype, device=device)  # (PyTorch leaves it uninitialized)
 
     def __instancecheck__(cls, obj) -> bool:
         from gradcraft.tensor import Tensor

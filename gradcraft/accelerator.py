@@ -45,7 +45,7 @@ def current_device_index() -> int:
 current_device_idx = current_device_index
 
 
-def set_device_index(device) -> None:
+def set_device_index(device, /) -> None:
     """Remember the accelerator index (gradcraft tensors name their device explicitly: "cuda:N")."""
     global _index
     from gradcraft.device import canonical
@@ -56,5 +56,5 @@ def set_device_index(device) -> None:
 set_device_idx = set_device_index
 
 
-def synchronize(device=None) -> None:
+def synchronize(device=None, /) -> None:
     cuda.synchronize(device)

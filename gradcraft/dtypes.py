@@ -72,10 +72,10 @@ default_float = float32
 default_int = int64
 
 
-def set_default_dtype(dtype: "DType | str | np.dtype") -> None:
+def set_default_dtype(d: "DType | str | np.dtype", /) -> None:
     """The floating-point dtype of factories and Python floats (torch.set_default_dtype)."""
     global default_float
-    dtype = to_dtype(dtype)
+    dtype = to_dtype(d)
     if not dtype.is_floating_point:
         raise TypeError("only floating-point types are supported as the default type")
     default_float = dtype

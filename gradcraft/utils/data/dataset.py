@@ -10,6 +10,7 @@ import math
 import warnings
 
 from gradcraft.errors import ValueError_
+from gradcraft.ops.generator import default_generator
 
 
 class Dataset:
@@ -135,7 +136,7 @@ class Subset(Dataset):
         return len(self.indices)
 
 
-def random_split(dataset, lengths, generator=None) -> list:
+def random_split(dataset, lengths, generator=default_generator) -> list:
     """Split `dataset` into non-overlapping Subsets of the given lengths, or fractions summing to 1
     (each part floor(fraction * n), the remainder dealt one by one from the first part on), in an
     order drawn by `randperm(n, generator=generator)`."""

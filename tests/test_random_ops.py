@@ -104,13 +104,24 @@ def test_randint_covers_its_range_and_refuses_what_torch_refuses():
 # ------------------------------------------------------------------ multinomial
 
 
-def test_multinomial_with_replacement_follows_the_probabilities():
+@pytest.mark.parametrize("compare_limit", [1 << 22, 0])  # every u against every sum; sorted together
+def test_multinomial_with_replacement_follows_the_probabilities(compare_limit, monkeypatch):
+    import gradcraft.ops.random as sampling
+
+    monkeypatch.setattr(sampling, "_COMPARE_LIMIT", compare_limit)
     probs = gc.tensor([1.0, 0.0, 3.0, 6.0])  # unnormalised, one category impossible
     draws = gc.multinomial(probs, 20000, replacement=True, generator=_seeded(3))
     assert draws.dtype == gc.int64 and draws.shape == (20000,)
     counts = np.bincount(draws.numpy(), minlength=4) / 20000
     assert counts[1] == 0
     np.testing.assert_allclose(counts, [0.1, 0.0, 0.3, 0.6], atol=0.015)
+
+
+def test_multinomial_with_many_samples_of_many_categories():
+    weights = np.r_[np.zeros(10), np.ones(2990), [2990.0]]  # a WeightedRandomSampler over a dataset
+    draws = gc.multinomial(gc.tensor(weights), 6000, replacement=True, generator=_seeded(8)).numpy()
+    assert draws.min() >= 10 and abs((draws == 3000).mean() - 0.5) < 0.03
+    assert len(np.unique(draws[draws < 3000])) > 1500
 
 
 def test_multinomial_without_replacement_never_repeats_and_draws_first_by_probability():

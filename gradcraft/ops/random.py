@@ -5,7 +5,10 @@ they stay lazy and run on the tensor's device (CPU or CUDA) without a copy to th
 
 - multinomial with replacement inverts the cumulative distribution: a uniform number u times the row's
   total, and the category is the number of cumulative sums <= u (float64, so a category of small
-  probability is not lost to rounding);
+  probability is not lost to rounding). Few samples of few categories compare every u with every
+  sum; beyond _COMPARE_LIMIT comparisons (a WeightedRandomSampler over a whole dataset) the sums and
+  the u's are sorted together instead, and each u's count is its place among them less its place
+  among the u's;
 - multinomial without replacement is the exponential race (the Gumbel-top-k trick): category i gets the
   key p_i / E_i with E_i ~ Exp(1), and the k largest keys, in order, are distributed as k draws without
   replacement, the first the first drawn;
@@ -28,6 +31,7 @@ import numpy as np
 from gradcraft import dtypes
 from gradcraft.errors import RuntimeError_, TypeError_
 from gradcraft.ops import elementwise as ew
+from gradcraft.ops import movement as mv
 from gradcraft.ops import reduce as rd
 from gradcraft.ops.creation import _creation, _shape, next_seed
 from gradcraft.ops.function import tensor_class
@@ -36,6 +40,9 @@ from gradcraft.typing import Device, DTypeLike, Shape
 
 if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
+
+
+_COMPARE_LIMIT = 1 << 22  # rows x samples x categories compared at once, at most
 
 
 def _uniform(shape, dtype, device, generator):
@@ -86,14 +93,27 @@ def multinomial(
     if replacement:
         cdf = rd.cumsum(rows, dim=-1)  # (R, C)
         u = ew.mul(_uniform((n_rows, num_samples), dtypes.float64, input.device, generator), cdf[:, -1:])  # (R, S)
-        below = ew.le(cdf.reshape(n_rows, 1, categories), u.reshape(n_rows, num_samples, 1))  # (R, S, C)
-        index = ew.minimum(rd.sum(below.to(dtypes.int64), dim=-1), categories - 1)
+        index = ew.minimum(_count_at_or_below(cdf, u), categories - 1)
     else:
         u = _uniform((n_rows, categories), dtypes.float64, input.device, generator)  # [0, 1)
         exponential = ew.neg(ew.log(ew.sub(1.0, u)))  # Exp(1), never 0 * log(0)
         index = rd.topk(ew.div(rows, exponential), num_samples, dim=-1)[1]
     index = index.reshape(*input.shape[:-1], num_samples)
     return _into(out, index)
+
+
+def _count_at_or_below(cdf, u):
+    """For each u[r, j]: how many of cdf[r, :] (ascending) are <= it; int64, u's shape."""
+    n_rows, categories = cdf.shape
+    samples = u.shape[1]
+    if n_rows * samples * categories <= _COMPARE_LIMIT:
+        below = ew.le(cdf.reshape(n_rows, 1, categories), u.reshape(n_rows, samples, 1))  # (R, S, C)
+        return rd.sum(below.to(dtypes.int64), dim=-1)
+    # A stable sort of [cdf, u] puts each sum before a u equal to it: a u's place in the sorted row
+    # counts the sums <= it plus the u's before it, which its place among the u's alone counts.
+    place = rd.argsort(rd.argsort(mv.cat([cdf, u], dim=-1), dim=-1, stable=True), dim=-1, stable=True)  # (R, C+S)
+    place_among_u = rd.argsort(rd.argsort(u, dim=-1, stable=True), dim=-1, stable=True)  # (R, S)
+    return ew.sub(place[:, categories:], place_among_u)
 
 
 def _into(out, result):

@@ -234,3 +234,4 @@ inf, nan, pi, e = _math.inf, _math.nan, _math.pi, _math.e
 globals().update(_LEGACY_TYPES)  # FloatTensor, LongTensor, DoubleTensor, IntTensor, BoolTensor, ByteTensor, ...
 _autograd.Variable = _Variable
 _attach_legacy(Tensor)
+from gradcraft.legacy import set_default_tensor_type  # noqa: E402,F401

@@ -65,6 +65,19 @@ def tensor_type(self, dtype=None, non_blocking: bool = False, **kwargs):
     return self.to(dtype)
 
 
+def set_default_tensor_type(t) -> None:
+    """The legacy way to set the default dtype (and device): `torch.set_default_tensor_type(torch.DoubleTensor)`
+    or its name, `"torch.cuda.FloatTensor"` for float32 on the GPU."""
+    from gradcraft.device import set_default_device
+
+    name = t if isinstance(t, str) else getattr(t, "__name__", "")
+    plain = name.removeprefix("torch.").removeprefix("cuda.")
+    if plain not in _TYPES or not _TYPES[plain].is_floating_point:
+        raise TypeError_(f"invalid type: {t!r}; only floating-point types are supported as the default type")
+    dtypes.set_default_dtype(_TYPES[plain])
+    set_default_device("cuda" if name.removeprefix("torch.").startswith("cuda.") else "cpu")
+
+
 def Variable(data, requires_grad: bool = False, volatile: bool = False):
     """The legacy autograd wrapper: a tensor sharing `data`'s memory, cut from its graph, that
     requires grad when asked (PyTorch's Variable has been the tensor itself since 0.4)."""

@@ -297,3 +297,24 @@ class Broken(Dataset):
 def test_a_worker_error_is_raised_in_the_main_process():
     with pytest.raises(KeyError, match="Caught KeyError in DataLoader worker process"):
         list(DataLoader(Broken(), batch_size=2, num_workers=2))
+
+
+def test_annotated_subclasses_as_with_torch_generics():
+    class Pairs(Dataset[tuple]):
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            return gc.tensor([i]), i
+
+    class Backwards(gradcraft.utils.data.Sampler[int]):
+        def __init__(self, n):
+            self.n = n
+
+        def __iter__(self):
+            return iter(range(self.n - 1, -1, -1))
+
+        def __len__(self):
+            return self.n
+
+    assert [y.tolist() for _, y in DataLoader(Pairs(), sampler=Backwards(2))] == [[1], [0]]

@@ -180,3 +180,21 @@ def test_constants():
     for name in ("pi", "e", "inf"):
         assert getattr(gc, name) == getattr(torch, name)
     assert math.isnan(gc.nan) and gc.tensor([gc.inf]).isinf().item()
+
+
+def test_set_default_tensor_type_the_legacy_way():
+    import warnings
+
+    try:
+        for lib in (gc, torch):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # PyTorch deprecates it
+                lib.set_default_tensor_type(lib.DoubleTensor)
+                assert lib.zeros(1).dtype == lib.float64 and lib.tensor([0.5]).dtype == lib.float64
+                lib.set_default_tensor_type("torch.FloatTensor")
+                assert lib.zeros(1).dtype == lib.float32
+                with pytest.raises(TypeError):
+                    lib.set_default_tensor_type(lib.LongTensor)
+    finally:
+        gc.set_default_dtype(gc.float32)
+        torch.set_default_dtype(torch.float32)

@@ -22,6 +22,9 @@ class Dataset:
     def __add__(self, other: Dataset) -> ConcatDataset:
         return ConcatDataset([self, other])
 
+    def __class_getitem__(cls, item):  # `Dataset[tuple[Tensor, int]]` in annotated code, as torch's Generic
+        return cls
+
 
 class IterableDataset(Dataset):
     """A dataset read as a stream: subclasses define `__iter__`. With worker processes each worker

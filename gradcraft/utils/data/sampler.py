@@ -20,6 +20,9 @@ class Sampler:
     def __iter__(self):
         raise NotImplementedError
 
+    def __class_getitem__(cls, item):  # `Sampler[int]`, as torch's Generic
+        return cls
+
 
 class SequentialSampler(Sampler):
     """0, 1, ..., len(data_source) - 1."""

@@ -228,10 +228,10 @@ from gradcraft.dtypes import get_default_dtype, set_default_dtype  # noqa: E402,
 from gradcraft.legacy import LEGACY_TYPES as _LEGACY_TYPES  # noqa: E402
 from gradcraft.legacy import Variable as _Variable  # noqa: E402
 from gradcraft.legacy import attach as _attach_legacy  # noqa: E402
+from gradcraft.legacy import set_default_tensor_type  # noqa: E402,F401
 from gradcraft.ops.grad_mode import inference_mode, is_inference_mode_enabled  # noqa: E402,F401
 
 inf, nan, pi, e = _math.inf, _math.nan, _math.pi, _math.e
 globals().update(_LEGACY_TYPES)  # FloatTensor, LongTensor, DoubleTensor, IntTensor, BoolTensor, ByteTensor, ...
-_autograd.Variable = _Variable
+_autograd.Variable = _Variable  # torch.autograd.Variable
 _attach_legacy(Tensor)
-from gradcraft.legacy import set_default_tensor_type  # noqa: E402,F401

@@ -65,7 +65,7 @@ def tensor_type(self, dtype=None, non_blocking: bool = False, **kwargs):
     return self.to(dtype)
 
 
-def set_default_tensor_type(t) -> None:
+def set_default_tensor_type(t: type | str) -> None:
     """The legacy way to set the default dtype (and device): `torch.set_default_tensor_type(torch.DoubleTensor)`
     or its name, `"torch.cuda.FloatTensor"` for float32 on the GPU."""
     from gradcraft.device import set_default_device

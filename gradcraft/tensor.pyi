@@ -253,8 +253,8 @@ class Tensor:
     def lerp_(self, end, weight): """The op gradcraft.ops.inplace.lerp_."""
     def addcmul_(self, tensor1, tensor2, *, value=...): """The op gradcraft.ops.inplace.addcmul_."""
     def addcdiv_(self, tensor1, tensor2, *, value=...): """The op gradcraft.ops.inplace.addcdiv_."""
-    def uniform_(self, a: builtins.float = ..., b: builtins.float = ...): """The op gradcraft.ops.inplace.uniform_."""
-    def normal_(self, mean: builtins.float = ..., std: builtins.float = ...): """The op gradcraft.ops.inplace.normal_."""
+    def uniform_(self, a: builtins.float = ..., b: builtins.float = ..., *, generator=...): """The op gradcraft.ops.inplace.uniform_."""
+    def normal_(self, mean: builtins.float = ..., std: builtins.float = ..., *, generator=...): """The op gradcraft.ops.inplace.normal_."""
     def __setitem__(self, index, value): """`x[index] = value` with ints, slices, None, Ellipsis, integer index tensors and boolean masks."""
     def __iadd__(self, other, *, alpha=...): """The op gradcraft.ops.inplace.add_."""  # type: ignore[misc]
     def __isub__(self, other, *, alpha=...): """The op gradcraft.ops.inplace.sub_."""  # type: ignore[misc]
@@ -272,6 +272,7 @@ class Tensor:
     def multinomial(self, num_samples: builtins.int, replacement: builtins.bool = ..., *, generator: Generator | None = ..., out: Tensor | None = ...) -> Tensor: """`num_samples` category indices per row of `input` (1-D: one distribution; 2-D: one per row),"""
     def bernoulli(self, p: builtins.float | None = ..., *, generator: Generator | None = ..., out: Tensor | None = ...) -> Tensor: """1 with probability `input` (or `p`, a float, for every element), else 0; `input`'s dtype."""
     def bernoulli_(self, p: Tensor | builtins.float = ..., *, generator: Generator | None = ...) -> Tensor: """In place: each element becomes 1 with probability p (a float or a tensor), else 0."""
+    def random_(self, *args: builtins.int, generator: Generator | None = ..., **kwargs: builtins.int) -> Tensor: """In place: integers drawn uniformly from [from, to) (`random_(to)`, `random_(from, to)`); without"""
 
 
 def _attach_methods() -> None: """Give Tensor its op methods, each a thin call into gradcraft.ops (the table: ops/methods.py)."""

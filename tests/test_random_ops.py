@@ -257,3 +257,25 @@ def test_factories_take_requires_grad(make):
     assert tuple(ours.shape) == tuple(theirs.shape)
     (ours * 2).sum().backward()
     assert ours.grad.shape == ours.shape
+
+
+def test_inplace_random_fills_take_a_generator():
+    a = gc.zeros(6).uniform_(2.0, 3.0, generator=_seeded(1)).tolist()
+    assert a == gc.zeros(6).uniform_(2.0, 3.0, generator=_seeded(1)).tolist() and 2.0 <= min(a) <= max(a) < 3.0
+    b = gc.zeros(6).normal_(0.0, 2.0, generator=_seeded(1)).tolist()
+    assert b == gc.zeros(6).normal_(0.0, 2.0, generator=_seeded(1)).tolist()
+
+
+def test_random_fills_integers_in_range_as_torch():
+    for lib in (gc, torch):
+        x = lib.zeros(2000)
+        assert x.random_(3) is x and set(x.tolist()) == {0.0, 1.0, 2.0}
+        y = lib.zeros(2000, dtype=lib.int32).random_(5, 8)
+        assert set(y.tolist()) == {5, 6, 7} and y.dtype == lib.int32
+        z = lib.zeros(2000, dtype=lib.uint8).random_()
+        assert 0 <= min(z.tolist()) and max(z.tolist()) <= 255 and len(set(z.tolist())) > 200
+        assert set(lib.zeros(100, dtype=lib.bool).random_().tolist()) == {False, True}
+        seed = lib.empty((), dtype=lib.int64).random_().item()
+        assert isinstance(seed, int) and seed >= 0
+    wide = gc.zeros(1000).random_(generator=_seeded(2)).numpy()
+    assert wide.max() <= 2**24 and wide.max() > 2**20 and (wide == np.round(wide)).all()

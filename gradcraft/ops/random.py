@@ -202,6 +202,27 @@ def bernoulli_(x: Tensor, p: Tensor | float = 0.5, *, generator: Generator | Non
     return write(x, ew.lt(u, probability).to(x.dtype))
 
 
+def random_(x: Tensor, *args: int, generator: Generator | None = None, **kwargs: int) -> Tensor:
+    """In place: integers drawn uniformly from [from, to) (`random_(to)`, `random_(from, to)`); without
+    bounds, from [0, 2**mantissa] for floating dtypes (every integer the dtype holds exactly) and
+    [0, the dtype's maximum] for integers, as PyTorch."""
+    from gradcraft.ops.creation import randint
+    from gradcraft.ops.inplace import write
+
+    bounds = dict(zip(("from", "to"), args) if len(args) == 2 else zip(("to",), args))
+    bounds.update(kwargs)
+    if set(bounds) - {"from", "to"} or len(args) > 2:
+        raise TypeError_(f"random_() takes from and to, got {args} {kwargs}")
+    low, high = int(bounds.get("from", 0)), bounds.get("to")
+    if high is None:
+        if x.dtype.is_floating_point:
+            high = 2 ** (np.finfo(x.dtype.np if x.dtype.np.itemsize > 2 else np.float32).nmant + 1) + 1
+        else:
+            high = 2 if x.dtype == dtypes.bool_ else min(int(np.iinfo(x.dtype.np).max) + 1, 2**63 - 1)
+    values = randint(low, int(high), x.shape, generator=generator, device=x.device)
+    return write(x, values.to(x.dtype))
+
+
 def poisson(input: Tensor, generator: Generator | None = None) -> Tensor:
     """Counts drawn from Poisson(rate = each element of `input`), in `input`'s dtype (on the host)."""
     if not input.dtype.is_floating_point:
@@ -214,7 +235,8 @@ def poisson(input: Tensor, generator: Generator | None = None) -> Tensor:
 
 
 def attach_methods(tensor_class_: type) -> None:
-    """Tensor.multinomial, .bernoulli and .bernoulli_, as PyTorch's methods."""
+    """Tensor.multinomial, .bernoulli, .bernoulli_ and .random_, as PyTorch's methods."""
     tensor_class_.multinomial = multinomial
     tensor_class_.bernoulli = bernoulli
     tensor_class_.bernoulli_ = bernoulli_
+    tensor_class_.random_ = random_

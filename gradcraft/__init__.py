@@ -165,7 +165,7 @@ int = int32
 concat = concatenate = cat
 clip = clamp
 divide, multiply, subtract = div, mul, sub
-Size = tuple  # shapes are tuples
+from gradcraft.size import Size  # noqa: E402  (a tuple that prints as torch.Size([2, 3]))
 
 
 def numel(x: Tensor) -> int:
@@ -210,3 +210,29 @@ _sys.modules["gradcraft.device"].__class__ = _DeviceModule
 from gradcraft import cuda, nn, optim  # noqa: E402,F401  (after the Tensor methods are attached)
 
 from gradcraft.compiled import compile  # noqa: E402  (torch.compile)
+# Random generators and sampling ops (gradcraft/ops/generator.py, gradcraft/ops/random.py)
+from gradcraft.ops.creation import default_generator, initial_seed, seed  # noqa: E402
+from gradcraft.ops.generator import Generator  # noqa: E402
+from gradcraft.ops.random import attach_methods as _attach_random_methods  # noqa: E402
+from gradcraft.ops.random import bernoulli, multinomial, normal, poisson  # noqa: E402
+
+_attach_random_methods(Tensor)
+from gradcraft import utils  # noqa: E402,F401  (torch.utils.data: datasets, samplers, DataLoader)
+
+# Defaults, constants and PyTorch's legacy names (gradcraft/legacy.py, gradcraft/accelerator.py)
+import math as _math  # noqa: E402
+
+from gradcraft import accelerator  # noqa: E402,F401
+from gradcraft import autograd as _autograd  # noqa: E402
+from gradcraft.device import get_default_device, set_default_device  # noqa: E402,F401
+from gradcraft.dtypes import get_default_dtype, set_default_dtype  # noqa: E402,F401
+from gradcraft.legacy import LEGACY_TYPES as _LEGACY_TYPES  # noqa: E402
+from gradcraft.legacy import Variable as _Variable  # noqa: E402
+from gradcraft.legacy import attach as _attach_legacy  # noqa: E402
+from gradcraft.legacy import set_default_tensor_type  # noqa: E402,F401
+from gradcraft.ops.grad_mode import inference_mode, is_inference_mode_enabled  # noqa: E402,F401
+
+inf, nan, pi, e = _math.inf, _math.nan, _math.pi, _math.e
+globals().update(_LEGACY_TYPES)  # FloatTensor, LongTensor, DoubleTensor, IntTensor, BoolTensor, ByteTensor, ...
+_autograd.Variable = _Variable  # torch.autograd.Variable
+_attach_legacy(Tensor)

@@ -17,10 +17,24 @@ _backends: dict[str, object] = {}
 _COLLECTIVE_MODULES = {"cuda": "gradcraft.backend.cuda.nccl"}
 
 
+_default_device = "cpu"  # what None means: set_default_device
+
+
+def set_default_device(device: str | None) -> None:
+    """The device of tensors made without `device=` (torch.set_default_device); None means the CPU."""
+    global _default_device
+    _default_device = "cpu" if device is None else canonical(device)
+
+
+def get_default_device() -> str:
+    return _default_device
+
+
 def canonical(device) -> str:
-    """Normalise a device spec: None/"cpu" -> "cpu", "cuda" -> "cuda:0"."""
+    """Normalise a device spec: "cpu" -> "cpu", "cuda" -> "cuda:0", None -> the default device (the CPU
+    unless `set_default_device` chose another)."""
     if device is None:
-        return "cpu"
+        return _default_device
     name = str(device)
     if name == "cuda":
         return "cuda:0"

@@ -39,7 +39,7 @@ class DType:
         return to_dtype, (self.name,)
 
     def __repr__(self) -> str:
-        return f"gradcraft.{self.name}"
+        return f"torch.{self.name}"  # as PyTorch prints it (`import gradcraft as torch` programs print dtypes)
 
 
 bool_ = DType("bool", np.dtype(np.bool_), 1, "b", 0)
@@ -70,6 +70,19 @@ _BY_NP = {d.np: d for d in ALL}
 
 default_float = float32
 default_int = int64
+
+
+def set_default_dtype(d: "DType | str | np.dtype", /) -> None:
+    """The floating-point dtype of factories and Python floats (torch.set_default_dtype)."""
+    global default_float
+    dtype = to_dtype(d)
+    if not dtype.is_floating_point:
+        raise TypeError("only floating-point types are supported as the default type")
+    default_float = dtype
+
+
+def get_default_dtype() -> "DType":
+    return default_float
 
 
 def to_dtype(x) -> DType:

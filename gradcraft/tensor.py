@@ -20,6 +20,7 @@ from gradcraft import dtypes
 from gradcraft.device import canonical, get_backend
 from gradcraft.dtypes import DType, to_dtype
 from gradcraft.errors import RuntimeError_, UserError
+from gradcraft.size import Size
 
 
 def _shorthand_for_to(target, name: str):
@@ -48,7 +49,7 @@ class Tensor:
         "_graph_freed",
         "__weakref__",
     )
-    shape: tuple[int, ...]
+    shape: Size  # a tuple that prints as torch.Size([...])
     dtype: DType
     device: str  # canonical: "cpu" or "cuda:N"
     grad: "Tensor | None"
@@ -60,7 +61,7 @@ class Tensor:
         else:
             array = np.asarray(data)
             if dtype is None and array.dtype == np.float64 and not isinstance(data, np.ndarray):
-                array = array.astype(np.float32)  # Python floats default to float32, as in PyTorch
+                array = array.astype(dtypes.default_float.np)  # Python floats: the default dtype, as in PyTorch
         target = to_dtype(dtype) if dtype is not None else to_dtype(array.dtype)
         if array.dtype != target.np:
             array = array.astype(target.np)
@@ -68,7 +69,7 @@ class Tensor:
         self._buf = get_backend(device).from_numpy(array)
 
     def _init(self, shape, dtype: DType, device: str, requires_grad: bool) -> None:  # (_lazy: the same fields)
-        self.shape = shape
+        self.shape = shape if shape.__class__ is Size else Size(shape)
         self.dtype = dtype
         self.device = device
         self._requires_grad = False
@@ -86,7 +87,7 @@ class Tensor:
         # The output of a new node (ops/function.py's apply, which only asks for grad on a floating
         # dtype): _init's fields set directly, since every op pays for this.
         t = cls.__new__(cls)
-        t.shape, t.dtype, t.device = shape, dtype, device
+        t.shape, t.dtype, t.device = shape if shape.__class__ is Size else Size(shape), dtype, device
         t._requires_grad, t.grad, t._buf, t._node, t._index = bool(requires_grad), None, None, node, index
         t._version, t._readers, t._graph_freed = 0, None, False
         return t
@@ -107,7 +108,7 @@ class Tensor:
     @requires_grad.setter
     def requires_grad(self, value: bool) -> None:
         if value and not self.dtype.is_floating_point:
-            raise UserError(
+            raise RuntimeError_(
                 f"only floating-point tensors can require gradients, got {self.dtype.name}; convert with .float() first"
             )
         if value and not self._requires_grad and self._node is not None:
@@ -213,6 +214,13 @@ class Tensor:
             prefix="tensor(",
         )
         return f"tensor({body}, dtype={self.dtype.name}{device}{grad})"
+
+    def __format__(self, format_spec: str) -> str:
+        """`f"{loss:.4f}"`: a 0-d tensor formats as its number, as in PyTorch; any other tensor takes
+        only the empty spec (its str)."""
+        if self.ndim == 0:
+            return self.item().__format__(format_spec)
+        return object.__format__(self, format_spec)
 
     def __bool__(self) -> bool:
         return bool(self.item())

@@ -287,7 +287,7 @@ def test_without_a_compiler_numpy_kernels_run(tmp_path):
     }
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "no C compiler found" in out.stdout and "(4, 6)" in out.stdout
+    assert "no C compiler found" in out.stdout and "torch.Size([4, 6])" in out.stdout
     env = {**os.environ, "GRADCRAFT_CPU_NATIVE": "0"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0 and "GRADCRAFT_CPU_NATIVE=0" in out.stdout, out.stderr

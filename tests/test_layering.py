@@ -17,6 +17,7 @@ LAYERS = {
     "dtypes": 2,
     "device": 2,
     "typing": 2,  # typing: the annotations' names (gradcraft/typing.py)
+    "size": 2,  # gradcraft.Size, the shape tuple that prints as torch.Size
     "sampling": 2,  # the definition of sampling a token (NumPy), shared by the host and the kernels' tests
     "backend": 3,
     "engine": 4,
@@ -24,6 +25,8 @@ LAYERS = {
     "autograd": 5,
     "ops": 5,
     "cuda": 5,
+    "legacy": 5,  # FloatTensor & co., Variable
+    "accelerator": 6,  # torch.accelerator, over cuda
     "gradcraft": 7,  # the root package: the public API, re-exporting tensor, ops, nn and optim
     "serialization": 6,
     "nn": 7,
@@ -33,6 +36,7 @@ LAYERS = {
     "data": 8,
     "models": 9,
     "distributed": 10,  # (listed after training in design.md; the trainer uses it, it never imports training)
+    "utils": 7,  # torch.utils: data (datasets, samplers, DataLoader), imported by the root package as in torch
     "training": 11,
     "inference": 12,
     "benchmarks": 13,

@@ -42,7 +42,7 @@ def test_stub_keeps_signatures_and_hints():
     stub = (ROOT / "gradcraft" / "tensor.pyi").read_text()
     assert "def cuda(self, index: builtins.int = ...) -> Tensor" in stub  # builtins spelled out in the class
     assert "def transpose(self, dim0: builtins.int, dim1: builtins.int)" in stub
-    assert "    shape: tuple[builtins.int, ...]\n" in stub
+    assert "    shape: Size\n" in stub
 
 
 def test_package_ships_the_stub_and_py_typed():

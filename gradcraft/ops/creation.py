@@ -42,24 +42,35 @@ import numpy as np
 
 from gradcraft import dtypes
 from gradcraft.device import canonical, get_backend
-from gradcraft.errors import UserError
+from gradcraft.errors import RuntimeError_, TypeError_, UserError
 from gradcraft.ops.function import apply, refuse_stale_readers
+from gradcraft.ops.generator import Generator, default_generator, resolve
 
 _MASK64 = (1 << 64) - 1
-_seed_source = np.random.default_rng()  # seeds of rand, randn, randint
 _dropout_seed = int(np.random.default_rng().integers(0, 2**63 - 1))  # the key of every dropout mask
 _dropout_states: dict = {}  # device -> _DropoutState
 _restored: dict = {}  # device -> (counter, streams) from set_rng_state, for a state not made yet
 
 
-def manual_seed(seed: int) -> None:
-    """Seed every random op that is built after this call (on every device), and dropout's state."""
-    global _seed_source, _dropout_seed
-    _seed_source = np.random.default_rng(seed)
+def manual_seed(seed: int) -> Generator:
+    """Seed every random op that is built after this call (on every device), and dropout's state;
+    returns the global generator, as torch."""
+    global _dropout_seed
+    default_generator.manual_seed(seed)
     _dropout_seed = int(seed) & _MASK64
     _restored.clear()
     for state in _dropout_states.values():
         state.set(_dropout_seed, 0, 0)
+    return default_generator
+
+
+def seed() -> int:
+    """Seed the global generator from the operating system's entropy; returns the seed."""
+    return manual_seed(int(np.random.default_rng().integers(0, 2**63 - 1))).initial_seed()
+
+
+def initial_seed() -> int:
+    return default_generator.initial_seed()
 
 
 def get_rng_state() -> dict:
@@ -68,7 +79,7 @@ def get_rng_state() -> dict:
     counters = dict(_restored)
     counters.update({device: state.get() for device, state in _dropout_states.items()})
     return {
-        "generator": _seed_source.bit_generator.state,
+        "generator": default_generator.host_state,
         "dropout_seed": _dropout_seed,
         "dropout": {device: list(value) for device, value in counters.items()},
     }
@@ -77,9 +88,9 @@ def get_rng_state() -> dict:
 def set_rng_state(state: dict) -> None:
     global _dropout_seed
     if "generator" not in state:  # saved by an older version: the host generator's state alone
-        _seed_source.bit_generator.state = state
+        default_generator.host_state = state
         return
-    _seed_source.bit_generator.state = state["generator"]
+    default_generator.host_state = state["generator"]
     _dropout_seed = int(state["dropout_seed"])
     _restored.clear()
     _restored.update({device: tuple(int(v) for v in value) for device, value in state["dropout"].items()})
@@ -87,8 +98,9 @@ def set_rng_state(state: dict) -> None:
         dropout_state.set(_dropout_seed, *_restored.pop(device, (0, 0)))
 
 
-def next_seed() -> int:
-    return int(_seed_source.integers(0, 2**63 - 1))
+def next_seed(generator: Generator | None = None) -> int:
+    """A seed for one random op, from `generator` (the global generator when None)."""
+    return resolve(generator).next_seed()
 
 
 class _DropoutState:
@@ -214,27 +226,77 @@ def arange(
 
 
 def rand(
-    *size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False
+    *size: int | Sequence[int],
+    generator: Generator | None = None,
+    dtype: DTypeLike = None,
+    device: Device = None,
+    requires_grad: bool = False,
+    **kwargs: Shape,
 ) -> Tensor:
-    return _creation("rand", _shape(size), dtype, device, requires_grad, seed=next_seed())
+    size = _size_argument("rand", size, kwargs)
+    return _creation("rand", _shape(size), dtype, device, requires_grad, seed=next_seed(generator))
 
 
 def randn(
-    *size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False
+    *size: int | Sequence[int],
+    generator: Generator | None = None,
+    dtype: DTypeLike = None,
+    device: Device = None,
+    requires_grad: bool = False,
+    **kwargs: Shape,
 ) -> Tensor:
-    return _creation("randn", _shape(size), dtype, device, requires_grad, seed=next_seed())
+    size = _size_argument("randn", size, kwargs)
+    return _creation("randn", _shape(size), dtype, device, requires_grad, seed=next_seed(generator))
+
+
+def _size_argument(name: str, size: tuple, kwargs: dict) -> tuple:
+    """The shape given positionally or as `size=`, as torch's factories take it."""
+    if set(kwargs) - {"size"} or (size and "size" in kwargs):
+        raise TypeError_(f"{name}() received an invalid combination of arguments: {sorted(kwargs)}")
+    return (kwargs["size"],) if "size" in kwargs else size
 
 
 def randint(
-    low: int, high: int | None = None, size: Shape = (), *, dtype: DTypeLike = None, device: Device = None
+    *args: int | Shape,
+    generator: Generator | None = None,
+    dtype: DTypeLike = None,
+    device: Device = None,
+    requires_grad: bool = False,
+    **kwargs: int | Shape,
 ) -> Tensor:
-    if high is None:
-        low, high = 0, low
+    """Integers drawn uniformly from [low, high): torch's overloads `randint(high, size)` and
+    `randint(low, high, size)`, each also with keywords (`randint(0, 10, size=(3,))`, `low=`, `high=`)."""
+    low, high, size = _randint_arguments(args, kwargs)
     if high <= low:
-        raise UserError(f"randint needs low < high, got {low} and {high}")
-    return _creation(
-        "randint", _shape((size,)), dtype or dtypes.default_int, device, False, low=low, high=high, seed=next_seed()
+        raise RuntimeError_(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
+    out = _creation(
+        "randint",
+        _shape((size,)),
+        dtype or dtypes.default_int,
+        device,
+        False,
+        low=low,
+        high=high,
+        seed=next_seed(generator),
     )
+    if requires_grad:
+        out.requires_grad = True  # refused for integer dtypes, as torch refuses it
+    return out
+
+
+def _randint_arguments(args: tuple, kwargs: dict) -> tuple:
+    unknown = set(kwargs) - {"low", "high", "size"}
+    names = ("low", "high", "size") if len(args) + len(kwargs) >= 3 else ("high", "size")
+    values = dict(zip(names, args))
+    if unknown or len(args) > 3 or set(values) & set(kwargs):
+        raise TypeError_(f"randint() received an invalid combination of arguments: {len(args)} positional, {kwargs}")
+    values.update(kwargs)
+    if "size" not in values or "high" not in values:
+        raise TypeError_("randint() missing required arguments: randint(low=0, high, size, *, generator=None, ...)")
+    size = values["size"]
+    if not isinstance(size, (tuple, list)):
+        raise TypeError_(f"randint(): argument 'size' must be a tuple of ints, not {type(size).__name__}")
+    return int(values.get("low", 0)), int(values["high"]), tuple(size)
 
 
 def _like(fn, x, dtype, device, **kwargs):
@@ -263,12 +325,18 @@ def randn_like(x: Tensor, *, dtype: DTypeLike = None, device: Device = None, req
     return _like(randn, x, dtype, device, requires_grad=requires_grad)
 
 
-def eye(n: int, m: int | None = None, *, dtype: DTypeLike = None, device: Device = None) -> Tensor:
+def eye(
+    n: int, m: int | None = None, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False
+) -> Tensor:
     from gradcraft.ops.elementwise import eq
 
     rows = arange(n, device=device).reshape(n, 1)
     cols = arange(m if m is not None else n, device=device).reshape(1, -1)
-    return eq(rows, cols).to(dtype or dtypes.default_float)
+    out = eq(rows, cols).to(dtype or dtypes.default_float)
+    if requires_grad:
+        out = out.realize()
+        out.requires_grad = True
+    return out
 
 
 def tensor(data: Any, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
@@ -306,11 +374,22 @@ def linspace(
 
 
 def logspace(
-    start: float, end: float, steps: int, base: float = 10.0, *, dtype: DTypeLike = None, device: Device = None
+    start: float,
+    end: float,
+    steps: int,
+    base: float = 10.0,
+    *,
+    dtype: DTypeLike = None,
+    device: Device = None,
+    requires_grad: bool = False,
 ) -> Tensor:
     from gradcraft.ops.elementwise import pow
 
-    return pow(base, linspace(start, end, steps, dtype=dtypes.float64, device=device)).to(dtype or dtypes.default_float)
+    out = pow(base, linspace(start, end, steps, dtype=dtypes.float64, device=device)).to(dtype or dtypes.default_float)
+    if requires_grad:
+        out = out.realize()
+        out.requires_grad = True
+    return out
 
 
 def from_numpy(array: np.ndarray) -> Tensor:
@@ -321,7 +400,7 @@ def from_numpy(array: np.ndarray) -> Tensor:
         from gradcraft.errors import TypeError_
 
         raise TypeError_(f"from_numpy expects a numpy.ndarray, got {type(array).__name__}; use gradcraft.tensor()")
-    return Tensor(array, dtype=dtypes.to_dtype(array.dtype))
+    return Tensor(array, dtype=dtypes.to_dtype(array.dtype), device="cpu")  # the CPU whatever the default
 
 
 def as_tensor(data: Any, dtype: DTypeLike = None, device: Device = None) -> Tensor:
@@ -334,15 +413,33 @@ def as_tensor(data: Any, dtype: DTypeLike = None, device: Device = None) -> Tens
     return Tensor(data, dtype=dtype, device=device)
 
 
-def randperm(n: int, *, dtype: DTypeLike = None, device: Device = None) -> Tensor:
-    """A random permutation of 0..n-1 (drawn on the host from the seeded generator)."""
+def randperm(
+    n: int,
+    *,
+    generator: Generator | None = None,
+    dtype: DTypeLike = None,
+    device: Device = None,
+    requires_grad: bool = False,
+) -> Tensor:
+    """A random permutation of 0..n-1 (drawn on the host, from the generator's next seed)."""
     from gradcraft.tensor import Tensor
 
-    order = np.random.default_rng(next_seed()).permutation(n)
-    return Tensor(order.astype(np.int64), dtype=dtype or dtypes.default_int, device=canonical(device))
+    if n < 0:
+        raise RuntimeError_(f"n must be non-negative, got {n}")
+    order = resolve(generator).numpy_rng().permutation(int(n))
+    out = Tensor(order, dtype=dtype or dtypes.default_int, device=canonical(device))
+    out.requires_grad = requires_grad
+    return out
 
 
 def randint_like(
-    x: Tensor, low: int, high: int | None = None, *, dtype: DTypeLike = None, device: Device = None
+    x: Tensor,
+    low: int,
+    high: int | None = None,
+    *,
+    dtype: DTypeLike = None,
+    device: Device = None,
+    requires_grad: bool = False,
 ) -> Tensor:
-    return randint(low, high, x.shape, dtype=dtype or x.dtype, device=device or x.device)
+    low, high = (0, low) if high is None else (low, high)
+    return randint(low, high, x.shape, dtype=dtype or x.dtype, device=device or x.device, requires_grad=requires_grad)

@@ -409,15 +409,13 @@ def addcdiv_(x, tensor1, tensor2, *, value=1):
     return _inplace(x, lambda: ew.add(x, ew.mul(ew.div(tensor1, tensor2), value)))
 
 
-def uniform_(x, a: float = 0.0, b: float = 1.0):
-    rand = apply(
-        "rand", (), {"shape": x.shape, "seed": next_seed(), "dtype": x.dtype.np}, x.shape, x.dtype, device=x.device
-    )
+def uniform_(x, a: float = 0.0, b: float = 1.0, *, generator=None):
+    seed = next_seed(generator)
+    rand = apply("rand", (), {"shape": x.shape, "seed": seed, "dtype": x.dtype.np}, x.shape, x.dtype, device=x.device)
     return write(x, ew.add(ew.mul(rand, b - a), a))
 
 
-def normal_(x, mean: float = 0.0, std: float = 1.0):
-    randn = apply(
-        "randn", (), {"shape": x.shape, "seed": next_seed(), "dtype": x.dtype.np}, x.shape, x.dtype, device=x.device
-    )
+def normal_(x, mean: float = 0.0, std: float = 1.0, *, generator=None):
+    seed = next_seed(generator)
+    randn = apply("randn", (), {"shape": x.shape, "seed": seed, "dtype": x.dtype.np}, x.shape, x.dtype, device=x.device)
     return write(x, ew.add(ew.mul(randn, std), mean))

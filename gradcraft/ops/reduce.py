@@ -214,11 +214,14 @@ def prod(x: Tensor, dim: Dims = None, keepdim: bool = False, dtype: DTypeLike = 
 
 
 def _accepts_axis(fn):
-    """NumPy's `axis=` keyword, which PyTorch's reductions accept as another name for `dim`."""
+    """NumPy's `axis=` and `keepdims=` keywords, which PyTorch's reductions accept as other names for
+    `dim` and `keepdim` (makemore's `P.sum(1, keepdims=True)`)."""
 
-    def with_axis(x, *args, axis=None, **kwargs):
+    def with_axis(x, *args, axis=None, keepdims=None, **kwargs):
         if axis is not None:
             kwargs["dim"] = axis
+        if keepdims is not None:
+            kwargs["keepdim"] = keepdims
         return fn(x, *args, **kwargs)
 
     with_axis.__name__, with_axis.__doc__, with_axis.__wrapped__ = fn.__name__, fn.__doc__, fn

@@ -61,10 +61,13 @@ def torch_is(library: str):
         return
     import gradcraft
 
-    saved = {name: sys.modules.get(name) for name in ["torch"] + [f"torch.{s}" for s in _SUBMODULES]}
-    sys.modules["torch"] = gradcraft
     for sub in _SUBMODULES:
-        sys.modules[f"torch.{sub}"] = importlib.import_module(f"gradcraft.{sub}")
+        importlib.import_module(f"gradcraft.{sub}")
+    # every gradcraft submodule loaded by now (gradcraft.utils.data, ...) stands for torch's of that name
+    aliases = {"torch": gradcraft}
+    aliases.update({"torch" + name[9:]: m for name, m in list(sys.modules.items()) if name.startswith("gradcraft.")})
+    saved = {name: sys.modules.get(name) for name in aliases}
+    sys.modules.update(aliases)
     try:
         yield
     finally:

@@ -81,7 +81,7 @@ def add_penalty_arguments(p) -> None:
         action="append",
         default=[],
         metavar="ID=BIAS",
-        help="add BIAS (-100 to 100) to token ID's logit; repeatable (-100 bans a token, 100 forces it)",
+        help="add BIAS (-100 to 100) to token ID's logit; repeatable (-100 bans a token, 100 forces it; default: none)",
     )
     p.add_argument(
         "--split_special_tokens",

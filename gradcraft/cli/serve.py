@@ -32,7 +32,7 @@ def add_parser(subparsers) -> None:
         action="append",
         default=[],
         help="another name a request's `model` may give, repeatable (a request naming any other model "
-        "gets a 404 model_not_found; one with no `model` is served)",
+        "gets a 404 model_not_found; one with no `model` is served; default: none)",
     )
     p.add_argument("--device", default="cpu", help="'cpu', 'cuda' or 'cuda:N' (default: %(default)s)")
     p.add_argument(

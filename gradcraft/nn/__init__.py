@@ -40,3 +40,4 @@ from gradcraft.nn.pooling import (  # noqa: E402, F401
     MaxPool1d,
     MaxPool2d,
 )
+from gradcraft.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase  # noqa: E402, F401

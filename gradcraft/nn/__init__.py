@@ -41,3 +41,11 @@ from gradcraft.nn.pooling import (  # noqa: E402, F401
     MaxPool2d,
 )
 from gradcraft.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase  # noqa: E402, F401
+from gradcraft.nn.attention import MultiheadAttention, NonDynamicallyQuantizableLinear  # noqa: E402, F401
+from gradcraft.nn.transformer_layers import (  # noqa: E402, F401
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)

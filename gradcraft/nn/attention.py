@@ -17,6 +17,8 @@ from gradcraft.nn.module import Module, Parameter
 from gradcraft.ops.creation import zeros
 from gradcraft.ops.movement import cat
 
+from gradcraft.typing import DTypeLike, Device
+
 if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
 
@@ -48,8 +50,8 @@ class MultiheadAttention(Module):
         kdim: int | None = None,
         vdim: int | None = None,
         batch_first: bool = False,
-        device=None,
-        dtype=None,
+        device: Device = None,
+        dtype: DTypeLike = None,
     ) -> None:
         if embed_dim <= 0 or num_heads <= 0:
             raise ValueError_(

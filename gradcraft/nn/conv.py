@@ -13,7 +13,7 @@ from gradcraft.nn import init
 from gradcraft.nn.module import Module, Parameter
 from gradcraft.ops.conv import ntuple
 from gradcraft.ops.creation import zeros
-from gradcraft.typing import DTypeLike, Device
+from gradcraft.typing import DTypeLike, Device, Shape
 
 if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
@@ -27,16 +27,16 @@ class _ConvNd(Module):
         self,
         in_channels: int,
         out_channels: int,
-        kernel_size,
-        stride=1,
-        padding=0,
-        dilation=1,
+        kernel_size: Shape,
+        stride: Shape = 1,
+        padding: Shape | str = 0,
+        dilation: Shape = 1,
         groups: int = 1,
         bias: bool = True,
         padding_mode: str = "zeros",
         device: Device = None,
         dtype: DTypeLike = None,
-        output_padding=0,
+        output_padding: Shape = 0,
     ) -> None:
         super().__init__()
         n = self._spatial
@@ -107,10 +107,10 @@ class Conv1d(_ConvNd):
         self,
         in_channels: int,
         out_channels: int,
-        kernel_size,
-        stride=1,
-        padding=0,
-        dilation=1,
+        kernel_size: Shape,
+        stride: Shape = 1,
+        padding: Shape | str = 0,
+        dilation: Shape = 1,
         groups: int = 1,
         bias: bool = True,
         padding_mode: str = "zeros",
@@ -132,10 +132,10 @@ class Conv2d(_ConvNd):
         self,
         in_channels: int,
         out_channels: int,
-        kernel_size,
-        stride=1,
-        padding=0,
-        dilation=1,
+        kernel_size: Shape,
+        stride: Shape = 1,
+        padding: Shape | str = 0,
+        dilation: Shape = 1,
         groups: int = 1,
         bias: bool = True,
         padding_mode: str = "zeros",
@@ -157,13 +157,13 @@ class _ConvTransposeNd(_ConvNd):
         self,
         in_channels: int,
         out_channels: int,
-        kernel_size,
-        stride=1,
-        padding=0,
-        output_padding=0,
+        kernel_size: Shape,
+        stride: Shape = 1,
+        padding: Shape = 0,
+        output_padding: Shape = 0,
         groups: int = 1,
         bias: bool = True,
-        dilation=1,
+        dilation: Shape = 1,
         padding_mode: str = "zeros",
         device: Device = None,
         dtype: DTypeLike = None,
@@ -185,7 +185,7 @@ class _ConvTransposeNd(_ConvNd):
             output_padding,
         )
 
-    def _output_padding(self, input: Tensor, output_size) -> tuple:
+    def _output_padding(self, input: Tensor, output_size: Shape | None) -> tuple:
         """The output padding that gives `output_size` (PyTorch's forward argument), else the module's."""
         if output_size is None:
             return self.output_padding
@@ -211,7 +211,7 @@ class _ConvTransposeNd(_ConvNd):
 class ConvTranspose1d(_ConvTransposeNd):
     _spatial = 1
 
-    def forward(self, input: Tensor, output_size=None) -> Tensor:
+    def forward(self, input: Tensor, output_size: Shape | None = None) -> Tensor:
         output_padding = self._output_padding(input, output_size)
         return F.conv_transpose1d(
             input, self.weight, self.bias, self.stride, self.padding, output_padding, self.groups, self.dilation
@@ -221,7 +221,7 @@ class ConvTranspose1d(_ConvTransposeNd):
 class ConvTranspose2d(_ConvTransposeNd):
     _spatial = 2
 
-    def forward(self, input: Tensor, output_size=None) -> Tensor:
+    def forward(self, input: Tensor, output_size: Shape | None = None) -> Tensor:
         output_padding = self._output_padding(input, output_size)
         return F.conv_transpose2d(
             input, self.weight, self.bias, self.stride, self.padding, output_padding, self.groups, self.dilation

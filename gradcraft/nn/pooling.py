@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 from gradcraft.nn import functional as F
 from gradcraft.nn.module import Module
+from gradcraft.ops.pooling import OutputSize, Pooled
+from gradcraft.typing import Shape
 
 if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
@@ -14,7 +16,13 @@ if TYPE_CHECKING:
 
 class _MaxPoolNd(Module):
     def __init__(
-        self, kernel_size, stride=None, padding=0, dilation=1, return_indices: bool = False, ceil_mode: bool = False
+        self,
+        kernel_size: Shape,
+        stride: Shape | None = None,
+        padding: Shape = 0,
+        dilation: Shape = 1,
+        return_indices: bool = False,
+        ceil_mode: bool = False,
     ) -> None:
         super().__init__()
         self.kernel_size = kernel_size
@@ -30,14 +38,14 @@ class _MaxPoolNd(Module):
 
 
 class MaxPool1d(_MaxPoolNd):
-    def forward(self, input: Tensor):
+    def forward(self, input: Tensor) -> Pooled:
         return F.max_pool1d(
             input, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode, self.return_indices
         )
 
 
 class MaxPool2d(_MaxPoolNd):
-    def forward(self, input: Tensor):
+    def forward(self, input: Tensor) -> Pooled:
         return F.max_pool2d(
             input, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode, self.return_indices
         )
@@ -45,7 +53,12 @@ class MaxPool2d(_MaxPoolNd):
 
 class AvgPool1d(Module):
     def __init__(
-        self, kernel_size, stride=None, padding=0, ceil_mode: bool = False, count_include_pad: bool = True
+        self,
+        kernel_size: Shape,
+        stride: Shape | None = None,
+        padding: Shape = 0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
     ) -> None:
         super().__init__()
         self.kernel_size = (kernel_size,) if isinstance(kernel_size, int) else tuple(kernel_size)
@@ -64,9 +77,9 @@ class AvgPool1d(Module):
 class AvgPool2d(Module):
     def __init__(
         self,
-        kernel_size,
-        stride=None,
-        padding=0,
+        kernel_size: Shape,
+        stride: Shape | None = None,
+        padding: Shape = 0,
         ceil_mode: bool = False,
         count_include_pad: bool = True,
         divisor_override: int | None = None,
@@ -93,7 +106,7 @@ class AvgPool2d(Module):
 
 
 class _AdaptiveAvgPoolNd(Module):
-    def __init__(self, output_size) -> None:
+    def __init__(self, output_size: OutputSize) -> None:
         super().__init__()
         self.output_size = output_size
 
@@ -112,7 +125,7 @@ class AdaptiveAvgPool2d(_AdaptiveAvgPoolNd):
 
 
 class _AdaptiveMaxPoolNd(Module):
-    def __init__(self, output_size, return_indices: bool = False) -> None:
+    def __init__(self, output_size: OutputSize, return_indices: bool = False) -> None:
         super().__init__()
         self.output_size, self.return_indices = output_size, return_indices
 
@@ -121,10 +134,10 @@ class _AdaptiveMaxPoolNd(Module):
 
 
 class AdaptiveMaxPool1d(_AdaptiveMaxPoolNd):
-    def forward(self, input: Tensor):
+    def forward(self, input: Tensor) -> Pooled:
         return F.adaptive_max_pool1d(input, self.output_size, self.return_indices)
 
 
 class AdaptiveMaxPool2d(_AdaptiveMaxPoolNd):
-    def forward(self, input: Tensor):
+    def forward(self, input: Tensor) -> Pooled:
         return F.adaptive_max_pool2d(input, self.output_size, self.return_indices)

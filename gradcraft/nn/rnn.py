@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gradcraft.errors import RuntimeError_, TypeError_, ValueError_
 from gradcraft.nn import functional as F
@@ -18,6 +18,7 @@ from gradcraft.nn import init
 from gradcraft.nn.module import Module, Parameter
 from gradcraft.ops.creation import zeros
 from gradcraft.ops.movement import cat, stack
+from gradcraft.typing import DTypeLike, Device
 
 if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
@@ -55,8 +56,8 @@ class RNNBase(Module):
         dropout: float = 0.0,
         bidirectional: bool = False,
         proj_size: int = 0,
-        device=None,
-        dtype=None,
+        device: Device = None,
+        dtype: DTypeLike = None,
     ) -> None:
         super().__init__()
         if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0 <= dropout <= 1:
@@ -154,7 +155,7 @@ class RNNBase(Module):
             raise RuntimeError_(f"Expected hidden size {expected}, got {list(hx.shape)}")
         return hx
 
-    def forward(self, input: Tensor, hx=None):
+    def forward(self, input: Tensor, hx: Tensor | tuple | None = None) -> tuple:
         if input.ndim not in (2, 3):
             raise ValueError_(f"{type(self).__name__}: Expected input to be 2D or 3D, got {input.ndim}D tensor instead")
         unbatched = input.ndim == 2
@@ -214,7 +215,7 @@ class RNN(RNNBase):
     """RNN(input_size, hidden_size, num_layers=1, nonlinearity='tanh', bias=True, batch_first=False,
     dropout=0.0, bidirectional=False, device=None, dtype=None), as PyTorch's positional order."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         if "proj_size" in kwargs:
             raise ValueError_("proj_size argument is only supported for LSTM, not RNN or GRU")
         if len(args) > 3:
@@ -232,7 +233,7 @@ class LSTM(RNNBase):
     """LSTM(input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
     bidirectional=False, proj_size=0, device=None, dtype=None)."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__("LSTM", *args, **kwargs)
 
 
@@ -240,14 +241,22 @@ class GRU(RNNBase):
     """GRU(input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
     bidirectional=False, device=None, dtype=None)."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         if "proj_size" in kwargs:
             raise ValueError_("proj_size argument is only supported for LSTM, not RNN or GRU")
         super().__init__("GRU", *args, **kwargs)
 
 
 class RNNCellBase(Module):
-    def __init__(self, input_size: int, hidden_size: int, bias: bool, num_chunks: int, device=None, dtype=None):
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        bias: bool,
+        num_chunks: int,
+        device: Device = None,
+        dtype: DTypeLike = None,
+    ) -> None:
         super().__init__()
         self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
         self.weight_ih = Parameter(zeros(num_chunks * hidden_size, input_size, device=device, dtype=dtype))
@@ -300,7 +309,13 @@ class RNNCellBase(Module):
 
 class RNNCell(RNNCellBase):
     def __init__(
-        self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh", device=None, dtype=None
+        self,
+        input_size: int,
+        hidden_size: int,
+        bias: bool = True,
+        nonlinearity: str = "tanh",
+        device: Device = None,
+        dtype: DTypeLike = None,
     ) -> None:
         super().__init__(input_size, hidden_size, bias, 1, device, dtype)
         if nonlinearity not in ("tanh", "relu"):
@@ -312,7 +327,9 @@ class RNNCell(RNNCellBase):
 
 
 class LSTMCell(RNNCellBase):
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device=None, dtype=None) -> None:
+    def __init__(
+        self, input_size: int, hidden_size: int, bias: bool = True, device: Device = None, dtype: DTypeLike = None
+    ) -> None:
         super().__init__(input_size, hidden_size, bias, 4, device, dtype)
 
     def forward(self, input: Tensor, hx: tuple | None = None) -> tuple:
@@ -321,7 +338,9 @@ class LSTMCell(RNNCellBase):
 
 
 class GRUCell(RNNCellBase):
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device=None, dtype=None) -> None:
+    def __init__(
+        self, input_size: int, hidden_size: int, bias: bool = True, device: Device = None, dtype: DTypeLike = None
+    ) -> None:
         super().__init__(input_size, hidden_size, bias, 3, device, dtype)
 
     def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:

@@ -19,6 +19,8 @@ from gradcraft.nn.module import Module, ModuleList
 from gradcraft.ops.creation import full
 from gradcraft.ops.function import is_grad_enabled
 
+from gradcraft.typing import DTypeLike, Device
+
 if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
 
@@ -45,8 +47,8 @@ class TransformerEncoderLayer(Module):
         batch_first: bool = False,
         norm_first: bool = False,
         bias: bool = True,
-        device=None,
-        dtype=None,
+        device: Device = None,
+        dtype: DTypeLike = None,
     ) -> None:
         super().__init__()
         kw = dict(device=device, dtype=dtype)
@@ -106,8 +108,8 @@ class TransformerDecoderLayer(Module):
         batch_first: bool = False,
         norm_first: bool = False,
         bias: bool = True,
-        device=None,
-        dtype=None,
+        device: Device = None,
+        dtype: DTypeLike = None,
     ) -> None:
         super().__init__()
         kw = dict(device=device, dtype=dtype)
@@ -290,8 +292,8 @@ class Transformer(Module):
         batch_first: bool = False,
         norm_first: bool = False,
         bias: bool = True,
-        device=None,
-        dtype=None,
+        device: Device = None,
+        dtype: DTypeLike = None,
     ) -> None:
         super().__init__()
         kw = dict(device=device, dtype=dtype)
@@ -327,7 +329,7 @@ class Transformer(Module):
                 init.xavier_uniform_(p)
 
     @staticmethod
-    def generate_square_subsequent_mask(sz: int, device=None, dtype=None) -> Tensor:
+    def generate_square_subsequent_mask(sz: int, device: Device = None, dtype: DTypeLike = None) -> Tensor:
         """A float mask with -inf above the diagonal: position i attends to positions <= i."""
         return full((sz, sz), float("-inf"), dtype=dtype or dtypes.float32, device=device).triu(1)
 

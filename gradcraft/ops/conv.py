@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
 
 from gradcraft.errors import RuntimeError_, ValueError_
+from gradcraft.typing import Shape
 from gradcraft.ops import creation
 from gradcraft.ops import movement as mv
 
@@ -113,11 +114,27 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, spatial: int, 
     return y.squeeze(0) if unbatched else y
 
 
-def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups=1):
+def conv1d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: Shape = 1,
+    padding: Shape | str = 0,
+    dilation: Shape = 1,
+    groups: int = 1,
+) -> Tensor:
     return _conv(input, weight, bias, stride, padding, dilation, groups, 1, "conv1d")
 
 
-def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups=1):
+def conv2d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: Shape = 1,
+    padding: Shape | str = 0,
+    dilation: Shape = 1,
+    groups: int = 1,
+) -> Tensor:
     return _conv(input, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
 
 
@@ -174,12 +191,12 @@ def conv_transpose1d(
     input: Tensor,
     weight: Tensor,
     bias: Tensor | None = None,
-    stride=1,
-    padding=0,
-    output_padding=0,
-    groups=1,
-    dilation=1,
-):
+    stride: Shape = 1,
+    padding: Shape = 0,
+    output_padding: Shape = 0,
+    groups: int = 1,
+    dilation: Shape = 1,
+) -> Tensor:
     return _conv_transpose(
         input, weight, bias, stride, padding, output_padding, groups, dilation, 1, "conv_transpose1d"
     )
@@ -189,12 +206,12 @@ def conv_transpose2d(
     input: Tensor,
     weight: Tensor,
     bias: Tensor | None = None,
-    stride=1,
-    padding=0,
-    output_padding=0,
-    groups=1,
-    dilation=1,
-):
+    stride: Shape = 1,
+    padding: Shape = 0,
+    output_padding: Shape = 0,
+    groups: int = 1,
+    dilation: Shape = 1,
+) -> Tensor:
     return _conv_transpose(
         input, weight, bias, stride, padding, output_padding, groups, dilation, 2, "conv_transpose2d"
     )

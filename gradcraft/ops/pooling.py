@@ -11,7 +11,7 @@ repeating their last element (a repeat never changes a maximum, nor which elemen
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
 
@@ -23,6 +23,10 @@ from gradcraft.errors import RuntimeError_
 from gradcraft.ops import movement as mv
 from gradcraft.ops.conv import batched, ntuple, windows
 from gradcraft.ops.creation import tensor as _tensor
+from gradcraft.typing import Shape
+
+OutputSize = int | None | tuple[int | None, ...] | list[int | None]
+Pooled = Union["Tensor", tuple["Tensor", "Tensor"]]  # noqa: UP007 (forward references); values, or (values, indices)
 
 
 def _out_size(length: int, k: int, s: int, p: int, d: int, ceil_mode: bool, op: str) -> int:
@@ -100,11 +104,27 @@ def _window_index(position, stride, dilation, out):
     )
 
 
-def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+def max_pool1d(
+    input: Tensor,
+    kernel_size: Shape,
+    stride: Shape | None = None,
+    padding: Shape = 0,
+    dilation: Shape = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+) -> Pooled:
     return _max_pool(input, 1, kernel_size, stride, padding, dilation, ceil_mode, return_indices, "max_pool1d")
 
 
-def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+def max_pool2d(
+    input: Tensor,
+    kernel_size: Shape,
+    stride: Shape | None = None,
+    padding: Shape = 0,
+    dilation: Shape = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+) -> Pooled:
     return _max_pool(input, 2, kernel_size, stride, padding, dilation, ceil_mode, return_indices, "max_pool2d")
 
 
@@ -130,13 +150,26 @@ def _avg_pool(input, spatial, kernel_size, stride, padding, ceil_mode, count_inc
     return y.squeeze(0) if unbatched else y
 
 
-def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+def avg_pool1d(
+    input: Tensor,
+    kernel_size: Shape,
+    stride: Shape | None = None,
+    padding: Shape = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+) -> Tensor:
     return _avg_pool(input, 1, kernel_size, stride, padding, ceil_mode, count_include_pad, None, "avg_pool1d")
 
 
 def avg_pool2d(
-    input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None
-):
+    input: Tensor,
+    kernel_size: Shape,
+    stride: Shape | None = None,
+    padding: Shape = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> Tensor:
     return _avg_pool(
         input, 2, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, "avg_pool2d"
     )
@@ -170,11 +203,11 @@ def _adaptive_avg(input, spatial, output_size, op):
     return y.squeeze(0) if unbatched else y
 
 
-def adaptive_avg_pool1d(input, output_size):
+def adaptive_avg_pool1d(input: Tensor, output_size: OutputSize) -> Tensor:
     return _adaptive_avg(input, 1, output_size, "adaptive_avg_pool1d")
 
 
-def adaptive_avg_pool2d(input, output_size):
+def adaptive_avg_pool2d(input: Tensor, output_size: OutputSize) -> Tensor:
     return _adaptive_avg(input, 2, output_size, "adaptive_avg_pool2d")
 
 
@@ -213,9 +246,9 @@ def _adaptive_max(input, spatial, output_size, return_indices, op):
     return result
 
 
-def adaptive_max_pool1d(input, output_size, return_indices=False):
+def adaptive_max_pool1d(input: Tensor, output_size: OutputSize, return_indices: bool = False) -> Pooled:
     return _adaptive_max(input, 1, output_size, return_indices, "adaptive_max_pool1d")
 
 
-def adaptive_max_pool2d(input, output_size, return_indices=False):
+def adaptive_max_pool2d(input: Tensor, output_size: OutputSize, return_indices: bool = False) -> Pooled:
     return _adaptive_max(input, 2, output_size, return_indices, "adaptive_max_pool2d")

@@ -117,6 +117,9 @@ MODULES = [
     ("Conv2d", (4, 6, (3, 2)), dict(padding="same", groups=2), (2, 4, 5, 6)),
     ("ConvTranspose1d", (4, 6, 3), dict(stride=2, output_padding=1), (2, 4, 5)),
     ("ConvTranspose2d", (4, 6, 3), dict(stride=2, padding=1, groups=2, dilation=2), (2, 4, 3, 4)),
+    ("Conv2d", (3, 4, 4), dict(padding=2, padding_mode="reflect"), (2, 3, 5, 6)),
+    ("Conv2d", (3, 4, 3), dict(padding=(1, 2), padding_mode="replicate", stride=2), (2, 3, 5, 6)),
+    ("Conv1d", (3, 4, 4), dict(padding="same", padding_mode="circular", dilation=2), (2, 3, 7)),
     ("MaxPool2d", (3,), dict(stride=2, padding=1, ceil_mode=True), (2, 3, 7, 7)),
     ("MaxPool1d", (2,), {}, (2, 3, 7)),
     ("AvgPool2d", (3,), dict(stride=2, padding=1, count_include_pad=False), (2, 3, 7, 7)),
@@ -164,6 +167,10 @@ def test_conv_module_errors_match_torch():
         nn.Conv2d(3, 4, 3, stride=2, padding="same")
     with pytest.raises(ValueError):
         nn.Conv2d(3, 4, 3, padding_mode="mirror")
+    with pytest.raises(ValueError, match='Only "zeros" padding mode'):
+        nn.ConvTranspose2d(3, 4, 3, padding_mode="reflect")
+    with pytest.raises(RuntimeError, match="Padding size should be less than"):
+        nn.Conv1d(1, 1, 3, padding=4, padding_mode="reflect")(gc.zeros(1, 1, 4))
 
 
 def test_conv_transpose_output_size_matches_torch():

@@ -1,6 +1,7 @@
 """Convolution modules, as in torch.nn: Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d. Their
 parameters, initialisation (kaiming-uniform with a = sqrt(5), the bias uniform in +-1/sqrt(fan_in))
-and state_dict keys are PyTorch's; padding_mode 'zeros' only."""
+and state_dict keys are PyTorch's; Conv1d/2d take every padding_mode ('zeros', 'reflect',
+'replicate', 'circular'), the transposed ones 'zeros' only, as PyTorch."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from gradcraft.errors import ValueError_
 from gradcraft.nn import functional as F
 from gradcraft.nn import init
 from gradcraft.nn.module import Module, Parameter
-from gradcraft.ops.conv import ntuple
+from gradcraft.ops.conv import ntuple, pad_spatial
 from gradcraft.ops.creation import zeros
 from gradcraft.typing import DTypeLike, Device, Shape
 
@@ -51,8 +52,8 @@ class _ConvNd(Module):
                 f"padding_mode must be one of ['zeros', 'reflect', 'replicate', 'circular'], but got "
                 f"padding_mode='{padding_mode}'"
             )
-        if padding_mode != "zeros":
-            raise ValueError_(f"padding_mode={padding_mode!r} is not supported by gradcraft; only 'zeros'")
+        if padding_mode != "zeros" and self.transposed:
+            raise ValueError_(f'Only "zeros" padding mode is supported for {type(self).__name__}')
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size = ntuple(kernel_size, n, "kernel_size")
         self.stride = ntuple(stride, n, "stride")
@@ -82,6 +83,20 @@ class _ConvNd(Module):
             if fan_in:
                 bound = 1 / math.sqrt(fan_in)
                 init.uniform_(self.bias, -bound, bound)
+
+    def _conv_input(self, input: Tensor) -> tuple:
+        """The input and the padding to give the functional op: a padding mode other than 'zeros' pads
+        the input itself (PyTorch's order: the mode's padding, then an unpadded convolution)."""
+        if self.padding_mode == "zeros":
+            return input, self.padding
+        if self.padding == "valid":
+            return input, 0
+        if self.padding == "same":
+            totals = [d * (k - 1) for d, k in zip(self.dilation, self.kernel_size)]
+            pads = [(t // 2, t - t // 2) for t in totals]
+        else:
+            pads = [(p, p) for p in self.padding]
+        return pad_spatial(input, pads, self.padding_mode), 0
 
     def extra_repr(self) -> str:
         s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
@@ -122,7 +137,8 @@ class Conv1d(_ConvNd):
         )
 
     def forward(self, input: Tensor) -> Tensor:
-        return F.conv1d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        x, padding = self._conv_input(input)
+        return F.conv1d(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
 
 
 class Conv2d(_ConvNd):
@@ -147,7 +163,8 @@ class Conv2d(_ConvNd):
         )
 
     def forward(self, input: Tensor) -> Tensor:
-        return F.conv2d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        x, padding = self._conv_input(input)
+        return F.conv2d(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
 
 
 class _ConvTransposeNd(_ConvNd):

@@ -57,6 +57,42 @@ def windows(x: Tensor, kernel: tuple, stride: tuple, dilation: tuple, out: tuple
     return mv.stack(slices, 2)
 
 
+def pad_spatial(x: Tensor, pads: list, mode: str) -> Tensor:
+    """x padded by pads[d] = (left, right) along spatial dimension d (after batch and channels) in
+    one of the convolutions' padding modes: 'zeros', 'reflect', 'replicate' or 'circular', built
+    from slices, flips and concatenation."""
+    if mode == "zeros":
+        return mv.pad(x, [p for pair in reversed(pads) for p in pair]) if any(p for pair in pads for p in pair) else x
+    for d, (left, right) in enumerate(pads):
+        axis = x.ndim - len(pads) + d
+        n = x.shape[axis]
+        if mode == "reflect" and max(left, right) >= n:
+            raise RuntimeError_(
+                f"Argument #4: Padding size should be less than the corresponding input dimension, but got: "
+                f"padding ({left}, {right}) at dimension {axis} of input {list(x.shape)}"
+            )
+        if mode == "circular" and max(left, right) > n:
+            raise RuntimeError_("Padding value causes wrapping around more than once.")
+        parts = []
+        if left:
+            if mode == "reflect":
+                parts.append(mv.narrow(x, axis, 1, left).flip(axis))
+            elif mode == "replicate":
+                parts.append(mv.repeat_interleave(mv.narrow(x, axis, 0, 1), left, axis))
+            else:
+                parts.append(mv.narrow(x, axis, n - left, left))
+        parts.append(x)
+        if right:
+            if mode == "reflect":
+                parts.append(mv.narrow(x, axis, n - 1 - right, right).flip(axis))
+            elif mode == "replicate":
+                parts.append(mv.repeat_interleave(mv.narrow(x, axis, n - 1, 1), right, axis))
+            else:
+                parts.append(mv.narrow(x, axis, 0, right))
+        x = mv.cat(parts, axis) if len(parts) > 1 else x
+    return x
+
+
 def _positions(kernel: tuple) -> list:
     positions = [()]
     for k in kernel:

@@ -34,8 +34,8 @@ with torch.no_grad():
 print([name for name, _ in model.lstm.named_parameters()][4:8])
 logits, h_n, c_n = model(X)
 print(tuple(logits.shape), tuple(h_n.shape), tuple(c_n.shape))
-opt = torch.optim.SGD(model.parameters(), lr=0.5)
-for step in range(10):
+opt = torch.optim.Adam(model.parameters(), lr=0.05)
+for step in range(6):
     logits, _, _ = model(X)
     loss = F.cross_entropy(logits.reshape(-1, 4), Y.reshape(-1), ignore_index=-100)
     opt.zero_grad()

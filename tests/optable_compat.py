@@ -176,3 +176,50 @@ COMPAT_OPS = [
     OpInfo("value_into_constant", _value_into_constant, [((4,), (3,))], noncontiguous=False),
     OpInfo("modified_after_read", _modified_view_chain, [((3, 4),)]),
 ]
+
+# ---- convolution, pooling and normalisation (gradcraft/ops/conv.py, pooling.py, normalization.py)
+COMPAT_OPS += [
+    OpInfo(
+        "conv2d",
+        lambda m, x, w, b: m.F.conv2d(x, w, b, stride=(2, 1), padding=1, dilation=(1, 2), groups=2),
+        [((2, 4, 7, 6), (6, 2, 3, 2), (6,))],
+        rtol32=2e-4,
+    ),
+    OpInfo("conv1d_same", lambda m, x, w: m.F.conv1d(x, w, padding="same"), [((2, 3, 8), (4, 3, 4))], rtol32=2e-4),
+    OpInfo(
+        "conv_transpose2d",
+        lambda m, x, w, b: m.F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1, groups=2),
+        [((2, 4, 3, 4), (4, 3, 3, 3), (6,))],
+        rtol32=2e-4,
+    ),
+    OpInfo(
+        "conv_transpose1d", lambda m, x, w: m.F.conv_transpose1d(x, w, stride=3, dilation=2), [((2, 3, 5), (3, 2, 3))]
+    ),
+    OpInfo("max_pool2d", lambda m, x: m.F.max_pool2d(x, 3, stride=2, padding=1, ceil_mode=True), [((2, 3, 7, 6),)]),
+    OpInfo("max_pool1d_dilation", lambda m, x: m.F.max_pool1d(x, 2, stride=2, dilation=2), [((2, 3, 9),)]),
+    OpInfo(
+        "avg_pool2d",
+        lambda m, x: m.F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+        [((2, 3, 7, 6),)],
+    ),
+    OpInfo("avg_pool1d", lambda m, x: m.F.avg_pool1d(x, 3, 2, 1), [((2, 3, 8),)]),
+    OpInfo(
+        "adaptive_pools",
+        lambda m, x: m.F.adaptive_avg_pool2d(x, (3, 4)) + m.F.adaptive_max_pool2d(x, (3, 4)),
+        [((2, 3, 7, 6),)],
+    ),
+    OpInfo(
+        "adaptive_pools_1d", lambda m, x: m.F.adaptive_avg_pool1d(x, 4) * m.F.adaptive_max_pool1d(x, 4), [((2, 3, 7),)]
+    ),
+    OpInfo(
+        "batch_norm_training",
+        lambda m, x, w, b: m.F.batch_norm(x, None, None, w, b, training=True, eps=1e-3),
+        [((4, 3, 5), (3,), (3,)), ((3, 2, 2, 3), (2,), (2,))],
+    ),
+    OpInfo(
+        "batch_norm_eval",
+        lambda m, x, mean, var, w: m.F.batch_norm(x, mean, var.abs() + 0.5, w, None),
+        [((4, 3, 5), Fixed((3,)), Fixed((3,)), (3,))],
+    ),
+    OpInfo("group_norm", lambda m, x, w, b: m.F.group_norm(x, 2, w, b), [((3, 4, 5), (4,), (4,))]),
+]

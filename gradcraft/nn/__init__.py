@@ -28,3 +28,24 @@ from gradcraft.nn.loss import (
     SmoothL1Loss,
 )
 from gradcraft.nn.module import Module, ModuleDict, ModuleList, Parameter, Sequential  # noqa: F401
+from gradcraft.nn.conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d  # noqa: E402, F401
+from gradcraft.nn.normalization import BatchNorm1d, BatchNorm2d, Dropout1d, Dropout2d, GroupNorm  # noqa: E402, F401
+from gradcraft.nn.pooling import (  # noqa: E402, F401
+    AdaptiveAvgPool1d,
+    AdaptiveAvgPool2d,
+    AdaptiveMaxPool1d,
+    AdaptiveMaxPool2d,
+    AvgPool1d,
+    AvgPool2d,
+    MaxPool1d,
+    MaxPool2d,
+)
+from gradcraft.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase  # noqa: E402, F401
+from gradcraft.nn.attention import MultiheadAttention, NonDynamicallyQuantizableLinear  # noqa: E402, F401
+from gradcraft.nn.transformer_layers import (  # noqa: E402, F401
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)

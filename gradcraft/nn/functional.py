@@ -68,3 +68,30 @@ def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
 
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
     return _maybe_inplace(input, _nn.dropout(input, p, training), inplace)
+
+
+# ---------------------------------------------------------------- convolution, pooling, normalisation
+from gradcraft.ops.conv import conv1d, conv2d, conv_transpose1d, conv_transpose2d  # noqa: E402, F401
+from gradcraft.ops.normalization import batch_norm, group_norm  # noqa: E402, F401
+from gradcraft.ops.pooling import (  # noqa: E402, F401
+    adaptive_avg_pool1d,
+    adaptive_avg_pool2d,
+    adaptive_max_pool1d,
+    adaptive_max_pool2d,
+    avg_pool1d,
+    avg_pool2d,
+    max_pool1d,
+    max_pool2d,
+)
+
+
+def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    from gradcraft.ops.normalization import dropout1d as _dropout1d
+
+    return _maybe_inplace(input, _dropout1d(input, p, training), inplace)
+
+
+def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    from gradcraft.ops.normalization import dropout2d as _dropout2d
+
+    return _maybe_inplace(input, _dropout2d(input, p, training), inplace)

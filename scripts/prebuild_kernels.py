@@ -44,7 +44,9 @@ def nvrtc_and_files(nvrtc, files: str):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--nvrtc", default=None, help="the NVRTC library (default: the one found here, as the tests do)")
     p.add_argument("--out", required=True, help="the kernel cache folder to fill (GRADCRAFT_KERNEL_CACHE there)")
     p.add_argument("--files", default=",".join(compiler.HOPPER_FILES), help="kernel files (default: %(default)s)")

@@ -18,6 +18,7 @@ import os
 import shutil
 
 from gradcraft.atomic import write_failure
+from gradcraft.cli.common import add_checkpoint_argument
 from gradcraft.errors import UserError
 from gradcraft.training.runlock import lock_directory
 
@@ -39,11 +40,13 @@ def add_parser(subparsers) -> None:
         help="hf (transformers' layout), safetensors (gradcraft's) or k2 (K2's latest.ckpt); required, no default",
     )
     p.add_argument("--out", required=True, help="a new or empty folder to write; required, no default")
+    add_checkpoint_argument(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from gradcraft.inference.text import check_tokenizer, load_model, paths_from_model_dir
+    from gradcraft.inference.run_paths import find_model
+    from gradcraft.inference.text import check_tokenizer, load_model
     from gradcraft.tokenizer import Tokenizer
 
     if args.format not in FORMATS:
@@ -53,7 +56,8 @@ def run(args) -> int:
         raise UserError(f"--out {out} is a file; give a new or empty folder")
     if os.path.isdir(out) and os.listdir(out):
         raise UserError(f"--out {out} is not empty; give a new or empty folder")
-    vocab, config, weights = paths_from_model_dir(args.model_dir)
+    found = find_model(args.model_dir, args.checkpoint)
+    vocab, config, weights = found.vocab, found.config, found.weights
     model, metadata = load_model(config, weights)
     tokenizer = None
     if os.path.exists(vocab):
@@ -74,7 +78,8 @@ def run(args) -> int:
                 from gradcraft.models.k2 import export_k2
                 from gradcraft.training.checkpoint import run_step
 
-                written = export_k2(model, tokenizer, run_step(args.model_dir, model.config), out)
+                step = found.step if found.step is not None else run_step(found.run_dir, model.config)
+                written = export_k2(model, tokenizer, step, out)
             else:
                 written = _export_safetensors(model, tokenizer, metadata, out)
         except BaseException:  # a full disk, Ctrl-C: no half export left (the folder was empty)

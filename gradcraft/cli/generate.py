@@ -45,15 +45,18 @@ def add_parser(subparsers) -> None:
 
 def load(args):
     from gradcraft.device import parse_device
-    from gradcraft.inference.text import TextGenerator, check_tokenizer, load_model, paths_from_model_dir
+    from gradcraft.inference.run_paths import find_model
+    from gradcraft.inference.text import TextGenerator, check_tokenizer, load_model
     from gradcraft.tokenizer import Tokenizer
 
     device = parse_device(args.device)
 
     vocab, config, weights = args.vocab, args.config, args.weights
     if args.model_dir:
-        d_vocab, d_config, d_weights = paths_from_model_dir(args.model_dir)
-        vocab, config, weights = vocab or d_vocab, config or d_config, weights or d_weights
+        found = find_model(args.model_dir, getattr(args, "checkpoint", None))
+        vocab, config, weights = vocab or found.vocab, config or found.config, weights or found.weights
+    elif getattr(args, "checkpoint", None) is not None:
+        raise UserError("--checkpoint picks a checkpoint of the --model_dir run; give --model_dir")
     missing = [flag for flag, value in (("--vocab", vocab), ("--config", config), ("--weights", weights)) if not value]
     if missing:
         raise UserError(f"give --model_dir, or {' '.join(missing)}")

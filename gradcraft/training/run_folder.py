@@ -113,3 +113,30 @@ def save_run_weights(model, model_dir: str, fingerprint: str = "") -> str:
         if os.path.exists(path):
             os.unlink(path)
     return os.path.join(model_dir, written)
+
+
+def not_started(model_dir: str) -> bool:
+    """A run folder whose run was stopped before its first checkpoint: settings saved, no checkpoint,
+    no final weights. `train --resume` starts it again from step 0 (a requeued job reruns one command)."""
+    return not ckpt.list_checkpoints(os.path.join(model_dir, "checkpoints")) and not any(
+        os.path.exists(os.path.join(model_dir, name)) for name in FINAL_WEIGHTS
+    )
+
+
+def portable_path(path: str, model_dir: str) -> str:
+    """How the run folder saves a path: relative to the run folder when it lies inside it (the two move
+    together), else absolute, so that a resume from any working directory finds it."""
+    if not path:
+        return path
+    full, folder = os.path.abspath(path), os.path.abspath(model_dir)
+    if os.path.commonpath([full, folder]) == folder:
+        return os.path.relpath(full, folder)
+    return full
+
+
+def saved_path(path: str, model_dir: str) -> str:
+    """A path as portable_path saved it, made usable from here (older runs saved it as typed)."""
+    if not path or os.path.isabs(path):
+        return path
+    inside = os.path.join(model_dir, path)
+    return inside if os.path.exists(inside) or not os.path.exists(path) else path

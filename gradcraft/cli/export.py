@@ -111,8 +111,9 @@ def _export_hf(model, tokenizer, metadata, out) -> list:
             "HF's Mixtral lacks, so transformers would compute other outputs; export --format safetensors"
         )
     fingerprint = metadata.get("tokenizer_fingerprint", "")
-    export_hf(model, out, metadata={"tokenizer_fingerprint": fingerprint} if fingerprint else None)
-    written = ["config.json", "model.safetensors"]
+    eot = tokenizer.eot_id if tokenizer is not None else None
+    export_hf(model, out, metadata={"tokenizer_fingerprint": fingerprint} if fingerprint else None, eot_id=eot)
+    written = ["config.json", "generation_config.json", "model.safetensors"]
     if tokenizer is not None:
         if write_hf_tokenizer(tokenizer, out, model.config.seq_len):
             written += ["tokenizer.json", "tokenizer_config.json"]

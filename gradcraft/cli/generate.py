@@ -39,6 +39,14 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--seed", type=seed, default=None, help="random seed of the sampling (default: none: a fresh one)")
     p.add_argument("--stop", action="append", default=[], help="stop string, repeatable (default: none)")
+    p.add_argument(
+        "--context",
+        choices=["stop", "crop"],
+        default="stop",
+        help="at the model's context length: stop, or crop: go on with the last context-length tokens "
+        "(and keep a longer prompt's last ones), as nanoGPT's sample.py does; slower past the context "
+        "(default: stop)",
+    )
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.set_defaults(func=run)
 
@@ -78,6 +86,7 @@ def params_from(args):
         top_p=args.top_p,
         seed=args.seed,
         stop_strings=tuple(args.stop),
+        context=getattr(args, "context", "stop"),
     )
 
 
@@ -92,7 +101,8 @@ def stream(generator, prompt: str, params) -> str:
     sys.stdout.write("\n")
     if reasons[0] == "context":
         print(
-            f"[stopped: the model's context length ({generator.model.config.seq_len} tokens) was reached]",
+            f"[stopped: the model's context length ({generator.model.config.seq_len} tokens) was reached; "
+            "--context crop goes on]",
             file=sys.stderr,
         )
     return reasons[0]

@@ -171,7 +171,8 @@ class Requests:
         """Encode the prompts and queue one sequence per (prompt, choice). Returns (choices, events,
         prompt token count)."""
         context, request_timeout, generator = self.context, self.request_timeout, self.generator
-        if max_tokens is not None and max_tokens > context:
+        crop = getattr(req, "context", "stop") == "crop"  # past the context: no bound from it
+        if max_tokens is not None and max_tokens > context and not crop:
             raise RequestError(
                 422,
                 f"max_tokens must be at most the context length {context}, got {max_tokens}",
@@ -196,6 +197,7 @@ class Requests:
                     seed=None if req.seed is None else req.seed + i,
                     stop_ids=generator.stop_ids(),
                     stop_strings=stops,
+                    context="crop" if crop else "stop",
                 )
                 choices.append(
                     _Choice(

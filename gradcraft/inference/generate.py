@@ -21,6 +21,7 @@ from gradcraft.sampling import sample_row
 
 MIN_TEMPERATURE = 1e-6  # a positive temperature below this overflows logits / T (0 means greedy)
 MAX_TEMPERATURE = 100.0
+CONTEXT_MODES = ("stop", "crop")
 
 
 @dataclass
@@ -32,8 +33,13 @@ class SamplingParams:
     seed: int | None = None
     stop_ids: tuple = ()  # token ids that end generation (e.g. <|endoftext|>); not emitted
     stop_strings: tuple = field(default_factory=tuple)  # handled by the text layer (see TextGenerator)
+    # At the model's context length: "stop", or "crop": go on with the last context tokens as the
+    # window, recomputed from scratch for every further token (nanoGPT's sample.py)
+    context: str = "stop"
 
     def validate(self, context: int) -> None:
+        if self.context not in CONTEXT_MODES:
+            raise UserError(f"context must be one of {', '.join(CONTEXT_MODES)}, got {self.context!r}")
         if self.max_tokens < 1:
             raise UserError(f"max_tokens must be at least 1, got {self.max_tokens}")
         if self.temperature is not None and self.temperature < 0:
@@ -146,6 +152,15 @@ class _Decoder:
         # one generation after another.
         self.captured = self.static = self.caches = None
 
+    def restart(self, windows: list) -> "StepResult":
+        """The logits after `windows` (one list of ids per row, run from position 0 in fresh caches):
+        a cropped context's next token, as a model without a cache computes it."""
+        self.caches = self.model.new_caches()
+        ids = gc.tensor(np.array(windows, dtype=np.int64), device=self.device)
+        logits = self.model(ids, caches=self.caches)[:, -1]
+        _realize_step(logits, self.caches)
+        return StepResult(logits.float())
+
     def step(self, next_ids: list, position: int) -> "StepResult":
         """The logits after feeding next_ids at `position`."""
         ids = np.array(next_ids, dtype=np.int64).reshape(-1, 1)
@@ -179,10 +194,16 @@ def generate_batch(model, prompts: list, params: SamplingParams, on_token=None, 
     context = model.config.seq_len
     params.validate(context)
     prompt_len = lengths.pop()
+    crop = params.context == "crop"
     if prompt_len < 1:
         raise UserError("the prompt is empty: give at least one token")
-    if prompt_len >= context:
-        raise UserError(f"the prompt has {prompt_len} tokens; the model's context is {context}: shorten it")
+    if prompt_len >= context and not crop:
+        raise UserError(
+            f"the prompt has {prompt_len} tokens; the model's context is {context}: shorten it, or keep its "
+            "last tokens with context crop"
+        )
+    if crop:  # a long prompt's last context tokens; the window slides on from there (_decode_loop)
+        prompts, prompt_len, static = [p[-context:] for p in prompts], min(prompt_len, context), False
     model.eval()
     device = model.tok_emb.weight.device
     rngs = [np.random.default_rng(params.seed) for _ in prompts]
@@ -225,14 +246,23 @@ def _take(tokens, out, reasons, params, on_token) -> list:
 def _decode_loop(decoder, result, position, prompts, params, rngs, on_token, context):
     out = [[] for _ in prompts]
     reasons = [None] * len(prompts)
+    # context crop: each row's last `context` tokens (finished rows ride along with their fed 0s)
+    windows = [list(p) for p in prompts] if params.context == "crop" else None
     while True:
         finished = [reason is not None for reason in reasons]
         next_ids = _take(result.tokens(params, rngs, finished), out, reasons, params, on_token)
         if all(reason is not None for reason in reasons):
             break
+        if windows is not None:
+            for window, token in zip(windows, next_ids):
+                window.append(token)
+                del window[:-context]
         if position >= context:  # the next token would sit past the trained context
-            reasons = [reason or StopReason.CONTEXT for reason in reasons]
-            break
+            if windows is None:
+                reasons = [reason or StopReason.CONTEXT for reason in reasons]
+                break
+            result = decoder.restart(windows)  # positions 0..context-1 again, keys and values recomputed
+            continue
         result = decoder.step(next_ids, position)
         position += 1
     return out, reasons
@@ -282,13 +312,16 @@ def generate(model, prompts: list, params: SamplingParams, on_token=None, static
 
 @gc.no_grad()
 def generate_without_cache(model, prompt: list, params: SamplingParams) -> list:
-    """Greedy/sampled generation recomputing the whole context each step (the KV cache's oracle)."""
+    """Greedy/sampled generation recomputing the whole context each step (the KV cache's oracle); with
+    context crop, the last seq_len tokens each step, as nanoGPT's sample.py does."""
     rng = np.random.default_rng(params.seed)
     model.eval()
     device = model.tok_emb.weight.device
-    ids, out = list(prompt), []
-    while len(out) < params.max_tokens and len(ids) < model.config.seq_len:
-        logits = model(gc.tensor(np.array([ids], dtype=np.int64), device=device))[0, -1].float().numpy()
+    ids, out, context = list(prompt), [], model.config.seq_len
+    crop = params.context == "crop"
+    while len(out) < params.max_tokens and (crop or len(ids) < context):
+        window = ids[-context:] if crop else ids
+        logits = model(gc.tensor(np.array([window], dtype=np.int64), device=device))[0, -1].float().numpy()
         token = sample_next(logits, params, rng)
         if token in params.stop_ids:
             break

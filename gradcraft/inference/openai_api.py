@@ -19,6 +19,8 @@ stop string, so the answer ends where the model starts the user's next turn.
 import time
 import uuid
 
+from typing import Literal
+
 from pydantic import BaseModel, Field, field_validator
 
 from gradcraft.inference.generate import MAX_TEMPERATURE, MIN_TEMPERATURE
@@ -47,6 +49,8 @@ class _Sampling(BaseModel):
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     n: int = Field(1, ge=1, le=MAX_CHOICES)
     stream: bool = False
+    # at the context length: "stop", or "crop" (go on with the last context tokens, as nanoGPT's sample.py)
+    context: Literal["stop", "crop"] = "stop"
     model_config = {"extra": "ignore", "strict": True}
 
     @field_validator("temperature")

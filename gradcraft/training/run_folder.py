@@ -17,6 +17,7 @@ from safetensors.numpy import save_file
 RUN_FILES = (
     "gradcraft_config.json",
     "config.json",
+    "generation_config.json",
     "train_config.json",
     "checkpoints",
     "model.safetensors",
@@ -103,16 +104,29 @@ def save_run_weights(model, model_dir: str, fingerprint: str = "") -> str:
 
     metadata = {"tokenizer_fingerprint": fingerprint or "", "config": json.dumps(model.config.to_dict())}
     if hf_exact_family(model.config) is not None:
-        export_hf(model, model_dir, metadata)
+        export_hf(model, model_dir, metadata, _eot_id(model_dir))
         written, stale = "model.safetensors", ("gradcraft_model.safetensors",)
     else:
         save_weights(model, os.path.join(model_dir, "gradcraft_model.safetensors"), fingerprint)
-        written, stale = "gradcraft_model.safetensors", ("model.safetensors", "config.json")
+        written, stale = "gradcraft_model.safetensors", ("model.safetensors", "config.json", "generation_config.json")
     for name in stale:
         path = os.path.join(model_dir, name)
         if os.path.exists(path):
             os.unlink(path)
     return os.path.join(model_dir, written)
+
+
+def _eot_id(model_dir: str) -> int | None:
+    """The run folder's tokenizer's end-of-text id (None: no tokenizer, or none in it)."""
+    from gradcraft.tokenizer import load_tokenizer
+
+    path = os.path.join(model_dir, ckpt.RUN_TOKENIZER)
+    if not os.path.exists(path):
+        return None
+    try:
+        return load_tokenizer(path).eot_id
+    except UserError:
+        return None
 
 
 def not_started(model_dir: str) -> bool:

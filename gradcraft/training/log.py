@@ -46,7 +46,7 @@ def parse_log_kinds(spec: str) -> list:
     bad = [k for k in kinds if k not in LOG_KINDS]
     if bad:
         raise ConfigError(
-            f"{bad[0]!r} is not a kind of log; log takes a comma list of {', '.join(LOG_KINDS)}", ("log",)
+            f"{bad[0]!r} is not a known logger; log takes a comma list of {', '.join(LOG_KINDS)}", ("log",)
         )
     return ["csv"] + [k for k in LOG_KINDS[1:] if k in kinds]
 

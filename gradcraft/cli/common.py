@@ -37,6 +37,7 @@ OPTIONAL_MODULES = {
     "fastapi": ("serve", "gradcraft serve"),
     "uvicorn": ("serve", "gradcraft serve"),
     "starlette": ("serve", "gradcraft serve"),
+    "gguf": ("gguf", "export --format gguf"),
 }
 
 

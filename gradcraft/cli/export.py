@@ -10,6 +10,8 @@ no class for is refused rather than written as a config HF would misread.
 --format safetensors writes gradcraft's `config.json`, `model.safetensors` (our parameter names, the
 tokenizer fingerprint in the metadata) and `gradcraft_tokenizer.json`: a folder `generate --model_dir`
 reads. Both formats keep float32 weights and the true vocabulary size.
+--format gguf writes `model.gguf` for llama.cpp (LLaMA- and GPT-2-style models, with the tokenizer;
+--outtype f16 or f32: gradcraft/models/gguf_export.py; needs the `gguf` extra).
 --format k2 writes K2's `latest.ckpt` (TFCKPT1) and, for K2's tokenizer, `tokenizer.bbpe` + `vocab.json`
 + `merges.txt` (gradcraft/models/k2.py, docs/k2.md).
 """
@@ -22,13 +24,13 @@ from gradcraft.cli.common import add_checkpoint_argument
 from gradcraft.errors import UserError
 from gradcraft.training.runlock import lock_directory
 
-FORMATS = ("hf", "safetensors", "k2")
+FORMATS = ("hf", "safetensors", "k2", "gguf")
 
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "export",
-        help="write a trained model as a Hugging Face or safetensors folder",
+        help="write a trained model as a Hugging Face, safetensors, GGUF or K2 folder",
         description="Export a run folder's final weights, config and tokenizer.",
     )
     p.add_argument(
@@ -37,7 +39,14 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--format",
         required=True,
-        help="hf (transformers' layout), safetensors (gradcraft's) or k2 (K2's latest.ckpt); required, no default",
+        help="hf (transformers' layout), safetensors (gradcraft's), gguf (llama.cpp's) or k2 (K2's latest.ckpt); "
+        "required, no default",
+    )
+    p.add_argument(
+        "--outtype",
+        choices=["f16", "f32"],
+        default="f16",
+        help="--format gguf: the weight matrices' type (norms and biases stay f32) (default: f16)",
     )
     p.add_argument("--out", required=True, help="a new or empty folder to write; required, no default")
     add_checkpoint_argument(p)
@@ -74,6 +83,12 @@ def run(args) -> int:
         try:
             if args.format == "hf":
                 written = _export_hf(model, tokenizer, metadata, out)
+            elif args.format == "gguf":
+                from gradcraft.models.gguf_export import export_gguf
+
+                name = os.path.basename(os.path.normpath(found.run_dir))
+                export_gguf(model, tokenizer, os.path.join(out, "model.gguf"), args.outtype, name)
+                written = ["model.gguf"]
             elif args.format == "k2":
                 from gradcraft.models.k2 import export_k2
                 from gradcraft.training.checkpoint import run_step

@@ -60,7 +60,7 @@ def _attention(q, k, v):
 def _llama_cpp_logits(meta, t, ids):
     """llama.cpp's `llama` graph: rope on adjacent pairs (GGML's NORM mode) over the file's q/k rows."""
     t = {k: v.astype(np.float64) for k, v in t.items()}
-    H, Hkv = meta["llama.attention.head_count"], meta["llama.attention.head_count_kv"]
+    H = meta["llama.attention.head_count"]
     eps, base, T = meta["llama.attention.layer_norm_rms_epsilon"], meta["llama.rope.freq_base"], len(ids)
     x = t["token_embd.weight"][ids]
     D = x.shape[1] // H

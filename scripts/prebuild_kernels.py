@@ -10,6 +10,8 @@ with NVRTC (a minute or more on a fresh machine) and keeps the machine code in i
 for 13.0) and names each file as that cache does, so the GPU machine reads them instead of compiling:
 for machines that start fresh each time, or many nodes that would each compile the same kernels. A
 cubin named for another version or another source text is never read (the name is a hash of both).
+`gradcraft prebuild --arch sm_90 --nvrtc LIB --out kcache` builds every kernel file the same way (in
+parallel), and `gradcraft prebuild --device cuda` does it on the GPU machine itself.
 """
 
 import argparse

@@ -208,3 +208,39 @@ def test_quickstart_again_reuses_the_data_and_the_run(tmp_path):
     assert again.stdout.count("--- prompt:") == 3 and "error" not in again.stderr
     assert os.path.getmtime(data / "tokens.bin") == tokens_mtime
     assert os.path.getmtime(run / "model.safetensors") == weights_mtime
+
+
+def test_prebuild_fills_the_kernel_cache_without_a_gpu(tmp_path, capsys):
+    """`gradcraft prebuild --arch` compiles (real NVRTC, no GPU) into files named as the GPU run's cache
+    names them, in parallel; a second run finds them all."""
+    from gradcraft.backend.cuda import compiler
+
+    library = compiler.find_nvrtc()
+    if library is None:
+        pytest.skip("NVRTC library not found (pip install nvidia-cuda-nvrtc-cu12)")
+    argv = ["prebuild", "--arch", "sm_80", "--out", tmp_path, "--files", "rope.cu,gradnorm.cu", "--workers", "2"]
+    status, out, err = run_cli(argv, capsys)
+    assert status == 0, err
+    assert f"compiling 2 CUDA kernels (first run only; kept in {tmp_path})" in out
+    version = compiler.nvrtc_version(library)
+    names = {compiler.cubin_name(compiler.source(n), "sm_80", version) for n in ("rope.cu", "gradnorm.cu")}
+    assert set(os.listdir(tmp_path)) == names
+    status, out, _ = run_cli(argv, capsys)
+    assert status == 0 and out.strip() == f"the kernel cache {tmp_path} already holds all 2 kernels"
+    # an H100/H200 (sm_90) runs the Hopper files' sm_90a machine code
+    assert ("flash_hopper.cu", "sm_90a") in compiler.targets("sm_90") and ("rope.cu", "sm_90") in compiler.targets(
+        "sm_90"
+    )
+    assert all(arch == "sm_80" for _, arch in compiler.targets("sm_80"))
+
+
+def test_prebuild_refuses_cleanly(tmp_path, capsys):
+    import importlib.util
+
+    status, _, err = run_cli(["prebuild", "--device", "cpu"], capsys)
+    assert status == 2 and "prebuild compiles the GPU's kernels; give --device cuda" in err
+    status, _, err = run_cli(["prebuild", "--arch", "sm_80", "--files", "nope.cu", "--out", tmp_path], capsys)
+    assert status == 2 and "no kernel file nope.cu in" in err
+    if importlib.util.find_spec("cupy") is None:
+        status, _, err = run_cli(["prebuild", "--device", "cuda"], capsys)
+        assert status == 2 and "prebuild --device cuda needs CuPy and a GPU, and CuPy is not installed here" in err

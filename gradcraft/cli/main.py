@@ -29,6 +29,7 @@ SUBCOMMANDS = {
     "bench": "bench",
     "export": "export",
     "import": "import_cmd",
+    "prebuild": "prebuild",
 }
 
 

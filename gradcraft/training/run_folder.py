@@ -153,4 +153,4 @@ def saved_path(path: str, model_dir: str) -> str:
     if not path or os.path.isabs(path):
         return path
     inside = os.path.join(model_dir, path)
-    return inside if os.path.exists(inside) or not os.path.exists(path) else path
+    return inside if os.path.exists(inside) else path

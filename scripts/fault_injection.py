@@ -239,7 +239,7 @@ def run_rounds(rounds: int, faults: int, seed: int, folder: str, log=print, kind
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "child":
         return child(sys.argv[2], int(sys.argv[3]), sys.argv[4:])
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=10, help="training runs, each from scratch (default: 10)")
     parser.add_argument("--faults", type=int, default=4, help="faults per round (default: 4)")
     parser.add_argument("--seed", type=int, default=0)

@@ -240,7 +240,7 @@ def generate() -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if gradcraft/tensor.pyi is out of date")
     args = parser.parse_args()
     text = generate()

@@ -54,7 +54,9 @@ def sass_lines(listing: str) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--nvrtc", default=None, help="the NVRTC library (default: the one found here, as the tests do)")
     p.add_argument("--nvdisasm", default=None, help="nvdisasm, for the lines of SASS (default: not counted)")
     p.add_argument("--files", default=",".join(compiler.HOPPER_FILES), help="kernel files (default: %(default)s)")

@@ -379,7 +379,9 @@ def run_tests(copy: Path, tests, timeout: int) -> tuple[str, float, str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--only", help="comma-separated mutant names")
     p.add_argument("--list", action="store_true", help="list the mutants and exit")
     p.add_argument("--baseline", action="store_true", help="first run every mutant's tests unmutated")

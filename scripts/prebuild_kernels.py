@@ -10,6 +10,8 @@ with NVRTC (a minute or more on a fresh machine) and keeps the machine code in i
 for 13.0) and names each file as that cache does, so the GPU machine reads them instead of compiling:
 for machines that start fresh each time, or many nodes that would each compile the same kernels. A
 cubin named for another version or another source text is never read (the name is a hash of both).
+`gradcraft prebuild --arch sm_90 --nvrtc LIB --out kcache` builds every kernel file the same way (in
+parallel), and `gradcraft prebuild --device cuda` does it on the GPU machine itself.
 """
 
 import argparse
@@ -44,7 +46,9 @@ def nvrtc_and_files(nvrtc, files: str):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--nvrtc", default=None, help="the NVRTC library (default: the one found here, as the tests do)")
     p.add_argument("--out", required=True, help="the kernel cache folder to fill (GRADCRAFT_KERNEL_CACHE there)")
     p.add_argument("--files", default=",".join(compiler.HOPPER_FILES), help="kernel files (default: %(default)s)")

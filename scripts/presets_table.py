@@ -61,7 +61,7 @@ def replace_table(text: str) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="rewrite the table in docs/training.md")
     mode.add_argument("--check", action="store_true", help="exit 1 if docs/training.md's table is out of date")

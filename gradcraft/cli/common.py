@@ -37,6 +37,7 @@ OPTIONAL_MODULES = {
     "fastapi": ("serve", "gradcraft serve"),
     "uvicorn": ("serve", "gradcraft serve"),
     "starlette": ("serve", "gradcraft serve"),
+    "gguf": ("gguf", "export --format gguf"),
 }
 
 
@@ -101,6 +102,7 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
+        kwargs.setdefault("allow_abbrev", False)  # `--step 3` is not silently `--steps 3`
         super().__init__(*args, **kwargs)
 
     def error(self, message):
@@ -112,9 +114,11 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """--model_dir, or --vocab, --config and --weights: where generate and serve find a model."""
     parser.add_argument(
         "--model_dir",
-        help="a training run: takes the tokenizer, config and weights from it "
-        "(default: none; then give --vocab, --config and --weights)",
+        help="a training run: takes the tokenizer, config and weights from it; an interrupted run's newest "
+        "checkpoint, or a checkpoint folder (runs/x/checkpoints/step_N) (default: none; then give --vocab, "
+        "--config and --weights)",
     )
+    add_checkpoint_argument(parser)
     parser.add_argument(
         "--vocab", help="tokenizer file (gradcraft, HF tokenizer.json or .tiktoken) (default: the one in --model_dir)"
     )
@@ -125,6 +129,17 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["auto", "float32", "bfloat16", "float16"],
         default="auto",
         help="the weights' and KV caches' type while generating (default: auto: bfloat16 on a GPU, float32 on the CPU)",
+    )
+
+
+def add_checkpoint_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--checkpoint",
+        type=non_negative_int,
+        default=None,
+        metavar="STEP",
+        help="use the --model_dir run's checkpoint of this step (default: the final weights, else the newest "
+        "checkpoint)",
     )
 
 

@@ -10,6 +10,8 @@ no class for is refused rather than written as a config HF would misread.
 --format safetensors writes gradcraft's `config.json`, `model.safetensors` (our parameter names, the
 tokenizer fingerprint in the metadata) and `gradcraft_tokenizer.json`: a folder `generate --model_dir`
 reads. Both formats keep float32 weights and the true vocabulary size.
+--format gguf writes `model.gguf` for llama.cpp (LLaMA- and GPT-2-style models, with the tokenizer;
+--outtype f16 or f32: gradcraft/models/gguf_export.py; needs the `gguf` extra).
 --format k2 writes K2's `latest.ckpt` (TFCKPT1) and, for K2's tokenizer, `tokenizer.bbpe` + `vocab.json`
 + `merges.txt` (gradcraft/models/k2.py, docs/k2.md).
 """
@@ -18,16 +20,17 @@ import os
 import shutil
 
 from gradcraft.atomic import write_failure
+from gradcraft.cli.common import add_checkpoint_argument
 from gradcraft.errors import UserError
 from gradcraft.training.runlock import lock_directory
 
-FORMATS = ("hf", "safetensors", "k2")
+FORMATS = ("hf", "safetensors", "k2", "gguf")
 
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "export",
-        help="write a trained model as a Hugging Face or safetensors folder",
+        help="write a trained model as a Hugging Face, safetensors, GGUF or K2 folder",
         description="Export a run folder's final weights, config and tokenizer.",
     )
     p.add_argument(
@@ -36,14 +39,23 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--format",
         required=True,
-        help="hf (transformers' layout), safetensors (gradcraft's) or k2 (K2's latest.ckpt); required, no default",
+        help="hf (transformers' layout), safetensors (gradcraft's), gguf (llama.cpp's) or k2 (K2's latest.ckpt); "
+        "required, no default",
+    )
+    p.add_argument(
+        "--outtype",
+        choices=["f16", "f32"],
+        default="f16",
+        help="--format gguf: the weight matrices' type (norms and biases stay f32) (default: f16)",
     )
     p.add_argument("--out", required=True, help="a new or empty folder to write; required, no default")
+    add_checkpoint_argument(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from gradcraft.inference.text import check_tokenizer, load_model, paths_from_model_dir
+    from gradcraft.inference.run_paths import find_model
+    from gradcraft.inference.text import check_tokenizer, load_model
     from gradcraft.tokenizer import Tokenizer
 
     if args.format not in FORMATS:
@@ -53,7 +65,8 @@ def run(args) -> int:
         raise UserError(f"--out {out} is a file; give a new or empty folder")
     if os.path.isdir(out) and os.listdir(out):
         raise UserError(f"--out {out} is not empty; give a new or empty folder")
-    vocab, config, weights = paths_from_model_dir(args.model_dir)
+    found = find_model(args.model_dir, args.checkpoint)
+    vocab, config, weights = found.vocab, found.config, found.weights
     model, metadata = load_model(config, weights)
     tokenizer = None
     if os.path.exists(vocab):
@@ -70,11 +83,18 @@ def run(args) -> int:
         try:
             if args.format == "hf":
                 written = _export_hf(model, tokenizer, metadata, out)
+            elif args.format == "gguf":
+                from gradcraft.models.gguf_export import export_gguf
+
+                name = os.path.basename(os.path.normpath(found.run_dir))
+                export_gguf(model, tokenizer, os.path.join(out, "model.gguf"), args.outtype, name)
+                written = ["model.gguf"]
             elif args.format == "k2":
                 from gradcraft.models.k2 import export_k2
                 from gradcraft.training.checkpoint import run_step
 
-                written = export_k2(model, tokenizer, run_step(args.model_dir, model.config), out)
+                step = found.step if found.step is not None else run_step(found.run_dir, model.config)
+                written = export_k2(model, tokenizer, step, out)
             else:
                 written = _export_safetensors(model, tokenizer, metadata, out)
         except BaseException:  # a full disk, Ctrl-C: no half export left (the folder was empty)
@@ -106,8 +126,9 @@ def _export_hf(model, tokenizer, metadata, out) -> list:
             "HF's Mixtral lacks, so transformers would compute other outputs; export --format safetensors"
         )
     fingerprint = metadata.get("tokenizer_fingerprint", "")
-    export_hf(model, out, metadata={"tokenizer_fingerprint": fingerprint} if fingerprint else None)
-    written = ["config.json", "model.safetensors"]
+    eot = tokenizer.eot_id if tokenizer is not None else None
+    export_hf(model, out, metadata={"tokenizer_fingerprint": fingerprint} if fingerprint else None, eot_id=eot)
+    written = ["config.json", "generation_config.json", "model.safetensors"]
     if tokenizer is not None:
         if write_hf_tokenizer(tokenizer, out, model.config.seq_len):
             written += ["tokenizer.json", "tokenizer_config.json"]

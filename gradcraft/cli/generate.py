@@ -40,6 +40,14 @@ def add_parser(subparsers) -> None:
     p.add_argument("--seed", type=seed, default=None, help="random seed of the sampling (default: none: a fresh one)")
     p.add_argument("--stop", action="append", default=[], help="stop string, repeatable (default: none)")
     add_penalty_arguments(p)
+    p.add_argument(
+        "--context",
+        choices=["stop", "crop"],
+        default="stop",
+        help="at the model's context length: stop, or crop: go on with the last context-length tokens "
+        "(and keep a longer prompt's last ones), as nanoGPT's sample.py does; slower past the context "
+        "(default: stop)",
+    )
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.set_defaults(func=run)
 
@@ -106,15 +114,18 @@ def parse_logit_bias(items: list) -> dict | None:
 
 def load(args):
     from gradcraft.device import parse_device
-    from gradcraft.inference.text import TextGenerator, check_tokenizer, load_model, paths_from_model_dir
+    from gradcraft.inference.run_paths import find_model
+    from gradcraft.inference.text import TextGenerator, check_tokenizer, load_model
     from gradcraft.tokenizer import Tokenizer
 
     device = parse_device(args.device)
 
     vocab, config, weights = args.vocab, args.config, args.weights
     if args.model_dir:
-        d_vocab, d_config, d_weights = paths_from_model_dir(args.model_dir)
-        vocab, config, weights = vocab or d_vocab, config or d_config, weights or d_weights
+        found = find_model(args.model_dir, getattr(args, "checkpoint", None))
+        vocab, config, weights = vocab or found.vocab, config or found.config, weights or found.weights
+    elif getattr(args, "checkpoint", None) is not None:
+        raise UserError("--checkpoint picks a checkpoint of the --model_dir run; give --model_dir")
     missing = [flag for flag, value in (("--vocab", vocab), ("--config", config), ("--weights", weights)) if not value]
     if missing:
         raise UserError(f"give --model_dir, or {' '.join(missing)}")
@@ -141,6 +152,7 @@ def params_from(args):
         repetition_penalty=args.repetition_penalty,
         logit_bias=parse_logit_bias(args.logit_bias),
         min_p=args.min_p,
+        context=getattr(args, "context", "stop"),
     )
 
 
@@ -155,7 +167,8 @@ def stream(generator, prompt: str, params, split_special_tokens: bool = False) -
     sys.stdout.write("\n")
     if reasons[0] == "context":
         print(
-            f"[stopped: the model's context length ({generator.model.config.seq_len} tokens) was reached]",
+            f"[stopped: the model's context length ({generator.model.config.seq_len} tokens) was reached; "
+            "--context crop goes on]",
             file=sys.stderr,
         )
     return reasons[0]

@@ -30,6 +30,7 @@ SUBCOMMANDS = {
     "export": "export",
     "import": "import_cmd",
     "eval": "eval",
+    "prebuild": "prebuild",
 }
 
 

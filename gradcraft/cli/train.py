@@ -35,8 +35,20 @@ def add_parser(subparsers) -> None:
         help="where checkpoints, logs and weights go; a folder holding another run is "
         f"refused without --resume or --overwrite (default: {DEFAULT_MODEL_DIR})",
     )
-    p.add_argument("--preset", default=None, help="named architecture (default: demo); see docs/training.md")
-    p.add_argument("--resume", action="store_true", help="continue from the newest intact checkpoint in --model_dir")
+    from gradcraft.models.config import PRESETS
+
+    p.add_argument(
+        "--preset",
+        default=None,
+        metavar="NAME",
+        help=f"named architecture: {', '.join(sorted(PRESETS))} (default: demo); see docs/training.md",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the newest intact checkpoint in --model_dir (a run stopped before its first "
+        "checkpoint starts again from step 0)",
+    )
     p.add_argument(
         "--overwrite",
         action="store_true",
@@ -130,6 +142,7 @@ def apply_settings_file(args) -> None:
                 args.no_progress = args.no_progress or not value
             elif getattr(args, name, None) is None:
                 setattr(args, name, value)
+    args.dataset_given = args.dataset is not None
     args.dataset = args.dataset or DEFAULT_DATASET
     args.model_dir = args.model_dir or DEFAULT_MODEL_DIR
 
@@ -151,10 +164,18 @@ def build_configs(args):
     the saved run."""
     from gradcraft.data.tokenfile import read_token_header
     from gradcraft.models.config import ModelConfig, preset
+    from gradcraft.training.run_folder import not_started, saved_path
     from gradcraft.training.runfiles import read_model_config, read_train_config
     from gradcraft.training.trainer import TrainConfig, check_model_dir
 
     check_model_dir(args.model_dir, args.resume, args.overwrite)
+    train_values = {}
+    if args.resume:
+        train_config_path = os.path.join(args.model_dir, "train_config.json")
+        train_values = read_train_config(train_config_path) if os.path.exists(train_config_path) else {}
+        saved_dataset = saved_path(train_values.get("dataset") or "", args.model_dir)
+        if not args.dataset_given and saved_dataset:
+            args.dataset = saved_dataset  # the run's own data, found from any folder (run_folder.saved_path)
     if not os.path.exists(args.dataset):
         raise UserError(f"dataset {args.dataset} does not exist; make one with `gradcraft tokenize`")
     header = read_token_header(args.dataset)
@@ -162,6 +183,11 @@ def build_configs(args):
     resumable = {f.name for f in dataclasses.fields(ModelConfig) if f.metadata.get("resumable")}
 
     if args.resume:
+        if not os.path.isdir(args.model_dir):
+            raise UserError(
+                f"--resume: {args.model_dir} does not exist: nothing to resume; check the path, or start "
+                "without --resume"
+            )
         # gradcraft's own config; older run folders kept it as config.json (now Hugging Face's)
         config_path = os.path.join(args.model_dir, "gradcraft_config.json")
         if not os.path.exists(config_path):
@@ -169,6 +195,7 @@ def build_configs(args):
         if not os.path.exists(config_path):
             raise UserError(f"--resume: {config_path} does not exist; nothing to resume in {args.model_dir}")
         model_config = read_model_config(config_path)  # every field checked (training/runfiles.py)
+        check_resumed_preset(args, model_config, given_model, config_path)
         saved = model_config.to_dict()
         for name, value in given_model.items():
             if name not in resumable and saved.get(name) != value:
@@ -179,13 +206,18 @@ def build_configs(args):
         for name in resumable & set(given_model):
             setattr(model_config, name, given_model[name])
         model_config.validate()
-        train_config_path = os.path.join(args.model_dir, "train_config.json")
-        train_values = read_train_config(train_config_path) if os.path.exists(train_config_path) else {}
+        if not_started(args.model_dir):
+            check_same_dataset(args, saved_dataset)
+            print(
+                f"note: --resume: {args.model_dir} holds no checkpoint yet (the run stopped before its first); "
+                "starting it from step 0 with its saved settings",
+                file=sys.stderr,
+            )
+            args.resume = False
     else:
         if header.vocab_size and "vocab_size" not in given_model:
             given_model["vocab_size"] = header.vocab_size
         model_config = preset(args.preset or "demo", **given_model)
-        train_values = {}
     train_values.update(dataset=args.dataset, model_dir=args.model_dir)
     for f in dataclasses.fields(TrainConfig):
         value = getattr(args, f.name, None)
@@ -202,6 +234,43 @@ def build_configs(args):
         train_values.get("device") or "cpu", require_available=(train_values.get("nproc") or 1) == 1
     )
     return TrainConfig(**train_values), model_config
+
+
+def check_resumed_preset(args, saved_config, given_model: dict, config_path: str) -> None:
+    """Refuse `--resume --preset X` on a run of another architecture: the run's saved preset name, or
+    (a run imported from elsewhere, which names none) every field preset X sets that no flag overrides."""
+    from gradcraft.models.config import PRESETS
+
+    if args.preset is None:
+        return
+    if args.preset not in PRESETS:
+        raise UserError(f"unknown preset {args.preset!r}; choose one of {', '.join(sorted(PRESETS))}")
+    saved_preset = saved_config.extra.get("preset")
+    if saved_preset is not None:
+        if saved_preset != args.preset:
+            raise UserError(
+                f"--resume: --preset {args.preset} differs from {saved_preset} in {config_path}; "
+                "drop the setting, or train into a new --model_dir"
+            )
+        return
+    saved = saved_config.to_dict()
+    for name, value in PRESETS[args.preset].items():
+        if name in ("vocab_size", "extra") or name in given_model or saved.get(name) == value:
+            continue
+        raise UserError(
+            f"--resume: --preset {args.preset} differs from the run in {config_path} (its {name} is "
+            f"{saved.get(name)}, the preset's {value}); drop the setting, or train into a new --model_dir"
+        )
+
+
+def check_same_dataset(args, saved_dataset: str) -> None:
+    """A run restarted before its first checkpoint goes on with the data it started on: another
+    --dataset means another run, which belongs in another folder."""
+    if saved_dataset and os.path.realpath(saved_dataset) != os.path.realpath(args.dataset):
+        raise UserError(
+            f"--resume: --dataset {args.dataset} differs from {saved_dataset}, which the run in "
+            f"{args.model_dir} started on; drop the setting, or train into a new --model_dir"
+        )
 
 
 def run_train(args) -> int:

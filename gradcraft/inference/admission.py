@@ -216,7 +216,8 @@ class Requests:
         """Encode the prompts and queue one sequence per (prompt, choice). Returns (choices, events,
         prompt token count)."""
         context, request_timeout, generator = self.context, self.request_timeout, self.generator
-        if max_tokens is not None and max_tokens > context:
+        crop = getattr(req, "context", "stop") == "crop"  # past the context: no bound from it
+        if max_tokens is not None and max_tokens > context and not crop:
             raise RequestError(
                 400,
                 f"max_tokens must be at most the context length {context}, got {max_tokens}",
@@ -253,6 +254,7 @@ class Requests:
                     repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
                     logit_bias=bias or None,
                     min_p=req.min_p or 0.0,
+                    context="crop" if crop else "stop",
                 )
                 choices.append(
                     _Choice(

@@ -21,6 +21,7 @@ from gradcraft.sampling import min_p_shift, penalize, sample_row
 
 MIN_TEMPERATURE = 1e-6  # a positive temperature below this overflows logits / T (0 means greedy)
 MAX_TEMPERATURE = 100.0
+CONTEXT_MODES = ("stop", "crop")
 
 
 @dataclass
@@ -41,6 +42,10 @@ class SamplingParams:
     logit_bias: dict | None = None  # {token id: bias in [-100, 100]}
     min_p: float = 0.0
 
+    # At the model's context length: "stop", or "crop": go on with the last context tokens as the
+    # window, recomputed from scratch for every further token (nanoGPT's sample.py)
+    context: str = "stop"
+
     def penalized(self) -> bool:
         """Whether any penalty or filter changes the logits."""
         return bool(
@@ -56,6 +61,8 @@ class SamplingParams:
         return row
 
     def validate(self, context: int) -> None:
+        if self.context not in CONTEXT_MODES:
+            raise UserError(f"context must be one of {', '.join(CONTEXT_MODES)}, got {self.context!r}")
         if self.max_tokens < 0:
             raise UserError(f"max_tokens must be at least 0, got {self.max_tokens}")
         for name in ("frequency_penalty", "presence_penalty"):
@@ -213,6 +220,15 @@ class _Decoder:
         # one generation after another.
         self.captured = self.static = self.caches = None
 
+    def restart(self, windows: list) -> "StepResult":
+        """The logits after `windows` (one list of ids per row, run from position 0 in fresh caches):
+        a cropped context's next token, as a model without a cache computes it."""
+        self.caches = self.model.new_caches()
+        ids = gc.tensor(np.array(windows, dtype=np.int64), device=self.device)
+        logits = self.model(ids, caches=self.caches)[:, -1]
+        _realize_step(logits, self.caches)
+        return StepResult(logits.float())
+
     def step(self, next_ids: list, position: int) -> "StepResult":
         """The logits after feeding next_ids at `position`."""
         ids = np.array(next_ids, dtype=np.int64).reshape(-1, 1)
@@ -246,10 +262,16 @@ def generate_batch(model, prompts: list, params: SamplingParams, on_token=None, 
     context = model.config.seq_len
     params.validate(context)
     prompt_len = lengths.pop()
+    crop = params.context == "crop"
     if prompt_len < 1:
         raise UserError("the prompt is empty: give at least one token")
-    if prompt_len >= context:
-        raise UserError(f"the prompt has {prompt_len} tokens; the model's context is {context}: shorten it")
+    if prompt_len >= context and not crop:
+        raise UserError(
+            f"the prompt has {prompt_len} tokens; the model's context is {context}: shorten it, or keep its "
+            "last tokens with context crop"
+        )
+    if crop:  # a long prompt's last context tokens; the window slides on from there (_decode_loop)
+        prompts, prompt_len, static = [p[-context:] for p in prompts], min(prompt_len, context), False
     if params.max_tokens == 0:
         return [[] for _ in prompts], [StopReason.LENGTH] * len(prompts)
     model.eval()
@@ -298,14 +320,23 @@ def _decode_loop(decoder, result, position, prompts, params, rngs, on_token, con
     reasons = [None] * len(prompts)
     vocab = decoder.model.config.vocab_size
     histories = [History(p, vocab) for p in prompts] if params.penalized() else None
+    # context crop: each row's last `context` tokens (finished rows ride along with their fed 0s)
+    windows = [list(p) for p in prompts] if params.context == "crop" else None
     while True:
         finished = [reason is not None for reason in reasons]
         next_ids = _take(result.tokens(params, rngs, finished, histories), out, reasons, params, on_token, histories)
         if all(reason is not None for reason in reasons):
             break
+        if windows is not None:
+            for window, token in zip(windows, next_ids):
+                window.append(token)
+                del window[:-context]
         if position >= context:  # the next token would sit past the trained context
-            reasons = [reason or StopReason.CONTEXT for reason in reasons]
-            break
+            if windows is None:
+                reasons = [reason or StopReason.CONTEXT for reason in reasons]
+                break
+            result = decoder.restart(windows)  # positions 0..context-1 again, keys and values recomputed
+            continue
         result = decoder.step(next_ids, position)
         position += 1
     return out, reasons
@@ -355,14 +386,17 @@ def generate(model, prompts: list, params: SamplingParams, on_token=None, static
 
 @gc.no_grad()
 def generate_without_cache(model, prompt: list, params: SamplingParams) -> list:
-    """Greedy/sampled generation recomputing the whole context each step (the KV cache's oracle)."""
+    """Greedy/sampled generation recomputing the whole context each step (the KV cache's oracle); with
+    context crop, the last seq_len tokens each step, as nanoGPT's sample.py does."""
     rng = np.random.default_rng(params.seed)
     model.eval()
     device = model.tok_emb.weight.device
-    ids, out = list(prompt), []
+    ids, out, context = list(prompt), [], model.config.seq_len
+    crop = params.context == "crop"
     history = History(prompt, model.config.vocab_size)
-    while len(out) < params.max_tokens and len(ids) < model.config.seq_len:
-        logits = model(gc.tensor(np.array([ids], dtype=np.int64), device=device))[0, -1].float().numpy()
+    while len(out) < params.max_tokens and (crop or len(ids) < context):
+        window = ids[-context:] if crop else ids
+        logits = model(gc.tensor(np.array([window], dtype=np.int64), device=device))[0, -1].float().numpy()
         token = sample_next(logits, params, rng, history)
         if token in params.stop_ids:
             break

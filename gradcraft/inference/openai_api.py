@@ -20,6 +20,8 @@ stop string, so the answer ends where the model starts the user's next turn.
 import time
 import uuid
 
+from typing import Literal
+
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from gradcraft.inference.generate import MAX_TEMPERATURE, MIN_TEMPERATURE
@@ -86,6 +88,8 @@ class _Sampling(BaseModel):
     min_p: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
     # True: special-token strings in the prompt are plain text (HF's `split_special_tokens`)
     split_special_tokens: bool = False
+    # at the context length: "stop", or "crop" (go on with the last context tokens, as nanoGPT's sample.py)
+    context: Literal["stop", "crop"] = "stop"
     model_config = {"extra": "allow", "strict": True}
 
     @model_validator(mode="after")

@@ -118,6 +118,7 @@ class Sequence:
         self.caches = None  # the growing caches of the prefill, until copied into the slot
         self.position = 0  # where the next fed token sits
         self.last = 0  # the token fed at the next step
+        self.recent = None  # with context crop: the last `context` tokens, prompt and generated
 
 
 def default_step_prompts(device) -> int:
@@ -348,13 +349,7 @@ class Scheduler:
 
     def _enter_slot(self, seq) -> None:
         """Copy the prefilled keys/values into row seq.slot of the fixed caches."""
-        writes = []
-        row = slice(seq.slot, seq.slot + 1)  # only this row's slots are written, not the whole cache
-        for prefilled, cache in zip(seq.caches, self.caches):
-            filled = type(cache).from_cache(prefilled, self.context, None)  # (1, Hkv, L, D), padded or a ring
-            writes.append(cache.k[row].assign(filled.k))
-            writes.append(cache.v[row].assign(filled.v))
-        gc.realize(*writes)
+        self._write_slot(seq.slot, seq.caches)
         seq.caches = None
         seq.position = len(seq.prompt)
         self.prefilling.remove(seq)
@@ -368,6 +363,25 @@ class Scheduler:
             self.penalties = Penalties(self.slots, self.model.config.vocab_size, self.device)
         if self.penalties is not None and (seq.params.penalized() or seq.slot in self.penalties.biased):
             self.penalties.start(seq.slot, seq, prompt_seen)
+
+    def _write_slot(self, slot: int, caches) -> None:
+        writes = []
+        row = slice(slot, slot + 1)  # only this row's slots are written, not the whole cache
+        for prefilled, cache in zip(caches, self.caches):
+            filled = type(cache).from_cache(prefilled, self.context, None)  # (1, Hkv, L, D), padded or a ring
+            writes.append(cache.k[row].assign(filled.k))
+            writes.append(cache.v[row].assign(filled.v))
+        gc.realize(*writes)
+
+    def _crop(self, seq) -> None:
+        """Context crop: the last `context` tokens become the window, from position 0 (nanoGPT's sample.py):
+        all but the newest are run into fresh caches copied into the slot; the next step feeds the newest."""
+        window = seq.recent[-self.context :]
+        caches = self.model.new_caches()
+        self.model(gc.tensor(np.array([window[:-1]], dtype=np.int64), device=self.device), caches=caches)
+        gc.realize(*[t for c in caches for t in c.tensors()])
+        self._write_slot(seq.slot, caches)
+        seq.position = len(window) - 1
 
     # ------------------------------------------------------------------ decode
 
@@ -460,6 +474,9 @@ class Scheduler:
             return self._finish(seq, StopReason.STOP)
         seq.generated += 1
         seq.last = token
+        if seq.params.context == "crop":  # the tokens a cropped window is taken from
+            seq.recent = (seq.recent or list(seq.prompt)) + [token]
+            del seq.recent[: -self.context]
         logprob = None if seq.logprobs is None else token_logprob(row, token, seq.logprobs)
         try:
             keep_going = seq.on_token is None or seq.on_token(seq, token, logprob) is not False
@@ -470,4 +487,7 @@ class Scheduler:
         elif seq.generated >= seq.params.max_tokens:
             self._finish(seq, StopReason.LENGTH)
         elif seq.position >= self.context:  # the next token would sit past the trained context
-            self._finish(seq, StopReason.CONTEXT)
+            if seq.params.context == "crop":
+                self._crop(seq)
+            else:
+                self._finish(seq, StopReason.CONTEXT)

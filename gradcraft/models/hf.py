@@ -309,16 +309,28 @@ def hf_exact_family(cfg: ModelConfig) -> str | None:
     return family
 
 
-def export_hf(model: Transformer, directory: str, metadata: dict | None = None) -> None:
-    """Write `config.json` and `model.safetensors` that transformers' from_pretrained() loads.
+def export_hf(model: Transformer, directory: str, metadata: dict | None = None, eot_id: int | None = None) -> None:
+    """Write `config.json`, `generation_config.json` and `model.safetensors` that transformers'
+    from_pretrained() loads.
 
-    `metadata` (strings) joins the safetensors header, e.g. the tokenizer fingerprint. The weights
-    go first, config.json last: a new folder has a config.json only once its weights are complete."""
+    `metadata` (strings) joins the safetensors header, e.g. the tokenizer fingerprint. `eot_id`: the
+    tokenizer's end-of-text id, where our generation stops; it becomes HF's bos/eos/pad ids (None is
+    written as null, so that transformers does not fall back to its own defaults, LLaMA's 1 and 2, which
+    are byte tokens here). The weights go first, config.json last: a new folder has a config.json only
+    once its weights are complete."""
     os.makedirs(directory, exist_ok=True)
     config = hf_config(model.config)  # raises UserError first for an architecture HF has no class for
+    ids = special_token_ids(eot_id)
+    config.update(ids)
     with atomic_file(os.path.join(directory, "model.safetensors")) as f:
         f.write(save(to_hf_state(model), metadata={**(metadata or {}), "format": "pt"}))
+    write_json(os.path.join(directory, "generation_config.json"), dict(ids, do_sample=False))
     write_json(os.path.join(directory, "config.json"), config)
+
+
+def special_token_ids(eot_id: int | None) -> dict:
+    """HF's bos/eos/pad ids for a tokenizer whose one special token is end-of-text (GPT-2's way)."""
+    return {"bos_token_id": eot_id, "eos_token_id": eot_id, "pad_token_id": eot_id}
 
 
 def is_hf_config(config: dict) -> bool:

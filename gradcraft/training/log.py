@@ -45,7 +45,9 @@ def parse_log_kinds(spec: str) -> list:
     kinds = [k.strip() for k in (spec or "").split(",") if k.strip()]
     bad = [k for k in kinds if k not in LOG_KINDS]
     if bad:
-        raise ConfigError(f"log names an unknown log {bad[0]!r}; give a comma list of {', '.join(LOG_KINDS)}", ("log",))
+        raise ConfigError(
+            f"{bad[0]!r} is not a known logger; log takes a comma list of {', '.join(LOG_KINDS)}", ("log",)
+        )
     return ["csv"] + [k for k in LOG_KINDS[1:] if k in kinds]
 
 

@@ -17,6 +17,7 @@ from safetensors.numpy import save_file
 RUN_FILES = (
     "gradcraft_config.json",
     "config.json",
+    "generation_config.json",
     "train_config.json",
     "checkpoints",
     "model.safetensors",
@@ -103,13 +104,53 @@ def save_run_weights(model, model_dir: str, fingerprint: str = "") -> str:
 
     metadata = {"tokenizer_fingerprint": fingerprint or "", "config": json.dumps(model.config.to_dict())}
     if hf_exact_family(model.config) is not None:
-        export_hf(model, model_dir, metadata)
+        export_hf(model, model_dir, metadata, _eot_id(model_dir))
         written, stale = "model.safetensors", ("gradcraft_model.safetensors",)
     else:
         save_weights(model, os.path.join(model_dir, "gradcraft_model.safetensors"), fingerprint)
-        written, stale = "gradcraft_model.safetensors", ("model.safetensors", "config.json")
+        written, stale = "gradcraft_model.safetensors", ("model.safetensors", "config.json", "generation_config.json")
     for name in stale:
         path = os.path.join(model_dir, name)
         if os.path.exists(path):
             os.unlink(path)
     return os.path.join(model_dir, written)
+
+
+def _eot_id(model_dir: str) -> int | None:
+    """The run folder's tokenizer's end-of-text id (None: no tokenizer, or none in it)."""
+    from gradcraft.tokenizer import load_tokenizer
+
+    path = os.path.join(model_dir, ckpt.RUN_TOKENIZER)
+    if not os.path.exists(path):
+        return None
+    try:
+        return load_tokenizer(path).eot_id
+    except UserError:
+        return None
+
+
+def not_started(model_dir: str) -> bool:
+    """A run folder whose run was stopped before its first checkpoint: settings saved, no checkpoint,
+    no final weights. `train --resume` starts it again from step 0 (a requeued job reruns one command)."""
+    return not ckpt.list_checkpoints(os.path.join(model_dir, "checkpoints")) and not any(
+        os.path.exists(os.path.join(model_dir, name)) for name in FINAL_WEIGHTS
+    )
+
+
+def portable_path(path: str, model_dir: str) -> str:
+    """How the run folder saves a path: relative to the run folder when it lies inside it (the two move
+    together), else absolute, so that a resume from any working directory finds it."""
+    if not path:
+        return path
+    full, folder = os.path.abspath(path), os.path.abspath(model_dir)
+    if os.path.commonpath([full, folder]) == folder:
+        return os.path.relpath(full, folder)
+    return full
+
+
+def saved_path(path: str, model_dir: str) -> str:
+    """A path as portable_path saved it, made usable from here (older runs saved it as typed)."""
+    if not path or os.path.isabs(path):
+        return path
+    inside = os.path.join(model_dir, path)
+    return inside if os.path.exists(inside) else path

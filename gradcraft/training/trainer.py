@@ -34,6 +34,7 @@ from gradcraft.training.run_folder import (
     RUN_FILES,  # noqa: F401
     check_model_dir,
     clear_run,  # noqa: F401
+    portable_path,
     save_run_weights,
     save_weights,  # noqa: F401
 )
@@ -338,6 +339,8 @@ def saved_train_config(tc: TrainConfig, per_step: int) -> dict:
     a resume on another --nproc keeps it). Not the node count (a run may resume on other nodes) nor
     --zero (checkpoints are whole either way)."""
     values = asdict(replace(tc, target_batch=per_step))
+    values["dataset"] = portable_path(tc.dataset, tc.model_dir)  # found again from any working directory
+    values["model_dir"] = os.path.abspath(tc.model_dir)  # (a resume names the folder it resumes)
     for launch_setting in ("nnodes", "zero"):  # this session's, given again to a resume that wants them
         values.pop(launch_setting)
     return values

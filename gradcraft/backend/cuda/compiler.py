@@ -1,5 +1,12 @@
 """Load the kernel sources in kernels/ and compile them with NVRTC, once per (file, device, options).
 
+The machine code is kept on disk (`cached_cubin`: GRADCRAFT_KERNEL_CACHE, default
+~/.cache/gradcraft/kernels), named by a hash of the whole source text, the target, the options and
+NVRTC's version: a later process, or a later gradcraft whose kernel is unchanged, loads it without
+compiling. The first time a process needs a kernel, every kernel file the cache lacks for the device
+is compiled at once, in parallel threads, with one line saying so (`build_all`); `gradcraft prebuild`
+fills the cache ahead of time (on the GPU machine, or for an architecture on a machine without one).
+
 Sources are plain CUDA C++ with `extern "C"` kernels and no CUDA headers (kernels/common.cuh
 converts bfloat16/float16 by hand), so they compile the same through CuPy on a GPU machine and
 through a bare NVRTC library without one (`nvrtc_compile`, used by tests/test_cuda_compile.py).
@@ -14,6 +21,9 @@ import hashlib
 import importlib.util
 import os
 import re
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 KERNEL_DIR = Path(__file__).parent / "kernels"
@@ -50,13 +60,104 @@ def expand(text: str) -> str:
 
 @functools.cache
 def module(name: str, device_id: int, options: tuple = OPTIONS):
-    """The compiled cupy.RawModule of kernels/<name> for one device (CuPy picks its architecture)."""
+    """kernels/<name> compiled for one device's architecture (sm_XY, as CuPy targets it) and loaded: the
+    machine code from the kernel cache, filled for every kernel file at the first call (warm_cache).
+    An architecture this NVRTC cannot build machine code for goes through cupy.RawModule (CuPy's choice)."""
     import cupy
+    from cupy.cuda import function, nvrtc
 
+    if options == OPTIONS:
+        arch = device_arch(device_id)
+        warm_cache(arch)
+        text = source(name)
+        try:
+            cubin = cached_cubin(text, arch, nvrtc.getVersion(), lambda: cupy_cubin(text, name, arch))
+        except NVRTCError:
+            cubin = None
+        if cubin is not None:
+            with cupy.cuda.Device(device_id):
+                mod = function.Module()
+                mod.load(cubin)
+            return mod
     with cupy.cuda.Device(device_id):
         mod = cupy.RawModule(code=source(name), options=options, backend="nvrtc")
         mod.compile()
     return mod
+
+
+def device_arch(device_id: int) -> str:
+    import cupy
+
+    return f"sm_{cupy.cuda.Device(device_id).compute_capability}"
+
+
+def cupy_cubin(text: str, name: str, arch: str) -> bytes:
+    """Machine code of `text` for `arch` from CuPy's NVRTC (the one whose version keys the cache)."""
+    from cupy.cuda import nvrtc
+
+    prog = nvrtc.createProgram(text, name, [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, [f"--gpu-architecture={arch}", *OPTIONS])  # (CuPy releases the GIL here)
+        except nvrtc.NVRTCError as e:
+            raise NVRTCError(f"{name} ({arch}): {e}\n{nvrtc.getProgramLog(prog)}") from None
+        return nvrtc.getCUBIN(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+def targets(arch: str, names=None) -> list:
+    """(kernel file, target) pairs a device of `arch` runs: every file for `arch`, and on an H100/H200
+    (sm_90) the Hopper files for sm_90a instead (hopper_module)."""
+    names = [p.name for p in kernel_files()] if names is None else list(names)
+    found = [(n, arch) for n in names if n not in HOPPER_FILES]
+    if arch == "sm_90":
+        found += [(n, HOPPER_ARCH) for n in names if n in HOPPER_FILES]
+    return found
+
+
+def missing(pairs, version) -> list:
+    """The (file, target) pairs whose machine code the kernel cache lacks for NVRTC `version`."""
+    return [(n, a) for n, a in pairs if not (_cache_dir() / cubin_name(source(n), a, version)).is_file()]
+
+
+def build_all(pairs, version, compile_one, log=None, workers: int | None = None) -> list:
+    """Compile the pairs the cache lacks into it, in parallel threads (NVRTC's compile runs without the
+    GIL: CuPy calls it `with nogil`, ctypes releases it around every foreign call), after one line on
+    `log`. compile_one(text, name, arch) -> bytes. Returns the pairs built; one that fails is left out
+    (and compiled again, with its error, when it is loaded)."""
+    todo = missing(pairs, version)
+    if not todo:
+        return []
+    if log is not None:
+        log(f"compiling {len(todo)} CUDA kernels (first run only; kept in {_cache_dir()})")
+
+    def one(pair):
+        name, arch = pair
+        text = source(name)
+        try:
+            store_cubin(_cache_dir() / cubin_name(text, arch, version), compile_one(text, name, arch))
+        except (NVRTCError, OSError):
+            return None
+        return pair
+
+    with ThreadPoolExecutor(max_workers=max(1, min(workers or os.cpu_count() or 1, len(todo)))) as pool:
+        return [pair for pair in pool.map(one, todo) if pair is not None]
+
+
+_warmed: set = set()
+_warm_lock = threading.Lock()
+
+
+def warm_cache(arch: str) -> None:
+    """Once per process and architecture: build what the kernel cache lacks for this device, all at once."""
+    from cupy.cuda import nvrtc
+
+    with _warm_lock:
+        if arch in _warmed:
+            return
+        _warmed.add(arch)
+        build_all(targets(arch), nvrtc.getVersion(), cupy_cubin, log=lambda m: print(m, file=sys.stderr, flush=True))
 
 
 @functools.cache
@@ -117,19 +218,8 @@ def hopper_module(name: str, device_id: int):
     from cupy.cuda import function, nvrtc
 
     text = source(name)
-
-    def build() -> bytes:
-        prog = nvrtc.createProgram(text, name, [], [])
-        try:
-            try:
-                nvrtc.compileProgram(prog, [f"--gpu-architecture={HOPPER_ARCH}", *OPTIONS])
-            except nvrtc.NVRTCError as e:
-                raise NVRTCError(f"{name} ({HOPPER_ARCH}): {e}\n{nvrtc.getProgramLog(prog)}") from None
-            return nvrtc.getCUBIN(prog)
-        finally:
-            nvrtc.destroyProgram(prog)
-
-    cubin = cached_cubin(text, HOPPER_ARCH, nvrtc.getVersion(), build)
+    warm_cache(device_arch(device_id))
+    cubin = cached_cubin(text, HOPPER_ARCH, nvrtc.getVersion(), lambda: cupy_cubin(text, name, HOPPER_ARCH))
     with cupy.cuda.Device(device_id):
         mod = function.Module()
         mod.load(cubin)

@@ -98,10 +98,10 @@ HOPPER_VARIANTS = {
     },
 }
 # The variant each kernel runs: the fastest on the H200 over T 512-8192 (bench/attention_kernels.py,
-# BENCHMARK.md). Since session 18: the persistent warp-specialised forward at head dim 128 (1-4% ahead
-# of _ws up to T 4096, level at 8192), and the warp-specialised fused backward at both head dims (at 64
-# 6-30% ahead of _b3 from T 1024, 4% behind at T 512, once the mask and loop cuts of session 17 made
-# its exponentials cheap). A None in dq's or dk/dv's would keep the backward on the mma.sync kernels.
+# BENCHMARK.md): the persistent warp-specialised forward at head dim 128 (1-4% ahead of _ws up to
+# T 4096, level at 8192), and the warp-specialised fused backward at both head dims (at 64 6-30% ahead
+# of _b3 from T 1024, 4% behind at T 512: with the mask tested once a tile, its exponentials are cheap).
+# A None in dq's or dk/dv's would keep the backward on the mma.sync kernels.
 # The fused backward adds dQ up with float32 atomics, whose order varies from run
 # to run; GRADCRAFT_DETERMINISTIC=1 runs DETERMINISTIC_TILES instead, the separate dq kernel (the
 # fastest unfused pair), for a backward that gives the same bits every time (as PyTorch's
@@ -129,8 +129,8 @@ def _name(kind: str, dtype, head_dim: int, dropout: bool = False) -> str:
 
 # Every kernel here launches through packed.Launch: prepared once per shape and layout (the launch
 # plans below), then each call packs its pointers and launches, where CuPy's kernel call converted some
-# 30 NumPy scalars each time (the eager call's host time: bench/attention_host.py, BENCHMARK.md session
-# 19). The kernels' parameters, as struct formats ("P" a device pointer, "q" int64, "i" int32, "I"
+# 30 NumPy scalars each time (the eager call's host time: bench/attention_host.py,
+# BENCHMARK.md). The kernels' parameters, as struct formats ("P" a device pointer, "q" int64, "i" int32, "I"
 # uint32, "f" float32), start with the pointers a call passes.
 _SHAPE = "iiiifii"  # H, Hkv, T, S, scale, causal, window
 _DROP = "PIIf"  # the dropout state, stream id, threshold and scale (the mma.sync kernels only)
@@ -352,7 +352,7 @@ def kv_parts(G: int, D: int) -> int:
     heads that read its key/value head, adding dk and dv up in float32: G (a block per query head, as
     multi-head attention's) where G x D exceeds KV_SWEEP_COLUMNS, else 1 (one block sweeps all G).
     Longer sweeps outgrew L2 (G 8 at head dim 128: 18-26% slower on an H100); shorter ones lose more to
-    the float32 sums than they gain (docs/cuda.md; BENCHMARK.md, session 23)."""
+    the float32 sums than they gain (docs/cuda.md; bench/gqa_split.py, BENCHMARK.md)."""
     return G if G * D > KV_SWEEP_COLUMNS else 1
 
 

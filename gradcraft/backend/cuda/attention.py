@@ -97,8 +97,8 @@ HOPPER_VARIANTS = {
         128: ((64, 1), (64, 2), (64, 1), (64, 1), (64, 2), (64, 2, WARP_SPECIALIZED)),
     },
 }
-# The variant each kernel runs: the fastest on the H200 over T 512-8192 (bench/attention_kernels.py,
-# BENCHMARK.md): the persistent warp-specialised forward at head dim 128 (1-4% ahead of _ws up to
+# The variant each kernel runs: the fastest on the H200 over T 512-8192 (bench/attention_kernels.py
+# times every variant): the persistent warp-specialised forward at head dim 128 (1-4% ahead of _ws up to
 # T 4096, level at 8192), and the warp-specialised fused backward at both head dims (at 64 6-30% ahead
 # of _b3 from T 1024, 4% behind at T 512: with the mask tested once a tile, its exponentials are cheap).
 # A None in dq's or dk/dv's would keep the backward on the mma.sync kernels.
@@ -200,7 +200,7 @@ def _seq_major(shape, dtype, memory=None):
 
 
 # The scalar arguments below are cached by value: an eager call would otherwise rebuild them for the same
-# few layouts and shapes (bench/attention.py --host_profile, BENCHMARK.md).
+# few layouts and shapes (bench/attention.py --host_profile shows where an eager call's host time goes).
 
 
 @functools.lru_cache(maxsize=1024)
@@ -524,7 +524,7 @@ def backward_launches(
     (On mma.sync, adding dq up with scalar atomics inside the dk/dv kernel measured 4% slower than
     the separate dq kernel at gpt2-124m's shapes on an H200; on wgmma, with dS^T staged in shared
     memory and 16-byte vector reductions in the accumulator's register order, the fused kernel is
-    the faster, most at long sequences: bench/attention_kernels.py, BENCHMARK.md.)"""
+    the faster, most at long sequences: bench/attention_kernels.py times both.)"""
     if dk.strides != dv.strides:  # the dk/dv kernel writes both through one set of strides
         raise ValueError("flash attention: dk and dv must share a layout")
     pointers, strides = (dq.data.ptr, dk.data.ptr, dv.data.ptr), (_strides(dq), _strides(dk))

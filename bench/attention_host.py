@@ -11,7 +11,7 @@ the host has issued the next and the times below are the host's alone. Each line
 
 - cupy: the CuPy calls a launcher makes (allocation, array construction, device and stream queries);
 - launch: one forward kernel launched by CuPy's kernel call (its 30-odd arguments NumPy scalars, the
-  path the launchers took before session 19), by packed.launch (every argument packed into one buffer)
+  path CuPy's own launch path), by packed.launch (every argument packed into one buffer)
   and by a prepared packed.Launch (only the pointers packed: the launchers' path);
 - launchers: backend/cuda/attention.py's forward and backward (every launch of a call);
 - engine: gradcraft's scaled_dot_product_attention on tensors, building the graph, realizing it,

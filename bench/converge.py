@@ -16,7 +16,7 @@ validation loss; with several seeds, the mean differences.
 
     python bench/converge.py                                   # CPU, tiny model: a few minutes on 2 cores
     python bench/converge.py --steps 100 --seed 0,1,2
-    python bench/converge.py --recipe gpu --device cuda --seed 0,1,2    # issue 12's recipe (10.8M, bf16)
+    python bench/converge.py --recipe gpu --device cuda --seed 0,1,2    # the GPU recipe (10.8M, bf16)
     python bench/converge.py --json curves.json --plot curves.png
 
 Flags after --recipe override the recipe's values (--dropout, --layers, --dim, ...).
@@ -59,7 +59,7 @@ RECIPES = {
         dtype="float32",
         threads=1,
     ),
-    # issue 12's recipe: 10.8M parameters, 5,000 steps of 64 x 256 bytes, bf16
+    # the GPU recipe: 10.8M parameters, 5,000 steps of 64 x 256 bytes, bf16
     "gpu": dict(
         corpus_mb=1.1,
         layers=6,

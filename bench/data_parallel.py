@@ -2,7 +2,7 @@
 PyTorch DistributedDataParallel, both over NCCL, same model and per-GPU batch, in one run.
 
     python bench/data_parallel.py --preset mallmoc --batch 16 --seq 512 --nproc 2 --tf32
-    python bench/data_parallel.py --preset gpt2-124m --batch 16 --seq 1024 --nproc 2 --bf16   # issue 17
+    python bench/data_parallel.py --preset gpt2-124m --batch 16 --seq 1024 --nproc 2 --bf16   # bf16 mixed precision
 
 For each side, on 1 GPU and on N GPUs: ms/step and tokens/s (all GPUs together), the scaling
 (N-GPU tokens/s / 1-GPU tokens/s) and the ratio ours / PyTorch. Ours is the trainer's GradientStep

@@ -38,7 +38,7 @@ want dropout && run dropout $T --label "6x384 dropout 0.2 bf16" --preset gpt2-12
 want mallmoc_tf32 && run mallmoc_tf32 $T --label "mallmoc TF32" --preset mallmoc --batch 16 --seq 512 --tf32 --baseline sdpa
 want fp32 && run fp32 $T --label "mallmoc fp32" --preset mallmoc --batch 16 --seq 512 --baseline eager
 # attention: wall clock against SDPA, each side's kernels (CUPTI) and host phases; then every kernel variant
-# (--repeat 10 --rounds 5 --gpu_time is the sweep BENCHMARK.md reports against the 0.9x-of-SDPA goal)
+# (--repeat 10 --rounds 5 --gpu_time is the sweep BENCHMARK.md reports)
 want attention && run attention $PY bench/attention.py --repeat 10 --rounds 5 --gpu_time --phases
 want attention && run attention_kernels $PY bench/attention_kernels.py --repeat 10
 want attention && run attention_host $PY bench/attention_host.py  # (our host time per call, piece by piece)

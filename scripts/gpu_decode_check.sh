@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a machine with an NVIDIA GPU: check and time decoding and serving (issue 15) in one go.
+# On a machine with an NVIDIA GPU: check and time decoding and serving in one go.
 #   bash scripts/gpu_decode_check.sh [OUT_DIR]      (logs go to OUT_DIR, default /tmp/gpu_decode)
 # 1. the CUDA tests of the decoding path: kernels (gemv, KV-cache attention, sampling, argmax), the
 #    captured decoding step and its one-step-ahead loop, the scheduler;

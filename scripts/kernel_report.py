@@ -6,7 +6,7 @@
 The kernel files are built as the GPU machine builds them (compiler.nvrtc_cubin: the Hopper files for
 sm_90a, the others for --arch), ptxas's verbose report gives each kernel's registers and spilled bytes,
 and nvdisasm (the nvidia-cuda-nvdisasm wheel's, or CUDA's) counts the lines of each kernel's SASS. Run on
-two checkouts, it gives the before and after of a kernel change (BENCHMARK.md's session 17); it also
+two checkouts, it gives the before and after of a kernel change; it also
 prints ptxas's warnings that a kernel's wgmma products were serialised (C7512-C7514).
 """
 

@@ -271,7 +271,7 @@ MUTANTS = [
         ("tests/test_tokenizer.py",),
         "BPE training merges pairs by out-of-date counts",
     ),
-    # ---- decoding (issue 15)
+    # ---- decoding
     M(
         "stepped_prompt_feeds_the_previous_token",
         "gradcraft/inference/scheduler.py",
@@ -312,7 +312,7 @@ MUTANTS = [
         ("tests/test_generate.py",),
         "the decoding step loses the attention's output from the residual stream",
     ),
-    # ---- session 9: grouped casts, the graph after backward, linear_bias
+    # ---- grouped casts, the graph after backward, linear_bias
     M(
         "late_cast_group_moves_past_a_write",
         "gradcraft/engine/grouping.py",

@@ -13,9 +13,9 @@ Hopper kernels on and off, deterministic mode, and every Hopper variant (persist
 blocks too); --quick, a few of them. `compare` says, launch by launch, whether two recordings agree,
 agree but for the order of a launch's arguments, or differ (exit status 1 unless all agree).
 
-What it is for: a change to the launchers on a machine without a GPU (BENCHMARK.md, session 19) can
-be shown to hand the kernels exactly what a GPU-tested tree handed them. It does not run a kernel. It
-reads trees whose launchers go through packed.py (gradcraft from session 19 on).
+What it is for: a change to the launchers made on a machine without a GPU can be shown to hand the
+kernels exactly what a GPU-tested tree handed them. It does not run a kernel. It reads trees whose
+launchers go through packed.py.
 """
 
 import argparse
@@ -143,7 +143,7 @@ def _kernel_types(attention, name: str) -> str:
     if name.startswith("hopper_fwd_"):
         persistent = "_wsp" in name or "_wssp" in name
         return attention.PERSISTENT_FWD_TYPES if persistent else attention.FWD_TYPES
-    if name.startswith("hopper_bwd_fused") and name.endswith("_ws"):  # (a tree before session 23: no dkv_acc, parts)
+    if name.startswith("hopper_bwd_fused") and name.endswith("_ws"):  # (an older tree: no dkv_acc, parts)
         return getattr(attention, "WS_BWD_TYPES", attention.FUSED_TYPES)
     for prefix, constant in (
         ("hopper_bwd_dq_convert", "CONVERT_TYPES"),
@@ -236,7 +236,7 @@ def record(tree: str, out: str, quick: bool) -> int:
     if not os.path.isfile(os.path.join(tree, "gradcraft", "backend", "cuda", "packed.py")):
         print(
             f"error: {tree} has no gradcraft/backend/cuda/packed.py; give --tree a gradcraft checkout "
-            "from session 19 on",
+            "whose attention launchers go through packed.py",
             file=sys.stderr,
         )
         return 2

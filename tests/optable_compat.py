@@ -1,4 +1,4 @@
-"""The op table's rows for the PyTorch-compatibility surface (issue 14): rounding and number tests,
+"""The op table's rows for the PyTorch-compatibility surface: rounding and number tests,
 sorting, norms, einsum and the products, the composed losses and activations, boolean-mask indexing,
 and in-place operations recorded by autograd. Checked by tests/test_ops_compat.py with the same
 harness as tests/optable.py (forward and gradient against PyTorch, float64 and float32, strided inputs).

@@ -1,7 +1,7 @@
 """Every numeric flag of every subcommand is range-checked where it is defined (a `Value` type from
 cli/common.py): out-of-range, non-finite and non-numeric values are one `error:` line and exit 2,
 while parsing, before any work. The table of bad values is derived from each flag's own range, so a
-new flag is covered as soon as it exists; the issue's cases are listed explicitly as well."""
+new flag is covered as soon as it exists; hand-picked cases are listed explicitly as well."""
 
 import argparse
 import math
@@ -55,7 +55,7 @@ def _bad_values(kind: Value) -> list:
 
 DERIVED = [pytest.param(c, f, v, id=f"{c}{f}={v}") for c, f, a in NUMERIC for v in _bad_values(a.type)]
 
-# the issue's cases (issue 19, items 5 and 6), spelled out
+# hand-picked bad values, spelled out so that they stay covered whatever the derived table becomes
 ISSUE = [
     ("train", "--max_lr", "-1"),
     ("train", "--warmup_steps", "-10"),

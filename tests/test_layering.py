@@ -61,8 +61,8 @@ MODEL_IMPORTS = (
     "gradcraft.validation",
 )  # validation: the configs' field declarations (setting, Value)
 
-# Known violations: none left (issue 16 removed the last: memory accounting now in backend/, process
-# groups through the device registry, kernel status asked of the backend). Keep it empty.
+# Known violations: none (memory accounting lives in backend/, process groups go through the device
+# registry, kernel status is asked of the backend). Keep it empty.
 EXCEPTIONS: set = set()
 
 

@@ -1,5 +1,5 @@
 """A mismatched optimizer state (a damaged or foreign checkpoint) must give a one-line UserError,
-never an out-of-bounds read or write in a native kernel (issue 19).
+never an out-of-bounds read or write in a native kernel.
 
 The CPU cases run in a subprocess: if a kernel did write out of bounds, the child would crash
 (non-zero exit, a signal) instead of taking pytest down with it."""

@@ -1,4 +1,4 @@
-"""Issue 19: one `gradcraft train` per run folder (an OS lock on <model_dir>/.lock), and SIGTERM
+"""One `gradcraft train` per run folder (an OS lock on <model_dir>/.lock), and SIGTERM
 handled like Ctrl-C (the newest checkpoint and the resume command, no temporaries left, exit 143)."""
 
 import os

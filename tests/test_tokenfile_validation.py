@@ -1,4 +1,4 @@
-"""Damaged token files give one `error:` line, never a traceback (issue 19): bad header fields,
+"""Damaged token files give one `error:` line, never a traceback: bad header fields,
 truncation, and token ids outside the vocabulary (which used to be an IndexError mid-training)."""
 
 import struct

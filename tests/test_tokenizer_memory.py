@@ -1,4 +1,4 @@
-"""Tokenizer memory is bounded whatever the line length (issue 19), and chunking changes nothing.
+"""Tokenizer memory is bounded whatever the line length, and chunking changes nothing.
 
 A file with no newline used to be one chunk: counting and encoding held every piece of the whole
 file at once, and `--sample_mb` took the whole file. Files are now cut after a newline, else

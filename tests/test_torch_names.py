@@ -1,4 +1,4 @@
-"""The everyday torch / torch.nn / torch.optim names (issue 14), each checked against PyTorch:
+"""The everyday torch / torch.nn / torch.optim names, each checked against PyTorch:
 optimizers and schedulers step for step, gc.save/gc.load, print(model), buffers, clipping and the
 small tensor helpers."""
 

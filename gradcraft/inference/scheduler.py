@@ -125,7 +125,7 @@ def default_step_prompts(device) -> int:
     """Prompts of at most this many tokens are fed through the decoding step by default: 32 on a GPU,
     where a replayed step costs ~30x less than an eager prefill pass (llama-110m on an H200: ~0.5 ms
     against ~27 ms); none on the CPU, where a prefill pass costs about one step and feeding a prompt
-    a token a step only delays its first token (`bench/serve.py --step_prompts`, BENCHMARK.md)."""
+    a token a step only delays its first token (measured with `bench/serve.py --step_prompts`)."""
     return 32 if str(device).startswith("cuda") else 0
 
 

@@ -97,11 +97,11 @@ HOPPER_VARIANTS = {
         128: ((64, 1), (64, 2), (64, 1), (64, 1), (64, 2), (64, 2, WARP_SPECIALIZED)),
     },
 }
-# The variant each kernel runs: the fastest on the H200 over T 512-8192 (bench/attention_kernels.py,
-# BENCHMARK.md). Since session 18: the persistent warp-specialised forward at head dim 128 (1-4% ahead
-# of _ws up to T 4096, level at 8192), and the warp-specialised fused backward at both head dims (at 64
-# 6-30% ahead of _b3 from T 1024, 4% behind at T 512, once the mask and loop cuts of session 17 made
-# its exponentials cheap). A None in dq's or dk/dv's would keep the backward on the mma.sync kernels.
+# The variant each kernel runs: the fastest on the H200 over T 512-8192 (bench/attention_kernels.py
+# times every variant): the persistent warp-specialised forward at head dim 128 (1-4% ahead of _ws up to
+# T 4096, level at 8192), and the warp-specialised fused backward at both head dims (at 64 6-30% ahead
+# of _b3 from T 1024, 4% behind at T 512: with the mask tested once a tile, its exponentials are cheap).
+# A None in dq's or dk/dv's would keep the backward on the mma.sync kernels.
 # The fused backward adds dQ up with float32 atomics, whose order varies from run
 # to run; GRADCRAFT_DETERMINISTIC=1 runs DETERMINISTIC_TILES instead, the separate dq kernel (the
 # fastest unfused pair), for a backward that gives the same bits every time (as PyTorch's
@@ -129,8 +129,8 @@ def _name(kind: str, dtype, head_dim: int, dropout: bool = False) -> str:
 
 # Every kernel here launches through packed.Launch: prepared once per shape and layout (the launch
 # plans below), then each call packs its pointers and launches, where CuPy's kernel call converted some
-# 30 NumPy scalars each time (the eager call's host time: bench/attention_host.py, BENCHMARK.md session
-# 19). The kernels' parameters, as struct formats ("P" a device pointer, "q" int64, "i" int32, "I"
+# 30 NumPy scalars each time (the eager call's host time: bench/attention_host.py,
+# BENCHMARK.md). The kernels' parameters, as struct formats ("P" a device pointer, "q" int64, "i" int32, "I"
 # uint32, "f" float32), start with the pointers a call passes.
 _SHAPE = "iiiifii"  # H, Hkv, T, S, scale, causal, window
 _DROP = "PIIf"  # the dropout state, stream id, threshold and scale (the mma.sync kernels only)
@@ -200,7 +200,7 @@ def _seq_major(shape, dtype, memory=None):
 
 
 # The scalar arguments below are cached by value: an eager call would otherwise rebuild them for the same
-# few layouts and shapes (bench/attention.py --host_profile, BENCHMARK.md).
+# few layouts and shapes (bench/attention.py --host_profile shows where an eager call's host time goes).
 
 
 @functools.lru_cache(maxsize=1024)
@@ -352,7 +352,7 @@ def kv_parts(G: int, D: int) -> int:
     heads that read its key/value head, adding dk and dv up in float32: G (a block per query head, as
     multi-head attention's) where G x D exceeds KV_SWEEP_COLUMNS, else 1 (one block sweeps all G).
     Longer sweeps outgrew L2 (G 8 at head dim 128: 18-26% slower on an H100); shorter ones lose more to
-    the float32 sums than they gain (docs/cuda.md; BENCHMARK.md, session 23)."""
+    the float32 sums than they gain (docs/cuda.md; bench/gqa_split.py, BENCHMARK.md)."""
     return G if G * D > KV_SWEEP_COLUMNS else 1
 
 
@@ -524,7 +524,7 @@ def backward_launches(
     (On mma.sync, adding dq up with scalar atomics inside the dk/dv kernel measured 4% slower than
     the separate dq kernel at gpt2-124m's shapes on an H200; on wgmma, with dS^T staged in shared
     memory and 16-byte vector reductions in the accumulator's register order, the fused kernel is
-    the faster, most at long sequences: bench/attention_kernels.py, BENCHMARK.md.)"""
+    the faster, most at long sequences: bench/attention_kernels.py times both.)"""
     if dk.strides != dv.strides:  # the dk/dv kernel writes both through one set of strides
         raise ValueError("flash attention: dk and dv must share a layout")
     pointers, strides = (dq.data.ptr, dk.data.ptr, dv.data.ptr), (_strides(dq), _strides(dk))

@@ -20,7 +20,7 @@ def _full(shape, value, dtype):
 
 def _arange(start, stop, step, dtype, shape):
     # Computed on the device (a host array would be a copy that CUDA-graph capture cannot record):
-    # start + i * step in int64 or float64, then cast, as cpu.py does.
+    # start + i * step in int64 or float64, then cast, as backend/cpu/creation.py does.
     exact = np.int64 if all(isinstance(v, (int, np.integer)) for v in (start, stop, step)) else np.float64
     return cp.arange(start, stop, step, dtype=exact).astype(dtype, copy=False)
 

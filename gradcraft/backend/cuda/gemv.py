@@ -44,7 +44,7 @@ def applies(rows: int, N: int, K: int, a_t: bool, b_t: bool, ldb: int, stride_b:
 def outputs_per_warp(N: int, K: int) -> int:
     """2 for wide layers of short rows (gate+up, gpt2's fc: 2.6-2.8 us against 3.3-3.5 with 1), else 1;
     an output layer (N >= MAX_COLUMNS) is faster with 1 again (gpt2's 50257 x 768: 22.0 us against
-    25.1 with 2, bench/decode_kernels.py --shapes head, H200 session 10)."""
+    25.1 with 2, bench/decode_kernels.py --shapes head, on an H200)."""
     return 2 if K <= 1024 and 3072 <= N < MAX_COLUMNS else 1
 
 

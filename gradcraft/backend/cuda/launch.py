@@ -56,7 +56,7 @@ def acc_param(a, like) -> cp.ndarray | None:
 
 
 def wide(a: cp.ndarray) -> cp.ndarray:
-    """float32 for half-precision inputs: arithmetic happens there and rounds once (cpu.py's rule)."""
+    """float32 for half-precision inputs: arithmetic happens there and rounds once (backend/cpu/common.py's rule)."""
     return a.astype(np.float32) if a.dtype in HALF else a
 
 

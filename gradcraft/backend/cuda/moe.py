@@ -6,7 +6,7 @@ from gradcraft.backend.cuda import launch as L
 
 
 def _moe_permute(x, slot, rows):
-    """cpu.py's moe_permute: one scatter of token rows to their expert slots (no atomics)."""
+    """backend/cpu/moe.py's _moe_permute: one scatter of token rows to their expert slots (no atomics)."""
     out = cp.zeros((rows, x.shape[1]), dtype=x.dtype)
     out[slot.reshape(-1)] = cp.repeat(x, slot.shape[1], axis=0)
     return out

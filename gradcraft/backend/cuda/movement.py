@@ -58,7 +58,7 @@ def _copy_rows(dst, src) -> bool:
 
 
 def _put_slices(*gs, specs, shape):
-    """Zeros of `shape` with each g added at its slices (cpu.py's put_slices): plain slice writes,
+    """Zeros of `shape` with each g added at its slices (backend/cpu/gather.py's _put_slices): plain slice writes,
     no atomics; no zero-fill when the slices tile the output along one axis."""
     if all(g.dtype == gs[0].dtype for g in gs) and slices_tile_one_axis(specs, shape):
         out = L.empty(shape, gs[0].dtype)  # plain copies: no arithmetic, so no widening

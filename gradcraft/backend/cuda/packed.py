@@ -2,7 +2,7 @@
 
 CuPy's kernel call turns each argument into a C value one by one (a NumPy scalar, an array's
 pointer), some 0.2 us each: about 11 us for the flash kernels' 30-odd arguments, four times per
-eager attention call (BENCHMARK.md, sessions 15 and 19). Here the launcher names the arguments'
+eager attention call (bench/attention_host.py, BENCHMARK.md). Here the launcher names the arguments'
 C types once, as a `struct` format ("P" a device pointer, "q" int64, "i" int32, "I" uint32, "f"
 float32), `struct` writes the values into a per-thread buffer in one call, and the driver's
 cuLaunchKernel takes that buffer whole (its `extra` argument, CU_LAUNCH_PARAM_BUFFER_POINTER),

@@ -25,7 +25,7 @@ def _attention_probs(q, k, mask, scale, causal, window):
 
 
 def _wide_attention(fn):
-    """Half-precision attention runs in float32 and rounds once at the end, as cpu.py does."""
+    """Half-precision attention runs in float32 and rounds once at the end, as backend/cpu/attention.py does."""
 
     def kernel(q, k, v, *rest, **attrs):
         if q.dtype not in L.HALF:

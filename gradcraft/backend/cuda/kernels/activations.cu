@@ -1,5 +1,5 @@
 // GELU (erf and tanh forms), SiLU and SwiGLU, forward and backward, over contiguous arrays.
-// Formulas are cpu.py's _gelu, _gelu_backward, _silu, _silu_backward, _swiglu, _swiglu_backward.
+// Formulas are backend/cpu/activations.py's _gelu, _gelu_backward, _silu, _silu_backward, _swiglu, _swiglu_backward.
 //
 // Memory-bound: each thread moves VEC = 16 / sizeof(T) values per access (`_v` kernels: every pointer
 // 16-byte aligned; SwiGLU also needs F % VEC == 0) or one (`_s` kernels), two accesses in flight per

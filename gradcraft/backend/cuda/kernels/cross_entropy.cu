@@ -179,7 +179,7 @@ __device__ __forceinline__ void cross_entropy_body(const T* logits, const i64* t
         loss[row] = store<LT>(out);
     }
     if (dlogits) {
-        // g * valid, not a branch: a NaN g (a mean over no valid rows) stays NaN, as in cpu.py
+        // g * valid, not a branch: a NaN g (a mean over no valid rows) stays NaN, as in backend/cpu/cross_entropy.py
         A scale = (A)grad_scale * (g ? (A)to_float(g[row]) : (A)1) * (valid ? (A)1 : (A)0);
         if (valid && !in_range) scale = quiet_nan<A>();
         const A hit = (A)1 - ls, floor_ = ls / (A)C;

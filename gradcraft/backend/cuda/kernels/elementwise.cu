@@ -1,5 +1,5 @@
 // Binary arithmetic (add, sub, mul, div, maximum, minimum) in one pass: load, compute in the
-// accumulator type (float, or double for float64), round once (cpu.py's rule for float16/bfloat16).
+// accumulator type (float, or double for float64), round once (backend/cpu/common.py's rule for float16/bfloat16).
 // For contiguous operands where b has a's shape, or a's trailing shape (a bias, repeated along a's
 // leading axes: b_n of its values), or one element (x * scalar). Other layouts go through CuPy's own
 // elementwise routines.

@@ -12,7 +12,7 @@
 // slot 0 for the chunk's first run, slot 1 for its last. embedding_bwd_join then lets the chunk where
 // such a run starts add its slot and the slot 0 of each following chunk the run covers, and write the
 // sum. Every table row is written at most once; the caller zeroes the table first. Long runs (a
-// frequent token) are spread over many warps. Out-of-range ids are skipped (cpu.py raises).
+// frequent token) are spread over many warps. Out-of-range ids are skipped (backend/cpu/embedding.py raises).
 #include "common.cuh"
 
 // ---------------------------------------------------------------- forward

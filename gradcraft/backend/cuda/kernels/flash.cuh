@@ -128,8 +128,8 @@ __device__ __forceinline__ void zero_masked_cols(Tiles p, const Mask& mask, int 
 // %nsmid is an upper bound on the SM ids (it can exceed the SMs present); tile_order uses it only
 // for the smallest section size, which an overestimate merely lengthens. Rows of few tiles go row by
 // row, and a grid's block then takes (blockIdx.x, blockIdx.y) as they stand, with no %nsmid and no
-// sections' arithmetic: computed and then discarded, that cost 2-5% of the kernel at T 512-1024 (an
-// H100, session 22) and an 8-byte spill in the default head-dim-128 fused backward.
+// sections' arithmetic: computed and then discarded, that cost 2-5% of the kernel at T 512-1024 (on
+// an H100) and an 8-byte spill in the default head-dim-128 fused backward.
 __device__ __forceinline__ TileOrder tile_order(int index, int tiles, int rows, int row_kb) {
     if (tiles < FLASH_ORDER_MIN_TILES) return tile_order(index, tiles, rows, row_kb, 0);
     unsigned sms;

@@ -2,9 +2,9 @@
 //
 // The forward also serves attention: the row's scores are x * scale (+ mask, float32, x's shape), and
 // with `causal` or `window` the row is query i = row % T + (S - T) of a (.., T, S) score matrix
-// (queries are the last T positions, the KV-cache layout of cpu.py's _attention_probs). Keys j > i
+// (queries are the last T positions, the KV-cache layout of backend/cpu/softmax.py's _position_mask). Keys j > i
 // (causal) or j <= i - window are excluded: probability 0 (log: -inf), and are not read. A row with
-// nothing left is NaN, as in cpu.py.
+// nothing left is NaN, as in backend/cpu/softmax.py.
 //
 // Layouts as in norms.cu, picked by rows.py from C, each with VEC = 16 / sizeof(T) or VEC = 1:
 //   warp:  one row per warp, in registers (E values a lane), C <= 32 * E: max, sum of exps, write;
@@ -67,7 +67,7 @@ __device__ __forceinline__ void softmax_fwd_regs(const T* __restrict__ x, T* __r
         for (int i = 0; i < VEC; ++i) mx = fmx(mx, v[k][i]);
     mx = row_max<WARP>(mx, scratch);
     T* yr = y + row * C;
-    if (mx == neg_inf<A>()) {  // nothing allowed (or every score -inf): NaN, as 0/0 in cpu.py
+    if (mx == neg_inf<A>()) {  // nothing allowed (or every score -inf): NaN, as 0/0 in backend/cpu/softmax.py
         store_row<A, NV, VEC>(yr, th, [](int, int, A* t) {
 #pragma unroll
             for (int i = 0; i < VEC; ++i) t[i] = quiet_nan<A>();

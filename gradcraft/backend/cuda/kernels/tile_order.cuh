@@ -9,7 +9,7 @@
 // longest tiles first, then the next longest and so on (longest processing time first), so that a
 // launch ends on short tiles. Only for rows of FLASH_ORDER_MIN_TILES tiles or more: with fewer (short
 // sequences) the tiles' work differs little, and taking a row's tiles together, as the grid stands,
-// measured faster (an H100, session 20: at T 512, head dim 64, 512 rows of 8 query tiles forward
+// measured faster (on an H100: at T 512, head dim 64, 512 rows of 8 query tiles forward
 // and 4 key tiles backward, sections of 192 rows made the backward 24% slower and the forward 13%,
 // a row's streamed tensor no longer staying in L2 between its tiles; from 16 tiles a row on, it was level or faster, up to 10% at T 8192 and 6% with
 // grouped-query attention). A section holds as many rows as keep their working set (row_kb a row, in

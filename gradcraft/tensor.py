@@ -253,7 +253,7 @@ class Tensor:
         graph for another backward, as in PyTorch. on_grad_ready(leaf, buffer) is called as
         each leaf's gradient is issued, during the backward (data parallelism's buckets).
         """
-        from gradcraft.autograd import backward
+        from gradcraft.autograd.engine import backward
 
         if create_graph or inputs is not None:
             raise UserError(

@@ -28,6 +28,9 @@ LAYERS = {
     "serialization": 6,
     "nn": 7,
     "optim": 7,
+    "distributions": 7,  # torch.distributions (public ops only)
+    "onnx": 7,  # torch.onnx: export refused with one line
+    "utils": 8,  # torch.utils (tensorboard's SummaryWriter, data loading)
     "tokenizer": 8,
     "data": 8,
     "models": 9,

@@ -210,3 +210,4 @@ _sys.modules["gradcraft.device"].__class__ = _DeviceModule
 from gradcraft import cuda, nn, optim  # noqa: E402,F401  (after the Tensor methods are attached)
 from gradcraft import autograd  # noqa: E402,F401  (torch.autograd: Function, grad, backward)
 from gradcraft import distributions  # noqa: E402,F401  (torch.distributions)
+from gradcraft import onnx  # noqa: E402,F401  (torch.onnx: export refused with one line)

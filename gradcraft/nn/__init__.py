@@ -28,3 +28,4 @@ from gradcraft.nn.loss import (
     SmoothL1Loss,
 )
 from gradcraft.nn.module import Module, ModuleDict, ModuleList, Parameter, Sequential  # noqa: F401
+from gradcraft.nn import parallel  # noqa: E402,F401  (torch.nn.parallel: DistributedDataParallel)

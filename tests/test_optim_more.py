@@ -133,3 +133,13 @@ def test_signatures(name):
         if key not in ("self", "params"):
             assert ours[key].default == theirs[key].default, key
             assert ours[key].kind == theirs[key].kind, key
+
+
+def test_state_is_keyed_by_the_parameter():
+    for lib in (gc, torch):
+        w = lib.zeros(3, requires_grad=True)
+        opt = lib.optim.Adamax([w], lr=0.1)
+        (w - 1).pow(2).sum().backward()
+        opt.step()
+        assert w in opt.state and sorted(opt.state[w]) == ["exp_avg", "exp_inf", "step"]
+        np.testing.assert_allclose(np.asarray(opt.state[w]["exp_avg"]), [-0.2] * 3, rtol=1e-6)

@@ -24,6 +24,18 @@ from pathlib import Path
 PROGRAMS = Path(__file__).parent / "programs"
 EDIT_MARK = "# gradcraft-edit:"
 _SUBMODULES = ("nn", "nn.functional", "nn.init", "nn.utils", "optim", "optim.lr_scheduler")
+# More torch submodules; one whose module cannot be imported (tensorboard not installed) is left out.
+_MORE_SUBMODULES = (
+    "autograd",
+    "autograd.function",
+    "distributions",
+    "serialization",
+    "onnx",
+    "nn.parallel",
+    "distributed",
+    "utils",
+    "utils.tensorboard",
+)
 _IGNORED = re.compile(
     r"dtype=[\w.]+|device='[^']*'|grad_fn=<\w+>|torch\.return_types\.\w+|\w+Result|"
     r"gradcraft\.[\w.]+|torch\.[\w.]+"
@@ -61,10 +73,14 @@ def torch_is(library: str):
         return
     import gradcraft
 
-    saved = {name: sys.modules.get(name) for name in ["torch"] + [f"torch.{s}" for s in _SUBMODULES]}
+    names = ["torch"] + [f"torch.{s}" for s in _SUBMODULES + _MORE_SUBMODULES]
+    saved = {name: sys.modules.get(name) for name in names}
     sys.modules["torch"] = gradcraft
     for sub in _SUBMODULES:
         sys.modules[f"torch.{sub}"] = importlib.import_module(f"gradcraft.{sub}")
+    for sub in _MORE_SUBMODULES:
+        with contextlib.suppress(ImportError):
+            sys.modules[f"torch.{sub}"] = importlib.import_module(f"gradcraft.{sub}")
     try:
         yield
     finally:

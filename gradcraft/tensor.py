@@ -78,7 +78,7 @@ class Tensor:
         self._index = 0
         self._version = 0
         self._readers = None  # weak references to the nodes that read this tensor (ops/function.py)
-        self._graph_freed = False  # a backward pass freed the graph behind it (autograd.py)
+        self._graph_freed = False  # a backward pass freed the graph behind it (autograd/engine.py)
         self.requires_grad = requires_grad
 
     @classmethod

@@ -3,7 +3,7 @@
 from gradcraft.errors import UserError
 
 
-def export(model, args=(), f=None, *pos, **kwargs):
+def export(model, args=(), f=None, **options):
     raise UserError(
         "ONNX export is not supported by gradcraft; save the weights with gradcraft.save(model.state_dict(), path) "
         "(a safetensors file) and export from PyTorch if you need an ONNX file"

@@ -274,10 +274,11 @@ def all_gather_object(object_list: list, obj, group=None) -> None:
         object_list[r] = pickle.loads(every[r, : sizes[r]].tobytes())
 
 
-def broadcast_object_list(object_list: list, src: int = 0, group=None, device=None) -> None:
+def broadcast_object_list(object_list: list, src: int | None = None, group=None, device=None, group_src=None) -> None:
+    src = group_src if src is None else src
     gathered: list = [None] * _group(group).world
     all_gather_object(gathered, list(object_list), group)
-    object_list[:] = gathered[src]
+    object_list[:] = gathered[src or 0]
 
 
 def barrier(group=None, async_op: bool = False, device_ids=None, timeout=None):
@@ -289,7 +290,14 @@ def barrier(group=None, async_op: bool = False, device_ids=None, timeout=None):
 
 
 def new_group(
-    ranks=None, timeout=None, backend=None, pg_options=None, use_local_synchronization=False, group_desc=None
+    ranks=None,
+    timeout=None,
+    backend=None,
+    pg_options=None,
+    use_local_synchronization=False,
+    group_desc=None,
+    device_id=None,
+    sort_ranks=True,
 ):
     g = _group()
     if ranks is not None and sorted(ranks) != list(range(g.world)):

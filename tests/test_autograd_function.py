@@ -255,3 +255,25 @@ def test_grad_fn_names_and_next_functions():
 def test_variable():
     v = gc.autograd.Variable(gc.tensor([1.0, 2.0]), requires_grad=True)
     assert isinstance(v, gc.Tensor) and v.requires_grad and isinstance(v, gc.autograd.Variable)
+
+
+def test_grad_modes():
+    for lib in (gc, torch):
+        x = lib.tensor([1.0, 2.0], requires_grad=True)
+        with lib.autograd.set_grad_enabled(False):
+            assert not (x * 2).requires_grad
+        assert (x * 2).requires_grad
+        lib.autograd.set_grad_enabled(False)
+        assert not (x * 2).requires_grad
+        lib.autograd.set_grad_enabled(True)
+        assert (x * 2).requires_grad
+        with lib.autograd.inference_mode():
+            assert not (x * 2).requires_grad
+        with lib.autograd.inference_mode(False):
+            assert (x * 2).requires_grad
+
+        @lib.autograd.set_grad_enabled(False)
+        def doubled(t):
+            return t * 2
+
+        assert not doubled(x).requires_grad and (x * 2).requires_grad

@@ -8,6 +8,7 @@ functional.py  grad(outputs, inputs), backward(tensors), Variable
 from gradcraft.autograd import function  # noqa: F401
 from gradcraft.autograd.function import Function, FunctionCtx, InplaceFunction, once_differentiable
 from gradcraft.autograd.functional import Variable, backward, grad
+from gradcraft.autograd.grad_mode import inference_mode, set_grad_enabled
 from gradcraft.ops.function import enable_grad, is_grad_enabled, no_grad
 
 __all__ = [
@@ -18,7 +19,9 @@ __all__ = [
     "backward",
     "enable_grad",
     "grad",
+    "inference_mode",
     "is_grad_enabled",
     "no_grad",
     "once_differentiable",
+    "set_grad_enabled",
 ]

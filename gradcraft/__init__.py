@@ -211,3 +211,4 @@ from gradcraft import cuda, nn, optim  # noqa: E402,F401  (after the Tensor meth
 from gradcraft import autograd  # noqa: E402,F401  (torch.autograd: Function, grad, backward)
 from gradcraft import distributions  # noqa: E402,F401  (torch.distributions)
 from gradcraft import onnx  # noqa: E402,F401  (torch.onnx: export refused with one line)
+from gradcraft import multiprocessing  # noqa: E402,F401  (torch.multiprocessing: spawn)

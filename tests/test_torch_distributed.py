@@ -165,3 +165,21 @@ def test_single_process_queries_and_errors(monkeypatch):
     finally:
         dist.destroy_process_group()
     assert not dist.is_initialized()
+
+
+def test_multiprocessing_spawn(tmp_path):
+    import spawn_targets
+
+    mp = gc.multiprocessing
+    mp.spawn(spawn_targets.write_rank, args=(str(tmp_path), "hello"), nprocs=2, start_method="fork")
+    assert sorted(p.read_text() for p in tmp_path.iterdir()) == ["hello 0", "hello 1"]
+    with pytest.raises(mp.ProcessRaisedException, match="rank one fails"):
+        mp.spawn(spawn_targets.fail_on_one, args=(str(tmp_path),), nprocs=2, start_method="fork")
+    with pytest.raises(mp.ProcessExitedException, match="exit code 3"):
+        mp.spawn(spawn_targets.exit_three, nprocs=2, start_method="fork")
+    context = mp.spawn(
+        spawn_targets.write_rank, args=(str(tmp_path), "later"), nprocs=1, join=False, start_method="fork"
+    )
+    while not context.join():
+        pass
+    assert (tmp_path / "rank0").read_text() == "later 0"

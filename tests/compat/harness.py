@@ -33,6 +33,7 @@ _MORE_SUBMODULES = (
     "onnx",
     "nn.parallel",
     "distributed",
+    "multiprocessing",
     "utils",
     "utils.tensorboard",
 )

@@ -163,3 +163,47 @@ def test_errors():
         with pytest.raises(NotImplementedError):
             D.kl_divergence(D.Normal(0.0, 1.0), D.Bernoulli(probs=lib.tensor(0.5)))
     gc.distributions.Normal(gc.tensor([0.0]), gc.tensor([-1.0]), validate_args=False)
+
+
+def _mvn(lib, kind, requires_grad=False):
+    rng = np.random.default_rng(2)
+    a = rng.normal(size=(2, 3, 3))
+    cov = a @ a.transpose(0, 2, 1) + 2 * np.eye(3)
+    matrix = (
+        np.linalg.cholesky(cov) if kind == "scale_tril" else cov if kind == "covariance_matrix" else np.linalg.inv(cov)
+    )
+    loc = lib.tensor(rng.normal(size=3), requires_grad=requires_grad)
+    param = lib.tensor(matrix, requires_grad=requires_grad)
+    return lib.distributions.MultivariateNormal(loc, **{kind: param}), loc, param
+
+
+@pytest.mark.parametrize("kind", ["scale_tril", "covariance_matrix", "precision_matrix"])
+def test_multivariate_normal(kind):
+    values = np.random.default_rng(3).normal(size=(4, 2, 3))
+    ours, theirs = _mvn(gc, kind)[0], _mvn(torch, kind)[0]
+    assert tuple(ours.batch_shape) == (2,) and tuple(ours.event_shape) == (3,)
+    _close(ours.log_prob(gc.tensor(values)), theirs.log_prob(torch.tensor(values)), "log_prob")
+    for attr in ("entropy", "mean", "variance", "covariance_matrix", "precision_matrix", "scale_tril"):
+        a, b = getattr(ours, attr), getattr(theirs, attr)
+        _close(a() if callable(a) else a, b() if callable(b) else b, attr)
+    other = lambda lib: lib.distributions.MultivariateNormal(  # noqa: E731
+        lib.ones(3, dtype=lib.float64), scale_tril=lib.tensor(np.diag([1.0, 2.0, 0.5]))
+    )
+    _close(
+        gc.distributions.kl_divergence(ours, other(gc)), torch.distributions.kl_divergence(theirs, other(torch)), "kl"
+    )
+    assert tuple(ours.rsample((5,)).shape) == (5, 2, 3)
+
+
+def test_multivariate_normal_gradients_and_errors():
+    grads = []
+    for lib in (gc, torch):
+        d, loc, param = _mvn(lib, "covariance_matrix", requires_grad=True)
+        (d.log_prob(lib.tensor(np.ones(3))).sum() + d.entropy().sum()).backward()
+        grads.append((loc.grad.numpy(), param.grad.numpy()))
+        with pytest.raises(ValueError, match="PositiveDefinite"):
+            lib.distributions.MultivariateNormal(lib.zeros(2), covariance_matrix=lib.tensor([[1.0, 2.0], [2.0, 1.0]]))
+        with pytest.raises(ValueError, match="Exactly one of"):
+            lib.distributions.MultivariateNormal(lib.zeros(2))
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)

@@ -5,6 +5,7 @@ moments, and kl_divergence, by PyTorch's names and formulas.
     continuous.py     Normal, Uniform, Exponential, Laplace
     discrete.py       Bernoulli, Categorical, OneHotCategorical
     independent.py    Independent
+    multivariate.py   MultivariateNormal (Cholesky-based)
     kl.py             kl_divergence, register_kl
 """
 
@@ -13,6 +14,7 @@ from gradcraft.distributions.discrete import Bernoulli, Categorical, OneHotCateg
 from gradcraft.distributions.distribution import Distribution
 from gradcraft.distributions.independent import Independent
 from gradcraft.distributions.kl import kl_divergence, register_kl
+from gradcraft.distributions.multivariate import MultivariateNormal
 
 __all__ = [
     "Bernoulli",
@@ -21,6 +23,7 @@ __all__ = [
     "Exponential",
     "Independent",
     "Laplace",
+    "MultivariateNormal",
     "Normal",
     "OneHotCategorical",
     "Uniform",

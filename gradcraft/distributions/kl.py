@@ -7,6 +7,7 @@ import gradcraft.nn.functional as F
 from gradcraft.distributions.continuous import Exponential, Laplace, Normal, Uniform
 from gradcraft.distributions.discrete import Bernoulli, Categorical, OneHotCategorical
 from gradcraft.distributions.independent import Independent
+from gradcraft.distributions.multivariate import MultivariateNormal, kl_mvn_mvn
 from gradcraft.distributions.distribution import sum_rightmost
 
 _KL_REGISTRY: dict = {}
@@ -98,3 +99,6 @@ def _kl_independent_independent(p, q):
     if p.reinterpreted_batch_ndims != q.reinterpreted_batch_ndims:
         raise NotImplementedError("KL between Independents with different event dims is not implemented")
     return sum_rightmost(kl_divergence(p.base_dist, q.base_dist), p.reinterpreted_batch_ndims)
+
+
+register_kl(MultivariateNormal, MultivariateNormal)(kl_mvn_mvn)

@@ -129,6 +129,8 @@ def _encode(obj, arrays: dict):
             array = array.view(_BITS[obj.dtype.name])
         arrays[key] = np.ascontiguousarray(array)
         return {"__tensor__": key, "dtype": obj.dtype.name, "requires_grad": bool(obj.requires_grad)}
+    if isinstance(obj, dtypes.DType):
+        return {"__dtype__": obj.name}
     if isinstance(obj, np.ndarray):
         key = f"t{len(arrays)}"
         arrays[key] = np.ascontiguousarray(obj)
@@ -160,6 +162,8 @@ def _decode(node, arrays: dict, device):
             return _tensor(arrays[node["__tensor__"]], node, device)
         if "__array__" in node:
             return arrays[node["__array__"]]
+        if "__dtype__" in node:
+            return dtypes.to_dtype(node["__dtype__"])
         if "__tuple__" in node:
             return tuple(_decode(v, arrays, device) for v in node["__tuple__"])
         if "__dict__" in node:
@@ -281,7 +285,11 @@ def _unpickled(data: bytes, device, weights_only: bool):
                 return super().find_class(module, name)
             if module == "builtins" and name in ("dict", "list", "tuple", "int", "float", "str", "bool", "bytes"):
                 return getattr(builtins, name)
-            if (module, name) in (("gradcraft.tensor", "Tensor"), ("gradcraft.nn.module", "Parameter")):
+            if (module, name) in (
+                ("gradcraft.tensor", "Tensor"),
+                ("gradcraft.nn.module", "Parameter"),
+                ("gradcraft.dtypes", "to_dtype"),  # (a dtype by its name)
+            ):
                 return super().find_class(module, name)
             raise _refused(module, name)
 

@@ -67,13 +67,14 @@ def test_tensors_shared_stay_shared_and_dtypes_kept():
 
 
 def test_containers_of_tensors_load_safely():
-    state = {"w": gc.ones(2), "step": 3, "names": ["a", "b"]}
+    state = {"w": gc.ones(2), "step": 3, "names": ["a", "b"], "dtype": gc.bfloat16}
     buffer = io.BytesIO()
     gc.save(state, buffer)
     assert not buffer.getvalue().startswith(b"GRADCRAFT-PICKLE")  # a safetensors file, as before
     buffer.seek(0)
     back = gc.load(buffer)
-    assert back["step"] == 3 and back["w"].tolist() == [1.0, 1.0]
+    assert back["step"] == 3 and back["w"].tolist() == [1.0, 1.0] and back["dtype"] is gc.bfloat16
+    assert _roundtrip([Point(1, 2), gc.float16], weights_only=False)[1] is gc.float16
 
 
 def test_safe_globals_allow_a_class():

@@ -277,3 +277,27 @@ def test_grad_modes():
             return t * 2
 
         assert not doubled(x).requires_grad and (x * 2).requires_grad
+
+
+def test_gradcheck():
+    for lib in (gc, torch):
+        Legendre3 = _functions(lib)[0]
+
+        class WrongBackward(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x**2
+
+            @staticmethod
+            def backward(ctx, g):
+                (x,) = ctx.saved_tensors
+                return g * x  # (should be 2x)
+
+        x = lib.tensor(X, requires_grad=True)
+        w = lib.tensor(W.T.copy(), requires_grad=True)
+        assert lib.autograd.gradcheck(Legendre3.apply, (x,))
+        assert lib.autograd.gradcheck(lambda a, b: (a.tanh() @ b, a.sum()), (x, w))
+        with pytest.raises(RuntimeError, match="Jacobian mismatch for output 0 with respect to input 0"):
+            lib.autograd.gradcheck(WrongBackward.apply, (x,))
+        assert lib.autograd.gradcheck(WrongBackward.apply, (x,), raise_exception=False) is False

@@ -9,6 +9,7 @@ from gradcraft.autograd import function  # noqa: F401
 from gradcraft.autograd.function import Function, FunctionCtx, InplaceFunction, once_differentiable
 from gradcraft.autograd.functional import Variable, backward, grad
 from gradcraft.autograd.grad_mode import inference_mode, set_grad_enabled
+from gradcraft.autograd.gradcheck import gradcheck, gradgradcheck
 from gradcraft.ops.function import enable_grad, is_grad_enabled, no_grad
 
 __all__ = [
@@ -19,6 +20,8 @@ __all__ = [
     "backward",
     "enable_grad",
     "grad",
+    "gradcheck",
+    "gradgradcheck",
     "inference_mode",
     "is_grad_enabled",
     "no_grad",

@@ -47,3 +47,8 @@ rng = np.random.default_rng(0)
 probe = torch.tensor(rng.uniform(-1, 1, size=5), requires_grad=True)
 LegendrePolynomial3.apply(probe).sum().backward()
 print(probe.grad)
+
+from torch.autograd import gradcheck
+
+check_input = (torch.tensor(rng.normal(size=(3, 2)), dtype=torch.double, requires_grad=True),)
+print("gradcheck:", gradcheck(LegendrePolynomial3.apply, check_input, eps=1e-6, atol=1e-4))

@@ -210,6 +210,7 @@ _sys.modules["gradcraft.device"].__class__ = _DeviceModule
 from gradcraft import cuda, nn, optim  # noqa: E402,F401  (after the Tensor methods are attached)
 
 from gradcraft.compiled import compile  # noqa: E402  (torch.compile)
+
 # Random generators and sampling ops (gradcraft/ops/generator.py, gradcraft/ops/random.py)
 from gradcraft.ops.creation import default_generator, initial_seed, seed  # noqa: E402
 from gradcraft.ops.generator import Generator  # noqa: E402
@@ -227,12 +228,14 @@ from gradcraft import autograd as _autograd  # noqa: E402
 from gradcraft.device import get_default_device, set_default_device  # noqa: E402,F401
 from gradcraft.dtypes import get_default_dtype, set_default_dtype  # noqa: E402,F401
 from gradcraft.legacy import LEGACY_TYPES as _LEGACY_TYPES  # noqa: E402
-from gradcraft.legacy import Variable as _Variable  # noqa: E402
 from gradcraft.legacy import attach as _attach_legacy  # noqa: E402
 from gradcraft.legacy import set_default_tensor_type  # noqa: E402,F401
 from gradcraft.ops.grad_mode import inference_mode, is_inference_mode_enabled  # noqa: E402,F401
 
 inf, nan, pi, e = _math.inf, _math.nan, _math.pi, _math.e
 globals().update(_LEGACY_TYPES)  # FloatTensor, LongTensor, DoubleTensor, IntTensor, BoolTensor, ByteTensor, ...
-_autograd.Variable = _Variable  # torch.autograd.Variable
 _attach_legacy(Tensor)
+from gradcraft import autograd  # noqa: E402,F401  (torch.autograd: Function, grad, backward)
+from gradcraft import distributions  # noqa: E402,F401  (torch.distributions)
+from gradcraft import onnx  # noqa: E402,F401  (torch.onnx: export refused with one line)
+from gradcraft import multiprocessing  # noqa: E402,F401  (torch.multiprocessing: spawn)

@@ -21,6 +21,7 @@ shape is a new recording either way).
 """
 
 import functools
+from collections.abc import Callable
 
 from gradcraft.engine import plans
 from gradcraft.errors import UserError
@@ -32,7 +33,7 @@ _BACKENDS = ("inductor", "cudagraphs", "eager", "aot_eager")
 
 
 def compile(
-    model=None,
+    model: Callable | None = None,
     *,
     fullgraph: bool = False,
     dynamic: bool | None = None,
@@ -40,7 +41,7 @@ def compile(
     mode: str | None = None,
     options: dict | None = None,
     disable: bool = False,
-):
+) -> Callable:
     """torch.compile: returns the compiled model or function (or, called with keyword arguments
     only, a decorator)."""
     if mode is not None and mode not in _MODES:

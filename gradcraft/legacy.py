@@ -78,14 +78,5 @@ def set_default_tensor_type(t: type | str) -> None:
     set_default_device("cuda" if name.removeprefix("torch.").startswith("cuda.") else "cpu")
 
 
-def Variable(data, requires_grad: bool = False, volatile: bool = False):
-    """The legacy autograd wrapper: a tensor sharing `data`'s memory, cut from its graph, that
-    requires grad when asked (PyTorch's Variable has been the tensor itself since 0.4)."""
-    out = data.detach()
-    if requires_grad:
-        out.requires_grad_(True)
-    return out
-
-
 def attach(tensor_class: type) -> None:
     tensor_class.type = tensor_type

@@ -79,7 +79,7 @@ class Tensor:
         self._index = 0
         self._version = 0
         self._readers = None  # weak references to the nodes that read this tensor (ops/function.py)
-        self._graph_freed = False  # a backward pass freed the graph behind it (autograd.py)
+        self._graph_freed = False  # a backward pass freed the graph behind it (autograd/engine.py)
         self.requires_grad = requires_grad
 
     @classmethod
@@ -261,7 +261,7 @@ class Tensor:
         graph for another backward, as in PyTorch. on_grad_ready(leaf, buffer) is called as
         each leaf's gradient is issued, during the backward (data parallelism's buckets).
         """
-        from gradcraft.autograd import backward
+        from gradcraft.autograd.engine import backward
 
         if create_graph or inputs is not None:
             raise UserError(

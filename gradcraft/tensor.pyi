@@ -269,6 +269,8 @@ class Tensor:
     def T(self): ...
     @property
     def mT(self): ...
+    @property
+    def grad_fn(self): """Tensor.grad_fn: the node that made the tensor, as PyTorch shows it (ops/grad_fn.py)."""
     def multinomial(self, num_samples: builtins.int, replacement: builtins.bool = ..., *, generator: Generator | None = ..., out: Tensor | None = ...) -> Tensor: """`num_samples` category indices per row of `input` (1-D: one distribution; 2-D: one per row),"""
     def bernoulli(self, p: builtins.float | None = ..., *, generator: Generator | None = ..., out: Tensor | None = ...) -> Tensor: """1 with probability `input` (or `p`, a float, for every element), else 0; `input`'s dtype."""
     def bernoulli_(self, p: Tensor | builtins.float = ..., *, generator: Generator | None = ...) -> Tensor: """In place: each element becomes 1 with probability p (a float or a tensor), else 0."""

@@ -323,7 +323,7 @@ MUTANTS = [
     ),
     M(
         "lazy_nodes_keep_saved_outputs",
-        "gradcraft/autograd.py",
+        "gradcraft/autograd/engine.py",
         "            t._node.saved = ()\n        if t._node is not None and t._buf is not None:",
         "            pass\n        if t._node is not None and t._buf is not None:",
         ("tests/test_engine.py",),

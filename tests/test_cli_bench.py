@@ -273,7 +273,7 @@ def test_attention_bench_host_profile_names_our_engine_functions():
     for order in ("tottime", "cumtime"):
         section = proc.stdout.split(f"ours host profile, 3 calls, by {order}:")[1]
         assert "ncalls  tottime  percall  cumtime" in section.split("\n")[2]
-    assert "gradcraft/engine/realize.py" in proc.stdout and "autograd.py" in proc.stdout
+    assert "gradcraft/engine/realize.py" in proc.stdout and "autograd/engine.py" in proc.stdout
     bad = script("attention.py", "--device", "cpu", "--host_profile", "-1")
     assert bad.returncode == 2 and bad.stderr.strip() == "error: --host_profile takes a number of calls >= 0, got -1"
 

@@ -462,3 +462,28 @@ def test_to_numpy_later_copies_small_arrays_by_kernel_and_large_ones_by_copy_eng
         got = wait()
         assert got.shape == values.shape and got.dtype == values.dtype
         np.testing.assert_array_equal(got, values)
+
+
+def test_custom_autograd_function(gpu):
+    """A user's autograd.Function on the GPU (its outputs pass through the `passthrough` kernel)."""
+
+    class Cube(gc.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, k):
+            ctx.save_for_backward(x)
+            ctx.k = k
+            return x**3 * k, x.sum()
+
+        @staticmethod
+        def backward(ctx, g, g_sum):
+            (x,) = ctx.saved_tensors
+            return g * 3 * x**2 * ctx.k + g_sum, None
+
+    data = randn((5, 7), np.float32, rng())
+    grads = []
+    for device in ("cpu", "cuda"):
+        x = gc.tensor(data, device=device, requires_grad=True)
+        y, s = Cube.apply(x, 0.5)
+        ((y * y).sum() + s * 2).backward()
+        grads.append(x.grad.numpy())
+    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-5, atol=1e-6)

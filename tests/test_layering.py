@@ -32,6 +32,10 @@ LAYERS = {
     "nn": 7,
     "compiled": 7,  # gradcraft.compile: above nn (it wraps Modules), below the models
     "optim": 7,
+    "distributions": 7,  # torch.distributions (public ops only)
+    "onnx": 7,  # torch.onnx: export refused with one line
+    "multiprocessing": 1,  # torch.multiprocessing: the standard library's, and spawn
+    "utils": 8,  # torch.utils (tensorboard's SummaryWriter, data loading)
     "tokenizer": 8,
     "data": 8,
     "models": 9,

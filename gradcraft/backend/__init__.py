@@ -104,6 +104,9 @@ PRIMITIVES = frozenset(
         "moe_permute_backward",
         "moe_unpermute",
         "moe_unpermute_backward",  # unpermute bwd: (dy, dw)
+        # (a, *others) -> a, the others only read: the node of a user-defined autograd Function
+        # (gradcraft/ops/custom.py), whose gradient rule is the user's backward
+        "passthrough",
     }
 )
 

@@ -20,17 +20,75 @@ Global rank 0 writes the logs and checkpoints. docs/distributed.md is the user's
     watch.py        a GPU job's processes notice one that dies (NCCL would wait for it forever)
     buckets.py      gradient buckets reduced while backward runs
     zero.py         ZeRO-1: the optimizer state sharded over the processes
+    c10d.py         torch.distributed's names (init_process_group, all_reduce, broadcast, ...)
 """
 
 from gradcraft.distributed.launch import finished, join_group, launch
 from gradcraft.distributed.tcp import TCPGroup
 from gradcraft.distributed.topology import Topology
-from gradcraft.ops.collective import all_reduce
+from gradcraft.ops.collective import all_reduce as _sum_in_place
+
+# torch.distributed's names (c10d.py): `import gradcraft.distributed as dist` as `torch.distributed`
+from gradcraft.distributed.c10d import (  # noqa: E402
+    Backend,
+    GroupMember,
+    ReduceOp,
+    all_gather,
+    all_gather_into_tensor,
+    all_gather_object,
+    all_reduce,
+    barrier,
+    broadcast,
+    broadcast_object_list,
+    destroy_process_group,
+    get_backend,
+    get_node_local_rank,
+    get_rank,
+    get_world_size,
+    init_process_group,
+    is_available,
+    is_gloo_available,
+    is_initialized,
+    is_nccl_available,
+    is_torchelastic_launched,
+    new_group,
+    reduce,
+)
 
 
 def all_reduce_tensors(group, tensors) -> None:
     """Sum tensors over the group's processes, in place (their memory must be contiguous)."""
-    all_reduce(group, tensors)
+    _sum_in_place(group, tensors)
 
 
-__all__ = ["TCPGroup", "Topology", "all_reduce_tensors", "finished", "join_group", "launch"]
+__all__ = [
+    "Backend",
+    "GroupMember",
+    "ReduceOp",
+    "TCPGroup",
+    "Topology",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "all_reduce",
+    "all_reduce_tensors",
+    "barrier",
+    "broadcast",
+    "broadcast_object_list",
+    "destroy_process_group",
+    "finished",
+    "get_backend",
+    "get_node_local_rank",
+    "get_rank",
+    "get_world_size",
+    "init_process_group",
+    "is_available",
+    "is_gloo_available",
+    "is_initialized",
+    "is_nccl_available",
+    "is_torchelastic_launched",
+    "join_group",
+    "launch",
+    "new_group",
+    "reduce",
+]

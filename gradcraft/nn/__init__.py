@@ -49,3 +49,4 @@ from gradcraft.nn.transformer_layers import (  # noqa: E402, F401
     TransformerEncoder,
     TransformerEncoderLayer,
 )
+from gradcraft.nn import parallel  # noqa: E402,F401  (torch.nn.parallel: DistributedDataParallel)

@@ -48,3 +48,28 @@ def write_flat(t, values) -> None:
     before_write(t)  # lazy tensors built from the old contents keep them
     t._buf.reshape(-1)[...] = values
     t._version += 1
+
+
+# The process group torch.distributed.init_process_group made (gradcraft/distributed/c10d.py): kept
+# here, below nn/, so that nn.parallel.DistributedDataParallel finds it without importing distributed/.
+_DEFAULT_GROUP: list = [None]
+
+
+def default_group():
+    """The default process group, or None before init_process_group (and after destroy)."""
+    return _DEFAULT_GROUP[0]
+
+
+def set_default_group(group) -> None:
+    _DEFAULT_GROUP[0] = group
+
+
+def all_gather_flat(group, t):
+    """Every rank's t (contiguous, the same shape on every rank), in rank order: (world, *t.shape)."""
+    from gradcraft.ops.creation import empty
+
+    t = t.contiguous().realize()
+    out = empty((group.world, *t.shape), dtype=t.dtype, device=t.device).realize()
+    group.all_gather(t._buf.reshape(-1), out._buf.reshape(-1))
+    out._version += 1
+    return out

@@ -79,6 +79,7 @@ _GRADIENT_NEEDS_NO_INPUT = frozenset(
         "take_along_dim",
         "embedding",
         "where",  # (read only their integer or boolean inputs)
+        "passthrough",  # (a custom Function's backward reads what its ctx saved: autograd/function.py)
     }
 )
 # Rules that read their own output (PyTorch saves it): writing into that output breaks them.

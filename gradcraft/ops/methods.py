@@ -36,6 +36,13 @@ def _div(self: Tensor, other, *, rounding_mode: str | None = None) -> Tensor:
     return rn.div_rounded(self, other, rounding_mode=rounding_mode)
 
 
+def _grad_fn(self: Tensor):
+    """Tensor.grad_fn: the node that made the tensor, as PyTorch shows it (ops/grad_fn.py)."""
+    from gradcraft.ops.grad_fn import grad_fn
+
+    return grad_fn(self)
+
+
 def attach(tensor_class: type) -> None:
     """Give the Tensor class its op methods."""
     methods = {
@@ -218,3 +225,4 @@ def attach(tensor_class: type) -> None:
         setattr(tensor_class, name, function)
     tensor_class.T = property(lambda self: mv.permute(self, *reversed(range(self.ndim))))
     tensor_class.mT = property(lambda self: mv.transpose(self, -2, -1))
+    tensor_class.grad_fn = property(_grad_fn)

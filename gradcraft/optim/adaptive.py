@@ -44,9 +44,11 @@ def _counted_state(optimizer, p, initial: float = 0.0, **buffers: bool) -> dict:
 
 def _grad(group, p):
     g = p.grad.to(_math_dtype(p))
+    if group.get("maximize"):  # (negated before the L2 term is added, in PyTorch's order)
+        g = -g
     if group["weight_decay"]:
         g = g + p.to(_math_dtype(p)) * group["weight_decay"]
-    return -g if group.get("maximize") else g
+    return g
 
 
 class Adam(Optimizer):
@@ -60,13 +62,19 @@ class Adam(Optimizer):
         "weight_decay": 0.0,
         "amsgrad": False,
         "maximize": False,
+        "decoupled_weight_decay": False,  # (True: AdamW's decay)
     }
 
     def _update(self, gi, group, p):
         state = _counted_state(self, p, exp_avg=True, exp_avg_sq=True, max_exp_avg_sq=group["amsgrad"])
         beta1, beta2 = group["betas"]
         step = state["step"]
-        g = _grad(group, p)
+        x = p.to(_math_dtype(p))
+        if group["decoupled_weight_decay"] and group["weight_decay"]:
+            x = x * (1.0 - group["lr"] * group["weight_decay"])
+            g = _grad(dict(group, weight_decay=0.0), p)
+        else:
+            g = _grad(group, p)
         m, v = state["exp_avg"], state["exp_avg_sq"]
         m_new = m * beta1 + g * (1.0 - beta1)
         v_new = v * beta2 + g * g * (1.0 - beta2)
@@ -77,7 +85,7 @@ class Adam(Optimizer):
             out.append(v_max.assign(v_new))
         step_size = group["lr"] / (1.0 - beta1**step)
         denom = v_new.sqrt() / math.sqrt(1.0 - beta2**step) + group["eps"]
-        out.append(p.assign((p.to(_math_dtype(p)) - step_size * (m_new / denom)).to(p.dtype)))
+        out.append(p.assign((x - step_size * (m_new / denom)).to(p.dtype)))
         return out
 
 

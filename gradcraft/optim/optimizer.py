@@ -25,6 +25,29 @@ from gradcraft.ops.optim import adamw_step, has_fused_optim
 from gradcraft.tensor import Tensor
 
 
+class _ParamState(dict):
+    """optimizer.state: keyed by id(param) inside; `state[p]` and `p in state` take the parameter
+    itself, as PyTorch's does."""
+
+    def _key(self, key):
+        return id(key) if isinstance(key, Tensor) else key
+
+    def __getitem__(self, key):
+        return super().__getitem__(self._key(key))
+
+    def __setitem__(self, key, value):
+        super().__setitem__(self._key(key), value)
+
+    def __contains__(self, key):
+        return super().__contains__(self._key(key))
+
+    def get(self, key, default=None):
+        return super().get(self._key(key), default)
+
+    def setdefault(self, key, default=None):
+        return super().setdefault(self._key(key), default)
+
+
 class Optimizer:
     defaults: dict = {}
 
@@ -39,7 +62,7 @@ class Optimizer:
             merged.update(group)
             merged["params"] = list(group["params"])
             self.param_groups.append(merged)
-        self.state: dict[int, dict] = {}  # id(param) -> {"step": int, name: Tensor}
+        self.state: dict[int, dict] = _ParamState()  # id(param) -> {"step": int, name: Tensor}
         self._scalars: dict[tuple, Tensor] = {}
 
     def _scalar(self, key, value: float, device, dtype) -> Tensor:
@@ -90,7 +113,7 @@ class Optimizer:
             raise UserError("optimizer state does not match: different number of parameter groups")
         for group, saved in zip(self.param_groups, state_dict["param_groups"]):
             group.update(saved)
-        self.state = {}
+        self.state = _ParamState()
         for i, s in state_dict["state"].items():
             p = params[int(i)]
             self.state[id(p)] = {

@@ -24,6 +24,19 @@ from pathlib import Path
 PROGRAMS = Path(__file__).parent / "programs"
 EDIT_MARK = "# gradcraft-edit:"
 _SUBMODULES = ("nn", "nn.functional", "nn.init", "nn.utils", "optim", "optim.lr_scheduler")
+# More torch submodules; one whose module cannot be imported (tensorboard not installed) is left out.
+_MORE_SUBMODULES = (
+    "autograd",
+    "autograd.function",
+    "distributions",
+    "serialization",
+    "onnx",
+    "nn.parallel",
+    "distributed",
+    "multiprocessing",
+    "utils",
+    "utils.tensorboard",
+)
 _IGNORED = re.compile(
     r"dtype=[\w.]+|device='[^']*'|grad_fn=<\w+>|torch\.return_types\.\w+|\w+Result|"
     r"gradcraft\.[\w.]+|torch\.[\w.]+"
@@ -63,6 +76,9 @@ def torch_is(library: str):
 
     for sub in _SUBMODULES:
         importlib.import_module(f"gradcraft.{sub}")
+    for sub in _MORE_SUBMODULES:  # (tensorboard needs its package)
+        with contextlib.suppress(ImportError):
+            importlib.import_module(f"gradcraft.{sub}")
     # every gradcraft submodule loaded by now (gradcraft.utils.data, ...) stands for torch's of that name
     aliases = {"torch": gradcraft}
     aliases.update({"torch" + name[9:]: m for name, m in list(sys.modules.items()) if name.startswith("gradcraft.")})

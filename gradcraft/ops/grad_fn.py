@@ -1,0 +1,107 @@
+"""Tensor.grad_fn: the graph node that made a tensor, as PyTorch shows it.
+
+An object per node, of a class named as PyTorch names its backward node (`MulBackward0`, a custom
+Function's `MyFnBackward`), with `name()` and `next_functions` (one `(node, 0)` per input: the
+input's grad_fn, an `AccumulateGrad` for a leaf that requires grad, None for a constant). None for
+leaves and for tensors that do not require grad. The same node gives the same object.
+"""
+
+import weakref
+
+_TORCH_NAMES = {
+    "add": "AddBackward0",
+    "sub": "SubBackward0",
+    "mul": "MulBackward0",
+    "div": "DivBackward0",
+    "neg": "NegBackward0",
+    "pow": "PowBackward0",
+    "matmul": "MmBackward0",
+    "sum": "SumBackward1",
+    "max": "MaxBackward1",
+    "min": "MinBackward1",
+    "reshape": "ViewBackward0",
+    "permute": "PermuteBackward0",
+    "expand": "ExpandBackward0",
+    "slice": "SliceBackward0",
+    "cast": "ToCopyBackward0",
+    "contiguous": "CloneBackward0",
+    "relu": "ReluBackward0",
+    "log_softmax": "LogSoftmaxBackward0",
+    "cross_entropy": "NllLossBackward0",
+    "layer_norm": "NativeLayerNormBackward0",
+    "rms_norm": "RmsNormBackward0",
+    "linear_bias": "AddmmBackward0",
+    "index": "IndexBackward0",
+    "take_along_dim": "GatherBackward0",
+    "sdpa": "ScaledDotProductAttentionBackward0",
+    "flash_attention": "ScaledDotProductFlashAttentionBackward0",
+}
+_CLASSES: dict = {}
+_NODES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+class BackwardNode:
+    """A node of the backward graph (torch.autograd.graph.Node's reading side)."""
+
+    def __init__(self, inputs):
+        self._inputs = inputs
+
+    def name(self) -> str:
+        return type(self).__name__
+
+    @property
+    def next_functions(self) -> tuple:
+        return tuple((_function_of(t), 0) for t in self._inputs)
+
+    @property
+    def metadata(self) -> dict:
+        return {}
+
+    def __repr__(self) -> str:
+        return f"<{self.name()} object at {hex(id(self))}>"
+
+
+class AccumulateGrad(BackwardNode):
+    """Where a leaf's gradient is accumulated into its .grad (`variable` is the leaf)."""
+
+    def __init__(self, variable):
+        super().__init__(())
+        self.variable = variable
+
+
+def _node_class(name: str) -> type:
+    cls = _CLASSES.get(name)
+    if cls is None:
+        cls = _CLASSES[name] = type(name, (BackwardNode,), {})
+    return cls
+
+
+def _torch_name(op: str) -> str:
+    return _TORCH_NAMES.get(op) or "".join(part.title() for part in op.split("_")) + "Backward0"
+
+
+def _function_of(t):
+    """The next_functions entry for an input: its grad_fn, AccumulateGrad, or None."""
+    if t is None or not t.requires_grad:
+        return None
+    if t._node is None:
+        return AccumulateGrad(t)
+    return grad_fn(t)
+
+
+def grad_fn(t):
+    """Tensor.grad_fn (None for leaves and tensors outside any gradient graph)."""
+    node = t._node
+    if node is None or not t.requires_grad:
+        return None
+    found = _NODES.get(node)
+    if found is not None:
+        return found
+    if node.op == "passthrough":  # a custom autograd Function's output (ops/custom.py)
+        record = node.attrs["record"]
+        inputs = tuple(a for a in record.args if hasattr(a, "requires_grad"))
+        fn = _node_class(record.name)(inputs)
+    else:
+        fn = _node_class(_torch_name(node.op))(tuple(node.inputs))
+    _NODES[node] = fn
+    return fn

@@ -24,6 +24,8 @@ LAYERS = {
     "autograd": 5,
     "ops": 5,
     "cuda": 5,
+    "amp": 5,  # autocast's policy, read by the ops at their boundary, and GradScaler
+    "backends": 5,  # torch.backends' precision switches
     "gradcraft": 7,  # the root package: the public API, re-exporting tensor, ops, nn and optim
     "serialization": 6,
     "nn": 7,

@@ -17,6 +17,7 @@ from gradcraft import dtypes
 from gradcraft.dtypes import promote_types, scalar_result_dtype
 from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops.function import apply, gradient, tensor_class
+from gradcraft.amp import policy as _amp
 
 
 def _is_tensor(x) -> bool:
@@ -87,11 +88,21 @@ def _unary(op, x, keeps_integers: bool = False, **attrs):
     return apply(op, (cast(x, dtypes.default_float),), attrs, x.shape, dtypes.default_float)
 
 
+AUTOCAST_UNARY = ("exp", "log", "rsqrt")  # the unary ops of autocast's policy (gradcraft/amp/policy.py)
+
+
 def _unary_op(op: str, keeps_integers: bool = False) -> Callable[[Tensor], Tensor]:
     """The function of the unary op `op` (neg(x), exp(x), ...)."""
 
     def function(x: Tensor) -> Tensor:
         return _unary(op, x, keeps_integers)
+
+    if op in AUTOCAST_UNARY:
+
+        def function(x: Tensor) -> Tensor:  # noqa: F811  (the same, with autocast's check first)
+            if _amp.state.on:
+                return _amp.call(op, function, (x,), {})
+            return _unary(op, x, keeps_integers)
 
     function.__name__ = function.__qualname__ = op
     return function
@@ -128,6 +139,8 @@ def square(x: Tensor) -> Tensor:
 
 
 def reciprocal(x):
+    if _amp.state.on:
+        return _amp.call("reciprocal", reciprocal, (x,), {})
     return div(1.0, x)
 
 
@@ -219,6 +232,8 @@ def _binary_op(op: str, compute=_binary) -> Callable[[TensorOrNumber, TensorOrNu
     """The function of the binary op `op` (mul(a, b), eq(a, b), ...): broadcast, PyTorch's promotion."""
 
     def function(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
+        if op == "pow" and _amp.state.on:
+            return _amp.call(op, function, (a, b), {})
         return compute(op, a, b)
 
     function.__name__ = function.__qualname__ = op

@@ -16,6 +16,7 @@ import warnings
 from gradcraft import dtypes
 from gradcraft.amp import policy
 from gradcraft.amp.policy import state
+from gradcraft.typing import DTypeLike
 
 
 def is_autocast_available(device_type: str) -> bool:
@@ -32,11 +33,11 @@ def set_autocast_enabled(device_type: str, enabled: bool) -> None:
     state.refresh()
 
 
-def get_autocast_dtype(device_type: str):
+def get_autocast_dtype(device_type: str) -> dtypes.DType:
     return state.dtype[policy.device_type(device_type)]
 
 
-def set_autocast_dtype(device_type: str, dtype) -> None:
+def set_autocast_dtype(device_type: str, dtype: DTypeLike) -> None:
     state.dtype[policy.device_type(device_type)] = dtypes.to_dtype(dtype)
 
 
@@ -44,11 +45,11 @@ def is_autocast_cpu_enabled() -> bool:
     return is_autocast_enabled("cpu")
 
 
-def get_autocast_gpu_dtype():
+def get_autocast_gpu_dtype() -> dtypes.DType:
     return get_autocast_dtype("cuda")
 
 
-def get_autocast_cpu_dtype():
+def get_autocast_cpu_dtype() -> dtypes.DType:
     return get_autocast_dtype("cpu")
 
 

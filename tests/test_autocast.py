@@ -119,11 +119,29 @@ def test_dtype_of_every_op_matches_torch(low, cast_input):
     assert not wrong, "\n".join(wrong)
 
 
-@pytest.mark.parametrize("case", ["matmul", "linear", "sdpa", "einsum", "cross_entropy", "mse_loss_mixed", "prod"])
-def test_values_match_torch_in_bfloat16(case):
-    expected = _run(torch, tF, case, "bfloat16", False).float().numpy()
-    got = _run(gc, gF, case, "bfloat16", False).float().numpy()
+@pytest.mark.parametrize("cast_input", [False, True], ids=["fp32_input", "low_input"])
+@pytest.mark.parametrize("case", ["matmul", "linear", "sdpa", "einsum", "cross_entropy_none", "mse_loss_mixed", "prod"])
+def test_values_match_torch_in_bfloat16(case, cast_input):
+    expected = _run(torch, tF, case, "bfloat16", cast_input).float().numpy()
+    got = _run(gc, gF, case, "bfloat16", cast_input).float().numpy()
     np.testing.assert_allclose(got, expected, rtol=2e-2, atol=2e-2)
+
+
+def test_linear_cross_entropy_is_the_lower_product_and_a_float32_loss():
+    """gradcraft's fused output layer + loss: as PyTorch's cross_entropy(linear(x, w)) under autocast."""
+    out = {}
+    for L, F in ((gc, gF), (torch, tF)):
+        x, w = L.tensor(X, requires_grad=True), L.tensor(W, requires_grad=True)
+        with L.autocast("cpu"):
+            if L is gc:
+                loss = F.linear_cross_entropy(x, w, L.tensor(TARGET))
+            else:
+                loss = F.cross_entropy(F.linear(x, w), L.tensor(TARGET))
+        loss.backward()
+        out[L.__name__] = (loss, x.grad, w.grad)
+    for ours, theirs in zip(out["gradcraft"], out["torch"]):
+        assert _name(ours.dtype) == _name(theirs.dtype) == "float32"
+        np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=2e-2, atol=1e-2)
 
 
 def _mlp_grads(L, F, nn, autocast: bool, backward_inside: bool = False):

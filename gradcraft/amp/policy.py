@@ -19,7 +19,8 @@ in the dtype its forward op used.
 The policy, per device type, as PyTorch's (aten/src/ATen/autocast_mode.h; the CUDA lists are the
 "Autocast Op Reference" of PyTorch's AMP documentation; the CPU lists what PyTorch's CPU autocast
 does, checked against it op by op in tests/test_autocast.py):
-- "lower": floating inputs cast to the autocast dtype (matmuls, linear, attention).
+- "lower": floating inputs cast to the autocast dtype (matmuls, linear, attention; gradcraft's
+  linear_cross_entropy too: its product in the lower dtype, its loss in float32 as always).
 - "fp32": floating inputs of a lower precision cast to float32 (losses, and on CUDA softmax, the
   norms, exp/log/pow and the sum-like reductions).
 - "promote": floating inputs cast to the widest of their dtypes.
@@ -34,14 +35,17 @@ import threading
 
 from gradcraft import dtypes
 
-_LOWER_CPU = "matmul mm bmm linear addmm baddbmm einsum scaled_dot_product_attention conv1d conv2d conv3d prelu"
+_LOWER_CPU = (
+    "matmul mm bmm linear linear_cross_entropy addmm baddbmm einsum scaled_dot_product_attention"
+    " conv1d conv2d conv3d prelu"
+)
 _FP32_CPU = (
     "prod mse_loss nll_loss cross_entropy l1_loss smooth_l1_loss huber_loss binary_cross_entropy"
     " binary_cross_entropy_with_logits kl_div cosine_embedding_loss margin_ranking_loss cdist"
 )
 _PROMOTE_CPU = "cat stack index_copy"
 _LOWER_CUDA = (
-    "matmul mm bmm mv linear addmm addmv addr baddbmm addbmm einsum scaled_dot_product_attention"
+    "matmul mm bmm mv linear linear_cross_entropy addmm addmv addr baddbmm addbmm einsum scaled_dot_product_attention"
     " conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d prelu chain_matmul multi_dot"
 )
 _FP32_CUDA = (
@@ -128,6 +132,10 @@ def cast_inputs(op: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         return args, kwargs
     if rule == "banned":
         raise RuntimeError(_BANNED.format(op=op))
+    if rule == "fp32" and "dtype" in kwargs:
+        # PyTorch's fp32_set_opt_dtype: an op that takes dtype= is asked for float32 instead of given a
+        # float32 copy (cross_entropy then reads half-precision logits as they are: no (N, C) copy)
+        return (args, {**kwargs, "dtype": dtypes.float32}) if first.dtype in _ELIGIBLE else (args, kwargs)
     target = state.dtype[kind]
     if rule == "promote":
         target = None

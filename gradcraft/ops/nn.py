@@ -156,6 +156,9 @@ def linear_cross_entropy(
     twice (logits and their gradient). Elsewhere (and with no gradient to compute): the matmul and
     cross_entropy, the same numbers.
     """
+    if _amp.state.on:
+        args = (input, weight, target, ignore_index, reduction, label_smoothing, valid_classes)
+        return _amp.call("linear_cross_entropy", linear_cross_entropy, args, {})
     if reduction not in ("mean", "sum"):
         raise UserError(f"linear_cross_entropy reduction must be 'mean' or 'sum', got {reduction!r}")
     if input.ndim != 2 or weight.ndim != 2 or input.shape[1] != weight.shape[1]:

@@ -211,6 +211,7 @@ from gradcraft import cuda, nn, optim  # noqa: E402,F401  (after the Tensor meth
 
 # Mixed precision and the precision switches, under PyTorch's names (gradcraft/amp, gradcraft/backends)
 from gradcraft import amp, backends  # noqa: E402,F401
+from gradcraft.amp import GradScaler  # noqa: E402,F401  (torch.GradScaler)
 from gradcraft.amp import cpu  # noqa: E402  (torch.cpu, with torch.cpu.amp)
 from gradcraft.amp.autocast_mode import (  # noqa: E402,F401
     autocast,

@@ -95,9 +95,11 @@ CASES = {
 }
 
 
-def _env(L, torch_side: bool):
-    t = L.tensor(TARGET) if not torch_side else torch.tensor(TARGET)
-    return {"x": L.tensor(X), "w": L.tensor(W), "bias": L.tensor(BIAS), "t": t}
+def _env(L, torch_side: bool, device: str = "cpu"):
+    if torch_side:
+        return {"x": L.tensor(X), "w": L.tensor(W), "bias": L.tensor(BIAS), "t": L.tensor(TARGET)}
+    put = lambda a: gc.tensor(a, device=device)  # noqa: E731
+    return {"x": put(X), "w": put(W), "bias": put(BIAS), "t": put(TARGET)}
 
 
 def _run(L, F, case, low, cast_input: bool):
@@ -278,28 +280,69 @@ CUDA_FP32 = {
 CUDA_LOWER = {"matmul", "matmul_lower_times_fp32", "mm", "bmm", "linear", "linear_module_like", "einsum", "sdpa"}
 
 
-def test_cuda_policy_on_the_documented_lists(monkeypatch):
-    """The CUDA table applied to CPU tensors: each op in float32, the lower dtype, or its inputs' dtype
-    (mean, var, logsumexp, elu... built from sum/exp inside stay in bfloat16, as PyTorch's own kernels)."""
-    monkeypatch.setitem(policy.POLICY, "cpu", policy.POLICY["cuda"])
+def _check_cuda_table(device: str) -> None:
+    """Each op under the CUDA table: in float32, the lower dtype, or its inputs' dtype (mean, var,
+    logsumexp, elu... built from sum/exp inside stay in bfloat16, as PyTorch's own kernels)."""
+    kind = device.split(":")[0]
     wrong = []
     for case in CASES:
         if case in ("binary_cross_entropy", "matmul_float64", "dot"):
             continue
-        env = _env(gc, False)
+        env = _env(gc, False, device)
         a = env["x"].to(gc.bfloat16)
-        with gc.autocast("cpu"):
+        with gc.autocast(kind, dtype=gc.bfloat16):
             got = CASES[case](gc, gF, a, env).dtype
         mixed = case.endswith("_mixed")
         expected = gc.float32 if case in CUDA_FP32 or mixed else gc.bfloat16
         if got != expected:
             wrong.append(f"{case}: {got}, expected {expected}")
     assert not wrong, "\n".join(wrong)
-    env = _env(gc, False)
-    with gc.autocast("cpu"), pytest.raises(RuntimeError, match="unsafe to autocast"):
+    env = _env(gc, False, device)
+    with gc.autocast(kind, dtype=gc.bfloat16), pytest.raises(RuntimeError, match="unsafe to autocast"):
         gF.binary_cross_entropy(gc.sigmoid(env["x"]), gc.sigmoid(env["x"]))
-    with gc.autocast("cpu"):  # dot promotes on CUDA: bfloat16 x float32 -> float32
+    with gc.autocast(kind, dtype=gc.bfloat16):  # dot promotes on CUDA: bfloat16 x float32 -> float32
         assert gc.dot(env["x"][0].to(gc.bfloat16), env["x"][1]).dtype == gc.float32
+
+
+def test_cuda_policy_on_the_documented_lists(monkeypatch):
+    """The CUDA table applied to CPU tensors (the same check runs on a GPU below)."""
+    monkeypatch.setitem(policy.POLICY, "cpu", policy.POLICY["cuda"])
+    _check_cuda_table("cpu")
+
+
+CUDA_ONLY = pytest.param(
+    "cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not gc.cuda.is_available(), reason="needs CuPy and a GPU")]
+)
+
+
+@pytest.mark.parametrize("device", [CUDA_ONLY])
+def test_cuda_autocast_on_the_gpu(device):
+    _check_cuda_table(device)
+    x = gc.tensor(X, device=device)
+    with gc.autocast("cuda"):  # float16 by default
+        assert (x @ x.T).dtype == gc.float16 and gF.softmax(x @ x.T, -1).dtype == gc.float32
+    with gc.autocast("cuda", dtype=gc.bfloat16):  # autocast("cuda") leaves CPU tensors alone
+        assert (gc.tensor(X) @ gc.tensor(W)).dtype == gc.float32
+
+
+@pytest.mark.parametrize("device", [CUDA_ONLY])
+def test_cuda_gradients_reach_float32_parameters(device):
+    """A GPT block's forward under CUDA autocast (flash attention in bfloat16), backward after it."""
+    rng = np.random.default_rng(3)
+    q = rng.normal(size=(2, 4, 64, 64)).astype(np.float32)
+    out = {}
+    for L, F, dev in ((gc, gF, device), (torch, tF, "cpu")):
+        w = L.tensor(rng.normal(size=(64, 64)).astype(np.float32) / 8, device=dev, requires_grad=True)
+        x = L.tensor(q, device=dev)
+        with L.autocast(dev, dtype=L.bfloat16):
+            h = F.scaled_dot_product_attention(x @ w, x, x, is_causal=True)
+            loss = F.mse_loss(F.layer_norm(h, (64,)), L.tensor(q, device=dev))
+        loss.backward()
+        out[L.__name__] = (h.dtype, loss.dtype, w.grad.dtype, loss.item(), w.grad.cpu().numpy())
+    ours, theirs = out["gradcraft"], out["torch"]
+    assert [_name(d) for d in ours[:3]] == [_name(d) for d in theirs[:3]] == ["bfloat16", "float32", "float32"]
+    np.testing.assert_allclose(ours[3], theirs[3], rtol=2e-2)
+    np.testing.assert_allclose(ours[4], theirs[4], rtol=5e-2, atol=5e-3)
 
 
 def test_off_costs_one_check():

@@ -73,26 +73,32 @@ def test_float16_sequence_matches_torch(clip):
     np.testing.assert_allclose(weight, t_weight, rtol=2e-3, atol=2e-4)
 
 
-def _synthetic(L, grads, **kw):
+def _synthetic(L, grads, device="cpu", **kw):
     """The same gradients for both libraries, inf and NaN at chosen steps; SGD steps."""
-    p = L.tensor(np.ones(3, dtype=np.float32), requires_grad=True)
+    p = L.tensor(np.ones(3, dtype=np.float32), requires_grad=True, device=device)
     opt = L.optim.SGD([p], lr=0.1)
-    scaler = L.amp.GradScaler("cpu", **kw)
+    scaler = L.amp.GradScaler(device, **kw)
     log = []
     for g in grads:
-        scaler.scale(L.tensor(1.0))  # makes the scale on the device, as scale(loss) does
-        p.grad = L.tensor(np.asarray(g, dtype=np.float32))
+        scaler.scale(L.tensor(1.0, device=device))  # makes the scale on the device, as scale(loss) does
+        p.grad = L.tensor(np.asarray(g, dtype=np.float32), device=device)
         result = scaler.step(opt)
         scaler.update()
         log.append((scaler.get_scale(), scaler._get_growth_tracker(), result is None))
-    return log, p.detach().numpy().copy()
+    return log, p.detach().cpu().numpy().copy()
 
 
-def test_synthetic_gradients_with_inf_and_nan_match_torch():
+CUDA_ONLY = pytest.param(
+    "cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not gc.cuda.is_available(), reason="needs CuPy and a GPU")]
+)
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA_ONLY])
+def test_synthetic_gradients_with_inf_and_nan_match_torch(device):
     inf, nan = float("inf"), float("nan")
     grads = [[1, 2, 3], [inf, 0, 0], [1, 1, 1], [1, 1, 1], [1, 1, 1], [0, nan, 0], [2, 2, 2], [2, 2, 2], [-inf, 1, 1]]
     for kw in ({"init_scale": 8.0, "growth_interval": 2}, {"init_scale": 3.0e38, "growth_interval": 1}):
-        log, p = _synthetic(gc, grads, **kw)
+        log, p = _synthetic(gc, grads, device, **kw)
         t_log, t_p = _synthetic(torch, grads, **kw)
         assert log == t_log, kw
         np.testing.assert_allclose(p, t_p, rtol=1e-6)

@@ -88,7 +88,8 @@ def _unary(op, x, keeps_integers: bool = False, **attrs):
     return apply(op, (cast(x, dtypes.default_float),), attrs, x.shape, dtypes.default_float)
 
 
-AUTOCAST_UNARY = ("exp", "log", "rsqrt")  # the unary ops of autocast's policy (gradcraft/amp/policy.py)
+# the unary and binary ops of autocast's policy (gradcraft/amp/policy.py)
+AUTOCAST_UNARY, AUTOCAST_BINARY = ("exp", "log", "rsqrt"), ("pow",)
 
 
 def _unary_op(op: str, keeps_integers: bool = False) -> Callable[[Tensor], Tensor]:
@@ -232,9 +233,14 @@ def _binary_op(op: str, compute=_binary) -> Callable[[TensorOrNumber, TensorOrNu
     """The function of the binary op `op` (mul(a, b), eq(a, b), ...): broadcast, PyTorch's promotion."""
 
     def function(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
-        if op == "pow" and _amp.state.on:
-            return _amp.call(op, function, (a, b), {})
         return compute(op, a, b)
+
+    if op in AUTOCAST_BINARY:
+
+        def function(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:  # noqa: F811  (autocast's check first)
+            if _amp.state.on:
+                return _amp.call(op, function, (a, b), {})
+            return compute(op, a, b)
 
     function.__name__ = function.__qualname__ = op
     return function

@@ -139,15 +139,20 @@ class autocast:
         return decorate_autocast
 
 
-def _deprecated(old: str, new: str) -> None:
-    warnings.warn(f"`{old}(args...)` is deprecated. Please use `{new}(args...)` instead.", FutureWarning, stacklevel=3)
+def _deprecated(device_type: str) -> None:
+    warnings.warn(
+        f"`torch.{device_type}.amp.autocast(args...)` is deprecated. "
+        f"Please use `torch.amp.autocast('{device_type}', args...)` instead.",
+        FutureWarning,
+        stacklevel=3,
+    )
 
 
 class cuda_autocast(autocast):
     """torch.cuda.amp.autocast(enabled=True, dtype=float16, cache_enabled=True): deprecated alias."""
 
     def __init__(self, enabled: bool = True, dtype=dtypes.float16, cache_enabled: bool = True):
-        _deprecated("torch.cuda.amp.autocast", "torch.amp.autocast('cuda', ...)")
+        _deprecated("cuda")
         super().__init__("cuda", dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
 
 
@@ -155,5 +160,5 @@ class cpu_autocast(autocast):
     """torch.cpu.amp.autocast(enabled=True, dtype=bfloat16, cache_enabled=True): deprecated alias."""
 
     def __init__(self, enabled: bool = True, dtype=dtypes.bfloat16, cache_enabled: bool = True):
-        _deprecated("torch.cpu.amp.autocast", "torch.amp.autocast('cpu', ...)")
+        _deprecated("cpu")
         super().__init__("cpu", dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)

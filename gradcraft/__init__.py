@@ -239,3 +239,25 @@ from gradcraft import autograd  # noqa: E402,F401  (torch.autograd: Function, gr
 from gradcraft import distributions  # noqa: E402,F401  (torch.distributions)
 from gradcraft import onnx  # noqa: E402,F401  (torch.onnx: export refused with one line)
 from gradcraft import multiprocessing  # noqa: E402,F401  (torch.multiprocessing: spawn)
+# Mixed precision and the precision switches, under PyTorch's names (gradcraft/amp, gradcraft/backends)
+from gradcraft import amp, backends  # noqa: E402,F401
+from gradcraft.amp import GradScaler  # noqa: E402,F401  (torch.GradScaler)
+from gradcraft.amp import cpu  # noqa: E402  (torch.cpu, with torch.cpu.amp)
+from gradcraft.amp.autocast_mode import (  # noqa: E402,F401
+    autocast,
+    autocast_decrement_nesting,
+    autocast_increment_nesting,
+    clear_autocast_cache,
+    get_autocast_cpu_dtype,
+    get_autocast_dtype,
+    get_autocast_gpu_dtype,
+    is_autocast_cache_enabled,
+    is_autocast_cpu_enabled,
+    is_autocast_enabled,
+    set_autocast_cache_enabled,
+    set_autocast_dtype,
+    set_autocast_enabled,
+)
+from gradcraft.backends import get_float32_matmul_precision, set_float32_matmul_precision  # noqa: E402,F401
+
+_sys.modules[__name__ + ".cpu"], _sys.modules[__name__ + ".cpu.amp"] = cpu, cpu.amp

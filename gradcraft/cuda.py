@@ -1,5 +1,7 @@
 """torch.cuda's everyday questions, for code that picks its device: `gc.cuda.is_available()`."""
 
+import sys as _sys
+
 from gradcraft.device import canonical, get_backend
 from gradcraft.device import is_available as _is_available
 
@@ -76,3 +78,18 @@ def prebuild(device=None, arch: str | None = None, nvrtc: str | None = None, fil
 
         raise UserError(f"NVRTC {version[0]}.{version[1]} could not build {', '.join(failed)} for {arch}")
     return len(built), len(pairs)
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """torch.cuda.is_bf16_supported(): a CUDA device whose compute capability is 8.0 or more (Ampere
+    on) computes in bfloat16 natively; older ones emulate it (True only with including_emulation)."""
+    if not is_available():
+        return False
+    import cupy
+
+    major = int(cupy.cuda.Device().compute_capability) // 10
+    return major >= 8 or including_emulation
+
+
+# torch.cuda.amp (deprecated names of torch.amp): gradcraft.cuda.amp.autocast / .GradScaler
+from gradcraft.amp import cuda as amp  # noqa: E402
+
+_sys.modules[__name__ + ".amp"] = amp

@@ -27,6 +27,8 @@ LAYERS = {
     "cuda": 5,
     "legacy": 5,  # FloatTensor & co., Variable
     "accelerator": 6,  # torch.accelerator, over cuda
+    "amp": 5,  # autocast's policy, read by the ops at their boundary, and GradScaler
+    "backends": 5,  # torch.backends' precision switches
     "gradcraft": 7,  # the root package: the public API, re-exporting tensor, ops, nn and optim
     "serialization": 6,
     "nn": 7,

@@ -9,6 +9,7 @@ itself, and every intermediate is freed after its last reader.
 
 import sys
 
+from gradcraft.amp import policy as autocast_policy
 from gradcraft.engine.graph import serial_now
 from gradcraft.engine.realize import realize
 from gradcraft.errors import RuntimeError_, UserError
@@ -74,7 +75,8 @@ def backward(root, gradient=None, realize_now: bool = True, retain_graph: bool =
     first_gradient_node = serial_now()  # nodes built after this are the gradient rules'
     grads = {id(root): gradient}
     leaves = []
-    with no_grad():
+    # Each gradient in its forward op's dtype: not cast again by an autocast block around backward()
+    with no_grad(), autocast_policy.suspended():
         for t in reversed(order):
             g = grads.pop(id(t), None)
             if g is None:

@@ -32,6 +32,7 @@ from gradcraft.errors import UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops.creation import dropout_stream
 from gradcraft.ops.function import apply, gradient
+from gradcraft.amp import policy as _amp
 
 _choice = threading.local()
 CHOICES = ("auto", "flash", "math")
@@ -99,6 +100,13 @@ def scaled_dot_product_attention(
     pass and recomputes them there; save_weights=True (and always with dropout): explicit attention,
     with the weights kept for the backward pass (PyTorch's math path): more memory, less compute.
     """
+    if _amp.state.on:
+        return _amp.call(
+            "scaled_dot_product_attention",
+            scaled_dot_product_attention,
+            (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, window, save_weights),
+            {},
+        )
     if not 0.0 <= dropout_p < 1.0:
         raise UserError(f"scaled_dot_product_attention: dropout_p must be in [0, 1), got {dropout_p}")
     for name, t in (("query", query), ("key", key), ("value", value)):

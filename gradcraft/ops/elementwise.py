@@ -17,6 +17,7 @@ from gradcraft import dtypes
 from gradcraft.dtypes import promote_types, scalar_result_dtype
 from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops.function import apply, gradient, tensor_class
+from gradcraft.amp import policy as _amp
 
 
 def _is_tensor(x) -> bool:
@@ -87,11 +88,22 @@ def _unary(op, x, keeps_integers: bool = False, **attrs):
     return apply(op, (cast(x, dtypes.default_float),), attrs, x.shape, dtypes.default_float)
 
 
+# the unary and binary ops of autocast's policy (gradcraft/amp/policy.py)
+AUTOCAST_UNARY, AUTOCAST_BINARY = ("exp", "log", "rsqrt"), ("pow",)
+
+
 def _unary_op(op: str, keeps_integers: bool = False) -> Callable[[Tensor], Tensor]:
     """The function of the unary op `op` (neg(x), exp(x), ...)."""
 
     def function(x: Tensor) -> Tensor:
         return _unary(op, x, keeps_integers)
+
+    if op in AUTOCAST_UNARY:
+
+        def function(x: Tensor) -> Tensor:  # noqa: F811  (the same, with autocast's check first)
+            if _amp.state.on:
+                return _amp.call(op, function, (x,), {})
+            return _unary(op, x, keeps_integers)
 
     function.__name__ = function.__qualname__ = op
     return function
@@ -128,6 +140,8 @@ def square(x: Tensor) -> Tensor:
 
 
 def reciprocal(x):
+    if _amp.state.on:
+        return _amp.call("reciprocal", reciprocal, (x,), {})
     return div(1.0, x)
 
 
@@ -220,6 +234,13 @@ def _binary_op(op: str, compute=_binary) -> Callable[[TensorOrNumber, TensorOrNu
 
     def function(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
         return compute(op, a, b)
+
+    if op in AUTOCAST_BINARY:
+
+        def function(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:  # noqa: F811  (autocast's check first)
+            if _amp.state.on:
+                return _amp.call(op, function, (a, b), {})
+            return compute(op, a, b)
 
     function.__name__ = function.__qualname__ = op
     return function

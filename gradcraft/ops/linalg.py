@@ -22,9 +22,12 @@ from gradcraft.ops import elementwise as ew
 from gradcraft.ops import movement as mv
 from gradcraft.ops import reduce as rd
 from gradcraft.ops.matmul import matmul
+from gradcraft.amp import policy as _amp
 
 
 def bmm(a: Tensor, b: Tensor) -> Tensor:
+    if _amp.state.on:
+        return _amp.call("bmm", bmm, (a, b), {})
     if a.ndim != 3 or b.ndim != 3:
         raise UserError(f"bmm needs two 3-d tensors, got shapes {a.shape} and {b.shape}; use matmul for others")
     if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
@@ -33,12 +36,16 @@ def bmm(a: Tensor, b: Tensor) -> Tensor:
 
 
 def mm(a: Tensor, b: Tensor) -> Tensor:
+    if _amp.state.on:
+        return _amp.call("mm", mm, (a, b), {})
     if a.ndim != 2 or b.ndim != 2:
         raise UserError(f"mm needs two 2-d tensors, got shapes {a.shape} and {b.shape}")
     return matmul(a, b)
 
 
 def dot(a: Tensor, b: Tensor) -> Tensor:
+    if _amp.state.on:
+        return _amp.call("dot", dot, (a, b), {})
     if a.ndim != 1 or b.ndim != 1:
         raise UserError(f"dot needs two 1-d tensors, got shapes {a.shape} and {b.shape}")
     return matmul(a, b)
@@ -50,6 +57,8 @@ def outer(a: Tensor, b: Tensor) -> Tensor:
 
 def norm(x: Tensor, p: float | str = "fro", dim: Dims = None, keepdim: bool = False, dtype: DTypeLike = None) -> Tensor:
     """The vector p-norm over `dim` (all elements by default), as torch.norm / Tensor.norm."""
+    if _amp.state.on:
+        return _amp.call("norm", norm, (x, p, dim, keepdim), {"dtype": dtype})
     if dtype is not None:
         x = ew.cast(x, dtype)
     if not x.dtype.is_floating_point:
@@ -152,6 +161,8 @@ def _contract(a, ta, b, tb, keep, sizes):
 def einsum(equation: str, *operands: Tensor) -> Tensor:
     """torch.einsum: "bij,bjk->bik", "...ij,...jk", "ij->ji", implicit outputs; no repeated letter
     within one operand."""
+    if _amp.state.on:
+        return _amp.call("einsum", einsum, (equation, *operands), {})
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
     terms, output = _parse(equation, operands)

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 from gradcraft.errors import ValueError_
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops import reduce as rd
+from gradcraft.amp import policy as _amp
 
 
 def _reduce(loss, reduction: str, op: str):
@@ -25,10 +26,14 @@ def _reduce(loss, reduction: str, op: str):
 
 
 def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    if _amp.state.on:
+        return _amp.call("l1_loss", l1_loss, (input, target, reduction), {})
     return _reduce(ew.abs(ew.sub(input, target)), reduction, "l1_loss")
 
 
 def smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:
+    if _amp.state.on:
+        return _amp.call("smooth_l1_loss", smooth_l1_loss, (input, target, reduction, beta), {})
     diff = ew.abs(ew.sub(input, target))
     if beta == 0:
         return _reduce(diff, reduction, "smooth_l1_loss")
@@ -37,6 +42,8 @@ def smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = "mean", beta:
 
 
 def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:
+    if _amp.state.on:
+        return _amp.call("huber_loss", huber_loss, (input, target, reduction, delta), {})
     diff = ew.abs(ew.sub(input, target))
     loss = ew.where(ew.lt(diff, delta), ew.mul(ew.mul(diff, diff), 0.5), ew.mul(ew.sub(diff, 0.5 * delta), delta))
     return _reduce(loss, reduction, "huber_loss")
@@ -46,6 +53,8 @@ def binary_cross_entropy(
     input: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = "mean"
 ) -> Tensor:
     """-(t log p + (1 - t) log(1 - p)), the logs clamped at -100 as PyTorch does."""
+    if _amp.state.on:
+        return _amp.call("binary_cross_entropy", binary_cross_entropy, (input, target, weight, reduction), {})
     log_p = ew.maximum(ew.log(input), -100.0)
     log_q = ew.maximum(ew.log(ew.sub(1.0, input)), -100.0)
     loss = ew.neg(ew.add(ew.mul(target, log_p), ew.mul(ew.sub(1.0, target), log_q)))
@@ -62,6 +71,13 @@ def binary_cross_entropy_with_logits(
     pos_weight: Tensor | None = None,
 ) -> Tensor:
     """The stable form: max(x, 0) - x t + log(1 + exp(-|x|)) (with pos_weight: PyTorch's formula)."""
+    if _amp.state.on:
+        return _amp.call(
+            "binary_cross_entropy_with_logits",
+            binary_cross_entropy_with_logits,
+            (input, target, weight, reduction, pos_weight),
+            {},
+        )
     log_sig_neg = softplus(ew.neg(input))  # -log(sigmoid(x)) = softplus(-x)
     if pos_weight is None:
         loss = ew.add(ew.mul(ew.sub(1.0, target), input), log_sig_neg)
@@ -75,6 +91,8 @@ def binary_cross_entropy_with_logits(
 
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     """log(1 + exp(beta x)) / beta, computed stably; the input itself above threshold, as PyTorch."""
+    if _amp.state.on:
+        return _amp.call("softplus", softplus, (input, beta, threshold), {})
     x = ew.mul(input, beta) if beta != 1.0 else input
     stable = ew.add(ew.maximum(x, 0.0), ew.log(ew.add(ew.exp(ew.neg(ew.abs(x))), 1.0)))
     out = ew.div(stable, beta) if beta != 1.0 else stable
@@ -86,18 +104,24 @@ def leaky_relu(input, negative_slope: float = 0.01):
 
 
 def elu(input, alpha: float = 1.0):
+    if _amp.state.on:
+        return _amp.call("elu", elu, (input, alpha), {})
     positive = ew.gt(input, 0)
     negative_part = ew.where(positive, 0.0, input)  # (not minimum(x, 0): its gradient halves at the tie x = 0)
     return ew.where(positive, input, ew.mul(ew.sub(ew.exp(negative_part), 1.0), alpha))
 
 
 def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+    if _amp.state.on:
+        return _amp.call("normalize", normalize, (input, p, dim, eps), {})
     from gradcraft.ops.linalg import norm
 
     return ew.div(input, ew.maximum(norm(input, p, dim, keepdim=True), eps))
 
 
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    if _amp.state.on:
+        return _amp.call("cosine_similarity", cosine_similarity, (x1, x2, dim, eps), {})
     from gradcraft.ops.linalg import norm
 
     dot = rd.sum(ew.mul(x1, x2), dim)

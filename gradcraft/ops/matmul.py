@@ -12,10 +12,13 @@ from gradcraft import dtypes
 from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops.function import apply, gradient
+from gradcraft.amp import policy as _amp
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
     """a @ b. 1-D operands are treated as a row (left) or a column (right) vector, then squeezed."""
+    if _amp.state.on:
+        return _amp.call("matmul", matmul, (a, b), {})
     if a.ndim == 0 or b.ndim == 0:
         raise UserError(f"matmul needs tensors with at least 1 dimension, got shapes {a.shape} and {b.shape}")
     a, b = ew._operands(a, b, "matmul")

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
 
 from gradcraft import dtypes
+from gradcraft.amp import policy as _amp
 from gradcraft.errors import UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops.creation import dropout_stream, ones, zeros
@@ -40,10 +41,14 @@ def _softmax_family(op: str, x: Tensor, dim: int, dtype: DTypeLike) -> Tensor:
 
 
 def softmax(x: Tensor, dim: int = -1, dtype: DTypeLike = None) -> Tensor:
+    if _amp.state.on:
+        return _amp.call("softmax", softmax, (x, dim), {"dtype": dtype})
     return _softmax_family("softmax", x, dim, dtype)
 
 
 def log_softmax(x: Tensor, dim: int = -1, dtype: DTypeLike = None) -> Tensor:
+    if _amp.state.on:
+        return _amp.call("log_softmax", log_softmax, (x, dim), {"dtype": dtype})
     return _softmax_family("log_softmax", x, dim, dtype)
 
 
@@ -78,6 +83,13 @@ def cross_entropy(
     others (a vocabulary padded for faster matmuls) are left out of the softmax and get a zero
     gradient, as if the input were sliced to them, without copying it.
     """
+    if _amp.state.on:
+        return _amp.call(
+            "cross_entropy",
+            cross_entropy,
+            (input, target, weight, ignore_index, reduction, label_smoothing, valid_classes),
+            {"dtype": dtype},
+        )
     if weight is not None:
         raise UserError("cross_entropy class weights are not supported")
     if reduction not in ("mean", "sum", "none"):
@@ -144,6 +156,9 @@ def linear_cross_entropy(
     twice (logits and their gradient). Elsewhere (and with no gradient to compute): the matmul and
     cross_entropy, the same numbers.
     """
+    if _amp.state.on:
+        args = (input, weight, target, ignore_index, reduction, label_smoothing, valid_classes)
+        return _amp.call("linear_cross_entropy", linear_cross_entropy, args, {})
     if reduction not in ("mean", "sum"):
         raise UserError(f"linear_cross_entropy reduction must be 'mean' or 'sum', got {reduction!r}")
     if input.ndim != 2 or weight.ndim != 2 or input.shape[1] != weight.shape[1]:
@@ -220,6 +235,8 @@ def _cross_entropy_grad(node, out, g):
 
 
 def nll_loss(input: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean") -> Tensor:
+    if _amp.state.on:
+        return _amp.call("nll_loss", nll_loss, (input, target, ignore_index, reduction), {})
     picked = ew.neg(input.gather(1, target.reshape(-1, 1)).reshape(target.shape))
     valid = ew.ne(target, ignore_index)
     picked = ew.where(valid, picked, 0.0)
@@ -230,6 +247,8 @@ def nll_loss(input: Tensor, target: Tensor, ignore_index: int = -100, reduction:
 
 
 def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    if _amp.state.on:
+        return _amp.call("mse_loss", mse_loss, (input, target, reduction), {})
     from gradcraft.ops.reduce import mean
 
     diff = ew.sub(input, target)
@@ -253,6 +272,8 @@ def _norm_dims(x, normalized_shape, op, **params):
 def layer_norm(
     input: Tensor, normalized_shape: Shape, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5
 ) -> Tensor:
+    if _amp.state.on:
+        return _amp.call("layer_norm", layer_norm, (input, normalized_shape, weight, bias, eps), {})
     _float_input(input, "layer_norm")
     shape = _norm_dims(input, normalized_shape, "layer_norm", weight=weight, bias=bias)
     weight = weight if weight is not None else ones(shape, dtype=input.dtype, device=input.device)
@@ -283,6 +304,8 @@ def _rms_norm_eps(dtype) -> float:
 
 def rms_norm(input: Tensor, normalized_shape: Shape, weight: Tensor | None = None, eps: float | None = None) -> Tensor:
     """F.rms_norm: x / sqrt(mean(x^2) + eps) * weight; eps defaults to the dtype's machine epsilon."""
+    if _amp.state.on:
+        return _amp.call("rms_norm", rms_norm, (input, normalized_shape, weight, eps), {})
     _float_input(input, "rms_norm")
     shape = _norm_dims(input, normalized_shape, "rms_norm", weight=weight)
     if eps is None:
@@ -389,6 +412,8 @@ from gradcraft.ops.attention import scaled_dot_product_attention  # noqa: E402,F
 
 
 def linear(input: Tensor, weight: Tensor | None, bias: Tensor | None = None) -> Tensor:
+    if _amp.state.on:
+        return _amp.call("linear", linear, (input, weight, bias), {})
     # A decoding step's row: the bias added in the product's kernel. Only a bias of one value per
     # output (PyTorch's also broadcasts a (1,) bias, and norm_linear's kernel reads N values).
     if (

@@ -17,6 +17,7 @@ from gradcraft.ops import elementwise as ew
 from gradcraft.ops import rounding
 from gradcraft.ops.dims import normalize_axes, normalize_dim  # noqa: F401 (re-exported: ops import them from here)
 from gradcraft.ops.function import apply, gradient, no_grad
+from gradcraft.amp import policy as _amp
 
 MaxResult = namedtuple("MaxResult", ["values", "indices"])
 TopkResult = namedtuple("TopkResult", ["values", "indices"])
@@ -33,6 +34,8 @@ def _keepdim_shape(shape, axes) -> tuple:
 
 
 def sum(x: Tensor, dim: Dims = None, keepdim: bool = False, dtype: DTypeLike = None) -> Tensor:
+    if _amp.state.on:
+        return _amp.call("sum", sum, (x, dim, keepdim), {"dtype": dtype})
     if dtype is not None:
         x = ew.cast(x, dtype)
     axes = normalize_axes(dim, x.ndim)
@@ -47,6 +50,8 @@ def _sum_grad(node, out, g):
 
 
 def mean(x: Tensor, dim: Dims = None, keepdim: bool = False, dtype: DTypeLike = None) -> Tensor:
+    if _amp.state.on:
+        return _amp.call("mean", mean, (x, dim, keepdim), {"dtype": dtype})
     if dtype is not None:
         x = ew.cast(x, dtype)
     if not x.dtype.is_floating_point:
@@ -130,6 +135,8 @@ def var(
     x: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False, *, correction: int | None = None
 ) -> Tensor:
     """Variance with Bessel's correction by default (correction=1), as in PyTorch."""
+    if _amp.state.on:
+        return _amp.call("var", var, (x, dim, unbiased, keepdim), {"correction": correction})
     if correction is None:
         correction = 1 if unbiased is None or unbiased else 0
     axes = normalize_axes(dim, x.ndim)
@@ -147,6 +154,8 @@ def std(
 
 
 def logsumexp(x: Tensor, dim: Dims, keepdim: bool = False) -> Tensor:
+    if _amp.state.on:
+        return _amp.call("logsumexp", logsumexp, (x, dim, keepdim), {})
     axes = normalize_axes(dim, x.ndim)
     with no_grad():  # the shift cancels out of the value and the gradient
         shift = amax(x, axes, keepdim=True).detach()
@@ -164,6 +173,8 @@ def any(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
 
 
 def cumsum(x: Tensor, dim: int, dtype: DTypeLike = None) -> Tensor:
+    if _amp.state.on:
+        return _amp.call("cumsum", cumsum, (x, dim), {"dtype": dtype})
     if dtype is not None:
         x = ew.cast(x, dtype)
     out_dtype = x.dtype if x.dtype.is_floating_point else dtypes.int64
@@ -203,6 +214,8 @@ def argsort(x: Tensor, dim: int = -1, descending: bool = False, stable: bool = F
 
 def prod(x: Tensor, dim: Dims = None, keepdim: bool = False, dtype: DTypeLike = None) -> Tensor:
     """The product, as exp(sum(log|x|)) with the sign and zeros counted apart (floating point)."""
+    if _amp.state.on:
+        return _amp.call("prod", prod, (x, dim, keepdim), {"dtype": dtype})
     if dtype is not None:
         x = ew.cast(x, dtype)
     if not x.dtype.is_floating_point:

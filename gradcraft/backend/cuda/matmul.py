@@ -9,28 +9,26 @@ flag instead of being copied. float64 and integer products use cupy.matmul.
 import ctypes
 import ctypes.util
 import functools
-import os
 
 import cupy as cp
 import numpy as np
 
+from gradcraft.backend import tf32
 from gradcraft.backend.cuda import gemv
 from gradcraft.backend.cuda import launch as L
 
 _CUDA_TYPE = {np.dtype(np.float32): 0, np.dtype(np.float16): 2, np.dtype("bfloat16"): 14}
 _COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = 68, 77
 _ONE, _ZERO = np.array(1.0, dtype=np.float32), np.array(0.0, dtype=np.float32)
-_tf32 = os.environ.get("GRADCRAFT_TF32", "0") == "1"
 
 
 def set_tf32(enabled: bool) -> None:
     """Let float32 matmuls use TF32 tensor cores (10-bit mantissa inputs, fp32 accumulation)."""
-    global _tf32
-    _tf32 = bool(enabled)
+    tf32.set_enabled(enabled)
 
 
 def tf32_enabled() -> bool:
-    return _tf32
+    return tf32.enabled
 
 
 def _layout(a: cp.ndarray):
@@ -106,7 +104,7 @@ def gemm(
     ):
         gemv.gemv(a, lda, b, out, rows, N, K)  # a decoding step's few tokens: a read of the weight
         return out
-    compute = _COMPUTE_32F_FAST_TF32 if (_tf32 and allow_tf32 and a.dtype == np.float32) else _COMPUTE_32F
+    compute = _COMPUTE_32F_FAST_TF32 if (tf32.enabled and allow_tf32 and a.dtype == np.float32) else _COMPUTE_32F
     handle = cp.cuda.device.get_cublas_handle()
     lib = _cublas()
     # cuBLAS itself can be captured into a CUDA graph, but CuPy's bindings refuse during capture, so the

@@ -239,6 +239,7 @@ from gradcraft import autograd  # noqa: E402,F401  (torch.autograd: Function, gr
 from gradcraft import distributions  # noqa: E402,F401  (torch.distributions)
 from gradcraft import onnx  # noqa: E402,F401  (torch.onnx: export refused with one line)
 from gradcraft import multiprocessing  # noqa: E402,F401  (torch.multiprocessing: spawn)
+
 # Mixed precision and the precision switches, under PyTorch's names (gradcraft/amp, gradcraft/backends)
 from gradcraft import amp, backends  # noqa: E402,F401
 from gradcraft.amp import GradScaler  # noqa: E402,F401  (torch.GradScaler)

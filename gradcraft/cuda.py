@@ -78,6 +78,8 @@ def prebuild(device=None, arch: str | None = None, nvrtc: str | None = None, fil
 
         raise UserError(f"NVRTC {version[0]}.{version[1]} could not build {', '.join(failed)} for {arch}")
     return len(built), len(pairs)
+
+
 def is_bf16_supported(including_emulation: bool = True) -> bool:
     """torch.cuda.is_bf16_supported(): a CUDA device whose compute capability is 8.0 or more (Ampere
     on) computes in bfloat16 natively; older ones emulate it (True only with including_emulation)."""

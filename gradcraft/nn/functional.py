@@ -25,16 +25,13 @@ from gradcraft.ops.moe import moe_permute, moe_unpermute  # noqa: F401
 from gradcraft.ops.sampling import greedy_advance, sample_tokens  # noqa: F401
 
 from gradcraft.ops.movement import pad  # noqa: F401
+from gradcraft.ops.cross_entropy import cross_entropy, linear_cross_entropy, mse_loss, nll_loss  # noqa: F401
 from gradcraft.ops.nn import (
-    cross_entropy,
     embedding,
     layer_norm,
     linear,
     norm_linear,
-    linear_cross_entropy,  # noqa: F401
     log_softmax,
-    mse_loss,
-    nll_loss,
     one_hot,
     rms_norm,
     rope_frequencies,

@@ -233,8 +233,8 @@ MUTANTS = [
     M(
         "adamw_c_second_moment_unsquared",
         KERNELS,
-        "v[i] = v[i] * beta2 + gi * (1.0f - beta2) * gi;",
-        "v[i] = v[i] * beta2 + (1.0f - beta2) * fabsf(gi);",
+        "v[i] = v[i] * beta2 + gi * keep2 * gi;",
+        "v[i] = v[i] * beta2 + keep2 * fabsf(gi);",
         ("tests/test_optim.py", "tests/test_cpu_native.py"),
         "AdamW's second moment of abs(g), not g^2 (C)",
     ),

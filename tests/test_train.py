@@ -11,7 +11,7 @@ import pytest
 
 from gradcraft.data.tokenfile import write_token_file
 from gradcraft.training.log import read_log
-from cli_helpers import TINY_TRAIN, train_process
+from cli_helpers import TINY_TRAIN, train_process, wait_for_checkpoint
 
 TINY = TINY_TRAIN
 
@@ -85,10 +85,14 @@ def test_resume_is_bitwise_exact(dataset, tmp_path, sampling):
 
 
 def test_sigkill_at_any_moment_leaves_a_resumable_run(dataset, tmp_path):
+    """Each attempt waits for the event it needs (a checkpoint newer than the last one: the run made
+    progress), never for a guessed number of seconds, then kills after a random jitter of up to a
+    few steps, so the kill lands anywhere in the step and checkpoint cycle."""
     out = tmp_path / "killed"
     rng = np.random.default_rng(0)
     for attempt in range(4):
         resume = ["--resume"] if (out / "checkpoints").exists() and os.listdir(out / "checkpoints") else []
+        done = _last_step(out) if resume else 0
         proc = train_process(
             dataset,
             out,
@@ -100,9 +104,12 @@ def test_sigkill_at_any_moment_leaves_a_resumable_run(dataset, tmp_path):
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        time.sleep(2.5 + rng.random() * 2.0)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        try:
+            wait_for_checkpoint(out, done + 1, proc)
+            time.sleep(rng.random() * 0.3)  # where in the cycle the kill lands (any moment is correct)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
     proc = run(
         "--dataset",
         dataset,

@@ -246,7 +246,7 @@ def test_the_access_log_has_one_line_per_request(served):
     url, log_path = served
     post(url, {"prompt": "def ", "max_tokens": 3, "seed": 123456})
     get(url + "/nope-for-the-log")
-    time.sleep(0.3)
+    _wait_until(lambda: "GET /nope-for-the-log 404" in log_path.read_text())  # the event, not a guessed delay
     lines = log_path.read_text().splitlines()
     assert any("GET /nope-for-the-log 404" in line for line in lines)
     completions = [line for line in lines if "POST /v1/completions 200" in line]
@@ -264,6 +264,9 @@ def test_abandoned_requests_free_the_engine_within_a_second(served, stream):
         b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)
     )
     before = log_path.read_text().count("cancelled (client disconnected)")
+    start = time.perf_counter()
+    assert post(url, {"prompt": "def ", "max_tokens": 5})[0] == 200
+    alone = time.perf_counter() - start  # the same request on an idle engine, under this machine's load now
     sockets = []
     for _ in range(200):  # without cancelling, these 200 generations would run to the end (seconds)
         s = socket.create_connection((host, int(port)), timeout=10)
@@ -273,9 +276,16 @@ def test_abandoned_requests_free_the_engine_within_a_second(served, stream):
         s.close()
     start = time.perf_counter()
     assert post(url, {"prompt": "def ", "max_tokens": 5})[0] == 200
-    assert time.perf_counter() - start < 1.0
-    time.sleep(0.5)
-    assert log_path.read_text().count("cancelled (client disconnected)") - before >= 150
+    assert time.perf_counter() - start < max(1.0, 10 * alone)  # (a loaded machine slows both alike)
+    _wait_until(lambda: log_path.read_text().count("cancelled (client disconnected)") - before >= 150)
+
+
+def _wait_until(condition, timeout=60.0):
+    """Poll until condition() holds (an event in a log file); fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the event never came"
+        time.sleep(0.02)
 
 
 def serve_cli(*flags, timeout=60):

@@ -1,5 +1,6 @@
 import faulthandler
 import os
+import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))  # tests import their shared tables (optable.py)
@@ -16,6 +17,11 @@ _stderr_fd = None
 
 def pytest_configure(config):
     global _stderr_fd
+    # A shell without job control starts background commands (`bash scripts/test.sh &`, two suites at
+    # once) with SIGINT ignored; the tests of Ctrl-C (in this process and in the runs they start, which
+    # inherit it) need its usual action.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if TEST_TIMEOUT > 0:  # (pytest does not capture stderr here: this is the terminal's)
         _stderr_fd = os.dup(sys.stderr.fileno())
 

@@ -136,6 +136,7 @@ def test_torchrun_environment_with_zero_then_resume_on_one_process(dataset, one_
     assert_same_weights(one_process, folder)
 
 
+@pytest.mark.extended  # (the torchrun test's ZeRO run, resumed from its gathered state, equals one process)
 def test_zero_equals_plain_data_parallel(dataset, tmp_path):
     common = [
         "--dataset",

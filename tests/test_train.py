@@ -5,13 +5,14 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import numpy as np
 import pytest
 
 from gradcraft.data.tokenfile import write_token_file
 from gradcraft.training.log import read_log
-from cli_helpers import TINY_TRAIN, train_process, wait_for_checkpoint
+from cli_helpers import TINY_TRAIN, run_cli, train_process, wait_for_checkpoint
 
 TINY = TINY_TRAIN
 
@@ -60,7 +61,9 @@ def test_training_writes_every_output_and_learns(dataset, tmp_path):
     assert rows[9]["val_loss"] and rows[29]["val_loss"] and not rows[10]["val_loss"]
 
 
-@pytest.mark.parametrize("sampling", ["random", "sequential"])
+# random: extended (its sampler's resume is tests/test_samplers.py's; the run's resume path is the same
+# for both kinds, and the sequential one also crosses an epoch's end)
+@pytest.mark.parametrize("sampling", [pytest.param("random", marks=pytest.mark.extended), "sequential"])
 def test_resume_is_bitwise_exact(dataset, tmp_path, sampling):
     straight, split = tmp_path / "straight", tmp_path / "split"
     common = [
@@ -151,7 +154,14 @@ def one_line_error(proc, *needles):
         assert needle in lines[0], lines[0]
 
 
-def test_bad_input_gets_one_clear_line(dataset, tmp_path):
+def test_bad_input_gets_one_clear_line(dataset, tmp_path, capsys):
+    """In process (main(), as the `gradcraft` command calls it): seven runs without seven interpreters."""
+
+    def run(*args, check=True):
+        status, _, err = run_cli(["train", *args], capsys)
+        assert not check or status == 0, err
+        return types.SimpleNamespace(returncode=status, stderr=err)
+
     out = str(tmp_path / "bad")
     one_line_error(
         run("--dataset", str(tmp_path / "missing.bin"), "--model_dir", out, *TINY, check=False), "does not exist"

@@ -12,6 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from cli_helpers import run_cli
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -294,7 +296,8 @@ def serve_cli(*flags, timeout=60):
     )
 
 
-def test_serve_refuses_a_bad_device_or_port_with_one_error_line(trained_run):
+def test_serve_refuses_a_bad_device_or_port_with_one_error_line(trained_run, capsys):
+    """In process (main(), as the `gradcraft` command calls it): five refusals, one interpreter."""
     model = ["--model_dir", str(trained_run / "run")]
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -307,10 +310,10 @@ def test_serve_refuses_a_bad_device_or_port_with_one_error_line(trained_run):
             ["--port", in_use],
             ["--max_body_bytes", "0"],
         ):
-            result = serve_cli(*model, *flags)
-            assert result.returncode == 2, (flags, result.stderr)
-            assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, (flags, result.stderr)
-            assert "serving" not in result.stdout
+            status, out, err = run_cli(["serve", *model, *flags], capsys)
+            assert status == 2, (flags, err)
+            assert err.startswith("error: ") and err.count("\n") == 1, (flags, err)
+            assert "serving" not in out
 
 
 def test_serve_help_describes_the_command():

@@ -15,7 +15,9 @@ contents in one of two ways:
 - Recorded for autograd (a non-leaf that requires grad, or a value that does): the tensor object
   becomes the new lazy node, whose input is its old self, so gradients flow through the old graph.
   Ops built from the tensor before the write are re-pointed at the old self. If one of them needs
-  the old value for its own gradient, `backward()` through it raises PyTorch's error.
+  the old value for its own gradient, `backward()` through it raises PyTorch's error. A write to a
+  lazy view lands in its base, and every live view of the base is rebuilt on the new base (they
+  share one version, as in PyTorch's views).
 
 Refused as in PyTorch: a leaf that requires grad (or a view of one) outside `no_grad`; a result
 whose dtype the tensor cannot hold (`int_tensor += 0.5`); writing into an expanded tensor.

@@ -293,3 +293,31 @@ def test_inplace_write_raises_where_torch_raises(scenario):
             assert (g is None) == (t is None)
             if t is not None:
                 np.testing.assert_allclose(g, t, rtol=1e-12, atol=1e-12)
+
+
+def _writes_through_views(m, x):
+    y = x * 1.0
+    v = y[0]
+    v.mul_(2.0)  # a view: the write lands in y
+    vv = y[1:][:, ::2]  # a view of a view
+    vv.add_(10.0)
+    vv.mul_(x[1, ::2])
+    y.t()[1].zero_()  # a view of y's transpose: v and vv see it too
+    s = (x.sum() * 1.0).reshape(1)  # a view of a number
+    s.add_(1.0)
+    return y, v, vv, s
+
+
+def test_writes_through_views_reach_the_base_and_its_other_views():
+    """Recorded writes to views (and views of views) change the base and every other live view of it,
+    as in PyTorch where they share memory; the gradient flows through the writes."""
+    results = []
+    for lib in (torch, gc):
+        x = lib.tensor(X[:2, :3], requires_grad=True)
+        outs = _writes_through_views(lib, x)
+        (outs[0].sum() + (outs[1] * outs[2].sum()).sum() + outs[3].sum()).backward()
+        results.append(([o.detach().numpy() for o in outs], x.grad.numpy()))
+    (t_outs, t_grad), (g_outs, g_grad) = results
+    for t, g in zip(t_outs, g_outs):
+        np.testing.assert_allclose(g, t, rtol=1e-12)
+    np.testing.assert_allclose(g_grad, t_grad, rtol=1e-12)

@@ -198,12 +198,15 @@ def _write_through_view(x, value, before: _Before) -> None:
     new base. They share one version, as in PyTorch: an op that saved any of them for its gradient
     (before the write) raises at backward."""
     from gradcraft.ops.creation import arange
-    from gradcraft.ops.indexing import _index_put
 
     base, chain, t = before.base, [], x
     while t is not base:
         chain.append((t._node.op, t._node.attrs, t.shape))
         t = t._node.inputs[0]
+    if base.ndim == 0:  # (a view of a number: the value is the new base)
+        _rebind_with_views(base, value.reshape(()), x, before)
+        return
+    put = {"spec": tuple(range(base.ndim)), "shape": base.shape}
     with no_grad():
         positions = arange(base.numel(), dtype=dtypes.int64, device=base.device).reshape(base.shape)
         for op, attrs, shape in reversed(chain):
@@ -212,8 +215,11 @@ def _write_through_view(x, value, before: _Before) -> None:
         for n in base.shape:  # the flat positions as one index per dimension of the base
             stride //= n
             index.append(rounding.remainder(rounding.floor_divide(positions, stride), n) if n else positions)
-    # (base-shaped, not a reshape of a flat write: a reshape would make the base look like a view)
-    _rebind_with_views(base, _index_put(base, index, value), x, before)
+        hit = apply("index_put_add", (ew.cast(ew.ge(positions, 0), base.dtype), *index), put, base.shape, base.dtype)
+    # value at the positions (each once: a view of an expanded tensor is refused), the base elsewhere;
+    # base-shaped, not a reshape of a flat write, which would make the base look like a view
+    placed = apply("index_put_add", (value, *index), put, base.shape, base.dtype)
+    _rebind_with_views(base, ew.where(ew.ne(hit, 0), placed, base), x, before)
 
 
 def _rebind_with_views(base, value, x, before: _Before) -> None:

@@ -20,7 +20,7 @@ from gradcraft.data.tokenfile import read_token_file
 from gradcraft.models import ModelConfig, Transformer
 from gradcraft.training.log import read_log
 from gradcraft.training.trainer import GradientStep, TrainConfig
-from test_train import TINY, run
+from test_train import TINY, run_here
 
 
 def torch_mean_loss_gradients(cfg, state, batches):
@@ -65,12 +65,11 @@ def test_accumulated_gradients_equal_the_gradient_of_the_mean_loss():
     np.testing.assert_allclose(float(grad_stats.numpy()[0]), norm, rtol=1e-4)
 
 
-# (2, 8): extended; (2, 16) averages over processes and micro-batches both
-@pytest.mark.parametrize("nproc,target_batch", [(1, 8), pytest.param(2, 8, marks=pytest.mark.extended), (2, 16)])
+@pytest.mark.parametrize("nproc,target_batch", [(1, 8), (2, 8), (2, 16)])
 def test_first_logged_gradient_norm_is_that_of_the_mean_loss(dataset, tmp_path, nproc, target_batch):
     """micro-batches of 4: 2 per step on one process, 1 on each of 2, 2 on each of 2."""
     out = tmp_path / "run"
-    run(
+    run_here(
         "--dataset",
         dataset,
         "--model_dir",

@@ -19,7 +19,8 @@ from gradcraft.distributed import Topology, launch
 from gradcraft.distributed import rendezvous
 from gradcraft.errors import UserError
 from test_distributed import rows
-from test_train import TINY, run
+from test_train import TINY
+from test_train import run_here as run  # in process: the same runs without an interpreter start each
 
 COMMON = ["--steps", "4", "--target_batch", "8", "--checkpoint_every", "2", *TINY]
 

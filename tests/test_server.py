@@ -290,12 +290,6 @@ def _wait_until(condition, timeout=60.0):
         time.sleep(0.02)
 
 
-def serve_cli(*flags, timeout=60):
-    return subprocess.run(
-        [sys.executable, "-m", "gradcraft.cli.main", "serve", *flags], capture_output=True, text=True, timeout=timeout
-    )
-
-
 def test_serve_refuses_a_bad_device_or_port_with_one_error_line(trained_run, capsys):
     """In process (main(), as the `gradcraft` command calls it): five refusals, one interpreter."""
     model = ["--model_dir", str(trained_run / "run")]
@@ -316,13 +310,11 @@ def test_serve_refuses_a_bad_device_or_port_with_one_error_line(trained_run, cap
             assert "serving" not in out
 
 
-def test_serve_help_describes_the_command():
-    out = serve_cli("--help").stdout
-    assert "OpenAI-compatible" in out and "--max_body_bytes" in out and "--docs" in out
-    listing = subprocess.run(
-        [sys.executable, "-m", "gradcraft.cli.main", "--help"], capture_output=True, text=True
-    ).stdout
-    assert "serve" in listing
+def test_serve_help_describes_the_command(capsys):
+    status, out, _ = run_cli(["serve", "--help"], capsys)  # in process: argparse prints, then exits 0
+    assert status == 0 and "OpenAI-compatible" in out and "--max_body_bytes" in out and "--docs" in out
+    status, listing, _ = run_cli(["--help"], capsys)
+    assert status == 0 and "serve" in listing
 
 
 def test_docs_are_served_with_the_docs_flag(trained_run):

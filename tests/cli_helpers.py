@@ -2,6 +2,7 @@
 and what it printed), or `gradcraft train` as a process of its own (for signals and kills)."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -33,6 +34,10 @@ def train_process(dataset, out, *flags, **popen_options):
     (stdout and stderr piped as text unless popen_options say otherwise)."""
     command = [sys.executable, "-m", "gradcraft.cli.main", "train", "--dataset", dataset, "--model_dir", str(out)]
     options = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **popen_options}
+    if os.name == "posix":
+        # A shell without job control starts background commands (`scripts/test.sh &`) with SIGINT
+        # ignored, and a child inherits that: the run would go on after the tests' Ctrl-C.
+        options.setdefault("preexec_fn", lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     return subprocess.Popen([*command, *TINY_TRAIN, *flags], **options)
 
 

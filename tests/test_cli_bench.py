@@ -244,6 +244,7 @@ def test_attention_bench_gpu_time_splits_each_side_into_kernels():
     assert "flash" in lines["ours"].group(2) or "hopper" in lines["ours"].group(2)  # our attention kernels ran
 
 
+@pytest.mark.extended  # a reporting option of the bench (test_attention_bench_runs_on_the_cpu runs the bench)
 def test_attention_bench_phases_split_each_call():
     proc = script(
         "attention.py", "--device", "cpu", "--seqs", "16", "--dims", "8", "--tokens", "32", "--width", "16",
@@ -264,6 +265,7 @@ def test_attention_bench_phases_split_each_call():
         assert (forward_calls > 0 and backward_calls > 0) == (side == "ours")
 
 
+@pytest.mark.extended  # a reporting option of the bench, as above
 def test_attention_bench_host_profile_names_our_engine_functions():
     proc = script(
         "attention.py", "--device", "cpu", "--seqs", "16", "--dims", "8", "--tokens", "32", "--width", "16",

@@ -370,31 +370,33 @@ def test_moe_layer_matches_the_cpu(gpu, capacity_factor):
         close(got, expected, scale=5.0, what="moe")
 
 
+@pytest.mark.parametrize("D", [16, 18])  # 18: a ragged tail for every vector width (4 floats, 8 halves)
 @pytest.mark.parametrize("dtype", FLOATS + [np.float16, np.float64])
-def test_kv_cache_kernels(gpu, dtype):
+def test_kv_cache_kernels(gpu, dtype, D):
     """kv_attention and the indexed assign (kernels/kv_cache.cu) against the NumPy kernels: per-row
-    and shared positions, a ring past its length, grouped-query heads; tests/test_kv_cache.py checks
-    the ops against PyTorch."""
+    and shared positions, a ring past its length, grouped-query heads, a head size that is not a
+    multiple of the vector width; tests/test_kv_cache.py checks the ops against PyTorch."""
     r = rng()
-    q, k, v = randn((3, 4, 1, 16), dtype, r), randn((3, 2, 10, 16), dtype, r), randn((3, 2, 10, 16), dtype, r)
+    q, k, v = randn((3, 4, 1, D), dtype, r), randn((3, 2, 10, D), dtype, r), randn((3, 2, 10, D), dtype, r)
     for position in (np.array([0, 5, 13]), np.array([7])):
         check(gpu, "kv_attention", q, k, v, position, scale=0.25)
-        target, value = randn((3, 2, 10, 16), dtype, r), randn((3, 2, 1, 16), dtype, r)
+        target, value = randn((3, 2, 10, D), dtype, r), randn((3, 2, 1, D), dtype, r)
         on_gpu = gpu.from_numpy(target)
         gpu.run("assign", [on_gpu, gpu.from_numpy(value), gpu.from_numpy(position)], {"dim": 2})
         expected = cpu().reference_kernels["assign"](target.copy(), value, position, dim=2)
         np.testing.assert_array_equal(gpu.to_numpy(on_gpu), expected)
 
 
+@pytest.mark.parametrize("D", [32, 18])  # 18: a ragged tail for every vector width
 @pytest.mark.parametrize("rotary", [False, True])
 @pytest.mark.parametrize("dtype", FLOATS + [np.float16])
-def test_kv_append_attention_kernel(gpu, dtype, rotary):
+def test_kv_append_attention_kernel(gpu, dtype, rotary, D):
     """kv_append_attention (kernels/kv_cache.cu) against the NumPy kernel: this step's key and value
     written into their slots of both caches in place (rotated first when rotary, with per-row or shared
     angles), then the attention; per-row and shared positions, a ring past its length, grouped-query
     heads. tests/test_kv_cache.py checks the op against the separate ops it stands for."""
     r = rng()
-    B, H, Hkv, length, D = 3, 4, 2, 37, 32
+    B, H, Hkv, length = 3, 4, 2, 37
     for position in (np.array([0, 20, 41]), np.array([9])):
         q, key, value = randn((B, H, 1, D), dtype, r), randn((B, Hkv, 1, D), dtype, r), randn((B, Hkv, 1, D), dtype, r)
         k_cache, v_cache = randn((B, Hkv, length, D), dtype, r), randn((B, Hkv, length, D), dtype, r)

@@ -13,7 +13,8 @@ import gradcraft as gc
 from gradcraft.distributed import TCPGroup, launch
 from gradcraft.errors import UserError
 from gradcraft.training.log import read_log
-from test_train import TINY, one_line_error, run
+from test_train import TINY, one_line_error
+from test_train import run_here as run  # in process: the same runs without an interpreter start each
 
 
 def rows(model_dir):
@@ -76,6 +77,7 @@ def test_data_parallel_resume_continues_the_same_run(dataset, tmp_path):
     assert rows(tmp_path / "split") == rows(tmp_path / "straight")  # same processes, same sums: bitwise
 
 
+@pytest.mark.extended  # (test_multinode's torchrun run resumed on one process equals its reference too)
 def test_resume_on_another_process_count_keeps_the_batch(dataset, tmp_path):
     """No --target_batch: the batch of the first session (4 x 2 processes) stays when resumed on one."""
     common = ["--dataset", dataset, "--steps", "8", "--checkpoint_every", "4", *TINY]

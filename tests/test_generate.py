@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import gradcraft as gc
 from gradcraft.inference.generate import SamplingParams, _Decoder, _realize_step, generate, generate_without_cache
 from gradcraft.models import Transformer
 from gradcraft.models.hf import export_hf
+from cli_helpers import run_cli
 from test_models import FAMILIES, randomize, small_config
 
 
@@ -145,13 +147,18 @@ def _one_line(proc, needle):
     )
 
 
-def test_cli_generates_and_rejects_mismatched_files(trained_run, tmp_path):
+def test_cli_generates_and_rejects_mismatched_files(trained_run, tmp_path, capsys):
     run = trained_run / "run"
     ok = _generate("--model_dir", str(run), "--prompt", "def ", "--max_tokens", "5")
     assert ok.returncode == 0, ok.stderr
-    _one_line(_generate("--model_dir", str(tmp_path / "none")), "does not exist")
+
+    def _generate_here(*args):  # the refusals in process: one interpreter, not five
+        status, _, err = run_cli(["generate", *args], capsys)
+        return types.SimpleNamespace(returncode=status, stderr=err)
+
+    _one_line(_generate_here("--model_dir", str(tmp_path / "none")), "does not exist")
     _one_line(
-        _generate(
+        _generate_here(
             "--vocab",
             str(tmp_path / "x.json"),
             "--config",
@@ -171,7 +178,7 @@ def test_cli_generates_and_rejects_mismatched_files(trained_run, tmp_path):
     other = train_tokenizer([" ".join(words)], vocab_size=280)
     other.save(str(tmp_path / "other.json"))
     _one_line(
-        _generate(
+        _generate_here(
             "--vocab",
             str(tmp_path / "other.json"),
             "--config",
@@ -187,7 +194,7 @@ def test_cli_generates_and_rejects_mismatched_files(trained_run, tmp_path):
     same_size = train_tokenizer([" ".join(reversed(words)) + " zz"], vocab_size=300)
     same_size.save(str(tmp_path / "same_size.json"))
     _one_line(
-        _generate(
+        _generate_here(
             "--vocab",
             str(tmp_path / "same_size.json"),
             "--config",
@@ -204,7 +211,7 @@ def test_cli_generates_and_rejects_mismatched_files(trained_run, tmp_path):
     cfg["dim"] = 64
     (tmp_path / "big.json").write_text(json.dumps(cfg))
     _one_line(
-        _generate(
+        _generate_here(
             "--vocab",
             str(trained_run / "tokenizer.json"),
             "--config",

@@ -20,7 +20,7 @@ from gradcraft.data.tokenfile import read_token_file
 from gradcraft.models import ModelConfig, Transformer
 from gradcraft.training.log import read_log
 from gradcraft.training.trainer import GradientStep, TrainConfig
-from test_train import TINY, run
+from test_train import TINY, run_here
 
 
 def torch_mean_loss_gradients(cfg, state, batches):
@@ -69,7 +69,7 @@ def test_accumulated_gradients_equal_the_gradient_of_the_mean_loss():
 def test_first_logged_gradient_norm_is_that_of_the_mean_loss(dataset, tmp_path, nproc, target_batch):
     """micro-batches of 4: 2 per step on one process, 1 on each of 2, 2 on each of 2."""
     out = tmp_path / "run"
-    run(
+    run_here(
         "--dataset",
         dataset,
         "--model_dir",

@@ -19,7 +19,8 @@ from gradcraft.distributed import Topology, launch
 from gradcraft.distributed import rendezvous
 from gradcraft.errors import UserError
 from test_distributed import rows
-from test_train import TINY, run
+from test_train import TINY
+from test_train import run_here as run  # in process: the same runs without an interpreter start each
 
 COMMON = ["--steps", "4", "--target_batch", "8", "--checkpoint_every", "2", *TINY]
 
@@ -136,6 +137,7 @@ def test_torchrun_environment_with_zero_then_resume_on_one_process(dataset, one_
     assert_same_weights(one_process, folder)
 
 
+@pytest.mark.extended  # (the torchrun test's ZeRO run, resumed from its gathered state, equals one process)
 def test_zero_equals_plain_data_parallel(dataset, tmp_path):
     common = [
         "--dataset",

@@ -1,10 +1,11 @@
 """The run folder travels (its tokenizer inside) and exports to Hugging Face transformers."""
 
+import contextlib
+import io
 import json
 import os
 import shutil
-import subprocess
-import sys
+import types
 
 import numpy as np
 import pytest
@@ -70,15 +71,15 @@ def runs(tmp_path_factory):
 
 
 def _cli(*args, cwd=None):
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return subprocess.run(
-        [sys.executable, "-m", "gradcraft.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        env=env,
-    )
+    """`gradcraft <args>` run from the folder `cwd`, in this process (main(), as the command calls it),
+    its output captured: the same run without an interpreter's start."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(cwd or os.getcwd()), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = main([str(a) for a in args])
+        except SystemExit as e:
+            status = e.code
+    return types.SimpleNamespace(returncode=status, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def _generate(model_dir, cwd):

@@ -31,15 +31,21 @@ def test_a_second_train_on_a_running_folder_is_refused_and_the_first_finishes(da
     try:
         wait_for_checkpoint(out, 50, first)
         assert (out / ".lock").read_text().strip() == str(first.pid)
-        seconds = [
-            train_process(dataset, out, "--steps", "500", *flags) for flags in ([], ["--resume"], ["--overwrite"])
-        ]
-        for second in seconds:
-            _, err = second.communicate(timeout=60)
-            assert second.returncode == 2, err
-            lines = err.strip().splitlines()
-            assert len(lines) == 1 and lines[0].startswith("error: ") and f"process {first.pid}" in lines[0], err
-        assert first.poll() is None  # refused while the first was running
+        # The first is paused (holding its lock) while the seconds try: on a fast machine it could
+        # otherwise finish its 500 steps before they start, and nothing would refuse them.
+        first.send_signal(signal.SIGSTOP)
+        try:
+            seconds = [
+                train_process(dataset, out, "--steps", "500", *flags) for flags in ([], ["--resume"], ["--overwrite"])
+            ]
+            for second in seconds:
+                _, err = second.communicate(timeout=60)
+                assert second.returncode == 2, err
+                lines = err.strip().splitlines()
+                assert len(lines) == 1 and lines[0].startswith("error: ") and f"process {first.pid}" in lines[0], err
+            assert first.poll() is None  # refused while the first was running
+        finally:
+            first.send_signal(signal.SIGCONT)
         _, err = first.communicate(timeout=120)
     finally:
         if first.poll() is None:

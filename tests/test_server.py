@@ -12,6 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from cli_helpers import run_cli
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -245,7 +247,7 @@ def test_the_access_log_has_one_line_per_request(served):
     url, log_path = served
     post(url, {"prompt": "def ", "max_tokens": 3, "seed": 123456})
     get(url + "/nope-for-the-log")
-    time.sleep(0.3)
+    _wait_until(lambda: "GET /nope-for-the-log 404" in log_path.read_text())  # the event, not a guessed delay
     lines = log_path.read_text().splitlines()
     assert any("GET /nope-for-the-log 404" in line for line in lines)
     completions = [line for line in lines if "POST /v1/completions 200" in line]
@@ -263,6 +265,9 @@ def test_abandoned_requests_free_the_engine_within_a_second(served, stream):
         b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)
     )
     before = log_path.read_text().count("cancelled (client disconnected)")
+    start = time.perf_counter()
+    assert post(url, {"prompt": "def ", "max_tokens": 5})[0] == 200
+    alone = time.perf_counter() - start  # the same request on an idle engine, under this machine's load now
     sockets = []
     for _ in range(200):  # without cancelling, these 200 generations would run to the end (seconds)
         s = socket.create_connection((host, int(port)), timeout=10)
@@ -272,18 +277,20 @@ def test_abandoned_requests_free_the_engine_within_a_second(served, stream):
         s.close()
     start = time.perf_counter()
     assert post(url, {"prompt": "def ", "max_tokens": 5})[0] == 200
-    assert time.perf_counter() - start < 1.0
-    time.sleep(0.5)
-    assert log_path.read_text().count("cancelled (client disconnected)") - before >= 150
+    assert time.perf_counter() - start < max(1.0, 10 * alone)  # (a loaded machine slows both alike)
+    _wait_until(lambda: log_path.read_text().count("cancelled (client disconnected)") - before >= 150)
 
 
-def serve_cli(*flags, timeout=60):
-    return subprocess.run(
-        [sys.executable, "-m", "gradcraft.cli.main", "serve", *flags], capture_output=True, text=True, timeout=timeout
-    )
+def _wait_until(condition, timeout=60.0):
+    """Poll until condition() holds (an event in a log file); fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the event never came"
+        time.sleep(0.02)
 
 
-def test_serve_refuses_a_bad_device_or_port_with_one_error_line(trained_run):
+def test_serve_refuses_a_bad_device_or_port_with_one_error_line(trained_run, capsys):
+    """In process (main(), as the `gradcraft` command calls it): five refusals, one interpreter."""
     model = ["--model_dir", str(trained_run / "run")]
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -296,19 +303,17 @@ def test_serve_refuses_a_bad_device_or_port_with_one_error_line(trained_run):
             ["--port", in_use],
             ["--max_body_bytes", "0"],
         ):
-            result = serve_cli(*model, *flags)
-            assert result.returncode == 2, (flags, result.stderr)
-            assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, (flags, result.stderr)
-            assert "serving" not in result.stdout
+            status, out, err = run_cli(["serve", *model, *flags], capsys)
+            assert status == 2, (flags, err)
+            assert err.startswith("error: ") and err.count("\n") == 1, (flags, err)
+            assert "serving" not in out
 
 
-def test_serve_help_describes_the_command():
-    out = serve_cli("--help").stdout
-    assert "OpenAI-compatible" in out and "--max_body_bytes" in out and "--docs" in out
-    listing = subprocess.run(
-        [sys.executable, "-m", "gradcraft.cli.main", "--help"], capture_output=True, text=True
-    ).stdout
-    assert "serve" in listing
+def test_serve_help_describes_the_command(capsys):
+    status, out, _ = run_cli(["serve", "--help"], capsys)  # in process: argparse prints, then exits 0
+    assert status == 0 and "OpenAI-compatible" in out and "--max_body_bytes" in out and "--docs" in out
+    status, listing, _ = run_cli(["--help"], capsys)
+    assert status == 0 and "serve" in listing
 
 
 def test_docs_are_served_with_the_docs_flag(trained_run):

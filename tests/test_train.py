@@ -1,17 +1,21 @@
 """`gradcraft train`: outputs, exact resume, surviving SIGKILL, and one-line errors for bad input."""
 
+import contextlib
+import io
 import os
 import signal
 import subprocess
 import sys
 import time
+import types
 
 import numpy as np
 import pytest
 
 from gradcraft.data.tokenfile import write_token_file
 from gradcraft.training.log import read_log
-from cli_helpers import TINY_TRAIN, train_process
+from cli_helpers import TINY_TRAIN, train_process, wait_for_checkpoint
+from gradcraft.cli.main import main
 
 TINY = TINY_TRAIN
 
@@ -25,9 +29,23 @@ def run(*args, check=True, timeout=300):
     return proc
 
 
+def run_here(*args, check=True):
+    """`gradcraft train` in this process (main(), as the command calls it), its output captured: the
+    same run without an interpreter's start. Returns what `run` returns: returncode, stdout, stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = main(["train", *[str(a) for a in args]])
+        except SystemExit as e:
+            status = e.code
+    if check and status != 0:
+        raise AssertionError(f"exit {status}:\n{err.getvalue()}")
+    return types.SimpleNamespace(returncode=status, stdout=out.getvalue(), stderr=err.getvalue())
+
+
 def test_training_writes_every_output_and_learns(dataset, tmp_path):
     out = tmp_path / "run"
-    run(
+    run_here(
         "--dataset",
         dataset,
         "--model_dir",
@@ -76,19 +94,23 @@ def test_resume_is_bitwise_exact(dataset, tmp_path, sampling):
         sampling,
         *TINY,
     ]
-    run("--model_dir", str(straight), "--steps", "12", *common)
-    run("--model_dir", str(split), "--steps", "12", "--stop_after", "6", *common)
-    run("--model_dir", str(split), "--steps", "12", "--resume", "--dataset", dataset, "--no_progress")
+    run_here("--model_dir", str(straight), "--steps", "12", *common)
+    run_here("--model_dir", str(split), "--steps", "12", "--stop_after", "6", *common)
+    run_here("--model_dir", str(split), "--steps", "12", "--resume", "--dataset", dataset, "--no_progress")
     a = read_log(str(straight / "training_log.csv"))
     b = read_log(str(split / "training_log.csv"))
     assert [(r["step"], r["loss"], r["grad_norm"]) for r in a] == [(r["step"], r["loss"], r["grad_norm"]) for r in b]
 
 
 def test_sigkill_at_any_moment_leaves_a_resumable_run(dataset, tmp_path):
+    """Each attempt waits for the event it needs (a checkpoint newer than the last one: the run made
+    progress), never for a guessed number of seconds, then kills after a random jitter of up to a
+    few steps, so the kill lands anywhere in the step and checkpoint cycle."""
     out = tmp_path / "killed"
     rng = np.random.default_rng(0)
     for attempt in range(4):
         resume = ["--resume"] if (out / "checkpoints").exists() and os.listdir(out / "checkpoints") else []
+        done = _last_step(out) if resume else 0
         proc = train_process(
             dataset,
             out,
@@ -100,10 +122,13 @@ def test_sigkill_at_any_moment_leaves_a_resumable_run(dataset, tmp_path):
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        time.sleep(2.5 + rng.random() * 2.0)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    proc = run(
+        try:
+            wait_for_checkpoint(out, done + 1, proc)
+            time.sleep(rng.random() * 0.3)  # where in the cycle the kill lands (any moment is correct)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+    proc = run_here(
         "--dataset",
         dataset,
         "--model_dir",
@@ -128,10 +153,10 @@ def _last_step(out):
 
 def test_corrupted_checkpoint_falls_back_to_the_previous_one(dataset, tmp_path):
     out = tmp_path / "corrupt"
-    run("--dataset", dataset, "--model_dir", str(out), "--steps", "4", "--checkpoint_every", "2", *TINY)
+    run_here("--dataset", dataset, "--model_dir", str(out), "--steps", "4", "--checkpoint_every", "2", *TINY)
     newest = out / "checkpoints" / "step_00000004" / "model.safetensors"
     newest.write_bytes(newest.read_bytes()[:100])  # truncated
-    proc = run("--dataset", dataset, "--model_dir", str(out), "--steps", "6", "--resume", "--no_progress")
+    proc = run_here("--dataset", dataset, "--model_dir", str(out), "--steps", "6", "--resume", "--no_progress")
     assert "step_00000004 is unusable" in proc.stderr and "falling back" in proc.stderr
     assert "resuming from" in proc.stderr and "step 2)" in proc.stderr
 
@@ -145,6 +170,7 @@ def one_line_error(proc, *needles):
 
 
 def test_bad_input_gets_one_clear_line(dataset, tmp_path):
+    run = run_here  # seven runs without seven interpreters
     out = str(tmp_path / "bad")
     one_line_error(
         run("--dataset", str(tmp_path / "missing.bin"), "--model_dir", out, *TINY, check=False), "does not exist"
@@ -175,7 +201,7 @@ def test_bad_input_gets_one_clear_line(dataset, tmp_path):
 
 def test_non_finite_loss_skips_steps_then_stops_cleanly(dataset, tmp_path):
     out = tmp_path / "nan"
-    proc = run(
+    proc = run_here(
         "--dataset",
         dataset,
         "--model_dir",

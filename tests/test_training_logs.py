@@ -10,11 +10,14 @@ import pytest
 
 from gradcraft.training.log import JSONLLog, read_events, read_log
 from cli_helpers import TINY_TRAIN
+from test_train import run_here
 
 TINY = TINY_TRAIN
 
 
 def run(*args, check=True, prelude=""):
+    if not prelude:  # in process: the same run without an interpreter start
+        return run_here(*args, check=check)
     code = f"import sys; {prelude}from gradcraft.cli.main import main; sys.exit(main(sys.argv[1:]))"
     proc = subprocess.run([sys.executable, "-c", code, "train", *args], capture_output=True, text=True, timeout=300)
     if check and proc.returncode != 0:

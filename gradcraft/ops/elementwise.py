@@ -385,11 +385,15 @@ def masked_fill(x: Tensor, mask: Tensor, value: Number) -> Tensor:
 def clamp(x: Tensor, min: TensorOrNumber | None = None, max: TensorOrNumber | None = None) -> Tensor:
     if min is None and max is None:
         raise UserError("clamp needs at least one of min or max")
+    # where, not maximum/minimum: an element equal to a bound passes its gradient to x, as in PyTorch
+    # (maximum would split it with the bound). A bound gets the gradient where it is the result.
     out = x
     if min is not None:
-        out = maximum(out, min)
+        if max is not None and _is_tensor(min) and min.requires_grad:
+            min = where(lt(min, max), min, min.detach())  # min == max: PyTorch gives min no gradient
+        out = where(lt(out, min), min, out)
     if max is not None:
-        out = minimum(out, max)
+        out = where(gt(out, max), max, out)
     return out
 
 

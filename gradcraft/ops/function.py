@@ -18,10 +18,9 @@ from gradcraft.engine.graph import Node
 GRADIENTS: dict = {}
 _state = threading.local()
 VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice"})
-# A lazy view of a tensor that does not require grad keeps a weak reference to its output on its node
-# (node.view_out): such a view aliases its base when the base is written in place, and
-# gradcraft/ops/inplace.py follows it to the ops built on it (views of tensors that require grad,
-# most of a training graph's, are not needed).
+# A lazy view keeps a weak reference to its output on its node (node.view_out): a view aliases its
+# base when the base is written in place, and gradcraft/ops/inplace.py follows it to the ops built on
+# it (and, for a recorded write, to the other views of the same base, which see the write).
 
 
 def gradient(op: str):
@@ -114,7 +113,7 @@ def apply(
     )
     if n_outputs == 1:
         out = Tensor._lazy(node, 0, tuple(shape), dtype, device, requires_grad)
-        if op in VIEW_OPS and not inputs[0].requires_grad:
+        if op in VIEW_OPS:
             node.view_out = weakref.ref(out)
         return out
     outputs = tuple(

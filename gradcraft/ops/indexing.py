@@ -215,7 +215,13 @@ def _index_put(x, index, value):
         count = apply("index_put_add", (ones, *tensors), attrs, x.shape, x.dtype)
     scattered = apply("index_put_add", (value, *tensors), attrs, x.shape, x.dtype)
     if x.dtype.is_floating_point:
-        scattered = ew.div(scattered, ew.maximum(count, 1))  # a repeated position gets the value once
+        averaged = ew.div(scattered, ew.maximum(count, 1))  # a repeated position gets the value once
+        if value.requires_grad:
+            # PyTorch's gradient: each write to a repeated position gets that position's whole gradient
+            # (value.grad = grad[index]), not a share of it; the forward stays the average.
+            through = ew.add(averaged.detach(), ew.sub(scattered, scattered.detach()))
+            averaged = ew.where(ew.gt(count, 1), through, averaged)
+        scattered = averaged
     else:
         scattered = ew.cast(ew.div(scattered, ew.maximum(count, 1)), x.dtype)
     return ew.where(ew.ne(count, 0), scattered, x)

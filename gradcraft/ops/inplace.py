@@ -15,7 +15,9 @@ contents in one of two ways:
 - Recorded for autograd (a non-leaf that requires grad, or a value that does): the tensor object
   becomes the new lazy node, whose input is its old self, so gradients flow through the old graph.
   Ops built from the tensor before the write are re-pointed at the old self. If one of them needs
-  the old value for its own gradient, `backward()` through it raises PyTorch's error.
+  the old value for its own gradient, `backward()` through it raises PyTorch's error. A write to a
+  lazy view lands in its base, and every live view of the base is rebuilt on the new base (they
+  share one version, as in PyTorch's views).
 
 Refused as in PyTorch: a leaf that requires grad (or a view of one) outside `no_grad`; a result
 whose dtype the tensor cannot hold (`int_tensor += 0.5`); writing into an expanded tensor.
@@ -30,6 +32,7 @@ from gradcraft import dtypes
 from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops import movement as mv
+from gradcraft.ops import rounding
 from gradcraft.ops.creation import next_seed
 from gradcraft.ops.function import (
     VIEW_OPS,
@@ -174,8 +177,10 @@ def write(x, value, before: _Before | None = None):
     recording = is_grad_enabled() and (x.requires_grad or value.requires_grad)
     _check_allowed(x, recording)
     value = ew.cast(value, x.dtype)
-    if recording:
-        _rebind(x, value if value.shape == x.shape else mv.expand(value, x.shape), before)
+    if recording and before.base is not x:
+        _write_through_view(x, value if value.shape == x.shape else mv.expand(value, x.shape), before)
+    elif recording:
+        _rebind_with_views(x, value if value.shape == x.shape else mv.expand(value, x.shape), x, before)
     else:
         _write_buffer(x, value, before)
     return x
@@ -185,6 +190,56 @@ def _inplace(x, compute):
     """An in-place op: `compute()` builds the new value from x's current contents."""
     before = _Before(x)
     return write(x, compute(), before)
+
+
+def _write_through_view(x, value, before: _Before) -> None:
+    """A recorded write to a lazy view lands in its base, as in PyTorch (where they share memory): the
+    base becomes itself with the view's elements replaced (a differentiable index_put at the positions
+    the view chain picks), and every live view of the base, x included, becomes the same view of the
+    new base. They share one version, as in PyTorch: an op that saved any of them for its gradient
+    (before the write) raises at backward."""
+    from gradcraft.ops.creation import arange
+
+    base, chain, t = before.base, [], x
+    while t is not base:
+        chain.append((t._node.op, t._node.attrs, t.shape))
+        t = t._node.inputs[0]
+    if base.ndim == 0:  # (a view of a number: the value is the new base)
+        _rebind_with_views(base, value.reshape(()), x, before)
+        return
+    put = {"spec": tuple(range(base.ndim)), "shape": base.shape}
+    with no_grad():
+        positions = arange(base.numel(), dtype=dtypes.int64, device=base.device).reshape(base.shape)
+        for op, attrs, shape in reversed(chain):
+            positions = apply(op, (positions,), attrs, shape, dtypes.int64)
+        index, stride = [], base.numel()
+        for n in base.shape:  # the flat positions as one index per dimension of the base
+            stride //= n
+            index.append(rounding.remainder(rounding.floor_divide(positions, stride), n) if n else positions)
+        hit = apply("index_put_add", (ew.cast(ew.ge(positions, 0), base.dtype), *index), put, base.shape, base.dtype)
+    # value at the positions (each once: a view of an expanded tensor is refused), the base elsewhere;
+    # base-shaped, not a reshape of a flat write, which would make the base look like a view
+    placed = apply("index_put_add", (value, *index), put, base.shape, base.dtype)
+    _rebind_with_views(base, ew.where(ew.ne(hit, 0), placed, base), x, before)
+
+
+def _rebind_with_views(base, value, x, before: _Before) -> None:
+    """base becomes `value`; every live lazy view of base (views of views too) becomes the same view of
+    the new base, as in PyTorch where they share memory and one version counter. x is the tensor the
+    write named (base or one of its views), `before` its readers before the write."""
+    views, i = [], 0  # (view, its parent, its node, readers before), parents first
+    parents = [base]
+    while i < len(parents):
+        for node in live_readers(parents[i]):
+            view = view_output(node) if node.op in VIEW_OPS else None
+            if view is not None:
+                views.append((view, parents[i], node, before if view is x else _Before(view)))
+                parents.append(view)
+        i += 1
+    _rebind(base, value, before if base is x else _Before(base))
+    for view, parent, node, view_before in views:
+        _rebind(view, apply(node.op, (parent,), node.attrs, view.shape, view.dtype), view_before)
+        view._node.view_out = weakref.ref(view)  # (the node's output is now the view object itself)
 
 
 def _rebind(x, value, before: _Before) -> None:
@@ -232,6 +287,8 @@ def _needs_value(node, x) -> bool:
     """Would node's gradient rule read x's value (PyTorch: is x saved for backward)?"""
     if node.op in _GRADIENT_NEEDS_NO_INPUT or not builtins.any(t.requires_grad for t in node.inputs):
         return False
+    if node.op == "div" and node.inputs[0] is x and node.inputs[1] is not x:
+        return node.inputs[1].requires_grad  # a / b reads a only for b's gradient (b's for a's, out for b's)
     if node.op in _GRADIENT_OF_OTHERS:  # x is read only for the other operand's gradient
         return builtins.sum(1 for t in node.inputs if t is x) > 1 or builtins.any(
             t.requires_grad for t in node.inputs if t is not x
@@ -280,8 +337,8 @@ def keep_readers_on_old_data(t, scheduled=frozenset()) -> None:
                 _keep_computations_through_view(view, scheduled)
             node.input_versions = tuple(t._version + 1 if i in at else v for i, v in enumerate(node.input_versions))
             continue
-        if t.requires_grad and _differentiable(node):
-            _mark_modified(node)
+        if _differentiable(node) and (t.requires_grad or _needs_value(node, t)):
+            _mark_modified(node)  # (a constant's new data: PyTorch refuses a gradient that saved the old)
         if copy is None:
             copy = _copy_of(t)
         _repoint(node, t, copy)

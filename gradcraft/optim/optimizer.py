@@ -178,7 +178,7 @@ class AdamW(Optimizer):
         host-side writes of lr and step must happen outside the recorded kernels)."""
         if self.fused is not False and self._fusable():
             if prepare:
-                self.prepare()
+                self.prepare(with_grad_only=True)
             self._fused_step(grad_scale)
             return None
         if grad_scale is not None:
@@ -199,10 +199,13 @@ class AdamW(Optimizer):
                 return False
         return True
 
-    def prepare(self) -> None:
-        """Host side of a fused step: count the step and write [lr, step] into each group's device buffer."""
+    def prepare(self, with_grad_only: bool = False) -> None:
+        """Host side of a fused step: count the step and write [lr, step] into each group's device buffer.
+        with_grad_only: count only the parameters that have a gradient now (a step skips the others, and
+        their step count stands still, as in PyTorch); else every parameter that requires grad (a
+        captured step, prepared before its backward)."""
         for gi, group in enumerate(self.param_groups):
-            params = [p for p in group["params"] if p.requires_grad]
+            params = [p for p in group["params"] if p.requires_grad and (p.grad is not None or not with_grad_only)]
             if not params:
                 continue
             states = [self._state(p) for p in params]

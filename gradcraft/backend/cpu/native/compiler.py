@@ -49,7 +49,7 @@ SIGNATURES = {  # argument types of every kernel in kernels.c (all return void)
     "cross_entropy_with_grad_f32": (_P, _P, _P, _I, _I, _I, _F, _I, _I),
     "masked_softmax_f32": (_P, _P, _I, _I, _F, ctypes.c_int, _I, _I, _I),
     "rope_f32": (_P, _P, _P, _P, _P, _I, _I, _I, ctypes.c_int, _I, _I),
-    "adamw_f32": (_P, _P, _P, _P, _I, _F, _F, _F, _F, _F, _F, _F),
+    "adamw_f32": (_P, _P, _P, _P, _I, _F, _F, _F, _F, ctypes.c_double, ctypes.c_double, _F),
     "sdpa_scratch_floats": (_I, _I, _I, _I),
     "sdpa_f32": (_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _F, ctypes.c_int, _I, _P, _I, _I),
     "sdpa_backward_f32": (_P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _F, ctypes.c_int, _I, _P, _I, _I),

@@ -415,14 +415,18 @@ void rope_f32(const float *x, const i64 *sx, const float *cos_t, const float *si
 
 /* ------------------------------------------------------------------ optimizer */
 
-/* PyTorch's AdamW on n float32 values, in place, in the order of backend/cpu/optim.py's _adamw_update. */
+/* PyTorch's AdamW on n float32 values, in place, in the order of backend/cpu/optim.py's _adamw_update.
+   The betas come as doubles: 1 - beta is taken in double and rounded once, as PyTorch does (1.0f - 0.999f
+   is 1.3e-5 off 0.001, and so would be every second moment). */
 void adamw_f32(float *p, const float *g, float *m, float *v, i64 n, float grad_scale, float step_size,
-               float bc2_sqrt, float decay, float beta1, float beta2, float eps) {
+               float bc2_sqrt, float decay, double beta1_d, double beta2_d, float eps) {
+    const float beta1 = (float)beta1_d, beta2 = (float)beta2_d;
+    const float keep1 = (float)(1.0 - beta1_d), keep2 = (float)(1.0 - beta2_d);
 #pragma omp simd
     for (i64 i = 0; i < n; i++) {
         float gi = g[i] * grad_scale;
-        m[i] = m[i] * beta1 + gi * (1.0f - beta1);
-        v[i] = v[i] * beta2 + gi * (1.0f - beta2) * gi;
+        m[i] = m[i] * beta1 + gi * keep1;
+        v[i] = v[i] * beta2 + gi * keep2 * gi;
         p[i] = p[i] * decay - step_size * (m[i] / (sqrtf(v[i]) / bc2_sqrt + eps));
     }
 }

@@ -215,7 +215,7 @@ MUTANTS = [
     ),
     M(
         "cross_entropy_mean_counts_ignored",
-        "gradcraft/ops/nn.py",
+        "gradcraft/ops/cross_entropy.py",
         'total = reduce_sum(losses)\n    if reduction == "sum":\n        return total\n'
         "    count = reduce_sum(ew.ne(flat_target, ignore_index))",
         'total = reduce_sum(losses)\n    if reduction == "sum":\n        return total\n'

@@ -131,5 +131,8 @@ for iter_num in range(8):
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
     lossf = loss.item() * gradient_accumulation_steps
-    print(f"iter {iter_num}: loss {lossf:.2f}, norm {norm.item():.1f}, bf16 logits {logits.dtype == torch.bfloat16}")
+    # after bf16 updates two libraries round differently in the last bit: bf16's spacing near 2.0 is
+    # 0.016, so only the first loss (before any update) is printed to two decimals
+    digits = 2 if iter_num == 0 else 1
+    print(f"iter {iter_num}: loss {lossf:.{digits}f}, norm {norm.item():.1f}, bf16 logits {logits.dtype == torch.bfloat16}")
 print(f"val loss {estimate_loss(val_batches).item():.2f}", scaler.is_enabled(), scaler.get_scale())

@@ -37,7 +37,6 @@ LAYERS = {
     "distributions": 7,  # torch.distributions (public ops only)
     "onnx": 7,  # torch.onnx: export refused with one line
     "multiprocessing": 1,  # torch.multiprocessing: the standard library's, and spawn
-    "utils": 8,  # torch.utils (tensorboard's SummaryWriter, data loading)
     "tokenizer": 8,
     "data": 8,
     "models": 9,

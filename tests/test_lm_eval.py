@@ -7,7 +7,6 @@ equals a direct forward pass of the model over the same tokens and windows, and 
 
 import json
 import math
-import os
 import re
 from pathlib import Path
 
@@ -32,24 +31,24 @@ def evaluated(trained_run):
     """lm-eval's results, with per-document samples, for both tasks against a server of the trained run."""
     from lm_eval.tasks import TaskManager
 
-    os.environ["HF_DATASETS_OFFLINE"] = os.environ["HF_HUB_OFFLINE"] = "1"  # local data only
     generator = _generator(trained_run)
     context = generator.model.config.seq_len
     url, _, stop = start_in_process(generator, NAME)
-    cwd = os.getcwd()
-    os.chdir(REPO)  # the task files' data paths are relative to the repository root
     try:
-        results = lm_eval.simple_evaluate(
-            model="local-completions",
-            model_args=f"model={NAME},base_url={url}/v1/completions,tokenizer={trained_run / 'run'},"
-            f"max_length={context}",
-            tasks=["gradcraft_local_choices", "gradcraft_local_documents"],
-            task_manager=TaskManager(include_path=str(TASKS)),
-            batch_size=1,
-            log_samples=True,
-        )
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("HF_DATASETS_OFFLINE", "1")  # local data only
+            patch.setenv("HF_HUB_OFFLINE", "1")
+            patch.chdir(REPO)  # the task files' data paths are relative to the repository root
+            results = lm_eval.simple_evaluate(
+                model="local-completions",
+                model_args=f"model={NAME},base_url={url}/v1/completions,tokenizer={trained_run / 'run'},"
+                f"max_length={context}",
+                tasks=["gradcraft_local_choices", "gradcraft_local_documents"],
+                task_manager=TaskManager(include_path=str(TASKS)),
+                batch_size=1,
+                log_samples=True,
+            )
     finally:
-        os.chdir(cwd)
         stop()
     return results, generator, context
 

@@ -144,6 +144,32 @@ def test_multiple_choice_equals_the_log_likelihoods_lm_eval_reads_from_the_serve
     assert status == 0 and json.loads(out.read_text())["choices"]["docs"] == 1
 
 
+def test_choices_context_keeps_the_last_tokens_of_each_scored_sequence(trained_run, loaded, tmp_path, capsys):
+    from gradcraft.inference.evaluate import encode_pair
+
+    model, tokenizer = loaded
+    path = tmp_path / "choices.jsonl"
+    path.write_text("".join(json.dumps(d) + "\n" for d in DOCS))
+    for context in (3, 6):  # (every sequence is cut, and the endings of DOCS[2] too at 3)
+        correct = correct_norm = 0
+        for doc in DOCS:
+            logliks = []
+            for ending in doc["endings"]:
+                ctx_ids, cont_ids = encode_pair(tokenizer, doc["ctx"], " " + ending)
+                ids = (ctx_ids + cont_ids)[-context:]
+                logprobs = torch.log_softmax(logits_of(model, ids), dim=1)
+                scored = [logprobs[i - 1, ids[i]].item() for i in range(1, len(ids))]
+                logliks.append(sum(scored[-len(cont_ids) :]))
+            correct += int(np.argmax(logliks) == int(doc["label"]))
+            correct_norm += int(np.argmax(np.array(logliks) / [len(e) for e in doc["endings"]]) == int(doc["label"]))
+        out = tmp_path / "r.json"
+        flags = ["--choices", path, "--context", context, "--out", out, "--no_progress"]
+        status, _, err = run_cli(["eval", "--model_dir", trained_run / "run", *flags], capsys)
+        assert status == 0, err
+        got = json.loads(out.read_text())["choices"]
+        assert (got["acc"], got["acc_norm"]) == (correct / 3, correct_norm / 3), context
+
+
 def test_bad_input_is_one_error_line(trained_run, tmp_path, capsys):
     model = ["eval", "--model_dir", trained_run / "run"]
     text = trained_run / "raw" / "f3.txt"
@@ -154,6 +180,7 @@ def test_bad_input_is_one_error_line(trained_run, tmp_path, capsys):
         ["--text", tmp_path / "missing.txt"],
         ["--text", text, "--stride", 100],
         ["--text", text, "--context", 1000],
+        ["--text", text, "--context", 1],
         ["--choices", bad_json],
     ):
         status, _, err = run_cli([*model, *flags], capsys)

@@ -29,7 +29,10 @@ def add_parser(subparsers) -> None:
         "--context",
         type=positive_int,
         default=None,
-        help="tokens in a perplexity window (default: the model's context length)",
+        help="tokens in a perplexity window (default: the model's context length); with --choices, the most "
+        "tokens of a context and ending scored together, the first only as context (default: the model's "
+        "context length + 1: the model sees its whole context); lm-eval-harness through `serve` with "
+        "max_length=M scores what --context M-1 does",
     )
     p.add_argument(
         "--stride",
@@ -94,8 +97,8 @@ def run(args) -> int:
     model.eval()
     seq_len = model.config.seq_len
     context = args.context or seq_len
-    if context > seq_len:
-        raise UserError(f"--context must be at most the model's context length {seq_len}, got {context}")
+    if not 2 <= context <= seq_len:  # (a token and the one it predicts)
+        raise UserError(f"--context must be between 2 and the model's context length {seq_len}, got {context}")
     stride = args.stride or context
     if stride > context:
         raise UserError(f"--stride must be at most the context ({context}), got {stride}")
@@ -117,7 +120,9 @@ def run(args) -> int:
     if args.choices:
         docs = evaluate.read_choices(args.choices, args.limit)
         with _bar(args, "doc", f"choices {os.path.basename(args.choices)}", len(docs)) as bar:
-            result = evaluate.multiple_choice(model, tokenizer, docs, seq_len, bar)
+            # (the model sees one token fewer than a scored sequence holds)
+            seen = args.context - 1 if args.context else seq_len
+            result = evaluate.multiple_choice(model, tokenizer, docs, seen, bar)
         results["choices"] = dict(file=args.choices, **result)
         print(
             f"{args.choices}: acc {result['acc']:.4f}, acc_norm {result['acc_norm']:.4f} ({result['docs']} documents)"

@@ -166,7 +166,8 @@ def choice_logliks(model, tokenizer, ctx: str, endings: list, context: int) -> l
     for i, (s, _) in enumerate(seqs):
         ids[i, : len(s)] = s
     rows = token_logprobs(model, ids)
-    return [float(rows[i, len(s) - 1 - n : len(s) - 1].sum()) for i, (s, n) in enumerate(seqs)]
+    # an ending longer than the kept sequence scores all its kept tokens but the first (nothing predicts it)
+    return [float(rows[i, len(s) - 1 - min(n, len(s) - 1) : len(s) - 1].sum()) for i, (s, n) in enumerate(seqs)]
 
 
 def multiple_choice(model, tokenizer, docs: list, context: int, progress=None) -> dict:

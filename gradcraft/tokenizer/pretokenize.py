@@ -159,7 +159,12 @@ def resolve_pattern(pattern: str | None) -> tuple[str, str | None]:
     for name, rx in PATTERNS.items():
         if rx == pattern:
             return name, rx
-    regex.compile(pattern)  # fail here, with the regex error, not mid-encode
+    if not isinstance(pattern, str):
+        raise ValueError(f"the split pattern must be a string (a regex), got {type(pattern).__name__}")
+    try:
+        regex.compile(pattern)  # fail here, with the regex error, not mid-encode
+    except (regex.error, OverflowError, RecursionError) as e:
+        raise ValueError(f"the split pattern {pattern[:60]!r} is not a valid regex ({e})") from None
     return "custom", pattern
 
 

@@ -219,13 +219,18 @@ def load_checkpoint(path: str, model, optimizer) -> dict:
         raise UserError(f"checkpoint {path} holds an unreadable safetensors file ({e})") from None
     from gradcraft.training.statecheck import check_optimizer_tensors, check_weight_arrays
 
-    check_weight_arrays(weights, os.path.join(path, "model.safetensors"))
+    shapes = [tuple(p.shape) for g in optimizer.param_groups for p in g["params"]]
+    try:
+        check_weight_arrays(weights, os.path.join(path, "model.safetensors"))
+        check_optimizer_tensors(
+            tensors, state["optimizer"]["scalars"], shapes, os.path.join(path, "optimizer.safetensors")
+        )
+    except UserError as e:
+        raise UserError(f"{e}; move {path} aside to resume from the checkpoint before it") from None
     try:
         model.load_state_dict(weights)
     except (ValueError, KeyError) as e:
         raise UserError(f"checkpoint {path} does not match the model ({e})") from None
-    shapes = [tuple(p.shape) for g in optimizer.param_groups for p in g["params"]]
-    check_optimizer_tensors(tensors, state["optimizer"]["scalars"], shapes, os.path.join(path, "optimizer.safetensors"))
     if len(state["optimizer"]["param_groups"]) != len(optimizer.param_groups):
         raise UserError(
             f"{os.path.join(path, 'state.json')}: field 'optimizer.param_groups' has "

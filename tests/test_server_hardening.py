@@ -1,0 +1,172 @@
+"""`gradcraft serve` against hostile clients (issue 52): silent sockets, a head or a body that
+stalls, more connections than the cap, a forged access-log line, a request no queue can hold,
+shutdown with requests in flight, and size flags beyond the machine's memory. One real server (a
+process of its own) with tight limits, so each case takes about a second."""
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from test_server import _serve, post, serve_cli
+
+LIMITS = ["--header_timeout", "1", "--idle_timeout", "1", "--body_timeout", "1", "--max_connections", "30"]
+LIMITS += ["--max_batch", "2", "--max_queue", "2"]
+
+
+@pytest.fixture(scope="module")
+def hardened(trained_run, tmp_path_factory):
+    log = tmp_path_factory.mktemp("hardened") / "serve.log"
+    proc, url = _serve(trained_run, *LIMITS, log_path=log)
+    yield proc, url, log
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=30)
+
+
+def _connect(url) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=5)
+
+
+def _closed_by_server(sock, within: float) -> bool:
+    """Whether the server closes the connection within `within` seconds (reads return nothing)."""
+    sock.settimeout(within)
+    try:
+        while True:
+            data = sock.recv(4096)
+            if not data:
+                return True
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def _health(url, timeout=3.0) -> int:
+    sock = _connect(url)
+    sock.settimeout(timeout)
+    sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    head = sock.recv(4096)
+    sock.close()
+    return int(head.split()[1])
+
+
+def test_a_head_that_never_completes_is_closed(hardened):
+    _, url, _ = hardened
+    sock = _connect(url)
+    sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
+    t0 = time.time()
+    assert _closed_by_server(sock, 5), "a partial head was kept open"
+    assert time.time() - t0 < 3
+    silent = _connect(url)  # nothing at all
+    assert _closed_by_server(silent, 5)
+
+
+def test_a_stalled_body_gets_a_408(hardened):
+    _, url, _ = hardened
+    sock = _connect(url)
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+    sock.sendall(b'Content-Length: 100\r\n\r\n{"prompt": ')
+    sock.settimeout(5)
+    t0 = time.time()
+    answer = sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 408"), answer
+    assert time.time() - t0 < 3
+    sock.close()
+
+
+def test_many_silent_sockets_cannot_exhaust_the_server(hardened):
+    """More silent connections than the cap: the ones over it get a 503 at once, the others are
+    closed by the head timeout, and /health answers again within seconds."""
+    _, url, _ = hardened
+    sockets = [_connect(url) for _ in range(45)]
+    try:
+        refused = 0
+        for sock in sockets[-10:]:
+            sock.settimeout(2)
+            data = sock.recv(4096)
+            refused += data.startswith(b"HTTP/1.1 503") and b"too_many_connections" in data
+        assert refused == 10
+        deadline = time.time() + 6
+        while _health(url) != 200:
+            assert time.time() < deadline, "/health never answered 200 again"
+            time.sleep(0.2)
+        assert all(_closed_by_server(sock, 3) for sock in sockets[:30])
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def test_access_log_fields_are_escaped(hardened):
+    _, url, log = hardened
+    sock = _connect(url)
+    forged = b"/x%0D%0A2026-01-01%2000:00:00,000%20127.0.0.1%20GET%20/admin%20200%200.001s"
+    sock.sendall(b"GET " + forged + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert sock.recv(4096).startswith(b"HTTP/1.1 404")
+    sock.close()
+    time.sleep(0.3)
+    lines = log.read_text().splitlines()
+    assert not any(line.startswith("2026-01-01") for line in lines), lines
+    assert any("/x\\r\\n2026-01-01" in line for line in lines), lines
+
+
+def test_a_request_larger_than_the_queue_gets_a_400_not_a_429(hardened):
+    _, url, _ = hardened
+    status, text = post(url, {"prompt": ["a", "b", "c"], "n": 2, "max_tokens": 1})
+    assert status == 400, text
+    error = json.loads(text)["error"]
+    assert error["code"] == "request_too_large" and "at most 4" in error["message"]
+    assert post(url, {"prompt": "def ", "max_tokens": 1})[0] == 200
+
+
+@pytest.mark.parametrize(
+    "flags,words",
+    [
+        (["--max_batch", "1000000000"], ["--max_batch 1000000000", "at most"]),
+        (["--max_queue", "1000000000"], ["--max_queue"]),
+        (["--max_body_bytes", "10000000000"], ["--max_body_bytes"]),
+    ],
+)
+def test_size_flags_beyond_memory_are_refused_up_front(trained_run, flags, words):
+    result = serve_cli("--model_dir", str(trained_run / "run"), "--port", "1", *flags)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: ") and "serving" not in result.stdout
+    for word in words:
+        assert word in result.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM])
+def test_shutdown_cancels_what_is_in_flight_within_seconds(trained_run, tmp_path, sig):
+    """A client holding a partial body (its request in flight) and an idle connection do not hold
+    the shutdown: the request is cancelled after the grace period (a 503), no traceback."""
+    proc, url = _serve(trained_run, "--body_timeout", "60", log_path=tmp_path / "log")
+    try:
+        partial = _connect(url)
+        partial.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{")
+        idle = _connect(url)  # a keep-alive connection between two requests
+        idle.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(0.3)
+        t0 = time.time()
+        proc.send_signal(sig)
+        proc.wait(timeout=15)
+        assert time.time() - t0 < 8, time.time() - t0
+        log = (tmp_path / "log").read_text()
+        assert "Traceback" not in log and "cancelled (server shutting down)" in log, log
+        assert partial.recv(4096).startswith(b"HTTP/1.1 503")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_serve_help_lists_the_limits():
+    result = subprocess.run(
+        [sys.executable, "-m", "gradcraft.cli.main", "serve", "--help"], capture_output=True, text=True, timeout=60
+    )
+    for flag in ("--max_connections", "--header_timeout", "--idle_timeout", "--body_timeout"):
+        assert flag in result.stdout

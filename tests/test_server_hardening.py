@@ -6,13 +6,12 @@ process of its own) with tight limits, so each case takes about a second."""
 import json
 import signal
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
 
-from test_server import _serve, post, serve_cli
+from cli_helpers import run_cli
+from test_server import _serve, post
 
 LIMITS = ["--header_timeout", "1", "--idle_timeout", "1", "--body_timeout", "1", "--max_connections", "30"]
 LIMITS += ["--max_batch", "2", "--max_queue", "2"]
@@ -132,29 +131,38 @@ def test_a_request_larger_than_the_queue_gets_a_400_not_a_429(hardened):
         (["--max_body_bytes", "10000000000"], ["--max_body_bytes"]),
     ],
 )
-def test_size_flags_beyond_memory_are_refused_up_front(trained_run, flags, words):
-    result = serve_cli("--model_dir", str(trained_run / "run"), "--port", "1", *flags)
-    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
-    assert result.stderr.startswith("error: ") and "serving" not in result.stdout
+def test_size_flags_beyond_memory_are_refused_up_front(trained_run, flags, words, capsys, monkeypatch):
+    from gradcraft.training import resources
+
+    monkeypatch.setattr(resources, "available_memory_bytes", lambda device: 16 << 30)  # a 16 GiB machine
+
+    def never(args):
+        raise AssertionError("the model was loaded: the flags were not refused up front")
+
+    monkeypatch.setattr("gradcraft.cli.serve.load", never)
+    status, out, err = run_cli(["serve", "--model_dir", trained_run / "run", "--port", "1", *flags], capsys)
+    assert status == 2 and err.count("\n") == 1 and err.startswith("error: "), err
+    assert "serving" not in out
     for word in words:
-        assert word in result.stderr
+        assert word in err
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM])
-def test_shutdown_cancels_what_is_in_flight_within_seconds(trained_run, tmp_path, sig):
-    """A client holding a partial body (its request in flight) and an idle connection do not hold
-    the shutdown: the request is cancelled after the grace period (a 503), no traceback."""
+def test_shutdown_cancels_what_is_in_flight_within_seconds(trained_run, tmp_path):
+    """A client holding a partial body (its request in flight; no body timeout soon) and an idle
+    connection do not hold SIGTERM's shutdown: the request is cancelled after the grace period
+    (a 503), exit 143, no traceback."""
     proc, url = _serve(trained_run, "--body_timeout", "60", log_path=tmp_path / "log")
     try:
         partial = _connect(url)
         partial.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{")
-        idle = _connect(url)  # a keep-alive connection between two requests
+        idle = _connect(url)
         idle.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-        time.sleep(0.3)
+        time.sleep(0.2)
         t0 = time.time()
-        proc.send_signal(sig)
+        proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=15)
         assert time.time() - t0 < 8, time.time() - t0
+        assert proc.returncode == 143
         log = (tmp_path / "log").read_text()
         assert "Traceback" not in log and "cancelled (server shutting down)" in log, log
         assert partial.recv(4096).startswith(b"HTTP/1.1 503")
@@ -164,9 +172,7 @@ def test_shutdown_cancels_what_is_in_flight_within_seconds(trained_run, tmp_path
             proc.wait()
 
 
-def test_serve_help_lists_the_limits():
-    result = subprocess.run(
-        [sys.executable, "-m", "gradcraft.cli.main", "serve", "--help"], capture_output=True, text=True, timeout=60
-    )
+def test_serve_help_lists_the_limits(capsys):
+    status, out, _ = run_cli(["serve", "--help"], capsys)
     for flag in ("--max_connections", "--header_timeout", "--idle_timeout", "--body_timeout"):
-        assert flag in result.stdout
+        assert flag in out

@@ -96,13 +96,25 @@ STATE_CASES = [
 
 
 @pytest.mark.parametrize("change,words", [pytest.param(c, w, id=i) for i, c, w in STATE_CASES])
-def test_crafted_state_falls_back_naming_the_field(change, words, run, capsys):
+def test_crafted_state_makes_the_checkpoint_unusable_naming_the_field(change, words, run):
+    """verify() is what a resume asks of each checkpoint, newest first (the fallback itself: below)."""
+    from gradcraft.training.checkpoint import verify
+
     checkpoint = run / "checkpoints" / "step_00000004"
     _edit_json(checkpoint / "state.json", change)
     _rehash(checkpoint)
+    problem = verify(str(checkpoint))
+    assert problem is not None and words in problem and "state.json" in problem, problem
+    assert verify(str(run / "checkpoints" / "step_00000002")) is None
+
+
+def test_a_resume_falls_back_past_a_crafted_state(run, capsys):
+    checkpoint = run / "checkpoints" / "step_00000004"
+    _edit_json(checkpoint / "state.json", _generator)
+    _rehash(checkpoint)
     status, _, err = _resume(run, capsys)
     assert status == 0, err
-    assert "warning: checkpoint step_00000004 is unusable" in err and words in err, err
+    assert "warning: checkpoint step_00000004 is unusable" in err and "'rng.generator'" in err, err
     assert "(step 2)" in err and "Traceback" not in err, err
 
 
@@ -332,17 +344,31 @@ LOG_DAMAGE = [
 
 
 @pytest.mark.parametrize("name,damage", [pytest.param(n, d, id=i) for i, n, d in LOG_DAMAGE])
-def test_damaged_logs_are_trimmed_on_resume(name, damage, run, capsys):
+def test_damaged_logs_are_trimmed_on_resume(name, damage, run):
+    """What a resume does to the logs (RunLogs with resume_step): only whole, well-formed rows and
+    events up to the step survive, and the files end with a newline."""
+    from gradcraft.training.log import RunLogs, read_events, read_log
+
     path = run / name
     path.write_bytes(damage(path.read_bytes()))
+    logs = RunLogs(str(run), ["csv", "jsonl"], resume_step=2)
+    logs.append({"step": 3, "loss": 1.5, "grad_norm": 1.0, "lr": 1e-3, "tokens_per_s": 10.0, "val_loss": None})
+    logs.close()
+    steps = [int(r["step"]) for r in read_log(str(run / "training_log.csv"))]
+    assert steps[-1] == 3 and steps == sorted(set(steps)) and all(s <= 3 for s in steps), steps
+    assert all(isinstance(e["step"], int) and e["step"] <= 3 for e in read_events(str(run / "events.jsonl")))
+    for log in ("training_log.csv", "events.jsonl"):
+        assert (run / log).read_bytes().endswith(b"\n")
+
+
+def test_a_resume_trims_a_torn_log(run, capsys):
+    path = run / "training_log.csv"
+    path.write_bytes(path.read_bytes() + b"5,2.3")
     status, _, err = _resume(run, capsys, "--log", "jsonl")
     assert status == 0 and "Traceback" not in err, err
-    from gradcraft.training.log import read_events, read_log
+    from gradcraft.training.log import read_log
 
-    steps = [int(r["step"]) for r in read_log(str(run / "training_log.csv"))]
-    assert steps[-1] == 5 and steps == sorted(set(steps)), steps
-    assert all(isinstance(e["step"], int) for e in read_events(str(run / "events.jsonl")))
-    assert (run / "events.jsonl").read_bytes().endswith(b"\n")
+    assert [int(r["step"]) for r in read_log(str(path))] == [1, 2, 3, 4, 5]
 
 
 def test_plot_survives_a_damaged_log(run, tmp_path):

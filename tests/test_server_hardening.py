@@ -147,29 +147,57 @@ def test_size_flags_beyond_memory_are_refused_up_front(trained_run, flags, words
         assert word in err
 
 
-def test_shutdown_cancels_what_is_in_flight_within_seconds(trained_run, tmp_path):
-    """A client holding a partial body (its request in flight; no body timeout soon) and an idle
-    connection do not hold SIGTERM's shutdown: the request is cancelled after the grace period
-    (a 503), exit 143, no traceback."""
-    proc, url = _serve(trained_run, "--body_timeout", "60", log_path=tmp_path / "log")
-    try:
-        partial = _connect(url)
-        partial.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{")
-        idle = _connect(url)
-        idle.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-        time.sleep(0.2)
-        t0 = time.time()
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=15)
-        assert time.time() - t0 < 8, time.time() - t0
-        assert proc.returncode == 143
-        log = (tmp_path / "log").read_text()
-        assert "Traceback" not in log and "cancelled (server shutting down)" in log, log
-        assert partial.recv(4096).startswith(b"HTTP/1.1 503")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+def test_a_request_cancelled_by_the_shutdown_gets_a_503_not_a_traceback():
+    """What uvicorn does to a request still running when the grace period ends: it cancels its
+    task. The front answers 503 (when nothing was sent yet), cancels the request's sequences and
+    ends normally."""
+    import asyncio
+
+    from gradcraft.inference.http_front import _Front
+
+    sent, events = [], {}
+
+    async def app(scope, receive, send):  # a generation that outlives the grace period
+        await asyncio.sleep(60)
+
+    bodies = [{"type": "http.request", "body": b"{}", "more_body": False}]
+
+    async def receive():  # the body, then nothing (the client stays)
+        if bodies:
+            return bodies.pop()
+        await asyncio.sleep(3600)
+
+    async def send(message):
+        sent.append(message)
+
+    async def scenario():
+        scope = {"type": "http", "method": "POST", "path": "/v1/completions", "headers": []}
+        task = asyncio.ensure_future(_Front(app, 1000)(scope, receive, send))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await task  # ends normally
+        events["cancel"] = scope["state"]["gc_cancel"].is_set()
+
+    asyncio.run(scenario())
+    assert sent[0]["status"] == 503 and b"shutting_down" in sent[1]["body"]
+    assert events["cancel"]
+
+
+def test_sigterm_shuts_down_within_seconds_whatever_clients_hold(hardened):
+    """Last (it stops the module's server): a partial body and an idle connection do not hold
+    SIGTERM's shutdown; exit 143, no traceback."""
+    proc, url, log = hardened
+    partial = _connect(url)
+    partial.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{")
+    idle = _connect(url)
+    idle.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    time.sleep(0.2)
+    t0 = time.time()
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=15)
+    assert time.time() - t0 < 5, time.time() - t0
+    assert proc.returncode == 143
+    assert "Traceback" not in log.read_text(), log.read_text()
 
 
 def test_serve_help_lists_the_limits(capsys):

@@ -14,6 +14,7 @@ file (the interpreter and imports), that growth per input byte, and the wall tim
 """
 
 import argparse
+import itertools
 import os
 import random
 import subprocess
@@ -48,10 +49,10 @@ def make_input(kind: str, path: str, size: int, seed: int = 0) -> None:
                 size -= n
             return
         words = ["".join(rng.choices(letters, k=rng.randint(2, 10))) for _ in range(50_000)]
-        weights = [1 / (i + 1) for i in range(len(words))]
+        cumulative = list(itertools.accumulate(1 / (i + 1) for i in range(len(words))))
         written = 0
         while written < size:
-            line = " ".join(rng.choices(words, weights, k=12)) + "\n"
+            line = " ".join(rng.choices(words, cum_weights=cumulative, k=12)) + "\n"
             f.write(line.encode())
             written += len(line)
 

@@ -132,8 +132,6 @@ def check_weights_manifest(weights_path: str) -> None:
     final weights), their sha256 must match it: a flipped bit, zeros or a truncation in the weights
     is one UserError line instead of a model that silently generates garbage. No manifest, or one
     that does not name this file (an export, an older run folder): nothing to verify."""
-    from gradcraft.training.checkpoint import _sha256
-
     manifest_path = os.path.join(os.path.dirname(os.path.abspath(weights_path)), "manifest.json")
     name = os.path.basename(weights_path)
     if not os.path.isfile(manifest_path):
@@ -142,8 +140,18 @@ def check_weights_manifest(weights_path: str) -> None:
     if not isinstance(doc, dict) or name not in doc:
         return
     check_manifest(manifest_path, [name])
-    if _sha256(weights_path) != doc[name]:
+    if _sha256(weights_path) != doc[name]:  # (checkpoint.py's reader imports this module: no import back)
         raise UserError(
             f"{weights_path} does not match its sha256 in {manifest_path}: the weights are damaged "
             "(truncated, overwritten or corrupted); train again or restore them from a checkpoint"
         )
+
+
+def _sha256(path: str) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -43,12 +43,12 @@ from gradcraft.tokenizer.pretokenize import (
     split_text,
 )
 
-COUNT_PART = 1 << 20
+COUNT_PART = 1 << 20  # characters counted at a time by train() on one process
 _PAIR_KEY = 1 << 21  # ids are below this: a pair's key is left * _PAIR_KEY + right
 # The learner holds about 90 bytes per byte of distinct pieces (a position in four arrays, and the
 # table of the pairs alive); it learns from the most frequent distinct pieces up to this many bytes
 # (ordinary text's distinct words fit; a sample of random bytes or of one endless "word" does not).
-MAX_LEARN_BYTES = 8 << 20  # characters counted at a time by train() on one process
+MAX_LEARN_BYTES = 2 << 20
 
 
 def learn_merges(piece_counts, n_merges: int, progress: bool = False) -> list[tuple[int, int]]:

@@ -6,7 +6,8 @@ allocation error or the OOM killer.
     --max_batch       the KV cache (slots x layers x 2 x kv heads x context x head dim) and the
                       decoding step's per-slot buffers (logits over the vocabulary, activations)
     --max_queue       each waiting sequence holds its prompt's ids and its sampling state
-    --max_body_bytes  each open connection may hold one body: the body limit x --max_connections
+    --max_body_bytes  each open connection may hold one body: the body limit x --max_connections,
+                      within the RAM
 """
 
 from gradcraft.errors import UserError
@@ -65,9 +66,9 @@ def check_serve_limits(config, device: str, max_batch: int, max_queue: int, max_
             f"more than half this machine's RAM ({_gib(host)}); at most {host // 2 // (config.seq_len * 64):,}"
         )
     bodies = max_body_bytes * connections
-    if bodies > host // 2:
+    if bodies > host:
         raise UserError(
             f"--max_body_bytes {max_body_bytes} on each of --max_connections {connections} could hold "
-            f"{_gib(bodies)} of request bodies, more than half this machine's RAM ({_gib(host)}); "
+            f"{_gib(bodies)} of request bodies, more than this machine's RAM ({_gib(host)}); "
             "lower one of them"
         )

@@ -29,7 +29,9 @@ from gradcraft.errors import UserError
 # JSON files gradcraft writes are small (configs, state, manifests: kilobytes; tokenizers: tens of
 # MB). Larger ones are refused before they are read into memory.
 MAX_JSON_BYTES = 64 << 20
-MAX_TOKENIZER_BYTES = 1 << 30
+# The largest public tokenizer.json files are about 35 MB; parsing JSON takes ~20x its size in memory,
+# so a larger file is refused before it is read.
+MAX_TOKENIZER_BYTES = 64 << 20
 _NAMES = {
     int: "an integer",
     float: "a number",

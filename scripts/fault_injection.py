@@ -12,11 +12,23 @@ writes) in a fresh run folder, and until the run completes, draws one fault per 
     enospc     the disk fills up during a random checkpoint write (expected: one error line, exit 2)
     corrupt    a byte flipped in, or a truncation of, a random file of the newest checkpoint
                (expected: the resume warns and falls back to the previous checkpoint)
+    kill-prune SIGKILL in the middle of deleting an old checkpoint (its `.tmp-old-*` folder is left;
+               expected: the next start sweeps it)
+    litter     the temporaries a killed run leaves (`.tmp-*` files beside the tokenizer and the
+               configs, `.tmp-step_*` and `.tmp-old-*` folders) planted in the run folder
+               (expected: the next start sweeps them under the lock)
+    state      a field of the newest checkpoint's state.json set to a bad value of its class (a
+               garbage random state, an unknown schedule, a step of -1, "4" or 1e308, betas out of
+               range, no parameter groups, a sampler position of 1e18), its checksum recomputed
+               (expected: the resume warns naming the field and falls back)
+    log        training_log.csv or events.jsonl damaged (a torn last line, binary garbage, a row
+               or an event of bad types) (expected: the resume trims it; the final log is whole)
 
 then resumes (`--resume` when a checkpoint exists, else the same command again). After each attempt:
 no temporary folder left by a clean stop, every checkpoint folder intact (but the one damaged on
 purpose), and an error is one line. At the end: the final weights equal, bit for bit, those of the
-uninterrupted reference run. The in-process faults (kill-ckpt, enospc) run the real CLI in a child
+uninterrupted reference run, match their manifest, and training_log.csv holds steps 1..N once each.
+The in-process faults (kill-ckpt, enospc) run the real CLI in a child
 process with one function wrapped (`python fault_injection.py child ...`).
 """
 
@@ -33,7 +45,7 @@ import time
 
 import numpy as np
 
-FAULTS = ("kill", "kill-ckpt", "term", "enospc", "corrupt")
+FAULTS = ("kill", "kill-ckpt", "term", "enospc", "corrupt", "kill-prune", "litter", "state", "log")
 STEPS = 8
 TRAIN = [
     "--preset",
@@ -57,6 +69,8 @@ TRAIN = [
     "--warmup_steps",
     "2",
     "--no_progress",
+    "--log",
+    "jsonl",
 ]
 
 
@@ -80,8 +94,76 @@ def child(fault: str, when: int, argv: list) -> int:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
         return real_save(tensors, path, *args, **kwargs)
 
-    ckpt.save_file = save_file
+    if fault == "kill-prune":
+        real_remove = ckpt._remove_checkpoint
+
+        def remove(path):  # renamed aside, then killed before the deletion
+            os.rename(path, os.path.join(os.path.dirname(path), f".tmp-old-{os.path.basename(path)}-{os.getpid()}"))
+            os.kill(os.getpid(), signal.SIGKILL)
+            real_remove(path)
+
+        ckpt._remove_checkpoint = remove
+    else:
+        ckpt.save_file = save_file
     return main(argv)
+
+
+STATE_DAMAGE = {
+    "rng": lambda d: d["rng"]["generator"].update(state="garbage"),
+    "schedule": lambda d: d["schedule"].update(kind="sawtooth"),
+    "step -1": lambda d: d.update(step=-1),
+    "step string": lambda d: d.update(step="4"),
+    "step 1e308": lambda d: d.update(step=1e308),
+    "betas": lambda d: d["optimizer"]["param_groups"][0].update(betas=[2.0, 0.9]),
+    "param_groups": lambda d: d["optimizer"].update(param_groups=[]),
+    "sampler": lambda d: d["sampler"].update(kind="sequential", epoch=0, position=10**18),
+}
+
+
+def damage_state(run: str, rng: random.Random) -> str | None:
+    """A bad value in a random field of the newest checkpoint's state.json, its manifest recomputed
+    (as someone editing it would); returns the folder."""
+    import hashlib
+
+    found = checkpoints(run)
+    if not found:
+        return None
+    path = os.path.join(found[-1], "state.json")
+    doc = json.load(open(path))
+    STATE_DAMAGE[rng.choice(sorted(STATE_DAMAGE))](doc)
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    names = ("model.safetensors", "optimizer.safetensors", "state.json")
+    manifest = {n: hashlib.sha256(open(os.path.join(found[-1], n), "rb").read()).hexdigest() for n in names}
+    with open(os.path.join(found[-1], "manifest.json"), "w") as f:
+        json.dump(manifest, f)
+    return found[-1]
+
+
+def litter(run: str, rng: random.Random) -> bool:
+    """The temporaries a SIGKILL leaves at various moments, planted in the run folder."""
+    if not os.path.isdir(run):
+        return False
+    for name in (".tmp-k2j3h4g5", ".tmp-tokenizer_config.json-x", "model.safetensors.tmp"):
+        with open(os.path.join(run, name), "wb") as f:
+            f.write(b"x" * rng.randint(1, 4096))
+    if os.path.isdir(os.path.join(run, "checkpoints")):
+        for name in (".tmp-old-step_00000001-424242", ".tmp-step_00000099-424242"):
+            os.makedirs(os.path.join(run, "checkpoints", name), exist_ok=True)
+            with open(os.path.join(run, "checkpoints", name, "model.safetensors"), "wb") as f:
+                f.write(b"partial")
+    return True
+
+
+def damage_log(run: str, rng: random.Random) -> bool:
+    name = rng.choice(["training_log.csv", "events.jsonl"])
+    path = os.path.join(run, name)
+    if not os.path.exists(path):
+        return False
+    tail = rng.choice([b"3,2.5", b"\x00\xff\xfe garbage\n", b"x,y\n7,notanumber,,,,\n", b'{"step": "x"}\n[1]\n'])
+    with open(path, "ab") as f:
+        f.write(tail)
+    return True
 
 
 def make_dataset(folder: str) -> str:
@@ -160,13 +242,16 @@ def one_round(
     for attempt in range(faults + 20):
         fault = rng.choice(kinds) if attempt < faults else None
         resume = bool(checkpoints(run))
-        if fault == "corrupt":
-            hit = corrupt(run, rng)
+        if fault in ("corrupt", "state"):
+            hit = corrupt(run, rng) if fault == "corrupt" else damage_state(run, rng)
             damaged = hit or damaged
             _count(tally, fault, hit is not None)
             continue
+        if fault in ("litter", "log"):
+            _count(tally, fault, litter(run, rng) if fault == "litter" else damage_log(run, rng))
+            continue
         argv = command(dataset, run, resume)
-        if fault in ("kill-ckpt", "enospc"):
+        if fault in ("kill-ckpt", "enospc", "kill-prune"):
             done = int(os.path.basename(checkpoints(run)[-1])[5:]) if resume else 0
             proc = launch(argv, fault, rng.randint(1, max(STEPS - done, 1)))  # one of this attempt's checkpoints
         else:
@@ -198,8 +283,28 @@ def one_round(
     final = weights(run)
     if final.keys() != reference.keys() or any(not np.array_equal(final[k], reference[k]) for k in final):
         problems.append("the final weights differ from the uninterrupted run's")
+    problems += final_checks(run)
     if temporaries(run):
         problems.append(f"temporaries left at the end: {temporaries(run)}")
+    return problems
+
+
+def final_checks(run: str) -> list:
+    """The finished run folder: weights matching their manifest, a log of steps 1..STEPS once each."""
+    from gradcraft.errors import UserError
+    from gradcraft.training.log import read_log
+    from gradcraft.training.runfiles import check_weights_manifest
+
+    problems = []
+    try:
+        check_weights_manifest(os.path.join(run, "model.safetensors"))
+    except UserError as e:
+        problems.append(f"the final weights fail their manifest: {e}")
+    if not os.path.exists(os.path.join(run, "manifest.json")):
+        problems.append("the final weights have no manifest")
+    steps = [int(r["step"]) for r in read_log(os.path.join(run, "training_log.csv"))]
+    if steps != list(range(1, STEPS + 1)):
+        problems.append(f"training_log.csv holds steps {steps}, not 1..{STEPS}")
     return problems
 
 

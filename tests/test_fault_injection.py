@@ -36,3 +36,14 @@ def test_the_check_sees_a_resume_that_is_not_exact(tmp_path):
 
     problems = script.one_round(dataset, str(tmp_path), script.weights(other), 1.0, random.Random(0), 0, {})
     assert problems == ["the final weights differ from the uninterrupted run's"]
+
+
+def test_a_round_of_file_faults_ends_exact(tmp_path):
+    """The faults issue 52 added: leftovers of a killed run, a state.json field crafted by class, a
+    damaged log and a kill in the middle of pruning; the run still ends exact, swept and whole."""
+    script = load_script()
+    kinds = ("kill-ckpt", "state", "litter", "log", "kill-prune")
+    result = script.run_rounds(rounds=1, faults=5, seed=3, folder=str(tmp_path), log=lambda *_: None, kinds=kinds)
+    assert result["problems"] == [] and result["rounds_exact"] == 1, result
+    hit = {kind: h for kind, (_, h) in result["faults_drawn_hit"].items()}
+    assert all(hit.get(kind, 0) >= 1 for kind in ("state", "litter", "log", "kill-prune")), result

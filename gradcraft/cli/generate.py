@@ -174,6 +174,30 @@ def stream(generator, prompt: str, params, split_special_tokens: bool = False) -
     return reasons[0]
 
 
+def read_piped_prompt(stdin) -> str:
+    """The piped prompt, strictly UTF-8 whatever the locale (under C or C.UTF-8, Python's stdin lets
+    invalid bytes through as surrogates)."""
+    raw = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read()
+    if isinstance(raw, str):
+        if _is_text(raw):
+            return raw
+        raise UserError("the piped prompt is not valid UTF-8 text; pipe UTF-8 text")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(
+            f"the piped prompt is not valid UTF-8 text ({e.reason} at byte {e.start}); pipe UTF-8 text"
+        ) from None
+
+
+def _is_text(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # surrogates: bytes that were not UTF-8
+        return False
+    return True
+
+
 def interactive(generator, params, split_special_tokens: bool = False) -> None:
     try:
         import readline  # noqa: F401  (history and line editing for input())
@@ -192,6 +216,9 @@ def interactive(generator, params, split_special_tokens: bool = False) -> None:
             return
         except KeyboardInterrupt:
             print(file=sys.stderr)
+            continue
+        if not _is_text(prompt):
+            print("error: the prompt is not valid UTF-8 text; type or paste UTF-8", file=sys.stderr)
             continue
         if not prompt:
             empty += 1
@@ -223,13 +250,7 @@ def run(args) -> int:
     if args.prompt is not None:
         stream(generator, args.prompt, params, split)
     elif not sys.stdin.isatty():
-        try:
-            prompt = sys.stdin.read()
-        except UnicodeDecodeError as e:
-            raise UserError(
-                f"the piped prompt is not valid text in {sys.stdin.encoding} ({e.reason}); pipe UTF-8 text"
-            ) from None
-        stream(generator, prompt, params, split)
+        stream(generator, read_piped_prompt(sys.stdin), params, split)
     else:
         interactive(generator, params, split)
     return 0

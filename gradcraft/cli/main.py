@@ -13,7 +13,9 @@ ends the command quietly with status 141, as SIGPIPE ends other tools. Every `--
 
 import importlib
 import os
+import signal
 import sys
+import threading
 
 from gradcraft.cli.common import Parser, add_dash_aliases, check_dependencies, missing_dependency_message, version
 from gradcraft.atomic import is_storage_error
@@ -53,7 +55,31 @@ def build_parser() -> Parser:
     return parser
 
 
+def _terminate_early(signum, frame):
+    from gradcraft.training.runlock import Terminated
+
+    raise Terminated()
+
+
 def main(argv=None) -> int:
+    if argv is None and threading.current_thread() is threading.main_thread():
+        # the command line's own process: SIGTERM stops it like Ctrl-C (one line, exit 143) from
+        # here on, before a subcommand is loaded or anything written; `train` installs its own
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _terminate_early)
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM while the commands load or parse
+        return _stopped(e)
+
+
+def _stopped(e: KeyboardInterrupt) -> int:
+    terminated = type(e).__name__ == "Terminated"
+    print("terminated" if terminated else "interrupted", file=sys.stderr)
+    return 143 if terminated else 130
+
+
+def _main(argv) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # reported by the subcommand's parser, so that the line points at its --help
@@ -70,9 +96,8 @@ def main(argv=None) -> int:
             raise
         print(f"error: {message}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        return _stopped(e)
     except BrokenPipeError:
         if argv is None:  # the command line's own process (not a caller's: its fds are not ours to touch)
             _discard_stdout()

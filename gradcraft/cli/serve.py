@@ -83,6 +83,34 @@ def add_batching_arguments(p) -> None:
         default=REQUEST_TIMEOUT,
         help="seconds a request may take, waiting included; later, a 503 (default: %(default)s)",
     )
+    from gradcraft.inference.http_front import Limits
+
+    limits = Limits()
+    p.add_argument(
+        "--max_connections",
+        type=positive_int,
+        default=limits.max_connections,
+        help="open connections at most (also bounded by the file-descriptor limit); more get a 503 "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--header_timeout",
+        type=positive_float,
+        default=limits.header_timeout,
+        help="seconds a connection has to send a whole request head; then it is closed (default: %(default)s)",
+    )
+    p.add_argument(
+        "--idle_timeout",
+        type=positive_float,
+        default=limits.idle_timeout,
+        help="seconds an idle keep-alive connection stays open between requests (default: %(default)s)",
+    )
+    p.add_argument(
+        "--body_timeout",
+        type=positive_float,
+        default=limits.body_timeout,
+        help="seconds a request body may pause; then a 408 (default: %(default)s)",
+    )
     p.add_argument(
         "--api_key",
         default=None,
@@ -106,6 +134,25 @@ def _check_batching(args) -> None:
         args.api_key = os.environ.get("GRADCRAFT_API_KEY") or None
     if args.api_key is not None and not args.api_key.strip():
         raise UserError("--api_key is empty: give a key, or leave the flag out to serve without one")
+
+
+def _check_sizes(args) -> None:
+    """The size flags against the model's config and this machine's memory (serve_limits.py), and
+    the connection limits handed to the HTTP front."""
+    from gradcraft.inference import http_front
+    from gradcraft.inference.serve_limits import check_serve_limits
+    from gradcraft.inference.text import paths_from_model_dir
+    from gradcraft.training.runfiles import read_model_config
+
+    limits = http_front.LIMITS
+    limits.max_connections = args.max_connections
+    limits.header_timeout, limits.idle_timeout = args.header_timeout, args.idle_timeout
+    limits.body_timeout = args.body_timeout
+    config_path = args.config or (paths_from_model_dir(args.model_dir)[1] if args.model_dir else None)
+    if not config_path or not os.path.exists(config_path):
+        return  # loading says what is missing
+    config = read_model_config(config_path)
+    check_serve_limits(config, args.device, args.max_batch, args.max_queue, args.max_body_bytes, args.max_connections)
 
 
 def _is_loopback(host: str) -> bool:
@@ -134,6 +181,7 @@ def run(args) -> int:
     if args.max_body_bytes < 1:
         raise UserError(f"--max_body_bytes must be at least 1, got {args.max_body_bytes}")
     _check_batching(args)
+    _check_sizes(args)  # before anything is allocated: the flags against the model and the memory
     sock = bind(args.host, args.port)  # before loading the model: a taken port fails at once
     if not _is_loopback(args.host):
         print(

@@ -9,6 +9,7 @@ does); this module parses them, holds the output folder's lock and prints the su
 from __future__ import annotations
 
 import os
+import sys
 
 from gradcraft.cli.common import fraction, positive_float, positive_int
 
@@ -93,6 +94,11 @@ def run(args) -> int:
     while not os.path.isdir(folder):
         folder = os.path.dirname(folder)
     with lock_directory(folder, "tokenize"):
+        from gradcraft.data.prepare import sweep_temporaries
+
+        swept = sweep_temporaries(folder)  # a killed earlier tokenize's (we hold the folder's lock)
+        if swept:
+            print(f"note: removed {len(swept)} temporary files a stopped tokenize left in {folder}", file=sys.stderr)
         return tokenize(args)
 
 

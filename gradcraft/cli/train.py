@@ -307,6 +307,14 @@ def _run_train(args) -> int:
             # after the flags and the dataset are checked (a mistyped command creates no folder).
             if os.path.isdir(args.model_dir) and writer:
                 lock, locked = lock_run_folder(args.model_dir), True
+                # what a killed earlier run left (a checkpoint, a pruning, the tokenizer copy, a log
+                # write cut short): no process but this one, which holds the lock, can be writing them
+                swept = ckpt.remove_temporaries(args.model_dir)
+                if swept:
+                    print(
+                        f"note: removed {len(swept)} temporary files a stopped run left in {args.model_dir}",
+                        file=sys.stderr,
+                    )
             train_config, model_config = build_configs(args)
             if not locked and writer:
                 train_config.validate()  # the checks train_processes makes first, before the folder exists

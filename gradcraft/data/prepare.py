@@ -82,6 +82,11 @@ def prepare_dataset(
         check_writable(vocab_path, "vocabulary")
 
     files = find_files(data_dir, exts, exclude)
+    files, skipped = drop_own_files(files, [output_path, val_path, vocab_path])
+    if skipped:
+        log(f"note: not reading {len(skipped)} token, tokenizer or temporary files as text (e.g. {skipped[0]})")
+    if not files:
+        raise UserError(f"no text files under {data_dir}: every matching file is a token, tokenizer or temporary file")
     chunks = plan_chunks(files, pattern)
     total_bytes = sum(c[3] - c[2] for c in chunks)
     if total_bytes == 0:
@@ -175,6 +180,54 @@ def find_files(data_dir: str, exts: list[str], exclude: list[str] = ()) -> list[
     if not found:
         raise UserError(f"no {'/'.join('*' + e for e in exts)} files under {data_dir} (choose others with --ext)")
     return found
+
+
+TOKENIZER_NAMES = ("tokenizer.json", "gradcraft_tokenizer.json", "tokenizer_config.json")
+
+
+def drop_own_files(files: list, outputs: list) -> tuple[list, list]:
+    """(the files to read as text, those skipped): never this command's outputs (a second run into
+    its own data folder with a broad --ext), any gradcraft token file (by its magic), any tokenizer
+    file (by name, or by our format's name at its start) and temporaries (`.tmp-*`)."""
+    from gradcraft.data.tokenfile import MAGIC
+    from gradcraft.tokenizer.formats import FORMAT_NAME
+
+    own = {os.path.realpath(p) for p in outputs if p}
+    kept, skipped = [], []
+    for path in files:
+        name = os.path.basename(path)
+        head = b""
+        try:
+            with open(path, "rb") as f:
+                head = f.read(4096)
+        except OSError:
+            pass  # find_files' caller reports unreadable files
+        if (
+            os.path.realpath(path) in own
+            or name.startswith(".tmp-")
+            or name in TOKENIZER_NAMES
+            or head.startswith(MAGIC)
+            or FORMAT_NAME.encode() in head[:200]
+        ):
+            skipped.append(path)
+        else:
+            kept.append(path)
+    return kept, skipped
+
+
+def sweep_temporaries(folder: str) -> list:
+    """Remove the temporaries (`.tmp-` + mkstemp's 8 characters: gradcraft/atomic.py) a killed
+    `tokenize` left in its output folder; only under that folder's lock (cli/tokenize.py)."""
+    removed = []
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if name.startswith(".tmp-") and len(name) == 13 and os.path.isfile(path):
+            try:
+                os.unlink(path)
+                removed.append(path)
+            except OSError:
+                pass
+    return removed
 
 
 def split_documents(files: list[str], data_dir: str, val_fraction: float):

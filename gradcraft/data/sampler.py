@@ -81,7 +81,14 @@ class SequentialEpochs:
         return {"kind": self.kind, "epoch": self.epoch, "position": self.position}
 
     def load_state_dict(self, state: dict) -> None:
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        epoch, position = int(state["epoch"]), int(state["position"])
+        if not 0 <= position <= self.n_windows:
+            # a position past the data set's windows would index the shuffled order out of range
+            raise UserError(
+                f"the sampler's position {position} is beyond this data set's {self.n_windows} windows "
+                f"of {self.seq_len} tokens; expected 0..{self.n_windows}"
+            )
+        self.epoch, self.position = epoch, position
         self._order = self._shuffled(self.epoch)
 
 

@@ -271,6 +271,14 @@ class Requests:
                         echo,
                     )
                 )
+        room = self.scheduler.max_queue + self.scheduler.slots
+        if len(choices) > room:  # never fits, however long the client waits: not a 429 to retry
+            raise RequestError(
+                400,
+                f"the request asks for {len(choices)} sequences (prompts x n); this server holds at most "
+                f"{room} at once (--max_batch + --max_queue); send fewer prompts or a smaller n",
+                code="request_too_large",
+            )
         try:
             self.scheduler.submit([c.seq for c in choices])
         except QueueFull as e:

@@ -39,7 +39,7 @@ import logging
 import socket
 
 from gradcraft.inference.admission import RequestError, Requests
-from gradcraft.inference.http_front import _Front, _StderrHandler, bind, error_body, log
+from gradcraft.inference.http_front import _Front, _StderrHandler, bind, error_body, log, run_uvicorn
 from gradcraft.inference.scheduler import CANCELLED, ERROR, TIMEOUT, Scheduler
 
 MAX_BODY_BYTES = 1_000_000  # default request-body limit (--max_body_bytes)
@@ -359,8 +359,6 @@ def serve(
 ) -> None:
     """Serve until interrupted. sock: an already bound socket (see bind); else host:port is bound here.
     app_options: create_app's (max_body_bytes, docs, slots, max_queue, request_timeout, api_key, ...)."""
-    import uvicorn
-
     if access_log and not log.handlers:
         handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
@@ -369,5 +367,4 @@ def serve(
         log.propagate = False
     sock = sock or bind(host, port)
     app = create_app(generator, model_name, **app_options)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
-    uvicorn.Server(config).run(sockets=[sock])
+    run_uvicorn(app, host, port, sock)  # with the connection limits (http_front.LIMITS)

@@ -71,21 +71,28 @@ def load_model(
     Reads gradcraft's config and weights, or Hugging Face's (config.json with a model_type, weights
     in the HF layout, as `gradcraft export --format hf` writes them)."""
     from gradcraft.models.hf import from_hf_state, is_hf_state
-    from gradcraft.training.runfiles import check_model_fits, read_model_config
+    from gradcraft.training.runfiles import check_model_fits, check_weights_manifest, read_model_config
+    from gradcraft.training.statecheck import check_weight_arrays
 
     config = read_model_config(_need(config_path, "config"))  # every field checked
     check_model_fits(config, config_path)  # before a byte of the model is allocated
     _need(weights_path, "weights file")
+    check_weights_manifest(weights_path)  # the sha256 training wrote beside the final weights
     try:
         with safe_open(weights_path, "numpy") as f:
             metadata = f.metadata() or {}
         weights = load_file(weights_path)
     except Exception as e:  # safetensors raises its own error types for damaged files
         raise UserError(f"{weights_path} is not a readable safetensors file ({e})") from None
+    check_weight_arrays(weights, weights_path)  # floating point and finite: no int8 cast to zeros
     model = Transformer(config)
     try:
         if is_hf_state(weights):
-            weights = from_hf_state(config, weights)
+            taken = _Taken(weights)
+            weights = from_hf_state(config, taken)
+            left = sorted(set(taken) - taken.read)
+            if left:  # e.g. a 4th layer the config's n_layers 3 would silently drop
+                raise UserError(f"tensors the config has no place for: {', '.join(left[:3])}")
         model.load_state_dict(weights)
     except (UserError, ValueError) as e:
         reason = str(e).removeprefix("weights do not match the model: ")
@@ -96,6 +103,18 @@ def load_model(
     if dtype != "float32":
         model.to(getattr(gc, dtype))
     return model, metadata
+
+
+class _Taken(dict):
+    """The HF weights, remembering which tensors the conversion read."""
+
+    def __init__(self, weights):
+        super().__init__(weights)
+        self.read = set()
+
+    def __getitem__(self, name):
+        self.read.add(name)
+        return super().__getitem__(name)
 
 
 def check_tokenizer(tokenizer, config: ModelConfig, metadata: dict, vocab_path: str) -> None:

@@ -30,6 +30,7 @@ from gradcraft.tokenizer.bpe import CACHE_ENTRIES
 from gradcraft.tokenizer.pretokenize import (
     CHUNKABLE,
     compile_pattern,
+    cap_counts,
     count_pieces,
     next_cut,
     resolve_pattern,
@@ -193,10 +194,11 @@ def count_pieces_parallel(texts_or_chunks, pattern, special_tokens, workers: int
 def _merge_counts(total: Counter, c: Counter):
     if not total:
         total.update(c)
-        return
-    get = total.get
-    for k, v in c.items():
-        total[k] = get(k, 0) + v
+    else:
+        get = total.get
+        for k, v in c.items():
+            total[k] = get(k, 0) + v
+    cap_counts(total)  # bounded whatever the text (pretokenize.MAX_DISTINCT_PIECES)
 
 
 def _task_bytes(task) -> int:

@@ -159,7 +159,12 @@ def resolve_pattern(pattern: str | None) -> tuple[str, str | None]:
     for name, rx in PATTERNS.items():
         if rx == pattern:
             return name, rx
-    regex.compile(pattern)  # fail here, with the regex error, not mid-encode
+    if not isinstance(pattern, str):
+        raise ValueError(f"the split pattern must be a string (a regex), got {type(pattern).__name__}")
+    try:
+        regex.compile(pattern)  # fail here, with the regex error, not mid-encode
+    except (regex.error, OverflowError, RecursionError) as e:
+        raise ValueError(f"the split pattern {pattern[:60]!r} is not a valid regex ({e})") from None
     return "custom", pattern
 
 
@@ -226,11 +231,38 @@ def split_special(text: str, finder) -> list[tuple[str, bool]]:
     return parts
 
 
+# Learning sees pieces of at most this many characters: a longer one (a line without spaces, the
+# `none` pattern's whole document) is cut into parts of this length for counting, so that the merge
+# learner holds one entry per distinct part, not one position per byte of a 2 MiB "word" (repeated
+# parts collapse into one counted entry). Only pairs across a cut are not counted; encoding still
+# merges whole pieces.
+LEARN_PIECE_CHARS = 256
+
+
 def count_pieces(text: str, compiled, special_finder=None) -> Counter:
-    """Distinct pieces of one text with their counts; special-token strings
-    are cut out (they are never part of a merge)."""
+    """Distinct pieces of one text with their counts (pieces longer than LEARN_PIECE_CHARS cut into
+    parts of that length); special-token strings are cut out (they are never part of a merge)."""
     counts = Counter()
     for chunk, is_special in split_special(text, special_finder):
         if not is_special:
-            counts.update(split_pieces(chunk, compiled))
+            pieces = split_pieces(chunk, compiled)
+            if pieces and max(map(len, pieces)) > LEARN_PIECE_CHARS:
+                n = LEARN_PIECE_CHARS
+                pieces = [p[i : i + n] for p in pieces for i in range(0, len(p), n)]
+            counts.update(pieces)
+    return counts
+
+
+# At most this many distinct pieces are held while counting: beyond it the pieces seen once are
+# dropped (lossy counting: a piece that recurs is seen again and kept), so text with no repeated
+# words (random bytes, hashes, base64) cannot grow the table without bound.
+MAX_DISTINCT_PIECES = 1 << 19
+
+
+def cap_counts(counts: Counter, limit: int | None = None) -> Counter:
+    """Drop the pieces seen once when `counts` holds more than `limit` distinct pieces (in place)."""
+    limit = MAX_DISTINCT_PIECES if limit is None else limit
+    if len(counts) > limit:
+        for piece in [p for p, c in counts.items() if c == 1]:
+            del counts[piece]
     return counts

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import heapq
 import sys
+from array import array
 from collections import Counter, defaultdict
+from itertools import repeat
 
 from gradcraft.errors import UserError
 from gradcraft.tokenizer.bpe import _ENTRY as _bpe_entry
@@ -32,6 +34,7 @@ from gradcraft.tokenizer.parallel import count_pieces_parallel
 
 # count_pieces, split_pieces, split_special: re-exported from their old home
 from gradcraft.tokenizer.pretokenize import (
+    cap_counts,
     compile_pattern,
     count_pieces,  # noqa: F401
     special_regex,
@@ -41,11 +44,17 @@ from gradcraft.tokenizer.pretokenize import (
 )
 
 COUNT_PART = 1 << 20  # characters counted at a time by train() on one process
+_PAIR_KEY = 1 << 21  # ids are below this: a pair's key is left * _PAIR_KEY + right
+# The learner holds about 90 bytes per byte of distinct pieces (a position in four arrays, and the
+# table of the pairs alive); it learns from the most frequent distinct pieces up to this many bytes
+# (ordinary text's distinct words fit; a sample of random bytes or of one endless "word" does not).
+MAX_LEARN_BYTES = 2 << 20
 
 
 def learn_merges(piece_counts, n_merges: int, progress: bool = False) -> list[tuple[int, int]]:
     """The first `n_merges` merges (pairs of ids; merge k makes id 256 + k)
-    learned from {piece (str or bytes): count}. Stops early if no pair is left.
+    learned from {piece (str or bytes): count}: the most frequent pieces up to MAX_LEARN_BYTES of
+    distinct bytes. Stops early if no pair is left.
 
     All distinct pieces are laid end to end in one token array with next/prev
     links (a doubly linked list per piece), each position weighted by its
@@ -57,23 +66,33 @@ def learn_merges(piece_counts, n_merges: int, progress: bool = False) -> list[tu
     by_bytes = defaultdict(int)
     for piece, c in piece_counts.items():
         by_bytes[piece if isinstance(piece, bytes) else piece_bytes(piece)] += c
-    tokens, weight, nxt, prv = [], [], [], []  # per position; -1 = no neighbour / removed
+    by_bytes = _most_frequent(by_bytes, MAX_LEARN_BYTES)
+    # per position, in compact arrays (4 or 8 bytes an entry, not a Python int object each);
+    # -1 = no neighbour / removed
+    tokens, weight, nxt, prv = array("i"), array("q"), array("i"), array("i")
+    # a pair (a, b) is the int a * K + b: no tuple object per pair, and the same order (ties go to
+    # the smaller (a, b))
+    K = _PAIR_KEY
+    if 256 + n_merges >= K:
+        raise UserError(f"a vocabulary of {256 + n_merges} ids is more than the {K} this learner handles")
     pair_counts = defaultdict(int)
-    where = defaultdict(list)  # pair -> positions where it started at some point
+    where = defaultdict(lambda: array("i"))  # pair -> positions where it started at some point
     for b in sorted(by_bytes):
         n = len(b)
         if n < 2:
             continue
         c, start = by_bytes[b], len(tokens)
         tokens.extend(b)
-        weight.extend([c] * n)
+        weight.extend(repeat(c, n))
         nxt.extend(range(start + 1, start + n))
         nxt.append(-1)
         prv.append(-1)
         prv.extend(range(start, start + n - 1))
-        for i, p in enumerate(zip(b, b[1:]), start):
-            pair_counts[p] += c
-            where[p].append(i)
+        for i, (x, y) in enumerate(zip(b, b[1:]), start):
+            key = x * K + y
+            pair_counts[key] += c
+            where[key].append(i)
+    del by_bytes
     heap = [(-c, p) for p, c in pair_counts.items()]
     heapq.heapify(heap)
 
@@ -83,6 +102,15 @@ def learn_merges(piece_counts, n_merges: int, progress: bool = False) -> list[tu
 
         bar = tqdm(total=n_merges, desc="learning merges", unit="merge", mininterval=0.5, file=sys.stderr)
     merges = []
+
+    def lower(key, c):  # a pair's count goes down; a pair no longer present leaves the table
+        left = pair_counts[key] - c
+        if left > 0:
+            pair_counts[key] = left
+        else:
+            pair_counts.pop(key, None)
+            where.pop(key, None)
+
     while len(merges) < n_merges and heap:
         neg, pair = heapq.heappop(heap)
         current = pair_counts.get(pair, 0)
@@ -91,11 +119,10 @@ def learn_merges(piece_counts, n_merges: int, progress: bool = False) -> list[tu
                 heapq.heappush(heap, (-current, pair))
             continue
         new = 256 + len(merges)
-        merges.append(pair)
-        a, b = pair
+        a, b = divmod(pair, K)
+        merges.append((a, b))
         touched = set()
-        positions = where.pop(pair)
-        positions.sort()  # left to right, so "aaa" merges as (aa)a
+        positions = sorted(where.pop(pair))  # left to right, so "aaa" merges as (aa)a
         for p in positions:
             q = nxt[p]
             if tokens[p] != a or q < 0 or tokens[q] != b:
@@ -103,21 +130,26 @@ def learn_merges(piece_counts, n_merges: int, progress: bool = False) -> list[tu
             c, left, right = weight[p], prv[p], nxt[q]
             if left >= 0:  # (x, a) becomes (x, new)
                 t = tokens[left]
-                pair_counts[t, a] -= c
-                pair_counts[t, new] += c
-                where[t, new].append(left)
-                touched.add((t, new))
+                if t * K + a != pair:
+                    lower(t * K + a, c)
+                key = t * K + new
+                pair_counts[key] += c
+                where[key].append(left)
+                touched.add(key)
             if right >= 0:  # (b, y) becomes (new, y)
                 t = tokens[right]
-                pair_counts[b, t] -= c
-                pair_counts[new, t] += c
-                where[new, t].append(p)
-                touched.add((new, t))
+                if b * K + t != pair:
+                    lower(b * K + t, c)
+                key = new * K + t
+                pair_counts[key] += c
+                where[key].append(p)
+                touched.add(key)
                 prv[right] = p
             tokens[p], tokens[q], nxt[p] = new, -1, right
         pair_counts.pop(pair, None)
+        where.pop(pair, None)
         for p in touched:  # only pairs with the new token went up: push those now
-            c = pair_counts[p]
+            c = pair_counts.get(p, 0)
             if c > 0:
                 heapq.heappush(heap, (-c, p))
         if bar is not None:
@@ -125,6 +157,20 @@ def learn_merges(piece_counts, n_merges: int, progress: bool = False) -> list[tu
     if bar is not None:
         bar.close()
     return merges
+
+
+def _most_frequent(by_bytes: dict, budget: int) -> dict:
+    """The most frequent pieces whose bytes add up to at most `budget` (ties: the smaller piece
+    first, for reproducibility); all of them when they fit."""
+    if sum(map(len, by_bytes)) <= budget:
+        return by_bytes
+    kept, size = {}, 0
+    for piece in sorted(by_bytes, key=lambda b: (-by_bytes[b], b)):
+        size += len(piece)
+        if size > budget:
+            break
+        kept[piece] = by_bytes[piece]
+    return kept
 
 
 def check_vocab_size(vocab_size: int, special_tokens) -> int:
@@ -176,6 +222,7 @@ def train(
             # text the list of pieces holds about COUNT_PART characters' worth, not the whole text.
             for part in split_text(t, pattern, COUNT_PART):
                 counts.update(count_pieces(part, compiled, finder))
+                cap_counts(counts)
     pairs = learn_merges(counts, n_merges, progress=progress)
     return tokenizer_from_merges(pairs, pattern, special_tokens)
 

@@ -217,10 +217,25 @@ def load_checkpoint(path: str, model, optimizer) -> dict:
         tensors = load_file(os.path.join(path, "optimizer.safetensors"))
     except Exception as e:  # safetensors raises its own error types for damaged files
         raise UserError(f"checkpoint {path} holds an unreadable safetensors file ({e})") from None
+    from gradcraft.training.statecheck import check_optimizer_tensors, check_weight_arrays
+
+    shapes = [tuple(p.shape) for g in optimizer.param_groups for p in g["params"]]
+    try:
+        check_weight_arrays(weights, os.path.join(path, "model.safetensors"))
+        check_optimizer_tensors(
+            tensors, state["optimizer"]["scalars"], shapes, os.path.join(path, "optimizer.safetensors")
+        )
+    except UserError as e:
+        raise UserError(f"{e}; move {path} aside to resume from the checkpoint before it") from None
     try:
         model.load_state_dict(weights)
     except (ValueError, KeyError) as e:
         raise UserError(f"checkpoint {path} does not match the model ({e})") from None
+    if len(state["optimizer"]["param_groups"]) != len(optimizer.param_groups):
+        raise UserError(
+            f"{os.path.join(path, 'state.json')}: field 'optimizer.param_groups' has "
+            f"{len(state['optimizer']['param_groups'])} groups; the optimizer has {len(optimizer.param_groups)}"
+        )
     per_param: dict = {}
     for key, value in tensors.items():
         index, name = key.split(".", 1)

@@ -88,17 +88,31 @@ class JSONLLog:
         self.file.close()
 
 
-def read_events(path: str) -> list:
-    """The events of an events.jsonl; a line that does not parse (cut short by a crash) is skipped."""
-    events = []
-    with open(path) as f:
-        for line in f:
+def _whole_lines(path: str):
+    """The lines of a log file that end in a newline (a last line without one was cut short by a
+    crash: a torn write, dropped), as text; a line that is not UTF-8 is skipped."""
+    with open(path, "rb") as f:
+        for raw in f:
+            if not raw.endswith(b"\n"):
+                return
             try:
-                event = json.loads(line)
-            except ValueError:
+                yield raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError:
                 continue
-            if isinstance(event, dict):
-                events.append(event)
+
+
+def read_events(path: str) -> list:
+    """The events of an events.jsonl: JSON objects with an integer "step" >= 0. A line that does not
+    parse, has bad bytes or bad types, or was cut short by a crash, is skipped."""
+    events = []
+    for line in _whole_lines(path):
+        try:
+            event = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        step = event.get("step") if isinstance(event, dict) else None
+        if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
+            events.append(event)
     return events
 
 
@@ -198,8 +212,41 @@ def _fmt(value):
 
 
 def read_log(path: str) -> list:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    """The well-formed rows of a training_log.csv, as dicts of strings: a header starting with
+    "step", then rows with as many fields, an integer step >= 0 and numbers (or nothing) elsewhere.
+    Anything else (a torn last line, a headerless or binary file, a damaged row) is skipped, so that
+    a resume trims it and the plot never meets it."""
+    rows, header = [], None
+    for line in _whole_lines(path):
+        try:
+            values = next(csv.reader([line]), [])
+        except csv.Error:
+            continue
+        if header is None:
+            if not values or values[0] != "step":
+                return []  # no header: nothing in the file can be trusted to be a column
+            header = values
+            continue
+        if len(values) != len(header):
+            continue
+        row = dict(zip(header, values))
+        if (
+            row["step"].isascii()
+            and row["step"].isdigit()
+            and all(_is_number(v) for k, v in row.items() if k != "step")
+        ):
+            rows.append(row)
+    return rows
+
+
+def _is_number(text: str) -> bool:
+    if text == "":
+        return True
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def plot_loss(log_path: str, png_path: str) -> None:

@@ -29,6 +29,7 @@ RUN_FILES = (
     "gradcraft_tokenizer.json",
     "tokenizer.json",
     "tokenizer_config.json",
+    "manifest.json",
 )
 
 
@@ -83,6 +84,9 @@ def save_weights(model, path: str, fingerprint: str = "") -> None:
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        manifest = os.path.join(os.path.dirname(os.path.abspath(path)), WEIGHTS_MANIFEST)
+        if os.path.isfile(manifest):  # the folder's manifest follows the weights it names
+            write_weights_manifest(os.path.dirname(os.path.abspath(path)), os.path.basename(path))
     except BaseException as e:  # a full disk, a read-only folder, Ctrl-C: no temp file left, the old file kept
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -113,6 +117,7 @@ def save_run_weights(model, model_dir: str, fingerprint: str = "") -> str:
         path = os.path.join(model_dir, name)
         if os.path.exists(path):
             os.unlink(path)
+    write_weights_manifest(model_dir, written)
     return os.path.join(model_dir, written)
 
 
@@ -154,3 +159,12 @@ def saved_path(path: str, model_dir: str) -> str:
         return path
     inside = os.path.join(model_dir, path)
     return inside if os.path.exists(inside) else path
+WEIGHTS_MANIFEST = "manifest.json"
+
+
+def write_weights_manifest(model_dir: str, name: str) -> None:
+    """manifest.json beside the final weights: their sha256, as a checkpoint's manifest holds its
+    files' (generate, serve and export verify it: runfiles.check_weights_manifest)."""
+    from gradcraft.atomic import write_json
+
+    write_json(os.path.join(model_dir, WEIGHTS_MANIFEST), {name: ckpt._sha256(os.path.join(model_dir, name))})

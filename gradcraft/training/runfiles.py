@@ -23,7 +23,7 @@ _positive = Value(int, low=1)
 _non_negative = Value(int, low=0)
 
 STATE_FIELDS = {
-    "step": _non_negative,
+    "step": Value(int, low=0, high=1 << 40),
     "sampler": Value(dict),
     "rng": Value(dict),
     "schedule": Value(dict, optional=True),
@@ -110,23 +110,9 @@ def check_state(path: str) -> dict:
     check_fields(
         doc["optimizer"], f"{path} (optimizer)", OPTIMIZER_FIELDS, required=tuple(OPTIMIZER_FIELDS), hint=EDITED
     )
-    for i, group in enumerate(doc["optimizer"]["param_groups"]):
-        check_fields(
-            group,
-            f"{path} (optimizer param_groups[{i}])",
-            {
-                "lr": Value(float, low=0),
-                "weight_decay": Value(float, low=0),
-                "eps": Value(float, low=0, low_open=True),
-                "betas": Value(list),
-                "names": Value(list, optional=True),
-            },
-            hint=EDITED,
-        )
-    for key in doc["optimizer"]["scalars"]:
-        index, _, name = key.partition(".")
-        if not (index.isdigit() and name):
-            raise UserError(f"{path}: optimizer scalar {key!r} is not '<parameter index>.<name>'; {EDITED}")
+    from gradcraft.training.statecheck import check_state_fields
+
+    check_state_fields(doc, path)  # rng, schedule, sampler, param groups, scalars
     return doc
 
 
@@ -139,3 +125,33 @@ def check_manifest(path: str, names) -> dict:
         if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
             raise UserError(f"{path}: field {name!r} is not a sha256 digest; {EDITED}")
     return doc
+
+
+def check_weights_manifest(weights_path: str) -> None:
+    """When the weights' folder has a manifest.json naming them (training writes one beside the
+    final weights), their sha256 must match it: a flipped bit, zeros or a truncation in the weights
+    is one UserError line instead of a model that silently generates garbage. No manifest, or one
+    that does not name this file (an export, an older run folder): nothing to verify."""
+    manifest_path = os.path.join(os.path.dirname(os.path.abspath(weights_path)), "manifest.json")
+    name = os.path.basename(weights_path)
+    if not os.path.isfile(manifest_path):
+        return
+    doc = read_json(manifest_path, hint=EDITED)
+    if not isinstance(doc, dict) or name not in doc:
+        return
+    check_manifest(manifest_path, [name])
+    if _sha256(weights_path) != doc[name]:  # (checkpoint.py's reader imports this module: no import back)
+        raise UserError(
+            f"{weights_path} does not match its sha256 in {manifest_path}: the weights are damaged "
+            "(truncated, overwritten or corrupted); train again or restore them from a checkpoint"
+        )
+
+
+def _sha256(path: str) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -30,7 +30,7 @@ from gradcraft.training.config import TrainConfig  # noqa: F401 (re-exported: it
 from gradcraft.training.resources import check_memory, peak_flops
 from gradcraft.training.log import RunLogs, parse_log_kinds, plot_loss
 from gradcraft.training.run_folder import (
-    FINAL_WEIGHTS,
+    FINAL_WEIGHTS,  # noqa: F401
     RUN_FILES,  # noqa: F401
     check_model_dir,
     clear_run,  # noqa: F401
@@ -38,6 +38,7 @@ from gradcraft.training.run_folder import (
     save_run_weights,
     save_weights,  # noqa: F401
 )
+from gradcraft.training.runguards import check_split, final_weights_intact, load_sampler, stop_if_nonfinite
 from gradcraft.training.runlock import raise_if_interrupted
 from gradcraft.training.step import GradientStep, _moe_stats
 
@@ -63,10 +64,10 @@ def load_dataset(path: str):
     if not os.path.exists(path):
         raise UserError(f"dataset {path} does not exist; make one with `gradcraft tokenize`")
     tokens, header = read_token_file(path)
-    val = None
+    val, val_header = None, None
     if os.path.exists(val_path_for(path)):
-        val, _ = read_token_file(val_path_for(path))
-    return tokens, header, val
+        val, val_header = read_token_file(val_path_for(path))
+    return tokens, header, val, val_header
 
 
 def _decay_groups(model, tc: TrainConfig, checkpoint: str | None, log):
@@ -112,7 +113,7 @@ def train(
     if not main:
         log = _silent
     tc.validate()
-    tokens, header, val_tokens = load_dataset(tc.dataset)
+    tokens, header, val_tokens, val_header = load_dataset(tc.dataset)
     if header.vocab_size and header.vocab_size != mc.vocab_size:
         if resume:
             raise UserError(
@@ -124,7 +125,10 @@ def train(
             f"--vocab_size {mc.vocab_size} differs from the dataset's tokenizer vocabulary "
             f"({header.vocab_size}); leave --vocab_size unset to take it from the dataset"
         )
-    sampler = SAMPLERS[tc.sampling](tokens, mc.seq_len, tc.batch_size, seed=tc.seed)
+    # every id below the model's vocabulary (a header of vocabulary 0 records none): one chunked pass
+    sampler = SAMPLERS[tc.sampling](tokens, mc.seq_len, tc.batch_size, seed=tc.seed, vocab_size=mc.vocab_size)
+    if val_tokens is not None:
+        check_split(val_tokens, val_header, header, mc, tc.dataset)
     if world != tc.world:
         raise ValueError(f"TrainConfig asks for {tc.world} processes but the process group has {world}")
     per_step = tc.target_batch or tc.batch_size * world  # sequences per optimizer step, all processes
@@ -170,10 +174,10 @@ def train(
         start_step = state["step"]
         end = min(tc.steps, tc.stop_after) if tc.stop_after else tc.steps
         if start_step >= end:
-            if main and not any(os.path.exists(os.path.join(tc.model_dir, n)) for n in FINAL_WEIGHTS):
+            if main and not final_weights_intact(tc.model_dir):
                 save_run_weights(model, tc.model_dir, header.fingerprint)
             return {"finished": True, "step": start_step, "steps": tc.steps}
-        sampler.load_state_dict(state["sampler"])
+        load_sampler(sampler, state["sampler"], checkpoint)
         gc.set_rng_state(state["rng"])
         log(f"resuming from {checkpoint} (step {start_step})")
         schedule = _resumed_schedule(state.get("schedule"), schedule, start_step, log)
@@ -285,6 +289,7 @@ def train(
                 + (f" val {val_loss:.4f}" if val_loss is not None else "")
             )
         if checkpoint_due:
+            stop_if_nonfinite(model, done, last_good_ckpt, run_log)  # a checkpoint never holds NaN weights
             last_good_ckpt = ckpt.save_checkpoint(
                 tc.model_dir,
                 done,
@@ -313,6 +318,7 @@ def train(
             "peak_bytes": memory["reserved_bytes"],
             "writer": False,
         }
+    stop_if_nonfinite(model, end_step, last_good_ckpt, run_log)  # nor the final weights
     run_log.end(
         end_step,
         "finished" if end_step == tc.steps else "stopped (--stop_after)",

@@ -1,4 +1,4 @@
-"""Peak memory of learning a tokenizer, per input byte, on adversarial inputs (issue 52):
+"""Peak memory of learning a tokenizer, per input byte, on adversarial inputs:
 
     text        words separated by spaces and newlines (a Zipf vocabulary of 50,000 made-up words)
     long-line   one line of letters without a single space or newline

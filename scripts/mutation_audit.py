@@ -339,7 +339,7 @@ MUTANTS = [
         ("tests/test_linear_bias.py",),
         "the bias gradient sums over the wrong axis (right only for square gradients)",
     ),
-    # ---- issue 53: ties and repeated indices (tests/test_ties_and_repeats.py)
+    # ---- ties and repeated indices (tests/test_ties_and_repeats.py)
     M(
         "tied_amax_gives_each_tie_all",
         "gradcraft/ops/reduce.py",

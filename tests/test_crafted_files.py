@@ -1,4 +1,4 @@
-"""Crafted or damaged files (issue 52): every field of a checkpoint's state.json and every tensor of
+"""Crafted or damaged files: every field of a checkpoint's state.json and every tensor of
 its optimizer file, the final weights (dtype, finiteness, checksum, a config that disagrees), a
 tokenizer's pattern, the logs, and token files: one `error:` line naming the file and the field, or
 a fallback to the previous checkpoint; never a traceback, never a run that "finishes" wrong."""

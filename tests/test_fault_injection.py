@@ -39,7 +39,7 @@ def test_the_check_sees_a_resume_that_is_not_exact(tmp_path):
 
 
 def test_a_round_of_file_faults_ends_exact(tmp_path):
-    """The faults issue 52 added: leftovers of a killed run, a state.json field crafted by class, a
+    """The faults of crafted files and killed runs: leftovers of a killed run, a state.json field crafted by class, a
     damaged log and a kill in the middle of pruning; the run still ends exact, swept and whole."""
     script = load_script()
     kinds = ("kill-ckpt", "state", "litter", "log", "kill-prune")

@@ -1,4 +1,4 @@
-"""No temporary survives a crash (issue 52): `train` sweeps the `.tmp-*` leftovers of a killed run
+"""No temporary survives a crash: `train` sweeps the `.tmp-*` leftovers of a killed run
 (checkpoint writes, pruning, the tokenizer copy) under the run folder's lock before it writes
 anything, and `tokenize` those of its output folder; SIGTERM is one line from the moment the
 command starts; tokenize never reads its own outputs; a piped prompt is strictly UTF-8."""

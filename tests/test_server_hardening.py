@@ -1,4 +1,4 @@
-"""`gradcraft serve` against hostile clients (issue 52): silent sockets, a head or a body that
+"""`gradcraft serve` against hostile clients: silent sockets, a head or a body that
 stalls, more connections than the cap, a forged access-log line, a request no queue can hold,
 shutdown with requests in flight, and size flags beyond the machine's memory. One real server (a
 process of its own) with tight limits, so each case takes about a second."""

@@ -1,4 +1,4 @@
-"""The tokenizer learner's memory bounds (issue 52) keep vocabularies sane: long pieces are counted
+"""The tokenizer learner's memory bounds keep vocabularies sane: long pieces are counted
 in parts, the distinct-piece table is capped, and the learner takes the most frequent pieces up to
 a byte budget; what is learned still round-trips and starts with the frequent pairs. (Memory itself
 is measured by bench/tokenizer_memory.py, not in a timed test.)"""

@@ -159,6 +159,8 @@ def saved_path(path: str, model_dir: str) -> str:
         return path
     inside = os.path.join(model_dir, path)
     return inside if os.path.exists(inside) else path
+
+
 WEIGHTS_MANIFEST = "manifest.json"
 
 

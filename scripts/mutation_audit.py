@@ -49,8 +49,8 @@ MUTANTS = [
     M(
         "sequential_sampler_forgets_position",
         "gradcraft/data/sampler.py",
-        'self.epoch, self.position = int(state["epoch"]), int(state["position"])',
-        'self.epoch, self.position = int(state["epoch"]), 0',
+        "self.epoch, self.position = epoch, position",
+        "self.epoch, self.position = epoch, 0",
         ("tests/test_samplers.py",),
         "SequentialEpochs restarts its epoch on resume",
     ),

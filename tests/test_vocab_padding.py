@@ -243,7 +243,8 @@ def test_checkpoint_round_trip_keeps_the_true_vocabulary(tmp_path):
     idx = gc.tensor(np.random.default_rng(6).integers(0, V, (2, 9)))
     padded(idx, idx)[1].backward()
     opt.step()
-    state = {"sampler": {"kind": "random"}, "rng": gc.get_rng_state()}  # what the trainer saves, at least
+    sampler = {"kind": "random", "rng": np.random.default_rng(0).bit_generator.state}
+    state = {"sampler": sampler, "rng": gc.get_rng_state()}  # what the trainer saves, at least
     path = ckpt.save_checkpoint(str(tmp_path), 1, padded, opt, state=state)
     weights = load_file(f"{path}/model.safetensors")
     assert weights["tok_emb.weight"].shape == weights["lm_head.weight"].shape == (V, 32)

@@ -21,6 +21,7 @@ import hashlib
 import importlib.util
 import os
 import re
+import tempfile
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -64,7 +65,7 @@ def module(name: str, device_id: int, options: tuple = OPTIONS):
     machine code from the kernel cache, filled for every kernel file at the first call (warm_cache).
     An architecture this NVRTC cannot build machine code for goes through cupy.RawModule (CuPy's choice)."""
     import cupy
-    from cupy.cuda import function, nvrtc
+    from cupy.cuda import nvrtc
 
     if options == OPTIONS:
         arch = device_arch(device_id)
@@ -75,9 +76,17 @@ def module(name: str, device_id: int, options: tuple = OPTIONS):
         except NVRTCError:
             cubin = None
         if cubin is not None:
+            # loaded as a RawModule (its kernels are RawKernels, as the compiled path's: launchers set
+            # their shared-memory allowance and read .kernel.ptr), from the cache file
+            path = _cache_dir() / cubin_name(text, arch, nvrtc.getVersion())
+            if not path.is_file():  # a read-only cache: a file of this process's own
+                handle, temporary = tempfile.mkstemp(suffix=".cubin")
+                with os.fdopen(handle, "wb") as f:
+                    f.write(cubin)
+                path = Path(temporary)
             with cupy.cuda.Device(device_id):
-                mod = function.Module()
-                mod.load(cubin)
+                mod = cupy.RawModule(path=str(path))
+                mod.compile()
             return mod
     with cupy.cuda.Device(device_id):
         mod = cupy.RawModule(code=source(name), options=options, backend="nvrtc")
@@ -215,7 +224,7 @@ def hopper_module(name: str, device_id: int):
     """kernels/<name> compiled by NVRTC to sm_90a machine code and loaded on one device (a
     cupy.cuda.function.Module). Only for a device of compute capability 9.0: sm_90a code runs on no other."""
     import cupy
-    from cupy.cuda import function, nvrtc
+    from cupy.cuda import nvrtc
 
     text = source(name)
     warm_cache(device_arch(device_id))

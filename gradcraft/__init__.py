@@ -168,8 +168,8 @@ divide, multiply, subtract = div, mul, sub
 from gradcraft.size import Size  # noqa: E402  (a tuple that prints as torch.Size([2, 3]))
 
 
-def numel(x: Tensor) -> int:
-    return x.numel()
+def numel(input: Tensor) -> int:
+    return input.numel()
 
 
 def is_tensor(obj: object) -> bool:

@@ -118,8 +118,8 @@ class Tensor:
             self._node = None
         self._requires_grad = bool(value)
 
-    def requires_grad_(self, value: bool = True) -> "Tensor":
-        self.requires_grad = value
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        self.requires_grad = requires_grad
         return self
 
     @property

@@ -31,10 +31,10 @@ class Linear(Module):
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, input: Tensor) -> Tensor:
         # Under mixed precision the fp32 master weights are cast to the activations' dtype.
-        bias = self.bias.to(x.dtype) if self.bias is not None else None
-        return F.linear(x, self.weight.to(x.dtype), bias)
+        bias = self.bias.to(input.dtype) if self.bias is not None else None
+        return F.linear(input, self.weight.to(input.dtype), bias)
 
 
 class Embedding(Module):
@@ -47,8 +47,8 @@ class Embedding(Module):
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}"
 
-    def forward(self, idx: Tensor) -> Tensor:
-        return F.embedding(idx, self.weight)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.embedding(input, self.weight)
 
 
 class LayerNorm(Module):
@@ -69,9 +69,9 @@ class LayerNorm(Module):
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine=True, bias={self.bias is not None}"
 
-    def forward(self, x: Tensor) -> Tensor:
-        bias = self.bias.to(x.dtype) if self.bias is not None else None
-        return F.layer_norm(x, self.normalized_shape, self.weight.to(x.dtype), bias, self.eps)
+    def forward(self, input: Tensor) -> Tensor:
+        bias = self.bias.to(input.dtype) if self.bias is not None else None
+        return F.layer_norm(input, self.normalized_shape, self.weight.to(input.dtype), bias, self.eps)
 
 
 class RMSNorm(Module):
@@ -102,5 +102,5 @@ class Dropout(Module):
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace=False"
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.dropout(x, self.p, self.training)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.dropout(input, self.p, self.training)

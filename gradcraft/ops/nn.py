@@ -39,16 +39,16 @@ def _softmax_family(op: str, x: Tensor, dim: int, dtype: DTypeLike) -> Tensor:
     return apply(op, (x,), {"axis": normalize_dim(dim, x.ndim)}, x.shape, x.dtype)
 
 
-def softmax(x: Tensor, dim: int = -1, dtype: DTypeLike = None) -> Tensor:
+def softmax(input: Tensor, dim: int = -1, dtype: DTypeLike = None) -> Tensor:
     if _amp.state.on:
-        return _amp.call("softmax", softmax, (x, dim), {"dtype": dtype})
-    return _softmax_family("softmax", x, dim, dtype)
+        return _amp.call("softmax", softmax, (input, dim), {"dtype": dtype})
+    return _softmax_family("softmax", input, dim, dtype)
 
 
-def log_softmax(x: Tensor, dim: int = -1, dtype: DTypeLike = None) -> Tensor:
+def log_softmax(input: Tensor, dim: int = -1, dtype: DTypeLike = None) -> Tensor:
     if _amp.state.on:
-        return _amp.call("log_softmax", log_softmax, (x, dim), {"dtype": dtype})
-    return _softmax_family("log_softmax", x, dim, dtype)
+        return _amp.call("log_softmax", log_softmax, (input, dim), {"dtype": dtype})
+    return _softmax_family("log_softmax", input, dim, dtype)
 
 
 # Both gradients are one fused kernel of the output and its gradient (softmax_backward, log_softmax_backward).

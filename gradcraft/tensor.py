@@ -192,8 +192,9 @@ class Tensor:
         realize([self])
         return self
 
-    def numpy(self) -> np.ndarray:
-        """The data as a NumPy array (realizes first; a copy for devices other than the CPU)."""
+    def numpy(self, *, force: bool = False) -> np.ndarray:
+        """The data as a NumPy array (realizes first; a copy for devices other than the CPU).
+        force: accepted as in PyTorch; gradcraft's conversion never refuses (grad or device)."""
         self.realize()
         return np.asarray(get_backend(self.device).to_numpy(self._buf))
 

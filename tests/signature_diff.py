@@ -126,6 +126,18 @@ def ours(obj, method):
         return None
 
 
+def wrapper_problems(obj, method):
+    """A wrapper that shows its wrapped function's signature (``__wrapped__``) must accept its names too."""
+    try:
+        outer = _from_inspect(inspect.signature(obj, follow_wrapped=False), method)
+    except (ValueError, TypeError):
+        return []
+    inner = ours(obj, method)
+    if inner is None or outer == inner:
+        return []
+    return [f"wrapper: {p}" for p in diff(outer, inner)[0]]
+
+
 def diff(gc, ref):
     """Differences of our signature ``gc`` from PyTorch's ``ref`` as short strings; extras apart.
 
@@ -188,6 +200,9 @@ def compare(gc_obj, torch_obj, name, method=False):
     refs = torch_overloads(torch_obj, name, method)
     if gc is None or not refs:
         return "skip", [], []
+    wrapper = wrapper_problems(gc_obj, method)
+    if wrapper:
+        return "differ", wrapper, []
     best = None
     for ref in refs:
         problems, extras = diff(gc, ref)

@@ -394,15 +394,15 @@ def logspace(
     return out
 
 
-def from_numpy(array: np.ndarray) -> Tensor:
+def from_numpy(ndarray: np.ndarray) -> Tensor:
     """A tensor with the array's dtype and values (float64 stays float64, as in PyTorch)."""
     from gradcraft.tensor import Tensor
 
-    if not isinstance(array, np.ndarray):
+    if not isinstance(ndarray, np.ndarray):
         from gradcraft.errors import TypeError_
 
-        raise TypeError_(f"from_numpy expects a numpy.ndarray, got {type(array).__name__}; use gradcraft.tensor()")
-    return Tensor(array, dtype=dtypes.to_dtype(array.dtype), device="cpu")  # the CPU whatever the default
+        raise TypeError_(f"from_numpy expects a numpy.ndarray, got {type(ndarray).__name__}; use gradcraft.tensor()")
+    return Tensor(ndarray, dtype=dtypes.to_dtype(ndarray.dtype), device="cpu")  # the CPU whatever the default
 
 
 def as_tensor(data: Any, dtype: DTypeLike = None, device: Device = None) -> Tensor:

@@ -55,27 +55,29 @@ def outer(input: Tensor, vec2: Tensor) -> Tensor:
     return ew.mul(input.reshape(-1, 1), vec2.reshape(1, -1))
 
 
-def norm(x: Tensor, p: float | str = "fro", dim: Dims = None, keepdim: bool = False, dtype: DTypeLike = None) -> Tensor:
+def norm(
+    input: Tensor, p: float | str = "fro", dim: Dims = None, keepdim: bool = False, dtype: DTypeLike = None
+) -> Tensor:
     """The vector p-norm over `dim` (all elements by default), as torch.norm / Tensor.norm."""
     if _amp.state.on:
-        return _amp.call("norm", norm, (x, p, dim, keepdim), {"dtype": dtype})
+        return _amp.call("norm", norm, (input, p, dim, keepdim), {"dtype": dtype})
     if dtype is not None:
-        x = ew.cast(x, dtype)
-    if not x.dtype.is_floating_point:
-        raise UserError(f"norm needs a floating-point tensor, got {x.dtype.name}; convert with .float()")
+        input = ew.cast(input, dtype)
+    if not input.dtype.is_floating_point:
+        raise UserError(f"norm needs a floating-point tensor, got {input.dtype.name}; convert with .float()")
     if p in ("fro", 2, 2.0, None):
-        return ew.sqrt(rd.sum(ew.mul(x, x), dim, keepdim))
+        return ew.sqrt(rd.sum(ew.mul(input, input), dim, keepdim))
     if p in (float("inf"), "inf"):
-        return rd.amax(ew.abs(x), dim, keepdim)
+        return rd.amax(ew.abs(input), dim, keepdim)
     if p == float("-inf"):
-        return rd.amin(ew.abs(x), dim, keepdim)
+        return rd.amin(ew.abs(input), dim, keepdim)
     if p == 1:
-        return rd.sum(ew.abs(x), dim, keepdim)
+        return rd.sum(ew.abs(input), dim, keepdim)
     if p == 0:
-        return rd.sum(ew.cast(ew.ne(x, 0), x.dtype), dim, keepdim)
+        return rd.sum(ew.cast(ew.ne(input, 0), input.dtype), dim, keepdim)
     if isinstance(p, str):
         raise UserError(f"norm: p={p!r} is not supported; use a number, 'fro' or inf")
-    return ew.pow(rd.sum(ew.pow(ew.abs(x), float(p)), dim, keepdim), 1.0 / p)
+    return ew.pow(rd.sum(ew.pow(ew.abs(input), float(p)), dim, keepdim), 1.0 / p)
 
 
 def vector_norm(x, ord=2, dim=None, keepdim: bool = False, dtype=None):

@@ -241,7 +241,9 @@ def _put_slices_grad(node, out, g):
     )
 
 
-def take_along_dim(input: Tensor, indices: Tensor, dim: int) -> Tensor:
+def take_along_dim(input: Tensor, indices: Tensor, dim: int | None = None) -> Tensor:
+    if dim is None:  # PyTorch: both flattened
+        input, indices, dim = input.reshape(-1), indices.reshape(-1), 0
     axis = normalize_dim(dim, input.ndim)
     if indices.ndim != input.ndim:
         raise UserError(
@@ -266,8 +268,10 @@ def _take_along_dim_grad(node, out, g):
     return apply("scatter_add_along_dim", (g, indices), attrs, x.shape, g.dtype), None
 
 
-def gather(input: Tensor, dim: int, index: Tensor) -> Tensor:
+def gather(input: Tensor, dim: int, index: Tensor, *, sparse_grad: bool = False) -> Tensor:
     """torch.gather: out[i][j] = x[i][index[i][j]] along dim (index no larger than x)."""
+    if sparse_grad:
+        raise UserError("gather: sparse_grad=True is not supported (there are no sparse tensors)")
     return take_along_dim(input, index, dim)
 
 
@@ -352,8 +356,9 @@ def chunk(input: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
     return split(input, -(-size // chunks) if size else 1, dim)
 
 
-def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.0) -> Tensor:
-    """F.pad: `pad` lists (left, right) pairs starting from the last dimension."""
+def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float | None = None) -> Tensor:
+    """F.pad: `pad` lists (left, right) pairs starting from the last dimension (value None: 0)."""
+    value = 0.0 if value is None else value
     if mode != "constant":
         raise UserError(f"pad mode {mode!r} is not supported; only 'constant'")
     if len(pad) % 2 or len(pad) // 2 > input.ndim:
@@ -406,11 +411,13 @@ def repeat(x, *sizes):
     return reshape(contiguous(expanded), tuple(r * n for r, n in zip(sizes, padded.shape)))
 
 
-def repeat_interleave(x: Tensor, repeats: int, dim: int = 0) -> Tensor:
-    d = normalize_dim(dim, x.ndim)
-    y = unsqueeze(x, d + 1)
-    y = expand(y, x.shape[: d + 1] + (repeats,) + x.shape[d + 1 :])
-    return reshape(contiguous(y), x.shape[:d] + (x.shape[d] * repeats,) + x.shape[d + 1 :])
+def repeat_interleave(input: Tensor, repeats: int, dim: int | None = None) -> Tensor:
+    if dim is None:  # PyTorch: the flattened input
+        input, dim = reshape(input, -1), 0
+    d = normalize_dim(dim, input.ndim)
+    y = unsqueeze(input, d + 1)
+    y = expand(y, input.shape[: d + 1] + (repeats,) + input.shape[d + 1 :])
+    return reshape(contiguous(y), input.shape[:d] + (input.shape[d] * repeats,) + input.shape[d + 1 :])
 
 
 # ------------------------------------------------------------------ devices and in-place writes

@@ -131,10 +131,10 @@ def argmin(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
     return _arg("argmin", input, dim, keepdim)
 
 
-def take_along_dim(x, indices, dim):
+def take_along_dim(input, indices, dim=None):
     from gradcraft.ops.movement import take_along_dim as take
 
-    return take(x, indices, dim)
+    return take(input, indices, dim)
 
 
 def var(
@@ -246,12 +246,12 @@ def _accepts_axis(fn):
     """NumPy's `axis=` and `keepdims=` keywords, which PyTorch's reductions accept as other names for
     `dim` and `keepdim` (makemore's `P.sum(1, keepdims=True)`)."""
 
-    def with_axis(x, *args, axis=None, keepdims=None, **kwargs):
+    def with_axis(input, *args, axis=None, keepdims=None, **kwargs):
         if axis is not None:
             kwargs["dim"] = axis
         if keepdims is not None:
             kwargs["keepdim"] = keepdims
-        return fn(x, *args, **kwargs)
+        return fn(input, *args, **kwargs)
 
     with_axis.__name__, with_axis.__doc__, with_axis.__wrapped__ = fn.__name__, fn.__doc__, fn
     return with_axis

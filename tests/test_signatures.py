@@ -1,0 +1,221 @@
+"""Our public signatures against PyTorch's: every name gradcraft exports under a PyTorch name (torch.*,
+torch.nn.functional, nn modules' __init__/forward, optimizers, lr schedulers, torch.utils.data, distributions,
+nn.init, nn.utils, Tensor methods) takes PyTorch's parameter names, order, kinds and simple defaults, or its
+difference is listed below with the reason. An entry that no longer differs fails too, so the list stays exact."""
+
+import re
+
+import pytest
+
+pytest.importorskip("torch")
+
+from signature_diff import report  # noqa: E402
+
+# Reasons shared by many names. An entry made only of these may differ only in the parameters they name.
+OUT = "out= is not taken: every result is a new tensor (assign it); "
+LAYOUT = "layout=/pin_memory=/memory_format= are not taken: tensors are strided, contiguous and unpinned; "
+GEN = "generator= is not taken here: these draw from the global generator (torch.manual_seed); "
+CATEGORY = {
+    OUT: r"missing (keyword )?'out'",
+    LAYOUT: r"missing (keyword )?'(layout|pin_memory|memory_format)'",
+    GEN: r"missing (keyword )?'generator'",
+}
+LEGACY_LOSS = "PyTorch's deprecated size_average/reduce are not taken, so the later parameters go by keyword"
+DOC = "PyTorch's docstring names a parameter its binding does not use; ours takes the binding's name"
+
+DELIBERATE = {
+    "torch.abs": OUT,
+    "torch.add": OUT,
+    "torch.all": OUT,
+    "torch.amax": OUT,
+    "torch.amin": OUT,
+    "torch.any": OUT,
+    "torch.bmm": OUT,
+    "torch.cat": OUT,
+    "torch.ceil": OUT,
+    "torch.clamp": OUT,
+    "torch.clip": OUT,
+    "torch.concat": OUT,
+    "torch.cos": OUT,
+    "torch.cumsum": OUT,
+    "torch.div": OUT,
+    "torch.divide": OUT,
+    "torch.dot": OUT,
+    "torch.empty": OUT + LAYOUT,
+    "torch.empty_like": LAYOUT,
+    "torch.eq": OUT,
+    "torch.exp": OUT,
+    "torch.eye": OUT + LAYOUT,
+    "torch.floor": OUT,
+    "torch.floor_divide": OUT,
+    "torch.fmod": OUT,
+    "torch.full": OUT + LAYOUT,
+    "torch.full_like": LAYOUT,
+    "torch.gather": OUT,
+    "torch.ge": OUT,
+    "torch.gt": OUT,
+    "torch.index_select": OUT,
+    "torch.le": OUT,
+    "torch.lerp": OUT,
+    "torch.linspace": OUT + LAYOUT,
+    "torch.log": OUT,
+    "torch.logical_and": OUT,
+    "torch.logical_not": OUT,
+    "torch.logical_or": OUT,
+    "torch.logspace": OUT + LAYOUT,
+    "torch.logsumexp": OUT,
+    "torch.lt": OUT,
+    "torch.matmul": OUT,
+    "torch.max": OUT,
+    "torch.maximum": OUT,
+    "torch.min": OUT,
+    "torch.minimum": OUT,
+    "torch.mm": OUT,
+    "torch.mul": OUT,
+    "torch.multiply": OUT,
+    "torch.ne": OUT,
+    "torch.neg": OUT,
+    "torch.ones": OUT + LAYOUT,
+    "torch.ones_like": LAYOUT,
+    "torch.outer": OUT,
+    "torch.pow": OUT,
+    "torch.rand_like": GEN + LAYOUT,
+    "torch.randn_like": GEN + LAYOUT,
+    "torch.randperm": OUT + LAYOUT,
+    "torch.remainder": OUT,
+    "torch.round": OUT,
+    "torch.rsqrt": OUT,
+    "torch.sigmoid": OUT,
+    "torch.sign": OUT,
+    "torch.sin": OUT,
+    "torch.sort": OUT,
+    "torch.sqrt": OUT,
+    "torch.square": OUT,
+    "torch.stack": OUT,
+    "torch.sub": OUT,
+    "torch.subtract": OUT,
+    "torch.take_along_dim": OUT,
+    "torch.tanh": OUT,
+    "torch.tensor": LAYOUT,
+    "torch.tril": OUT,
+    "torch.triu": OUT,
+    "torch.trunc": OUT,
+    "torch.where": OUT,
+    "torch.zeros": OUT + LAYOUT,
+    "torch.zeros_like": LAYOUT,
+    "torch.nn.functional.normalize": OUT,
+    "torch.nn.init.kaiming_normal_": GEN,
+    "torch.nn.init.kaiming_uniform_": GEN,
+    "torch.nn.init.normal_": GEN,
+    "torch.nn.init.trunc_normal_": GEN,
+    "torch.nn.init.uniform_": GEN,
+    "torch.nn.init.xavier_normal_": GEN,
+    "torch.nn.init.xavier_uniform_": GEN,
+    "torch.Tensor.bfloat16": LAYOUT,
+    "torch.Tensor.bool": LAYOUT,
+    "torch.Tensor.clone": LAYOUT,
+    "torch.Tensor.contiguous": LAYOUT,
+    "torch.Tensor.cpu": LAYOUT,
+    "torch.Tensor.double": LAYOUT,
+    "torch.Tensor.float": LAYOUT,
+    "torch.Tensor.half": LAYOUT,
+    "torch.Tensor.int": LAYOUT,
+    "torch.Tensor.is_contiguous": LAYOUT,
+    "torch.Tensor.long": LAYOUT,
+    "torch.Tensor.new_empty": LAYOUT,
+    "torch.Tensor.new_full": LAYOUT,
+    "torch.Tensor.new_ones": LAYOUT,
+    "torch.Tensor.new_tensor": LAYOUT,
+    "torch.Tensor.new_zeros": LAYOUT,
+    "torch.arange": OUT + LAYOUT + "arange(end) is the one-argument overload: start takes the end there",
+    "torch.randint_like": GEN + LAYOUT + "randint_like(input, high) is the overload: low takes high there",
+    "torch.compile": "gradcraft's own compiler: backend/name/shapes options of torch.compile's inductor differ",
+    "torch.concatenate": OUT + "NumPy's axis= spelling is taken as dim=",
+    "torch.einsum": "PyTorch's binding is einsum(*args); ours names the equation",
+    "torch.norm": "out= is not taken, so dtype is not the sixth positional parameter (pass it by keyword)",
+    "torch.repeat_interleave": "output_size= (a hint for CUDA synchronisation) is not taken",
+    "torch.std": OUT + "correction=None means PyTorch's default of 1",
+    "torch.var": OUT + "correction=None means PyTorch's default of 1",
+    "torch.Tensor.std": "correction=None means PyTorch's default of 1",
+    "torch.Tensor.var": "correction=None means PyTorch's default of 1",
+    "torch.topk": OUT + "dim=-1 is PyTorch's meaning of dim=None (the last dimension)",
+    "torch.Tensor.topk": "dim=-1 is PyTorch's meaning of dim=None (the last dimension)",
+    "torch.nn.functional.softmax": "dim=-1 by default instead of PyTorch's deprecated implicit choice; "
+    "the private _stacklevel is not taken, so dtype goes by keyword",
+    "torch.nn.functional.log_softmax": "dim=-1 by default instead of PyTorch's deprecated implicit choice; "
+    "the private _stacklevel is not taken, so dtype goes by keyword",
+    "torch.nn.functional.binary_cross_entropy": LEGACY_LOSS,
+    "torch.nn.functional.binary_cross_entropy_with_logits": LEGACY_LOSS + "; pos_weight is not supported",
+    "torch.nn.functional.cross_entropy": LEGACY_LOSS + "; valid_classes and dtype are gradcraft's extras",
+    "torch.nn.functional.l1_loss": LEGACY_LOSS + "; the per-element weight= is not supported",
+    "torch.nn.functional.mse_loss": LEGACY_LOSS + "; the per-element weight= is not supported",
+    "torch.nn.functional.huber_loss": "the per-element weight= is not supported",
+    "torch.nn.functional.nll_loss": LEGACY_LOSS + "; ignore_index is not supported",
+    "torch.nn.functional.smooth_l1_loss": LEGACY_LOSS + "; beta is fixed at 1",
+    "torch.nn.BCELoss.__init__": LEGACY_LOSS,
+    "torch.nn.BCEWithLogitsLoss.__init__": LEGACY_LOSS + "; pos_weight is not supported",
+    "torch.nn.CrossEntropyLoss.__init__": LEGACY_LOSS,
+    "torch.nn.NLLLoss.__init__": LEGACY_LOSS + "; ignore_index is not supported",
+    "torch.nn.SmoothL1Loss.__init__": LEGACY_LOSS + "; beta is fixed at 1",
+    "torch.nn.functional.embedding": "padding_idx/max_norm/scale_grad_by_freq/sparse are not supported",
+    "torch.nn.Embedding.__init__": "padding_idx/max_norm/scale_grad_by_freq/sparse are not supported, "
+    "so device and dtype go by keyword",
+    "torch.nn.functional.linear_cross_entropy": "gradcraft's fused linear + cross-entropy predates PyTorch's "
+    "function of this name and keeps its own parameters",
+    "torch.nn.functional.silu": "inplace= is not taken: the result is a new tensor",
+    "torch.nn.Dropout.__init__": "inplace= is not taken: the result is a new tensor",
+    "torch.nn.LayerNorm.__init__": "elementwise_affine is not taken (always affine): bias/device/dtype by keyword",
+    "torch.nn.RMSNorm.__init__": "elementwise_affine is not taken (always affine), so device/dtype go by keyword",
+    "torch.optim.Optimizer.__init__": "the base class takes its hyperparameters as keywords, not a defaults dict",
+    "torch.optim.SGD.__init__": "hyperparameters after lr are taken by keyword (**hyper) and checked by name",
+    "torch.optim.AdamW.__init__": "hyperparameters are taken by keyword (**hyper) and checked by name; "
+    "fused is the second parameter",
+    "torch.Tensor.cuda": LAYOUT + "the device index is named index; non_blocking is not taken",
+    "torch.Tensor.split": "one function serves torch.split and Tensor.split: the size is split_size_or_sections",
+    "torch.Tensor.swapaxes": "one function serves transpose and swapaxes: the dimensions are dim0 and dim1",
+    "torch.Tensor.type_as": DOC + " (other)",
+    "torch.Tensor.where": DOC + " (other)",
+    "torch.Tensor.uniform_": "PyTorch's from/to are Python keywords, so they can only be passed by position",
+}
+
+
+def test_signatures_match_pytorch_or_are_listed():
+    rows = report()
+    differ = {name: problems for name, status, problems, _ in rows if status == "differ"}
+    equal = sum(1 for r in rows if r[1] == "equal")
+    skipped = sorted(name for name, status, _, _ in rows if status == "skip")
+    extras = sum(1 for r in rows if r[3])
+    print(
+        f"signatures: {len(rows)} names, {equal} equal, {len(differ)} differences listed as deliberate, "
+        f"{len(skipped)} not comparable ({', '.join(skipped)}); {extras} with extra keyword parameters"
+    )
+    unlisted = {n: p for n, p in differ.items() if n not in DELIBERATE}
+    assert not unlisted, "signatures that differ from PyTorch's:\n" + "\n".join(
+        f"{n}: {p}" for n, p in unlisted.items()
+    )
+    stale = sorted(n for n in DELIBERATE if n not in differ)
+    assert not stale, f"listed as deliberate but equal to PyTorch's now (remove them): {stale}"
+    for name, reason in DELIBERATE.items():
+        rest = reason
+        allowed = []
+        for category, pattern in CATEGORY.items():
+            if category in rest:
+                rest = rest.replace(category, "")
+                allowed.append(pattern)
+        if rest.strip():
+            continue  # a specific reason covers the name's differences
+        other = [p for p in differ[name] if not any(re.fullmatch(a, p) for a in allowed)]
+        assert not other, f"{name} differs beyond its listed reason: {other}"
+
+
+def test_keyword_calls_with_pytorch_names():
+    import gradcraft as torch
+
+    a, b = torch.ones(2, 2), torch.full((2, 2), 2.0)
+    assert torch.matmul(input=a, other=b).tolist() == [[4.0, 4.0], [4.0, 4.0]]
+    assert torch.add(input=a, other=b, alpha=2).tolist() == [[5.0, 5.0], [5.0, 5.0]]
+    assert torch.sum(input=b, dim=0).tolist() == [4.0, 4.0]
+    assert torch.where(a > 0, input=a, other=b).tolist() == a.tolist()
+    assert torch.pow(input=b, exponent=2).tolist() == [[4.0, 4.0], [4.0, 4.0]]
+    assert torch.nn.functional.softmax(input=a, dim=1).tolist() == [[0.5, 0.5], [0.5, 0.5]]
+    assert torch.nn.Linear(2, 1)(input=a).shape == (2, 1)

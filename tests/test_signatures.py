@@ -20,7 +20,6 @@ CATEGORY = {
     LAYOUT: r"missing (keyword )?'(layout|pin_memory|memory_format)'",
     GEN: r"missing (keyword )?'generator'",
 }
-LEGACY_LOSS = "PyTorch's deprecated size_average/reduce are not taken, so the later parameters go by keyword"
 DOC = "PyTorch's docstring names a parameter its binding does not use; ours takes the binding's name"
 
 DELIBERATE = {
@@ -144,26 +143,11 @@ DELIBERATE = {
     "the private _stacklevel is not taken, so dtype goes by keyword",
     "torch.nn.functional.log_softmax": "dim=-1 by default instead of PyTorch's deprecated implicit choice; "
     "the private _stacklevel is not taken, so dtype goes by keyword",
-    "torch.nn.functional.binary_cross_entropy": LEGACY_LOSS,
-    "torch.nn.functional.binary_cross_entropy_with_logits": LEGACY_LOSS + "; pos_weight is not supported",
-    "torch.nn.functional.cross_entropy": LEGACY_LOSS + "; valid_classes and dtype are gradcraft's extras",
-    "torch.nn.functional.l1_loss": LEGACY_LOSS + "; the per-element weight= is not supported",
-    "torch.nn.functional.mse_loss": LEGACY_LOSS + "; the per-element weight= is not supported",
-    "torch.nn.functional.huber_loss": "the per-element weight= is not supported",
-    "torch.nn.functional.nll_loss": LEGACY_LOSS + "; ignore_index is not supported",
-    "torch.nn.functional.smooth_l1_loss": LEGACY_LOSS + "; beta is fixed at 1",
-    "torch.nn.BCELoss.__init__": LEGACY_LOSS,
-    "torch.nn.BCEWithLogitsLoss.__init__": LEGACY_LOSS + "; pos_weight is not supported",
-    "torch.nn.CrossEntropyLoss.__init__": LEGACY_LOSS,
-    "torch.nn.NLLLoss.__init__": LEGACY_LOSS + "; ignore_index is not supported",
-    "torch.nn.SmoothL1Loss.__init__": LEGACY_LOSS + "; beta is fixed at 1",
     "torch.nn.functional.embedding": "padding_idx/max_norm/scale_grad_by_freq/sparse are not supported",
     "torch.nn.Embedding.__init__": "padding_idx/max_norm/scale_grad_by_freq/sparse are not supported, "
     "so device and dtype go by keyword",
     "torch.nn.functional.linear_cross_entropy": "gradcraft's fused linear + cross-entropy predates PyTorch's "
     "function of this name and keeps its own parameters",
-    "torch.nn.functional.silu": "inplace= is not taken: the result is a new tensor",
-    "torch.nn.Dropout.__init__": "inplace= is not taken: the result is a new tensor",
     "torch.nn.LayerNorm.__init__": "elementwise_affine is not taken (always affine): bias/device/dtype by keyword",
     "torch.nn.RMSNorm.__init__": "elementwise_affine is not taken (always affine), so device/dtype go by keyword",
     "torch.optim.Optimizer.__init__": "the base class takes its hyperparameters as keywords, not a defaults dict",
@@ -219,3 +203,43 @@ def test_keyword_calls_with_pytorch_names():
     assert torch.pow(input=b, exponent=2).tolist() == [[4.0, 4.0], [4.0, 4.0]]
     assert torch.nn.functional.softmax(input=a, dim=1).tolist() == [[0.5, 0.5], [0.5, 0.5]]
     assert torch.nn.Linear(2, 1)(input=a).shape == (2, 1)
+
+
+def test_legacy_loss_arguments_and_weights_as_pytorch():
+    import numpy as np
+    import torch
+
+    import gradcraft
+
+    rng = np.random.default_rng(0)
+    a, b, w = (rng.standard_normal((4, 3)).astype(np.float32) for _ in range(3))
+    w = np.abs(w)
+    target = np.array([0, 2, 1, 1])
+    for name in ("l1_loss", "mse_loss"):
+        for kw in ({"size_average": False}, {"reduce": False}, {"weight": w}, {"weight": w, "reduction": "sum"}):
+            ours = {k: gradcraft.tensor(v) if isinstance(v, np.ndarray) else v for k, v in kw.items()}
+            theirs = {k: torch.tensor(v) if isinstance(v, np.ndarray) else v for k, v in kw.items()}
+            with pytest.warns(UserWarning) if "weight" not in kw else _no_warning():
+                got = getattr(gradcraft.nn.functional, name)(gradcraft.tensor(a), gradcraft.tensor(b), **ours)
+            want = getattr(torch.nn.functional, name)(torch.tensor(a), torch.tensor(b), **theirs)
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.warns(UserWarning):
+        got = gradcraft.nn.CrossEntropyLoss(size_average=False)(gradcraft.tensor(a), gradcraft.tensor(target))
+    want = torch.nn.CrossEntropyLoss(reduction="sum")(torch.tensor(a), torch.tensor(target))
+    np.testing.assert_allclose(got.item(), want.item(), rtol=1e-5)
+    with pytest.warns(UserWarning):
+        got = gradcraft.nn.NLLLoss(reduce=False)(gradcraft.tensor(a), gradcraft.tensor(target))
+    np.testing.assert_allclose(got.numpy(), -a[np.arange(4), target], rtol=1e-6)
+
+
+class _no_warning:
+    def __enter__(self):
+        import warnings
+
+        self._catch = warnings.catch_warnings()
+        self._catch.__enter__()
+        warnings.simplefilter("error")
+
+    def __exit__(self, *exc):
+        self._catch.__exit__(*exc)
+        return False

@@ -95,12 +95,12 @@ class Dropout(Module):
     state (gradcraft/ops/creation.py): a loop that replays a captured step calls
     `advance_dropout(device)` at the start of the step, or every replay draws the same masks."""
 
-    def __init__(self, p: float = 0.5) -> None:
+    def __init__(self, p: float = 0.5, inplace: bool = False) -> None:
         super().__init__()
-        self.p = p
+        self.p, self.inplace = p, inplace
 
     def extra_repr(self) -> str:
-        return f"p={self.p}, inplace=False"
+        return f"p={self.p}, inplace={self.inplace}"
 
     def forward(self, input: Tensor) -> Tensor:
-        return F.dropout(input, self.p, self.training)
+        return F.dropout(input, self.p, self.training, self.inplace)

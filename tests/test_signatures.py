@@ -143,13 +143,8 @@ DELIBERATE = {
     "the private _stacklevel is not taken, so dtype goes by keyword",
     "torch.nn.functional.log_softmax": "dim=-1 by default instead of PyTorch's deprecated implicit choice; "
     "the private _stacklevel is not taken, so dtype goes by keyword",
-    "torch.nn.functional.embedding": "padding_idx/max_norm/scale_grad_by_freq/sparse are not supported",
-    "torch.nn.Embedding.__init__": "padding_idx/max_norm/scale_grad_by_freq/sparse are not supported, "
-    "so device and dtype go by keyword",
     "torch.nn.functional.linear_cross_entropy": "gradcraft's fused linear + cross-entropy predates PyTorch's "
     "function of this name and keeps its own parameters",
-    "torch.nn.LayerNorm.__init__": "elementwise_affine is not taken (always affine): bias/device/dtype by keyword",
-    "torch.nn.RMSNorm.__init__": "elementwise_affine is not taken (always affine), so device/dtype go by keyword",
     "torch.optim.Optimizer.__init__": "the base class takes its hyperparameters as keywords, not a defaults dict",
     "torch.optim.SGD.__init__": "hyperparameters after lr are taken by keyword (**hyper) and checked by name",
     "torch.optim.AdamW.__init__": "hyperparameters are taken by keyword (**hyper) and checked by name; "
@@ -243,3 +238,35 @@ class _no_warning:
     def __exit__(self, *exc):
         self._catch.__exit__(*exc)
         return False
+
+
+def test_embedding_padding_idx_and_norms_without_affine_as_pytorch():
+    import numpy as np
+    import torch
+
+    import gradcraft
+
+    ours = gradcraft.nn.Embedding(5, 3, padding_idx=-4)
+    theirs = torch.nn.Embedding(5, 3, padding_idx=-4)
+    assert ours.padding_idx == theirs.padding_idx == 1
+    assert not ours.weight.numpy()[1].any()
+    weights = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)  # a nonzero padding row too
+    ours = gradcraft.nn.Embedding(5, 3, padding_idx=1, _weight=gradcraft.tensor(weights))
+    theirs = torch.nn.Embedding(5, 3, padding_idx=1, _weight=torch.tensor(weights))
+    idx = np.array([[0, 1, 2], [1, 4, 1]])
+    out, ref = ours(gradcraft.tensor(idx)), theirs(torch.tensor(idx))
+    (out * out).sum().backward()
+    (ref * ref).sum().backward()
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy())
+    np.testing.assert_allclose(ours.weight.grad.numpy(), theirs.weight.grad.numpy(), rtol=1e-6)
+    with pytest.raises(gradcraft.errors.UserError):
+        gradcraft.nn.Embedding(5, 3, padding_idx=5)
+    x = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
+    for ours, theirs in (
+        (gradcraft.nn.LayerNorm(3, elementwise_affine=False), torch.nn.LayerNorm(3, elementwise_affine=False)),
+        (gradcraft.nn.RMSNorm(3, elementwise_affine=False), torch.nn.RMSNorm(3, elementwise_affine=False)),
+    ):
+        assert list(ours.parameters()) == [] and list(theirs.parameters()) == []
+        np.testing.assert_allclose(
+            ours(gradcraft.tensor(x)).numpy(), theirs(torch.tensor(x)).detach().numpy(), atol=1e-5
+        )

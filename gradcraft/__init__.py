@@ -262,3 +262,7 @@ from gradcraft.amp.autocast_mode import (  # noqa: E402,F401
 from gradcraft.backends import get_float32_matmul_precision, set_float32_matmul_precision  # noqa: E402,F401
 
 _sys.modules[__name__ + ".cpu"], _sys.modules[__name__ + ".cpu.amp"] = cpu, cpu.amp
+
+from gradcraft.ops.out_args import install as _install_out  # noqa: E402
+
+_install_out(globals())  # torch.add(..., out=t) and the other out= functions

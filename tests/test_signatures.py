@@ -23,84 +23,20 @@ CATEGORY = {
 DOC = "PyTorch's docstring names a parameter its binding does not use; ours takes the binding's name"
 
 DELIBERATE = {
-    "torch.abs": OUT,
-    "torch.add": OUT,
-    "torch.all": OUT,
-    "torch.amax": OUT,
-    "torch.amin": OUT,
-    "torch.any": OUT,
-    "torch.bmm": OUT,
-    "torch.cat": OUT,
-    "torch.ceil": OUT,
-    "torch.clamp": OUT,
-    "torch.clip": OUT,
-    "torch.concat": OUT,
-    "torch.cos": OUT,
-    "torch.cumsum": OUT,
-    "torch.div": OUT,
-    "torch.divide": OUT,
-    "torch.dot": OUT,
-    "torch.empty": OUT + LAYOUT,
+    "torch.empty": LAYOUT,
     "torch.empty_like": LAYOUT,
-    "torch.eq": OUT,
-    "torch.exp": OUT,
-    "torch.eye": OUT + LAYOUT,
-    "torch.floor": OUT,
-    "torch.floor_divide": OUT,
-    "torch.fmod": OUT,
-    "torch.full": OUT + LAYOUT,
+    "torch.eye": LAYOUT,
+    "torch.full": LAYOUT,
     "torch.full_like": LAYOUT,
-    "torch.gather": OUT,
-    "torch.ge": OUT,
-    "torch.gt": OUT,
-    "torch.index_select": OUT,
-    "torch.le": OUT,
-    "torch.lerp": OUT,
-    "torch.linspace": OUT + LAYOUT,
-    "torch.log": OUT,
-    "torch.logical_and": OUT,
-    "torch.logical_not": OUT,
-    "torch.logical_or": OUT,
-    "torch.logspace": OUT + LAYOUT,
-    "torch.logsumexp": OUT,
-    "torch.lt": OUT,
-    "torch.matmul": OUT,
-    "torch.max": OUT,
-    "torch.maximum": OUT,
-    "torch.min": OUT,
-    "torch.minimum": OUT,
-    "torch.mm": OUT,
-    "torch.mul": OUT,
-    "torch.multiply": OUT,
-    "torch.ne": OUT,
-    "torch.neg": OUT,
-    "torch.ones": OUT + LAYOUT,
+    "torch.linspace": LAYOUT,
+    "torch.logspace": LAYOUT,
+    "torch.ones": LAYOUT,
     "torch.ones_like": LAYOUT,
-    "torch.outer": OUT,
-    "torch.pow": OUT,
     "torch.rand_like": GEN + LAYOUT,
     "torch.randn_like": GEN + LAYOUT,
-    "torch.randperm": OUT + LAYOUT,
-    "torch.remainder": OUT,
-    "torch.round": OUT,
-    "torch.rsqrt": OUT,
-    "torch.sigmoid": OUT,
-    "torch.sign": OUT,
-    "torch.sin": OUT,
-    "torch.sort": OUT,
-    "torch.sqrt": OUT,
-    "torch.square": OUT,
-    "torch.stack": OUT,
-    "torch.sub": OUT,
-    "torch.subtract": OUT,
-    "torch.take_along_dim": OUT,
-    "torch.tanh": OUT,
+    "torch.randperm": LAYOUT,
     "torch.tensor": LAYOUT,
-    "torch.tril": OUT,
-    "torch.triu": OUT,
-    "torch.trunc": OUT,
-    "torch.where": OUT,
-    "torch.zeros": OUT + LAYOUT,
+    "torch.zeros": LAYOUT,
     "torch.zeros_like": LAYOUT,
     "torch.nn.functional.normalize": OUT,
     "torch.nn.init.kaiming_normal_": GEN,
@@ -126,18 +62,18 @@ DELIBERATE = {
     "torch.Tensor.new_ones": LAYOUT,
     "torch.Tensor.new_tensor": LAYOUT,
     "torch.Tensor.new_zeros": LAYOUT,
-    "torch.arange": OUT + LAYOUT + "arange(end) is the one-argument overload: start takes the end there",
+    "torch.arange": LAYOUT + "arange(end) is the one-argument overload: start takes the end there",
     "torch.randint_like": GEN + LAYOUT + "randint_like(input, high) is the overload: low takes high there",
     "torch.compile": "gradcraft's own compiler: backend/name/shapes options of torch.compile's inductor differ",
-    "torch.concatenate": OUT + "NumPy's axis= spelling is taken as dim=",
+    "torch.concatenate": "NumPy's axis= spelling is taken as dim=",
     "torch.einsum": "PyTorch's binding is einsum(*args); ours names the equation",
     "torch.norm": "out= is not taken, so dtype is not the sixth positional parameter (pass it by keyword)",
     "torch.repeat_interleave": "output_size= (a hint for CUDA synchronisation) is not taken",
-    "torch.std": OUT + "correction=None means PyTorch's default of 1",
-    "torch.var": OUT + "correction=None means PyTorch's default of 1",
+    "torch.std": "correction=None means PyTorch's default of 1",
+    "torch.var": "correction=None means PyTorch's default of 1",
     "torch.Tensor.std": "correction=None means PyTorch's default of 1",
     "torch.Tensor.var": "correction=None means PyTorch's default of 1",
-    "torch.topk": OUT + "dim=-1 is PyTorch's meaning of dim=None (the last dimension)",
+    "torch.topk": "dim=-1 is PyTorch's meaning of dim=None (the last dimension)",
     "torch.Tensor.topk": "dim=-1 is PyTorch's meaning of dim=None (the last dimension)",
     "torch.nn.functional.softmax": "dim=-1 by default instead of PyTorch's deprecated implicit choice; "
     "the private _stacklevel is not taken, so dtype goes by keyword",
@@ -270,3 +206,30 @@ def test_embedding_padding_idx_and_norms_without_affine_as_pytorch():
         np.testing.assert_allclose(
             ours(gradcraft.tensor(x)).numpy(), theirs(torch.tensor(x)).detach().numpy(), atol=1e-5
         )
+
+
+def test_out_arguments_as_pytorch():
+    import numpy as np
+    import torch
+
+    import gradcraft
+
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    ours_out, theirs_out = gradcraft.zeros(1), torch.zeros(1)  # resized to the result, as PyTorch resizes
+    got = gradcraft.add(gradcraft.tensor(a), 1, out=ours_out)
+    want = torch.add(torch.tensor(a), 1, out=theirs_out)
+    assert got is ours_out and want is theirs_out
+    np.testing.assert_allclose(ours_out.numpy(), theirs_out.numpy())
+    values, indices = gradcraft.zeros(2), gradcraft.zeros(2, dtype=gradcraft.int64)
+    result = gradcraft.max(gradcraft.tensor(a), 1, out=(values, indices))
+    assert result.values is values and indices.tolist() == [2, 2] and values.tolist() == [2.0, 5.0]
+    ints = gradcraft.zeros(3, dtype=gradcraft.int64)
+    gradcraft.arange(3, out=ints)
+    assert ints.tolist() == [0, 1, 2] and ints.dtype == gradcraft.int64
+    leaf = gradcraft.ones(2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="don't support automatic differentiation"):
+        gradcraft.mul(leaf, 2, out=gradcraft.zeros(2))
+    with pytest.raises(RuntimeError, match="don't support automatic differentiation"):
+        torch.mul(torch.ones(2, requires_grad=True), 2, out=torch.zeros(2))
+    with gradcraft.no_grad():
+        assert gradcraft.mul(leaf, 2, out=gradcraft.zeros(2)).tolist() == [2.0, 2.0]

@@ -263,6 +263,12 @@ from gradcraft.backends import get_float32_matmul_precision, set_float32_matmul_
 
 _sys.modules[__name__ + ".cpu"], _sys.modules[__name__ + ".cpu.amp"] = cpu, cpu.amp
 
+
+def concatenate(tensors, axis: int = 0):  # noqa: F811  (PyTorch names its dimension axis)
+    """torch.concatenate: cat with NumPy's axis= name."""
+    return cat(tensors, axis)
+
+
 from gradcraft.ops.out_args import install as _install_out  # noqa: E402
 
 _install_out(globals())  # torch.add(..., out=t) and the other out= functions

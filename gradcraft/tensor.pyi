@@ -183,7 +183,7 @@ class Tensor:
     def squeeze(self, dim: Dims = ...) -> Tensor: """The op gradcraft.ops.movement.squeeze."""
     def unsqueeze(self, dim: builtins.int) -> Tensor: """The op gradcraft.ops.movement.unsqueeze."""
     def __getitem__(self, key): """`x[...]` with ints, slices (positive steps), None, Ellipsis, integer tensors/lists (gathers)"""
-    def split(self, split_size_or_sections: builtins.int | list[builtins.int], dim: builtins.int = ...) -> tuple[Tensor, ...]: """The op gradcraft.ops.movement.split."""
+    def split(self, split_size, dim=...): ...
     def chunk(self, chunks: builtins.int, dim: builtins.int = ...) -> tuple[Tensor, ...]: """The op gradcraft.ops.movement.chunk."""
     def flip(self, *dims: builtins.int | collections.abc.Sequence[builtins.int]) -> Tensor: """The op gradcraft.ops.movement.flip."""
     def contiguous(self): """The op gradcraft.ops.movement.contiguous."""
@@ -192,7 +192,7 @@ class Tensor:
     def tril(self, diagonal: builtins.int = ...) -> Tensor: """The op gradcraft.ops.movement.tril."""
     def triu(self, diagonal: builtins.int = ...) -> Tensor: """The op gradcraft.ops.movement.triu."""
     def repeat(self, *sizes): """The op gradcraft.ops.movement.repeat."""
-    def repeat_interleave(self, repeats: builtins.int, dim: builtins.int | None = ...) -> Tensor: """The op gradcraft.ops.movement.repeat_interleave."""
+    def repeat_interleave(self, repeats: builtins.int, dim: builtins.int | None = ..., *, output_size: builtins.int | None = ...) -> Tensor: """The op gradcraft.ops.movement.repeat_interleave."""
     clone = contiguous
     def index_select(self, dim: builtins.int, index: Tensor) -> Tensor: """The op gradcraft.ops.indexing.index_select."""
     def select(self, dim: builtins.int, index: builtins.int) -> Tensor: """The op gradcraft.ops.movement.select."""
@@ -207,7 +207,7 @@ class Tensor:
     def dot(self, tensor: Tensor) -> Tensor: """The op gradcraft.ops.linalg.dot."""
     def outer(self, vec2: Tensor) -> Tensor: """The op gradcraft.ops.linalg.outer."""
     def t(self) -> Tensor: """Tensor.t(): the transpose of a tensor of at most 2 dimensions."""
-    swapaxes = transpose
+    def swapaxes(self, axis0, axis1): ...
     swapdims = transpose
     def masked_select(self, mask): ...
     def clamp_min(self, min): ...

@@ -147,7 +147,11 @@ def elu(input, alpha: float = 1.0):
     return ew.where(positive, input, ew.mul(ew.sub(ew.exp(negative_part), 1.0), alpha))
 
 
-def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out: Tensor | None = None) -> Tensor:
+    if out is not None:
+        from gradcraft.ops.out_args import fill
+
+        return fill(out, normalize(input, p, dim, eps), "normalize")
     if _amp.state.on:
         return _amp.call("normalize", normalize, (input, p, dim, eps), {})
     from gradcraft.ops.linalg import norm

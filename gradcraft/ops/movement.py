@@ -411,10 +411,12 @@ def repeat(x, *sizes):
     return reshape(contiguous(expanded), tuple(r * n for r, n in zip(sizes, padded.shape)))
 
 
-def repeat_interleave(input: Tensor, repeats: int, dim: int | None = None) -> Tensor:
+def repeat_interleave(input: Tensor, repeats: int, dim: int | None = None, *, output_size: int | None = None) -> Tensor:
     if dim is None:  # PyTorch: the flattened input
         input, dim = reshape(input, -1), 0
     d = normalize_dim(dim, input.ndim)
+    if output_size is not None and output_size != input.shape[d] * repeats:
+        raise RuntimeError_(f"repeat_interleave: output_size {output_size} is not {input.shape[d] * repeats}")
     y = unsqueeze(input, d + 1)
     y = expand(y, input.shape[: d + 1] + (repeats,) + input.shape[d + 1 :])
     return reshape(contiguous(y), input.shape[:d] + (input.shape[d] * repeats,) + input.shape[d + 1 :])

@@ -17,17 +17,17 @@ NAMES = (
     "floor floor_divide fmod full gather ge gt index_select le lerp linspace log logical_and logical_not "
     "logical_or logspace logsumexp lt matmul max maximum min minimum mm mul multiply ne neg ones outer pow "
     "randperm remainder round rsqrt sigmoid sign sin sort sqrt square stack std sub subtract take_along_dim "
-    "tanh topk tril triu trunc var where zeros"
+    "tanh topk tril triu trunc var where zeros concatenate"
 ).split()
 
 
-def _fill(out, result, name):
+def fill(out, result, name):
     Tensor = tensor_class()
     if isinstance(result, tuple):
         if not isinstance(out, (tuple, list)) or len(out) != len(result):
             raise TypeError(f"{name}(): out= must be a tuple of {len(result)} tensors")
         for o, r in zip(out, result):
-            _fill(o, r, name)
+            fill(o, r, name)
         return type(result)(*out) if hasattr(result, "_fields") else tuple(out)
     if not isinstance(out, Tensor):
         raise TypeError(f"{name}(): argument 'out' must be Tensor, not {type(out).__name__}")
@@ -46,7 +46,7 @@ def with_out(fn):
 
     def function(*args, out=None, **kwargs):
         result = fn(*args, **kwargs)
-        return result if out is None else _fill(out, result, name)
+        return result if out is None else fill(out, result, name)
 
     sig = inspect.signature(fn)
     params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]

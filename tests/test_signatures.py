@@ -80,9 +80,6 @@ DELIBERATE = {
     "torch.nn.functional.linear_cross_entropy": "gradcraft's fused linear + cross-entropy predates PyTorch's "
     "function of this name and keeps its own parameters",
     "torch.optim.Optimizer.__init__": "the base class takes its hyperparameters as keywords, not a defaults dict",
-    "torch.optim.SGD.__init__": "hyperparameters after lr are taken by keyword (**hyper) and checked by name",
-    "torch.optim.AdamW.__init__": "hyperparameters are taken by keyword (**hyper) and checked by name; "
-    "fused is the second parameter",
     "torch.Tensor.cuda": LAYOUT + "the device index is named index; non_blocking is not taken",
     "torch.Tensor.type_as": DOC + " (other)",
     "torch.Tensor.where": DOC + " (other)",

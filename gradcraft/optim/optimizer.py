@@ -165,8 +165,25 @@ class AdamW(Optimizer):
 
     defaults = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-2}
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], fused: bool | None = None, **hyper: Any) -> None:
-        super().__init__(params, **hyper)
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+    ) -> None:
+        if amsgrad or maximize or differentiable:
+            raise UserError("AdamW: amsgrad, maximize and differentiable are not supported")
+        # foreach and capturable only pick PyTorch's implementation; the update is the same
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
         self.fused = fused
 
     def _state(self, p) -> dict:

@@ -168,8 +168,8 @@ divide, multiply, subtract = div, mul, sub
 from gradcraft.size import Size  # noqa: E402  (a tuple that prints as torch.Size([2, 3]))
 
 
-def numel(x: Tensor) -> int:
-    return x.numel()
+def numel(input: Tensor) -> int:
+    return input.numel()
 
 
 def is_tensor(obj: object) -> bool:
@@ -262,3 +262,13 @@ from gradcraft.amp.autocast_mode import (  # noqa: E402,F401
 from gradcraft.backends import get_float32_matmul_precision, set_float32_matmul_precision  # noqa: E402,F401
 
 _sys.modules[__name__ + ".cpu"], _sys.modules[__name__ + ".cpu.amp"] = cpu, cpu.amp
+
+
+def concatenate(tensors, axis: int = 0):  # noqa: F811  (PyTorch names its dimension axis)
+    """torch.concatenate: cat with NumPy's axis= name."""
+    return cat(tensors, axis)
+
+
+from gradcraft.ops.out_args import install as _install_out  # noqa: E402
+
+_install_out(globals())  # torch.add(..., out=t) and the other out= functions

@@ -109,23 +109,23 @@ def to_dtype(x) -> DType:
 _KIND_ORDER = {"b": 0, "u": 1, "i": 1, "f": 2}
 
 
-def promote_types(a: DType, b: DType) -> DType:
+def promote_types(type1: DType, type2: DType) -> DType:
     """The dtype of a binary op between tensors of dtypes a and b (PyTorch rules)."""
-    if a == b:
-        return a
-    ka, kb = _KIND_ORDER[a.kind], _KIND_ORDER[b.kind]
+    if type1 == type2:
+        return type1
+    ka, kb = _KIND_ORDER[type1.kind], _KIND_ORDER[type2.kind]
     if ka != kb:
-        return a if ka > kb else b
-    if a.kind == "f":
-        if {a, b} == {float16, bfloat16}:
+        return type1 if ka > kb else type2
+    if type1.kind == "f":
+        if {type1, type2} == {float16, bfloat16}:
             return float32
-        return a if a.rank > b.rank else b
+        return type1 if type1.rank > type2.rank else type2
     # integers: uint8 with a signed int promotes to the signed one (or int16, which we lack -> int32)
-    if a.kind == "u":
-        return b if b.rank > 1 else int32
-    if b.kind == "u":
-        return a if a.rank > 1 else int32
-    return a if a.rank > b.rank else b
+    if type1.kind == "u":
+        return type2 if type2.rank > 1 else int32
+    if type2.kind == "u":
+        return type1 if type1.rank > 1 else int32
+    return type1 if type1.rank > type2.rank else type2
 
 
 def scalar_result_dtype(t: DType, scalar) -> DType:

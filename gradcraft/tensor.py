@@ -118,8 +118,8 @@ class Tensor:
             self._node = None
         self._requires_grad = bool(value)
 
-    def requires_grad_(self, value: bool = True) -> "Tensor":
-        self.requires_grad = value
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        self.requires_grad = requires_grad
         return self
 
     @property
@@ -192,8 +192,9 @@ class Tensor:
         realize([self])
         return self
 
-    def numpy(self) -> np.ndarray:
-        """The data as a NumPy array (realizes first; a copy for devices other than the CPU)."""
+    def numpy(self, *, force: bool = False) -> np.ndarray:
+        """The data as a NumPy array (realizes first; a copy for devices other than the CPU).
+        force: accepted as in PyTorch; gradcraft's conversion never refuses (grad or device)."""
         self.realize()
         return np.asarray(get_backend(self.device).to_numpy(self._buf))
 

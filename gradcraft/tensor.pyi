@@ -40,7 +40,7 @@ class Tensor:
     def requires_grad(self) -> builtins.bool: ...
     @requires_grad.setter
     def requires_grad(self, value: builtins.bool) -> None: ...
-    def requires_grad_(self, value: builtins.bool = ...) -> Tensor: ...
+    def requires_grad_(self, requires_grad: builtins.bool = ...) -> Tensor: ...
     @property
     def is_leaf(self) -> builtins.bool: """As in PyTorch: made by the user, or not part of a gradient graph."""
     @property
@@ -62,7 +62,7 @@ class Tensor:
     @property
     def is_realized(self) -> builtins.bool: ...
     def realize(self) -> Tensor: """Compute this tensor now (a no-op when it already holds a buffer)."""
-    def numpy(self) -> ndarray: """The data as a NumPy array (realizes first; a copy for devices other than the CPU)."""
+    def numpy(self, *, force: builtins.bool = ...) -> ndarray: """The data as a NumPy array (realizes first; a copy for devices other than the CPU)."""
     def tolist(self): ...
     def item(self): ...
     def __repr__(self) -> str: ...
@@ -114,18 +114,18 @@ class Tensor:
     def logical_not(self) -> Tensor: """The op gradcraft.ops.elementwise.logical_not."""
     def square(self) -> Tensor: """The op gradcraft.ops.elementwise.square."""
     def reciprocal(self): """The op gradcraft.ops.elementwise.reciprocal."""
-    def add(self, b: TensorOrNumber, alpha: Number = ...) -> Tensor: """The op gradcraft.ops.elementwise.add."""
-    def sub(self, b: TensorOrNumber, alpha: Number = ...) -> Tensor: """The op gradcraft.ops.elementwise.sub."""
-    def mul(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.mul."""
-    def pow(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.pow."""
-    def maximum(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.maximum."""
-    def minimum(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.minimum."""
-    def eq(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.eq."""
-    def ne(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.ne."""
-    def lt(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.lt."""
-    def le(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.le."""
-    def gt(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.gt."""
-    def ge(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.ge."""
+    def add(self, other: TensorOrNumber, alpha: Number = ...) -> Tensor: """The op gradcraft.ops.elementwise.add."""
+    def sub(self, other: TensorOrNumber, alpha: Number = ...) -> Tensor: """The op gradcraft.ops.elementwise.sub."""
+    def mul(self, other: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.mul."""
+    def pow(self, exponent: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.pow."""
+    def maximum(self, other: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.maximum."""
+    def minimum(self, other: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.minimum."""
+    def eq(self, other: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.eq."""
+    def ne(self, other: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.ne."""
+    def lt(self, other: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.lt."""
+    def le(self, other: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.le."""
+    def gt(self, other: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.gt."""
+    def ge(self, other: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.ge."""
     def clamp(self, min: TensorOrNumber | None = ..., max: TensorOrNumber | None = ...) -> Tensor: """The op gradcraft.ops.elementwise.clamp."""
     clip = clamp
     def masked_fill(self, mask: Tensor, value: Number) -> Tensor: """The op gradcraft.ops.elementwise.masked_fill."""
@@ -144,14 +144,14 @@ class Tensor:
     def __rtruediv__(self, b): ...
     __pow__ = pow
     def __rpow__(self, b): ...
-    def __eq__(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.eq."""  # type: ignore[override]
-    def __ne__(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.ne."""  # type: ignore[override]
+    def __eq__(self, other: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.eq."""  # type: ignore[override]
+    def __ne__(self, other: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.ne."""  # type: ignore[override]
     __lt__ = lt
     __le__ = le
     __gt__ = gt
     __ge__ = ge
-    def __and__(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.logical_and."""
-    def __or__(self, b: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.logical_or."""
+    def __and__(self, other: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.logical_and."""
+    def __or__(self, other: TensorOrNumber) -> Tensor: """The op gradcraft.ops.elementwise.logical_or."""
     logical_and = __and__
     logical_or = __or__
     def sum(self, dim: Dims = ..., keepdim: builtins.bool = ..., dtype: DTypeLike = ...) -> Tensor: """The op gradcraft.ops.reduce.sum."""
@@ -169,7 +169,7 @@ class Tensor:
     def topk(self, k: builtins.int, dim: builtins.int = ..., largest: builtins.bool = ..., sorted: builtins.bool = ...) -> tuple[Tensor, Tensor]: """The op gradcraft.ops.reduce.topk."""
     def all(self, dim: Dims = ..., keepdim: builtins.bool = ...) -> Tensor: """The op gradcraft.ops.reduce.all."""
     def any(self, dim: Dims = ..., keepdim: builtins.bool = ...) -> Tensor: """The op gradcraft.ops.reduce.any."""
-    def matmul(self, b: Tensor) -> Tensor: """a @ b. 1-D operands are treated as a row (left) or a column (right) vector, then squeezed."""
+    def matmul(self, other: Tensor) -> Tensor: """a @ b. 1-D operands are treated as a row (left) or a column (right) vector, then squeezed."""
     __matmul__ = matmul
     def __rmatmul__(self, b): ...
     def reshape(self, *shape: builtins.int | collections.abc.Sequence[builtins.int]) -> Tensor: """The op gradcraft.ops.movement.reshape."""
@@ -182,17 +182,17 @@ class Tensor:
     def expand_as(self, other): """The op gradcraft.ops.movement.expand_as."""
     def squeeze(self, dim: Dims = ...) -> Tensor: """The op gradcraft.ops.movement.squeeze."""
     def unsqueeze(self, dim: builtins.int) -> Tensor: """The op gradcraft.ops.movement.unsqueeze."""
-    def __getitem__(self, index): """`x[...]` with ints, slices (positive steps), None, Ellipsis, integer tensors/lists (gathers)"""
-    def split(self, split_size_or_sections: builtins.int | list[builtins.int], dim: builtins.int = ...) -> tuple[Tensor, ...]: """The op gradcraft.ops.movement.split."""
+    def __getitem__(self, key): """`x[...]` with ints, slices (positive steps), None, Ellipsis, integer tensors/lists (gathers)"""
+    def split(self, split_size, dim=...): ...
     def chunk(self, chunks: builtins.int, dim: builtins.int = ...) -> tuple[Tensor, ...]: """The op gradcraft.ops.movement.chunk."""
     def flip(self, *dims: builtins.int | collections.abc.Sequence[builtins.int]) -> Tensor: """The op gradcraft.ops.movement.flip."""
     def contiguous(self): """The op gradcraft.ops.movement.contiguous."""
-    def gather(self, dim: builtins.int, index: Tensor) -> Tensor: """torch.gather: out[i][j] = x[i][index[i][j]] along dim (index no larger than x)."""
-    def take_along_dim(self, indices: Tensor, dim: builtins.int) -> Tensor: """The op gradcraft.ops.movement.take_along_dim."""
+    def gather(self, dim: builtins.int, index: Tensor, *, sparse_grad: builtins.bool = ...) -> Tensor: """torch.gather: out[i][j] = x[i][index[i][j]] along dim (index no larger than x)."""
+    def take_along_dim(self, indices: Tensor, dim: builtins.int | None = ...) -> Tensor: """The op gradcraft.ops.movement.take_along_dim."""
     def tril(self, diagonal: builtins.int = ...) -> Tensor: """The op gradcraft.ops.movement.tril."""
     def triu(self, diagonal: builtins.int = ...) -> Tensor: """The op gradcraft.ops.movement.triu."""
     def repeat(self, *sizes): """The op gradcraft.ops.movement.repeat."""
-    def repeat_interleave(self, repeats: builtins.int, dim: builtins.int = ...) -> Tensor: """The op gradcraft.ops.movement.repeat_interleave."""
+    def repeat_interleave(self, repeats: builtins.int, dim: builtins.int | None = ..., *, output_size: builtins.int | None = ...) -> Tensor: """The op gradcraft.ops.movement.repeat_interleave."""
     clone = contiguous
     def index_select(self, dim: builtins.int, index: Tensor) -> Tensor: """The op gradcraft.ops.indexing.index_select."""
     def select(self, dim: builtins.int, index: builtins.int) -> Tensor: """The op gradcraft.ops.movement.select."""
@@ -202,12 +202,12 @@ class Tensor:
     def argsort(self, dim: builtins.int = ..., descending: builtins.bool = ..., stable: builtins.bool = ...) -> Tensor: """The op gradcraft.ops.reduce.argsort."""
     def prod(self, dim: Dims = ..., keepdim: builtins.bool = ..., dtype: DTypeLike = ...) -> Tensor: """The product, as exp(sum(log|x|)) with the sign and zeros counted apart (floating point)."""
     def norm(self, p: builtins.float | str = ..., dim: Dims = ..., keepdim: builtins.bool = ..., dtype: DTypeLike = ...) -> Tensor: """The vector p-norm over `dim` (all elements by default), as torch.norm / Tensor.norm."""
-    def bmm(self, b: Tensor) -> Tensor: """The op gradcraft.ops.linalg.bmm."""
-    def mm(self, b: Tensor) -> Tensor: """The op gradcraft.ops.linalg.mm."""
-    def dot(self, b: Tensor) -> Tensor: """The op gradcraft.ops.linalg.dot."""
-    def outer(self, b: Tensor) -> Tensor: """The op gradcraft.ops.linalg.outer."""
+    def bmm(self, mat2: Tensor) -> Tensor: """The op gradcraft.ops.linalg.bmm."""
+    def mm(self, mat2: Tensor) -> Tensor: """The op gradcraft.ops.linalg.mm."""
+    def dot(self, tensor: Tensor) -> Tensor: """The op gradcraft.ops.linalg.dot."""
+    def outer(self, vec2: Tensor) -> Tensor: """The op gradcraft.ops.linalg.outer."""
     def t(self) -> Tensor: """Tensor.t(): the transpose of a tensor of at most 2 dimensions."""
-    swapaxes = transpose
+    def swapaxes(self, axis0, axis1): ...
     swapdims = transpose
     def masked_select(self, mask): ...
     def clamp_min(self, min): ...
@@ -220,15 +220,15 @@ class Tensor:
     def ceil(self) -> Tensor: """The op gradcraft.ops.rounding.ceil."""
     def trunc(self) -> Tensor: """The op gradcraft.ops.rounding.trunc."""
     def round(self, decimals: builtins.int = ...) -> Tensor: """Half to even, as torch.round."""
-    def floor_divide(self, b: TensorOrNumber) -> Tensor: """a // b rounded toward minus infinity (PyTorch and Python); integers stay integers."""
-    def remainder(self, b: TensorOrNumber) -> Tensor: """a % b with the sign of b (Python's and PyTorch's %)."""
-    def fmod(self, b: TensorOrNumber) -> Tensor: """a - trunc(a / b) * b (the sign of a), as torch.fmod."""
+    def floor_divide(self, other: TensorOrNumber) -> Tensor: """a // b rounded toward minus infinity (PyTorch and Python); integers stay integers."""
+    def remainder(self, other: TensorOrNumber) -> Tensor: """a % b with the sign of b (Python's and PyTorch's %)."""
+    def fmod(self, other: TensorOrNumber) -> Tensor: """a - trunc(a / b) * b (the sign of a), as torch.fmod."""
     def isnan(self) -> Tensor: """The op gradcraft.ops.rounding.isnan."""
     def isinf(self) -> Tensor: """The op gradcraft.ops.rounding.isinf."""
     def isfinite(self) -> Tensor: """The op gradcraft.ops.rounding.isfinite."""
-    def isclose(self, b: TensorOrNumber, rtol: builtins.float = ..., atol: builtins.float = ..., equal_nan: builtins.bool = ...) -> Tensor: """The op gradcraft.ops.rounding.isclose."""
-    def allclose(self, b: TensorOrNumber, rtol: builtins.float = ..., atol: builtins.float = ..., equal_nan: builtins.bool = ...) -> builtins.bool: """The op gradcraft.ops.reduce.allclose."""
-    def equal(self, b: TensorOrNumber) -> builtins.bool: """True when a and b have the same shape and elements (torch.equal)."""
+    def isclose(self, other: TensorOrNumber, rtol: builtins.float = ..., atol: builtins.float = ..., equal_nan: builtins.bool = ...) -> Tensor: """The op gradcraft.ops.rounding.isclose."""
+    def allclose(self, other: TensorOrNumber, rtol: builtins.float = ..., atol: builtins.float = ..., equal_nan: builtins.bool = ...) -> builtins.bool: """The op gradcraft.ops.reduce.allclose."""
+    def equal(self, other: TensorOrNumber) -> builtins.bool: """True when a and b have the same shape and elements (torch.equal)."""
     def div(self, other, *, rounding_mode: str | None = ...) -> Tensor: """Tensor.div / Tensor.divide (torch's names: `other`, rounding_mode None, "trunc" or "floor")."""
     divide = div
     __floordiv__ = floor_divide
@@ -255,7 +255,7 @@ class Tensor:
     def addcdiv_(self, tensor1, tensor2, *, value=...): """The op gradcraft.ops.inplace.addcdiv_."""
     def uniform_(self, a: builtins.float = ..., b: builtins.float = ..., *, generator=...): """The op gradcraft.ops.inplace.uniform_."""
     def normal_(self, mean: builtins.float = ..., std: builtins.float = ..., *, generator=...): """The op gradcraft.ops.inplace.normal_."""
-    def __setitem__(self, index, value): """`x[index] = value` with ints, slices, None, Ellipsis, integer index tensors and boolean masks."""
+    def __setitem__(self, key, value): """`x[index] = value` with ints, slices, None, Ellipsis, integer index tensors and boolean masks."""
     def __iadd__(self, other, *, alpha=...): """The op gradcraft.ops.inplace.add_."""  # type: ignore[misc]
     def __isub__(self, other, *, alpha=...): """The op gradcraft.ops.inplace.sub_."""  # type: ignore[misc]
     def __imul__(self, other): """The op gradcraft.ops.inplace.mul_."""  # type: ignore[misc]

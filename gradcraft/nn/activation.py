@@ -16,8 +16,8 @@ class Identity(Module):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__()
 
-    def forward(self, x: Tensor) -> Any:
-        return x
+    def forward(self, input: Tensor) -> Any:
+        return input
 
 
 class _Activation(Module):
@@ -41,8 +41,8 @@ class ReLU(_Activation):
     def __init__(self, inplace: bool = False) -> None:
         super().__init__(inplace)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.relu(x, inplace=self.inplace)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.relu(input, inplace=self.inplace)
 
 
 class GELU(Module):
@@ -53,50 +53,50 @@ class GELU(Module):
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.gelu(x, approximate=self.approximate)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.gelu(input, approximate=self.approximate)
 
 
 class SiLU(_Activation):
     def __init__(self, inplace: bool = False) -> None:
         super().__init__(inplace)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return x.copy_(F.silu(x)) if self.inplace else F.silu(x)
+    def forward(self, input: Tensor) -> Tensor:
+        return input.copy_(F.silu(input)) if self.inplace else F.silu(input)
 
 
 class Tanh(Module):
-    def forward(self, x: Tensor) -> Tensor:
-        return x.tanh()
+    def forward(self, input: Tensor) -> Tensor:
+        return input.tanh()
 
 
 class Sigmoid(Module):
-    def forward(self, x: Tensor) -> Tensor:
-        return x.sigmoid()
+    def forward(self, input: Tensor) -> Tensor:
+        return input.sigmoid()
 
 
 class LeakyReLU(_Activation):
     def __init__(self, negative_slope: float = 0.01, inplace: bool = False) -> None:
         super().__init__(inplace, negative_slope=negative_slope)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.leaky_relu(x, self.negative_slope, inplace=self.inplace)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.leaky_relu(input, self.negative_slope, inplace=self.inplace)
 
 
 class ELU(_Activation):
     def __init__(self, alpha: float = 1.0, inplace: bool = False) -> None:
         super().__init__(inplace, alpha=alpha)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.elu(x, self.alpha, inplace=self.inplace)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.elu(input, self.alpha, inplace=self.inplace)
 
 
 class Softplus(_Activation):
     def __init__(self, beta: float = 1.0, threshold: float = 20.0) -> None:
         super().__init__(None, beta=beta, threshold=threshold)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.softplus(x, self.beta, self.threshold)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.softplus(input, self.beta, self.threshold)
 
 
 class Softmax(Module):
@@ -107,13 +107,13 @@ class Softmax(Module):
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.softmax(x, dim=self.dim if self.dim is not None else -1)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.softmax(input, dim=self.dim if self.dim is not None else -1)
 
 
 class LogSoftmax(Softmax):
-    def forward(self, x: Tensor) -> Tensor:
-        return F.log_softmax(x, dim=self.dim if self.dim is not None else -1)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.log_softmax(input, dim=self.dim if self.dim is not None else -1)
 
 
 class Flatten(Module):
@@ -124,8 +124,8 @@ class Flatten(Module):
     def extra_repr(self) -> str:
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
 
-    def forward(self, x: Tensor) -> Tensor:
-        return x.flatten(self.start_dim, self.end_dim)
+    def forward(self, input: Tensor) -> Tensor:
+        return input.flatten(self.start_dim, self.end_dim)
 
 
 class Unflatten(Module):
@@ -136,5 +136,5 @@ class Unflatten(Module):
     def extra_repr(self) -> str:
         return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
 
-    def forward(self, x: Tensor) -> Tensor:
-        return x.unflatten(self.dim, self.unflattened_size)
+    def forward(self, input: Tensor) -> Tensor:
+        return input.unflatten(self.dim, self.unflattened_size)

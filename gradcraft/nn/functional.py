@@ -9,7 +9,7 @@ if TYPE_CHECKING:
 
 from gradcraft.ops import losses as _losses
 from gradcraft.ops import nn as _nn
-from gradcraft.ops.elementwise import gelu, relu as _relu, sigmoid, silu, tanh  # noqa: F401
+from gradcraft.ops.elementwise import gelu, relu as _relu, sigmoid, silu as _silu, tanh  # noqa: F401
 from gradcraft.ops.losses import (
     binary_cross_entropy,
     binary_cross_entropy_with_logits,  # noqa: F401
@@ -61,6 +61,10 @@ def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = Fals
 
 def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     return _maybe_inplace(input, _losses.elu(input, alpha), inplace)
+
+
+def silu(input: Tensor, inplace: bool = False) -> Tensor:
+    return _maybe_inplace(input, _silu(input), inplace)
 
 
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:

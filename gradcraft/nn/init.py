@@ -10,22 +10,22 @@ def _fill(p, value):
     return p
 
 
-def normal_(p, mean: float = 0.0, std: float = 1.0):
-    return _fill(p, randn(p.shape) * std + mean)
+def normal_(tensor, mean: float = 0.0, std: float = 1.0):
+    return _fill(tensor, randn(tensor.shape) * std + mean)
 
 
-def zeros_(p):
-    return _fill(p, zeros(p.shape))
+def zeros_(tensor):
+    return _fill(tensor, zeros(tensor.shape))
 
 
-def ones_(p):
-    return _fill(p, zeros(p.shape) + 1.0)
+def ones_(tensor):
+    return _fill(tensor, zeros(tensor.shape) + 1.0)
 
 
-def uniform_(p, a: float = 0.0, b: float = 1.0):
+def uniform_(tensor, a: float = 0.0, b: float = 1.0):
     from gradcraft.ops.creation import rand
 
-    return _fill(p, rand(p.shape) * (b - a) + a)
+    return _fill(tensor, rand(tensor.shape) * (b - a) + a)
 
 
 def kaiming_uniform_linear_(p, fan_in: int):
@@ -42,8 +42,8 @@ def scaled_residual_std(std: float, n_layers: int) -> float:
 # ---------------------------------------------------------------- torch.nn.init's other names
 
 
-def constant_(p, val: float):
-    return _fill(p, zeros(p.shape) + val)
+def constant_(tensor, val: float):
+    return _fill(tensor, zeros(tensor.shape) + val)
 
 
 def _fans(p) -> tuple:
@@ -71,15 +71,15 @@ def calculate_gain(nonlinearity: str, param=None) -> float:
     return gains[nonlinearity]
 
 
-def xavier_uniform_(p, gain: float = 1.0):
-    fan_in, fan_out = _fans(p)
+def xavier_uniform_(tensor, gain: float = 1.0):
+    fan_in, fan_out = _fans(tensor)
     bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
-    return uniform_(p, -bound, bound)
+    return uniform_(tensor, -bound, bound)
 
 
-def xavier_normal_(p, gain: float = 1.0):
-    fan_in, fan_out = _fans(p)
-    return normal_(p, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
+def xavier_normal_(tensor, gain: float = 1.0):
+    fan_in, fan_out = _fans(tensor)
+    return normal_(tensor, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
 
 
 def _kaiming_std(p, a, mode, nonlinearity) -> float:
@@ -88,16 +88,16 @@ def _kaiming_std(p, a, mode, nonlinearity) -> float:
     return calculate_gain(nonlinearity, a) / math.sqrt(fan)
 
 
-def kaiming_uniform_(p, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu"):
-    bound = math.sqrt(3.0) * _kaiming_std(p, a, mode, nonlinearity)
-    return uniform_(p, -bound, bound)
+def kaiming_uniform_(tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu"):
+    bound = math.sqrt(3.0) * _kaiming_std(tensor, a, mode, nonlinearity)
+    return uniform_(tensor, -bound, bound)
 
 
-def kaiming_normal_(p, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu"):
-    return normal_(p, 0.0, _kaiming_std(p, a, mode, nonlinearity))
+def kaiming_normal_(tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu"):
+    return normal_(tensor, 0.0, _kaiming_std(tensor, a, mode, nonlinearity))
 
 
-def trunc_normal_(p, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0):
+def trunc_normal_(tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0):
     """Normal values redrawn until they fall in [a, b] (drawn on the host)."""
     import numpy as np
 
@@ -105,9 +105,9 @@ def trunc_normal_(p, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: fl
     from gradcraft.tensor import Tensor
 
     rng = np.random.default_rng(next_seed())
-    values = rng.normal(mean, std, size=p.shape)
+    values = rng.normal(mean, std, size=tensor.shape)
     bad = (values < a) | (values > b)
     while bad.any():
         values[bad] = rng.normal(mean, std, size=int(bad.sum()))
         bad = (values < a) | (values > b)
-    return _fill(p, Tensor(values.astype(np.float32)))
+    return _fill(tensor, Tensor(values.astype(np.float32)))

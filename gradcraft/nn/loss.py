@@ -11,11 +11,13 @@ if TYPE_CHECKING:
 from gradcraft.errors import UserError, ValueError_
 from gradcraft.nn import functional as F
 from gradcraft.nn.module import Module
+from gradcraft.ops.losses import legacy_reduction
 
 
 class _Loss(Module):
-    def __init__(self, reduction: str = "mean"):
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
+        reduction = legacy_reduction(size_average, reduce, reduction)
         if reduction not in ("mean", "sum", "none"):
             raise ValueError_(f"{type(self).__name__}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
         self.reduction = reduction
@@ -25,11 +27,13 @@ class CrossEntropyLoss(_Loss):
     def __init__(
         self,
         weight: Tensor | None = None,
+        size_average=None,
         ignore_index: int = -100,
+        reduce=None,
         reduction: str = "mean",
         label_smoothing: float = 0.0,
     ) -> None:
-        super().__init__(reduction)
+        super().__init__(size_average, reduce, reduction)
         if weight is not None:
             raise UserError("CrossEntropyLoss(weight=...) (class weights) is not supported")
         self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
@@ -45,8 +49,15 @@ class CrossEntropyLoss(_Loss):
 
 
 class NLLLoss(_Loss):
-    def __init__(self, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean") -> None:
-        super().__init__(reduction)
+    def __init__(
+        self,
+        weight: Tensor | None = None,
+        size_average=None,
+        ignore_index: int = -100,
+        reduce=None,
+        reduction: str = "mean",
+    ) -> None:
+        super().__init__(size_average, reduce, reduction)
         if weight is not None:
             raise UserError("NLLLoss(weight=...) (class weights) is not supported")
         self.ignore_index = ignore_index
@@ -60,8 +71,8 @@ class _FunctionalLoss(_Loss):
 
     function: Callable[..., Tensor]
 
-    def __init__(self, reduction: str = "mean", **options) -> None:
-        super().__init__(reduction)
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean", **options) -> None:
+        super().__init__(size_average, reduce, reduction)
         self._options = tuple(options)
         for name, value in options.items():
             setattr(self, name, value)
@@ -82,26 +93,33 @@ class L1Loss(_FunctionalLoss):
 class SmoothL1Loss(_FunctionalLoss):
     function = staticmethod(F.smooth_l1_loss)
 
-    def __init__(self, reduction: str = "mean", beta: float = 1.0) -> None:
-        super().__init__(reduction, beta=beta)
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean", beta: float = 1.0) -> None:
+        super().__init__(size_average, reduce, reduction, beta=beta)
 
 
 class HuberLoss(_FunctionalLoss):
     function = staticmethod(F.huber_loss)
 
     def __init__(self, reduction: str = "mean", delta: float = 1.0) -> None:
-        super().__init__(reduction, delta=delta)
+        super().__init__(reduction=reduction, delta=delta)
 
 
 class BCELoss(_FunctionalLoss):
     function = staticmethod(F.binary_cross_entropy)
 
-    def __init__(self, weight: Tensor | None = None, reduction: str = "mean") -> None:
-        super().__init__(reduction, weight=weight)
+    def __init__(self, weight: Tensor | None = None, size_average=None, reduce=None, reduction: str = "mean") -> None:
+        super().__init__(size_average, reduce, reduction, weight=weight)
 
 
 class BCEWithLogitsLoss(_FunctionalLoss):
     function = staticmethod(F.binary_cross_entropy_with_logits)
 
-    def __init__(self, weight: Tensor | None = None, reduction: str = "mean", pos_weight: Tensor | None = None) -> None:
-        super().__init__(reduction, weight=weight, pos_weight=pos_weight)
+    def __init__(
+        self,
+        weight: Tensor | None = None,
+        size_average=None,
+        reduce=None,
+        reduction: str = "mean",
+        pos_weight: Tensor | None = None,
+    ) -> None:
+        super().__init__(size_average, reduce, reduction, weight=weight, pos_weight=pos_weight)

@@ -340,10 +340,10 @@ class Sequential(Module):
     def __iter__(self):
         return iter(self._modules.values())
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, input: Any) -> Any:
         for m in self:
-            x = m(x)
-        return x
+            input = m(input)
+        return input
 
 
 class ModuleDict(Module):

@@ -85,15 +85,15 @@ def get_rng_state() -> dict:
     }
 
 
-def set_rng_state(state: dict) -> None:
+def set_rng_state(new_state: dict) -> None:
     global _dropout_seed
-    if "generator" not in state:  # saved by an older version: the host generator's state alone
-        default_generator.host_state = state
+    if "generator" not in new_state:  # saved by an older version: the host generator's state alone
+        default_generator.host_state = new_state
         return
-    default_generator.host_state = state["generator"]
-    _dropout_seed = int(state["dropout_seed"])
+    default_generator.host_state = new_state["generator"]
+    _dropout_seed = int(new_state["dropout_seed"])
     _restored.clear()
-    _restored.update({device: tuple(int(v) for v in value) for device, value in state["dropout"].items()})
+    _restored.update({device: tuple(int(v) for v in value) for device, value in new_state["dropout"].items()})
     for device, dropout_state in _dropout_states.items():
         dropout_state.set(_dropout_seed, *_restored.pop(device, (0, 0)))
 
@@ -303,26 +303,28 @@ def _like(fn, x, dtype, device, **kwargs):
     return fn(x.shape, dtype=dtype or x.dtype, device=device or x.device, **kwargs)
 
 
-def zeros_like(x: Tensor, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
-    return _like(zeros, x, dtype, device, requires_grad=requires_grad)
+def zeros_like(input: Tensor, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
+    return _like(zeros, input, dtype, device, requires_grad=requires_grad)
 
 
-def ones_like(x: Tensor, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
-    return _like(ones, x, dtype, device, requires_grad=requires_grad)
+def ones_like(input: Tensor, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
+    return _like(ones, input, dtype, device, requires_grad=requires_grad)
 
 
 def full_like(
-    x: Tensor, fill_value: Number, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False
+    input: Tensor, fill_value: Number, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False
 ) -> Tensor:
-    return full(x.shape, fill_value, dtype=dtype or x.dtype, device=device or x.device, requires_grad=requires_grad)
+    return full(
+        input.shape, fill_value, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad
+    )
 
 
-def rand_like(x: Tensor, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
-    return _like(rand, x, dtype, device, requires_grad=requires_grad)
+def rand_like(input: Tensor, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
+    return _like(rand, input, dtype, device, requires_grad=requires_grad)
 
 
-def randn_like(x: Tensor, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
-    return _like(randn, x, dtype, device, requires_grad=requires_grad)
+def randn_like(input: Tensor, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
+    return _like(randn, input, dtype, device, requires_grad=requires_grad)
 
 
 def eye(
@@ -345,8 +347,8 @@ def tensor(data: Any, *, dtype: DTypeLike = None, device: Device = None, require
     return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
-def empty_like(x: Tensor, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
-    return zeros_like(x, dtype=dtype, device=device, requires_grad=requires_grad)
+def empty_like(input: Tensor, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
+    return zeros_like(input, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 def linspace(
@@ -392,15 +394,15 @@ def logspace(
     return out
 
 
-def from_numpy(array: np.ndarray) -> Tensor:
+def from_numpy(ndarray: np.ndarray) -> Tensor:
     """A tensor with the array's dtype and values (float64 stays float64, as in PyTorch)."""
     from gradcraft.tensor import Tensor
 
-    if not isinstance(array, np.ndarray):
+    if not isinstance(ndarray, np.ndarray):
         from gradcraft.errors import TypeError_
 
-        raise TypeError_(f"from_numpy expects a numpy.ndarray, got {type(array).__name__}; use gradcraft.tensor()")
-    return Tensor(array, dtype=dtypes.to_dtype(array.dtype), device="cpu")  # the CPU whatever the default
+        raise TypeError_(f"from_numpy expects a numpy.ndarray, got {type(ndarray).__name__}; use gradcraft.tensor()")
+    return Tensor(ndarray, dtype=dtypes.to_dtype(ndarray.dtype), device="cpu")  # the CPU whatever the default
 
 
 def as_tensor(data: Any, dtype: DTypeLike = None, device: Device = None) -> Tensor:
@@ -433,7 +435,7 @@ def randperm(
 
 
 def randint_like(
-    x: Tensor,
+    input: Tensor,
     low: int,
     high: int | None = None,
     *,
@@ -442,4 +444,6 @@ def randint_like(
     requires_grad: bool = False,
 ) -> Tensor:
     low, high = (0, low) if high is None else (low, high)
-    return randint(low, high, x.shape, dtype=dtype or x.dtype, device=device or x.device, requires_grad=requires_grad)
+    return randint(
+        low, high, input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad
+    )

@@ -17,6 +17,7 @@ from gradcraft.amp import policy as _amp
 from gradcraft.errors import UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops.function import apply, gradient
+from gradcraft.ops.losses import legacy_reduction, weighted_reduce
 from gradcraft.ops.reduce import sum as reduce_sum
 
 
@@ -29,7 +30,9 @@ def cross_entropy(
     input: Tensor,
     target: Tensor,
     weight: Tensor | None = None,
+    size_average=None,
     ignore_index: int = -100,
+    reduce=None,
     reduction: str = "mean",
     label_smoothing: float = 0.0,
     valid_classes: int | None = None,
@@ -45,12 +48,19 @@ def cross_entropy(
     others (a vocabulary padded for faster matmuls) are left out of the softmax and get a zero
     gradient, as if the input were sliced to them, without copying it.
     """
+    reduction = legacy_reduction(size_average, reduce, reduction)
     if _amp.state.on:
         return _amp.call(
             "cross_entropy",
             cross_entropy,
-            (input, target, weight, ignore_index, reduction, label_smoothing, valid_classes),
-            {"dtype": dtype},
+            (input, target, weight),
+            {
+                "ignore_index": ignore_index,
+                "reduction": reduction,
+                "label_smoothing": label_smoothing,
+                "valid_classes": valid_classes,
+                "dtype": dtype,
+            },
         )
     if weight is not None:
         raise UserError("cross_entropy class weights are not supported")
@@ -196,9 +206,20 @@ def _cross_entropy_grad(node, out, g):
     return apply("cross_entropy_backward", (logits, target, g), node.attrs, logits.shape, logits.dtype), None
 
 
-def nll_loss(input: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean") -> Tensor:
+def nll_loss(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average=None,
+    ignore_index: int = -100,
+    reduce=None,
+    reduction: str = "mean",
+) -> Tensor:
+    reduction = legacy_reduction(size_average, reduce, reduction)
     if _amp.state.on:
-        return _amp.call("nll_loss", nll_loss, (input, target, ignore_index, reduction), {})
+        return _amp.call("nll_loss", nll_loss, (input, target), {"ignore_index": ignore_index, "reduction": reduction})
+    if weight is not None:
+        raise UserError("nll_loss class weights are not supported")
     picked = ew.neg(input.gather(1, target.reshape(-1, 1)).reshape(target.shape))
     valid = ew.ne(target, ignore_index)
     picked = ew.where(valid, picked, 0.0)
@@ -208,11 +229,16 @@ def nll_loss(input: Tensor, target: Tensor, ignore_index: int = -100, reduction:
     return total if reduction == "sum" else ew.div(total, ew.cast(reduce_sum(valid), total.dtype))
 
 
-def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+def mse_loss(
+    input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean", weight=None
+) -> Tensor:
+    reduction = legacy_reduction(size_average, reduce, reduction)
     if _amp.state.on:
-        return _amp.call("mse_loss", mse_loss, (input, target, reduction), {})
+        return _amp.call("mse_loss", mse_loss, (input, target), {"reduction": reduction, "weight": weight})
     from gradcraft.ops.reduce import mean
 
     diff = ew.sub(input, target)
     sq = ew.mul(diff, diff)
+    if weight is not None:
+        return weighted_reduce(sq, weight, reduction, "mse_loss")
     return {"mean": mean, "sum": reduce_sum}[reduction](sq) if reduction != "none" else sq

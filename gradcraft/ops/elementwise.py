@@ -112,15 +112,15 @@ AUTOCAST_UNARY, AUTOCAST_BINARY = ("exp", "log", "rsqrt"), ("pow",)
 def _unary_op(op: str, keeps_integers: bool = False) -> Callable[[Tensor], Tensor]:
     """The function of the unary op `op` (neg(x), exp(x), ...)."""
 
-    def function(x: Tensor) -> Tensor:
-        return _unary(op, x, keeps_integers)
+    def function(input: Tensor) -> Tensor:
+        return _unary(op, input, keeps_integers)
 
     if op in AUTOCAST_UNARY:
 
-        def function(x: Tensor) -> Tensor:  # noqa: F811  (the same, with autocast's check first)
+        def function(input: Tensor) -> Tensor:  # noqa: F811  (the same, with autocast's check first)
             if _amp.state.on:
-                return _amp.call(op, function, (x,), {})
-            return _unary(op, x, keeps_integers)
+                return _amp.call(op, function, (input,), {})
+            return _unary(op, input, keeps_integers)
 
     function.__name__ = function.__qualname__ = op
     return function
@@ -142,18 +142,18 @@ sigmoid = _unary_op("sigmoid")
 silu = _unary_op("silu")
 
 
-def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     if approximate not in ("none", "tanh"):
         raise UserError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
-    return _unary("gelu", x, approximate=approximate)
+    return _unary("gelu", input, approximate=approximate)
 
 
-def logical_not(x: Tensor) -> Tensor:
-    return apply("logical_not", (x,), {}, x.shape, dtypes.bool_)
+def logical_not(input: Tensor) -> Tensor:
+    return apply("logical_not", (input,), {}, input.shape, dtypes.bool_)
 
 
-def square(x: Tensor) -> Tensor:
-    return mul(x, x)
+def square(input: Tensor) -> Tensor:
+    return mul(input, input)
 
 
 def reciprocal(x):
@@ -249,15 +249,15 @@ def _compare(op, a, b):
 def _binary_op(op: str, compute=_binary) -> Callable[[TensorOrNumber, TensorOrNumber], Tensor]:
     """The function of the binary op `op` (mul(a, b), eq(a, b), ...): broadcast, PyTorch's promotion."""
 
-    def function(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
-        return compute(op, a, b)
+    def function(input: TensorOrNumber, other: TensorOrNumber) -> Tensor:
+        return compute(op, input, other)
 
     if op in AUTOCAST_BINARY:
 
-        def function(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:  # noqa: F811  (autocast's check first)
+        def function(input: TensorOrNumber, other: TensorOrNumber) -> Tensor:  # noqa: F811  (autocast's check first)
             if _amp.state.on:
-                return _amp.call(op, function, (a, b), {})
-            return compute(op, a, b)
+                return _amp.call(op, function, (input, other), {})
+            return compute(op, input, other)
 
     function.__name__ = function.__qualname__ = op
     return function
@@ -272,17 +272,21 @@ gt = _binary_op("gt", _compare)
 ge = _binary_op("ge", _compare)
 # arithmetic: the promoted dtype (add, sub and div below take more than two tensors)
 mul = _binary_op("mul")
-pow = _binary_op("pow")
+_pow = _binary_op("pow")
 maximum = _binary_op("maximum")
 minimum = _binary_op("minimum")
 
 
-def add(a: TensorOrNumber, b: TensorOrNumber, alpha: Number = 1) -> Tensor:
-    return _binary("add", a, b if alpha == 1 else mul(b, alpha))
+def pow(input: TensorOrNumber, exponent: TensorOrNumber) -> Tensor:
+    return _pow(input, exponent)
 
 
-def sub(a: TensorOrNumber, b: TensorOrNumber, alpha: Number = 1) -> Tensor:
-    return _binary("sub", a, b if alpha == 1 else mul(b, alpha))
+def add(input: TensorOrNumber, other: TensorOrNumber, alpha: Number = 1) -> Tensor:
+    return _binary("add", input, other if alpha == 1 else mul(other, alpha))
+
+
+def sub(input: TensorOrNumber, other: TensorOrNumber, alpha: Number = 1) -> Tensor:
+    return _binary("sub", input, other if alpha == 1 else mul(other, alpha))
 
 
 def div(a, b):
@@ -292,12 +296,12 @@ def div(a, b):
     return apply("div", (a, b), {}, broadcast_shape(a.shape, b.shape, "div"), a.dtype)
 
 
-def logical_and(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
-    return mul(cast(a, dtypes.bool_), cast(b, dtypes.bool_)).bool()
+def logical_and(input: TensorOrNumber, other: TensorOrNumber) -> Tensor:
+    return mul(cast(input, dtypes.bool_), cast(other, dtypes.bool_)).bool()
 
 
-def logical_or(a: TensorOrNumber, b: TensorOrNumber) -> Tensor:
-    return maximum(cast(a, dtypes.bool_), cast(b, dtypes.bool_))
+def logical_or(input: TensorOrNumber, other: TensorOrNumber) -> Tensor:
+    return maximum(cast(input, dtypes.bool_), cast(other, dtypes.bool_))
 
 
 def sum_to(g, shape: tuple):
@@ -374,18 +378,20 @@ def _minimum_grad(node, out, g):
 # ------------------------------------------------------------------ where / clamp
 
 
-def where(condition: Tensor, x: TensorOrNumber, y: TensorOrNumber) -> Tensor:
+def where(condition: Tensor, input: TensorOrNumber, other: TensorOrNumber) -> Tensor:
     if not _is_tensor(condition):
         raise TypeError("where() needs a boolean tensor as its condition")
-    ref = x if _is_tensor(x) else y
+    ref = input if _is_tensor(input) else other
     if not _is_tensor(ref):
-        dtype = dtypes.default_float if builtins.any(isinstance(v, float) for v in (x, y)) else dtypes.default_int
-        x, y = scalar(x, dtype, condition.device), scalar(y, dtype, condition.device)
+        dtype = (
+            dtypes.default_float if builtins.any(isinstance(v, float) for v in (input, other)) else dtypes.default_int
+        )
+        input, other = scalar(input, dtype, condition.device), scalar(other, dtype, condition.device)
     else:
-        x, y = _operands(x, y, "where")
-    _check_devices(condition, x, "where")
-    shape = broadcast_shape(broadcast_shape(condition.shape, x.shape, "where"), y.shape, "where")
-    return apply("where", (cast(condition, dtypes.bool_), x, y), {}, shape, x.dtype)
+        input, other = _operands(input, other, "where")
+    _check_devices(condition, input, "where")
+    shape = broadcast_shape(broadcast_shape(condition.shape, input.shape, "where"), other.shape, "where")
+    return apply("where", (cast(condition, dtypes.bool_), input, other), {}, shape, input.dtype)
 
 
 @gradient("where")
@@ -399,12 +405,12 @@ def masked_fill(x: Tensor, mask: Tensor, value: Number) -> Tensor:
     return where(mask, scalar(value, x.dtype, x.device) if not _is_tensor(value) else value, x)
 
 
-def clamp(x: Tensor, min: TensorOrNumber | None = None, max: TensorOrNumber | None = None) -> Tensor:
+def clamp(input: Tensor, min: TensorOrNumber | None = None, max: TensorOrNumber | None = None) -> Tensor:
     if min is None and max is None:
         raise UserError("clamp needs at least one of min or max")
     # where, not maximum/minimum: an element equal to a bound passes its gradient to x, as in PyTorch
     # (maximum would split it with the bound). A bound gets the gradient where it is the result.
-    out = x
+    out = input
     if min is not None:
         if max is not None and _is_tensor(min) and min.requires_grad:
             min = where(lt(min, max), min, min.detach())  # min == max: PyTorch gives min no gradient
@@ -414,5 +420,5 @@ def clamp(x: Tensor, min: TensorOrNumber | None = None, max: TensorOrNumber | No
     return out
 
 
-def lerp(start: Tensor, end: Tensor, weight: TensorOrNumber) -> Tensor:
-    return add(start, mul(sub(end, start), weight))
+def lerp(input: Tensor, end: Tensor, weight: TensorOrNumber) -> Tensor:
+    return add(input, mul(sub(end, input), weight))

@@ -66,16 +66,16 @@ def _masks_to_indices(index: tuple, device) -> tuple:
     return tuple(out)
 
 
-def getitem(x, index):
+def getitem(x, key):
     """`x[...]` with ints, slices (positive steps), None, Ellipsis, integer tensors/lists (gathers)
     and boolean masks (which are computed first: the result's shape depends on them)."""
-    index = index if isinstance(index, tuple) else (index,)
-    if builtins.any(_is_bool_mask(i) for i in index):
-        index = _masks_to_indices(index, x.device)
-    index = mv.expand_ellipsis(index, x.ndim)
-    if any(_is_index_tensor(i) for i in index):
-        return _advanced_index(x, index)
-    return mv.basic_index(x, index)
+    key = key if isinstance(key, tuple) else (key,)
+    if builtins.any(_is_bool_mask(i) for i in key):
+        key = _masks_to_indices(key, x.device)
+    key = mv.expand_ellipsis(key, x.ndim)
+    if any(_is_index_tensor(i) for i in key):
+        return _advanced_index(x, key)
+    return mv.basic_index(x, key)
 
 
 def _advanced_index(x, index):
@@ -114,17 +114,17 @@ def _index_grad(node, out, g):
     return (grad,) + (None,) * len(indices)
 
 
-def index_select(x: Tensor, dim: int, index: Tensor) -> Tensor:
-    d = normalize_dim(dim, x.ndim)
+def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:
+    d = normalize_dim(dim, input.ndim)
     if index.ndim != 1:
         raise UserError(f"index_select: the index must be 1-d, got shape {tuple(index.shape)}")
-    return getitem(x, (slice(None),) * d + (index,))
+    return getitem(input, (slice(None),) * d + (index,))
 
 
 # ------------------------------------------------------------------ x[index] = value
 
 
-def setitem(x, index, value):
+def setitem(x, key, value):
     """`x[index] = value` with ints, slices, None, Ellipsis, integer index tensors and boolean masks."""
     from gradcraft.tensor import Tensor
 
@@ -135,7 +135,7 @@ def setitem(x, index, value):
             else ew.scalar(value, x.dtype, x.device)
         )
     value = ew.cast(value, x.dtype)  # x[i] = v converts v as copy_ does (int_tensor[0] = 2.7 stores 2)
-    parts = index if isinstance(index, tuple) else (index,)
+    parts = key if isinstance(key, tuple) else (key,)
     before = _Before(x)
     if builtins.any(_is_bool_mask(i) for i in parts):
         if value.numel() == 1 and len(parts) == 1 and isinstance(parts[0], Tensor):

@@ -25,57 +25,59 @@ from gradcraft.ops.matmul import matmul
 from gradcraft.amp import policy as _amp
 
 
-def bmm(a: Tensor, b: Tensor) -> Tensor:
+def bmm(input: Tensor, mat2: Tensor) -> Tensor:
     if _amp.state.on:
-        return _amp.call("bmm", bmm, (a, b), {})
-    if a.ndim != 3 or b.ndim != 3:
-        raise UserError(f"bmm needs two 3-d tensors, got shapes {a.shape} and {b.shape}; use matmul for others")
-    if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
-        raise UserError(f"bmm: shapes {a.shape} and {b.shape} do not multiply ((b, n, m) @ (b, m, p))")
-    return matmul(a, b)
+        return _amp.call("bmm", bmm, (input, mat2), {})
+    if input.ndim != 3 or mat2.ndim != 3:
+        raise UserError(f"bmm needs two 3-d tensors, got shapes {input.shape} and {mat2.shape}; use matmul for others")
+    if input.shape[0] != mat2.shape[0] or input.shape[2] != mat2.shape[1]:
+        raise UserError(f"bmm: shapes {input.shape} and {mat2.shape} do not multiply ((b, n, m) @ (b, m, p))")
+    return matmul(input, mat2)
 
 
-def mm(a: Tensor, b: Tensor) -> Tensor:
+def mm(input: Tensor, mat2: Tensor) -> Tensor:
     if _amp.state.on:
-        return _amp.call("mm", mm, (a, b), {})
-    if a.ndim != 2 or b.ndim != 2:
-        raise UserError(f"mm needs two 2-d tensors, got shapes {a.shape} and {b.shape}")
-    return matmul(a, b)
+        return _amp.call("mm", mm, (input, mat2), {})
+    if input.ndim != 2 or mat2.ndim != 2:
+        raise UserError(f"mm needs two 2-d tensors, got shapes {input.shape} and {mat2.shape}")
+    return matmul(input, mat2)
 
 
-def dot(a: Tensor, b: Tensor) -> Tensor:
+def dot(input: Tensor, tensor: Tensor) -> Tensor:
     if _amp.state.on:
-        return _amp.call("dot", dot, (a, b), {})
-    if a.ndim != 1 or b.ndim != 1:
-        raise UserError(f"dot needs two 1-d tensors, got shapes {a.shape} and {b.shape}")
-    return matmul(a, b)
+        return _amp.call("dot", dot, (input, tensor), {})
+    if input.ndim != 1 or tensor.ndim != 1:
+        raise UserError(f"dot needs two 1-d tensors, got shapes {input.shape} and {tensor.shape}")
+    return matmul(input, tensor)
 
 
-def outer(a: Tensor, b: Tensor) -> Tensor:
-    return ew.mul(a.reshape(-1, 1), b.reshape(1, -1))
+def outer(input: Tensor, vec2: Tensor) -> Tensor:
+    return ew.mul(input.reshape(-1, 1), vec2.reshape(1, -1))
 
 
-def norm(x: Tensor, p: float | str = "fro", dim: Dims = None, keepdim: bool = False, dtype: DTypeLike = None) -> Tensor:
+def norm(
+    input: Tensor, p: float | str = "fro", dim: Dims = None, keepdim: bool = False, dtype: DTypeLike = None
+) -> Tensor:
     """The vector p-norm over `dim` (all elements by default), as torch.norm / Tensor.norm."""
     if _amp.state.on:
-        return _amp.call("norm", norm, (x, p, dim, keepdim), {"dtype": dtype})
+        return _amp.call("norm", norm, (input, p, dim, keepdim), {"dtype": dtype})
     if dtype is not None:
-        x = ew.cast(x, dtype)
-    if not x.dtype.is_floating_point:
-        raise UserError(f"norm needs a floating-point tensor, got {x.dtype.name}; convert with .float()")
+        input = ew.cast(input, dtype)
+    if not input.dtype.is_floating_point:
+        raise UserError(f"norm needs a floating-point tensor, got {input.dtype.name}; convert with .float()")
     if p in ("fro", 2, 2.0, None):
-        return ew.sqrt(rd.sum(ew.mul(x, x), dim, keepdim))
+        return ew.sqrt(rd.sum(ew.mul(input, input), dim, keepdim))
     if p in (float("inf"), "inf"):
-        return rd.amax(ew.abs(x), dim, keepdim)
+        return rd.amax(ew.abs(input), dim, keepdim)
     if p == float("-inf"):
-        return rd.amin(ew.abs(x), dim, keepdim)
+        return rd.amin(ew.abs(input), dim, keepdim)
     if p == 1:
-        return rd.sum(ew.abs(x), dim, keepdim)
+        return rd.sum(ew.abs(input), dim, keepdim)
     if p == 0:
-        return rd.sum(ew.cast(ew.ne(x, 0), x.dtype), dim, keepdim)
+        return rd.sum(ew.cast(ew.ne(input, 0), input.dtype), dim, keepdim)
     if isinstance(p, str):
         raise UserError(f"norm: p={p!r} is not supported; use a number, 'fro' or inf")
-    return ew.pow(rd.sum(ew.pow(ew.abs(x), float(p)), dim, keepdim), 1.0 / p)
+    return ew.pow(rd.sum(ew.pow(ew.abs(input), float(p)), dim, keepdim), 1.0 / p)
 
 
 def vector_norm(x, ord=2, dim=None, keepdim: bool = False, dtype=None):

@@ -4,6 +4,7 @@ softplus, normalize, cosine similarity. Their gradients are those of the ops the
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -13,6 +14,29 @@ from gradcraft.errors import ValueError_
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops import reduce as rd
 from gradcraft.amp import policy as _amp
+
+
+def legacy_reduction(size_average, reduce, reduction: str) -> str:
+    """PyTorch's rule for the deprecated size_average/reduce: either given overrides reduction."""
+    if size_average is None and reduce is None:
+        return reduction
+    warnings.warn("size_average and reduce args will be deprecated, please use reduction instead.", stacklevel=3)
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    return ("mean" if size_average else "sum") if reduce else "none"
+
+
+def _weighted(loss, weight):
+    return loss if weight is None else ew.mul(loss, weight)
+
+
+def weighted_reduce(loss, weight, reduction: str, op: str):
+    """l1_loss and mse_loss with weight=: a weighted mean divides by the weights' sum, as PyTorch's."""
+    if weight is None or reduction != "mean":
+        return _reduce(_weighted(loss, weight), reduction, op)
+    if tuple(weight.shape) != tuple(loss.shape):
+        raise ValueError_("Weights and input must have the same size.")
+    return ew.div(rd.sum(ew.mul(loss, weight)), rd.sum(weight))
 
 
 def _reduce(loss, reduction: str, op: str):
@@ -25,15 +49,21 @@ def _reduce(loss, reduction: str, op: str):
     raise ValueError_(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
-def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+def l1_loss(
+    input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean", weight=None
+) -> Tensor:
+    reduction = legacy_reduction(size_average, reduce, reduction)
     if _amp.state.on:
-        return _amp.call("l1_loss", l1_loss, (input, target, reduction), {})
-    return _reduce(ew.abs(ew.sub(input, target)), reduction, "l1_loss")
+        return _amp.call("l1_loss", l1_loss, (input, target), {"reduction": reduction, "weight": weight})
+    return weighted_reduce(ew.abs(ew.sub(input, target)), weight, reduction, "l1_loss")
 
 
-def smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:
+def smooth_l1_loss(
+    input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean", beta: float = 1.0
+) -> Tensor:
+    reduction = legacy_reduction(size_average, reduce, reduction)
     if _amp.state.on:
-        return _amp.call("smooth_l1_loss", smooth_l1_loss, (input, target, reduction, beta), {})
+        return _amp.call("smooth_l1_loss", smooth_l1_loss, (input, target), {"reduction": reduction, "beta": beta})
     diff = ew.abs(ew.sub(input, target))
     if beta == 0:
         return _reduce(diff, reduction, "smooth_l1_loss")
@@ -41,20 +71,23 @@ def smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = "mean", beta:
     return _reduce(loss, reduction, "smooth_l1_loss")
 
 
-def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:
+def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0, weight=None) -> Tensor:
     if _amp.state.on:
-        return _amp.call("huber_loss", huber_loss, (input, target, reduction, delta), {})
+        return _amp.call("huber_loss", huber_loss, (input, target, reduction, delta, weight), {})
     diff = ew.abs(ew.sub(input, target))
     loss = ew.where(ew.lt(diff, delta), ew.mul(ew.mul(diff, diff), 0.5), ew.mul(ew.sub(diff, 0.5 * delta), delta))
-    return _reduce(loss, reduction, "huber_loss")
+    return _reduce(_weighted(loss, weight), reduction, "huber_loss")
 
 
 def binary_cross_entropy(
-    input: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = "mean"
+    input: Tensor, target: Tensor, weight: Tensor | None = None, size_average=None, reduce=None, reduction: str = "mean"
 ) -> Tensor:
     """-(t log p + (1 - t) log(1 - p)), the logs clamped at -100 as PyTorch does."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
     if _amp.state.on:
-        return _amp.call("binary_cross_entropy", binary_cross_entropy, (input, target, weight, reduction), {})
+        return _amp.call(
+            "binary_cross_entropy", binary_cross_entropy, (input, target, weight), {"reduction": reduction}
+        )
     log_p = ew.maximum(ew.log(input), -100.0)
     log_q = ew.maximum(ew.log(ew.sub(1.0, input)), -100.0)
     loss = ew.neg(ew.add(ew.mul(target, log_p), ew.mul(ew.sub(1.0, target), log_q)))
@@ -67,16 +100,19 @@ def binary_cross_entropy_with_logits(
     input: Tensor,
     target: Tensor,
     weight: Tensor | None = None,
+    size_average=None,
+    reduce=None,
     reduction: str = "mean",
     pos_weight: Tensor | None = None,
 ) -> Tensor:
     """The stable form: max(x, 0) - x t + log(1 + exp(-|x|)) (with pos_weight: PyTorch's formula)."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
     if _amp.state.on:
         return _amp.call(
             "binary_cross_entropy_with_logits",
             binary_cross_entropy_with_logits,
-            (input, target, weight, reduction, pos_weight),
-            {},
+            (input, target, weight),
+            {"reduction": reduction, "pos_weight": pos_weight},
         )
     log_sig_neg = softplus(ew.neg(input))  # -log(sigmoid(x)) = softplus(-x)
     if pos_weight is None:
@@ -111,7 +147,11 @@ def elu(input, alpha: float = 1.0):
     return ew.where(positive, input, ew.mul(ew.sub(ew.exp(negative_part), 1.0), alpha))
 
 
-def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out: Tensor | None = None) -> Tensor:
+    if out is not None:
+        from gradcraft.ops.out_args import fill
+
+        return fill(out, normalize(input, p, dim, eps), "normalize")
     if _amp.state.on:
         return _amp.call("normalize", normalize, (input, p, dim, eps), {})
     from gradcraft.ops.linalg import norm

@@ -15,29 +15,30 @@ from gradcraft.ops.function import apply, gradient
 from gradcraft.amp import policy as _amp
 
 
-def matmul(a: Tensor, b: Tensor) -> Tensor:
+def matmul(input: Tensor, other: Tensor) -> Tensor:
     """a @ b. 1-D operands are treated as a row (left) or a column (right) vector, then squeezed."""
     if _amp.state.on:
-        return _amp.call("matmul", matmul, (a, b), {})
-    if a.ndim == 0 or b.ndim == 0:
-        raise UserError(f"matmul needs tensors with at least 1 dimension, got shapes {a.shape} and {b.shape}")
-    a, b = ew._operands(a, b, "matmul")
-    if a.dtype == dtypes.bool_:
+        return _amp.call("matmul", matmul, (input, other), {})
+    if input.ndim == 0 or other.ndim == 0:
+        raise UserError(f"matmul needs tensors with at least 1 dimension, got shapes {input.shape} and {other.shape}")
+    input, other = ew._operands(input, other, "matmul")
+    if input.dtype == dtypes.bool_:
         raise UserError("matmul is not defined for bool tensors")
-    a2 = a.reshape(1, a.shape[0]) if a.ndim == 1 else a
-    b2 = b.reshape(b.shape[0], 1) if b.ndim == 1 else b
+    a2 = input.reshape(1, input.shape[0]) if input.ndim == 1 else input
+    b2 = other.reshape(other.shape[0], 1) if other.ndim == 1 else other
     if a2.shape[-1] != b2.shape[-2]:
         raise RuntimeError_(
-            f"matmul shape mismatch: {a.shape} @ {b.shape} (inner dimensions {a2.shape[-1]} and {b2.shape[-2]} differ)"
+            f"matmul shape mismatch: {input.shape} @ {other.shape}"
+            f" (inner dimensions {a2.shape[-1]} and {b2.shape[-2]} differ)"
         )
     try:
         batch = ew.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
     except ValueError:
-        raise RuntimeError_(f"matmul batch dimensions do not broadcast: {a.shape} @ {b.shape}") from None
-    out = apply("matmul", (a2, b2), {}, batch + (a2.shape[-2], b2.shape[-1]), a.dtype)
-    if a.ndim == 1:
+        raise RuntimeError_(f"matmul batch dimensions do not broadcast: {input.shape} @ {other.shape}") from None
+    out = apply("matmul", (a2, b2), {}, batch + (a2.shape[-2], b2.shape[-1]), input.dtype)
+    if input.ndim == 1:
         out = out.squeeze(-2)
-    if b.ndim == 1:
+    if other.ndim == 1:
         out = out.squeeze(-1)
     return out
 

@@ -135,7 +135,7 @@ def attach(tensor_class: type) -> None:
         "squeeze": mv.squeeze,
         "unsqueeze": mv.unsqueeze,
         "__getitem__": ix.getitem,
-        "split": mv.split,
+        "split": lambda self, split_size, dim=0: mv.split(self, split_size, dim),  # PyTorch's names
         "chunk": mv.chunk,
         "flip": mv.flip,
         "contiguous": mv.contiguous,
@@ -159,7 +159,7 @@ def attach(tensor_class: type) -> None:
         "dot": la.dot,
         "outer": la.outer,
         "t": _t,
-        "swapaxes": mv.transpose,
+        "swapaxes": lambda self, axis0, axis1: mv.transpose(self, axis0, axis1),  # PyTorch's names
         "swapdims": mv.transpose,
         "masked_select": lambda self, mask: self[mask],
         "clamp_min": lambda self, min: ew.clamp(self, min=min),

@@ -40,19 +40,21 @@ def _view_as_shape(op: str, x, shape: tuple):
     return x if shape == x.shape else apply(op, (x,), {"shape": shape}, shape, x.dtype)
 
 
-def reshape(x: Tensor, *shape: int | Sequence[int]) -> Tensor:
+def reshape(input: Tensor, *shape: int | Sequence[int]) -> Tensor:
     shape = [int(n) for n in _dims(shape)]
     if shape.count(-1) > 1:
         raise UserError(f"reshape: only one dimension can be -1, got {tuple(shape)}")
     if -1 in shape:
         known = math.prod(n for n in shape if n != -1)
-        if known == 0 or x.numel() % known:
-            raise RuntimeError_(f"reshape: cannot reshape a tensor of shape {x.shape} into {tuple(shape)}")
-        shape[shape.index(-1)] = x.numel() // known
+        if known == 0 or input.numel() % known:
+            raise RuntimeError_(f"reshape: cannot reshape a tensor of shape {input.shape} into {tuple(shape)}")
+        shape[shape.index(-1)] = input.numel() // known
     shape = tuple(shape)
-    if math.prod(shape) != x.numel():
-        raise RuntimeError_(f"reshape: cannot reshape a tensor of shape {x.shape} ({x.numel()} elements) into {shape}")
-    return _view_as_shape("reshape", x, shape)
+    if math.prod(shape) != input.numel():
+        raise RuntimeError_(
+            f"reshape: cannot reshape a tensor of shape {input.shape} ({input.numel()} elements) into {shape}"
+        )
+    return _view_as_shape("reshape", input, shape)
 
 
 @gradient("reshape")
@@ -60,11 +62,11 @@ def _reshape_grad(node, out, g):
     return (reshape(g, node.inputs[0].shape),)
 
 
-def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
-    if x.ndim == 0:
-        return reshape(x, 1)
-    s, e = normalize_dim(start_dim, x.ndim), normalize_dim(end_dim, x.ndim)
-    return reshape(x, x.shape[:s] + (math.prod(x.shape[s : e + 1]),) + x.shape[e + 1 :])
+def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    if input.ndim == 0:
+        return reshape(input, 1)
+    s, e = normalize_dim(start_dim, input.ndim), normalize_dim(end_dim, input.ndim)
+    return reshape(input, input.shape[:s] + (math.prod(input.shape[s : e + 1]),) + input.shape[e + 1 :])
 
 
 def unflatten(x, dim: int, sizes):
@@ -72,20 +74,20 @@ def unflatten(x, dim: int, sizes):
     return reshape(x, x.shape[:d] + tuple(sizes) + x.shape[d + 1 :])
 
 
-def squeeze(x: Tensor, dim: Dims = None) -> Tensor:
+def squeeze(input: Tensor, dim: Dims = None) -> Tensor:
     if dim is None:
-        return reshape(x, tuple(n for n in x.shape if n != 1))
-    dims = {normalize_dim(d, x.ndim) for d in ((dim,) if isinstance(dim, int) else dim)}
-    return reshape(x, tuple(n for i, n in enumerate(x.shape) if not (i in dims and n == 1)))
+        return reshape(input, tuple(n for n in input.shape if n != 1))
+    dims = {normalize_dim(d, input.ndim) for d in ((dim,) if isinstance(dim, int) else dim)}
+    return reshape(input, tuple(n for i, n in enumerate(input.shape) if not (i in dims and n == 1)))
 
 
-def unsqueeze(x: Tensor, dim: int) -> Tensor:
-    d = normalize_dim(dim, x.ndim + 1)
-    return reshape(x, x.shape[:d] + (1,) + x.shape[d:])
+def unsqueeze(input: Tensor, dim: int) -> Tensor:
+    d = normalize_dim(dim, input.ndim + 1)
+    return reshape(input, input.shape[:d] + (1,) + input.shape[d:])
 
 
-def permute(x: Tensor, *dims: int | Sequence[int]) -> Tensor:
-    return _permute(x, _dims(dims))
+def permute(input: Tensor, *dims: int | Sequence[int]) -> Tensor:
+    return _permute(input, _dims(dims))
 
 
 def _permute(x: Tensor, dims) -> Tensor:
@@ -104,12 +106,12 @@ def _permute_grad(node, out, g):
     return (permute(g, tuple(np.argsort(node.attrs["axes"]).tolist())),)
 
 
-def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
-    ndim = len(x.shape)
+def transpose(input: Tensor, dim0: int, dim1: int) -> Tensor:
+    ndim = len(input.shape)
     axes = list(range(ndim))
     a, b = normalize_dim(dim0, ndim), normalize_dim(dim1, ndim)
     axes[a], axes[b] = axes[b], axes[a]
-    return _permute(x, axes)
+    return _permute(input, axes)
 
 
 def expand(x, *sizes):
@@ -141,9 +143,9 @@ def _contiguous_grad(node, out, g):
     return (g,)
 
 
-def flip(x: Tensor, *dims: int | Sequence[int]) -> Tensor:
-    axes = tuple(normalize_dim(d, x.ndim) for d in _dims(dims))
-    return apply("flip", (x,), {"axes": axes}, x.shape, x.dtype)
+def flip(input: Tensor, *dims: int | Sequence[int]) -> Tensor:
+    axes = tuple(normalize_dim(d, input.ndim) for d in _dims(dims))
+    return apply("flip", (input,), {"axes": axes}, input.shape, input.dtype)
 
 
 @gradient("flip")
@@ -239,20 +241,24 @@ def _put_slices_grad(node, out, g):
     )
 
 
-def take_along_dim(x: Tensor, indices: Tensor, dim: int) -> Tensor:
-    axis = normalize_dim(dim, x.ndim)
-    if indices.ndim != x.ndim:
-        raise UserError(f"take_along_dim: indices must have {x.ndim} dimensions like the input, got {indices.shape}")
+def take_along_dim(input: Tensor, indices: Tensor, dim: int | None = None) -> Tensor:
+    if dim is None:  # PyTorch: both flattened
+        input, indices, dim = input.reshape(-1), indices.reshape(-1), 0
+    axis = normalize_dim(dim, input.ndim)
+    if indices.ndim != input.ndim:
+        raise UserError(
+            f"take_along_dim: indices must have {input.ndim} dimensions like the input, got {indices.shape}"
+        )
     shape = tuple(
         np.broadcast_shapes(
-            tuple(1 if i == axis else n for i, n in enumerate(x.shape)),
+            tuple(1 if i == axis else n for i, n in enumerate(input.shape)),
             tuple(1 if i == axis else n for i, n in enumerate(indices.shape)),
         )
     )
     shape = shape[:axis] + (indices.shape[axis],) + shape[axis + 1 :]
     indices = expand(indices.to(dtypes.int64), shape)
-    src = expand(x, shape[:axis] + (x.shape[axis],) + shape[axis + 1 :])
-    return apply("take_along_dim", (src, indices), {"axis": axis}, shape, x.dtype)
+    src = expand(input, shape[:axis] + (input.shape[axis],) + shape[axis + 1 :])
+    return apply("take_along_dim", (src, indices), {"axis": axis}, shape, input.dtype)
 
 
 @gradient("take_along_dim")
@@ -262,29 +268,31 @@ def _take_along_dim_grad(node, out, g):
     return apply("scatter_add_along_dim", (g, indices), attrs, x.shape, g.dtype), None
 
 
-def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
+def gather(input: Tensor, dim: int, index: Tensor, *, sparse_grad: bool = False) -> Tensor:
     """torch.gather: out[i][j] = x[i][index[i][j]] along dim (index no larger than x)."""
-    return take_along_dim(x, index, dim)
+    if sparse_grad:
+        raise UserError("gather: sparse_grad=True is not supported (there are no sparse tensors)")
+    return take_along_dim(input, index, dim)
 
 
-def select(x: Tensor, dim: int, index: int) -> Tensor:
-    d = normalize_dim(dim, x.ndim)
-    return basic_index(x, (slice(None),) * d + (index,))
+def select(input: Tensor, dim: int, index: int) -> Tensor:
+    d = normalize_dim(dim, input.ndim)
+    return basic_index(input, (slice(None),) * d + (index,))
 
 
-def narrow(x: Tensor, dim: int, start: int, length: int) -> Tensor:
-    d = normalize_dim(dim, x.ndim)
-    start = int(start) + (x.shape[d] if start < 0 else 0)
-    if start < 0 or length < 0 or start + length > x.shape[d]:
+def narrow(input: Tensor, dim: int, start: int, length: int) -> Tensor:
+    d = normalize_dim(dim, input.ndim)
+    start = int(start) + (input.shape[d] if start < 0 else 0)
+    if start < 0 or length < 0 or start + length > input.shape[d]:
         raise IndexError_(
-            f"narrow: [{start}, {start + length}) is out of range for dimension {dim} of size {x.shape[d]}"
+            f"narrow: [{start}, {start + length}) is out of range for dimension {dim} of size {input.shape[d]}"
         )
-    return basic_index(x, (slice(None),) * d + (slice(start, start + length),))
+    return basic_index(input, (slice(None),) * d + (slice(start, start + length),))
 
 
-def unbind(x: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
-    d = normalize_dim(dim, x.ndim)
-    return tuple(select(x, d, i) for i in range(x.shape[d]))
+def unbind(input: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
+    d = normalize_dim(dim, input.ndim)
+    return tuple(select(input, d, i) for i in range(input.shape[d]))
 
 
 # ------------------------------------------------------------------ joining and splitting
@@ -326,9 +334,9 @@ def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     return cat([unsqueeze(t, d) for t in tensors], d)
 
 
-def split(x: Tensor, split_size_or_sections: int | list[int], dim: int = 0) -> tuple[Tensor, ...]:
-    axis = normalize_dim(dim, x.ndim)
-    size = x.shape[axis]
+def split(tensor: Tensor, split_size_or_sections: int | list[int], dim: int = 0) -> tuple[Tensor, ...]:
+    axis = normalize_dim(dim, tensor.ndim)
+    size = tensor.shape[axis]
     if isinstance(split_size_or_sections, int):
         step = split_size_or_sections
         sections = [builtins.min(step, size - s) for s in range(0, size, step)] or [0]
@@ -338,29 +346,30 @@ def split(x: Tensor, split_size_or_sections: int | list[int], dim: int = 0) -> t
             raise UserError(f"split: sections {sections} do not add up to dimension {dim} of size {size}")
     out, start = [], 0
     for n in sections:
-        out.append(basic_index(x, (slice(None),) * axis + (slice(start, start + n),)))
+        out.append(basic_index(tensor, (slice(None),) * axis + (slice(start, start + n),)))
         start += n
     return tuple(out)
 
 
-def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
-    size = x.shape[normalize_dim(dim, x.ndim)]
-    return split(x, -(-size // chunks) if size else 1, dim)
+def chunk(input: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    size = input.shape[normalize_dim(dim, input.ndim)]
+    return split(input, -(-size // chunks) if size else 1, dim)
 
 
-def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.0) -> Tensor:
-    """F.pad: `pad` lists (left, right) pairs starting from the last dimension."""
+def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float | None = None) -> Tensor:
+    """F.pad: `pad` lists (left, right) pairs starting from the last dimension (value None: 0)."""
+    value = 0.0 if value is None else value
     if mode != "constant":
         raise UserError(f"pad mode {mode!r} is not supported; only 'constant'")
-    if len(pad) % 2 or len(pad) // 2 > x.ndim:
-        raise UserError(f"pad: {len(pad)} values do not describe (left, right) pairs for {x.ndim} dimensions")
-    widths = [(0, 0)] * x.ndim
+    if len(pad) % 2 or len(pad) // 2 > input.ndim:
+        raise UserError(f"pad: {len(pad)} values do not describe (left, right) pairs for {input.ndim} dimensions")
+    widths = [(0, 0)] * input.ndim
     for i in range(len(pad) // 2):
-        widths[x.ndim - 1 - i] = (int(pad[2 * i]), int(pad[2 * i + 1]))
+        widths[input.ndim - 1 - i] = (int(pad[2 * i]), int(pad[2 * i + 1]))
     if any(a < 0 or b < 0 for a, b in widths):
         raise UserError("pad: negative padding is not supported; slice instead")
-    shape = tuple(n + a + b for n, (a, b) in zip(x.shape, widths))
-    return apply("pad", (x,), {"pads": tuple(widths), "value": value}, shape, x.dtype)
+    shape = tuple(n + a + b for n, (a, b) in zip(input.shape, widths))
+    return apply("pad", (input,), {"pads": tuple(widths), "value": value}, shape, input.dtype)
 
 
 @gradient("pad")
@@ -375,12 +384,12 @@ def _triangle(op, x, diagonal):
     return apply(op, (x,), {"diagonal": diagonal}, x.shape, x.dtype)
 
 
-def tril(x: Tensor, diagonal: int = 0) -> Tensor:
-    return _triangle("tril", x, diagonal)
+def tril(input: Tensor, diagonal: int = 0) -> Tensor:
+    return _triangle("tril", input, diagonal)
 
 
-def triu(x: Tensor, diagonal: int = 0) -> Tensor:
-    return _triangle("triu", x, diagonal)
+def triu(input: Tensor, diagonal: int = 0) -> Tensor:
+    return _triangle("triu", input, diagonal)
 
 
 @gradient("tril")
@@ -402,11 +411,15 @@ def repeat(x, *sizes):
     return reshape(contiguous(expanded), tuple(r * n for r, n in zip(sizes, padded.shape)))
 
 
-def repeat_interleave(x: Tensor, repeats: int, dim: int = 0) -> Tensor:
-    d = normalize_dim(dim, x.ndim)
-    y = unsqueeze(x, d + 1)
-    y = expand(y, x.shape[: d + 1] + (repeats,) + x.shape[d + 1 :])
-    return reshape(contiguous(y), x.shape[:d] + (x.shape[d] * repeats,) + x.shape[d + 1 :])
+def repeat_interleave(input: Tensor, repeats: int, dim: int | None = None, *, output_size: int | None = None) -> Tensor:
+    if dim is None:  # PyTorch: the flattened input
+        input, dim = reshape(input, -1), 0
+    d = normalize_dim(dim, input.ndim)
+    if output_size is not None and output_size != input.shape[d] * repeats:
+        raise RuntimeError_(f"repeat_interleave: output_size {output_size} is not {input.shape[d] * repeats}")
+    y = unsqueeze(input, d + 1)
+    y = expand(y, input.shape[: d + 1] + (repeats,) + input.shape[d + 1 :])
+    return reshape(contiguous(y), input.shape[:d] + (input.shape[d] * repeats,) + input.shape[d + 1 :])
 
 
 # ------------------------------------------------------------------ devices and in-place writes

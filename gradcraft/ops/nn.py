@@ -39,16 +39,16 @@ def _softmax_family(op: str, x: Tensor, dim: int, dtype: DTypeLike) -> Tensor:
     return apply(op, (x,), {"axis": normalize_dim(dim, x.ndim)}, x.shape, x.dtype)
 
 
-def softmax(x: Tensor, dim: int = -1, dtype: DTypeLike = None) -> Tensor:
+def softmax(input: Tensor, dim: int = -1, dtype: DTypeLike = None) -> Tensor:
     if _amp.state.on:
-        return _amp.call("softmax", softmax, (x, dim), {"dtype": dtype})
-    return _softmax_family("softmax", x, dim, dtype)
+        return _amp.call("softmax", softmax, (input, dim), {"dtype": dtype})
+    return _softmax_family("softmax", input, dim, dtype)
 
 
-def log_softmax(x: Tensor, dim: int = -1, dtype: DTypeLike = None) -> Tensor:
+def log_softmax(input: Tensor, dim: int = -1, dtype: DTypeLike = None) -> Tensor:
     if _amp.state.on:
-        return _amp.call("log_softmax", log_softmax, (x, dim), {"dtype": dtype})
-    return _softmax_family("log_softmax", x, dim, dtype)
+        return _amp.call("log_softmax", log_softmax, (input, dim), {"dtype": dtype})
+    return _softmax_family("log_softmax", input, dim, dtype)
 
 
 # Both gradients are one fused kernel of the output and its gradient (softmax_backward, log_softmax_backward).
@@ -132,12 +132,33 @@ def _rms_norm_grad(node, out, g):
 # ------------------------------------------------------------------ embedding, dropout, rope
 
 
-def embedding(input: Tensor, weight: Tensor | None) -> Tensor:
+def embedding(
+    input: Tensor,
+    weight: Tensor | None,
+    padding_idx: int | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+) -> Tensor:
+    """Rows of weight; positions holding padding_idx read their row but send it no gradient."""
     if input.dtype.kind not in "iu":
         raise UserError(f"embedding indices must be integers, got {input.dtype.name}")
     if weight.ndim != 2:
         raise UserError(f"embedding weight must be 2-D (num_embeddings, dim), got {weight.shape}")
-    return apply("embedding", (weight, input.to(dtypes.int64)), {}, input.shape + weight.shape[1:], weight.dtype)
+    if max_norm is not None or scale_grad_by_freq or sparse:
+        raise UserError("embedding: max_norm, scale_grad_by_freq and sparse are not supported")
+    out = apply("embedding", (weight, input.to(dtypes.int64)), {}, input.shape + weight.shape[1:], weight.dtype)
+    if padding_idx is None:
+        return out
+    padding_idx = embedding_padding_idx(padding_idx, weight.shape[0])
+    return ew.where(ew.ne(input, padding_idx).unsqueeze(-1), out, out.detach())
+
+
+def embedding_padding_idx(padding_idx: int, num_embeddings: int) -> int:
+    if not -num_embeddings <= padding_idx < num_embeddings:
+        raise UserError(f"embedding: padding_idx {padding_idx} must be within num_embeddings ({num_embeddings})")
+    return padding_idx + num_embeddings if padding_idx < 0 else padding_idx
 
 
 @gradient("embedding")

@@ -33,14 +33,16 @@ def _keepdim_shape(shape, axes) -> tuple:
     return tuple(1 if i in axes else n for i, n in enumerate(shape))
 
 
-def sum(x: Tensor, dim: Dims = None, keepdim: bool = False, dtype: DTypeLike = None) -> Tensor:
+def sum(input: Tensor, dim: Dims = None, keepdim: bool = False, dtype: DTypeLike = None) -> Tensor:
     if _amp.state.on:
-        return _amp.call("sum", sum, (x, dim, keepdim), {"dtype": dtype})
+        return _amp.call("sum", sum, (input, dim, keepdim), {"dtype": dtype})
     if dtype is not None:
-        x = ew.cast(x, dtype)
-    axes = normalize_axes(dim, x.ndim)
-    out_dtype = x.dtype if x.dtype.is_floating_point else dtypes.int64
-    return apply("sum", (x,), {"axes": axes, "keepdim": keepdim}, _reduced_shape(x.shape, axes, keepdim), out_dtype)
+        input = ew.cast(input, dtype)
+    axes = normalize_axes(dim, input.ndim)
+    out_dtype = input.dtype if input.dtype.is_floating_point else dtypes.int64
+    return apply(
+        "sum", (input,), {"axes": axes, "keepdim": keepdim}, _reduced_shape(input.shape, axes, keepdim), out_dtype
+    )
 
 
 @gradient("sum")
@@ -49,28 +51,32 @@ def _sum_grad(node, out, g):
     return (g.reshape(_keepdim_shape(x.shape, node.attrs["axes"])).expand(x.shape),)
 
 
-def mean(x: Tensor, dim: Dims = None, keepdim: bool = False, dtype: DTypeLike = None) -> Tensor:
+def mean(input: Tensor, dim: Dims = None, keepdim: bool = False, dtype: DTypeLike = None) -> Tensor:
     if _amp.state.on:
-        return _amp.call("mean", mean, (x, dim, keepdim), {"dtype": dtype})
+        return _amp.call("mean", mean, (input, dim, keepdim), {"dtype": dtype})
     if dtype is not None:
-        x = ew.cast(x, dtype)
-    if not x.dtype.is_floating_point:
-        raise UserError(f"mean() needs a floating-point tensor, got {x.dtype.name}; convert with .float()")
-    axes = normalize_axes(dim, x.ndim)
+        input = ew.cast(input, dtype)
+    if not input.dtype.is_floating_point:
+        raise UserError(f"mean() needs a floating-point tensor, got {input.dtype.name}; convert with .float()")
+    axes = normalize_axes(dim, input.ndim)
     count = 1
     for a in axes:
-        count *= x.shape[a]
-    return ew.div(sum(x, axes, keepdim), builtins.max(count, 1) if count else float("nan"))
+        count *= input.shape[a]
+    return ew.div(sum(input, axes, keepdim), builtins.max(count, 1) if count else float("nan"))
 
 
-def amax(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
-    axes = normalize_axes(dim, x.ndim)
-    return apply("max", (x,), {"axes": axes, "keepdim": keepdim}, _reduced_shape(x.shape, axes, keepdim), x.dtype)
+def amax(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
+    axes = normalize_axes(dim, input.ndim)
+    return apply(
+        "max", (input,), {"axes": axes, "keepdim": keepdim}, _reduced_shape(input.shape, axes, keepdim), input.dtype
+    )
 
 
-def amin(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
-    axes = normalize_axes(dim, x.ndim)
-    return apply("min", (x,), {"axes": axes, "keepdim": keepdim}, _reduced_shape(x.shape, axes, keepdim), x.dtype)
+def amin(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
+    axes = normalize_axes(dim, input.ndim)
+    return apply(
+        "min", (input,), {"axes": axes, "keepdim": keepdim}, _reduced_shape(input.shape, axes, keepdim), input.dtype
+    )
 
 
 def _extreme_grad(node, out, g):
@@ -99,14 +105,14 @@ def _max_or_min(x, dim, keepdim, of_all, elementwise, arg_of) -> Tensor | tuple[
     return MaxResult(values, indices)
 
 
-def max(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+def max(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor | tuple[Tensor, Tensor]:
     """Like torch.max: the maximum of all elements, or (values, indices) along `dim`."""
-    return _max_or_min(x, dim, keepdim, amax, ew.maximum, argmax)
+    return _max_or_min(input, dim, keepdim, amax, ew.maximum, argmax)
 
 
-def min(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+def min(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor | tuple[Tensor, Tensor]:
     """Like torch.min: the minimum of all elements, or (values, indices) along `dim`."""
-    return _max_or_min(x, dim, keepdim, amin, ew.minimum, argmin)
+    return _max_or_min(input, dim, keepdim, amin, ew.minimum, argmin)
 
 
 def _arg(op, x, dim, keepdim):
@@ -117,68 +123,78 @@ def _arg(op, x, dim, keepdim):
     return apply(op, (x,), {"axis": axis, "keepdim": keepdim}, _reduced_shape(x.shape, (axis,), keepdim), dtypes.int64)
 
 
-def argmax(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
-    return _arg("argmax", x, dim, keepdim)
+def argmax(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
+    return _arg("argmax", input, dim, keepdim)
 
 
-def argmin(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
-    return _arg("argmin", x, dim, keepdim)
+def argmin(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
+    return _arg("argmin", input, dim, keepdim)
 
 
-def take_along_dim(x, indices, dim):
+def take_along_dim(input, indices, dim=None):
     from gradcraft.ops.movement import take_along_dim as take
 
-    return take(x, indices, dim)
+    return take(input, indices, dim)
 
 
 def var(
-    x: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False, *, correction: int | None = None
+    input: Tensor,
+    dim: Dims = None,
+    unbiased: bool | None = None,
+    keepdim: bool = False,
+    *,
+    correction: int | None = None,
 ) -> Tensor:
     """Variance with Bessel's correction by default (correction=1), as in PyTorch."""
     if _amp.state.on:
-        return _amp.call("var", var, (x, dim, unbiased, keepdim), {"correction": correction})
+        return _amp.call("var", var, (input, dim, unbiased, keepdim), {"correction": correction})
     if correction is None:
         correction = 1 if unbiased is None or unbiased else 0
-    axes = normalize_axes(dim, x.ndim)
+    axes = normalize_axes(dim, input.ndim)
     count = 1
     for a in axes:
-        count *= x.shape[a]
-    centered = ew.sub(x, mean(x, axes, keepdim=True))
+        count *= input.shape[a]
+    centered = ew.sub(input, mean(input, axes, keepdim=True))
     return ew.div(sum(ew.mul(centered, centered), axes, keepdim), builtins.max(count - correction, 0))
 
 
 def std(
-    x: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False, *, correction: int | None = None
+    input: Tensor,
+    dim: Dims = None,
+    unbiased: bool | None = None,
+    keepdim: bool = False,
+    *,
+    correction: int | None = None,
 ) -> Tensor:
-    return ew.sqrt(var(x, dim, unbiased, keepdim, correction=correction))
+    return ew.sqrt(var(input, dim, unbiased, keepdim, correction=correction))
 
 
-def logsumexp(x: Tensor, dim: Dims, keepdim: bool = False) -> Tensor:
+def logsumexp(input: Tensor, dim: Dims, keepdim: bool = False) -> Tensor:
     if _amp.state.on:
-        return _amp.call("logsumexp", logsumexp, (x, dim, keepdim), {})
-    axes = normalize_axes(dim, x.ndim)
+        return _amp.call("logsumexp", logsumexp, (input, dim, keepdim), {})
+    axes = normalize_axes(dim, input.ndim)
     with no_grad():  # the shift cancels out of the value and the gradient
-        shift = amax(x, axes, keepdim=True).detach()
+        shift = amax(input, axes, keepdim=True).detach()
     shift = ew.where(ew.eq(ew.abs(shift), float("inf")), ew.mul(shift, 0.0), shift)
-    out = ew.add(ew.log(sum(ew.exp(ew.sub(x, shift)), axes, keepdim=True)), shift)
-    return out if keepdim else out.reshape(_reduced_shape(x.shape, axes, False))
+    out = ew.add(ew.log(sum(ew.exp(ew.sub(input, shift)), axes, keepdim=True)), shift)
+    return out if keepdim else out.reshape(_reduced_shape(input.shape, axes, False))
 
 
-def all(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
-    return ew.eq(amin(ew.cast(x, dtypes.bool_).to(dtypes.int32), dim, keepdim), 1)
+def all(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
+    return ew.eq(amin(ew.cast(input, dtypes.bool_).to(dtypes.int32), dim, keepdim), 1)
 
 
-def any(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
-    return ew.eq(amax(ew.cast(x, dtypes.bool_).to(dtypes.int32), dim, keepdim), 1)
+def any(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
+    return ew.eq(amax(ew.cast(input, dtypes.bool_).to(dtypes.int32), dim, keepdim), 1)
 
 
-def cumsum(x: Tensor, dim: int, dtype: DTypeLike = None) -> Tensor:
+def cumsum(input: Tensor, dim: int, dtype: DTypeLike = None) -> Tensor:
     if _amp.state.on:
-        return _amp.call("cumsum", cumsum, (x, dim), {"dtype": dtype})
+        return _amp.call("cumsum", cumsum, (input, dim), {"dtype": dtype})
     if dtype is not None:
-        x = ew.cast(x, dtype)
-    out_dtype = x.dtype if x.dtype.is_floating_point else dtypes.int64
-    return apply("cumsum", (x,), {"axis": normalize_dim(dim, x.ndim), "reverse": False}, x.shape, out_dtype)
+        input = ew.cast(input, dtype)
+    out_dtype = input.dtype if input.dtype.is_floating_point else dtypes.int64
+    return apply("cumsum", (input,), {"axis": normalize_dim(dim, input.ndim), "reverse": False}, input.shape, out_dtype)
 
 
 @gradient("cumsum")
@@ -187,42 +203,42 @@ def _cumsum_grad(node, out, g):
     return (apply("cumsum", (g,), attrs, g.shape, g.dtype),)
 
 
-def topk(x: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:
-    axis = normalize_dim(dim, x.ndim)
-    if not 0 <= k <= (x.shape[axis] if x.ndim else 1):
-        raise UserError(f"topk: k={k} is out of range for dimension {dim} of size {x.shape[axis]}")
-    shape = tuple(k if i == axis else n for i, n in enumerate(x.shape))
-    indices = apply("topk", (x,), {"k": k, "axis": axis, "largest": largest}, shape, dtypes.int64)
-    return TopkResult(take_along_dim(x, indices, axis), indices)
+def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:
+    axis = normalize_dim(dim, input.ndim)
+    if not 0 <= k <= (input.shape[axis] if input.ndim else 1):
+        raise UserError(f"topk: k={k} is out of range for dimension {dim} of size {input.shape[axis]}")
+    shape = tuple(k if i == axis else n for i, n in enumerate(input.shape))
+    indices = apply("topk", (input,), {"k": k, "axis": axis, "largest": largest}, shape, dtypes.int64)
+    return TopkResult(take_along_dim(input, indices, axis), indices)
 
 
 SortResult = namedtuple("SortResult", ["values", "indices"])
 
 
-def sort(x: Tensor, dim: int = -1, descending: bool = False, stable: bool = False) -> tuple[Tensor, Tensor]:
+def sort(input: Tensor, dim: int = -1, descending: bool = False, stable: bool = False) -> tuple[Tensor, Tensor]:
     """(values, indices) sorted along dim; equal elements keep their order (a stable sort)."""
-    if x.ndim == 0:
-        return SortResult(x, ew.cast(ew.mul(x, 0), dtypes.int64))
-    axis = normalize_dim(dim, x.ndim)
-    values, indices = topk(x, x.shape[axis], axis, largest=descending)
+    if input.ndim == 0:
+        return SortResult(input, ew.cast(ew.mul(input, 0), dtypes.int64))
+    axis = normalize_dim(dim, input.ndim)
+    values, indices = topk(input, input.shape[axis], axis, largest=descending)
     return SortResult(values, indices)
 
 
-def argsort(x: Tensor, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
-    return sort(x, dim, descending, stable).indices
+def argsort(input: Tensor, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
+    return sort(input, dim, descending, stable).indices
 
 
-def prod(x: Tensor, dim: Dims = None, keepdim: bool = False, dtype: DTypeLike = None) -> Tensor:
+def prod(input: Tensor, dim: Dims = None, keepdim: bool = False, dtype: DTypeLike = None) -> Tensor:
     """The product, as exp(sum(log|x|)) with the sign and zeros counted apart (floating point)."""
     if _amp.state.on:
-        return _amp.call("prod", prod, (x, dim, keepdim), {"dtype": dtype})
+        return _amp.call("prod", prod, (input, dim, keepdim), {"dtype": dtype})
     if dtype is not None:
-        x = ew.cast(x, dtype)
-    if not x.dtype.is_floating_point:
-        raise UserError(f"prod() needs a floating-point tensor here, got {x.dtype.name}; convert with .float()")
-    magnitude = ew.exp(sum(ew.log(ew.abs(x)), dim, keepdim))
-    negatives = sum(ew.cast(ew.lt(x, 0), dtypes.int64), dim, keepdim)
-    sign = ew.sub(1.0, ew.mul(ew.cast(rounding.remainder(negatives, 2), x.dtype), 2.0))
+        input = ew.cast(input, dtype)
+    if not input.dtype.is_floating_point:
+        raise UserError(f"prod() needs a floating-point tensor here, got {input.dtype.name}; convert with .float()")
+    magnitude = ew.exp(sum(ew.log(ew.abs(input)), dim, keepdim))
+    negatives = sum(ew.cast(ew.lt(input, 0), dtypes.int64), dim, keepdim)
+    sign = ew.sub(1.0, ew.mul(ew.cast(rounding.remainder(negatives, 2), input.dtype), 2.0))
     return ew.mul(magnitude, sign)
 
 
@@ -230,12 +246,12 @@ def _accepts_axis(fn):
     """NumPy's `axis=` and `keepdims=` keywords, which PyTorch's reductions accept as other names for
     `dim` and `keepdim` (makemore's `P.sum(1, keepdims=True)`)."""
 
-    def with_axis(x, *args, axis=None, keepdims=None, **kwargs):
+    def with_axis(input, *args, axis=None, keepdims=None, **kwargs):
         if axis is not None:
             kwargs["dim"] = axis
         if keepdims is not None:
             kwargs["keepdim"] = keepdims
-        return fn(x, *args, **kwargs)
+        return fn(input, *args, **kwargs)
 
     with_axis.__name__, with_axis.__doc__, with_axis.__wrapped__ = fn.__name__, fn.__doc__, fn
     return with_axis
@@ -266,13 +282,13 @@ sum, mean, amax, amin, max, min, argmax, argmin, var, std, logsumexp, all, any, 
 
 
 def allclose(
-    a: TensorOrNumber, b: TensorOrNumber, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False
+    input: TensorOrNumber, other: TensorOrNumber, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False
 ) -> bool:
-    return bool(all(rounding.isclose(a, b, rtol, atol, equal_nan)).item())
+    return bool(all(rounding.isclose(input, other, rtol, atol, equal_nan)).item())
 
 
-def equal(a: TensorOrNumber, b: TensorOrNumber) -> bool:
+def equal(input: TensorOrNumber, other: TensorOrNumber) -> bool:
     """True when a and b have the same shape and elements (torch.equal)."""
-    if tuple(a.shape) != tuple(b.shape):
+    if tuple(input.shape) != tuple(other.shape):
         return False
-    return bool(all(ew.eq(a, b)).item())
+    return bool(all(ew.eq(input, other)).item())

@@ -9,7 +9,7 @@ gradient, for every parameter of the group (AdamW is the decoupled form).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
@@ -158,8 +158,27 @@ class SGD(_PlainSGD):
 
     defaults = dict(_PlainSGD.defaults, dampening=0.0, nesterov=False, maximize=False)
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3, **hyper: Any) -> None:
-        super().__init__(params, lr=lr, **hyper)
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        lr: float = 1e-3,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        differentiable: bool = False,
+        fused: bool | None = None,
+    ) -> None:
+        if differentiable:
+            from gradcraft.errors import UserError
+
+            raise UserError("SGD: differentiable=True is not supported")
+        # foreach and fused only pick PyTorch's implementation; the update is the same
+        hyper = dict(momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov)
+        super().__init__(params, lr=lr, maximize=maximize, **hyper)
         for group in self.param_groups:
             if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
                 from gradcraft.errors import UserError

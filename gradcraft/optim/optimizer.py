@@ -20,7 +20,7 @@ from gradcraft import dtypes
 from gradcraft.engine.realize import realize
 from gradcraft.errors import UserError
 from gradcraft.ops.creation import zeros
-from gradcraft.ops.function import no_grad
+from gradcraft.ops.function import enable_grad, no_grad
 from gradcraft.ops.optim import adamw_step, has_fused_optim
 from gradcraft.tensor import Tensor
 
@@ -80,7 +80,13 @@ class Optimizer:
             for p in group["params"]:
                 p.grad = None
 
-    def step(self, realize_now: bool = True):
+    def step(self, closure=None, realize_now: bool = True):
+        """One update of every parameter with a gradient. closure: PyTorch's optional callable that
+        recomputes the loss (run with gradients enabled first); its value is returned."""
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
         with no_grad():
             updates = []
             for gi, group in enumerate(self.param_groups):
@@ -90,7 +96,7 @@ class Optimizer:
                         updates.extend(self._update(gi, group, p))
         if realize_now:
             realize(updates)
-            return None
+            return loss
         return updates
 
     def _update(self, group_index, group, p) -> list:
@@ -159,8 +165,25 @@ class AdamW(Optimizer):
 
     defaults = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-2}
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], fused: bool | None = None, **hyper: Any) -> None:
-        super().__init__(params, **hyper)
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+    ) -> None:
+        if amsgrad or maximize or differentiable:
+            raise UserError("AdamW: amsgrad, maximize and differentiable are not supported")
+        # foreach and capturable only pick PyTorch's implementation; the update is the same
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
         self.fused = fused
 
     def _state(self, p) -> dict:
@@ -170,24 +193,28 @@ class AdamW(Optimizer):
             state["exp_avg_sq"] = zeros(p.shape, dtype=dtypes.float32, device=p.device).realize()
         return state
 
-    def step(self, realize_now: bool = True, grad_scale: Tensor | None = None, prepare: bool = True):
+    def step(self, closure=None, realize_now: bool = True, grad_scale: Tensor | None = None, prepare: bool = True):
         """One update. grad_scale: the [norm, coefficient] tensor of `grad_norm_and_scale`, whose
         coefficient multiplies every gradient (clipping without touching the gradients).
 
         prepare=False: the fused path skips `prepare()` (the caller ran it: graph capture, where the
         host-side writes of lr and step must happen outside the recorded kernels)."""
         if self.fused is not False and self._fusable():
+            loss = None
+            if closure is not None:
+                with enable_grad():
+                    loss = closure()
             if prepare:
                 self.prepare(with_grad_only=True)
             self._fused_step(grad_scale)
-            return None
+            return loss
         if grad_scale is not None:
             coef = grad_scale[1]
             for group in self.param_groups:
                 for p in group["params"]:
                     if p.grad is not None:
                         p.grad = p.grad * coef.to(p.grad.dtype)
-        return super().step(realize_now)
+        return super().step(closure, realize_now)
 
     def _fusable(self) -> bool:
         params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]

@@ -264,7 +264,7 @@ from gradcraft.backends import get_float32_matmul_precision, set_float32_matmul_
 _sys.modules[__name__ + ".cpu"], _sys.modules[__name__ + ".cpu.amp"] = cpu, cpu.amp
 
 
-def concatenate(tensors, axis: int = 0):  # noqa: F811  (PyTorch names its dimension axis)
+def concatenate(tensors: list[Tensor] | tuple[Tensor, ...], axis: int = 0) -> Tensor:  # noqa: F811  (PyTorch: axis)
     """torch.concatenate: cat with NumPy's axis= name."""
     return cat(tensors, axis)
 

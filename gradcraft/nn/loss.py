@@ -15,7 +15,7 @@ from gradcraft.ops.losses import legacy_reduction
 
 
 class _Loss(Module):
-    def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
+    def __init__(self, size_average: bool | None = None, reduce: bool | None = None, reduction: str = "mean"):
         super().__init__()
         reduction = legacy_reduction(size_average, reduce, reduction)
         if reduction not in ("mean", "sum", "none"):
@@ -27,9 +27,9 @@ class CrossEntropyLoss(_Loss):
     def __init__(
         self,
         weight: Tensor | None = None,
-        size_average=None,
+        size_average: bool | None = None,
         ignore_index: int = -100,
-        reduce=None,
+        reduce: bool | None = None,
         reduction: str = "mean",
         label_smoothing: float = 0.0,
     ) -> None:
@@ -52,9 +52,9 @@ class NLLLoss(_Loss):
     def __init__(
         self,
         weight: Tensor | None = None,
-        size_average=None,
+        size_average: bool | None = None,
         ignore_index: int = -100,
-        reduce=None,
+        reduce: bool | None = None,
         reduction: str = "mean",
     ) -> None:
         super().__init__(size_average, reduce, reduction)
@@ -71,7 +71,9 @@ class _FunctionalLoss(_Loss):
 
     function: Callable[..., Tensor]
 
-    def __init__(self, size_average=None, reduce=None, reduction: str = "mean", **options) -> None:
+    def __init__(
+        self, size_average: bool | None = None, reduce: bool | None = None, reduction: str = "mean", **options
+    ) -> None:
         super().__init__(size_average, reduce, reduction)
         self._options = tuple(options)
         for name, value in options.items():
@@ -93,7 +95,9 @@ class L1Loss(_FunctionalLoss):
 class SmoothL1Loss(_FunctionalLoss):
     function = staticmethod(F.smooth_l1_loss)
 
-    def __init__(self, size_average=None, reduce=None, reduction: str = "mean", beta: float = 1.0) -> None:
+    def __init__(
+        self, size_average: bool | None = None, reduce: bool | None = None, reduction: str = "mean", beta: float = 1.0
+    ) -> None:
         super().__init__(size_average, reduce, reduction, beta=beta)
 
 
@@ -107,7 +111,13 @@ class HuberLoss(_FunctionalLoss):
 class BCELoss(_FunctionalLoss):
     function = staticmethod(F.binary_cross_entropy)
 
-    def __init__(self, weight: Tensor | None = None, size_average=None, reduce=None, reduction: str = "mean") -> None:
+    def __init__(
+        self,
+        weight: Tensor | None = None,
+        size_average: bool | None = None,
+        reduce: bool | None = None,
+        reduction: str = "mean",
+    ) -> None:
         super().__init__(size_average, reduce, reduction, weight=weight)
 
 
@@ -117,8 +127,8 @@ class BCEWithLogitsLoss(_FunctionalLoss):
     def __init__(
         self,
         weight: Tensor | None = None,
-        size_average=None,
-        reduce=None,
+        size_average: bool | None = None,
+        reduce: bool | None = None,
         reduction: str = "mean",
         pos_weight: Tensor | None = None,
     ) -> None:

@@ -30,9 +30,9 @@ def cross_entropy(
     input: Tensor,
     target: Tensor,
     weight: Tensor | None = None,
-    size_average=None,
+    size_average: bool | None = None,
     ignore_index: int = -100,
-    reduce=None,
+    reduce: bool | None = None,
     reduction: str = "mean",
     label_smoothing: float = 0.0,
     valid_classes: int | None = None,
@@ -210,9 +210,9 @@ def nll_loss(
     input: Tensor,
     target: Tensor,
     weight: Tensor | None = None,
-    size_average=None,
+    size_average: bool | None = None,
     ignore_index: int = -100,
-    reduce=None,
+    reduce: bool | None = None,
     reduction: str = "mean",
 ) -> Tensor:
     reduction = legacy_reduction(size_average, reduce, reduction)
@@ -230,7 +230,12 @@ def nll_loss(
 
 
 def mse_loss(
-    input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean", weight=None
+    input: Tensor,
+    target: Tensor,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+    weight: Tensor | None = None,
 ) -> Tensor:
     reduction = legacy_reduction(size_average, reduce, reduction)
     if _amp.state.on:

@@ -50,7 +50,12 @@ def _reduce(loss, reduction: str, op: str):
 
 
 def l1_loss(
-    input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean", weight=None
+    input: Tensor,
+    target: Tensor,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+    weight: Tensor | None = None,
 ) -> Tensor:
     reduction = legacy_reduction(size_average, reduce, reduction)
     if _amp.state.on:
@@ -59,7 +64,12 @@ def l1_loss(
 
 
 def smooth_l1_loss(
-    input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean", beta: float = 1.0
+    input: Tensor,
+    target: Tensor,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+    beta: float = 1.0,
 ) -> Tensor:
     reduction = legacy_reduction(size_average, reduce, reduction)
     if _amp.state.on:
@@ -71,7 +81,9 @@ def smooth_l1_loss(
     return _reduce(loss, reduction, "smooth_l1_loss")
 
 
-def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0, weight=None) -> Tensor:
+def huber_loss(
+    input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0, weight: Tensor | None = None
+) -> Tensor:
     if _amp.state.on:
         return _amp.call("huber_loss", huber_loss, (input, target, reduction, delta, weight), {})
     diff = ew.abs(ew.sub(input, target))
@@ -80,7 +92,12 @@ def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: fl
 
 
 def binary_cross_entropy(
-    input: Tensor, target: Tensor, weight: Tensor | None = None, size_average=None, reduce=None, reduction: str = "mean"
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
 ) -> Tensor:
     """-(t log p + (1 - t) log(1 - p)), the logs clamped at -100 as PyTorch does."""
     reduction = legacy_reduction(size_average, reduce, reduction)
@@ -100,8 +117,8 @@ def binary_cross_entropy_with_logits(
     input: Tensor,
     target: Tensor,
     weight: Tensor | None = None,
-    size_average=None,
-    reduce=None,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
     reduction: str = "mean",
     pos_weight: Tensor | None = None,
 ) -> Tensor:

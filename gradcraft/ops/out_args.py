@@ -51,7 +51,7 @@ def with_out(fn):
     sig = inspect.signature(fn)
     params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
     varkw = [p for p in sig.parameters.values() if p.kind is p.VAR_KEYWORD]
-    out_param = inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None)
+    out_param = inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None, annotation="Tensor | None")
     function.__signature__ = sig.replace(parameters=params + [out_param] + varkw)
     function.__name__, function.__qualname__, function.__doc__ = name, name, fn.__doc__
     function.__module__, function.__wrapped__ = fn.__module__, fn

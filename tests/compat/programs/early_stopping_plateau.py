@@ -41,9 +41,8 @@ for epoch in range(100):
     else:
         bad_epochs += 1
     if epoch % 5 == 0:
-        print(
-            f"epoch {epoch:2d} train {train_loss.item():.4f} val {val_loss:.4f} lr {optimizer.param_groups[0]['lr']:.5f}"
-        )
+        lr = optimizer.param_groups[0]["lr"]
+        print(f"epoch {epoch:2d} train {train_loss.item():.4f} val {val_loss:.4f} lr {lr:.5f}")
     if bad_epochs >= patience:
         print(f"early stopping at epoch {epoch}, best epoch {best_epoch}")
         break

@@ -13,10 +13,10 @@ start = [0.1, -0.2, 0.05, -0.1]
 learning_rate = 1e-6
 
 a, b, c, d = (torch.tensor(v, dtype=dtype) for v in start)
-for t in range(600):
+for t in range(300):
     y_pred = a + b * x + c * x**2 + d * x**3
     loss = (y_pred - y).pow(2).sum().item()
-    if t % 200 == 199:
+    if t % 100 == 99:
         print("manual", t, round(loss, 3))
     grad_y_pred = 2.0 * (y_pred - y)
     grad_a = grad_y_pred.sum()
@@ -30,10 +30,10 @@ for t in range(600):
 print(f"Result: y = {a.item():.5f} + {b.item():.5f} x + {c.item():.5f} x^2 + {d.item():.5f} x^3")
 
 a, b, c, d = (torch.tensor(v, dtype=dtype, requires_grad=True) for v in start)
-for t in range(600):
+for t in range(300):
     y_pred = a + b * x + c * x**2 + d * x**3
     loss = (y_pred - y).pow(2).sum()
-    if t % 200 == 199:
+    if t % 100 == 99:
         print("autograd", t, round(loss.item(), 3))
     loss.backward()
     with torch.no_grad():
@@ -50,9 +50,9 @@ with torch.no_grad():
     model[0].weight.copy_(torch.tensor([start[1:]]))
     model[0].bias.fill_(start[0])
 loss_fn = torch.nn.MSELoss(reduction="sum")
-for t in range(600):
+for t in range(300):
     loss = loss_fn(model(xx), y)
-    if t % 200 == 199:
+    if t % 100 == 99:
         print("nn", t, round(loss.item(), 3))
     model.zero_grad()
     loss.backward()

@@ -56,6 +56,7 @@ class LayerNorm(Module):
         self,
         normalized_shape: Shape,
         eps: float = 1e-5,
+        elementwise_affine: bool = True,
         bias: bool = True,
         device: Device = None,
         dtype: DTypeLike = None,
@@ -63,15 +64,22 @@ class LayerNorm(Module):
         super().__init__()
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         self.eps = eps
-        self.weight = Parameter(ones(self.normalized_shape, device=device, dtype=dtype))
-        self.bias = Parameter(zeros(self.normalized_shape, device=device, dtype=dtype)) if bias else None
+        self.elementwise_affine = elementwise_affine
+        # without the affine transform there are no parameters at all (PyTorch registers both as None)
+        affine = elementwise_affine
+        self.weight = Parameter(ones(self.normalized_shape, device=device, dtype=dtype)) if affine else None
+        self.bias = Parameter(zeros(self.normalized_shape, device=device, dtype=dtype)) if affine and bias else None
 
     def extra_repr(self) -> str:
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine=True, bias={self.bias is not None}"
+        return (
+            f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+            f"bias={self.bias is not None}"
+        )
 
     def forward(self, x: Tensor) -> Tensor:
+        weight = self.weight.to(x.dtype) if self.weight is not None else None
         bias = self.bias.to(x.dtype) if self.bias is not None else None
-        return F.layer_norm(x, self.normalized_shape, self.weight.to(x.dtype), bias, self.eps)
+        return F.layer_norm(x, self.normalized_shape, weight, bias, self.eps)
 
 
 class RMSNorm(Module):

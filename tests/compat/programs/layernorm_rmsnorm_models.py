@@ -1,5 +1,5 @@
 """Normalization layers in small models: nn.LayerNorm over the last dim and over the last two
-(normalized_shape as a tuple), an RMSNorm module written by hand, F.layer_norm,
+(normalized_shape as a tuple, elementwise_affine=False), an RMSNorm module written by hand, F.layer_norm,
 a GroupNorm conv net including the InstanceNorm-like (groups = channels) and LayerNorm-like (one
 group) cases, each checked against its formula and trained briefly."""
 
@@ -13,7 +13,7 @@ x = torch.tensor(rng.normal(2.0, 3.0, size=(4, 3, 5)), dtype=torch.float32)
 ln = nn.LayerNorm(5)
 manual = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + 1e-5)
 print(torch.allclose(ln(x), manual, atol=1e-5), ln.weight.shape, ln.eps)
-ln2 = nn.LayerNorm((3, 5))
+ln2 = nn.LayerNorm((3, 5), elementwise_affine=False)
 print(len(list(ln2.parameters())), ln2(x).mean(dim=(1, 2)).abs().max().item() < 1e-5, ln2(x).std(dim=(1, 2)).detach())
 print(torch.allclose(F.layer_norm(x, (3, 5)), ln2(x), atol=1e-6))
 print(F.layer_norm(x, (5,), weight=torch.full((5,), 2.0), bias=torch.ones(5))[0, 0])

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 SOS, V, T, H = 0, 6, 4, 16
 rng = np.random.default_rng(3)
 src = torch.tensor(rng.integers(1, V, size=(12, T)))
-tgt = torch.flip(src, [1])
+tgt = torch.flip(src, dims=[1])
 use_teacher = rng.random(20) < 0.5
 
 

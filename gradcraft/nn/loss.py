@@ -105,3 +105,15 @@ class BCEWithLogitsLoss(_FunctionalLoss):
 
     def __init__(self, weight: Tensor | None = None, reduction: str = "mean", pos_weight: Tensor | None = None) -> None:
         super().__init__(reduction, weight=weight, pos_weight=pos_weight)
+
+
+class KLDivLoss(_FunctionalLoss):
+    """KL divergence of `target` from the log-probabilities `input` (F.kl_div); reduction="batchmean"
+    divides the sum by the batch size, the mathematically correct mean."""
+
+    function = staticmethod(F.kl_div)
+
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean", log_target: bool = False) -> None:
+        # "batchmean" is KL's own reduction, outside _Loss's three; F.kl_div checks it at the call, as PyTorch does
+        super().__init__("mean", log_target=log_target)
+        self.reduction = reduction

@@ -113,7 +113,13 @@ class KLDivLoss(_FunctionalLoss):
 
     function = staticmethod(F.kl_div)
 
-    def __init__(self, size_average=None, reduce=None, reduction: str = "mean", log_target: bool = False) -> None:
+    def __init__(
+        self,
+        size_average: bool | None = None,
+        reduce: bool | None = None,
+        reduction: str = "mean",
+        log_target: bool = False,
+    ) -> None:
         # "batchmean" is KL's own reduction, outside _Loss's three; F.kl_div checks it at the call, as PyTorch does
         super().__init__("mean", log_target=log_target)
         self.reduction = reduction

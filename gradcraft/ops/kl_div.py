@@ -14,7 +14,12 @@ from gradcraft.ops import reduce as rd
 
 
 def kl_div(
-    input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean", log_target: bool = False
+    input: Tensor,
+    target: Tensor,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+    log_target: bool = False,
 ) -> Tensor:
     if reduction not in ("mean", "batchmean", "sum", "none"):
         raise ValueError_(f"{reduction} is not a valid value for reduction")

@@ -185,7 +185,7 @@ class Tensor:
     def __getitem__(self, key): """`x[...]` with ints, slices (positive steps), None, Ellipsis, integer tensors/lists (gathers)"""
     def split(self, split_size, dim=...): ...
     def chunk(self, chunks: builtins.int, dim: builtins.int = ...) -> tuple[Tensor, ...]: """The op gradcraft.ops.movement.chunk."""
-    def flip(self, *dims: builtins.int | collections.abc.Sequence[builtins.int]) -> Tensor: """The op gradcraft.ops.movement.flip."""
+    def flip(self, *args: builtins.int | collections.abc.Sequence[builtins.int], dims: builtins.int | collections.abc.Sequence[builtins.int] | None = ...) -> Tensor: """torch.flip(input, dims) with the dims positional, spread (x.flip(0, 1)) or as the keyword `dims`."""
     def contiguous(self): """The op gradcraft.ops.movement.contiguous."""
     def gather(self, dim: builtins.int, index: Tensor, *, sparse_grad: builtins.bool = ...) -> Tensor: """torch.gather: out[i][j] = x[i][index[i][j]] along dim (index no larger than x)."""
     def take_along_dim(self, indices: Tensor, dim: builtins.int | None = ...) -> Tensor: """The op gradcraft.ops.movement.take_along_dim."""

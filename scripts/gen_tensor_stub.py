@@ -39,6 +39,7 @@ SKIPPED = {
     "__annotations__",
     "__firstlineno__",
     "__static_attributes__",
+    "__slotnames__",  # cached on the class by copyreg once a Tensor is deep-copied or pickled
 }
 _FIRST = {"classmethod": "cls", "staticmethod": None}  # how the first parameter is named
 _NAME = re.compile(r"(?<![\w.])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)")

@@ -50,3 +50,4 @@ from gradcraft.nn.transformer_layers import (  # noqa: E402, F401
     TransformerEncoderLayer,
 )
 from gradcraft.nn import parallel  # noqa: E402,F401  (torch.nn.parallel: DistributedDataParallel)
+from gradcraft.nn.loss import KLDivLoss  # noqa: F401, E402

@@ -21,6 +21,7 @@ from gradcraft.ops.losses import (
     softplus,
 )
 from gradcraft.ops.kv_cache import kv_cache_attention, kv_cache_write  # noqa: F401
+from gradcraft.ops.kl_div import kl_div  # noqa: F401
 from gradcraft.ops.moe import moe_permute, moe_unpermute  # noqa: F401
 from gradcraft.ops.sampling import greedy_advance, sample_tokens  # noqa: F401
 

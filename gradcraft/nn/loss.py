@@ -133,3 +133,22 @@ class BCEWithLogitsLoss(_FunctionalLoss):
         pos_weight: Tensor | None = None,
     ) -> None:
         super().__init__(size_average, reduce, reduction, weight=weight, pos_weight=pos_weight)
+
+
+class KLDivLoss(_FunctionalLoss):
+    """KL divergence of `target` from the log-probabilities `input` (F.kl_div); reduction="batchmean"
+    divides the sum by the batch size, the mathematically correct mean."""
+
+    function = staticmethod(F.kl_div)
+
+    def __init__(
+        self,
+        size_average: bool | None = None,
+        reduce: bool | None = None,
+        reduction: str = "mean",
+        log_target: bool = False,
+    ) -> None:
+        # "batchmean" is KL's own reduction, outside _Loss's three; F.kl_div checks it at the call, as PyTorch does
+        super().__init__(size_average, reduce, "mean", log_target=log_target)
+        if size_average is None and reduce is None:
+            self.reduction = reduction

@@ -1,4 +1,4 @@
-"""torch.nn.utils: gradient clipping (global norm and by value)."""
+"""torch.nn.utils: gradient clipping (global norm and by value), flat parameter vectors."""
 
 from gradcraft import dtypes
 from gradcraft.ops.function import no_grad
@@ -51,3 +51,19 @@ def parameters_to_vector(parameters):
     from gradcraft.ops.movement import cat
 
     return cat([p.reshape(-1) for p in parameters])
+
+
+@no_grad()
+def vector_to_parameters(vec, parameters) -> None:
+    """Write consecutive slices of the flat `vec` into the parameters (the inverse of
+    parameters_to_vector); like PyTorch's `param.data = ...`, the write is not recorded by autograd."""
+    from gradcraft.tensor import Tensor
+
+    if not isinstance(vec, Tensor):
+        raise TypeError(f"expected torch.Tensor, but got: {type(vec).__name__}")
+    params = _tensors(parameters)
+    pointer = 0
+    for param in params:
+        n = param.numel()
+        param.copy_(vec[pointer : pointer + n].view_as(param))
+        pointer += n

@@ -143,8 +143,13 @@ def _contiguous_grad(node, out, g):
     return (g,)
 
 
-def flip(input: Tensor, *dims: int | Sequence[int]) -> Tensor:
-    axes = tuple(normalize_dim(d, input.ndim) for d in _dims(dims))
+def flip(input: Tensor, *args: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+    """torch.flip(input, dims) with the dims positional, spread (x.flip(0, 1)) or as the keyword `dims`."""
+    if dims is not None:
+        if args:
+            raise TypeError("flip() got multiple values for argument 'dims'")
+        args = (dims,)
+    axes = tuple(normalize_dim(d, input.ndim) for d in _dims(args))
     return apply("flip", (input,), {"axes": axes}, input.shape, input.dtype)
 
 

@@ -51,3 +51,4 @@ from gradcraft.nn.transformer_layers import (  # noqa: E402, F401
 )
 from gradcraft.nn import parallel  # noqa: E402,F401  (torch.nn.parallel: DistributedDataParallel)
 from gradcraft.nn.loss import KLDivLoss  # noqa: F401, E402
+from gradcraft.nn.containers import ParameterDict, ParameterList  # noqa: F401,E402

@@ -272,3 +272,5 @@ def concatenate(tensors: list[Tensor] | tuple[Tensor, ...], axis: int = 0) -> Te
 from gradcraft.ops.out_args import install as _install_out  # noqa: E402
 
 _install_out(globals())  # torch.add(..., out=t) and the other out= functions
+
+from gradcraft.ops.index_build import argwhere, bincount, meshgrid, nonzero  # noqa: E402,F401

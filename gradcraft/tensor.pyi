@@ -265,6 +265,9 @@ class Tensor:
     def __imod__(self, other): ...  # type: ignore[misc]
     def softmax(self, dim: builtins.int = ..., dtype: DTypeLike = ...) -> Tensor: """The op gradcraft.ops.nn.softmax."""
     def log_softmax(self, dim: builtins.int = ..., dtype: DTypeLike = ...) -> Tensor: """The op gradcraft.ops.nn.log_softmax."""
+    def nonzero(self, *, as_tuple: builtins.bool = ...) -> Tensor | tuple[Tensor, ...]: """torch.nonzero / Tensor.nonzero: the indices of the nonzero elements, an (n, ndim) int64 tensor,"""
+    def argwhere(self) -> Tensor: """torch.argwhere: as nonzero(input)."""
+    def bincount(self, weights: Tensor | None = ..., minlength: builtins.int = ...) -> Tensor: """torch.bincount: how often each value of a 1-D non-negative integer tensor occurs, or the sums of"""
     @property
     def T(self): ...
     @property

@@ -38,6 +38,7 @@ DELIBERATE = {
     "torch.tensor": LAYOUT,
     "torch.zeros": LAYOUT,
     "torch.zeros_like": LAYOUT,
+    "torch.nonzero": OUT,
     "torch.nn.init.kaiming_normal_": GEN,
     "torch.nn.init.kaiming_uniform_": GEN,
     "torch.nn.init.normal_": GEN,

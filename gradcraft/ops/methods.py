@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from gradcraft.errors import UserError
 from gradcraft.ops import elementwise as ew, matmul as mm, movement as mv, nn as fn, reduce as rd
 from gradcraft.ops import indexing as ix, inplace as ip, linalg as la, rounding as rn
+from gradcraft.ops import index_build as ib
 
 if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
@@ -220,6 +221,10 @@ def attach(tensor_class: type) -> None:
         # fused nn
         "softmax": fn.softmax,
         "log_softmax": fn.log_softmax,
+        # coordinates and counts (host-side: the result's shape depends on the data)
+        "nonzero": ib.nonzero,
+        "argwhere": ib.argwhere,
+        "bincount": ib.bincount,
     }
     for name, function in methods.items():
         setattr(tensor_class, name, function)

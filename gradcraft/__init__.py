@@ -274,3 +274,4 @@ from gradcraft.ops.out_args import install as _install_out  # noqa: E402
 _install_out(globals())  # torch.add(..., out=t) and the other out= functions
 
 from gradcraft.ops.index_build import argwhere, bincount, meshgrid, nonzero  # noqa: E402,F401
+from gradcraft.ops.scatter import index_add, scatter, scatter_add  # noqa: E402,F401

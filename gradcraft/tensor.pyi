@@ -268,6 +268,12 @@ class Tensor:
     def nonzero(self, *, as_tuple: builtins.bool = ...) -> Tensor | tuple[Tensor, ...]: """torch.nonzero / Tensor.nonzero: the indices of the nonzero elements, an (n, ndim) int64 tensor,"""
     def argwhere(self) -> Tensor: """torch.argwhere: as nonzero(input)."""
     def bincount(self, weights: Tensor | None = ..., minlength: builtins.int = ...) -> Tensor: """torch.bincount: how often each value of a 1-D non-negative integer tensor occurs, or the sums of"""
+    def scatter(self, dim: builtins.int, index: Tensor, src: Tensor | builtins.float | None = ..., *, value: builtins.float | None = ..., reduce: str | None = ...) -> Tensor: """torch.scatter / Tensor.scatter: input with src (a tensor) or value (a number) written along dim at index."""
+    def scatter_(self, dim: builtins.int, index: Tensor, src: Tensor | builtins.float | None = ..., *, value: builtins.float | None = ..., reduce: str | None = ...) -> Tensor: """The op gradcraft.ops.scatter.scatter_."""
+    def scatter_add(self, dim: builtins.int, index: Tensor, src: Tensor) -> Tensor: """torch.scatter_add / Tensor.scatter_add: input plus src added along dim at index (repeats add up)."""
+    def scatter_add_(self, dim: builtins.int, index: Tensor, src: Tensor) -> Tensor: """The op gradcraft.ops.scatter.scatter_add_."""
+    def index_add(self, dim: builtins.int, index: Tensor, source: Tensor, *, alpha: builtins.float = ...) -> Tensor: """torch.index_add / Tensor.index_add: input with alpha * source[..., i, ...] added at index[i] along dim."""
+    def index_add_(self, dim: builtins.int, index: Tensor, source: Tensor, *, alpha: builtins.float = ...) -> Tensor: """The op gradcraft.ops.scatter.index_add_."""
     @property
     def T(self): ...
     @property

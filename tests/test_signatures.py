@@ -39,6 +39,7 @@ DELIBERATE = {
     "torch.zeros": LAYOUT,
     "torch.zeros_like": LAYOUT,
     "torch.nonzero": OUT,
+    "torch.index_add": OUT,
     "torch.nn.init.kaiming_normal_": GEN,
     "torch.nn.init.kaiming_uniform_": GEN,
     "torch.nn.init.normal_": GEN,

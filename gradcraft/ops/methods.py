@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from gradcraft.errors import UserError
 from gradcraft.ops import elementwise as ew, matmul as mm, movement as mv, nn as fn, reduce as rd
 from gradcraft.ops import indexing as ix, inplace as ip, linalg as la, rounding as rn
-from gradcraft.ops import index_build as ib
+from gradcraft.ops import index_build as ib, scatter as sc
 
 if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
@@ -225,6 +225,13 @@ def attach(tensor_class: type) -> None:
         "nonzero": ib.nonzero,
         "argwhere": ib.argwhere,
         "bincount": ib.bincount,
+        # scatter / index_add and their in-place forms
+        "scatter": sc.scatter,
+        "scatter_": sc.scatter_,
+        "scatter_add": sc.scatter_add,
+        "scatter_add_": sc.scatter_add_,
+        "index_add": sc.index_add,
+        "index_add_": sc.index_add_,
     }
     for name, function in methods.items():
         setattr(tensor_class, name, function)

@@ -49,7 +49,7 @@ def compile(
     if not callable(backend) and backend not in _BACKENDS:
         raise UserError(f"compile(backend={backend!r}): the backends are {', '.join(_BACKENDS)}")
     graphs = not disable and backend not in ("eager", "aot_eager") and mode != "max-autotune-no-cudagraphs"
-    settings = {"graphs": graphs, "fullgraph": fullgraph}
+    settings = {"graphs": graphs, "fullgraph": fullgraph, "failed_seen": plans.stats["failed"]}
     if model is None:
         return lambda fn: compile(
             fn, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode, options=options, disable=disable
@@ -84,7 +84,10 @@ def _before_call(settings, devices) -> None:
 
 
 def _after_call(settings) -> None:
-    if settings["fullgraph"] and plans.stats["failed"]:
+    # fullgraph: schedules that failed to record since this compiled object last looked (a module's
+    # backward runs after its call returns, so its failures are seen at the next call)
+    failed, settings["failed_seen"] = plans.stats["failed"] - settings["failed_seen"], plans.stats["failed"]
+    if settings["fullgraph"] and failed:
         raise UserError(
             "compile(fullgraph=True): part of this call could not be recorded as a CUDA graph "
             "(see the warning above); remove fullgraph=True to let it run eagerly"

@@ -1,7 +1,7 @@
 """PyTorch's legacy names that old tutorials still use: the typed tensor classes
 (`torch.FloatTensor([1, 2])`, `torch.LongTensor(3)`, `isinstance(x, torch.FloatTensor)`,
-`x.type(torch.DoubleTensor)`, `x.type()` -> "torch.FloatTensor"), and `torch.autograd.Variable`,
-which today is the tensor itself."""
+`x.type(torch.DoubleTensor)`, `x.type()` -> "torch.FloatTensor"). `torch.autograd.Variable` is in
+gradcraft/autograd/functional.py."""
 
 import numpy as np
 

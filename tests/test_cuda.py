@@ -387,7 +387,9 @@ def test_kv_cache_kernels(gpu, dtype, D):
         np.testing.assert_array_equal(gpu.to_numpy(on_gpu), expected)
 
 
-@pytest.mark.parametrize("D", [32, 18])  # 18: a ragged tail for every vector width
+# (the kernel takes head sizes whose rows are a power of two of 16-byte reads; the op layer composes the
+# others, and tests/test_kv_cache.py checks that path)
+@pytest.mark.parametrize("D", [32, 16])
 @pytest.mark.parametrize("rotary", [False, True])
 @pytest.mark.parametrize("dtype", FLOATS + [np.float16])
 def test_kv_append_attention_kernel(gpu, dtype, rotary, D):

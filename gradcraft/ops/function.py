@@ -1,9 +1,9 @@
 """How an op becomes a graph node, and where gradient rules are registered.
 
-`apply(op, inputs, ...)` builds the node for one kernel call and returns its
+`apply(OP, inputs, ...)` (OP: the op's spec, backend/opspec.py) builds the node for one kernel call and returns its
 output tensor(s); nothing runs until something asks for the data.
 
-`@gradient("op")` registers the rule that turns the gradient of an op's output
+`@gradient(OP)` registers the rule that turns the gradient of an op's output
 into gradients of its inputs. Rules are written in Tensor ops, so the same
 rule serves every device, and the gradient graph is lazy like the forward one.
 """
@@ -12,6 +12,7 @@ import threading
 import weakref
 
 from gradcraft.backend import OPTIONAL
+from gradcraft.backend.opspec import SPECS
 from gradcraft.device import get_backend
 from gradcraft.engine.graph import Node
 
@@ -24,10 +25,11 @@ VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice"})
 
 
 def gradient(op: str):
-    """Register `rule(node, out, grad) -> tuple of input gradients (None where there is none)`."""
+    """Register `rule(node, out, grad) -> tuple of input gradients (None where there is none)` as the
+    gradient of op (its spec, backend/opspec.py: `@gradient(RMS_NORM)`)."""
 
     def register(rule):
-        GRADIENTS[op] = rule
+        GRADIENTS[op] = SPECS[op].grad_rule = rule
         return rule
 
     return register

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+from gradcraft.backend import opspec as K
 from gradcraft.typing import Number, TensorOrNumber
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ def scalar(value, dtype, device):
             t = tensor_class()(np.array(value, dtype=dtype.np), dtype=dtype)
             _CONSTANTS[key] = t
         return t
-    return apply("full", (), {"shape": (), "value": value, "dtype": dtype.np}, (), dtype, device=device)
+    return apply(K.FULL, (), {"shape": (), "value": value, "dtype": dtype.np}, (), dtype, device=device)
 
 
 def broadcast_shapes(a: tuple, b: tuple) -> tuple:
@@ -87,10 +88,10 @@ def cast(x, dtype):
     dtype = dtypes.to_dtype(dtype)
     if x.dtype == dtype:
         return x
-    return apply("cast", (x,), {"dtype": dtype.np}, x.shape, dtype)
+    return apply(K.CAST, (x,), {"dtype": dtype.np}, x.shape, dtype)
 
 
-@gradient("cast")
+@gradient(K.CAST)
 def _cast_grad(node, out, g):
     return (cast(g, node.inputs[0].dtype),)
 
@@ -127,29 +128,29 @@ def _unary_op(op: str, keeps_integers: bool = False) -> Callable[[Tensor], Tenso
 
 
 # the unary ops of one kernel each (their gradients below)
-neg = _unary_op("neg", keeps_integers=True)
-abs = _unary_op("abs", keeps_integers=True)
-sign = _unary_op("sign", keeps_integers=True)
-relu = _unary_op("relu", keeps_integers=True)
-exp = _unary_op("exp")
-log = _unary_op("log")
-sqrt = _unary_op("sqrt")
-rsqrt = _unary_op("rsqrt")
-sin = _unary_op("sin")
-cos = _unary_op("cos")
-tanh = _unary_op("tanh")
-sigmoid = _unary_op("sigmoid")
-silu = _unary_op("silu")
+neg = _unary_op(K.NEG, keeps_integers=True)
+abs = _unary_op(K.ABS, keeps_integers=True)
+sign = _unary_op(K.SIGN, keeps_integers=True)
+relu = _unary_op(K.RELU, keeps_integers=True)
+exp = _unary_op(K.EXP)
+log = _unary_op(K.LOG)
+sqrt = _unary_op(K.SQRT)
+rsqrt = _unary_op(K.RSQRT)
+sin = _unary_op(K.SIN)
+cos = _unary_op(K.COS)
+tanh = _unary_op(K.TANH)
+sigmoid = _unary_op(K.SIGMOID)
+silu = _unary_op(K.SILU)
 
 
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     if approximate not in ("none", "tanh"):
         raise UserError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
-    return _unary("gelu", input, approximate=approximate)
+    return _unary(K.GELU, input, approximate=approximate)
 
 
 def logical_not(input: Tensor) -> Tensor:
-    return apply("logical_not", (input,), {}, input.shape, dtypes.bool_)
+    return apply(K.LOGICAL_NOT, (input,), {}, input.shape, dtypes.bool_)
 
 
 def square(input: Tensor) -> Tensor:
@@ -162,74 +163,74 @@ def reciprocal(x):
     return div(1.0, x)
 
 
-@gradient("neg")
+@gradient(K.NEG)
 def _neg_grad(node, out, g):
     return (neg(g),)
 
 
-@gradient("exp")
+@gradient(K.EXP)
 def _exp_grad(node, out, g):
     return (mul(g, out),)
 
 
-@gradient("log")
+@gradient(K.LOG)
 def _log_grad(node, out, g):
     return (div(g, node.inputs[0]),)
 
 
-@gradient("sqrt")
+@gradient(K.SQRT)
 def _sqrt_grad(node, out, g):
     return (div(mul(g, 0.5), out),)
 
 
-@gradient("rsqrt")
+@gradient(K.RSQRT)
 def _rsqrt_grad(node, out, g):
     return (mul(mul(g, -0.5), mul(out, mul(out, out))),)
 
 
-@gradient("abs")
+@gradient(K.ABS)
 def _abs_grad(node, out, g):
     return (mul(g, sign(node.inputs[0])),)
 
 
-@gradient("sin")
+@gradient(K.SIN)
 def _sin_grad(node, out, g):
     return (mul(g, cos(node.inputs[0])),)
 
 
-@gradient("cos")
+@gradient(K.COS)
 def _cos_grad(node, out, g):
     return (neg(mul(g, sin(node.inputs[0]))),)
 
 
-@gradient("tanh")
+@gradient(K.TANH)
 def _tanh_grad(node, out, g):
     return (mul(g, sub(1.0, mul(out, out))),)
 
 
-@gradient("sigmoid")
+@gradient(K.SIGMOID)
 def _sigmoid_grad(node, out, g):
     return (mul(g, mul(out, sub(1.0, out))),)
 
 
-@gradient("relu")
+@gradient(K.RELU)
 def _relu_grad(node, out, g):
     return (mul(g, cast(gt(out, 0), g.dtype)),)
 
 
-@gradient("sign")
+@gradient(K.SIGN)
 def _sign_grad(node, out, g):
     return (mul(g, 0.0),)
 
 
-@gradient("gelu")
+@gradient(K.GELU)
 def _gelu_grad(node, out, g):
-    return (apply("gelu_backward", (node.inputs[0], g), node.attrs, g.shape, g.dtype),)
+    return (apply(K.GELU_BACKWARD, (node.inputs[0], g), node.attrs, g.shape, g.dtype),)
 
 
-@gradient("silu")
+@gradient(K.SILU)
 def _silu_grad(node, out, g):
-    return (apply("silu_backward", (node.inputs[0], g), {}, g.shape, g.dtype),)
+    return (apply(K.SILU_BACKWARD, (node.inputs[0], g), {}, g.shape, g.dtype),)
 
 
 # ------------------------------------------------------------------ binary
@@ -264,17 +265,17 @@ def _binary_op(op: str, compute=_binary) -> Callable[[TensorOrNumber, TensorOrNu
 
 
 # comparisons: a bool result
-eq = _binary_op("eq", _compare)
-ne = _binary_op("ne", _compare)
-lt = _binary_op("lt", _compare)
-le = _binary_op("le", _compare)
-gt = _binary_op("gt", _compare)
-ge = _binary_op("ge", _compare)
+eq = _binary_op(K.EQ, _compare)
+ne = _binary_op(K.NE, _compare)
+lt = _binary_op(K.LT, _compare)
+le = _binary_op(K.LE, _compare)
+gt = _binary_op(K.GT, _compare)
+ge = _binary_op(K.GE, _compare)
 # arithmetic: the promoted dtype (add, sub and div below take more than two tensors)
-mul = _binary_op("mul")
-_pow = _binary_op("pow")
-maximum = _binary_op("maximum")
-minimum = _binary_op("minimum")
+mul = _binary_op(K.MUL)
+_pow = _binary_op(K.POW)
+maximum = _binary_op(K.MAXIMUM)
+minimum = _binary_op(K.MINIMUM)
 
 
 def pow(input: TensorOrNumber, exponent: TensorOrNumber) -> Tensor:
@@ -282,18 +283,18 @@ def pow(input: TensorOrNumber, exponent: TensorOrNumber) -> Tensor:
 
 
 def add(input: TensorOrNumber, other: TensorOrNumber, alpha: Number = 1) -> Tensor:
-    return _binary("add", input, other if alpha == 1 else mul(other, alpha))
+    return _binary(K.ADD, input, other if alpha == 1 else mul(other, alpha))
 
 
 def sub(input: TensorOrNumber, other: TensorOrNumber, alpha: Number = 1) -> Tensor:
-    return _binary("sub", input, other if alpha == 1 else mul(other, alpha))
+    return _binary(K.SUB, input, other if alpha == 1 else mul(other, alpha))
 
 
 def div(a, b):
     a, b = _operands(a, b, "div")
     if not a.dtype.is_floating_point:  # true division, as in PyTorch
         a, b = cast(a, dtypes.default_float), cast(b, dtypes.default_float)
-    return apply("div", (a, b), {}, broadcast_shape(a.shape, b.shape, "div"), a.dtype)
+    return apply(K.DIV, (a, b), {}, broadcast_shape(a.shape, b.shape, "div"), a.dtype)
 
 
 def logical_and(input: TensorOrNumber, other: TensorOrNumber) -> Tensor:
@@ -314,7 +315,7 @@ def sum_to(g, shape: tuple):
     axes = tuple(range(extra)) + tuple(i + extra for i, n in enumerate(shape) if n == 1 and g.shape[i + extra] != 1)
     if axes:
         kept = tuple(1 if i in axes else n for i, n in enumerate(g.shape))
-        g = apply("sum", (g,), {"axes": axes, "keepdim": True}, kept, g.dtype)
+        g = apply(K.SUM, (g,), {"axes": axes, "keepdim": True}, kept, g.dtype)
     return g.reshape(shape)
 
 
@@ -323,33 +324,33 @@ def sum_to(g, shape: tuple):
 # would be built for nothing.
 
 
-@gradient("add")
+@gradient(K.ADD)
 def _add_grad(node, out, g):
     a, b = node.inputs
     return (sum_to(g, a.shape) if a.requires_grad else None), (sum_to(g, b.shape) if b.requires_grad else None)
 
 
-@gradient("sub")
+@gradient(K.SUB)
 def _sub_grad(node, out, g):
     a, b = node.inputs
     return (sum_to(g, a.shape) if a.requires_grad else None), (sum_to(neg(g), b.shape) if b.requires_grad else None)
 
 
-@gradient("mul")
+@gradient(K.MUL)
 def _mul_grad(node, out, g):
     a, b = node.inputs
     grad_a = sum_to(mul(g, b), a.shape) if a.requires_grad else None
     return grad_a, (sum_to(mul(g, a), b.shape) if b.requires_grad else None)
 
 
-@gradient("div")
+@gradient(K.DIV)
 def _div_grad(node, out, g):
     a, b = node.inputs
     grad_a = sum_to(div(g, b), a.shape) if a.requires_grad else None
     return grad_a, (sum_to(neg(mul(g, div(out, b))), b.shape) if b.requires_grad else None)
 
 
-@gradient("pow")
+@gradient(K.POW)
 def _pow_grad(node, out, g):
     a, b = node.inputs
     grad_a = sum_to(mul(g, mul(b, pow(a, sub(b, 1.0)))), a.shape) if a.requires_grad else None
@@ -365,12 +366,12 @@ def _minmax_grad(node, g, first_wins):
     return sum_to(mul(g, share_a), a.shape), sum_to(mul(g, sub(1.0, share_a)), b.shape)
 
 
-@gradient("maximum")
+@gradient(K.MAXIMUM)
 def _maximum_grad(node, out, g):
     return _minmax_grad(node, g, gt)
 
 
-@gradient("minimum")
+@gradient(K.MINIMUM)
 def _minimum_grad(node, out, g):
     return _minmax_grad(node, g, lt)
 
@@ -391,10 +392,10 @@ def where(condition: Tensor, input: TensorOrNumber, other: TensorOrNumber) -> Te
         input, other = _operands(input, other, "where")
     _check_devices(condition, input, "where")
     shape = broadcast_shape(broadcast_shape(condition.shape, input.shape, "where"), other.shape, "where")
-    return apply("where", (cast(condition, dtypes.bool_), input, other), {}, shape, input.dtype)
+    return apply(K.WHERE, (cast(condition, dtypes.bool_), input, other), {}, shape, input.dtype)
 
 
-@gradient("where")
+@gradient(K.WHERE)
 def _where_grad(node, out, g):
     c, x, y = node.inputs
     zero = scalar(0, g.dtype, g.device)

@@ -43,7 +43,7 @@ class OpSpec(str):
         return self
 
     def __reduce__(self):  # pickled as the spec of its name (one object per op)
-        return (SPECS.__getitem__, (self.name,))
+        return (spec_named, (self.name,))
 
     def fallback(self, fn):
         """Decorator: fn(*inputs, **attrs) computes what the kernel would, from Tensor ops (for a
@@ -55,6 +55,10 @@ class OpSpec(str):
         """Decorator: fn is the op's torch.* function (the Tensor method and out= come from it)."""
         self.torch_function = fn
         return fn
+
+
+def spec_named(name: str) -> OpSpec:
+    return SPECS[name]
 
 
 def primitive(name, **fields) -> OpSpec:

@@ -139,6 +139,8 @@ def _window_mask(m, T, w):
     return (j <= i) & (j > i - w)
 
 
+INF = float("inf")
+
 OPS = [
     # ---- unary
     unary("neg", "neg"),
@@ -174,6 +176,23 @@ OPS = [
     binary("pow", lambda m, a, b: a**b, domain=True),
     binary("maximum", lambda m, a, b: m.T.maximum(a, b)),
     binary("minimum", lambda m, a, b: m.T.minimum(a, b)),
+    binary("logaddexp", lambda m, a, b: m.T.logaddexp(a, b)),
+    OpInfo(
+        "logaddexp_extremes",  # equal infinities (NaN gradients, as in PyTorch), one side -inf, huge, far apart
+        lambda m, a, b: a.logaddexp(b),
+        [
+            (
+                Values(((-INF, -INF, INF, INF, 0.0), (1e30, -1e30, 80.0, 3.0, 1e-3))),
+                Values(((-INF, 0.0, INF, -INF, -INF), (1e30, 5.0, -80.0, 3.0, -1e-3))),
+            )
+        ],
+    ),
+    OpInfo(
+        "logaddexp_out",
+        lambda m, a, b: m.T.logaddexp(a, b, out=m.T.empty(0, dtype=a.dtype)),
+        [(Fixed((3, 4)), Fixed((4,)))],
+        grad=False,
+    ),
     OpInfo("scalar_ops", lambda m, x: (2.0 - x) * 3 / (x + 4) + x**2 - 1.5**x, [((3, 4),)]),
     OpInfo(
         "compare",

@@ -158,6 +158,8 @@ MOE_UNPERMUTE_BACKWARD = primitive("moe_unpermute_backward")  # unpermute bwd: (
 PASSTHROUGH = primitive("passthrough")
 
 # ---- optional fused kernels (ops/fallback.py composes each from primitives, unless gated)
+# torch.logaddexp (a, b) -> log(exp(a) + exp(b)), broadcasting; its fallback: ops/elementwise.py
+LOGADDEXP = optional("logaddexp", method=True, out=True)
 GELU_BACKWARD = optional("gelu_backward")
 GELU = optional("gelu", (GELU_BACKWARD,))
 SILU_BACKWARD = optional("silu_backward")

@@ -376,6 +376,42 @@ def _minimum_grad(node, out, g):
     return _minmax_grad(node, g, lt)
 
 
+# ------------------------------------------------------------------ logaddexp
+
+
+@K.LOGADDEXP.function
+def logaddexp(input: Tensor, other: Tensor) -> Tensor:
+    """torch.logaddexp: log(exp(input) + exp(other)) elementwise, with broadcasting, without overflow."""
+    if not _is_tensor(other):
+        raise TypeError(f"logaddexp(): argument 'other' (position 2) must be Tensor, not {type(other).__name__}")
+    a, b = _operands(input, other, "logaddexp")
+    if not a.dtype.is_floating_point:
+        raise NotImplementedError(f'"logaddexp" not implemented for {a.dtype}')
+    return apply(K.LOGADDEXP, (a, b), {}, broadcast_shape(a.shape, b.shape, "logaddexp"), a.dtype)
+
+
+@gradient(K.LOGADDEXP)
+def _logaddexp_grad(node, out, g):
+    # PyTorch's rule: g / (1 + exp(other - input)) for input, the mirror for other
+    a, b = node.inputs
+    grad_a = sum_to(div(g, add(exp(sub(b, a)), 1.0)), a.shape) if a.requires_grad else None
+    return grad_a, (sum_to(div(g, add(exp(sub(a, b)), 1.0)), b.shape) if b.requires_grad else None)
+
+
+@K.LOGADDEXP.fallback
+def _logaddexp_composite(a, b):
+    """max + log(1 + exp(-|a - b|)), in float32 for half inputs. Written so that its gradient is PyTorch's
+    rule: each side's difference is taken from the larger one; equal infinities give that infinity
+    (and, as in PyTorch, no gradient: NaN)."""
+    if a.dtype in (dtypes.float16, dtypes.bfloat16):
+        return _logaddexp_composite(a.float(), b.float()).to(a.dtype)
+    first = ge(a, b)
+    larger = where(first, a, b)
+    softplus = log(add(exp(where(first, sub(b, a), sub(a, b))), 1.0))
+    same_infinity = logical_and(eq(a, b), eq(abs(a), float("inf")))
+    return where(same_infinity, a, add(larger, softplus))
+
+
 # ------------------------------------------------------------------ where / clamp
 
 

@@ -9,7 +9,9 @@ and the backends see the plain name) carrying what else the op is:
 - `writes`: the inputs the kernel writes in place (all others are only read);
 - `gate`: the Backend method that says where the kernel is the fast way; the op layer asks it
   before it builds the node, so such a kernel needs no fallback;
-- `method` / `out`: the op's torch.* function is also a Tensor method / takes PyTorch's out=.
+- `method` / `out`: the op's torch.* function is also a Tensor method / takes PyTorch's out=;
+- `torch_node`: PyTorch's name of the op's backward node (Tensor.grad_fn), where it is not
+  the name's title case + "Backward0".
 
 The op layer, above this one, attaches what is written in Tensor ops, next to the op's forward:
 its gradient rule (`@gradient(SPEC)`, gradcraft/ops/function.py), its composite fallback for a
@@ -31,12 +33,15 @@ SPECS: dict = {}  # name -> OpSpec, in declaration order
 class OpSpec(str):
     """An op of the contract: its name, with the declaration's fields as attributes (see the module)."""
 
-    def __new__(cls, name, *, optional=False, backward=(), writes=(), gate=None, method=False, out=False):
+    def __new__(
+        cls, name, *, optional=False, backward=(), writes=(), gate=None, method=False, out=False, torch_node=None
+    ):
         if name in SPECS:
             raise ValueError(f"op {name!r} is declared twice")
         self = super().__new__(cls, name)
         self.name, self.optional, self.backward, self.writes = name, optional, tuple(backward), tuple(writes)
         self.gate, self.method, self.out = gate, method, out
+        self.torch_node = torch_node or "".join(part.title() for part in name.split("_")) + "Backward0"
         self.backward_of = None  # the forward op's spec, for a fused backward kernel
         self.grad_rule = self.composite = self.torch_function = None  # attached by the op layer
         SPECS[name] = self
@@ -88,7 +93,7 @@ SIGMOID = primitive("sigmoid")
 RELU = primitive("relu")
 SIGN = primitive("sign")
 LOGICAL_NOT = primitive("logical_not")
-CAST = primitive("cast")
+CAST = primitive("cast", torch_node="ToCopyBackward0")
 # ---- elementwise binary (a, b) with NumPy broadcasting
 ADD = primitive("add")
 SUB = primitive("sub")
@@ -105,9 +110,9 @@ GT = primitive("gt")
 GE = primitive("ge")
 WHERE = primitive("where")
 # ---- reductions over `axes` with `keepdim`
-SUM = primitive("sum")
-MAX = primitive("max")
-MIN = primitive("min")
+SUM = primitive("sum", torch_node="SumBackward1")
+MAX = primitive("max", torch_node="MaxBackward1")
+MIN = primitive("min", torch_node="MinBackward1")
 ARGMAX = primitive("argmax")
 ARGMIN = primitive("argmin")
 # (logits (B, V), ids (B elements), position (1 or B)) -> (B,) argmax; writes it into ids, position + 1
@@ -116,18 +121,18 @@ GREEDY_ADVANCE = primitive("greedy_advance", writes=(1, 2))
 CUMSUM = primitive("cumsum")
 TOPK = primitive("topk")
 # ---- matrix product with batch broadcasting
-MATMUL = primitive("matmul")
+MATMUL = primitive("matmul", torch_node="MmBackward0")
 # ---- movement: views where the layout allows
-RESHAPE = primitive("reshape")
+RESHAPE = primitive("reshape", torch_node="ViewBackward0")
 PERMUTE = primitive("permute")
 EXPAND = primitive("expand")
 SLICE = primitive("slice")
 FLIP = primitive("flip")
-CONTIGUOUS = primitive("contiguous")
+CONTIGUOUS = primitive("contiguous", torch_node="CloneBackward0")
 # ---- gathers and their scatter-add gradients
 INDEX = primitive("index")
 INDEX_PUT_ADD = primitive("index_put_add")
-TAKE_ALONG_DIM = primitive("take_along_dim")
+TAKE_ALONG_DIM = primitive("take_along_dim", torch_node="GatherBackward0")
 SCATTER_ADD_ALONG_DIM = primitive("scatter_add_along_dim")
 CAT = primitive("cat")
 PAD = primitive("pad")
@@ -172,22 +177,31 @@ SOFTMAX = optional("softmax", (SOFTMAX_BACKWARD,))
 LOG_SOFTMAX_BACKWARD = optional("log_softmax_backward")
 LOG_SOFTMAX = optional("log_softmax", (LOG_SOFTMAX_BACKWARD,))
 CROSS_ENTROPY_BACKWARD = optional("cross_entropy_backward")
-CROSS_ENTROPY = optional("cross_entropy", (CROSS_ENTROPY_BACKWARD,))
+CROSS_ENTROPY = optional("cross_entropy", (CROSS_ENTROPY_BACKWARD,), torch_node="NllLossBackward0")
 # (multi) (x, w, target) -> (sum of the rows' losses, dx, dw): logits never whole
 LINEAR_CROSS_ENTROPY = optional("linear_cross_entropy", gate="fused_linear_cross_entropy")
 LAYER_NORM_BACKWARD = optional("layer_norm_backward")
-LAYER_NORM = optional("layer_norm", (LAYER_NORM_BACKWARD,))  # backward (multi): dx, dweight, dbias
+LAYER_NORM = optional(
+    "layer_norm", (LAYER_NORM_BACKWARD,), torch_node="NativeLayerNormBackward0"
+)  # backward (multi): dx, dweight, dbias
 RMS_NORM_BACKWARD = optional("rms_norm_backward")
 RMS_NORM = optional("rms_norm", (RMS_NORM_BACKWARD,))  # backward (multi): dx, dweight
 EMBEDDING_BACKWARD = optional("embedding_backward")
 EMBEDDING = optional("embedding", (EMBEDDING_BACKWARD,))
 ROPE = optional("rope")  # (rope's gradient is rope with the inverse angle)
 SDPA_BACKWARD = optional("sdpa_backward")
-SDPA = optional("sdpa", (SDPA_BACKWARD,))  # backward (multi): dq, dk, dv
+SDPA = optional(
+    "sdpa", (SDPA_BACKWARD,), torch_node="ScaledDotProductAttentionBackward0"
+)  # backward (multi): dq, dk, dv
 # flash attention (multi): (q, k, v[, dropout state]) -> (out, log-sum-exp per query);
 # backward (q, k, v, out, lse, g[, state]) -> dq, dk, dv
 FLASH_ATTENTION_BACKWARD = optional("flash_attention_backward")
-FLASH_ATTENTION = optional("flash_attention", (FLASH_ATTENTION_BACKWARD,), gate="flash_attention_supported")
+FLASH_ATTENTION = optional(
+    "flash_attention",
+    (FLASH_ATTENTION_BACKWARD,),
+    gate="flash_attention_supported",
+    torch_node="ScaledDotProductFlashAttentionBackward0",
+)
 MASKED_SOFTMAX_BACKWARD = optional("masked_softmax_backward")
 MASKED_SOFTMAX = optional("masked_softmax", (MASKED_SOFTMAX_BACKWARD,))  # attention weights (explicit attention)
 # decoding through fixed KV caches (inference only, no gradient): (q, k_cache, v_cache, position;
@@ -208,4 +222,4 @@ NORM_LINEAR = optional("norm_linear", gate="norm_linear_supported")
 # backward (g (M, N), x) -> (dw = g^T @ x, db = g summed over rows); dx is a matmul
 # (backend/cpu/linear.py; cuBLASLt's bias epilogues on a GPU)
 LINEAR_BIAS_BACKWARD = optional("linear_bias_backward")
-LINEAR_BIAS = optional("linear_bias", (LINEAR_BIAS_BACKWARD,), gate="fused_linear_bias")
+LINEAR_BIAS = optional("linear_bias", (LINEAR_BIAS_BACKWARD,), gate="fused_linear_bias", torch_node="AddmmBackward0")

@@ -11,7 +11,7 @@ import pytest
 
 import gradcraft as gc
 from gradcraft.backend import KERNELS, OPTIONAL, OPTIONAL_PAIRS, PRIMITIVES, Backend
-from gradcraft.backend import opspec as K
+from gradcraft.backend import opspec
 from gradcraft.device import get_backend
 from gradcraft.engine.realize import WRITES_INPUTS
 from gradcraft.ops.fallback import CAPABILITY_GATED, FALLBACKS
@@ -48,17 +48,17 @@ ELSEWHERE = {
 
 
 def test_the_contract_is_read_from_the_specs():
-    assert PRIMITIVES | OPTIONAL == KERNELS == set(K.SPECS) and not PRIMITIVES & OPTIONAL
+    assert PRIMITIVES | OPTIONAL == KERNELS == set(opspec.SPECS) and not PRIMITIVES & OPTIONAL
     assert WRITES_INPUTS == {"assign": (0,), "kv_append_attention": (1, 2), "greedy_advance": (1, 2)}
     assert OPTIONAL_PAIRS["rms_norm"] == ("rms_norm_backward",) and OPTIONAL_PAIRS["rope"] == ()
     assert set(OPTIONAL_PAIRS) == set(FALLBACKS) | CAPABILITY_GATED
-    for name, spec in K.SPECS.items():
+    for name, spec in opspec.SPECS.items():
         assert GRADIENTS.get(name) is spec.grad_rule, name
-        assert spec == name and hash(spec) == hash(name) and K.SPECS[name] is spec
+        assert spec == name and hash(spec) == hash(name) and opspec.SPECS[name] is spec
 
 
 def test_every_spec_is_complete():
-    for name, spec in K.SPECS.items():
+    for name, spec in opspec.SPECS.items():
         if spec.optional and spec.backward_of is None:
             assert spec.composite is not None or spec.gate, f"{name}: an optional kernel needs a fallback or a gate"
         if spec.gate:
@@ -76,8 +76,8 @@ def test_every_spec_is_complete():
 
 def test_a_spec_is_declared_once_and_pickles_as_itself():
     with pytest.raises(ValueError, match="declared twice"):
-        K.OpSpec("rms_norm")
-    assert pickle.loads(pickle.dumps(K.RMS_NORM)) is K.RMS_NORM
+        opspec.OpSpec("rms_norm")
+    assert pickle.loads(pickle.dumps(opspec.RMS_NORM)) is opspec.RMS_NORM
 
 
 def _first_sample_kernels(op) -> set:

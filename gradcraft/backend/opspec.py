@@ -9,6 +9,8 @@ and the backends see the plain name) carrying what else the op is:
 - `writes`: the inputs the kernel writes in place (all others are only read);
 - `gate`: the Backend method that says where the kernel is the fast way; the op layer asks it
   before it builds the node, so such a kernel needs no fallback;
+- `view`: the kernel returns a view of its input where the layout allows (an in-place write to
+  the base is seen through it: gradcraft/ops/inplace.py);
 - `method` / `out`: the op's torch.* function is also a Tensor method / takes PyTorch's out=;
 - `torch_node`: PyTorch's name of the op's backward node (Tensor.grad_fn), where it is not
   the name's title case + "Backward0".
@@ -18,13 +20,16 @@ its gradient rule (`@gradient(SPEC)`, gradcraft/ops/function.py), its composite 
 backend without the kernel (`@SPEC.fallback`) and its torch.* function (`@SPEC.function`).
 
 From these specs come the contract (backend/__init__.py: PRIMITIVES, OPTIONAL_PAIRS), the engine's
-WRITES_INPUTS, the op layer's fallback table (ops/fallback.py: FALLBACKS, CAPABILITY_GATED), the
-Tensor methods and out= functions an op declares, and the contract's tests (tests/test_opspec.py).
+WRITES_INPUTS, the op layer's fallback table (ops/fallback.py: FALLBACKS, CAPABILITY_GATED), its
+VIEW_OPS (ops/function.py), the grad_fn names (ops/grad_fn.py), the Tensor methods and out=
+functions an op declares, and the contract's tests (tests/test_opspec.py).
 Backward kernels have specs of their own (a fused backward is a kernel like any other); `backward=`
 names them from the forward's spec.
 
-Each spec is a module constant in upper case (`RMS_NORM`): `apply(RMS_NORM, ...)` can be followed
-here from an editor.
+Each spec is a module constant in upper case, which the ops name through this module
+(`from gradcraft.backend import opspec`): `apply(opspec.RMS_NORM, ...)` can be followed here from an
+editor.
+docs/design.md ("Adding an op") walks through adding one.
 """
 
 SPECS: dict = {}  # name -> OpSpec, in declaration order
@@ -34,13 +39,23 @@ class OpSpec(str):
     """An op of the contract: its name, with the declaration's fields as attributes (see the module)."""
 
     def __new__(
-        cls, name, *, optional=False, backward=(), writes=(), gate=None, method=False, out=False, torch_node=None
+        cls,
+        name,
+        *,
+        optional=False,
+        backward=(),
+        writes=(),
+        gate=None,
+        view=False,
+        method=False,
+        out=False,
+        torch_node=None,
     ):
         if name in SPECS:
             raise ValueError(f"op {name!r} is declared twice")
         self = super().__new__(cls, name)
         self.name, self.optional, self.backward, self.writes = name, optional, tuple(backward), tuple(writes)
-        self.gate, self.method, self.out = gate, method, out
+        self.gate, self.view, self.method, self.out = gate, view, method, out
         self.torch_node = torch_node or "".join(part.title() for part in name.split("_")) + "Backward0"
         self.backward_of = None  # the forward op's spec, for a fused backward kernel
         self.grad_rule = self.composite = self.torch_function = None  # attached by the op layer
@@ -123,10 +138,10 @@ TOPK = primitive("topk")
 # ---- matrix product with batch broadcasting
 MATMUL = primitive("matmul", torch_node="MmBackward0")
 # ---- movement: views where the layout allows
-RESHAPE = primitive("reshape", torch_node="ViewBackward0")
-PERMUTE = primitive("permute")
-EXPAND = primitive("expand")
-SLICE = primitive("slice")
+RESHAPE = primitive("reshape", view=True, torch_node="ViewBackward0")
+PERMUTE = primitive("permute", view=True)
+EXPAND = primitive("expand", view=True)
+SLICE = primitive("slice", view=True)
 FLIP = primitive("flip")
 CONTIGUOUS = primitive("contiguous", torch_node="CloneBackward0")
 # ---- gathers and their scatter-add gradients

@@ -2,7 +2,7 @@
 
 `apply` (ops/function.py) sends an op here when the device's backend has no kernel of that name
 (backend.has_kernel) and the op is one of the contract's OPTIONAL kernels. Each function is its op
-spec's fallback (`@K.RMS_NORM.fallback`, backend/opspec.py); an op declared elsewhere may attach its
+spec's fallback (`@opspec.RMS_NORM.fallback`, backend/opspec.py); an op declared elsewhere may attach its
 own next to its forward, and FALLBACKS reads them all from the specs. Each function takes the
 kernel's inputs and attributes and returns what the kernel would, written with Tensor ops only, so
 its gradient follows the primitives' own rules: a fused backward kernel is never needed where its
@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping
 
 from gradcraft import dtypes
-from gradcraft.backend import opspec as K
+from gradcraft.backend import opspec
 
 _HALF = (dtypes.float16, dtypes.bfloat16)
 
@@ -44,7 +44,7 @@ def _erf(x):
     return x.sign() * (1.0 - poly * (-(x * x)).exp())
 
 
-@K.GELU.fallback
+@opspec.GELU.fallback
 @_widened
 def gelu(x, approximate="none"):
     if approximate == "tanh":
@@ -52,34 +52,34 @@ def gelu(x, approximate="none"):
     return 0.5 * x * (1.0 + _erf(x * (1.0 / math.sqrt(2.0))))
 
 
-@K.SILU.fallback
+@opspec.SILU.fallback
 @_widened
 def silu(x):
     return x * x.sigmoid()
 
 
-@K.SWIGLU.fallback
+@opspec.SWIGLU.fallback
 @_widened
 def swiglu(h):
     gate, up = h.chunk(2, dim=-1)
     return gate * gate.sigmoid() * up
 
 
-@K.SOFTMAX.fallback
+@opspec.SOFTMAX.fallback
 @_widened
 def softmax(x, axis):
     e = (x - x.amax(dim=axis, keepdim=True).detach()).exp()
     return e / e.sum(dim=axis, keepdim=True)
 
 
-@K.LOG_SOFTMAX.fallback
+@opspec.LOG_SOFTMAX.fallback
 @_widened
 def log_softmax(x, axis):
     shifted = x - x.amax(dim=axis, keepdim=True).detach()
     return shifted - shifted.exp().sum(dim=axis, keepdim=True).log()
 
 
-@K.CROSS_ENTROPY.fallback
+@opspec.CROSS_ENTROPY.fallback
 def cross_entropy(logits, target, ignore_index, label_smoothing, valid_classes=None, float_loss=False):
     """Per-row loss of (N, C) logits against (N,) class ids (0 for ignored rows), over the first
     valid_classes columns: (1 - eps) * -log p[target] + eps * -mean(log p)."""
@@ -103,7 +103,7 @@ def _normalized_axes(x, n_dims):
     return tuple(range(x.ndim - n_dims, x.ndim))
 
 
-@K.LAYER_NORM.fallback
+@opspec.LAYER_NORM.fallback
 @_widened
 def layer_norm(x, weight, bias, eps, n_dims):
     axes = _normalized_axes(x, n_dims)
@@ -111,19 +111,19 @@ def layer_norm(x, weight, bias, eps, n_dims):
     return centered * ((centered * centered).mean(dim=axes, keepdim=True) + eps).rsqrt() * weight + bias
 
 
-@K.RMS_NORM.fallback
+@opspec.RMS_NORM.fallback
 @_widened
 def rms_norm(x, weight, eps, n_dims):
     axes = _normalized_axes(x, n_dims)
     return x * ((x * x).mean(dim=axes, keepdim=True) + eps).rsqrt() * weight
 
 
-@K.EMBEDDING.fallback
+@opspec.EMBEDDING.fallback
 def embedding(weight, idx):
     return weight[idx]
 
 
-@K.ROPE.fallback
+@opspec.ROPE.fallback
 @_widened
 def rope(x, cos, sin, inverse):
     """Pairs (x[..., i], x[..., i + D/2]) rotated by the angles of cos/sin (T, D/2); inverse: by -angle."""
@@ -135,7 +135,7 @@ def rope(x, cos, sin, inverse):
     return cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
 
 
-@K.MASKED_SOFTMAX.fallback
+@opspec.MASKED_SOFTMAX.fallback
 def masked_softmax(scores, mask=None, *, scale, causal, window):
     """softmax(scores * scale + masks) over the last axis; mask bool (True = may attend) or additive;
     causal/window align the T queries with the last T of the S keys."""
@@ -157,7 +157,7 @@ def masked_softmax(scores, mask=None, *, scale, causal, window):
     return softmax_op(s, -1)
 
 
-@K.SDPA.fallback
+@opspec.SDPA.fallback
 def sdpa(q, k, v, mask=None, *, scale, causal, window):
     """Explicit attention: the weights through masked_softmax, then their product with v."""
     from gradcraft.ops.attention import _explicit_attention
@@ -166,7 +166,7 @@ def sdpa(q, k, v, mask=None, *, scale, causal, window):
     return _explicit_attention(q, k, v, [mask] if mask is not None else [], attrs)
 
 
-@K.KV_ATTENTION.fallback
+@opspec.KV_ATTENTION.fallback
 def kv_attention(q, k, v, position, *, scale):
     """Each row's query against the filled slots of its cache, [0, min(position + 1, L)), through
     masked explicit attention (a ring is full once position >= L: every slot <= position then)."""
@@ -178,7 +178,7 @@ def kv_attention(q, k, v, position, *, scale):
     return scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=scale)
 
 
-@K.SAMPLE_TOKENS.fallback
+@opspec.SAMPLE_TOKENS.fallback
 def sample_tokens(logits, temperature, top_k, top_p, uniform):
     """Where a device has no sampling kernel: the greedy rows' argmax, and -1 (the op's "sample this
     row on the host") for every other row."""
@@ -194,13 +194,13 @@ class _Fallbacks(Mapping):
     `@SPEC.fallback`, here or next to the op's forward)."""
 
     def __getitem__(self, name):
-        spec = K.SPECS[name]
+        spec = opspec.SPECS[name]
         if spec.composite is None:
             raise KeyError(name)
         return spec.composite
 
     def __iter__(self):
-        return (name for name, spec in K.SPECS.items() if spec.composite is not None)
+        return (name for name, spec in opspec.SPECS.items() if spec.composite is not None)
 
     def __len__(self):
         return sum(1 for _ in self)
@@ -209,4 +209,4 @@ class _Fallbacks(Mapping):
 FALLBACKS = _Fallbacks()
 
 # Asked for only where the backend has them (the op layer asks the spec's gate first): no fallback needed.
-CAPABILITY_GATED = frozenset(name for name, spec in K.SPECS.items() if spec.gate and spec.composite is None)
+CAPABILITY_GATED = frozenset(name for name, spec in opspec.SPECS.items() if spec.gate and spec.composite is None)

@@ -18,7 +18,7 @@ from gradcraft.engine.graph import Node
 
 GRADIENTS: dict = {}
 _state = threading.local()
-VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice"})
+VIEW_OPS = frozenset(name for name, spec in SPECS.items() if spec.view)  # reshape, permute, expand, slice
 # A lazy view keeps a weak reference to its output on its node (node.view_out): a view aliases its
 # base when the base is written in place, and gradcraft/ops/inplace.py follows it to the ops built on
 # it (and, for a recorded write, to the other views of the same base, which see the write).

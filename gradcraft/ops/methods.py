@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from gradcraft.backend import opspec as K
+from gradcraft.backend import opspec
 from gradcraft.errors import UserError
 from gradcraft.ops import elementwise as ew, matmul as mm, movement as mv, nn as fn, reduce as rd
 from gradcraft.ops import indexing as ix, inplace as ip, linalg as la, rounding as rn
@@ -235,7 +235,7 @@ def attach(tensor_class: type) -> None:
         "index_add_": sc.index_add_,
     }
     # the ops whose spec makes them Tensor methods too (backend/opspec.py: method=True)
-    methods.update({s.torch_function.__name__: s.torch_function for s in K.SPECS.values() if s.method})
+    methods.update({s.torch_function.__name__: s.torch_function for s in opspec.SPECS.values() if s.method})
     for name, function in methods.items():
         setattr(tensor_class, name, function)
     tensor_class.T = property(lambda self: mv.permute(self, *reversed(range(self.ndim))))

@@ -5,7 +5,9 @@ listed below, and every spec's fallback is checked against PyTorch through the o
 run its kernel, on a backend without that kernel."""
 
 import functools
+import pathlib
 import pickle
+import re
 
 import pytest
 
@@ -78,6 +80,21 @@ def test_a_spec_is_declared_once_and_pickles_as_itself():
     with pytest.raises(ValueError, match="declared twice"):
         opspec.OpSpec("rms_norm")
     assert pickle.loads(pickle.dumps(opspec.RMS_NORM)) is opspec.RMS_NORM
+
+
+def test_ops_name_their_spec_not_a_string():
+    """apply(...) and @gradient(...) take the spec constant (opspec.RMS_NORM), which an editor can
+    follow; a string literal there would be a second spelling of the name. (tensor.py and
+    ops/inplace.py still pass a few names as strings: a spec equals its name, so both work.)"""
+    root = pathlib.Path(gc.__file__).parent
+    found = [
+        f"{path.relative_to(root)}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}"
+        for path in sorted(root.rglob("*.py"))
+        if path.name not in ("tensor.py", "inplace.py")
+        for text in [path.read_text()]
+        for m in re.finditer(r"(?<![\w.])(apply|gradient)\(\s*[\"']\w+[\"']", text)
+    ]
+    assert not found, "name the op's spec (gradcraft/backend/opspec.py):\n" + "\n".join(found)
 
 
 def _first_sample_kernels(op) -> set:

@@ -1,9 +1,10 @@
 """How an op becomes a graph node, and where gradient rules are registered.
 
-`apply(OP, inputs, ...)` (OP: the op's spec, backend/opspec.py) builds the node for one kernel call and returns its
-output tensor(s); nothing runs until something asks for the data.
+`apply(opspec.OP, inputs, ...)` (the op's spec, backend/opspec.py) builds the node
+for one kernel call and returns its output tensor(s); nothing runs until something
+asks for the data.
 
-`@gradient(OP)` registers the rule that turns the gradient of an op's output
+`@gradient(opspec.OP)` registers the rule that turns the gradient of an op's output
 into gradients of its inputs. Rules are written in Tensor ops, so the same
 rule serves every device, and the gradient graph is lazy like the forward one.
 """
@@ -26,7 +27,7 @@ VIEW_OPS = frozenset(name for name, spec in SPECS.items() if spec.view)  # resha
 
 def gradient(op: str):
     """Register `rule(node, out, grad) -> tuple of input gradients (None where there is none)` as the
-    gradient of op (its spec, backend/opspec.py: `@gradient(RMS_NORM)`)."""
+    gradient of op (its spec, backend/opspec.py: `@gradient(opspec.RMS_NORM)`)."""
 
     def register(rule):
         GRADIENTS[op] = SPECS[op].grad_rule = rule

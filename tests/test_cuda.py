@@ -435,9 +435,9 @@ def test_sample_tokens_kernel(gpu):
 
 
 def test_every_contract_kernel_ran(gpu, request):
-    """Every contract kernel ran on the GPU in some test of KERNEL_TEST_MODULES. It reads what the whole
-    session ran, so conftest.py puts it last, and it runs only where the session holds all those modules
-    unfiltered, in one process."""
+    """Every contract kernel of the CUDA backend ran on the GPU in some test of KERNEL_TEST_MODULES. It
+    reads what the whole session ran, so conftest.py puts it last, and it runs only where the session
+    holds all those modules unfiltered, in one process."""
     config = request.config
     modules = {item.module.__name__.rpartition(".")[2] for item in request.session.items if hasattr(item, "module")}
     if (
@@ -447,7 +447,9 @@ def test_every_contract_kernel_ran(gpu, request):
         or not modules >= set(KERNEL_TEST_MODULES)
     ):
         pytest.skip(f"needs {', '.join(KERNEL_TEST_MODULES)} whole, in one process (run without -n, -k, -m)")
-    assert not (KERNELS - SEEN), f"kernels never run on the GPU: {sorted(KERNELS - SEEN)}"
+    # (an optional kernel the CUDA backend leaves out runs its spec's fallback there: tests/test_opspec.py)
+    unseen = (KERNELS & set(gpu.kernels)) - SEEN
+    assert not unseen, f"kernels never run on the GPU: {sorted(unseen)}"
 
 
 @pytest.mark.parametrize("dtype", [np.int64, BF16, np.float32])

@@ -109,13 +109,15 @@ HOPPER_CASES = [  # (B, H, Hkv, T, S, D, causal, window): the wgmma forward's he
 ]
 
 
-@pytest.mark.parametrize("variant", range(18))  # (beyond a head dim's variants: skipped)
+@pytest.mark.parametrize("variant", range(1))  # (beyond a head dim's variants: skipped)
 @pytest.mark.parametrize("dtype", [BF16, np.float16])
 @pytest.mark.parametrize("case", HOPPER_CASES, ids=_case_id)
 def test_hopper_flash_forward(gpu, case, dtype, variant):
-    """The wgmma forward (flash_hopper.cu, sm_90 only) against the NumPy reference and the mma.sync
-    kernel, every output element written (the outputs start as NaN). A persistent variant must give
-    the same bits from a grid of one or two blocks, each then taking many query tiles in turn."""
+    """The wgmma forward (flash_hopper.cu, sm_90 only), each variant the package runs
+    (flash_variants.PRODUCTION_VARIANTS; the lab's: dev/cuda/check_flash_hopper.py), against the NumPy
+    reference and the mma.sync kernel, every output element written (the outputs start as NaN). A
+    persistent variant must give the same bits from a grid of one or two blocks, each then taking many
+    query tiles in turn."""
     import cupy as cp
 
     from gradcraft.backend.cuda import attention
@@ -123,7 +125,7 @@ def test_hopper_flash_forward(gpu, case, dtype, variant):
     if not attention.hopper(dtype, case[5]):
         pytest.skip("the wgmma forward runs on compute capability 9.0 only")
     B, H, Hkv, T, S, D, causal, window = case
-    if variant >= len(attention.HOPPER_VARIANTS["fwd"][D]):
+    if variant >= len(attention.PRODUCTION_VARIANTS["fwd"][D]):
         pytest.skip(f"no such variant at head dim {D}")
     q, k, v, _, attrs = _flash_inputs(case, dtype, rng())
     ref_out, ref_lse = cpu().reference_kernels["flash_attention"](q, k, v, **attrs)
@@ -131,7 +133,7 @@ def test_hopper_flash_forward(gpu, case, dtype, variant):
     out = cp.full((B, T, H, D), np.nan, dtype=np.float32).astype(dtype).transpose(0, 2, 1, 3)
     lse = cp.full((B, H, T), np.nan, dtype=np.float32)
     strides = [[np.int64(s // a.itemsize) for s in a.strides[:3]] for a in (dq, dk, dv)]
-    tiles = attention.HOPPER_VARIANTS["fwd"][D][variant]  # (keys per tile, warpgroups per block)
+    tiles = attention.PRODUCTION_VARIANTS["fwd"][D][variant]  # (keys per tile, warpgroups per block[, kind])
     attention._hopper_fwd(dq, dk, dv, out, lse, *strides, attrs["scale"], causal, window, tiles=tiles)
     if tiles[2:] and tiles[2] in attention.PERSISTENT_KINDS:
         for blocks in (1, 2):
@@ -173,13 +175,14 @@ def _nan_gradients(inputs, dtype):
     return [cp.full(s, np.nan, dtype=np.float32).astype(dtype).transpose(0, 2, 1, 3) for s in shapes]
 
 
-@pytest.mark.parametrize("variant", range(8))
+@pytest.mark.parametrize("variant", range(2))
 @pytest.mark.parametrize("dtype", [BF16, np.float16])
 @pytest.mark.parametrize("case", HOPPER_CASES, ids=_case_id)
 def test_hopper_flash_backward(gpu, case, dtype, variant):
-    """The wgmma backward (flash_hopper_bwd.cu: dq and dk/dv, or dk/dv adding dQ up itself, sm_90 only)
-    at each tile size against the NumPy reference and the mma.sync kernels, every gradient element
-    written (they start as NaN)."""
+    """The wgmma backward (flash_hopper_bwd.cu: dq and dk/dv, or dk/dv adding dQ up itself, sm_90 only),
+    each (dq, dk/dv) pair the package runs (flash_variants.PRODUCTION_VARIANTS: the default and the
+    deterministic one; the lab's: dev/cuda/check_flash_hopper.py), against the NumPy reference and the
+    mma.sync kernels, every gradient element written (they start as NaN)."""
     import cupy as cp
 
     from gradcraft.backend.cuda import attention
@@ -187,12 +190,11 @@ def test_hopper_flash_backward(gpu, case, dtype, variant):
     B, H, Hkv, T, S, D, causal, window = case
     if not attention.hopper(dtype, D):
         pytest.skip("the wgmma backward runs on compute capability 9.0 only")
-    variants = attention.HOPPER_VARIANTS
-    if variant >= min(len(variants["dq"][D]), len(variants["dkdv"][D])):
+    if variant >= len(attention.PRODUCTION_VARIANTS["bwd"][D]):
         pytest.skip(f"no such variant at head dim {D}")
     inputs, expected, attrs = _backward_case(gpu, case, dtype)
     grads = _nan_gradients(inputs, dtype)
-    tiles = variants["dq"][D][variant], variants["dkdv"][D][variant]
+    tiles = attention.PRODUCTION_VARIANTS["bwd"][D][variant]
     launches = attention.backward_launches(*inputs, *grads, attrs["scale"], causal, window, tiles=tiles)
     for launch in launches.values():
         launch()

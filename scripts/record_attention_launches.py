@@ -3,10 +3,11 @@
     python scripts/record_attention_launches.py record OUT.json [--tree DIR] [--quick]
     python scripts/record_attention_launches.py compare A.json B.json
 
-`record` imports backend/cuda/attention.py from --tree (default: this checkout) with CuPy replaced by
+`record` imports backend/cuda/flash_attention.py (attention.py in older trees) from --tree (default: this
+checkout) with CuPy replaced by
 a recorder: arrays are shapes, strides and made-up pointers from a deterministic allocator, and each
 `cuLaunchKernel` (packed.py's path) is kept as its kernel name, grid, block, dynamic shared memory and
-arguments, decoded with the launcher's own types (attention.py's *_TYPES), along with the shapes,
+arguments, decoded with the launcher's own types (flash_attention.py's *_TYPES), along with the shapes,
 strides and pointers of the arrays the launchers return. It walks head dims 32-128, bf16 and fp16,
 causal or not, a window, GQA, T != S, empty sequences, strided and misaligned inputs, dropout, the
 Hopper kernels on and off, deterministic mode, and every Hopper variant (persistent grids of 1 and 2
@@ -158,7 +159,7 @@ def _kernel_types(attention, name: str) -> str:
 
 
 def _hopper_variants(attention, tree: str) -> dict:
-    """Every Hopper variant's table: attention.py's own where it has one, else dev/cuda/flash_variants.py's
+    """Every Hopper variant's table: the launchers' module's own where it has one, else dev/cuda/flash_variants.py's
     (where the lab's variants live)."""
     if hasattr(attention, "HOPPER_VARIANTS"):
         return attention.HOPPER_VARIANTS
@@ -256,7 +257,12 @@ def record(tree: str, out: str, quick: bool) -> int:
     recorded, names = [], {}
     _install_cupy(recorded, names)
     sys.path.insert(0, os.path.abspath(tree))
-    from gradcraft.backend.cuda import attention, compiler
+    from gradcraft.backend.cuda import compiler
+
+    try:  # (the flash-attention launchers' module; attention.py in older trees)
+        from gradcraft.backend.cuda import flash_attention as attention
+    except ImportError:
+        from gradcraft.backend.cuda import attention
     from gradcraft.backend.cuda import launch as L
 
     handles: dict = {}

@@ -60,9 +60,9 @@ _C_TYPE = [  # (a parameter's declaration, its format character)
 
 
 def _attention_types() -> dict:
-    """The module-level *_TYPES strings of backend/cuda/attention.py, evaluated from its source (the
+    """The module-level *_TYPES strings of backend/cuda/flash_attention.py, evaluated from its source (the
     module itself imports CuPy)."""
-    tree = ast.parse((ROOT / "gradcraft" / "backend" / "cuda" / "attention.py").read_text())
+    tree = ast.parse((ROOT / "gradcraft" / "backend" / "cuda" / "flash_attention.py").read_text())
     names: dict = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
@@ -152,7 +152,7 @@ def test_launch_recordings_agree_for_one_tree_and_tell_a_planted_change(tmp_path
     planted = tmp_path / "planted"
     shutil.copytree(ROOT / "gradcraft", planted / "gradcraft", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "dev" / "cuda", planted / "dev" / "cuda", ignore=shutil.ignore_patterns("__pycache__"))
-    source = planted / "gradcraft" / "backend" / "cuda" / "attention.py"
+    source = planted / "gradcraft" / "backend" / "cuda" / "flash_attention.py"
     text = source.read_text()
     assert text.count("(*dqs, H, T, scale)") == 1
     source.write_text(text.replace("(*dqs, H, T, scale)", "(*dqs, H, T, scale * 2)"))

@@ -1,6 +1,6 @@
 """Every flash-attention variant on Hopper: the package's (gradcraft/backend/cuda/flash_variants.py's
 HOPPER_TILES and DETERMINISTIC_TILES, in kernels/flash_hopper*.cu) and the lab's (flash_hopper_lab.cu,
-flash_hopper_bwd_lab.cu beside this file). attention.py's launchers launch any of them by name; lab.py
+flash_hopper_bwd_lab.cu beside this file). flash_attention.py's launchers launch any of them by name; lab.py
 points them at the lab's kernel files."""
 
 from gradcraft.backend.cuda.flash_variants import (  # noqa: F401  (the kinds, as the launchers name them)

@@ -15,11 +15,11 @@ BWD_FILE = str(HERE / "flash_hopper_bwd_lab.cu")
 
 
 def enable():
-    """Point attention.py's Hopper launches at the lab's files (compiler.hopper_module builds them for
+    """Point flash_attention.py's Hopper launches at the lab's files (compiler.hopper_module builds them for
     sm_90a, their includes taken from the package's kernels/), and return the attention module."""
-    from gradcraft.backend.cuda import attention
+    from gradcraft.backend.cuda import flash_attention
 
-    attention.HOPPER_FILE, attention.HOPPER_BWD_FILE = FWD_FILE, BWD_FILE
-    attention._forward_plan.cache_clear()  # (plans prepared against the package's files)
-    attention._backward_plan.cache_clear()
-    return attention
+    flash_attention.HOPPER_FILE, flash_attention.HOPPER_BWD_FILE = FWD_FILE, BWD_FILE
+    flash_attention._forward_plan.cache_clear()  # (plans prepared against the package's files)
+    flash_attention._backward_plan.cache_clear()
+    return flash_attention

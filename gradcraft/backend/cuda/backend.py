@@ -5,7 +5,7 @@ from: elementwise.py, reduce.py, movement.py (and gathers), creation.py, moe.py 
 routines where a handwritten kernel would not pay, with backend/cpu/'s dtype rules (float16/bfloat16
 arithmetic runs in float32 and rounds once); matmul.py goes to cuBLAS (gemv.py for one-row products);
 activations.py, softmax.py, cross_entropy.py, linear_cross_entropy.py, norms.py, rope.py, embedding.py,
-dropout.py, sdpa.py, attention.py (flash) and gemv.py (norm_linear) launch kernels/*.cu (rows.py: the
+dropout.py, sdpa.py, flash_attention.py (flash) and gemv.py (norm_linear) launch kernels/*.cu (rows.py: the
 row kernels' layouts). Extra methods beyond the contract: `adamw_step`, `grad_norm` (optim.py) and
 `cross_entropy_with_grad` (cross_entropy.py).
 """
@@ -19,7 +19,7 @@ from gradcraft.backend import Backend, assemble_kernels
 from gradcraft.backend.cuda import (
     activations,
     fused,
-    attention,
+    flash_attention,
     creation,
     cross_entropy,
     dropout,
@@ -59,7 +59,7 @@ FAMILIES = (
     embedding,
     dropout,
     sdpa,
-    attention,
+    flash_attention,
     kv_cache,
     sampling,
     gemv,
@@ -153,7 +153,7 @@ class CUDABackend(Backend):
             return linear.supported(dtype)
 
     def flash_attention_supported(self, dtype, head_dim: int, value_dim: int) -> bool:
-        return attention.supported(dtype, head_dim, value_dim)
+        return flash_attention.supported(dtype, head_dim, value_dim)
 
     def kv_attention_supported(self, dtype, length: int, head_dim: int) -> bool:
         return kv_cache.supported(dtype, length, head_dim)

@@ -1,5 +1,5 @@
 """The flash-attention kernels' variants on Hopper (flash_hopper.cu, flash_hopper_bwd.cu): the names of
-their kinds, which attention.py's launchers read, and the variants attention.py runs, which are the
+their kinds, which flash_attention.py's launchers read, and the variants it runs, which are the
 ones the package's kernel files hold. The other variants, the kernels that build them and their
 checks are in dev/cuda (dev/cuda/flash_variants.py's HOPPER_VARIANTS). No CuPy here: a table only."""
 

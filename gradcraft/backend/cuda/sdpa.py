@@ -1,6 +1,6 @@
 """Explicit attention on the GPU: scores by cuBLAS, scale + masks + softmax in one kernels/softmax.cu
 launch (sdpa, masked_softmax and their gradients; backend/cpu/attention.py and softmax.py are their
-references). Flash attention is attention.py."""
+references). Flash attention is flash_attention.py."""
 
 import cupy as cp
 import numpy as np

@@ -481,7 +481,7 @@ __device__ __forceinline__ void hopper_fwd_wsp(const u16* __restrict__ q, const 
         hopper_fwd_##NAME##_d##D##_n##BN##_w##WGS(FH_PARAMS) {                                            \
         FH_BODY(BF, D, BN, WGS)                                                                           \
     }
-// Here the one attention.py runs (flash_variants.HOPPER_TILES); dev/cuda/flash_hopper_lab.cu holds the others.
+// Here the one flash_attention.py runs (flash_variants.HOPPER_TILES); dev/cuda/flash_hopper_lab.cu holds the others.
 #define FH_ALL(NAME, BF) FH_FWD(NAME, BF, 64, 128, 1)
 FH_ALL(bf16, true)
 FH_ALL(f16, false)
@@ -512,7 +512,7 @@ FH_ALL(f16, false)
         hopper_fwd_##NAME##_d##D##_n##BN##_c##CW##TAIL(FH_PARAMS, int heads, int* next_work) {            \
         FH_BODY_WSP(BF, D, BN, CW, OVERLAP, PINGPONG)                                                     \
     }
-// Here the one attention.py runs (flash_variants.HOPPER_TILES); dev/cuda/flash_hopper_lab.cu holds the others.
+// Here the one flash_attention.py runs (flash_variants.HOPPER_TILES); dev/cuda/flash_hopper_lab.cu holds the others.
 #define FH_ALL_WSP(NAME, BF) FH_FWD_WSP(NAME, BF, 128, 128, 2, true, false, _wsp)
 FH_ALL_WSP(bf16, true)
 FH_ALL_WSP(f16, false)

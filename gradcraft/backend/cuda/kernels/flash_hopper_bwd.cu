@@ -19,7 +19,7 @@
 // instead load each query tile once for both (which wins for the fused kernel at head dim 128).
 // The fused variant of dk/dv (hopper_bwd_fused*, below) computes dq too, adding its partial sums in
 // float32 with atomic reductions: faster (no recomputed S, dP and exponentials), but dq's last bits
-// then depend on the order the key blocks run in (attention.py: GRADCRAFT_DETERMINISTIC).
+// then depend on the order the key blocks run in (flash_attention.py: GRADCRAFT_DETERMINISTIC).
 // The tiles' swizzled layout and the wgmma wrappers: wgmma.cuh.
 #include "wgmma.cuh"
 #include "row_store.cuh"
@@ -417,7 +417,7 @@ __device__ __forceinline__ void hopper_bwd_dq_convert(const float* __restrict__ 
 // GQA: with `parts` > 1, a key tile's sweep over its G query heads is shared by `parts` blocks (KeyTile),
 // which add their dK and dV sums in float32 into dkv_acc (dk's (B, Hkv, S rounded up to 64, D), then
 // dv's, zeroed beforehand; add_dq_partial's order) for hopper_bwd_dq_convert to write out: the launcher
-// splits sweeps of many heads, whose data outgrew L2 (attention.py, kv_parts). The order of those
+// splits sweeps of many heads, whose data outgrew L2 (flash_attention.py, kv_parts). The order of those
 // additions varies, as dQ's does.
 // Why the buffers suffice: a consumer writes dS^T buffer it & 1 at step it after the named barrier of
 // step it - 1, which each warpgroup reaches only after its step-(it - 2) dQ product (the buffer's
@@ -661,7 +661,7 @@ __device__ __forceinline__ void hopper_bwd_ws(FHB_INPUTS, u16* __restrict__ dk, 
                                                        float* dkv_acc, FHB_SHAPE, int parts) {                  \
         FHB_WS_BODY(BF, D)                                                                                       \
     }
-// Here the kernels attention.py runs (flash_variants.HOPPER_TILES, and DETERMINISTIC_TILES' separate dq
+// Here the kernels flash_attention.py runs (flash_variants.HOPPER_TILES, and DETERMINISTIC_TILES' separate dq
 // and dk/dv); dev/cuda/flash_hopper_bwd_lab.cu holds the other variants.
 #define FHB_ALL(NAME, BF)                                                                                        \
     FHB_DQ(NAME, BF, 64, 64, 1) FHB_DQ(NAME, BF, 128, 64, 1) FHB_DKDV(NAME, BF, 64, 64, 1)                       \

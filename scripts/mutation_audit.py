@@ -174,7 +174,7 @@ MUTANTS = [
     ),
     M(
         "attention_c_sees_the_next_key",
-        "gradcraft/backend/cpu/native/attention.c",
+        "gradcraft/backend/cpu/native/sdpa.c",
         "return s->causal ? min_i(s->S, t + s->off + 1) : s->S;",
         "return s->causal ? min_i(s->S, t + s->off + 2) : s->S;",
         ("tests/test_cpu_native.py", "-k", "sdpa"),
@@ -182,7 +182,7 @@ MUTANTS = [
     ),
     M(
         "attention_c_key_gradient_skips_a_query",
-        "gradcraft/backend/cpu/native/attention.c",
+        "gradcraft/backend/cpu/native/sdpa.c",
         "if (band == LOWER) kb = min_i(K, max_i(0, i - off));",
         "if (band == LOWER) kb = min_i(K, max_i(0, i - off + 1));",
         ("tests/test_cpu_native.py", "-k", "sdpa"),

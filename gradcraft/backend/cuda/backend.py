@@ -19,12 +19,12 @@ from gradcraft.backend import Backend, assemble_kernels
 from gradcraft.backend.cuda import (
     activations,
     fused,
-    flash_attention,
     creation,
     cross_entropy,
     dropout,
     elementwise,
     embedding,
+    flash_attention,
     gemv,
     kv_cache,
     linear,

@@ -1,5 +1,5 @@
 """Explicit attention on the GPU: scores by cuBLAS, scale + masks + softmax in one kernels/softmax.cu
-launch (sdpa, masked_softmax and their gradients; backend/cpu/attention.py and softmax.py are their
+launch (sdpa, masked_softmax and their gradients; backend/cpu/sdpa.py and softmax.py are their
 references). Flash attention is flash_attention.py."""
 
 import cupy as cp
@@ -25,7 +25,7 @@ def _attention_probs(q, k, mask, scale, causal, window):
 
 
 def _wide_attention(fn):
-    """Half-precision attention runs in float32 and rounds once at the end, as backend/cpu/attention.py does."""
+    """Half-precision attention runs in float32 and rounds once at the end, as backend/cpu/sdpa.py does."""
 
     def kernel(q, k, v, *rest, **attrs):
         if q.dtype not in L.HALF:

@@ -1,7 +1,7 @@
 """The CUDA backend: CuPy arrays as buffers, every kernel of the contract.
 
 The kernels live in one module per family, each exporting a KERNELS dict that the table is assembled
-from: elementwise.py, reduce.py, movement.py (and gathers), creation.py, moe.py use CuPy's own
+from: elementwise.py, reduce.py, movement.py, gather.py, creation.py, random.py, moe.py use CuPy's own
 routines where a handwritten kernel would not pay, with backend/cpu/'s dtype rules (float16/bfloat16
 arithmetic runs in float32 and rounds once); matmul.py goes to cuBLAS (gemv.py for one-row products);
 activations.py, softmax.py, cross_entropy.py, linear_cross_entropy.py, norms.py, rope.py, embedding.py,
@@ -25,6 +25,7 @@ from gradcraft.backend.cuda import (
     elementwise,
     embedding,
     flash_attention,
+    gather,
     gemv,
     kv_cache,
     linear,
@@ -49,6 +50,7 @@ FAMILIES = (
     reduce,
     matmul_family,
     movement,
+    gather,
     moe,
     creation,
     random,

@@ -29,6 +29,7 @@ from gradcraft.backend.cpu import (
     gemv,
     kv_cache,
     linear,
+    linear_cross_entropy,
     matmul,
     moe,
     movement,
@@ -68,6 +69,7 @@ FAMILIES = (
     sampling,
     gemv,
     linear,
+    linear_cross_entropy,
 )
 
 

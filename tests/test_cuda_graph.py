@@ -219,7 +219,7 @@ def test_continuous_batching_replays_one_graph_per_bucket(family, step_prompts):
     from test_scheduler import PROMPTS, make_model, served
 
     from gradcraft.inference.generate import SamplingParams
-    from gradcraft.inference.scheduler import Scheduler
+    from gradcraft.inference.batching import Scheduler
 
     requests = [(PROMPTS[i % len(PROMPTS)], SamplingParams(max_tokens=12)) for i in range(6)]
     cpu = Scheduler(make_model(family), slots=4, step_prompts=step_prompts)
@@ -347,7 +347,7 @@ def test_the_scheduler_captures_every_bucket_before_the_first_request():
     from test_scheduler import PROMPTS, make_model, served
 
     from gradcraft.inference.generate import SamplingParams
-    from gradcraft.inference.scheduler import Scheduler
+    from gradcraft.inference.batching import Scheduler
 
     model = make_model("llama_gqa")
     model.to("cuda")

@@ -10,7 +10,7 @@ import pytest
 
 import gradcraft as gc
 from gradcraft.inference.generate import SamplingParams, generate, generate_without_cache
-from gradcraft.inference.scheduler import Scheduler, Sequence
+from gradcraft.inference.batching import Scheduler, Sequence
 from gradcraft.models import ModelConfig, Transformer
 from gradcraft.sampling import min_p_shift, penalize
 

@@ -216,7 +216,7 @@ def test_continuous_batching_replays_one_graph_per_bucket(family, step_prompts):
     answers under load are the CPU scheduler's (up to rounding: the same tokens on these models), with
     prompts prefilled or fed through the step alike on both (a mixture-of-experts prefill has a
     capacity limit that the step has not: the two ways may answer differently)."""
-    from test_scheduler import PROMPTS, make_model, served
+    from test_batching import PROMPTS, make_model, served
 
     from gradcraft.inference.generate import SamplingParams
     from gradcraft.inference.batching import Scheduler
@@ -344,7 +344,7 @@ def test_the_scheduler_captures_every_bucket_before_the_first_request():
     """On a GPU the scheduler captures each bucket's step at start-up (as vLLM does), so traffic that
     grows the batch never waits for a capture; the warm-up steps count for nothing and leave no trace
     in the answers."""
-    from test_scheduler import PROMPTS, make_model, served
+    from test_batching import PROMPTS, make_model, served
 
     from gradcraft.inference.generate import SamplingParams
     from gradcraft.inference.batching import Scheduler

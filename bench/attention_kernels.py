@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def fastest(times: dict, default) -> str:
     """The fastest of `times` (name -> seconds), against `default` (the name of the variant the backend
-    runs, or None when it is not among them): what to look at before changing attention.HOPPER_TILES."""
+    runs, or None when it is not among them): what to look at before changing flash_variants.HOPPER_TILES."""
     name = min(times, key=times.get)
     text = f"{name} {times[name] * 1e3:.3f} ms"
     if default in times:

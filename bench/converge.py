@@ -265,7 +265,7 @@ def run_seed(args, data: np.ndarray, seed: int, log) -> dict:
     from gradcraft.models import ModelConfig, Transformer
     from gradcraft.ops.creation import advance_dropout
     from gradcraft.optim import AdamW, CosineWithWarmup, grad_norm_and_scale
-    from gradcraft.optim.schedule import set_lr
+    from gradcraft.optim.lr_schedule import set_lr
     from gradcraft.optim.weight_decay import weight_decay_groups
 
     split = int(len(data) * 0.9)

@@ -174,7 +174,7 @@ MUTANTS = [
     ),
     M(
         "attention_c_sees_the_next_key",
-        "gradcraft/backend/cpu/native/attention.c",
+        "gradcraft/backend/cpu/native/sdpa.c",
         "return s->causal ? min_i(s->S, t + s->off + 1) : s->S;",
         "return s->causal ? min_i(s->S, t + s->off + 2) : s->S;",
         ("tests/test_cpu_native.py", "-k", "sdpa"),
@@ -182,7 +182,7 @@ MUTANTS = [
     ),
     M(
         "attention_c_key_gradient_skips_a_query",
-        "gradcraft/backend/cpu/native/attention.c",
+        "gradcraft/backend/cpu/native/sdpa.c",
         "if (band == LOWER) kb = min_i(K, max_i(0, i - off));",
         "if (band == LOWER) kb = min_i(K, max_i(0, i - off + 1));",
         ("tests/test_cpu_native.py", "-k", "sdpa"),
@@ -250,7 +250,7 @@ MUTANTS = [
     ),
     M(
         "warmup_off_by_one",
-        "gradcraft/optim/schedule.py",
+        "gradcraft/optim/lr_schedule.py",
         "return self.max_lr * (step + 1) / self.warmup_steps",
         "return self.max_lr * step / self.warmup_steps",
         ("tests/test_optim.py",),
@@ -276,18 +276,18 @@ MUTANTS = [
     # ---- decoding
     M(
         "stepped_prompt_feeds_the_previous_token",
-        "gradcraft/inference/scheduler.py",
+        "gradcraft/inference/batching.py",
         "seq.last = seq.prompt[seq.prefilled]",
         "seq.last = seq.prompt[seq.prefilled - 1]",
-        ("tests/test_scheduler.py",),
+        ("tests/test_batching.py",),
         "a prompt fed through the decoding step repeats a token instead of moving on",
     ),
     M(
         "stepped_prompt_draws_before_its_last_token",
-        "gradcraft/inference/scheduler.py",
+        "gradcraft/inference/batching.py",
         "if seq.prefilled < len(seq.prompt) - 1:",
         "if seq.prefilled < len(seq.prompt) - 2:",
-        ("tests/test_scheduler.py",),
+        ("tests/test_batching.py",),
         "a stepped prompt's second-to-last token takes a number from the sequence's generator",
     ),
     M(

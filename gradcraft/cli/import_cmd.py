@@ -150,7 +150,7 @@ def write_run_folder(model_dir: str, model, tokenizer, step: int, recipe_values:
     import gradcraft as gc
     from gradcraft.atomic import write_json
     from gradcraft.optim import AdamW, CosineWithWarmup
-    from gradcraft.optim.schedule import Shifted
+    from gradcraft.optim.lr_schedule import Shifted
     from gradcraft.tokenizer import save_tokenizer
     from gradcraft.training import checkpoint as ckpt
     from gradcraft.optim.weight_decay import weight_decay_groups

@@ -48,7 +48,7 @@ def add_parser(subparsers) -> None:
 
 
 def add_batching_arguments(p) -> None:
-    """Continuous batching, limits and access (inference/scheduler.py, inference/server.py)."""
+    """Continuous batching, limits and access (inference/batching.py, inference/server.py)."""
     from gradcraft.inference.server import MAX_QUEUE, REQUEST_TIMEOUT, SLOTS
 
     p.add_argument(

@@ -72,7 +72,7 @@ def add_parser(subparsers) -> None:
         field_help(TrainConfig),
     )
     p.add_argument("--no_progress", action="store_true", help="print lines instead of a progress bar")
-    from gradcraft.cli.launch_flags import add_distributed_arguments
+    from gradcraft.cli.distributed_flags import add_distributed_arguments
 
     add_distributed_arguments(p)  # --nnodes, --node_rank, --master_addr, --master_port, --bucket_mb, --zero...
     p.set_defaults(func=run_train)
@@ -292,7 +292,7 @@ def _run_train(args) -> int:
     )
     from gradcraft.training.resources import check_memory
     from gradcraft.training.trainer import interrupted_message, train_processes
-    from gradcraft.cli.launch_flags import is_writer, topology_from_args
+    from gradcraft.cli.distributed_flags import is_writer, topology_from_args
 
     train_config, lock, locked, created = None, None, False, False
     apply_settings_file(args)

@@ -16,14 +16,14 @@ Global rank 0 writes the logs and checkpoints. docs/distributed.md is the user's
     topology.py     nodes, processes per node, the master; torchrun's variables
     rendezvous.py   how the processes find each other (TCP at the master, with a timeout)
     tcp.py          the CPU process group (sockets)
-    launch.py       starting a node's processes; join_group
+    spawn.py        starting a node's processes; join_group
     watch.py        a GPU job's processes notice one that dies (NCCL would wait for it forever)
     buckets.py      gradient buckets reduced while backward runs
     zero.py         ZeRO-1: the optimizer state sharded over the processes
     c10d.py         torch.distributed's names (init_process_group, all_reduce, broadcast, ...)
 """
 
-from gradcraft.distributed.launch import finished, join_group, launch
+from gradcraft.distributed.spawn import finished, join_group, launch
 from gradcraft.distributed.tcp import TCPGroup
 from gradcraft.distributed.topology import Topology
 from gradcraft.ops.collective import all_reduce as _sum_in_place

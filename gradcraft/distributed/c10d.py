@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime
 import os
 
-from gradcraft.distributed.launch import finished, join_group
+from gradcraft.distributed.spawn import finished, join_group
 from gradcraft.distributed.topology import DEFAULT_TIMEOUT_S, Topology
 from gradcraft.errors import UserError
 from gradcraft.ops.collective import all_gather_flat, default_group, set_default_group

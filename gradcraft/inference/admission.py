@@ -12,7 +12,7 @@ import time
 from gradcraft.errors import UserError
 from gradcraft.inference.generate import SamplingParams
 from gradcraft.inference.http_front import _Cancelled
-from gradcraft.inference.scheduler import CANCELLED, ERROR, TIMEOUT, QueueFull, SchedulerClosed, Sequence
+from gradcraft.inference.batching import CANCELLED, ERROR, TIMEOUT, QueueFull, SchedulerClosed, Sequence
 from gradcraft.inference.text import TextStream
 
 

@@ -11,7 +11,7 @@
     GET  /                      the browser playground (static/playground.html; off with ui=False)
 
 The routes live here; a request becomes sequences on the scheduler in inference/admission.py.
-The model is loaded once and driven by one Scheduler (inference/scheduler.py): concurrent requests
+The model is loaded once and driven by one Scheduler (inference/batching.py): concurrent requests
 are batched continuously (each joins the running batch at the next decoding step and leaves when it
 ends) over a KV cache of fixed slots. Each choice of a request is one sequence with its own random
 generator: choice i samples with `seed + i`, so an answer does not depend on what else is running.
@@ -40,7 +40,7 @@ import socket
 
 from gradcraft.inference.admission import RequestError, Requests
 from gradcraft.inference.http_front import _Front, _StderrHandler, bind, error_body, log, run_uvicorn
-from gradcraft.inference.scheduler import CANCELLED, ERROR, TIMEOUT, Scheduler
+from gradcraft.inference.batching import CANCELLED, ERROR, TIMEOUT, Scheduler
 
 MAX_BODY_BYTES = 1_000_000  # default request-body limit (--max_body_bytes)
 SLOTS = 16  # default sequences decoded together (--max_batch)

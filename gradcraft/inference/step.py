@@ -1,4 +1,4 @@
-"""The scheduler's decoding step over its first `rows` slots (inference/scheduler.py): views of the
+"""The scheduler's decoding step over its first `rows` slots (inference/batching.py): views of the
 scheduler's buffers, run as a captured CUDA graph where the device can, with or without the
 penalties (inference/penalties.py; a step of its own, captured when first used, so that a batch with
 no penalty runs none of their ops)."""

@@ -78,7 +78,7 @@ class StaticKVCache:
     int64 tensor the caller advances between steps: one element shared by every row, or (B,), one
     position per row, as a server batching requests of different lengths needs). Every decoding
     step then has the same shapes and reads and writes the same buffers, so a CUDA graph captured
-    from one step replays all the others (inference/generate.py, inference/scheduler.py). Attention
+    from one step replays all the others (inference/generate.py, inference/batching.py). Attention
     reads the filled slots only (F.kv_cache_attention). For one new token per step.
 
     A sliding-window layer (`window=w`) keeps a ring of L = w positions: position p lives at p % w,

@@ -4,7 +4,7 @@ Three ways to the same function, picked per call:
 - "flash": one kernel that never stores the (T, S) weights, keeping each query's log-sum-exp for a
   backward pass that recomputes them tile by tile (`flash_attention` / `flash_attention_backward`).
   Chosen wherever the device has a fast kernel for the case (CUDA, bf16/fp16, the head dims of
-  backend/cuda/attention.py, no explicit mask).
+  backend/cuda/flash_attention.py, no explicit mask).
 - "explicit" (save_weights=True, or dropout): scores by a matmul, a fused masked softmax, a matmul;
   the weights are kept for the backward pass (PyTorch's math path).
 - "sdpa": one fused op whose backward recomputes the weights (the rest: masks, inference; and

@@ -6,4 +6,4 @@ from gradcraft.optim.adaptive_more import Adadelta, Adamax, NAdam, RAdam  # noqa
 from gradcraft.optim.clip import clip_grad_norm_, grad_norm_and_scale  # noqa: F401
 from gradcraft.optim.lbfgs import LBFGS  # noqa: F401
 from gradcraft.optim.optimizer import AdamW, Optimizer  # noqa: F401
-from gradcraft.optim.schedule import Constant, CosineWithWarmup, LinearWithWarmup  # noqa: F401
+from gradcraft.optim.lr_schedule import Constant, CosineWithWarmup, LinearWithWarmup  # noqa: F401

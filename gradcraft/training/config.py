@@ -110,7 +110,7 @@ class TrainConfig:
         value=positive_int,
         help="data-parallel processes on this machine: one per GPU from device on (NCCL), or CPU processes",
     )
-    # nnodes, bucket_mb and zero have their flags with the other multi-node ones (cli/launch_flags.py)
+    # nnodes, bucket_mb and zero have their flags with the other multi-node ones (cli/distributed_flags.py)
     nnodes: int = setting(
         1,
         value=positive_int,

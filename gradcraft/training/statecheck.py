@@ -67,7 +67,7 @@ def check_rng(rng, path: str) -> None:
 
 def check_schedule(schedule, path: str, step: int) -> None:
     """state.json's "schedule": a known kind whose fields build that schedule, finite at `step`."""
-    from gradcraft.optim.schedule import SCHEDULES, from_state_dict
+    from gradcraft.optim.lr_schedule import SCHEDULES, from_state_dict
 
     if schedule is None:
         return

@@ -23,7 +23,7 @@ from gradcraft.distributed.zero import ZeroAdamW
 from gradcraft.errors import UserError
 from gradcraft.models import ModelConfig, Transformer, describe
 from gradcraft.optim import AdamW, CosineWithWarmup
-from gradcraft.optim.schedule import Shifted, from_state_dict, set_lr, with_total_steps
+from gradcraft.optim.lr_schedule import Shifted, from_state_dict, set_lr, with_total_steps
 from gradcraft.optim.weight_decay import describe_decay, weight_decay_groups
 from gradcraft.training import checkpoint as ckpt
 from gradcraft.training.config import TrainConfig  # noqa: F401 (re-exported: its home is training/config.py)
@@ -405,7 +405,7 @@ def train_processes(
     if topology is None and tc.nproc == 1:
         return train(tc, mc, resume, overwrite=overwrite)
     from gradcraft.distributed import finished, join_group, launch
-    from gradcraft.distributed.launch import check_devices, rank_device
+    from gradcraft.distributed.spawn import check_devices, rank_device
 
     signature = job_signature(tc)
     if topology is not None and topology.started_by == "environment":  # torchrun: this process is one rank

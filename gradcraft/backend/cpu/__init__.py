@@ -18,7 +18,6 @@ import numpy as np
 from gradcraft.backend import Backend, assemble_kernels
 from gradcraft.backend.cpu import (
     activations,
-    attention,
     blas,
     creation,
     cross_entropy,
@@ -30,6 +29,7 @@ from gradcraft.backend.cpu import (
     gemv,
     kv_cache,
     linear,
+    linear_cross_entropy,
     matmul,
     moe,
     movement,
@@ -40,6 +40,7 @@ from gradcraft.backend.cpu import (
     reduce,
     rope,
     sampling,
+    sdpa,
     softmax,
 )
 from gradcraft.backend.cpu.common import _out, _pool, stats
@@ -61,13 +62,14 @@ FAMILIES = (
     embedding,
     dropout,
     rope,
-    attention,
+    sdpa,
     flash_attention,
     kv_cache,
     moe,
     sampling,
     gemv,
     linear,
+    linear_cross_entropy,
 )
 
 
@@ -91,7 +93,7 @@ class CPUBackend(Backend):
         self.kernels.update(blas.thread_policy(self.kernels))  # small products on one BLAS thread
 
     def recomputing_attention_preferred(self, dtype) -> bool:
-        # The C kernels (native/attention.c) skip the masked half of causal attention and keep each
+        # The C kernels (native/sdpa.c) skip the masked half of causal attention and keep each
         # head's weights in cache: faster than explicit attention's six BLAS products and softmax.
         return self._native("sdpa") and np.dtype(dtype) == np.float32
 

@@ -111,7 +111,7 @@ def _per_call_attention(q, k, *args, **kwargs) -> int:
 
 def _per_call_attention_heads(q, k, *args, **kwargs) -> int:
     """Multiply-adds of q @ k^T over all heads: what a kernel that splits the heads among threads
-    (native/attention.py) shares out."""
+    (native/sdpa.py) shares out."""
     return q.size * k.shape[-2]
 
 

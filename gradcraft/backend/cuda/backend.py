@@ -1,11 +1,11 @@
 """The CUDA backend: CuPy arrays as buffers, every kernel of the contract.
 
 The kernels live in one module per family, each exporting a KERNELS dict that the table is assembled
-from: elementwise.py, reduce.py, movement.py (and gathers), creation.py, moe.py use CuPy's own
+from: elementwise.py, reduce.py, movement.py, gather.py, creation.py, random.py, moe.py use CuPy's own
 routines where a handwritten kernel would not pay, with backend/cpu/'s dtype rules (float16/bfloat16
 arithmetic runs in float32 and rounds once); matmul.py goes to cuBLAS (gemv.py for one-row products);
 activations.py, softmax.py, cross_entropy.py, linear_cross_entropy.py, norms.py, rope.py, embedding.py,
-dropout.py, sdpa.py, attention.py (flash) and gemv.py (norm_linear) launch kernels/*.cu (rows.py: the
+dropout.py, sdpa.py, flash_attention.py (flash) and gemv.py (norm_linear) launch kernels/*.cu (rows.py: the
 row kernels' layouts). Extra methods beyond the contract: `adamw_step`, `grad_norm` (optim.py) and
 `cross_entropy_with_grad` (cross_entropy.py).
 """
@@ -19,12 +19,13 @@ from gradcraft.backend import Backend, assemble_kernels
 from gradcraft.backend.cuda import (
     activations,
     fused,
-    attention,
     creation,
     cross_entropy,
     dropout,
     elementwise,
     embedding,
+    flash_attention,
+    gather,
     gemv,
     kv_cache,
     linear,
@@ -33,6 +34,7 @@ from gradcraft.backend.cuda import (
     movement,
     norms,
     optim,
+    random,
     reduce,
     rope,
     sampling,
@@ -48,8 +50,10 @@ FAMILIES = (
     reduce,
     matmul_family,
     movement,
+    gather,
     moe,
     creation,
+    random,
     activations,
     softmax,
     cross_entropy,
@@ -59,7 +63,7 @@ FAMILIES = (
     embedding,
     dropout,
     sdpa,
-    attention,
+    flash_attention,
     kv_cache,
     sampling,
     gemv,
@@ -153,7 +157,7 @@ class CUDABackend(Backend):
             return linear.supported(dtype)
 
     def flash_attention_supported(self, dtype, head_dim: int, value_dim: int) -> bool:
-        return attention.supported(dtype, head_dim, value_dim)
+        return flash_attention.supported(dtype, head_dim, value_dim)
 
     def kv_attention_supported(self, dtype, length: int, head_dim: int) -> bool:
         return kv_cache.supported(dtype, length, head_dim)

@@ -1,5 +1,5 @@
-"""Creation kernels: full, arange, random tensors (kernels/random.cu), assign. (copy_from is the
-backend's own method: it needs the device index.)"""
+"""Creation kernels: full, arange, assign (random tensors: random.py). (copy_from is the backend's own
+method: it needs the device index.)"""
 
 import cupy as cp
 
@@ -25,36 +25,6 @@ def _arange(start, stop, step, dtype, shape):
     return cp.arange(start, stop, step, dtype=exact).astype(dtype, copy=False)
 
 
-def _random(kind):
-    def kernel(shape, seed, dtype):
-        dtype = np.dtype(dtype)
-        out = L.empty(shape, dtype)
-        if out.size:
-            L.run(
-                "random.cu",
-                f"{kind}_{L.suffix(dtype)}",
-                L.grid_1d(out.size, 256, 4),  # 4 values a thread
-                256,
-                (out, L.i64(out.size), np.uint64(seed)),
-            )
-        return out
-
-    return kernel
-
-
-def _randint(shape, low, high, seed, dtype):
-    out = L.empty(shape, np.int64)
-    if out.size:
-        L.run(
-            "random.cu",
-            "randint_i64",
-            L.grid_1d(out.size, 256, 4),  # 4 values a thread
-            256,
-            (out, L.i64(out.size), np.uint64(seed), L.i64(low), L.i64(high)),
-        )
-    return out.astype(dtype, copy=False)
-
-
 def _assign(target, value, index=None, dim=None):
     if index is not None:  # one step's keys or values into their KV-cache slots (kv_cache.py)
         return write_at(target, value, index, dim)
@@ -62,11 +32,4 @@ def _assign(target, value, index=None, dim=None):
     return target
 
 
-KERNELS = {
-    "full": _full,
-    "arange": _arange,
-    "rand": _random("rand"),
-    "randn": _random("randn"),
-    "randint": _randint,
-    "assign": _assign,
-}
+KERNELS = {"full": _full, "arange": _arange, "assign": _assign}

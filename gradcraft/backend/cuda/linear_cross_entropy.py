@@ -1,6 +1,6 @@
 """The output layer and its cross-entropy fused: cuBLAS products and the kernels/cross_entropy.cu
 launch (cross_entropy.py) chunk by chunk of rows, so the (N, V) logits are never whole. The reference
-is `_linear_cross_entropy` in backend/cpu/cross_entropy.py."""
+is `_linear_cross_entropy` in backend/cpu/linear_cross_entropy.py."""
 
 import numpy as np
 

@@ -1,6 +1,6 @@
 """Explicit attention on the GPU: scores by cuBLAS, scale + masks + softmax in one kernels/softmax.cu
-launch (sdpa, masked_softmax and their gradients; backend/cpu/attention.py and softmax.py are their
-references). Flash attention is attention.py."""
+launch (sdpa and its gradient; backend/cpu/sdpa.py is their reference; the masked softmax alone is
+softmax.py's). Flash attention is flash_attention.py."""
 
 import cupy as cp
 import numpy as np
@@ -25,7 +25,7 @@ def _attention_probs(q, k, mask, scale, causal, window):
 
 
 def _wide_attention(fn):
-    """Half-precision attention runs in float32 and rounds once at the end, as backend/cpu/attention.py does."""
+    """Half-precision attention runs in float32 and rounds once at the end, as backend/cpu/sdpa.py does."""
 
     def kernel(q, k, v, *rest, **attrs):
         if q.dtype not in L.HALF:
@@ -68,27 +68,4 @@ def sdpa_backward(q, k, v, g, mask=None, *, scale, causal, window):
     return cp.ascontiguousarray(dq), cp.ascontiguousarray(dk), cp.ascontiguousarray(dv)
 
 
-def masked_softmax(scores, mask=None, *, scale, causal, window):
-    """Attention weights from raw scores (..., T, S): scale, masks and softmax in one kernel."""
-    T, S = scores.shape[-2:]
-    additive = None
-    if mask is not None:
-        m = cp.broadcast_to(mask, scores.shape)
-        if m.dtype == np.bool_:  # one float32 pass (Python floats would make a float64 array first)
-            additive = cp.where(m, np.float32(0), np.float32(-np.inf)).astype(np.float32, copy=False)
-        else:
-            additive = m.astype(np.float32)
-        additive = L.contiguous(additive)
-    return softmax_rows(scores, scale, additive, causal, window, T, S)
-
-
-def masked_softmax_backward(p, g, *, scale):
-    return softmax_rows_backward(p, g, scale)
-
-
-KERNELS = {
-    "sdpa": sdpa,
-    "sdpa_backward": sdpa_backward,
-    "masked_softmax": masked_softmax,
-    "masked_softmax_backward": masked_softmax_backward,
-}
+KERNELS = {"sdpa": sdpa, "sdpa_backward": sdpa_backward}

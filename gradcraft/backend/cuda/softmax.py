@@ -1,6 +1,7 @@
 """Launchers for kernels/softmax.cu: softmax and log-softmax over rows, forward and backward, with the
-attention masks fused (sdpa.py launches them too). backend/cpu/softmax.py is their reference."""
+attention masks fused (masked_softmax; sdpa.py launches them too). backend/cpu/softmax.py is their reference."""
 
+import cupy as cp
 import numpy as np
 
 from gradcraft.backend.cuda import launch as L
@@ -50,9 +51,29 @@ def log_softmax_backward(y, g, axis):
     return R.last_axis(lambda a, b: softmax_rows_backward(a, b, log=True), y, axis, g)
 
 
+def masked_softmax(scores, mask=None, *, scale, causal, window):
+    """Attention weights from raw scores (..., T, S): scale, masks and softmax in one kernel."""
+    T, S = scores.shape[-2:]
+    additive = None
+    if mask is not None:
+        m = cp.broadcast_to(mask, scores.shape)
+        if m.dtype == np.bool_:  # one float32 pass (Python floats would make a float64 array first)
+            additive = cp.where(m, np.float32(0), np.float32(-np.inf)).astype(np.float32, copy=False)
+        else:
+            additive = m.astype(np.float32)
+        additive = L.contiguous(additive)
+    return softmax_rows(scores, scale, additive, causal, window, T, S)
+
+
+def masked_softmax_backward(p, g, *, scale):
+    return softmax_rows_backward(p, g, scale)
+
+
 KERNELS = {
     "softmax": softmax,
     "softmax_backward": softmax_backward,
     "log_softmax": log_softmax,
     "log_softmax_backward": log_softmax_backward,
+    "masked_softmax": masked_softmax,
+    "masked_softmax_backward": masked_softmax_backward,
 }

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from gradcraft.backend import check_optimizer_state
-from gradcraft.backend.cpu.native import attention, linear_cross_entropy
+from gradcraft.backend.cpu.native import linear_cross_entropy, sdpa
 from gradcraft.backend.cpu.native.common import _check_targets, _f32, _over_rows, _ptr
 from gradcraft.backend.cpu.native.compiler import library, status  # noqa: F401
 
@@ -278,7 +278,7 @@ def kernels(reference: dict, empty) -> dict:
         "masked_softmax": masked_softmax,
         "masked_softmax_backward": masked_softmax_backward,
         "rope": rope,
-        **attention.kernels(lib, reference, empty),
+        **sdpa.kernels(lib, reference, empty),
         **linear_cross_entropy.kernels(lib, reference, empty),
     }
 

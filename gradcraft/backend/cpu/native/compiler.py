@@ -1,4 +1,4 @@
-"""Compile the C kernels (kernels.c, attention.c) with the machine's C compiler, once, into one library,
+"""Compile the C kernels (kernels.c, sdpa.c) with the machine's C compiler, once, into one library,
 and load it with ctypes.
 
 The shared library is cached under GRADCRAFT_CACHE_DIR (default ~/.cache/gradcraft), in a file
@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 SOURCE = Path(__file__).parent / "kernels.c"  # the row-wise and elementwise kernels
-SOURCES = (SOURCE, SOURCE.parent / "attention.c")
+SOURCES = (SOURCE, SOURCE.parent / "sdpa.c")
 HEADERS = (SOURCE.parent / "vector_math.h",)
 # -fno-trapping-math lets gcc turn the kernels' range checks into selects on AVX2 (without it their
 # loops vectorize only with AVX-512's masks; see exp_f in kernels.c). GRADCRAFT_CPU_MARCH replaces

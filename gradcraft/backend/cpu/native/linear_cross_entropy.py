@@ -1,6 +1,6 @@
 """The fused output layer + loss on the CPU (`linear_cross_entropy`, float32): BLAS products and the C
 kernel cross_entropy_with_grad_f32, chunk by chunk of rows, as backend/cuda/linear_cross_entropy.py
-does on the GPU. The reference is `_linear_cross_entropy` in backend/cpu/cross_entropy.py.
+does on the GPU. The reference is `_linear_cross_entropy` in backend/cpu/linear_cross_entropy.py.
 
 Why on the CPU: unfused, a small model's step writes the (N, V) logits, reads them back for the loss,
 again for its gradient, and writes that gradient: four passes over the largest array of the step

@@ -180,7 +180,7 @@ struct QueryTile {
 // that read hk, from h0: `total` steps, step `it` being query head h0 + it / tiles, tile
 // q_begin + it % tiles. `parts` blocks share a key tile (hopper_bwd_ws: G / parts query heads each,
 // G % parts == 0; they then add dk and dv up), so that a block's sweep stays within L2 where G heads'
-// would not (attention.py, kv_parts); 1 elsewhere: one block sweeps all G. The grid is (key tiles,
+// would not (flash_attention.py, kv_parts); 1 elsewhere: one block sweeps all G. The grid is (key tiles,
 // B Hkv parts), a key/value head's parts in adjacent rows; tile_order picks the block's tile, the first
 // (causal: the longest) first.
 struct KeyTile {

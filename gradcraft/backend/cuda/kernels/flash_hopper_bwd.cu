@@ -19,7 +19,7 @@
 // instead load each query tile once for both (which wins for the fused kernel at head dim 128).
 // The fused variant of dk/dv (hopper_bwd_fused*, below) computes dq too, adding its partial sums in
 // float32 with atomic reductions: faster (no recomputed S, dP and exponentials), but dq's last bits
-// then depend on the order the key blocks run in (attention.py: GRADCRAFT_DETERMINISTIC).
+// then depend on the order the key blocks run in (flash_attention.py: GRADCRAFT_DETERMINISTIC).
 // The tiles' swizzled layout and the wgmma wrappers: wgmma.cuh.
 #include "wgmma.cuh"
 #include "row_store.cuh"
@@ -417,7 +417,7 @@ __device__ __forceinline__ void hopper_bwd_dq_convert(const float* __restrict__ 
 // GQA: with `parts` > 1, a key tile's sweep over its G query heads is shared by `parts` blocks (KeyTile),
 // which add their dK and dV sums in float32 into dkv_acc (dk's (B, Hkv, S rounded up to 64, D), then
 // dv's, zeroed beforehand; add_dq_partial's order) for hopper_bwd_dq_convert to write out: the launcher
-// splits sweeps of many heads, whose data outgrew L2 (attention.py, kv_parts). The order of those
+// splits sweeps of many heads, whose data outgrew L2 (flash_attention.py, kv_parts). The order of those
 // additions varies, as dQ's does.
 // Why the buffers suffice: a consumer writes dS^T buffer it & 1 at step it after the named barrier of
 // step it - 1, which each warpgroup reaches only after its step-(it - 2) dQ product (the buffer's
@@ -615,8 +615,6 @@ __device__ __forceinline__ void hopper_bwd_ws(FHB_INPUTS, u16* __restrict__ dk, 
 #define FHB_DQ_BODY(BF, D, BN, WGS) hopper_bwd_dq<BF, D, BN, WGS>(q, k, v, dout, lse, dvec, dq, FHB_SHAPE_ARGS);
 #define FHB_DKDV_BODY(BF, D, BM, WGS) \
     hopper_bwd_dkdv<BF, D, BM, WGS, false>(q, k, v, dout, lse, dvec, dk, dv, nullptr, FHB_SHAPE_ARGS);
-#define FHB_FUSED_BODY(BF, D, OVERLAP, WGS, STAGES) \
-    hopper_bwd_dkdv<BF, D, 64, WGS, true, OVERLAP, STAGES>(q, k, v, dout, lse, dvec, dk, dv, dq_acc, FHB_SHAPE_ARGS);
 #define FHB_CONVERT_BODY(BF, D) hopper_bwd_dq_convert<BF, D>(dq_acc, dq, gsb, gsh, gst, H, T, scale);
 #define FHB_WS_BODY(BF, D)                                                                                   \
     hopper_bwd_ws<BF, D, FHB_WS_STAGES, FHB_WS_PRODUCER_REGS, FHB_WS_CONSUMER_REGS>(q, k, v, dout, lse, dvec, dk, \
@@ -626,7 +624,6 @@ __device__ __forceinline__ void hopper_bwd_ws(FHB_INPUTS, u16* __restrict__ dk, 
 #define FHB_WS_BODY(BF, D)
 #define FHB_DQ_BODY(BF, D, BN, WGS)
 #define FHB_DKDV_BODY(BF, D, BM, WGS)
-#define FHB_FUSED_BODY(BF, D, OVERLAP, WGS, STAGES)
 #define FHB_CONVERT_BODY(BF, D)
 #endif  // FH_ENABLED
 
@@ -643,18 +640,9 @@ __device__ __forceinline__ void hopper_bwd_ws(FHB_INPUTS, u16* __restrict__ dk, 
         FHB_INPUTS, u16* dk, u16* dv, FHB_SHAPE) {                                                                    \
         FHB_DKDV_BODY(BF, D, BM, WGS)                                                                                 \
     }
-// hopper_bwd_fused[_overlap]_{bf16,f16}_d{D}_m64_w{WGS}[_b3[_s3]]: dk/dv's arguments and dq_acc (float32,
-// zeroed); 64 WGS keys a block. _b3 (head dim 64, not overlapped: that one would spill and serialise its
-// wgmma): registers capped at 168 a thread, for three blocks an SM; _s3: the query tiles staged three
-// deep (73.5 KB of shared memory, three blocks still fit). w2: head dim 128, not overlapped.
-// Then hopper_bwd_dq_convert_{bf16,f16}_d{D} (a block of 128 threads per 64 queries of a head) writes dq.
-#define FHB_FUSED_ONE(NAME, BF, D, KIND, OVERLAP, WGS, MINB, STAGES, TAIL)                                          \
-    extern "C" __global__ void __launch_bounds__(FH_WARPGROUP * WGS, MINB)                                          \
-        hopper_bwd_##KIND##_##NAME##_d##D##_m64_w##WGS##TAIL(FHB_INPUTS, u16* dk, u16* dv, float* dq_acc, FHB_SHAPE) { \
-        FHB_FUSED_BODY(BF, D, OVERLAP, WGS, STAGES)                                                                 \
-    }
-#define FHB_FUSED(NAME, BF, D)                                                                                 \
-    FHB_FUSED_ONE(NAME, BF, D, fused, false, 1, 1, 2, ) FHB_FUSED_ONE(NAME, BF, D, fused_overlap, true, 1, 1, 2, ) \
+// hopper_bwd_dq_convert_{bf16,f16}_d{D} (a block of 128 threads per 64 queries of a head) writes dq from the
+// fused kernels' float32 sums (dq_acc).
+#define FHB_CONVERT(NAME, BF, D)                                                                               \
     extern "C" __global__ void __launch_bounds__(FH_WARPGROUP) hopper_bwd_dq_convert_##NAME##_d##D(              \
         const float* dq_acc, u16* dq, i64 gsb, i64 gsh, i64 gst, int H, int T, float scale) {                 \
         FHB_CONVERT_BODY(BF, D)                                                                                \
@@ -673,14 +661,11 @@ __device__ __forceinline__ void hopper_bwd_ws(FHB_INPUTS, u16* __restrict__ dk, 
                                                        float* dkv_acc, FHB_SHAPE, int parts) {                  \
         FHB_WS_BODY(BF, D)                                                                                       \
     }
+// Here the kernels flash_attention.py runs (flash_variants.HOPPER_TILES, and DETERMINISTIC_TILES' separate dq
+// and dk/dv); dev/cuda/flash_hopper_bwd_lab.cu holds the other variants.
 #define FHB_ALL(NAME, BF)                                                                                        \
-    FHB_DQ(NAME, BF, 64, 64, 1) FHB_DQ(NAME, BF, 64, 64, 2) FHB_DQ(NAME, BF, 64, 128, 1)                         \
-        FHB_DQ(NAME, BF, 128, 64, 1) FHB_DQ(NAME, BF, 128, 64, 2) FHB_DKDV(NAME, BF, 64, 64, 1)                  \
-            FHB_DKDV(NAME, BF, 64, 64, 2) FHB_DKDV(NAME, BF, 64, 128, 1) FHB_DKDV(NAME, BF, 128, 64, 1)          \
-                FHB_DKDV(NAME, BF, 128, 64, 2) FHB_FUSED(NAME, BF, 64) FHB_FUSED(NAME, BF, 128)            \
-                    FHB_FUSED_ONE(NAME, BF, 64, fused, false, 1, 3, 2, _b3)                              \
-                        FHB_FUSED_ONE(NAME, BF, 64, fused, false, 1, 3, 3, _b3_s3)                       \
-                            FHB_FUSED_ONE(NAME, BF, 128, fused, false, 2, 1, 2, )                \
-                                FHB_FUSED_WS(NAME, BF, 64, 128) FHB_FUSED_WS(NAME, BF, 128, 64)
+    FHB_DQ(NAME, BF, 64, 64, 1) FHB_DQ(NAME, BF, 128, 64, 1) FHB_DKDV(NAME, BF, 64, 64, 1)                       \
+        FHB_DKDV(NAME, BF, 128, 64, 1) FHB_CONVERT(NAME, BF, 64) FHB_CONVERT(NAME, BF, 128)                      \
+            FHB_FUSED_WS(NAME, BF, 64, 128) FHB_FUSED_WS(NAME, BF, 128, 64)
 FHB_ALL(bf16, true)
 FHB_ALL(f16, false)

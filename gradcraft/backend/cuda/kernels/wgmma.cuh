@@ -18,7 +18,7 @@
 // the distance between 64-column blocks, and a k-step of 16 keys moves 2048 bytes.
 //
 // Everything here exists only when compiling for sm_90a (FH_ENABLED); for any other target the
-// kernels that include it compile empty and backend/cuda/attention.py does not launch them.
+// kernels that include it compile empty and backend/cuda/flash_attention.py does not launch them.
 #pragma once
 #include "common.cuh"
 #include "flash.cuh"

@@ -1,5 +1,5 @@
 /* Scaled dot-product attention on the CPU, forward and backward, float32: the `sdpa` kernels of
-   backend/cpu/attention.py in one pass per head instead of six batched BLAS products and the
+   backend/cpu/sdpa.py in one pass per head instead of six batched BLAS products and the
    NumPy passes of the softmax between them.
 
    Why not BLAS: a training step's attention is many small products (a head of the `demo` model is

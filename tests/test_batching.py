@@ -1,4 +1,4 @@
-"""Continuous batching (inference/scheduler.py): every answer under load equals the same request alone."""
+"""Continuous batching (inference/batching.py): every answer under load equals the same request alone."""
 
 import threading
 import time
@@ -8,7 +8,7 @@ import pytest
 
 import gradcraft as gc
 from gradcraft.inference.generate import SamplingParams, StopReason, generate
-from gradcraft.inference.scheduler import CANCELLED, TIMEOUT, QueueFull, Scheduler, Sequence
+from gradcraft.inference.batching import CANCELLED, TIMEOUT, QueueFull, Scheduler, Sequence
 from gradcraft.models import ModelConfig, Transformer
 from test_models import FAMILIES, randomize, small_config
 

@@ -30,7 +30,7 @@ from gradcraft.backend.cuda.flash_variants import (  # noqa: F401  (attention.X,
     PERSISTENT_PINGPONG,
     WARP_SPECIALIZED_KINDS,
     PERSISTENT_KINDS,
-    HOPPER_VARIANTS,
+    PRODUCTION_VARIANTS,
     HOPPER_TILES,
     DETERMINISTIC_TILES,
 )
@@ -184,7 +184,7 @@ def _ws_stages(head_dim: int, consumers: int) -> int:
 
 def hopper_fwd_kernel(dtype, head_dim: int, tiles) -> tuple:
     """(kernel name, threads a block, dynamic shared memory) of flash_hopper.cu's forward variant `tiles`
-    (HOPPER_VARIANTS: keys per tile, warpgroups[, kind])."""
+    (keys per tile, warpgroups[, kind]: flash_variants.py; the lab's, dev/cuda/flash_variants.py)."""
     block_n, wgs, *kind = tiles
     kind = kind[0] if kind else None
     threads, suffix, stages = WARPGROUP * wgs, f"w{wgs}", 2
@@ -205,8 +205,10 @@ def hopper_fwd_kernel(dtype, head_dim: int, tiles) -> tuple:
 @functools.lru_cache(maxsize=256)
 def _forward_plan(device, dtype, shape, qs, ks, vs, outs, shape_args, tiles, blocks, drop, counters):
     """The forward's launch, taking the pointers of q, k, v, out and lse. tiles: the wgmma variant
-    (HOPPER_VARIANTS), or None for the mma.sync kernel (with `drop`, _dropout_args); blocks: a
-    persistent variant's grid cap (None: one block an SM); counters: its work counter's pointer."""
+    (flash_variants.py), or None for the mma.sync kernel (with `drop`, _dropout_args); blocks: a
+    persistent variant's grid cap (None: one block an SM); counters: its work counter's pointer.
+    (Variants the package's kernel files lack are launched from the file HOPPER_FILE names: dev/cuda/lab.py
+    points it at the lab's.)"""
     B, H, T, D = shape
     fixed = (*qs, *ks, *vs, *outs, *shape_args)
     if tiles is None:

@@ -33,7 +33,7 @@ prefilled prompt is prefilled alone, in chunks whose bounds depend only on its o
 decoding step computes each row from that row alone whatever
 the other rows hold (no capacity limit on experts, see MoE's `dropless`); and each sequence samples
 with its own NumPy generator seeded from its own seed. So an answer under load equals the same
-request served alone, token for token (tests/test_scheduler.py). (Buckets start at 2 rows: on the
+request served alone, token for token (tests/test_batching.py). (Buckets start at 2 rows: on the
 CPU, BLAS computes a one-row product by another method, rounding differently. On a GPU, cuBLAS may
 pick another kernel for another bucket, so there an answer is equal up to rounding.)
 """

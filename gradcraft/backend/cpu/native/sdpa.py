@@ -1,6 +1,6 @@
-"""The C attention kernels (attention.c) as entries of the CPU kernel table: `sdpa` and its gradient for
+"""The C attention kernels (sdpa.c) as entries of the CPU kernel table: `sdpa` and its gradient for
 float32 without an explicit mask, handing every other case to the NumPy kernels of
-backend/cpu/attention.py (their reference)."""
+backend/cpu/sdpa.py (their reference)."""
 
 import numpy as np
 

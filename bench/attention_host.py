@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAB_FWD_FILE = os.path.join(ROOT, "dev", "cuda", "flash_hopper_lab.cu")  # (the lab's forward variants)
 

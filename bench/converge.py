@@ -34,7 +34,9 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # gradcraft from this checkout
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+)  # gradcraft from this checkout
 
 RECIPES = {
     # tiny, for 2 CPU cores: about 0.1M parameters, 400 steps of 16 x 64 bytes. PyTorch on one thread:

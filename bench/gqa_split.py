@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
 SHAPES = (  # B, H, Hkv, T, D: G 2, 4 and 8 at head dims 128 and 64, T 1024-8192
     "8,16,4,2048,128;4,16,4,4096,128;2,16,4,8192,128;16,32,4,1024,128;8,32,4,2048,128;4,32,4,4096,128;"

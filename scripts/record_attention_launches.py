@@ -247,16 +247,16 @@ def _make(shape, dtype, strided=False, misaligned=False):
 
 
 def record(tree: str, out: str, quick: bool) -> int:
-    if not os.path.isfile(os.path.join(tree, "gradcraft", "backend", "cuda", "packed.py")):
+    if not os.path.isfile(os.path.join(tree, "src", "gradcraft", "backend", "cuda", "packed.py")):
         print(
-            f"error: {tree} has no gradcraft/backend/cuda/packed.py; give --tree a gradcraft checkout "
+            f"error: {tree} has no src/gradcraft/backend/cuda/packed.py; give --tree a gradcraft checkout "
             "whose attention launchers go through packed.py",
             file=sys.stderr,
         )
         return 2
     recorded, names = [], {}
     _install_cupy(recorded, names)
-    sys.path.insert(0, os.path.abspath(tree))
+    sys.path.insert(0, os.path.join(os.path.abspath(tree), "src"))
     from gradcraft.backend.cuda import compiler
 
     try:  # (the flash-attention launchers' module; attention.py in older trees)

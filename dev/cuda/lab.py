@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1]))  # (this checkout's gradcraft)
+sys.path.insert(0, str(HERE.parents[1] / "src"))  # (this checkout's gradcraft)
 sys.path.insert(0, str(HERE))  # (flash_variants, beside this file)
 
 FWD_FILE = str(HERE / "flash_hopper_lab.cu")

@@ -23,6 +23,8 @@ import os
 
 import numpy as np
 
+from gradcraft.device import get_backend
+
 ENABLED = os.environ.get("GRADCRAFT_FUSION", "1") != "0"
 
 UNARY = ("neg", "abs", "sign", "relu", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "silu")
@@ -64,14 +66,14 @@ def _dtype_of(t) -> np.dtype:
     return np.dtype(t.dtype.np)
 
 
-def _fusable(node, out_dtype) -> bool:
+def _fusable(node, out_dtype, values=VALUE_DTYPES) -> bool:
     if node.op not in FUSABLE or node.n_outputs != 1:
         return False
-    if out_dtype not in VALUE_DTYPES:
+    if out_dtype not in values:
         return False
     if node.op == "full":
         return True
-    sources = CAST_SOURCES | VALUE_DTYPES if node.op == "cast" else VALUE_DTYPES
+    sources = CAST_SOURCES | values if node.op == "cast" else values
     return all(_dtype_of(inp) in sources for inp in node.inputs)
 
 
@@ -96,11 +98,13 @@ def fuse(order, readers, target_keys, keep) -> list:
         segment_of[id(node)] = segment
         if node.op in ("assign", "kv_append_attention", "greedy_advance"):
             segment += 1
+    # a backend may compute more dtypes than VALUE_DTYPES (the CPU's C kernels: float64 too)
+    values = VALUE_DTYPES | getattr(get_backend(order[0].device), "fused_extra_dtypes", frozenset())
     group_of: dict[int, int] = {}
     roots: dict[int, object] = {}
     members: dict[int, list] = {}
     for node in reversed(order):
-        if id(node) not in info or not _fusable(node, info[id(node)][1]):
+        if id(node) not in info or not _fusable(node, info[id(node)][1], values):
             continue
         key = (id(node), 0)
         users = consumers.get(id(node), ())

@@ -32,6 +32,7 @@ def fusing_cpu(monkeypatch):
         return reference(self, args, program, shape, dtype)
 
     monkeypatch.setattr(type(backend), "fuses_elementwise", True)
+    monkeypatch.setattr(type(backend), "fused_min_elements", 0)
     monkeypatch.setattr(type(backend), "fused_elementwise", record)
     return groups
 

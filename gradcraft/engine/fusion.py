@@ -19,6 +19,7 @@ GRADCRAFT_FUSION=0 turns fusion off; GRADCRAFT_DEBUG=1 prints each group's ops, 
 generated source.
 """
 
+import math
 import os
 
 import numpy as np
@@ -79,6 +80,11 @@ def _fusable(node, out_dtype, values=VALUE_DTYPES) -> bool:
 
 def fuse(order, readers, target_keys, keep) -> list:
     """The order with fusable groups replaced by FusedGroup steps (the order itself where none)."""
+    backend = get_backend(order[0].device)
+    # a backend may compute more dtypes than VALUE_DTYPES (the CPU's C kernels: float64 too), and run
+    # groups below a size by the kernels one by one (the CPU: a compile is not worth it for small arrays)
+    values = VALUE_DTYPES | getattr(backend, "fused_extra_dtypes", frozenset())
+    smallest = getattr(backend, "fused_min_elements", 0)
     info = {}  # id(node) -> (output shape, NumPy dtype), from the tensors that point at its output
     for tensor in keep.values():
         if tensor._index == 0:
@@ -87,6 +93,8 @@ def fuse(order, readers, target_keys, keep) -> list:
         for inp in node.inputs:
             if inp._buf is None and inp._index == 0:
                 info[id(inp._node)] = (tuple(inp.shape), _dtype_of(inp))
+    if smallest and all(math.prod(shape) < smallest for shape, _ in info.values()):
+        return order
     consumers: dict[int, list] = {}
     for node in order:
         for inp in node.inputs:
@@ -98,8 +106,6 @@ def fuse(order, readers, target_keys, keep) -> list:
         segment_of[id(node)] = segment
         if node.op in ("assign", "kv_append_attention", "greedy_advance"):
             segment += 1
-    # a backend may compute more dtypes than VALUE_DTYPES (the CPU's C kernels: float64 too)
-    values = VALUE_DTYPES | getattr(get_backend(order[0].device), "fused_extra_dtypes", frozenset())
     group_of: dict[int, int] = {}
     roots: dict[int, object] = {}
     members: dict[int, list] = {}
@@ -115,8 +121,8 @@ def fuse(order, readers, target_keys, keep) -> list:
             if segment_of[id(roots[g])] == segment_of[id(node)] and readers.get(key, 0) == len(users):
                 joined = g
         if joined is None:
-            if node.op == "full":
-                continue  # a constant on its own: not a group root
+            if node.op == "full" or (smallest and math.prod(info[id(node)][0]) < smallest):
+                continue  # a constant on its own, or too small an output: not a group root
             joined = id(node)
             roots[joined] = node
             members[joined] = []

@@ -114,6 +114,10 @@ class CPUBackend(Backend):
 
     fused_extra_dtypes = frozenset({np.dtype(np.float64)})  # (the C kernels compute in double too)
 
+    @property
+    def fused_min_elements(self) -> int:
+        return native_fused.MIN_ELEMENTS  # (smaller groups would run by reference: not worth grouping)
+
     def fused_elementwise(self, args: list, program: tuple, shape: tuple, dtype):
         def reference():
             return Backend.fused_elementwise(self, args, program, shape, dtype)

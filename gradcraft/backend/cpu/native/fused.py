@@ -25,6 +25,7 @@ where they can be and passed at run time, so that one kernel serves every shape.
 """
 
 import ctypes
+import math
 import os
 import sys
 import threading
@@ -57,7 +58,6 @@ _ARGTYPES = (_P, _P, _P, _I, _I)
 
 _lock = threading.Lock()  # two Python threads may compile the same kernel at once
 _kernels: dict = {}  # source text -> ctypes function, or None where compiling failed
-_sources: dict = {}  # (program, layout) -> source text
 
 
 def available() -> bool:
@@ -341,27 +341,49 @@ def _kernel(text: str):
         return fn
 
 
-def run(args, program, shape, dtype, empty, reference):
-    """The group's output (a new array from empty(shape, dtype)), by its generated kernel; by
-    reference() where the output is small or the kernel cannot be had."""
-    shape = tuple(shape)
-    n = int(np.prod(shape, dtype=np.int64))
-    if n < MIN_ELEMENTS or not available():
-        return reference()
+def _plan(program, args, shape, dtype):
+    """What a call needs besides the arrays' addresses: (kernel or None, m, k, the pow exponents'
+    inputs, source by exponents), for one program over inputs of these shapes, strides and dtypes."""
     layout = _layout(args, shape)
-    exponents = tuple(_exponent(program, args, e[2][1]) for e in program if e[0] == "op" and e[1] == "pow")
-    key = (program, tuple(a.dtype.name for a in args), layout[0], len(layout[1]), np.dtype(dtype).name, exponents)
-    text = _sources.get(key)
-    if text is None:
-        text = _sources[key] = source(program, args, shape, dtype, layout)
-    fn = _kernel(text)
-    if fn is None:
-        return reference()
-    out = empty(shape, np.dtype(dtype))
-    pointers = (ctypes.c_void_p * (len(args) + 1))(*[a.ctypes.data for a in args], out.ctypes.data)
     meta = _meta(layout[1], layout[2]) if layout[1] else np.zeros(1, np.int64)
     values = [float(np.asarray(dict(e[3])["value"], e[4])) for e in program if e[0] == "op" and e[1] == "full"]
     constants = np.array(values or [0.0], np.float64)
+    # a pow whose exponent is an input of one value: the source depends on it (2 and 1: exact forms)
+    powers = [e[2][1] for e in program if e[0] == "op" and e[1] == "pow"]
+    powers = tuple(r for r in powers if program[r][0] == "in" and args[program[r][1]].size == 1)
+
+    def kernel(arrays):  # (holds no array: a plan outlives the call)
+        return _kernel(source(program, arrays, shape, dtype, layout))
+
+    return (None if powers else kernel(args), meta, constants, powers, {}, kernel)
+
+
+_plans: dict = {}
+MAX_PLANS = 4096  # (forgotten all at once when full: a plan is cheap to make again, its kernel stays compiled)
+
+
+def run(args, program, shape, dtype, empty, reference):
+    """The group's output (a new array from empty(shape, dtype)), by its generated kernel; by
+    reference() where the output is small or the kernel cannot be had."""
+    n = math.prod(shape)
+    if n < MIN_ELEMENTS or not available():
+        return reference()
+    key = (program, tuple(shape), np.dtype(dtype), tuple([(a.shape, a.strides, a.dtype) for a in args]))
+    plan = _plans.get(key)
+    if plan is None:
+        if len(_plans) >= MAX_PLANS:
+            _plans.clear()
+        plan = _plans[key] = _plan(program, args, tuple(shape), dtype)
+    fn, meta, constants, powers, by_exponent, make = plan
+    if powers:  # (a kernel for each exponent value of a different source: 2, 1, any other)
+        exponents = tuple(_exponent(program, args, r) for r in powers)
+        fn = by_exponent.get(exponents, False)
+        if fn is False:
+            fn = by_exponent[exponents] = make(args)
+    if fn is None:
+        return reference()
+    out = empty(shape, dtype)
+    pointers = (ctypes.c_void_p * (len(args) + 1))(*[a.ctypes.data for a in args], out.ctypes.data)
     p, m, k = ctypes.addressof(pointers), meta.ctypes.data, constants.ctypes.data
     _over_rows(lambda lo, hi: fn(p, m, k, lo, hi), n, 1)
     return out

@@ -13,8 +13,8 @@ Every op computes as the unfused CPU kernel does, so results equal the unfused g
   dtype, with -ffp-contract=off so that no a*b+c becomes one fused multiply-add;
 - half precision as the NumPy kernels do it: float32 arithmetic, each op's result rounded to its
   float16/bfloat16 dtype where the unfused kernel stores it;
-- within a few float32 ulps for the transcendental functions: exp and tanh (and sigmoid, which the
-  CPU computes as 0.5 tanh(x/2) + 0.5) are vectorizable polynomials (fused_math.h), log, sin, cos and
+- within a few float32 ulps for the transcendental functions: exp, tanh and log (and sigmoid, which
+  the CPU computes as 0.5 tanh(x/2) + 0.5) are vectorizable polynomials (fused_math.h), sin, cos and
   pow libm's (pow with an exponent of 2 or 1 is x * x or x: exact); SiLU and GELU (and their
   gradients) in float32 use the expressions of the compiled kernels of kernels.c. NumPy's own SIMD
   exp/tanh/log differ from these by an ulp or two.
@@ -74,7 +74,7 @@ def _math(kind: str) -> dict:
     """Names of the maths functions for float or double values."""
     if kind == "double":
         return dict(exp="exp", log="log", sqrt="sqrt", sin="sin", cos="cos", tanh="tanh", pow="pow", abs="fabs")
-    names = dict(exp="gc_expf", log="logf", sqrt="sqrtf", sin="sinf", cos="cosf", tanh="gc_tanhf", pow="powf")
+    names = dict(exp="gc_expf", log="gc_logf", sqrt="sqrtf", sin="sinf", cos="cosf", tanh="gc_tanhf", pow="powf")
     return {**names, "abs": "fabsf"}
 
 
@@ -225,16 +225,45 @@ def _layout(args, shape):
     return tuple(classes), tuple(dims), tuple(tuple(s) for s in strides)
 
 
-def _exponent(program, args, ref):
-    """The value of a pow's exponent where it is a constant 2 or 1 (baked into the source: pow(x, 2) is
-    x * x bitwise, infinities and NaN included), else None."""
+_SCALAR_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "neg": np.negative}
+
+
+def _scalar(program, args, ref):
+    """The value at program position ref where it is one number for every element (an input of one
+    value, a constant, or +-*/ of such: a gradient's exponent b - 1), computed as the unfused kernels
+    would; else None."""
     entry = program[ref]
-    if entry[0] == "in" and args[entry[1]].size == 1:
-        value = float(np.asarray(args[entry[1]], np.float64).reshape(-1)[0])
-    elif entry[0] == "op" and entry[1] == "full":
-        value = float(dict(entry[3])["value"])
-    else:
+    if entry[0] == "in":
+        a = args[entry[1]]
+        return (
+            a.reshape(-1)[:1].astype(np.float32 if a.dtype.kind == "f" and a.itemsize < 4 else a.dtype)
+            if a.size == 1
+            else None
+        )
+    if entry[1] == "full":
+        return np.array([dict(entry[3])["value"]], entry[4])
+    if entry[1] not in _SCALAR_OPS:
         return None
+    values = [_scalar(program, args, r) for r in entry[2]]
+    if any(v is None for v in values):
+        return None
+    return _SCALAR_OPS[entry[1]](*values).astype(entry[4])
+
+
+def _is_scalar(program, args, ref) -> bool:
+    entry = program[ref]
+    if entry[0] == "in":
+        return args[entry[1]].size == 1
+    return entry[1] == "full" or (entry[1] in _SCALAR_OPS and all(_is_scalar(program, args, r) for r in entry[2]))
+
+
+def _exponent(program, args, ref):
+    """The value of a pow's exponent where it is one number, 2 or 1 (baked into the source: pow(x, 2)
+    is x * x bitwise, infinities and NaN included, pow(x, 1) is x), else None."""
+    value = _scalar(program, args, ref)
+    if value is None:
+        return None
+    value = float(value[0])
     return value if value in (2.0, 1.0) else None
 
 
@@ -348,9 +377,8 @@ def _plan(program, args, shape, dtype):
     meta = _meta(layout[1], layout[2]) if layout[1] else np.zeros(1, np.int64)
     values = [float(np.asarray(dict(e[3])["value"], e[4])) for e in program if e[0] == "op" and e[1] == "full"]
     constants = np.array(values or [0.0], np.float64)
-    # a pow whose exponent is an input of one value: the source depends on it (2 and 1: exact forms)
-    powers = [e[2][1] for e in program if e[0] == "op" and e[1] == "pow"]
-    powers = tuple(r for r in powers if program[r][0] == "in" and args[program[r][1]].size == 1)
+    # a pow whose exponent is one number: the source depends on its value (2 and 1: exact forms)
+    powers = tuple(e[2][1] for e in program if e[0] == "op" and e[1] == "pow" and _is_scalar(program, args, e[2][1]))
 
     def kernel(arrays):  # (holds no array: a plan outlives the call)
         return _kernel(source(program, arrays, shape, dtype, layout))

@@ -1,5 +1,5 @@
-/* What the generated fused kernels (fused.py) call besides vector_math.h: full-range exp and tanh in
-   a form compilers vectorize, and the half-precision conversions, branch-free. */
+/* What the generated fused kernels (fused.py) call besides vector_math.h: full-range exp, tanh and log
+   in a form compilers vectorize, and the half-precision conversions, branch-free. */
 
 #ifndef GRADCRAFT_FUSED_MATH_H
 #define GRADCRAFT_FUSED_MATH_H
@@ -58,6 +58,37 @@ static inline float gc_tanhf(float x) {
                   x;
     float big = copysignf(1.0f - 2.0f / (gc_expf(2.0f * a) + 1.0f), x);
     return a < 0.625f ? small : big;
+}
+
+/* log (Cephes' logf): x = 2^e m with m in [sqrt(1/2), sqrt(2)), log(m) by a polynomial in m - 1
+   (relative error ~1e-7); denormals scaled up first; 0 gives -inf, below 0 NaN, +inf and NaN
+   themselves. */
+static inline float gc_logf(float x) {
+    float xs = x < 0x1.0p-126f ? x * 0x1.0p+23f : x;
+    uint32_t u = f32_bits(xs);
+    float e = (float)((int32_t)((u >> 23) & 0xffu) - 126) - (x < 0x1.0p-126f ? 23.0f : 0.0f);
+    float m = f32_from_bits((u & 0x007fffffu) | 0x3f000000u); /* in [0.5, 1) */
+    int low = m < 0.707106781186547524f;
+    e = low ? e - 1.0f : e;
+    m = low ? m + m - 1.0f : m - 1.0f;
+    float z = m * m;
+    float y = 7.0376836292e-2f;
+    y = y * m - 1.1514610310e-1f;
+    y = y * m + 1.1676998740e-1f;
+    y = y * m - 1.2420140846e-1f;
+    y = y * m + 1.4249322787e-1f;
+    y = y * m - 1.6668057665e-1f;
+    y = y * m + 2.0000714765e-1f;
+    y = y * m - 2.4999993993e-1f;
+    y = y * m + 3.3333331174e-1f;
+    y = y * m * z;
+    y = y + -2.12194440e-4f * e;
+    y = y + -0.5f * z;
+    float r = m + y;
+    r = r + 0.693359375f * e;
+    r = x == INFINITY ? x : r;
+    r = x == 0.0f ? -INFINITY : r;
+    return (x < 0.0f || x != x) ? NAN : r;
 }
 
 /* bfloat16: the upper half of a float32, rounded to nearest even; NaN stays a (quiet) NaN. */

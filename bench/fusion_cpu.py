@@ -58,7 +58,7 @@ def chain_case(gc, args):
         d = x * gc.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
         y = a + b + c + d
         y.backward(g)
-        out = float(x.grad.sum().item())
+        out = x.grad.numpy()[:, ::97].copy()  # (a sample of the gradient: the two sides compared)
         x.grad = w.grad = None
         return out
 

@@ -49,14 +49,14 @@ def _values(rng, shape, dtype, positive=False):
 def _op_table_program(dtype, rows, cols):
     """A program holding every fusable op of fusion's table once, each op's value selected into its
     own columns of the output by a nest of `where`s, so that one kernel checks them all. Inputs: x in
-    the output's layout, y a transposed view, b along the last axis, r a row statistic, s one value,
+    the output's layout, y a transposed view, b along the last axis (reversed), r a row statistic, s one value,
     a mask, int64 and int32 ids, then one column mask per op."""
     rng = np.random.default_rng(0)
     shape, name = (rows, cols), np.dtype(dtype).name
     args = [
         _values(rng, shape, dtype),
         np.ascontiguousarray(_values(rng, (cols, rows), dtype)).T,
-        _values(rng, (cols,), dtype, positive=True),
+        _values(rng, (cols,), dtype, positive=True)[::-1],  # (a reversed view: a negative stride)
         _values(rng, (rows, 1), dtype),
         np.asarray(2.0, dtype),
         rng.normal(size=shape) > 0,

@@ -5,8 +5,10 @@ gradient rules of both: eagerly, each op is a kernel that reads and writes the w
 a GPU, ~40 us of host time to launch). `fuse(order, ...)` finds, in a scheduled order, the groups of
 elementwise nodes whose intermediate results nothing else needs, and puts one `FusedGroup` step in
 their place: a program of the group's ops over its external inputs, which the backend runs as one
-kernel (`Backend.fused_elementwise`: generated CUDA C on a GPU, backend/cuda/fused.py; the same
-kernels one by one elsewhere, which is the reference).
+kernel (`Backend.fused_elementwise`: generated CUDA C on a GPU, backend/cuda/fused.py; generated C
+on the CPU where a compiler exists, backend/cpu/native/fused.py; the same kernels one by one
+elsewhere, which is the reference). A backend may admit more dtypes (`fused_extra_dtypes`) and
+leave small outputs unfused (`fused_min_elements`).
 
 Which nodes join a group: an elementwise op of FUSABLE over floating-point (or bool) values, on one
 device, whose output is read only by nodes of the same group, is no target of the realize and is

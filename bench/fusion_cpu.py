@@ -15,7 +15,9 @@ Cases:
 - demo: the training step of `gradcraft train`'s demo preset (bench/train_cpu.py's step).
 
 Printed per case: median (and minimum) ms of each side, the ratio unfused / fused (above 1: fusion is
-faster), the kernels per step of each side, and whether the two sides' losses (or outputs) agree.
+faster), the kernels per step of each side, the median CPU time of the process per step (all its
+threads: less sensitive than wall time to other jobs on a shared machine) and its ratio, and whether
+the two sides' losses (or outputs) agree.
 """
 
 import argparse
@@ -102,7 +104,8 @@ def demo_case(gc, args):
 def measure(name, make, args):
     from gradcraft.engine import fusion, realize
 
-    steps, times, kernels, results = {}, {True: [], False: []}, {}, {True: [], False: []}
+    steps, kernels = {}, {}
+    times, cpu, results = ({True: [], False: []} for _ in range(3))
     for fused in (True, False):
         fusion.ENABLED = fused
         steps[fused] = make()  # (each side its own model and optimizer, from the same seed)
@@ -112,19 +115,21 @@ def measure(name, make, args):
         for fused in (True, False):
             fusion.ENABLED = fused
             before = realize.launches["kernels"]
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             results[fused].append(steps[fused]())
             times[fused].append(time.perf_counter() - t0)
+            cpu[fused].append(time.process_time() - c0)
             kernels[fused] = realize.launches["kernels"] - before
     fusion.ENABLED = True
     on, off = (1e3 * float(np.median(times[s])) for s in (True, False))
     on_min, off_min = (1e3 * min(times[s]) for s in (True, False))
+    on_cpu, off_cpu = (1e3 * float(np.median(cpu[s])) for s in (True, False))
     a, b = np.array(results[True]), np.array(results[False])
     agree = "bitwise" if np.array_equal(a, b) else f"max rel diff {np.max(np.abs(a - b) / np.abs(b).clip(1e-30)):.1e}"
     print(
         f"{name:8s} fused {on:7.1f} ms (min {on_min:7.1f}, {kernels[True]} kernels)  unfused {off:7.1f} ms "
         f"(min {off_min:7.1f}, {kernels[False]} kernels)  ratio {off / on:4.2f}x (min {off_min / on_min:4.2f}x)  "
-        f"results: {agree}",
+        f"CPU time {on_cpu:.1f} / {off_cpu:.1f} ms: {off_cpu / on_cpu:4.2f}x  results: {agree}",
         flush=True,
     )
 

@@ -373,6 +373,8 @@ def _kernel(text: str):
 def _plan(program, args, shape, dtype):
     """What a call needs besides the arrays' addresses: (kernel or None, m, k, the pow exponents'
     inputs, source by exponents), for one program over inputs of these shapes, strides and dtypes."""
+    if any(a.ndim > len(shape) or a.dtype.name not in _STORAGE for a in args):
+        return (None, None, None, (), {}, None)  # (no layout or dtype of the fusion pass's: the reference)
     layout = _layout(args, shape)
     meta = _meta(layout[1], layout[2]) if layout[1] else np.zeros(1, np.int64)
     values = [float(np.asarray(dict(e[3])["value"], e[4])) for e in program if e[0] == "op" and e[1] == "full"]

@@ -1,6 +1,6 @@
 """Elementwise fusion on the CPU (generated C kernels, gradcraft/backend/cpu/native/fused.py): fused
-against unfused (what GRADCRAFT_FUSION=0 gives), in one process, the two alternating step by step so
-that a burst of load on the machine hits both.
+against unfused (what GRADCRAFT_FUSION=0 gives), in one process, the two alternating step by step
+(each first in turn) so that a burst of load on the machine hits both.
 
     python bench/fusion_cpu.py                      # every case
     python bench/fusion_cpu.py --only chain --repeat 20
@@ -111,8 +111,8 @@ def measure(name, make, args):
         steps[fused] = make()  # (each side its own model and optimizer, from the same seed)
         for _ in range(args.warmup):
             steps[fused]()
-    for _ in range(args.repeat):
-        for fused in (True, False):
+    for r in range(args.repeat):
+        for fused in (True, False) if r % 2 == 0 else (False, True):  # (each side first in turn)
             fusion.ENABLED = fused
             before = realize.launches["kernels"]
             t0, c0 = time.perf_counter(), time.process_time()

@@ -38,7 +38,8 @@ from gradcraft.backend.cpu.native.common import _over_rows
 DEBUG = int(os.environ.get("GRADCRAFT_DEBUG", "0") or 0)
 # Outputs smaller than this run by the reference (each op's NumPy kernel): a new kernel costs a compile
 # (~0.1-0.5 s, once per machine thanks to the disk cache), which small arrays never earn back.
-MIN_ELEMENTS = int(os.environ.get("GRADCRAFT_CPU_FUSION_MIN", str(1 << 16)))
+_MIN = os.environ.get("GRADCRAFT_CPU_FUSION_MIN", "")
+MIN_ELEMENTS = int(_MIN) if _MIN.isdigit() else 1 << 16
 FLAGS = (*compiler.FLAGS, "-ffp-contract=off")
 _BASIC_FLAGS = (*compiler._BASIC_FLAGS, "-ffp-contract=off")
 

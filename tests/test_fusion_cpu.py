@@ -124,6 +124,21 @@ def test_every_fusable_op_equals_its_unfused_kernel(dtype, small_groups_in_c):
     _check(program, args, shape, dtype, labels)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_casts_from_float64_to_half_round_once(dtype, small_groups_in_c):
+    """float64 values just beside the midpoints of two half-precision values: rounded through float32
+    they would round twice (to the midpoint, then to even); the cast rounds once, as NumPy's."""
+    rng = np.random.default_rng(3)
+    h = rng.normal(size=500).astype(dtype)
+    up = np.nextafter(h.astype(np.float32), np.float32(np.inf)).astype(dtype)  # (the next half value, at least)
+    up = np.where(up == h, (h.astype(np.float64) * (1 + 2**-6)).astype(dtype), up)
+    mid = (h.astype(np.float64) + up.astype(np.float64)) / 2
+    x = np.concatenate([mid * (1 + 1e-12), mid * (1 - 1e-12), [np.nan, np.inf, -0.0, 1e-30, 1e6]]).reshape(5, -1)
+    program = (("in", 0, "float64"), ("op", "cast", (0,), (("dtype", np.dtype(dtype)),), dtype, x.shape))
+    program += (("op", "neg", (1,), (), dtype, x.shape),)
+    _check(program, [x], x.shape, dtype, ["cast"])
+
+
 def test_big_outputs_split_over_threads_mid_row(monkeypatch):
     """Over a million elements the kernel runs on ranges that the threads take in turn (cut in the
     middle of rows): same results as the reference."""

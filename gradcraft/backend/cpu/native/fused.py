@@ -146,6 +146,8 @@ def _expression(op, refs, attrs, out_name, types, exponent) -> str:
     if op in _COMPARE:
         return f"({wide}){a} {_COMPARE[op]} ({wide}){b}"
     if op == "cast":
+        if out_name in ("float16", "bfloat16") and types[refs[0]] == "double":
+            return f"f64_to_f32_odd({a})"  # (rounded once, not twice)
         return f"({a} != 0)" if out_name == "bool" else f"({t}){a}"
     if op == "where":
         return f"{a} ? ({t}){b} : ({t}){f'v{refs[2]}'}"

@@ -91,6 +91,17 @@ static inline float gc_logf(float x) {
     return (x < 0.0f || x != x) ? NAN : r;
 }
 
+/* A double as a float rounded to odd (toward zero, the last bit set where inexact): rounding that to
+   float16 or bfloat16 gives the double rounded once, as NumPy's casts do (float carries more than
+   two bits beyond either). */
+static inline float f64_to_f32_odd(double d) {
+    float f = (float)d;
+    uint32_t u = f32_bits(f);
+    u = fabs((double)f) > fabs(d) ? u - 1u : u;
+    u = (double)f != d ? u | 1u : u;
+    return f32_from_bits(u);
+}
+
 /* bfloat16: the upper half of a float32, rounded to nearest even; NaN stays a (quiet) NaN. */
 static inline float bf16_to_f32(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
 

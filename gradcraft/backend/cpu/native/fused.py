@@ -270,23 +270,29 @@ def _exponent(program, args, ref):
     return value if value in (2.0, 1.0) else None
 
 
-def source(program, args, shape, dtype, layout=None) -> str:
+def source(program, args, shape, dtype, layout=None, alias=None) -> str:
     """The kernel's C source (public for tests and GRADCRAFT_DEBUG). Its arguments: p (the inputs'
     and the output's addresses), m (the inner length, the outer dimensions, then each strided input's
-    strides), k (the constants of `full` ops, as doubles), and the range [lo, hi) of output elements."""
+    strides), k (the constants of `full` ops, as doubles), and the range [lo, hi) of output elements.
+    alias[k]: the first input that is the same array as input k (its value is loaded once)."""
     classes, dims, _ = layout or _layout(args, shape)
     outer = max(len(dims) - 1, 0)
     out_name = np.dtype(dtype).name
     lines = [f"    {_STORAGE[a.dtype.name]} const *restrict in{k} = p[{k}];" for k, a in enumerate(args)]
     lines.append(f"    {_STORAGE[out_name]} *restrict out = p[{len(args)}];")
-    body, types, constants = [], {}, 0
+    body, types, constants, loaded = [], {}, 0, {}
     for n, entry in enumerate(program):
         if entry[0] == "in":
             k, name = entry[1], entry[2]
+            types[n] = _value_type(name)
+            j = alias[k] if alias else k
+            if j in loaded:
+                body.append(f"            const {types[n]} v{n} = v{loaded[j]};")
+                continue
+            loaded[k] = n
             index = {"i": "i", "0": "0", "c": "j", "b": "0", "s": "j * s{k}"}[classes[k]].format(k=k)
             pointer = f"in{k}" if classes[k] in "i0" else f"a{k}"
             load = _LOAD.get(name, "{}").format(f"{pointer}[{index}]")
-            types[n] = _value_type(name)
             body.append(f"            const {types[n]} v{n} = {load};")
             continue
         _, op, refs, attrs, name, _ = entry
@@ -373,9 +379,10 @@ def _kernel(text: str):
         return fn
 
 
-def _plan(program, args, shape, dtype):
+def _plan(program, args, shape, dtype, alias):
     """What a call needs besides the arrays' addresses: (kernel or None, m, k, the pow exponents'
-    inputs, source by exponents), for one program over inputs of these shapes, strides and dtypes."""
+    inputs, source by exponents), for one program over inputs of these shapes, strides and dtypes, and
+    of this pattern of inputs that are the same array (alias)."""
     if any(a.ndim > len(shape) or a.dtype.name not in _STORAGE for a in args):
         return (None, None, None, (), {}, None)  # (no layout or dtype of the fusion pass's: the reference)
     layout = _layout(args, shape)
@@ -386,7 +393,7 @@ def _plan(program, args, shape, dtype):
     powers = tuple(e[2][1] for e in program if e[0] == "op" and e[1] == "pow" and _is_scalar(program, args, e[2][1]))
 
     def kernel(arrays):  # (holds no array: a plan outlives the call)
-        return _kernel(source(program, arrays, shape, dtype, layout))
+        return _kernel(source(program, arrays, shape, dtype, layout, alias))
 
     return (None if powers else kernel(args), meta, constants, powers, {}, kernel)
 
@@ -401,12 +408,18 @@ def run(args, program, shape, dtype, empty, reference):
     n = math.prod(shape)
     if n < MIN_ELEMENTS or not available():
         return reference()
-    key = (program, tuple(shape), np.dtype(dtype), tuple([(a.shape, a.strides, a.dtype) for a in args]))
+    addresses = [a.ctypes.data for a in args]
+    # inputs that are the same array (a tensor the group reads several times) are loaded once
+    first: dict = {}
+    alias = tuple(
+        [first.setdefault((x, a.shape, a.strides, a.dtype), k) for k, (x, a) in enumerate(zip(addresses, args))]
+    )
+    key = (program, tuple(shape), np.dtype(dtype), tuple([(a.shape, a.strides, a.dtype) for a in args]), alias)
     plan = _plans.get(key)
     if plan is None:
         if len(_plans) >= MAX_PLANS:
             _plans.clear()
-        plan = _plans[key] = _plan(program, args, tuple(shape), dtype)
+        plan = _plans[key] = _plan(program, args, tuple(shape), dtype, alias)
     fn, meta, constants, powers, by_exponent, make = plan
     if powers:  # (a kernel for each exponent value of a different source: 2, 1, any other)
         exponents = tuple(_exponent(program, args, r) for r in powers)
@@ -416,7 +429,7 @@ def run(args, program, shape, dtype, empty, reference):
     if fn is None:
         return reference()
     out = empty(shape, dtype)
-    pointers = (ctypes.c_void_p * (len(args) + 1))(*[a.ctypes.data for a in args], out.ctypes.data)
+    pointers = (ctypes.c_void_p * (len(args) + 1))(*addresses, out.ctypes.data)
     p, m, k = ctypes.addressof(pointers), meta.ctypes.data, constants.ctypes.data
     _over_rows(lambda lo, hi: fn(p, m, k, lo, hi), n, 1)
     return out

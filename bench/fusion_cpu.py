@@ -105,7 +105,7 @@ def demo_case(gc, args):
 def measure(name, make, args):
     from gradcraft.engine import fusion, realize
 
-    steps, kernels = {}, {}
+    enabled, steps, kernels = fusion.ENABLED, {}, {}
     times, cpu, results = ({True: [], False: []} for _ in range(3))
     for fused in (True, False):
         fusion.ENABLED = fused or args.aa
@@ -121,7 +121,7 @@ def measure(name, make, args):
             times[fused].append(time.perf_counter() - t0)
             cpu[fused].append(time.process_time() - c0)
             kernels[fused] = realize.launches["kernels"] - before
-    fusion.ENABLED = True
+    fusion.ENABLED = enabled
     on, off = (1e3 * float(np.median(times[s])) for s in (True, False))
     on_min, off_min = (1e3 * min(times[s]) for s in (True, False))
     on_cpu, off_cpu = (1e3 * float(np.median(cpu[s])) for s in (True, False))
@@ -135,8 +135,15 @@ def measure(name, make, args):
     )
 
 
+CASES = ("chain", "gpt", "custom", "demo")
+
+
 def main():
     args = parse_args()
+    unknown = [name for name in args.only.split(",") if name not in CASES]
+    if unknown:
+        print(f"error: --only takes cases of {', '.join(CASES)}; not {', '.join(unknown)}", file=sys.stderr)
+        sys.exit(2)
     import gradcraft as gc
     from gradcraft.backend.cpu.native import fused
     from gradcraft.backend.cpu.threads import num_threads

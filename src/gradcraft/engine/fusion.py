@@ -5,8 +5,10 @@ gradient rules of both: eagerly, each op is a kernel that reads and writes the w
 a GPU, ~40 us of host time to launch). `fuse(order, ...)` finds, in a scheduled order, the groups of
 elementwise nodes whose intermediate results nothing else needs, and puts one `FusedGroup` step in
 their place: a program of the group's ops over its external inputs, which the backend runs as one
-kernel (`Backend.fused_elementwise`: generated CUDA C on a GPU, backend/cuda/fused.py; the same
-kernels one by one elsewhere, which is the reference).
+kernel (`Backend.fused_elementwise`: generated CUDA C on a GPU, backend/cuda/fused.py; generated C
+on the CPU where a compiler exists, backend/cpu/native/fused.py; the same kernels one by one
+elsewhere, which is the reference). A backend may admit more dtypes (`fused_extra_dtypes`) and
+leave small outputs unfused (`fused_min_elements`).
 
 Which nodes join a group: an elementwise op of FUSABLE over floating-point (or bool) values, on one
 device, whose output is read only by nodes of the same group, is no target of the realize and is
@@ -19,9 +21,12 @@ GRADCRAFT_FUSION=0 turns fusion off; GRADCRAFT_DEBUG=1 prints each group's ops, 
 generated source.
 """
 
+import math
 import os
 
 import numpy as np
+
+from gradcraft.device import get_backend
 
 ENABLED = os.environ.get("GRADCRAFT_FUSION", "1") != "0"
 
@@ -64,19 +69,24 @@ def _dtype_of(t) -> np.dtype:
     return np.dtype(t.dtype.np)
 
 
-def _fusable(node, out_dtype) -> bool:
+def _fusable(node, out_dtype, values=VALUE_DTYPES) -> bool:
     if node.op not in FUSABLE or node.n_outputs != 1:
         return False
-    if out_dtype not in VALUE_DTYPES:
+    if out_dtype not in values:
         return False
     if node.op == "full":
         return True
-    sources = CAST_SOURCES | VALUE_DTYPES if node.op == "cast" else VALUE_DTYPES
+    sources = CAST_SOURCES | values if node.op == "cast" else values
     return all(_dtype_of(inp) in sources for inp in node.inputs)
 
 
 def fuse(order, readers, target_keys, keep) -> list:
     """The order with fusable groups replaced by FusedGroup steps (the order itself where none)."""
+    backend = get_backend(order[0].device)
+    # a backend may compute more dtypes than VALUE_DTYPES (the CPU's C kernels: float64 too), and run
+    # groups below a size by the kernels one by one (the CPU: a compile is not worth it for small arrays)
+    values = VALUE_DTYPES | getattr(backend, "fused_extra_dtypes", frozenset())
+    smallest = getattr(backend, "fused_min_elements", 0)
     info = {}  # id(node) -> (output shape, NumPy dtype), from the tensors that point at its output
     for tensor in keep.values():
         if tensor._index == 0:
@@ -85,6 +95,8 @@ def fuse(order, readers, target_keys, keep) -> list:
         for inp in node.inputs:
             if inp._buf is None and inp._index == 0:
                 info[id(inp._node)] = (tuple(inp.shape), _dtype_of(inp))
+    if smallest and all(math.prod(shape) < smallest for shape, _ in info.values()):
+        return order
     consumers: dict[int, list] = {}
     for node in order:
         for inp in node.inputs:
@@ -100,7 +112,7 @@ def fuse(order, readers, target_keys, keep) -> list:
     roots: dict[int, object] = {}
     members: dict[int, list] = {}
     for node in reversed(order):
-        if id(node) not in info or not _fusable(node, info[id(node)][1]):
+        if id(node) not in info or not _fusable(node, info[id(node)][1], values):
             continue
         key = (id(node), 0)
         users = consumers.get(id(node), ())
@@ -111,8 +123,8 @@ def fuse(order, readers, target_keys, keep) -> list:
             if segment_of[id(roots[g])] == segment_of[id(node)] and readers.get(key, 0) == len(users):
                 joined = g
         if joined is None:
-            if node.op == "full":
-                continue  # a constant on its own: not a group root
+            if node.op == "full" or (smallest and math.prod(info[id(node)][0]) < smallest):
+                continue  # a constant on its own, or too small an output: not a group root
             joined = id(node)
             roots[joined] = node
             members[joined] = []

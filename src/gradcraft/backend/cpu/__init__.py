@@ -44,6 +44,7 @@ from gradcraft.backend.cpu import (
     softmax,
 )
 from gradcraft.backend.cpu.common import _out, _pool, stats
+from gradcraft.backend.cpu.native import fused as native_fused
 from gradcraft.backend.cpu.threads import num_threads, set_num_threads  # noqa: F401  (public here)
 
 # The kernel families; the backend's table is their KERNELS dicts put together.
@@ -106,6 +107,24 @@ class CPUBackend(Backend):
         BLAS thread policy's wrapper (blas.thread_policy wraps the attention kernels either way)."""
         kernel = self.kernels.get(name)
         return kernel is not None and getattr(kernel, "__wrapped__", kernel) is not self.reference_kernels.get(name)
+
+    @property
+    def fuses_elementwise(self) -> bool:
+        # Fused groups (engine/fusion.py) run as generated C kernels (native/fused.py) where a compiler
+        # exists; without one a group would only be its kernels one by one: fusion stays off.
+        return native_fused.available()
+
+    fused_extra_dtypes = frozenset({np.dtype(np.float64)})  # (the C kernels compute in double too)
+
+    @property
+    def fused_min_elements(self) -> int:
+        return native_fused.MIN_ELEMENTS  # (smaller groups would run by reference: not worth grouping)
+
+    def fused_elementwise(self, args: list, program: tuple, shape: tuple, dtype):
+        def reference():
+            return Backend.fused_elementwise(self, args, program, shape, dtype)
+
+        return native_fused.run(args, program, shape, dtype, _out, reference)
 
     def from_numpy(self, array):
         return stats.track(np.array(array, copy=True, order="C"))

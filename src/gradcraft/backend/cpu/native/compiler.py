@@ -71,6 +71,7 @@ def find_compiler() -> str | None:
     return None
 
 
+@functools.cache
 def _version(compiler: str) -> str:
     try:
         return subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
@@ -78,6 +79,7 @@ def _version(compiler: str) -> str:
         return ""
 
 
+@functools.cache
 def _cpu_identity() -> str:
     """What -march=native compiles for: the processor's model and instruction-set flags (a cache shared
     by machines of different processors must not hand one's library to the other: illegal instructions)."""
@@ -125,6 +127,44 @@ def build(compiler: str, flags=FLAGS) -> Path:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+    return target
+
+
+def build_source(text: str, stem: str, compiler: str, flags, include_dir: Path = SOURCE.parent) -> Path:
+    """Path of a library compiled from the C source `text` (a generated kernel: native/fused.py), cached
+    like the kernels' library under a hash of the text, the headers, the compiler and the flags.
+    Raises RuntimeError with the compiler's message on failure."""
+    key = hashlib.sha256(
+        b"\0".join(
+            [
+                text.encode(),
+                *(path.read_bytes() for path in sorted(include_dir.glob("*.h"))),
+                _version(compiler).encode(),
+                " ".join(flags).encode(),
+                platform.machine().encode(),
+                _cpu_identity().encode(),
+            ]
+        )
+    ).hexdigest()[:20]
+    target = cache_dir() / f"{stem}-{key}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)  # (renamed when whole, as in build)
+    os.close(fd)
+    src = tmp[:-3] + ".c"
+    try:
+        Path(src).write_text(text)
+        result = subprocess.run(
+            [compiler, *flags, f"-I{include_dir}", src, "-o", tmp, "-lm"], capture_output=True, text=True, timeout=300
+        )
+        if result.returncode != 0:
+            raise RuntimeError(result.stderr.strip() or f"{compiler} exited with {result.returncode}")
+        os.replace(tmp, target)
+    finally:
+        for path in (tmp, src):
+            if os.path.exists(path):
+                os.unlink(path)
     return target
 
 

@@ -19,8 +19,6 @@
 
 typedef int64_t i64;
 
-static inline float sigmoid_f(float x) { return 1.0f / (1.0f + exp_f(-x)); }
-
 /* ------------------------------------------------------------------ activations (flat ranges) */
 
 void silu_f32(const float *x, float *out, i64 lo, i64 hi) {
@@ -35,14 +33,6 @@ void silu_backward_f32(const float *x, const float *g, float *out, i64 lo, i64 h
         float s = sigmoid_f(x[i]);
         out[i] = g[i] * s * (1.0f + x[i] * (1.0f - s));
     }
-}
-
-/* erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), as backend/cpu/activations.py's float32 _erf. */
-static inline float erf_f(float x) {
-    float a = fabsf(x);
-    float t = 1.0f / (1.0f + 0.3275911f * a);
-    float poly = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-    return copysignf(1.0f - poly * exp_f(-a * a), x); /* odd: a sign copy, not a branch */
 }
 
 #define SQRT_2_OVER_PI 0.7978845608028654f

@@ -44,4 +44,14 @@ static inline float exp_f(float x) {
     return p * scale * underflow * overflow;
 }
 
+static inline float sigmoid_f(float x) { return 1.0f / (1.0f + exp_f(-x)); }
+
+/* erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), as backend/cpu/activations.py's float32 _erf. */
+static inline float erf_f(float x) {
+    float a = fabsf(x);
+    float t = 1.0f / (1.0f + 0.3275911f * a);
+    float poly = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+    return copysignf(1.0f - poly * exp_f(-a * a), x); /* odd: a sign copy, not a branch */
+}
+
 #endif

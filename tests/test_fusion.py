@@ -4,7 +4,8 @@ group computes what its kernels compute one by one.
 Here the CPU backend runs a group by its reference (each op's own kernel in turn; its generated C
 kernels are tests/test_fusion_cpu.py's): the results must be bitwise those of the unfused schedule,
 and the tests check the grouping rules (what joins a group, what must stay outside). The generated
-CUDA kernels are compiled here with NVRTC alone when its library is installed, and compared with the unfused kernels on a GPU (the cuda-marked tests)."""
+CUDA kernels are compiled here with NVRTC alone when its library is installed, and compared with the
+unfused kernels on a GPU (the cuda-marked tests)."""
 
 import numpy as np
 import pytest

@@ -184,10 +184,11 @@ def test_gguf_export_refuses_what_llama_cpp_cannot_run(runs, tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("outtype", ["f32", "f16"])
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
-def test_llama_cpp_runs_the_export(runs, family, tmp_path, capsys):
-    """llama.cpp itself (llama-cpp-python, where installed) loads the file, tokenizes as we do and
-    computes our logits and greedy tokens."""
+def test_llama_cpp_runs_the_export(runs, family, outtype, tmp_path, capsys):
+    """llama.cpp itself (llama-cpp-python, where installed) loads the file, tokenizes as we do,
+    computes our logits and picks our greedy tokens."""
     llama_cpp = pytest.importorskip("llama_cpp")
     from gradcraft.inference.run_paths import find_model
     from gradcraft.inference.text import load_model
@@ -199,12 +200,23 @@ def test_llama_cpp_runs_the_export(runs, family, tmp_path, capsys):
     tok = Tokenizer.load(files.vocab)
     text = "def reverse_string(s):"
     prompt = tok.encode(text)
-    status, _, err = run_cli(["export", "--model_dir", runs / family, "--format", "gguf", "--out", tmp_path], capsys)
+    argv = ["export", "--model_dir", runs / family, "--format", "gguf", "--outtype", outtype, "--out", tmp_path]
+    status, _, err = run_cli(argv, capsys)
     assert status == 0, err
     llm = llama_cpp.Llama(str(tmp_path / "model.gguf"), n_ctx=16, logits_all=True, verbose=False, n_threads=1)
     assert llm.tokenize(text.encode(), add_bos=False, special=False) == prompt
+
+    def ours(ids):
+        with gc.no_grad():
+            return model(gc.tensor(np.array([ids]))).numpy()[0]
+
     llm.eval(prompt)
-    theirs = np.asarray(llm.scores[: len(prompt)])
-    with gc.no_grad():
-        ours = model(gc.tensor(np.array([prompt]))).numpy()[0]
-    np.testing.assert_allclose(theirs, ours, rtol=1e-3, atol=1e-3)
+    tol = 1e-3 if outtype == "f32" else 2e-2
+    np.testing.assert_allclose(np.asarray(llm.scores[: len(prompt)]), ours(prompt), rtol=tol, atol=tol)
+    llm.reset()
+    theirs = []
+    for token in llm.generate(prompt, temp=0.0, top_k=1, top_p=1.0, repeat_penalty=1.0):
+        theirs.append(token)
+        if len(theirs) == 6:
+            break
+    assert theirs == _greedy(ours, prompt, 6)

@@ -52,3 +52,21 @@ from gradcraft.nn.transformer_layers import (  # noqa: E402, F401
 from gradcraft.nn import parallel  # noqa: E402,F401  (torch.nn.parallel: DistributedDataParallel)
 from gradcraft.nn.loss import KLDivLoss  # noqa: F401, E402
 from gradcraft.nn.containers import ParameterDict, ParameterList  # noqa: F401,E402
+from gradcraft.nn.upsampling import (  # noqa: F401,E402
+    PixelShuffle,
+    PixelUnshuffle,
+    Upsample,
+    UpsamplingBilinear2d,
+    UpsamplingNearest2d,
+)
+from gradcraft.nn.extra_layers import GLU, EmbeddingBag, LogSigmoid, PReLU  # noqa: F401,E402
+from gradcraft.nn.margin_losses import (  # noqa: F401,E402
+    CosineEmbeddingLoss,
+    HingeEmbeddingLoss,
+    MarginRankingLoss,
+    MultiLabelSoftMarginLoss,
+    MultiMarginLoss,
+    PairwiseDistance,
+    SoftMarginLoss,
+    TripletMarginLoss,
+)

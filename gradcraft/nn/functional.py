@@ -97,3 +97,25 @@ def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: boo
     from gradcraft.ops.normalization import dropout2d as _dropout2d
 
     return _maybe_inplace(input, _dropout2d(input, p, training), inplace)
+
+
+# ---------------------------------------------------------------- resizing, more activations, margin losses
+from gradcraft.nn.upsampling import (  # noqa: E402, F401
+    interpolate,
+    pixel_shuffle,
+    pixel_unshuffle,
+    upsample,
+    upsample_bilinear,
+    upsample_nearest,
+)
+from gradcraft.nn.extra_layers import embedding_bag, glu, gumbel_softmax, logsigmoid, prelu  # noqa: E402, F401
+from gradcraft.nn.margin_losses import (  # noqa: E402, F401
+    cosine_embedding_loss,
+    hinge_embedding_loss,
+    margin_ranking_loss,
+    multi_margin_loss,
+    multilabel_soft_margin_loss,
+    pairwise_distance,
+    soft_margin_loss,
+    triplet_margin_loss,
+)

@@ -79,7 +79,7 @@ class LogSigmoid(Module):
 def gumbel_softmax(logits, tau: float = 1.0, hard: bool = False, eps: float = 1e-10, dim: int = -1):
     """softmax((logits + g) / tau) with g ~ Gumbel(0, 1); hard: the one-hot of its argmax in the forward
     pass with the soft sample's gradient (straight through), as PyTorch's."""
-    from gradcraft.ops.random import rand_like
+    from gradcraft.ops.creation import rand_like
 
     uniform = rand_like(logits).clamp(min=1e-20, max=1.0)
     gumbels = -(-uniform.log()).log()  # -log(E), E ~ Exponential(1)

@@ -51,6 +51,20 @@ def _topological(root) -> list:
     return order
 
 
+def execution_order(order: list) -> list:
+    """`order` (inputs before outputs) rearranged to the order in which PyTorch's engine runs the
+    backward nodes, reversed: the latest-built node first, a leaf as soon as its last reader is done.
+    Only observable through hooks, so only used when some are registered."""
+    key = {}
+    for t in order:
+        if t._node is not None:
+            key[id(t)] = t._node.serial
+            for inp in t._node.inputs:
+                if inp._node is None:
+                    key[id(inp)] = min(key.get(id(inp), t._node.serial), t._node.serial) - 0.5
+    return sorted(order, key=lambda t: key.get(id(t), -1))
+
+
 def backward(
     root, gradient=None, realize_now: bool = True, retain_graph: bool = False, on_grad_ready=None, create_graph=False
 ) -> None:
@@ -83,6 +97,8 @@ def backward(
     grads = {id(root): gradient}
     leaves, retained = [], []
     hooked = tensor_hooks.has_hooks()
+    if hooked:
+        order = execution_order(order)
     # Each gradient in its forward op's dtype: not cast again by an autocast block around backward()
     with enable_grad() if create_graph else no_grad(), autocast_policy.suspended():
         for t in reversed(order):

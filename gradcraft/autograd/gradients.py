@@ -7,7 +7,7 @@ walk builds gradient nodes for the whole graph, and only those the requested gra
 
 from __future__ import annotations
 
-from gradcraft.autograd.engine import release_graph
+from gradcraft.autograd.engine import execution_order, release_graph
 from gradcraft.engine.realize import realize
 from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
@@ -95,6 +95,8 @@ def grad(
     found: dict = {}
     order = _topological(outputs)
     hooked = tensor_hooks.has_hooks()
+    if hooked:
+        order = execution_order(order)
     # create_graph: the gradient rules' ops are recorded like any others, so the results can be
     # differentiated again
     with enable_grad() if create_graph else no_grad():

@@ -80,6 +80,19 @@ def test_autograd_functional_matches_torch():
         _close(x, y)
 
 
+def test_relu_second_derivative_is_connected_zero_as_torch():
+    out = []
+    for lib in (gc, torch):
+        x = lib.tensor([[0.3, -0.2, 1.5]], requires_grad=True)
+        w = lib.tensor([[1.0, -2.0, 0.5], [0.3, 0.2, -1.0]], requires_grad=True)
+        (g,) = lib.autograd.grad(lib.relu(x @ w.T).sum(), x, create_graph=True)
+        (h,) = lib.autograd.grad(g.sum(), x, retain_graph=True)
+        ((g**2).sum()).backward()
+        out.append([g, h, w.grad])
+    for a, b in zip(*out):
+        _close(a, b, 1e-6)
+
+
 def test_gradgradcheck_and_refusals():
     x = gc.tensor(X, dtype=gc.float64, requires_grad=True)
     assert gc.autograd.gradgradcheck(lambda t: GF.softmax(t, dim=1) * t.exp(), (x,))

@@ -157,4 +157,15 @@ def _linear_bias_composed(node, out, g):
     return (g @ w if x.requires_grad else None), dw, db
 
 
-COMPOSED = {"layer_norm": _layer_norm_composed, "rms_norm": _rms_norm_composed, "linear_bias": _linear_bias_composed}
+def _relu_composed(node, out, g):
+    # the mask as sign(out) (out >= 0): the same values, and the gradient stays connected to the
+    # input (with a zero second derivative) as PyTorch's threshold_backward is
+    return (g * out.sign(),)
+
+
+COMPOSED = {
+    "layer_norm": _layer_norm_composed,
+    "rms_norm": _rms_norm_composed,
+    "linear_bias": _linear_bias_composed,
+    "relu": _relu_composed,
+}

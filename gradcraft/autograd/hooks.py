@@ -48,37 +48,37 @@ def _forget(key: int, table: dict):
     return lambda _ref: table.pop(key, None)
 
 
-def register_hook(tensor, hook) -> RemovableHandle:
+def register_hook(self, hook) -> RemovableHandle:
     """Tensor.register_hook(hook): hook(grad) -> Tensor or None."""
-    if not tensor.requires_grad:
+    if not self.requires_grad:
         raise RuntimeError_("cannot register a hook on a tensor that doesn't require gradient")
-    key = id(tensor)
+    key = id(self)
     entry = _HOOKS.get(key)
-    if entry is None or entry[0]() is not tensor:
-        entry = _HOOKS[key] = (weakref.ref(tensor, _forget(key, _HOOKS)), _HookDict())
+    if entry is None or entry[0]() is not self:
+        entry = _HOOKS[key] = (weakref.ref(self, _forget(key, _HOOKS)), _HookDict())
     handle = RemovableHandle(entry[1])
     entry[1][handle.id] = hook
     return handle
 
 
-def retain_grad(tensor) -> None:
+def retain_grad(self) -> None:
     """Tensor.retain_grad(): a non-leaf keeps its gradient in .grad (a no-op on a leaf)."""
-    if not tensor.requires_grad:
+    if not self.requires_grad:
         raise RuntimeError_("can't retain_grad on Tensor that has requires_grad=False")
-    if tensor.is_leaf:
+    if self.is_leaf:
         return
-    key = id(tensor)
-    _RETAINED[key] = weakref.ref(tensor, _forget(key, _RETAINED))
+    key = id(self)
+    _RETAINED[key] = weakref.ref(self, _forget(key, _RETAINED))
 
 
-def retains_grad(tensor) -> bool:
-    ref = _RETAINED.get(id(tensor))
-    return ref is not None and ref() is tensor
+def retains_grad(self) -> bool:
+    ref = _RETAINED.get(id(self))
+    return ref is not None and ref() is self
 
 
 def has_hooks() -> bool:
     """Whether any tensor hook or retain_grad is registered (the backward loop's quick test)."""
-    return bool(_HOOKS) or bool(_RETAINED)
+    return bool(_RETAINED) or any(entry[1] for entry in _HOOKS.values())
 
 
 def run_hooks(tensor, grad, retained: list | None = None):

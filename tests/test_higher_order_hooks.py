@@ -93,6 +93,35 @@ def test_relu_second_derivative_is_connected_zero_as_torch():
         _close(a, b, 1e-6)
 
 
+def test_custom_function_and_hooked_module_differentiate_twice_as_torch():
+    out = []
+    for lib, nn in ((gc, gnn), (torch, torch.nn)):
+
+        class Cube(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x**3
+
+            @staticmethod
+            def backward(ctx, g):
+                (x,) = ctx.saved_tensors
+                return g * 3 * x**2
+
+        x = lib.tensor([[0.5, -1.0], [2.0, 0.25]], requires_grad=True)
+        net = nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1))
+        with lib.no_grad():
+            for p in net.parameters():
+                p.copy_(lib.linspace(-1, 1, p.numel()).reshape(p.shape))
+        seen = []
+        net[0].register_full_backward_hook(lambda m, gi, go: seen.append(go[0].detach().clone()))
+        (g,) = lib.autograd.grad(net(Cube.apply(x)).sum(), x, create_graph=True)
+        ((g.norm(2, dim=1) - 1) ** 2).sum().backward()
+        out.append([g, x.grad, net[0].weight.grad, net[2].weight.grad, seen[0]])
+    for a, b in zip(*out):
+        _close(a, b, 1e-5)
+
+
 def test_gradgradcheck_and_refusals():
     x = gc.tensor(X, dtype=gc.float64, requires_grad=True)
     assert gc.autograd.gradgradcheck(lambda t: GF.softmax(t, dim=1) * t.exp(), (x,))

@@ -119,3 +119,19 @@ from gradcraft.nn.margin_losses import (  # noqa: E402, F401
     soft_margin_loss,
     triplet_margin_loss,
 )
+from gradcraft.nn.more_layers import pad  # noqa: E402, F401, F811  (F.pad with its other modes)
+from gradcraft.nn.more_layers import (  # noqa: E402, F401
+    celu,
+    hardshrink,
+    hardsigmoid,
+    hardswish,
+    hardtanh,
+    mish,
+    relu6,
+    selu,
+    softmin,
+    softshrink,
+    softsign,
+    tanhshrink,
+    threshold,
+)

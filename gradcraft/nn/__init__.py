@@ -96,3 +96,6 @@ from gradcraft.nn.more_layers import (  # noqa: F401,E402
     ZeroPad1d,
     ZeroPad2d,
 )
+from gradcraft.nn.extra_layers import Bilinear, Softmax2d  # noqa: F401,E402
+from gradcraft.nn.fold_norm import Fold, InstanceNorm1d, InstanceNorm2d, Unfold  # noqa: F401,E402
+from gradcraft.nn.likelihood_losses import GaussianNLLLoss, PoissonNLLLoss  # noqa: F401,E402

@@ -1,5 +1,5 @@
 """More of torch.nn, composed from public ops: PReLU (F.prelu), GLU (F.glu), F.logsigmoid and
-nn.LogSigmoid, F.gumbel_softmax, EmbeddingBag (F.embedding_bag)."""
+nn.LogSigmoid, F.gumbel_softmax, EmbeddingBag (F.embedding_bag), Softmax2d, Bilinear (F.bilinear)."""
 
 from __future__ import annotations
 
@@ -235,3 +235,54 @@ class EmbeddingBag(Module):
         if self.padding_idx is not None:
             s += f", padding_idx={self.padding_idx}"
         return s
+
+
+class Softmax2d(Module):
+    """softmax over the channels of (N, C, H, W) or (C, H, W)."""
+
+    def forward(self, input):
+        if input.ndim not in (3, 4):
+            raise ValueError_(f"Softmax2d: expected input to be 3D or 4D, got {input.ndim}D instead")
+        return input.softmax(-3)
+
+
+def bilinear(input1, input2, weight, bias=None):
+    """y_k = x1^T W_k x2 (+ b_k) over the last dimension; the leading dimensions are batch."""
+    if input1.shape[:-1] != input2.shape[:-1]:
+        raise RuntimeError_(
+            f"bilinear(): input batch dimensions do not match: got {list(input1.shape[:-1])} and "
+            f"{list(input2.shape[:-1])}"
+        )
+    lead = tuple(input1.shape[:-1])
+    x1 = input1.reshape(-1, input1.shape[-1])
+    x2 = input2.reshape(-1, input2.shape[-1])
+    out = ((x1.unsqueeze(0) @ weight) * x2.unsqueeze(0)).sum(-1).transpose(0, 1)  # (K, B, J) -> (B, K)
+    if bias is not None:
+        out = out + bias
+    return out.reshape(lead + (weight.shape[0],))
+
+
+class Bilinear(Module):
+    def __init__(
+        self, in1_features: int, in2_features: int, out_features: int, bias: bool = True, device=None, dtype=None
+    ):
+        super().__init__()
+        self.in1_features, self.in2_features, self.out_features = in1_features, in2_features, out_features
+        self.weight = Parameter(zeros((out_features, in1_features, in2_features), device=device, dtype=dtype))
+        self.bias = Parameter(zeros(out_features, device=device, dtype=dtype)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = 1 / self.weight.shape[1] ** 0.5
+        init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input1, input2):
+        return bilinear(input1, input2, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
+            f"out_features={self.out_features}, bias={self.bias is not None}"
+        )

@@ -135,3 +135,6 @@ from gradcraft.nn.more_layers import (  # noqa: E402, F401
     tanhshrink,
     threshold,
 )
+from gradcraft.nn.extra_layers import bilinear  # noqa: E402, F401
+from gradcraft.nn.fold_norm import fold, instance_norm, unfold  # noqa: E402, F401
+from gradcraft.nn.likelihood_losses import gaussian_nll_loss, poisson_nll_loss  # noqa: E402, F401

@@ -70,6 +70,7 @@ from gradcraft.ops.elementwise import (
     le,
     lerp,
     log,  # noqa: E402
+    logaddexp,
     logical_and,
     logical_not,
     logical_or,

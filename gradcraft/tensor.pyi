@@ -275,6 +275,7 @@ class Tensor:
     def scatter_add_(self, dim: builtins.int, index: Tensor, src: Tensor) -> Tensor: """The op gradcraft.ops.scatter.scatter_add_."""
     def index_add(self, dim: builtins.int, index: Tensor, source: Tensor, *, alpha: builtins.float = ...) -> Tensor: """torch.index_add / Tensor.index_add: input with alpha * source[..., i, ...] added at index[i] along dim."""
     def index_add_(self, dim: builtins.int, index: Tensor, source: Tensor, *, alpha: builtins.float = ...) -> Tensor: """The op gradcraft.ops.scatter.index_add_."""
+    def logaddexp(self, other: Tensor) -> Tensor: """torch.logaddexp: log(exp(input) + exp(other)) elementwise, with broadcasting, without overflow."""
     @property
     def T(self): ...
     @property

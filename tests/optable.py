@@ -8,6 +8,7 @@ An input spec is one of:
   (2, 3)            a random float tensor of that shape that requires grad
   Pos((2, 3))       the same, with values in [0.5, 1.5] (for log, sqrt, pow, ...)
   Scaled((2, 3), s) the same as (2, 3), times s (tiny or huge rows: where a norm's eps matters or not)
+  Values(rows)      a float tensor of exactly these values that requires grad (infinities, huge numbers)
   Ints(high, shape) a constant int64 tensor with values in [0, high)
   Fixed((2, 3))     a random float tensor that is a constant (no gradient)
   Mask((2, 3))      a constant bool tensor
@@ -16,6 +17,8 @@ An input spec is one of:
 
 from dataclasses import dataclass, field
 from collections.abc import Callable
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -29,8 +32,22 @@ class Scaled:
     scale: float
 
 
+@dataclass(frozen=True)
+class Values:
+    """A float tensor of exactly these values (nested tuples) that requires grad: the edge cases
+    (infinities, huge magnitudes) random inputs never draw."""
+
+    data: tuple
+
+    @property
+    def shape(self):
+        return np.shape(self.data)
+
+
 def float_data(spec, rng):
-    """The float64 values of a differentiable input spec: (shape), Pos or Scaled."""
+    """The float64 values of a differentiable input spec: (shape), Pos, Scaled or Values."""
+    if isinstance(spec, Values):
+        return np.array(spec.data, dtype=np.float64)
     if isinstance(spec, Pos):
         return rng.uniform(0.5, 1.5, size=spec.shape)
     if isinstance(spec, Scaled):
@@ -39,7 +56,7 @@ def float_data(spec, rng):
 
 
 def input_shape(spec):
-    return spec.shape if isinstance(spec, (Pos, Scaled)) else spec
+    return spec.shape if isinstance(spec, (Pos, Scaled, Values)) else spec
 
 
 @dataclass(frozen=True)
@@ -122,6 +139,8 @@ def _window_mask(m, T, w):
     return (j <= i) & (j > i - w)
 
 
+INF = float("inf")
+
 OPS = [
     # ---- unary
     unary("neg", "neg"),
@@ -157,6 +176,23 @@ OPS = [
     binary("pow", lambda m, a, b: a**b, domain=True),
     binary("maximum", lambda m, a, b: m.T.maximum(a, b)),
     binary("minimum", lambda m, a, b: m.T.minimum(a, b)),
+    binary("logaddexp", lambda m, a, b: m.T.logaddexp(a, b)),
+    OpInfo(
+        "logaddexp_extremes",  # equal infinities (NaN gradients, as in PyTorch), one side -inf, huge, far apart
+        lambda m, a, b: a.logaddexp(b),
+        [
+            (
+                Values(((-INF, -INF, INF, INF, 0.0), (1e30, -1e30, 80.0, 3.0, 1e-3))),
+                Values(((-INF, 0.0, INF, -INF, -INF), (1e30, 5.0, -80.0, 3.0, -1e-3))),
+            )
+        ],
+    ),
+    OpInfo(
+        "logaddexp_out",
+        lambda m, a, b: m.T.logaddexp(a, b, out=m.T.empty(0, dtype=a.dtype)),
+        [(Fixed((3, 4)), Fixed((4,)))],
+        grad=False,
+    ),
     OpInfo("scalar_ops", lambda m, x: (2.0 - x) * 3 / (x + 4) + x**2 - 1.5**x, [((3, 4),)]),
     OpInfo(
         "compare",

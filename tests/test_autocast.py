@@ -330,9 +330,10 @@ def test_cuda_gradients_reach_float32_parameters(device):
     """A GPT block's forward under CUDA autocast (flash attention in bfloat16), backward after it."""
     rng = np.random.default_rng(3)
     q = rng.normal(size=(2, 4, 64, 64)).astype(np.float32)
+    weight = rng.normal(size=(64, 64)).astype(np.float32) / 8  # (the same weight on both sides)
     out = {}
     for L, F, dev in ((gc, gF, device), (torch, tF, "cpu")):
-        w = L.tensor(rng.normal(size=(64, 64)).astype(np.float32) / 8, device=dev, requires_grad=True)
+        w = L.tensor(weight, device=dev, requires_grad=True)
         x = L.tensor(q, device=dev)
         with L.autocast(dev, dtype=L.bfloat16):
             h = F.scaled_dot_product_attention(x @ w, x, x, is_causal=True)

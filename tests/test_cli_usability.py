@@ -244,3 +244,14 @@ def test_prebuild_refuses_cleanly(tmp_path, capsys):
     if importlib.util.find_spec("cupy") is None:
         status, _, err = run_cli(["prebuild", "--device", "cuda"], capsys)
         assert status == 2 and "prebuild --device cuda needs CuPy and a GPU, and CuPy is not installed here" in err
+
+
+def test_python_dash_m_gradcraft_is_the_command_line():
+    """`python -m gradcraft` works where the console script is not on PATH (a venv not activated)."""
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(gc.__file__))))
+    done = subprocess.run(
+        [sys.executable, "-m", "gradcraft", "train", "--steps", "x"], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith("error: argument --steps")
+    assert "Traceback" not in done.stderr

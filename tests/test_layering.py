@@ -46,6 +46,7 @@ LAYERS = {
     "inference": 12,
     "benchmarks": 13,
     "cli": 14,
+    "__main__": 15,  # `python -m gradcraft`: the command line
 }
 PUBLIC_API_LAYER = 5
 # Modules that may reach a tensor's buffer (`._buf`) and version (`._version`).

@@ -3,21 +3,17 @@
 A kernel takes device arrays and a dict of attributes, and returns a new
 array (or a view, for movement kernels), or a tuple of arrays for the fused
 backward kernels marked (multi). Kernels never modify their inputs, except
-`assign`, which writes into its first argument (all of it; or, with an `index`
-input of (B,) or (1,) positions and a `dim`, a value of size 1 along `dim` into
-slot index[b] % L of each leading row b: a decoding step's KV-cache write), and
-`kv_append_attention`, which writes a step's keys and values into the caches it
-is given before attending (as flash-attn's flash_attn_with_kvcache does), and
-`greedy_advance`, which writes its argmax into its second argument and adds one
-to its third (a decoding step that feeds itself); the engine knows which inputs
-each writes (engine/realize.py's WRITES_INPUTS).
+those whose spec lists the inputs they write (`assign`, `kv_append_attention`,
+`greedy_advance`: engine/realize.py's WRITES_INPUTS comes from the specs).
 
-PRIMITIVES are what every backend must have. OPTIONAL are fused kernels a backend may leave out:
-where one is missing, the op layer computes it from primitives (gradcraft/ops/fallback.py), and the
-gradient then follows the primitives' own rules, so a missing forward kernel never asks for its
-backward one. A backend that has a fused forward kernel must have its backward kernel too
-(OPTIONAL_PAIRS). flash_attention and linear_cross_entropy are also asked for only where the backend
-says they are the fast way (`flash_attention_supported`, `fused_linear_cross_entropy`).
+Each kernel is declared once, by its op's spec (backend/opspec.py); the tables below are read
+from the specs. PRIMITIVES are what every backend must have. OPTIONAL are fused kernels a backend
+may leave out: where one is missing, the op layer computes it from primitives (the spec's
+fallback, gradcraft/ops/fallback.py), and the gradient then follows the primitives' own rules, so
+a missing forward kernel never asks for its backward one. A backend that has a fused forward
+kernel must have its backward kernel too (OPTIONAL_PAIRS). A gated kernel (flash_attention,
+linear_cross_entropy, ...) is asked for only where the backend says it is the fast way (the
+spec's `gate`, a method of Backend).
 
 `backend/cpu/` implements every kernel with NumPy, one module per kernel family, and is the
 reference the C and CUDA kernels are tested against.
@@ -25,130 +21,16 @@ reference the C and CUDA kernels are tested against.
 
 import numpy as np
 
+from gradcraft.backend.opspec import SPECS
 from gradcraft.errors import UserError
 
-PRIMITIVES = frozenset(
-    {
-        # elementwise unary (a) -> same shape
-        "neg",
-        "exp",
-        "log",
-        "sqrt",
-        "rsqrt",
-        "abs",
-        "sin",
-        "cos",
-        "tanh",
-        "sigmoid",
-        "relu",
-        "sign",
-        "logical_not",
-        "cast",
-        # elementwise binary (a, b) with NumPy broadcasting
-        "add",
-        "sub",
-        "mul",
-        "div",
-        "pow",
-        "maximum",
-        "minimum",
-        "eq",
-        "ne",
-        "lt",
-        "le",
-        "gt",
-        "ge",
-        "where",
-        # reductions over `axes` with `keepdim`
-        "sum",
-        "max",
-        "min",
-        "argmax",
-        "argmin",
-        # (logits (B, V), ids (B elements), position (1 or B)) -> (B,) argmax; writes it into ids, position + 1
-        "greedy_advance",
-        "cumsum",
-        "topk",
-        # matrix product with batch broadcasting
-        "matmul",
-        # movement: views where the layout allows
-        "reshape",
-        "permute",
-        "expand",
-        "slice",
-        "flip",
-        "contiguous",
-        # gathers and their scatter-add gradients
-        "index",
-        "index_put_add",
-        "take_along_dim",
-        "scatter_add_along_dim",
-        "cat",
-        "pad",
-        "tril",
-        "triu",
-        "put_slices",  # (*gs, specs, shape): zeros with each g added at its slices (gradients of slicing)
-        # creation
-        "full",
-        "arange",
-        "rand",
-        "randn",
-        "randint",
-        "copy_from",
-        "assign",
-        # random masks that must match across devices bit for bit (Philox): not composable from rand
-        "dropout",
-        "attention_dropout",  # (weights, state) with backend/philox.py's mask: the explicit path's dropout
-        # mixture of experts: tokens to their experts' rows and back; slot (N, k) gives each assignment's row
-        "moe_permute",
-        "moe_permute_backward",
-        "moe_unpermute",
-        "moe_unpermute_backward",  # unpermute bwd: (dy, dw)
-        # (a, *others) -> a, the others only read: the node of a user-defined autograd Function
-        # (gradcraft/ops/custom.py), whose gradient rule is the user's backward
-        "passthrough",
-    }
-)
-
+# The contract, from the ops' specs (backend/opspec.py: one declaration per op).
+PRIMITIVES = frozenset(name for name, spec in SPECS.items() if not spec.optional)
 # optional fused forward kernel -> its fused backward kernels
 OPTIONAL_PAIRS = {
-    "gelu": ("gelu_backward",),
-    "silu": ("silu_backward",),
-    # SwiGLU: (h) -> silu(h[..., :F]) * h[..., F:] for h of 2F features; backward (h, g) -> dh
-    "swiglu": ("swiglu_backward",),
-    "softmax": ("softmax_backward",),
-    "log_softmax": ("log_softmax_backward",),
-    "cross_entropy": ("cross_entropy_backward",),
-    "linear_cross_entropy": (),  # (multi) (x, w, target) -> (sum of the rows' losses, dx, dw): logits never whole
-    "layer_norm": ("layer_norm_backward",),  # backward (multi): dx, dweight, dbias
-    "rms_norm": ("rms_norm_backward",),  # backward (multi): dx, dweight
-    "embedding": ("embedding_backward",),
-    "rope": (),  # (rope's gradient is rope with the inverse angle)
-    "sdpa": ("sdpa_backward",),  # backward (multi): dq, dk, dv
-    # flash attention (multi): (q, k, v[, dropout state]) -> (out, log-sum-exp per query);
-    # backward (q, k, v, out, lse, g[, state]) -> dq, dk, dv
-    "flash_attention": ("flash_attention_backward",),
-    "masked_softmax": ("masked_softmax_backward",),  # attention weights from scores (explicit attention)
-    # decoding through fixed KV caches (inference only, no gradient): (q, k_cache, v_cache, position;
-    # scale) -> each row's query against the first min(position + 1, L) slots (backend/cpu/kv_cache.py)
-    "kv_attention": (),
-    # the same after writing this step's keys/values (rotated first, as the query, where cos/sin come):
-    # (q, k_cache, v_cache, position, key, value[, cos, sin]; scale, rotary) -> out; key and value
-    # (B, Hkv, 1, D) go to slot position % L of the caches, in place (backend/cpu/kv_cache.py)
-    "kv_append_attention": (),
-    # (logits (B, V), temperature, top_k, top_p, uniform) -> (B,) token ids drawn as gradcraft/sampling.py
-    # defines (inference only); -1 marks a row the kernel cannot hold (backend/cpu/sampling.py)
-    "sample_tokens": (),
-    # a decoding step's one-row products with what surrounds them (inference only): (x[, residual]
-    # [, norm weight][, norm bias], weight[, bias]; residual, norm, eps, norm_bias, bias, activation)
-    # -> y, or (y, x + residual) with a residual (backend/cpu/gemv.py, kernels/gemv.cu)
-    "norm_linear": (),
-    # a product with its bias (training-sized rows): (x (M, K), w (N, K), b (N,)) -> x @ w^T + b;
-    # backward (g (M, N), x) -> (dw = g^T @ x, db = g summed over rows); dx is a matmul
-    # (backend/cpu/linear.py; cuBLASLt's bias epilogues on a GPU)
-    "linear_bias": ("linear_bias_backward",),
+    name: tuple(spec.backward) for name, spec in SPECS.items() if spec.optional and spec.backward_of is None
 }
-OPTIONAL = frozenset(OPTIONAL_PAIRS) | {b for pair in OPTIONAL_PAIRS.values() for b in pair}
+OPTIONAL = frozenset(name for name, spec in SPECS.items() if spec.optional)
 KERNELS = PRIMITIVES | OPTIONAL
 
 

@@ -14,6 +14,7 @@ import os
 import sys
 import time
 
+from gradcraft.backend.opspec import SPECS
 from gradcraft.device import get_backend
 from gradcraft.engine import fusion, grouping, plans
 from gradcraft.engine.schedule import schedule
@@ -24,8 +25,8 @@ DEBUG = int(os.environ.get("GRADCRAFT_DEBUG", "0") or 0)
 # buffer: gradcraft/ops/inplace.py gives lazy tensors built from the old contents a copy of them.
 BEFORE_WRITE: list = []
 
-# The kernels that write into some of their inputs (backend/__init__.py), and which inputs.
-WRITES_INPUTS = {"assign": (0,), "kv_append_attention": (1, 2), "greedy_advance": (1, 2)}
+# The kernels that write into some of their inputs, and which inputs (their specs' `writes`).
+WRITES_INPUTS = {name: spec.writes for name, spec in SPECS.items() if spec.writes}
 
 
 # Kernels run one by one since the process started (bench/user_model.py reads it per step); a

@@ -27,6 +27,7 @@ import math
 import threading
 
 from gradcraft import dtypes
+from gradcraft.backend import opspec
 from gradcraft.device import get_backend
 from gradcraft.errors import UserError
 from gradcraft.ops import elementwise as ew
@@ -162,7 +163,7 @@ def _attend(query, key, value, attn_mask, attrs, save_weights: bool, drop, i0: i
             inputs += (drop.state,)
             flash_attrs = {**attrs, "dropout_p": drop.p, "stream": drop.stream}
         out, _ = apply(
-            "flash_attention",
+            opspec.FLASH_ATTENTION,
             inputs,
             flash_attrs,
             ((B, H, T, value.shape[3]), (B, H, T)),
@@ -181,7 +182,7 @@ def _attend(query, key, value, attn_mask, attrs, save_weights: bool, drop, i0: i
         save_weights = False  # the fused kernels are faster here even though they recompute the weights
     if save_weights or drop is not None:
         return _explicit_attention(query, key, value, inputs[3:], attrs, drop, i0, j0)
-    return apply("sdpa", tuple(inputs), attrs, (B, H, T, value.shape[3]), query.dtype)
+    return apply(opspec.SDPA, tuple(inputs), attrs, (B, H, T, value.shape[3]), query.dtype)
 
 
 def _windowed_blocks(q, k, v, attrs, save_weights: bool, drop, i0: int, j0: int):
@@ -222,29 +223,31 @@ def _explicit_attention(query, key, value, mask, attrs, drop=None, i0: int = 0, 
     scores = query.reshape(B, Hkv, G, T, D) @ key.reshape(B, Hkv, 1, S, D).mT  # (B, Hkv, G, T, S)
     if mask:
         mask = [mask[0].expand(B, H, T, S).contiguous().reshape(B, Hkv, G, T, S)]
-    weights = apply("masked_softmax", (scores, *mask), attrs, scores.shape, scores.dtype)
+    weights = apply(opspec.MASKED_SOFTMAX, (scores, *mask), attrs, scores.shape, scores.dtype)
     if drop is not None:  # (B, Hkv, G) flattens to the B * H head rows in order
-        weights = apply("attention_dropout", (weights, drop.state), drop.attrs(i0, j0), weights.shape, weights.dtype)
+        weights = apply(
+            opspec.ATTENTION_DROPOUT, (weights, drop.state), drop.attrs(i0, j0), weights.shape, weights.dtype
+        )
     out = weights @ value.reshape(B, Hkv, 1, S, Dv)  # (B, Hkv, G, T, Dv)
     return out.reshape(B, H, T, Dv)
 
 
-@gradient("attention_dropout")
+@gradient(opspec.ATTENTION_DROPOUT)
 def _attention_dropout_grad(node, out, g):
-    return apply("attention_dropout", (g, node.inputs[1]), node.attrs, g.shape, g.dtype), None
+    return apply(opspec.ATTENTION_DROPOUT, (g, node.inputs[1]), node.attrs, g.shape, g.dtype), None
 
 
-@gradient("masked_softmax")
+@gradient(opspec.MASKED_SOFTMAX)
 def _masked_softmax_grad(node, out, g):
-    grad = apply("masked_softmax_backward", (out, g), {"scale": node.attrs["scale"]}, g.shape, g.dtype)
+    grad = apply(opspec.MASKED_SOFTMAX_BACKWARD, (out, g), {"scale": node.attrs["scale"]}, g.shape, g.dtype)
     return (grad,) + (None,) * (len(node.inputs) - 1)
 
 
-@gradient("sdpa")
+@gradient(opspec.SDPA)
 def _sdpa_grad(node, out, g):
     q, k, v, *mask = node.inputs
     dq, dk, dv = apply(
-        "sdpa_backward",
+        opspec.SDPA_BACKWARD,
         (q, k, v, g, *mask),
         node.attrs,
         (q.shape, k.shape, v.shape),
@@ -254,12 +257,12 @@ def _sdpa_grad(node, out, g):
     return (dq, dk, dv) + (None,) * len(mask)
 
 
-@gradient("flash_attention")
+@gradient(opspec.FLASH_ATTENTION)
 def _flash_attention_grad(node, out, g):
     q, k, v, *state = node.inputs  # state: the dropout state, with dropout
     lse = node.saved[0]
     grads = apply(
-        "flash_attention_backward",
+        opspec.FLASH_ATTENTION_BACKWARD,
         (q, k, v, out, lse, g, *state),
         node.attrs,
         (q.shape, k.shape, v.shape),

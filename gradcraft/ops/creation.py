@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any, TYPE_CHECKING
+from gradcraft.backend import opspec
 from gradcraft.typing import Number, DTypeLike, Device, Shape
 
 if TYPE_CHECKING:
@@ -185,19 +186,19 @@ def full(
             if isinstance(fill_value, int)
             else dtypes.default_float
         )
-    return _creation("full", _shape((size,)), dtype, device, requires_grad, value=fill_value)
+    return _creation(opspec.FULL, _shape((size,)), dtype, device, requires_grad, value=fill_value)
 
 
 def zeros(
     *size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False
 ) -> Tensor:
-    return _creation("full", _shape(size), dtype, device, requires_grad, value=0)
+    return _creation(opspec.FULL, _shape(size), dtype, device, requires_grad, value=0)
 
 
 def ones(
     *size: int | Sequence[int], dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False
 ) -> Tensor:
-    return _creation("full", _shape(size), dtype, device, requires_grad, value=1)
+    return _creation(opspec.FULL, _shape(size), dtype, device, requires_grad, value=1)
 
 
 def empty(
@@ -222,7 +223,7 @@ def arange(
     if dtype is None:
         dtype = dtypes.default_int if all(isinstance(v, int) for v in (start, end, step)) else dtypes.default_float
     n = max(0, math.ceil((end - start) / step))
-    return _creation("arange", (n,), dtype, device, requires_grad, start=start, stop=end, step=step)
+    return _creation(opspec.ARANGE, (n,), dtype, device, requires_grad, start=start, stop=end, step=step)
 
 
 def rand(
@@ -234,7 +235,7 @@ def rand(
     **kwargs: Shape,
 ) -> Tensor:
     size = _size_argument("rand", size, kwargs)
-    return _creation("rand", _shape(size), dtype, device, requires_grad, seed=next_seed(generator))
+    return _creation(opspec.RAND, _shape(size), dtype, device, requires_grad, seed=next_seed(generator))
 
 
 def randn(
@@ -246,7 +247,7 @@ def randn(
     **kwargs: Shape,
 ) -> Tensor:
     size = _size_argument("randn", size, kwargs)
-    return _creation("randn", _shape(size), dtype, device, requires_grad, seed=next_seed(generator))
+    return _creation(opspec.RANDN, _shape(size), dtype, device, requires_grad, seed=next_seed(generator))
 
 
 def _size_argument(name: str, size: tuple, kwargs: dict) -> tuple:
@@ -270,7 +271,7 @@ def randint(
     if high <= low:
         raise RuntimeError_(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
     out = _creation(
-        "randint",
+        opspec.RANDINT,
         _shape((size,)),
         dtype or dtypes.default_int,
         device,

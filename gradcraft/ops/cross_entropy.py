@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gradcraft.backend import opspec
 from gradcraft.typing import DTypeLike
 
 if TYPE_CHECKING:
@@ -102,7 +103,11 @@ def cross_entropy(
         "float_loss": float_loss,
     }
     losses = apply(
-        "cross_entropy", (logits, flat_target), attrs, flat_target.shape, dtypes.float32 if float_loss else logits.dtype
+        opspec.CROSS_ENTROPY,
+        (logits, flat_target),
+        attrs,
+        flat_target.shape,
+        dtypes.float32 if float_loss else logits.dtype,
     )
     if reduction == "none":
         return losses.reshape(target.shape)
@@ -183,7 +188,7 @@ def linear_cross_entropy(
     }
     acc = dtypes.float64 if input.dtype == dtypes.float64 else dtypes.float32
     total, _, _ = apply(
-        "linear_cross_entropy",
+        opspec.LINEAR_CROSS_ENTROPY,
         (input, weight, flat_target),
         attrs,
         ((), input.shape, weight.shape),
@@ -197,7 +202,7 @@ def linear_cross_entropy(
     return ew.div(total, ew.cast(count, total.dtype))
 
 
-@gradient("linear_cross_entropy")
+@gradient(opspec.LINEAR_CROSS_ENTROPY)
 def _linear_cross_entropy_grad(node, out, g):
     # The kernel computed the gradients of the loss sum in the forward pass; scale them by g (a
     # scalar) in g's precision, then back to each input's dtype.
@@ -205,10 +210,10 @@ def _linear_cross_entropy_grad(node, out, g):
     return tuple(ew.cast(ew.mul(ew.cast(d, g.dtype), g), d.dtype) for d in (dx, dw)) + (None,)
 
 
-@gradient("cross_entropy")
+@gradient(opspec.CROSS_ENTROPY)
 def _cross_entropy_grad(node, out, g):
     logits, target = node.inputs
-    return apply("cross_entropy_backward", (logits, target, g), node.attrs, logits.shape, logits.dtype), None
+    return apply(opspec.CROSS_ENTROPY_BACKWARD, (logits, target, g), node.attrs, logits.shape, logits.dtype), None
 
 
 def nll_loss(

@@ -14,6 +14,7 @@ with `collect(index, grad)` and `backward(node) -> one gradient (or None) per te
 """
 
 from gradcraft import dtypes
+from gradcraft.backend import opspec
 from gradcraft.ops.creation import zeros
 from gradcraft.ops.function import apply, gradient
 
@@ -21,13 +22,13 @@ from gradcraft.ops.function import apply, gradient
 def hub(record, tensor_inputs: tuple):
     """The node every output of one call hangs from; its inputs are the call's tensor inputs."""
     token = zeros(0, dtype=dtypes.float32, device=tensor_inputs[0].device)
-    return apply("passthrough", (token, *tensor_inputs), {"record": record, "index": -1}, (0,), dtypes.float32)
+    return apply(opspec.PASSTHROUGH, (token, *tensor_inputs), {"record": record, "index": -1}, (0,), dtypes.float32)
 
 
 def output(value, hub_tensor, record, index: int):
     """Output `index` of the call: value's data, differentiable through the hub."""
     return apply(
-        "passthrough",
+        opspec.PASSTHROUGH,
         (value, hub_tensor),
         {"record": record, "index": index},
         value.shape,
@@ -36,7 +37,7 @@ def output(value, hub_tensor, record, index: int):
     )
 
 
-@gradient("passthrough")
+@gradient(opspec.PASSTHROUGH)
 def _passthrough_grad(node, out, grad):
     record, index = node.attrs["record"], node.attrs["index"]
     if index >= 0:  # an output: hand its gradient to the record; the hub gets a placeholder

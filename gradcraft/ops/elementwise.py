@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+from gradcraft.backend import opspec
 from gradcraft.typing import Number, TensorOrNumber
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ def scalar(value, dtype, device):
             t = tensor_class()(np.array(value, dtype=dtype.np), dtype=dtype)
             _CONSTANTS[key] = t
         return t
-    return apply("full", (), {"shape": (), "value": value, "dtype": dtype.np}, (), dtype, device=device)
+    return apply(opspec.FULL, (), {"shape": (), "value": value, "dtype": dtype.np}, (), dtype, device=device)
 
 
 def broadcast_shapes(a: tuple, b: tuple) -> tuple:
@@ -87,10 +88,10 @@ def cast(x, dtype):
     dtype = dtypes.to_dtype(dtype)
     if x.dtype == dtype:
         return x
-    return apply("cast", (x,), {"dtype": dtype.np}, x.shape, dtype)
+    return apply(opspec.CAST, (x,), {"dtype": dtype.np}, x.shape, dtype)
 
 
-@gradient("cast")
+@gradient(opspec.CAST)
 def _cast_grad(node, out, g):
     return (cast(g, node.inputs[0].dtype),)
 
@@ -127,29 +128,29 @@ def _unary_op(op: str, keeps_integers: bool = False) -> Callable[[Tensor], Tenso
 
 
 # the unary ops of one kernel each (their gradients below)
-neg = _unary_op("neg", keeps_integers=True)
-abs = _unary_op("abs", keeps_integers=True)
-sign = _unary_op("sign", keeps_integers=True)
-relu = _unary_op("relu", keeps_integers=True)
-exp = _unary_op("exp")
-log = _unary_op("log")
-sqrt = _unary_op("sqrt")
-rsqrt = _unary_op("rsqrt")
-sin = _unary_op("sin")
-cos = _unary_op("cos")
-tanh = _unary_op("tanh")
-sigmoid = _unary_op("sigmoid")
-silu = _unary_op("silu")
+neg = _unary_op(opspec.NEG, keeps_integers=True)
+abs = _unary_op(opspec.ABS, keeps_integers=True)
+sign = _unary_op(opspec.SIGN, keeps_integers=True)
+relu = _unary_op(opspec.RELU, keeps_integers=True)
+exp = _unary_op(opspec.EXP)
+log = _unary_op(opspec.LOG)
+sqrt = _unary_op(opspec.SQRT)
+rsqrt = _unary_op(opspec.RSQRT)
+sin = _unary_op(opspec.SIN)
+cos = _unary_op(opspec.COS)
+tanh = _unary_op(opspec.TANH)
+sigmoid = _unary_op(opspec.SIGMOID)
+silu = _unary_op(opspec.SILU)
 
 
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     if approximate not in ("none", "tanh"):
         raise UserError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
-    return _unary("gelu", input, approximate=approximate)
+    return _unary(opspec.GELU, input, approximate=approximate)
 
 
 def logical_not(input: Tensor) -> Tensor:
-    return apply("logical_not", (input,), {}, input.shape, dtypes.bool_)
+    return apply(opspec.LOGICAL_NOT, (input,), {}, input.shape, dtypes.bool_)
 
 
 def square(input: Tensor) -> Tensor:
@@ -162,74 +163,74 @@ def reciprocal(x):
     return div(1.0, x)
 
 
-@gradient("neg")
+@gradient(opspec.NEG)
 def _neg_grad(node, out, g):
     return (neg(g),)
 
 
-@gradient("exp")
+@gradient(opspec.EXP)
 def _exp_grad(node, out, g):
     return (mul(g, out),)
 
 
-@gradient("log")
+@gradient(opspec.LOG)
 def _log_grad(node, out, g):
     return (div(g, node.inputs[0]),)
 
 
-@gradient("sqrt")
+@gradient(opspec.SQRT)
 def _sqrt_grad(node, out, g):
     return (div(mul(g, 0.5), out),)
 
 
-@gradient("rsqrt")
+@gradient(opspec.RSQRT)
 def _rsqrt_grad(node, out, g):
     return (mul(mul(g, -0.5), mul(out, mul(out, out))),)
 
 
-@gradient("abs")
+@gradient(opspec.ABS)
 def _abs_grad(node, out, g):
     return (mul(g, sign(node.inputs[0])),)
 
 
-@gradient("sin")
+@gradient(opspec.SIN)
 def _sin_grad(node, out, g):
     return (mul(g, cos(node.inputs[0])),)
 
 
-@gradient("cos")
+@gradient(opspec.COS)
 def _cos_grad(node, out, g):
     return (neg(mul(g, sin(node.inputs[0]))),)
 
 
-@gradient("tanh")
+@gradient(opspec.TANH)
 def _tanh_grad(node, out, g):
     return (mul(g, sub(1.0, mul(out, out))),)
 
 
-@gradient("sigmoid")
+@gradient(opspec.SIGMOID)
 def _sigmoid_grad(node, out, g):
     return (mul(g, mul(out, sub(1.0, out))),)
 
 
-@gradient("relu")
+@gradient(opspec.RELU)
 def _relu_grad(node, out, g):
     return (mul(g, cast(gt(out, 0), g.dtype)),)
 
 
-@gradient("sign")
+@gradient(opspec.SIGN)
 def _sign_grad(node, out, g):
     return (mul(g, 0.0),)
 
 
-@gradient("gelu")
+@gradient(opspec.GELU)
 def _gelu_grad(node, out, g):
-    return (apply("gelu_backward", (node.inputs[0], g), node.attrs, g.shape, g.dtype),)
+    return (apply(opspec.GELU_BACKWARD, (node.inputs[0], g), node.attrs, g.shape, g.dtype),)
 
 
-@gradient("silu")
+@gradient(opspec.SILU)
 def _silu_grad(node, out, g):
-    return (apply("silu_backward", (node.inputs[0], g), {}, g.shape, g.dtype),)
+    return (apply(opspec.SILU_BACKWARD, (node.inputs[0], g), {}, g.shape, g.dtype),)
 
 
 # ------------------------------------------------------------------ binary
@@ -264,17 +265,17 @@ def _binary_op(op: str, compute=_binary) -> Callable[[TensorOrNumber, TensorOrNu
 
 
 # comparisons: a bool result
-eq = _binary_op("eq", _compare)
-ne = _binary_op("ne", _compare)
-lt = _binary_op("lt", _compare)
-le = _binary_op("le", _compare)
-gt = _binary_op("gt", _compare)
-ge = _binary_op("ge", _compare)
+eq = _binary_op(opspec.EQ, _compare)
+ne = _binary_op(opspec.NE, _compare)
+lt = _binary_op(opspec.LT, _compare)
+le = _binary_op(opspec.LE, _compare)
+gt = _binary_op(opspec.GT, _compare)
+ge = _binary_op(opspec.GE, _compare)
 # arithmetic: the promoted dtype (add, sub and div below take more than two tensors)
-mul = _binary_op("mul")
-_pow = _binary_op("pow")
-maximum = _binary_op("maximum")
-minimum = _binary_op("minimum")
+mul = _binary_op(opspec.MUL)
+_pow = _binary_op(opspec.POW)
+maximum = _binary_op(opspec.MAXIMUM)
+minimum = _binary_op(opspec.MINIMUM)
 
 
 def pow(input: TensorOrNumber, exponent: TensorOrNumber) -> Tensor:
@@ -282,18 +283,18 @@ def pow(input: TensorOrNumber, exponent: TensorOrNumber) -> Tensor:
 
 
 def add(input: TensorOrNumber, other: TensorOrNumber, alpha: Number = 1) -> Tensor:
-    return _binary("add", input, other if alpha == 1 else mul(other, alpha))
+    return _binary(opspec.ADD, input, other if alpha == 1 else mul(other, alpha))
 
 
 def sub(input: TensorOrNumber, other: TensorOrNumber, alpha: Number = 1) -> Tensor:
-    return _binary("sub", input, other if alpha == 1 else mul(other, alpha))
+    return _binary(opspec.SUB, input, other if alpha == 1 else mul(other, alpha))
 
 
 def div(a, b):
     a, b = _operands(a, b, "div")
     if not a.dtype.is_floating_point:  # true division, as in PyTorch
         a, b = cast(a, dtypes.default_float), cast(b, dtypes.default_float)
-    return apply("div", (a, b), {}, broadcast_shape(a.shape, b.shape, "div"), a.dtype)
+    return apply(opspec.DIV, (a, b), {}, broadcast_shape(a.shape, b.shape, "div"), a.dtype)
 
 
 def logical_and(input: TensorOrNumber, other: TensorOrNumber) -> Tensor:
@@ -314,7 +315,7 @@ def sum_to(g, shape: tuple):
     axes = tuple(range(extra)) + tuple(i + extra for i, n in enumerate(shape) if n == 1 and g.shape[i + extra] != 1)
     if axes:
         kept = tuple(1 if i in axes else n for i, n in enumerate(g.shape))
-        g = apply("sum", (g,), {"axes": axes, "keepdim": True}, kept, g.dtype)
+        g = apply(opspec.SUM, (g,), {"axes": axes, "keepdim": True}, kept, g.dtype)
     return g.reshape(shape)
 
 
@@ -323,33 +324,33 @@ def sum_to(g, shape: tuple):
 # would be built for nothing.
 
 
-@gradient("add")
+@gradient(opspec.ADD)
 def _add_grad(node, out, g):
     a, b = node.inputs
     return (sum_to(g, a.shape) if a.requires_grad else None), (sum_to(g, b.shape) if b.requires_grad else None)
 
 
-@gradient("sub")
+@gradient(opspec.SUB)
 def _sub_grad(node, out, g):
     a, b = node.inputs
     return (sum_to(g, a.shape) if a.requires_grad else None), (sum_to(neg(g), b.shape) if b.requires_grad else None)
 
 
-@gradient("mul")
+@gradient(opspec.MUL)
 def _mul_grad(node, out, g):
     a, b = node.inputs
     grad_a = sum_to(mul(g, b), a.shape) if a.requires_grad else None
     return grad_a, (sum_to(mul(g, a), b.shape) if b.requires_grad else None)
 
 
-@gradient("div")
+@gradient(opspec.DIV)
 def _div_grad(node, out, g):
     a, b = node.inputs
     grad_a = sum_to(div(g, b), a.shape) if a.requires_grad else None
     return grad_a, (sum_to(neg(mul(g, div(out, b))), b.shape) if b.requires_grad else None)
 
 
-@gradient("pow")
+@gradient(opspec.POW)
 def _pow_grad(node, out, g):
     a, b = node.inputs
     grad_a = sum_to(mul(g, mul(b, pow(a, sub(b, 1.0)))), a.shape) if a.requires_grad else None
@@ -365,14 +366,50 @@ def _minmax_grad(node, g, first_wins):
     return sum_to(mul(g, share_a), a.shape), sum_to(mul(g, sub(1.0, share_a)), b.shape)
 
 
-@gradient("maximum")
+@gradient(opspec.MAXIMUM)
 def _maximum_grad(node, out, g):
     return _minmax_grad(node, g, gt)
 
 
-@gradient("minimum")
+@gradient(opspec.MINIMUM)
 def _minimum_grad(node, out, g):
     return _minmax_grad(node, g, lt)
+
+
+# ------------------------------------------------------------------ logaddexp
+
+
+@opspec.LOGADDEXP.function
+def logaddexp(input: Tensor, other: Tensor) -> Tensor:
+    """torch.logaddexp: log(exp(input) + exp(other)) elementwise, with broadcasting, without overflow."""
+    if not _is_tensor(other):
+        raise TypeError(f"logaddexp(): argument 'other' (position 2) must be Tensor, not {type(other).__name__}")
+    a, b = _operands(input, other, "logaddexp")
+    if not a.dtype.is_floating_point:
+        raise NotImplementedError(f'"logaddexp" not implemented for {a.dtype}')
+    return apply(opspec.LOGADDEXP, (a, b), {}, broadcast_shape(a.shape, b.shape, "logaddexp"), a.dtype)
+
+
+@gradient(opspec.LOGADDEXP)
+def _logaddexp_grad(node, out, g):
+    # PyTorch's rule: g / (1 + exp(other - input)) for input, the mirror for other
+    a, b = node.inputs
+    grad_a = sum_to(div(g, add(exp(sub(b, a)), 1.0)), a.shape) if a.requires_grad else None
+    return grad_a, (sum_to(div(g, add(exp(sub(a, b)), 1.0)), b.shape) if b.requires_grad else None)
+
+
+@opspec.LOGADDEXP.fallback
+def _logaddexp_composite(a, b):
+    """max + log(1 + exp(-|a - b|)), in float32 for half inputs. Written so that its gradient is PyTorch's
+    rule: each side's difference is taken from the larger one; equal infinities give that infinity
+    (and, as in PyTorch, no gradient: NaN)."""
+    if a.dtype in (dtypes.float16, dtypes.bfloat16):
+        return _logaddexp_composite(a.float(), b.float()).to(a.dtype)
+    first = ge(a, b)
+    larger = where(first, a, b)
+    softplus = log(add(exp(where(first, sub(b, a), sub(a, b))), 1.0))
+    same_infinity = logical_and(eq(a, b), eq(abs(a), float("inf")))
+    return where(same_infinity, a, add(larger, softplus))
 
 
 # ------------------------------------------------------------------ where / clamp
@@ -391,10 +428,10 @@ def where(condition: Tensor, input: TensorOrNumber, other: TensorOrNumber) -> Te
         input, other = _operands(input, other, "where")
     _check_devices(condition, input, "where")
     shape = broadcast_shape(broadcast_shape(condition.shape, input.shape, "where"), other.shape, "where")
-    return apply("where", (cast(condition, dtypes.bool_), input, other), {}, shape, input.dtype)
+    return apply(opspec.WHERE, (cast(condition, dtypes.bool_), input, other), {}, shape, input.dtype)
 
 
-@gradient("where")
+@gradient(opspec.WHERE)
 def _where_grad(node, out, g):
     c, x, y = node.inputs
     zero = scalar(0, g.dtype, g.device)

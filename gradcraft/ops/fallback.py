@@ -1,7 +1,9 @@
 """The optional fused kernels computed from primitives, for a backend that lacks them.
 
 `apply` (ops/function.py) sends an op here when the device's backend has no kernel of that name
-(backend.has_kernel) and the op is one of the contract's OPTIONAL kernels. Each function takes the
+(backend.has_kernel) and the op is one of the contract's OPTIONAL kernels. Each function is its op
+spec's fallback (`@opspec.RMS_NORM.fallback`, backend/opspec.py); an op declared elsewhere may attach its
+own next to its forward, and FALLBACKS reads them all from the specs. Each function takes the
 kernel's inputs and attributes and returns what the kernel would, written with Tensor ops only, so
 its gradient follows the primitives' own rules: a fused backward kernel is never needed where its
 forward kernel is missing (the contract keeps them in pairs).
@@ -13,8 +15,10 @@ device's own).
 """
 
 import math
+from collections.abc import Mapping
 
 from gradcraft import dtypes
+from gradcraft.backend import opspec
 
 _HALF = (dtypes.float16, dtypes.bfloat16)
 
@@ -40,6 +44,7 @@ def _erf(x):
     return x.sign() * (1.0 - poly * (-(x * x)).exp())
 
 
+@opspec.GELU.fallback
 @_widened
 def gelu(x, approximate="none"):
     if approximate == "tanh":
@@ -47,29 +52,34 @@ def gelu(x, approximate="none"):
     return 0.5 * x * (1.0 + _erf(x * (1.0 / math.sqrt(2.0))))
 
 
+@opspec.SILU.fallback
 @_widened
 def silu(x):
     return x * x.sigmoid()
 
 
+@opspec.SWIGLU.fallback
 @_widened
 def swiglu(h):
     gate, up = h.chunk(2, dim=-1)
     return gate * gate.sigmoid() * up
 
 
+@opspec.SOFTMAX.fallback
 @_widened
 def softmax(x, axis):
     e = (x - x.amax(dim=axis, keepdim=True).detach()).exp()
     return e / e.sum(dim=axis, keepdim=True)
 
 
+@opspec.LOG_SOFTMAX.fallback
 @_widened
 def log_softmax(x, axis):
     shifted = x - x.amax(dim=axis, keepdim=True).detach()
     return shifted - shifted.exp().sum(dim=axis, keepdim=True).log()
 
 
+@opspec.CROSS_ENTROPY.fallback
 def cross_entropy(logits, target, ignore_index, label_smoothing, valid_classes=None, float_loss=False):
     """Per-row loss of (N, C) logits against (N,) class ids (0 for ignored rows), over the first
     valid_classes columns: (1 - eps) * -log p[target] + eps * -mean(log p)."""
@@ -93,6 +103,7 @@ def _normalized_axes(x, n_dims):
     return tuple(range(x.ndim - n_dims, x.ndim))
 
 
+@opspec.LAYER_NORM.fallback
 @_widened
 def layer_norm(x, weight, bias, eps, n_dims):
     axes = _normalized_axes(x, n_dims)
@@ -100,16 +111,19 @@ def layer_norm(x, weight, bias, eps, n_dims):
     return centered * ((centered * centered).mean(dim=axes, keepdim=True) + eps).rsqrt() * weight + bias
 
 
+@opspec.RMS_NORM.fallback
 @_widened
 def rms_norm(x, weight, eps, n_dims):
     axes = _normalized_axes(x, n_dims)
     return x * ((x * x).mean(dim=axes, keepdim=True) + eps).rsqrt() * weight
 
 
+@opspec.EMBEDDING.fallback
 def embedding(weight, idx):
     return weight[idx]
 
 
+@opspec.ROPE.fallback
 @_widened
 def rope(x, cos, sin, inverse):
     """Pairs (x[..., i], x[..., i + D/2]) rotated by the angles of cos/sin (T, D/2); inverse: by -angle."""
@@ -121,6 +135,7 @@ def rope(x, cos, sin, inverse):
     return cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
 
 
+@opspec.MASKED_SOFTMAX.fallback
 def masked_softmax(scores, mask=None, *, scale, causal, window):
     """softmax(scores * scale + masks) over the last axis; mask bool (True = may attend) or additive;
     causal/window align the T queries with the last T of the S keys."""
@@ -142,6 +157,7 @@ def masked_softmax(scores, mask=None, *, scale, causal, window):
     return softmax_op(s, -1)
 
 
+@opspec.SDPA.fallback
 def sdpa(q, k, v, mask=None, *, scale, causal, window):
     """Explicit attention: the weights through masked_softmax, then their product with v."""
     from gradcraft.ops.attention import _explicit_attention
@@ -150,6 +166,7 @@ def sdpa(q, k, v, mask=None, *, scale, causal, window):
     return _explicit_attention(q, k, v, [mask] if mask is not None else [], attrs)
 
 
+@opspec.KV_ATTENTION.fallback
 def kv_attention(q, k, v, position, *, scale):
     """Each row's query against the filled slots of its cache, [0, min(position + 1, L)), through
     masked explicit attention (a ring is full once position >= L: every slot <= position then)."""
@@ -161,6 +178,7 @@ def kv_attention(q, k, v, position, *, scale):
     return scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=scale)
 
 
+@opspec.SAMPLE_TOKENS.fallback
 def sample_tokens(logits, temperature, top_k, top_p, uniform):
     """Where a device has no sampling kernel: the greedy rows' argmax, and -1 (the op's "sample this
     row on the host") for every other row."""
@@ -171,24 +189,24 @@ def sample_tokens(logits, temperature, top_k, top_p, uniform):
     return where(temperature == 0, best, full_like(best, -1))
 
 
-FALLBACKS = {
-    "gelu": gelu,
-    "silu": silu,
-    "swiglu": swiglu,
-    "softmax": softmax,
-    "log_softmax": log_softmax,
-    "cross_entropy": cross_entropy,
-    "layer_norm": layer_norm,
-    "rms_norm": rms_norm,
-    "embedding": embedding,
-    "rope": rope,
-    "masked_softmax": masked_softmax,
-    "sdpa": sdpa,
-    "kv_attention": kv_attention,
-    "sample_tokens": sample_tokens,
-}
+class _Fallbacks(Mapping):
+    """op name -> its spec's fallback: every spec that has one (its module attaches it with
+    `@SPEC.fallback`, here or next to the op's forward)."""
 
-# Asked for only where the backend has them (the op layer checks first): no fallback needed.
-CAPABILITY_GATED = frozenset(
-    {"flash_attention", "linear_cross_entropy", "norm_linear", "kv_append_attention", "linear_bias"}
-)
+    def __getitem__(self, name):
+        spec = opspec.SPECS[name]
+        if spec.composite is None:
+            raise KeyError(name)
+        return spec.composite
+
+    def __iter__(self):
+        return (name for name, spec in opspec.SPECS.items() if spec.composite is not None)
+
+    def __len__(self):
+        return sum(1 for _ in self)
+
+
+FALLBACKS = _Fallbacks()
+
+# Asked for only where the backend has them (the op layer asks the spec's gate first): no fallback needed.
+CAPABILITY_GATED = frozenset(name for name, spec in opspec.SPECS.items() if spec.gate and spec.composite is None)

@@ -1,9 +1,10 @@
 """How an op becomes a graph node, and where gradient rules are registered.
 
-`apply(op, inputs, ...)` builds the node for one kernel call and returns its
-output tensor(s); nothing runs until something asks for the data.
+`apply(opspec.OP, inputs, ...)` (the op's spec, backend/opspec.py) builds the node
+for one kernel call and returns its output tensor(s); nothing runs until something
+asks for the data.
 
-`@gradient("op")` registers the rule that turns the gradient of an op's output
+`@gradient(opspec.OP)` registers the rule that turns the gradient of an op's output
 into gradients of its inputs. Rules are written in Tensor ops, so the same
 rule serves every device, and the gradient graph is lazy like the forward one.
 """
@@ -12,22 +13,24 @@ import threading
 import weakref
 
 from gradcraft.backend import OPTIONAL
+from gradcraft.backend.opspec import SPECS
 from gradcraft.device import get_backend
 from gradcraft.engine.graph import Node
 
 GRADIENTS: dict = {}
 _state = threading.local()
-VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice"})
+VIEW_OPS = frozenset(name for name, spec in SPECS.items() if spec.view)  # reshape, permute, expand, slice
 # A lazy view keeps a weak reference to its output on its node (node.view_out): a view aliases its
 # base when the base is written in place, and gradcraft/ops/inplace.py follows it to the ops built on
 # it (and, for a recorded write, to the other views of the same base, which see the write).
 
 
 def gradient(op: str):
-    """Register `rule(node, out, grad) -> tuple of input gradients (None where there is none)`."""
+    """Register `rule(node, out, grad) -> tuple of input gradients (None where there is none)` as the
+    gradient of op (its spec, backend/opspec.py: `@gradient(opspec.RMS_NORM)`)."""
 
     def register(rule):
-        GRADIENTS[op] = rule
+        GRADIENTS[op] = SPECS[op].grad_rule = rule
         return rule
 
     return register

@@ -8,34 +8,8 @@ leaves and for tensors that do not require grad. The same node gives the same ob
 
 import weakref
 
-_TORCH_NAMES = {
-    "add": "AddBackward0",
-    "sub": "SubBackward0",
-    "mul": "MulBackward0",
-    "div": "DivBackward0",
-    "neg": "NegBackward0",
-    "pow": "PowBackward0",
-    "matmul": "MmBackward0",
-    "sum": "SumBackward1",
-    "max": "MaxBackward1",
-    "min": "MinBackward1",
-    "reshape": "ViewBackward0",
-    "permute": "PermuteBackward0",
-    "expand": "ExpandBackward0",
-    "slice": "SliceBackward0",
-    "cast": "ToCopyBackward0",
-    "contiguous": "CloneBackward0",
-    "relu": "ReluBackward0",
-    "log_softmax": "LogSoftmaxBackward0",
-    "cross_entropy": "NllLossBackward0",
-    "layer_norm": "NativeLayerNormBackward0",
-    "rms_norm": "RmsNormBackward0",
-    "linear_bias": "AddmmBackward0",
-    "index": "IndexBackward0",
-    "take_along_dim": "GatherBackward0",
-    "sdpa": "ScaledDotProductAttentionBackward0",
-    "flash_attention": "ScaledDotProductFlashAttentionBackward0",
-}
+from gradcraft.backend.opspec import SPECS
+
 _CLASSES: dict = {}
 _NODES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -77,7 +51,7 @@ def _node_class(name: str) -> type:
 
 
 def _torch_name(op: str) -> str:
-    return _TORCH_NAMES.get(op) or "".join(part.title() for part in op.split("_")) + "Backward0"
+    return SPECS[op].torch_node  # (the op's spec, backend/opspec.py)
 
 
 def _function_of(t):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gradcraft import dtypes
+from gradcraft.backend import opspec
 from gradcraft.errors import IndexError_, RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops import movement as mv
@@ -80,7 +81,7 @@ def getitem(x, key):
 
 def _advanced_index(x, index):
     spec, tensors, out_shape = advanced_spec(x, index)
-    return apply("index", (x, *tensors), {"spec": spec}, out_shape, x.dtype)
+    return apply(opspec.INDEX, (x, *tensors), {"spec": spec}, out_shape, x.dtype)
 
 
 def advanced_spec(x, index):
@@ -107,10 +108,10 @@ def advanced_spec(x, index):
     return tuple(spec), tensors, out_shape
 
 
-@gradient("index")
+@gradient(opspec.INDEX)
 def _index_grad(node, out, g):
     x, *indices = node.inputs
-    grad = apply("index_put_add", (g, *indices), {"spec": node.attrs["spec"], "shape": x.shape}, x.shape, g.dtype)
+    grad = apply(opspec.INDEX_PUT_ADD, (g, *indices), {"spec": node.attrs["spec"], "shape": x.shape}, x.shape, g.dtype)
     return (grad,) + (None,) * len(indices)
 
 
@@ -177,7 +178,7 @@ def _slice_put(x, index, value):
         hit = mv.put_slices(
             [
                 apply(
-                    "full",
+                    opspec.FULL,
                     (),
                     {"shape": box, "value": 1, "dtype": np.dtype(np.int32)},
                     box,
@@ -205,15 +206,15 @@ def _index_put(x, index, value):
     attrs = {"spec": spec, "shape": x.shape}
     with no_grad():
         ones = apply(
-            "full",
+            opspec.FULL,
             (),
             {"shape": tuple(out_shape), "value": 1, "dtype": x.dtype.np},
             tuple(out_shape),
             x.dtype,
             device=x.device,
         )
-        count = apply("index_put_add", (ones, *tensors), attrs, x.shape, x.dtype)
-    scattered = apply("index_put_add", (value, *tensors), attrs, x.shape, x.dtype)
+        count = apply(opspec.INDEX_PUT_ADD, (ones, *tensors), attrs, x.shape, x.dtype)
+    scattered = apply(opspec.INDEX_PUT_ADD, (value, *tensors), attrs, x.shape, x.dtype)
     if x.dtype.is_floating_point:
         averaged = ew.div(scattered, ew.maximum(count, 1))  # a repeated position gets the value once
         if value.requires_grad:
@@ -227,7 +228,9 @@ def _index_put(x, index, value):
     return ew.where(ew.ne(count, 0), scattered, x)
 
 
-@gradient("index_put_add")
+@gradient(opspec.INDEX_PUT_ADD)
 def _index_put_add_grad(node, out, g):
     value, *indices = node.inputs
-    return (apply("index", (g, *indices), {"spec": node.attrs["spec"]}, value.shape, g.dtype),) + (None,) * len(indices)
+    return (apply(opspec.INDEX, (g, *indices), {"spec": node.attrs["spec"]}, value.shape, g.dtype),) + (None,) * len(
+        indices
+    )

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
 
 from gradcraft import dtypes
+from gradcraft.backend import opspec
 from gradcraft.device import get_backend
 from gradcraft.errors import UserError
 from gradcraft.ops import elementwise as ew
@@ -42,7 +43,7 @@ def kv_cache_write(cache: Tensor, value: Tensor, position: Tensor) -> Tensor:
     if cache._buf is None:  # the write goes into the cache's own buffer
         cache.realize()
     value = ew.cast(value, cache.dtype)
-    return apply("assign", (cache, value, position), {"dim": 2}, cache.shape, cache.dtype)
+    return apply(opspec.ASSIGN, (cache, value, position), {"dim": 2}, cache.shape, cache.dtype)
 
 
 def kv_cache_attention(
@@ -83,7 +84,7 @@ def kv_cache_attention(
         from gradcraft.ops.fallback import kv_attention
 
         return kv_attention(*inputs, **attrs)
-    return apply("kv_attention", inputs, attrs, query.shape, query.dtype)
+    return apply(opspec.KV_ATTENTION, inputs, attrs, query.shape, query.dtype)
 
 
 def _rotate_rows(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -119,7 +120,7 @@ def _append_attention(query, k_cache, v_cache, position, scale, key, value, rota
             rotary = tuple(ew.cast(t, acc) if t.dtype != acc else t for t in rotary)
         attrs = {"scale": float(scale if scale is not None else 1.0 / math.sqrt(D)), "rotary": rotary is not None}
         inputs = (query, k_cache, v_cache, position, key, value, *(rotary or ()))
-        return apply("kv_append_attention", inputs, attrs, query.shape, query.dtype)
+        return apply(opspec.KV_APPEND_ATTENTION, inputs, attrs, query.shape, query.dtype)
     if rotary is not None:
         query, key = _rotate_rows(query, *rotary), _rotate_rows(key, *rotary)
     k_new = kv_cache_write(k_cache, key, position)

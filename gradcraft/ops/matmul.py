@@ -9,6 +9,7 @@ if TYPE_CHECKING:
 
 
 from gradcraft import dtypes
+from gradcraft.backend import opspec
 from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops.function import apply, gradient
@@ -35,7 +36,7 @@ def matmul(input: Tensor, other: Tensor) -> Tensor:
         batch = ew.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
     except ValueError:
         raise RuntimeError_(f"matmul batch dimensions do not broadcast: {input.shape} @ {other.shape}") from None
-    out = apply("matmul", (a2, b2), {}, batch + (a2.shape[-2], b2.shape[-1]), input.dtype)
+    out = apply(opspec.MATMUL, (a2, b2), {}, batch + (a2.shape[-2], b2.shape[-1]), input.dtype)
     if input.ndim == 1:
         out = out.squeeze(-2)
     if other.ndim == 1:
@@ -43,7 +44,7 @@ def matmul(input: Tensor, other: Tensor) -> Tensor:
     return out
 
 
-@gradient("matmul")
+@gradient(opspec.MATMUL)
 def _matmul_grad(node, out, g):
     a, b = node.inputs
     grad_a = ew.sum_to(matmul(g, b.mT), a.shape) if a.requires_grad else None

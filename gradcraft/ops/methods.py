@@ -2,8 +2,8 @@
 
 gradcraft/tensor.py holds the Tensor class itself; this table gives it the methods that are thin
 calls into the ops (each op lives in its gradcraft.ops module), attached once when gradcraft is
-imported. scripts/gen_tensor_stub.py writes them into gradcraft/tensor.pyi for editors and type
-checkers.
+imported; an op whose spec says `method=True` (backend/opspec.py) is attached from its spec.
+scripts/gen_tensor_stub.py writes them into gradcraft/tensor.pyi for editors and type checkers.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from gradcraft.backend import opspec
 from gradcraft.errors import UserError
 from gradcraft.ops import elementwise as ew, matmul as mm, movement as mv, nn as fn, reduce as rd
 from gradcraft.ops import indexing as ix, inplace as ip, linalg as la, rounding as rn
@@ -233,6 +234,8 @@ def attach(tensor_class: type) -> None:
         "index_add": sc.index_add,
         "index_add_": sc.index_add_,
     }
+    # the ops whose spec makes them Tensor methods too (backend/opspec.py: method=True)
+    methods.update({s.torch_function.__name__: s.torch_function for s in opspec.SPECS.values() if s.method})
     for name, function in methods.items():
         setattr(tensor_class, name, function)
     tensor_class.T = property(lambda self: mv.permute(self, *reversed(range(self.ndim))))

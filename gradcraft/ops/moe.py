@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gradcraft.backend import opspec
 from gradcraft.ops.function import apply, gradient
 
 if TYPE_CHECKING:
@@ -14,22 +15,24 @@ if TYPE_CHECKING:
 
 def moe_permute(x: Tensor, slot: Tensor, rows: int) -> Tensor:
     """(rows, C) buffer with token x[n] at row slot[n, j] for each of its k assignments (zeros elsewhere)."""
-    return apply("moe_permute", (x, slot), {"rows": rows}, (rows, x.shape[1]), x.dtype)
+    return apply(opspec.MOE_PERMUTE, (x, slot), {"rows": rows}, (rows, x.shape[1]), x.dtype)
 
 
-@gradient("moe_permute")
+@gradient(opspec.MOE_PERMUTE)
 def _moe_permute_grad(node, out, g):
     x, slot = node.inputs
-    return apply("moe_permute_backward", (g, slot), {}, x.shape, g.dtype), None
+    return apply(opspec.MOE_PERMUTE_BACKWARD, (g, slot), {}, x.shape, g.dtype), None
 
 
 def moe_unpermute(y: Tensor, slot: Tensor, weights: Tensor) -> Tensor:
     """out[n] = sum_j weights[n, j] * y[slot[n, j]]: each token's experts' outputs, weighted, back in place."""
-    return apply("moe_unpermute", (y, slot, weights), {}, (slot.shape[0], y.shape[1]), y.dtype)
+    return apply(opspec.MOE_UNPERMUTE, (y, slot, weights), {}, (slot.shape[0], y.shape[1]), y.dtype)
 
 
-@gradient("moe_unpermute")
+@gradient(opspec.MOE_UNPERMUTE)
 def _moe_unpermute_grad(node, out, g):
     y, slot, w = node.inputs
-    dy, dw = apply("moe_unpermute_backward", (y, slot, w, g), {}, (y.shape, w.shape), (y.dtype, w.dtype), n_outputs=2)
+    dy, dw = apply(
+        opspec.MOE_UNPERMUTE_BACKWARD, (y, slot, w, g), {}, (y.shape, w.shape), (y.dtype, w.dtype), n_outputs=2
+    )
     return dy, None, dw

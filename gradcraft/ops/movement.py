@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+from gradcraft.backend import opspec
 from gradcraft.typing import Dims
 
 if TYPE_CHECKING:
@@ -54,10 +55,10 @@ def reshape(input: Tensor, *shape: int | Sequence[int]) -> Tensor:
         raise RuntimeError_(
             f"reshape: cannot reshape a tensor of shape {input.shape} ({input.numel()} elements) into {shape}"
         )
-    return _view_as_shape("reshape", input, shape)
+    return _view_as_shape(opspec.RESHAPE, input, shape)
 
 
-@gradient("reshape")
+@gradient(opspec.RESHAPE)
 def _reshape_grad(node, out, g):
     return (reshape(g, node.inputs[0].shape),)
 
@@ -98,10 +99,10 @@ def _permute(x: Tensor, dims) -> Tensor:
         return x
     if tuple(sorted(axes)) != identity:
         raise UserError(f"permute: {tuple(dims)} is not a permutation of the {ndim} dimensions of {x.shape}")
-    return apply("permute", (x,), {"axes": axes}, tuple([x.shape[a] for a in axes]), x.dtype)
+    return apply(opspec.PERMUTE, (x,), {"axes": axes}, tuple([x.shape[a] for a in axes]), x.dtype)
 
 
-@gradient("permute")
+@gradient(opspec.PERMUTE)
 def _permute_grad(node, out, g):
     return (permute(g, tuple(np.argsort(node.attrs["axes"]).tolist())),)
 
@@ -122,10 +123,10 @@ def expand(x, *sizes):
     shape = tuple(p if s == -1 else s for s, p in zip(sizes, padded))
     if any(p != 1 and p != s for p, s in zip(padded, shape)):
         raise RuntimeError_(f"expand: cannot expand shape {x.shape} to {tuple(sizes)}")
-    return _view_as_shape("expand", x, shape)
+    return _view_as_shape(opspec.EXPAND, x, shape)
 
 
-@gradient("expand")
+@gradient(opspec.EXPAND)
 def _expand_grad(node, out, g):
     return (ew.sum_to(g, node.inputs[0].shape),)
 
@@ -135,10 +136,10 @@ def expand_as(x, other):
 
 
 def contiguous(x):
-    return apply("contiguous", (x,), {}, x.shape, x.dtype)
+    return apply(opspec.CONTIGUOUS, (x,), {}, x.shape, x.dtype)
 
 
-@gradient("contiguous")
+@gradient(opspec.CONTIGUOUS)
 def _contiguous_grad(node, out, g):
     return (g,)
 
@@ -150,12 +151,12 @@ def flip(input: Tensor, *args: int | Sequence[int], dims: int | Sequence[int] | 
             raise TypeError("flip() got multiple values for argument 'dims'")
         args = (dims,)
     axes = tuple(normalize_dim(d, input.ndim) for d in _dims(args))
-    return apply("flip", (input,), {"axes": axes}, input.shape, input.dtype)
+    return apply(opspec.FLIP, (input,), {"axes": axes}, input.shape, input.dtype)
 
 
-@gradient("flip")
+@gradient(opspec.FLIP)
 def _flip_grad(node, out, g):
-    return (apply("flip", (g,), node.attrs, g.shape, g.dtype),)
+    return (apply(opspec.FLIP, (g,), node.attrs, g.shape, g.dtype),)
 
 
 # ------------------------------------------------------------------ slicing (indexing.py: x[...] in full)
@@ -208,11 +209,11 @@ def basic_index(x, index: tuple):
     sliced = x
     if any(s != (0, n, 1) for s, n in zip(slices, x.shape)):
         shape = tuple(len(range(*s)) for s in slices)
-        sliced = apply("slice", (x,), {"slices": slices}, shape, x.dtype)
+        sliced = apply(opspec.SLICE, (x,), {"slices": slices}, shape, x.dtype)
     return reshape(sliced, out_shape)
 
 
-@gradient("slice")
+@gradient(opspec.SLICE)
 def _slice_grad(node, out, g):
     x = node.inputs[0]
     return (put_slices([g], [node.attrs["slices"]], x.shape),)
@@ -220,7 +221,7 @@ def _slice_grad(node, out, g):
 
 def put_slices(grads, specs, shape):
     """Zeros of `shape` with each gradient added at its slices (one node for several slices of one tensor)."""
-    return apply("put_slices", tuple(grads), {"specs": tuple(specs), "shape": tuple(shape)}, shape, grads[0].dtype)
+    return apply(opspec.PUT_SLICES, tuple(grads), {"specs": tuple(specs), "shape": tuple(shape)}, shape, grads[0].dtype)
 
 
 def merge_slice_gradients(a, b):
@@ -238,10 +239,10 @@ def merge_slice_gradients(a, b):
     )
 
 
-@gradient("put_slices")
+@gradient(opspec.PUT_SLICES)
 def _put_slices_grad(node, out, g):
     return tuple(
-        apply("slice", (g,), {"slices": spec}, inp.shape, g.dtype)
+        apply(opspec.SLICE, (g,), {"slices": spec}, inp.shape, g.dtype)
         for inp, spec in zip(node.inputs, node.attrs["specs"])
     )
 
@@ -263,14 +264,14 @@ def take_along_dim(input: Tensor, indices: Tensor, dim: int | None = None) -> Te
     shape = shape[:axis] + (indices.shape[axis],) + shape[axis + 1 :]
     indices = expand(indices.to(dtypes.int64), shape)
     src = expand(input, shape[:axis] + (input.shape[axis],) + shape[axis + 1 :])
-    return apply("take_along_dim", (src, indices), {"axis": axis}, shape, input.dtype)
+    return apply(opspec.TAKE_ALONG_DIM, (src, indices), {"axis": axis}, shape, input.dtype)
 
 
-@gradient("take_along_dim")
+@gradient(opspec.TAKE_ALONG_DIM)
 def _take_along_dim_grad(node, out, g):
     x, indices = node.inputs
     attrs = {"axis": node.attrs["axis"], "shape": x.shape}
-    return apply("scatter_add_along_dim", (g, indices), attrs, x.shape, g.dtype), None
+    return apply(opspec.SCATTER_ADD_ALONG_DIM, (g, indices), attrs, x.shape, g.dtype), None
 
 
 def gather(input: Tensor, dim: int, index: Tensor, *, sparse_grad: bool = False) -> Tensor:
@@ -318,10 +319,10 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
             raise UserError(f"cat got tensors on different devices ({first.device} and {t.device})")
     tensors = [ew.cast(t, dtype) for t in tensors]
     shape = first.shape[:axis] + (builtins.sum(t.shape[axis] for t in tensors),) + first.shape[axis + 1 :]
-    return apply("cat", tuple(tensors), {"axis": axis}, shape, dtype)
+    return apply(opspec.CAT, tuple(tensors), {"axis": axis}, shape, dtype)
 
 
-@gradient("cat")
+@gradient(opspec.CAT)
 def _cat_grad(node, out, g):
     axis, grads, start = node.attrs["axis"], [], 0
     for t in node.inputs:
@@ -374,10 +375,10 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float 
     if any(a < 0 or b < 0 for a, b in widths):
         raise UserError("pad: negative padding is not supported; slice instead")
     shape = tuple(n + a + b for n, (a, b) in zip(input.shape, widths))
-    return apply("pad", (input,), {"pads": tuple(widths), "value": value}, shape, input.dtype)
+    return apply(opspec.PAD, (input,), {"pads": tuple(widths), "value": value}, shape, input.dtype)
 
 
-@gradient("pad")
+@gradient(opspec.PAD)
 def _pad_grad(node, out, g):
     x = node.inputs[0]
     return (basic_index(g, tuple(slice(a, a + n) for (a, _), n in zip(node.attrs["pads"], x.shape))),)
@@ -390,19 +391,19 @@ def _triangle(op, x, diagonal):
 
 
 def tril(input: Tensor, diagonal: int = 0) -> Tensor:
-    return _triangle("tril", input, diagonal)
+    return _triangle(opspec.TRIL, input, diagonal)
 
 
 def triu(input: Tensor, diagonal: int = 0) -> Tensor:
-    return _triangle("triu", input, diagonal)
+    return _triangle(opspec.TRIU, input, diagonal)
 
 
-@gradient("tril")
+@gradient(opspec.TRIL)
 def _tril_grad(node, out, g):
     return (tril(g, node.attrs["diagonal"]),)
 
 
-@gradient("triu")
+@gradient(opspec.TRIU)
 def _triu_grad(node, out, g):
     return (triu(g, node.attrs["diagonal"]),)
 
@@ -433,10 +434,10 @@ def repeat_interleave(input: Tensor, repeats: int, dim: int | None = None, *, ou
 def to_device(x, device: str):
     from gradcraft.device import get_backend
 
-    return apply("copy_from", (x,), {"source_backend": get_backend(x.device)}, x.shape, x.dtype, device=device)
+    return apply(opspec.COPY_FROM, (x,), {"source_backend": get_backend(x.device)}, x.shape, x.dtype, device=device)
 
 
-@gradient("copy_from")
+@gradient(opspec.COPY_FROM)
 def _copy_from_grad(node, out, g):
     return (to_device(g, node.inputs[0].device),)
 
@@ -456,4 +457,4 @@ def assign(target, value):
         raise UserError(f"assign: a value of shape {value.shape} does not fit a target of shape {target.shape}")
     # The write happens when the result is realized; the realizer then bumps target's version, so a
     # lazy tensor built from the old data refuses to run instead of silently reading the new data.
-    return apply("assign", (target, value), {}, target.shape, target.dtype)
+    return apply(opspec.ASSIGN, (target, value), {}, target.shape, target.dtype)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING
+from gradcraft.backend import opspec
 from gradcraft.typing import DTypeLike, Device, Shape
 
 if TYPE_CHECKING:
@@ -42,24 +43,24 @@ def _softmax_family(op: str, x: Tensor, dim: int, dtype: DTypeLike) -> Tensor:
 def softmax(input: Tensor, dim: int = -1, dtype: DTypeLike = None) -> Tensor:
     if _amp.state.on:
         return _amp.call("softmax", softmax, (input, dim), {"dtype": dtype})
-    return _softmax_family("softmax", input, dim, dtype)
+    return _softmax_family(opspec.SOFTMAX, input, dim, dtype)
 
 
 def log_softmax(input: Tensor, dim: int = -1, dtype: DTypeLike = None) -> Tensor:
     if _amp.state.on:
         return _amp.call("log_softmax", log_softmax, (input, dim), {"dtype": dtype})
-    return _softmax_family("log_softmax", input, dim, dtype)
+    return _softmax_family(opspec.LOG_SOFTMAX, input, dim, dtype)
 
 
 # Both gradients are one fused kernel of the output and its gradient (softmax_backward, log_softmax_backward).
-@gradient("softmax")
+@gradient(opspec.SOFTMAX)
 def _softmax_grad(node, out, g):
-    return (apply("softmax_backward", (out, g), node.attrs, g.shape, g.dtype),)
+    return (apply(opspec.SOFTMAX_BACKWARD, (out, g), node.attrs, g.shape, g.dtype),)
 
 
-@gradient("log_softmax")
+@gradient(opspec.LOG_SOFTMAX)
 def _log_softmax_grad(node, out, g):
-    return (apply("log_softmax_backward", (out, g), node.attrs, g.shape, g.dtype),)
+    return (apply(opspec.LOG_SOFTMAX_BACKWARD, (out, g), node.attrs, g.shape, g.dtype),)
 
 
 # ------------------------------------------------------------------ normalization
@@ -85,14 +86,14 @@ def layer_norm(
     weight = weight if weight is not None else ones(shape, dtype=input.dtype, device=input.device)
     bias = bias if bias is not None else zeros(shape, dtype=input.dtype, device=input.device)
     attrs = {"eps": float(eps), "n_dims": len(shape)}
-    return apply("layer_norm", (input, weight, bias), attrs, input.shape, input.dtype)
+    return apply(opspec.LAYER_NORM, (input, weight, bias), attrs, input.shape, input.dtype)
 
 
-@gradient("layer_norm")
+@gradient(opspec.LAYER_NORM)
 def _layer_norm_grad(node, out, g):
     x, weight, bias = node.inputs
     return apply(
-        "layer_norm_backward",
+        opspec.LAYER_NORM_BACKWARD,
         (x, weight, g),
         node.attrs,
         (x.shape, weight.shape, bias.shape),
@@ -118,14 +119,19 @@ def rms_norm(input: Tensor, normalized_shape: Shape, weight: Tensor | None = Non
         eps = _rms_norm_eps(input.dtype)
     weight = weight if weight is not None else ones(shape, dtype=input.dtype, device=input.device)
     attrs = {"eps": float(eps), "n_dims": len(shape)}
-    return apply("rms_norm", (input, weight), attrs, input.shape, input.dtype)
+    return apply(opspec.RMS_NORM, (input, weight), attrs, input.shape, input.dtype)
 
 
-@gradient("rms_norm")
+@gradient(opspec.RMS_NORM)
 def _rms_norm_grad(node, out, g):
     x, weight = node.inputs
     return apply(
-        "rms_norm_backward", (x, weight, g), node.attrs, (x.shape, weight.shape), (x.dtype, weight.dtype), n_outputs=2
+        opspec.RMS_NORM_BACKWARD,
+        (x, weight, g),
+        node.attrs,
+        (x.shape, weight.shape),
+        (x.dtype, weight.dtype),
+        n_outputs=2,
     )
 
 
@@ -148,7 +154,7 @@ def embedding(
         raise UserError(f"embedding weight must be 2-D (num_embeddings, dim), got {weight.shape}")
     if max_norm is not None or scale_grad_by_freq or sparse:
         raise UserError("embedding: max_norm, scale_grad_by_freq and sparse are not supported")
-    out = apply("embedding", (weight, input.to(dtypes.int64)), {}, input.shape + weight.shape[1:], weight.dtype)
+    out = apply(opspec.EMBEDDING, (weight, input.to(dtypes.int64)), {}, input.shape + weight.shape[1:], weight.dtype)
     if padding_idx is None:
         return out
     padding_idx = embedding_padding_idx(padding_idx, weight.shape[0])
@@ -161,10 +167,10 @@ def embedding_padding_idx(padding_idx: int, num_embeddings: int) -> int:
     return padding_idx + num_embeddings if padding_idx < 0 else padding_idx
 
 
-@gradient("embedding")
+@gradient(opspec.EMBEDDING)
 def _embedding_grad(node, out, g):
     weight, idx = node.inputs
-    grad = apply("embedding_backward", (idx, g), {"num_embeddings": weight.shape[0]}, weight.shape, g.dtype)
+    grad = apply(opspec.EMBEDDING_BACKWARD, (idx, g), {"num_embeddings": weight.shape[0]}, weight.shape, g.dtype)
     return grad, None
 
 
@@ -181,13 +187,13 @@ def dropout(input, p: float = 0.5, training: bool = True):
     if p == 1.0:
         return ew.mul(input, 0.0)
     state, stream = dropout_stream(input.device)
-    return apply("dropout", (input, state), {"p": float(p), "stream": stream}, input.shape, input.dtype)
+    return apply(opspec.DROPOUT, (input, state), {"p": float(p), "stream": stream}, input.shape, input.dtype)
 
 
-@gradient("dropout")
+@gradient(opspec.DROPOUT)
 def _dropout_grad(node, out, g):
     _, state = node.inputs
-    return apply("dropout", (g, state), node.attrs, g.shape, g.dtype), None
+    return apply(opspec.DROPOUT, (g, state), node.attrs, g.shape, g.dtype), None
 
 
 def rope_frequencies(
@@ -221,13 +227,13 @@ def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     # The tables in the kernels' accumulator type (float32 for half-precision x): no rounding to x's
     # type, and no cast back inside the kernel (two small kernels per call, four per layer).
     tables = dtypes.float64 if x.dtype == dtypes.float64 else dtypes.float32
-    return apply("rope", (x, ew.cast(cos, tables), ew.cast(sin, tables)), {"inverse": False}, x.shape, x.dtype)
+    return apply(opspec.ROPE, (x, ew.cast(cos, tables), ew.cast(sin, tables)), {"inverse": False}, x.shape, x.dtype)
 
 
-@gradient("rope")
+@gradient(opspec.ROPE)
 def _rope_grad(node, out, g):
     x, cos, sin = node.inputs
-    return apply("rope", (g, cos, sin), {"inverse": not node.attrs["inverse"]}, g.shape, g.dtype), None, None
+    return apply(opspec.ROPE, (g, cos, sin), {"inverse": not node.attrs["inverse"]}, g.shape, g.dtype), None, None
 
 
 # ------------------------------------------------------------------ attention: ops/attention.py
@@ -324,8 +330,8 @@ def norm_linear(
         flat = [t.reshape(rows, K) if t is input or t is residual else t for t in tensors]
         shape = input.shape[:-1] + (out,)
         if residual is None:
-            return apply("norm_linear", flat, attrs, (rows, out), input.dtype).reshape(shape)
-        y, s = apply("norm_linear", flat, attrs, ((rows, out), (rows, K)), (input.dtype, input.dtype), n_outputs=2)
+            return apply(opspec.NORM_LINEAR, flat, attrs, (rows, out), input.dtype).reshape(shape)
+        y, s = apply(opspec.NORM_LINEAR, flat, attrs, ((rows, out), (rows, K)), (input.dtype, input.dtype), n_outputs=2)
         return y.reshape(shape), s.reshape(input.shape)
     s = input + residual if residual is not None else input
     if norm == "rms_norm":
@@ -359,19 +365,19 @@ def _product_and_bias(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         and backend.fused_linear_bias(x.dtype.np)
     ):
         rows = x.reshape(-1, x.shape[-1])
-        out = apply("linear_bias", (rows, weight, bias), {}, (rows.shape[0], weight.shape[0]), x.dtype)
+        out = apply(opspec.LINEAR_BIAS, (rows, weight, bias), {}, (rows.shape[0], weight.shape[0]), x.dtype)
         return out.reshape(x.shape[:-1] + (weight.shape[0],))
     return x @ weight.mT + bias
 
 
-@gradient("linear_bias")
+@gradient(opspec.LINEAR_BIAS)
 def _linear_bias_grad(node, out, g):
     x, weight, bias = node.inputs
     dx = g @ weight if x.requires_grad else None
     if not (weight.requires_grad or bias.requires_grad):
         return dx, None, None
     dw, db = apply(
-        "linear_bias_backward", (g, x), {}, (weight.shape, bias.shape), (weight.dtype, bias.dtype), n_outputs=2
+        opspec.LINEAR_BIAS_BACKWARD, (g, x), {}, (weight.shape, bias.shape), (weight.dtype, bias.dtype), n_outputs=2
     )
     return dx, dw, db
 
@@ -402,12 +408,12 @@ def swiglu(input: Tensor) -> Tensor:
     _float_input(input, "swiglu")
     if input.ndim == 0 or input.shape[-1] % 2:
         raise UserError(f"swiglu needs an even number of features in the last axis, got shape {input.shape}")
-    return apply("swiglu", (input,), {}, input.shape[:-1] + (input.shape[-1] // 2,), input.dtype)
+    return apply(opspec.SWIGLU, (input,), {}, input.shape[:-1] + (input.shape[-1] // 2,), input.dtype)
 
 
-@gradient("swiglu")
+@gradient(opspec.SWIGLU)
 def _swiglu_grad(node, out, g):
-    return (apply("swiglu_backward", (node.inputs[0], g), {}, node.inputs[0].shape, g.dtype),)
+    return (apply(opspec.SWIGLU_BACKWARD, (node.inputs[0], g), {}, node.inputs[0].shape, g.dtype),)
 
 
 def relu(input):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 
+from gradcraft.backend import opspec
 from gradcraft.ops.function import is_grad_enabled, tensor_class
 
 NAMES = (
@@ -59,6 +60,8 @@ def with_out(fn):
 
 
 def install(namespace: dict) -> None:
-    for name in NAMES:
+    """Give the torch.* functions of NAMES, and those whose spec says `out=True` (backend/opspec.py), out=."""
+    declared = [s.torch_function.__name__ for s in opspec.SPECS.values() if s.out]
+    for name in NAMES + declared:
         if name in namespace:
             namespace[name] = with_out(namespace[name])

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gradcraft import dtypes
+from gradcraft.backend import opspec
 from gradcraft.errors import RuntimeError_, TypeError_
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops import movement as mv
@@ -46,11 +47,11 @@ _COMPARE_LIMIT = 1 << 22  # rows x samples x categories compared at once, at mos
 
 
 def _uniform(shape, dtype, device, generator):
-    return _creation("rand", _shape((shape,)), dtype, device, False, seed=next_seed(generator))
+    return _creation(opspec.RAND, _shape((shape,)), dtype, device, False, seed=next_seed(generator))
 
 
 def _gaussian(shape, dtype, device, generator):
-    return _creation("randn", _shape((shape,)), dtype, device, False, seed=next_seed(generator))
+    return _creation(opspec.RANDN, _shape((shape,)), dtype, device, False, seed=next_seed(generator))
 
 
 def _check_probabilities(p, what: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from gradcraft.backend import opspec
 from gradcraft.typing import DTypeLike, Dims, TensorOrNumber
 
 if TYPE_CHECKING:
@@ -41,11 +42,11 @@ def sum(input: Tensor, dim: Dims = None, keepdim: bool = False, dtype: DTypeLike
     axes = normalize_axes(dim, input.ndim)
     out_dtype = input.dtype if input.dtype.is_floating_point else dtypes.int64
     return apply(
-        "sum", (input,), {"axes": axes, "keepdim": keepdim}, _reduced_shape(input.shape, axes, keepdim), out_dtype
+        opspec.SUM, (input,), {"axes": axes, "keepdim": keepdim}, _reduced_shape(input.shape, axes, keepdim), out_dtype
     )
 
 
-@gradient("sum")
+@gradient(opspec.SUM)
 def _sum_grad(node, out, g):
     x = node.inputs[0]
     return (g.reshape(_keepdim_shape(x.shape, node.attrs["axes"])).expand(x.shape),)
@@ -68,14 +69,22 @@ def mean(input: Tensor, dim: Dims = None, keepdim: bool = False, dtype: DTypeLik
 def amax(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
     axes = normalize_axes(dim, input.ndim)
     return apply(
-        "max", (input,), {"axes": axes, "keepdim": keepdim}, _reduced_shape(input.shape, axes, keepdim), input.dtype
+        opspec.MAX,
+        (input,),
+        {"axes": axes, "keepdim": keepdim},
+        _reduced_shape(input.shape, axes, keepdim),
+        input.dtype,
     )
 
 
 def amin(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
     axes = normalize_axes(dim, input.ndim)
     return apply(
-        "min", (input,), {"axes": axes, "keepdim": keepdim}, _reduced_shape(input.shape, axes, keepdim), input.dtype
+        opspec.MIN,
+        (input,),
+        {"axes": axes, "keepdim": keepdim},
+        _reduced_shape(input.shape, axes, keepdim),
+        input.dtype,
     )
 
 
@@ -89,8 +98,8 @@ def _extreme_grad(node, out, g):
     return (ew.mul(share, g.reshape(keep_shape)),)
 
 
-gradient("max")(_extreme_grad)
-gradient("min")(_extreme_grad)
+gradient(opspec.MAX)(_extreme_grad)
+gradient(opspec.MIN)(_extreme_grad)
 
 
 def _max_or_min(x, dim, keepdim, of_all, elementwise, arg_of) -> Tensor | tuple[Tensor, Tensor]:
@@ -124,11 +133,11 @@ def _arg(op, x, dim, keepdim):
 
 
 def argmax(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
-    return _arg("argmax", input, dim, keepdim)
+    return _arg(opspec.ARGMAX, input, dim, keepdim)
 
 
 def argmin(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
-    return _arg("argmin", input, dim, keepdim)
+    return _arg(opspec.ARGMIN, input, dim, keepdim)
 
 
 def take_along_dim(input, indices, dim=None):
@@ -194,13 +203,15 @@ def cumsum(input: Tensor, dim: int, dtype: DTypeLike = None) -> Tensor:
     if dtype is not None:
         input = ew.cast(input, dtype)
     out_dtype = input.dtype if input.dtype.is_floating_point else dtypes.int64
-    return apply("cumsum", (input,), {"axis": normalize_dim(dim, input.ndim), "reverse": False}, input.shape, out_dtype)
+    return apply(
+        opspec.CUMSUM, (input,), {"axis": normalize_dim(dim, input.ndim), "reverse": False}, input.shape, out_dtype
+    )
 
 
-@gradient("cumsum")
+@gradient(opspec.CUMSUM)
 def _cumsum_grad(node, out, g):
     attrs = dict(node.attrs, reverse=not node.attrs["reverse"])
-    return (apply("cumsum", (g,), attrs, g.shape, g.dtype),)
+    return (apply(opspec.CUMSUM, (g,), attrs, g.shape, g.dtype),)
 
 
 def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:
@@ -208,7 +219,7 @@ def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: boo
     if not 0 <= k <= (input.shape[axis] if input.ndim else 1):
         raise UserError(f"topk: k={k} is out of range for dimension {dim} of size {input.shape[axis]}")
     shape = tuple(k if i == axis else n for i, n in enumerate(input.shape))
-    indices = apply("topk", (input,), {"k": k, "axis": axis, "largest": largest}, shape, dtypes.int64)
+    indices = apply(opspec.TOPK, (input,), {"k": k, "axis": axis, "largest": largest}, shape, dtypes.int64)
     return TopkResult(take_along_dim(input, indices, axis), indices)
 
 

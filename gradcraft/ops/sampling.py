@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
 
 from gradcraft import dtypes
+from gradcraft.backend import opspec
 from gradcraft.errors import UserError
 from gradcraft.ops.function import apply
 
@@ -39,7 +40,7 @@ def sample_tokens(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Ten
     ):
         if t.shape != (B,) or t.dtype != dtype:
             raise UserError(f"sample_tokens: {name} must be {dtype.name} ({B},), got {t.dtype.name} {t.shape}")
-    return apply("sample_tokens", (logits, temperature, top_k, top_p, uniform), {}, (B,), dtypes.int64)
+    return apply(opspec.SAMPLE_TOKENS, (logits, temperature, top_k, top_p, uniform), {}, (B,), dtypes.int64)
 
 
 def greedy_advance(logits: Tensor, ids: Tensor, position: Tensor) -> Tensor:
@@ -62,4 +63,4 @@ def greedy_advance(logits: Tensor, ids: Tensor, position: Tensor) -> Tensor:
     for t in (ids, position):
         if t._buf is None:  # the writes go into their own buffers
             t.realize()
-    return apply("greedy_advance", (logits, ids, position), {}, (B,), dtypes.int64)
+    return apply(opspec.GREEDY_ADVANCE, (logits, ids, position), {}, (B,), dtypes.int64)

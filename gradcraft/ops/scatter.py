@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 
 from gradcraft import dtypes
+from gradcraft.backend import opspec
 from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops import movement as mv
@@ -46,17 +47,19 @@ def _scatter_sum(src: Tensor, index: Tensor, d: int, shape: tuple) -> Tensor:
     """zeros(shape) with src[i][j]... added at [i][index[i][j]]... (along d); src cut to index's shape."""
     if tuple(src.shape) != tuple(index.shape):
         src = mv.basic_index(src, tuple(slice(0, n) for n in index.shape))
-    return apply("scatter_add_along_dim", (mv.contiguous(src), index), {"axis": d, "shape": shape}, shape, src.dtype)
+    return apply(
+        opspec.SCATTER_ADD_ALONG_DIM, (mv.contiguous(src), index), {"axis": d, "shape": shape}, shape, src.dtype
+    )
 
 
-@gradient("scatter_add_along_dim")
+@gradient(opspec.SCATTER_ADD_ALONG_DIM)
 def _scatter_add_along_dim_grad(node, out, g):
     src, index = node.inputs
     axis = node.attrs["axis"]
     # take_along_dim reads only index's extent in the other dimensions
     box = tuple(slice(None) if i == axis else slice(0, n) for i, n in enumerate(index.shape))
     g = mv.contiguous(mv.basic_index(g, box)) if tuple(g.shape) != tuple(index.shape) else g
-    return apply("take_along_dim", (g, index), {"axis": axis}, index.shape, g.dtype), None
+    return apply(opspec.TAKE_ALONG_DIM, (g, index), {"axis": axis}, index.shape, g.dtype), None
 
 
 def scatter(
@@ -126,7 +129,7 @@ def index_add(input: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: 
     if alpha != 1:
         source = ew.mul(source, alpha)
     attrs = {"spec": spec, "shape": input.shape}
-    added = apply("index_put_add", (mv.contiguous(source), *tensors), attrs, input.shape, input.dtype)
+    added = apply(opspec.INDEX_PUT_ADD, (mv.contiguous(source), *tensors), attrs, input.shape, input.dtype)
     return ew.add(input, added)
 
 

@@ -93,6 +93,7 @@ KERNELS = {
     "pow": _pow,
     "maximum": _binary(np.maximum),
     "minimum": _binary(np.minimum),
+    "logaddexp": _binary(np.logaddexp),
     "eq": _compare(np.equal),
     "ne": _compare(np.not_equal),
     "lt": _compare(np.less),

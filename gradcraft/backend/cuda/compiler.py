@@ -224,13 +224,14 @@ def hopper_module(name: str, device_id: int):
     """kernels/<name> compiled by NVRTC to sm_90a machine code and loaded on one device (a
     cupy.cuda.function.Module). Only for a device of compute capability 9.0: sm_90a code runs on no other."""
     import cupy
+    from cupy.cuda import function as cuda_function  # (this module's own `function` is the kernel cache)
     from cupy.cuda import nvrtc
 
     text = source(name)
     warm_cache(device_arch(device_id))
     cubin = cached_cubin(text, HOPPER_ARCH, nvrtc.getVersion(), lambda: cupy_cubin(text, name, HOPPER_ARCH))
     with cupy.cuda.Device(device_id):
-        mod = function.Module()
+        mod = cuda_function.Module()
         mod.load(cubin)
     return mod
 

@@ -16,19 +16,20 @@ from __future__ import annotations
 
 import math
 
+from gradcraft.backend import opspec
 from gradcraft.errors import UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops.function import apply, gradient
 
 NOT_TWICE = {
-    "sdpa": "scaled_dot_product_attention (write the attention with matmul and softmax)",
-    "flash_attention": "scaled_dot_product_attention (write the attention with matmul and softmax)",
-    "masked_softmax": "the fused masked softmax of attention",
-    "moe_permute": "moe_permute",
-    "moe_unpermute": "moe_unpermute",
-    "swiglu": "swiglu",
-    "norm_linear": "the fused normalization + linear layer",
-    "linear_cross_entropy": "linear_cross_entropy (use cross_entropy(input @ weight.T, target))",
+    opspec.SDPA: "scaled_dot_product_attention (write the attention with matmul and softmax)",
+    opspec.FLASH_ATTENTION: "scaled_dot_product_attention (write the attention with matmul and softmax)",
+    opspec.MASKED_SOFTMAX: "the fused masked softmax of attention",
+    opspec.MOE_PERMUTE: "moe_permute",
+    opspec.MOE_UNPERMUTE: "moe_unpermute",
+    opspec.SWIGLU: "swiglu",
+    opspec.NORM_LINEAR: "the fused normalization + linear layer",
+    opspec.LINEAR_CROSS_ENTROPY: "linear_cross_entropy (use cross_entropy(input @ weight.T, target))",
 }
 
 
@@ -42,18 +43,18 @@ def second_order_rule(op: str, rules: dict):
 # ------------------------------------------------------------ rules of the single-output kernels
 
 
-@gradient("softmax_backward")
+@gradient(opspec.SOFTMAX_BACKWARD)
 def _softmax_backward_grad(node, out, gr):
     # r = y * (g - sum(g * y)) along the axis
     y, g = node.inputs
     axis = node.attrs["axis"]
     s = (g * y).sum(axis, keepdim=True)
     dy = gr * (g - s) - (gr * y).sum(axis, keepdim=True) * g if y.requires_grad else None
-    dg = apply("softmax_backward", (y, gr), node.attrs, gr.shape, gr.dtype) if g.requires_grad else None
+    dg = apply(opspec.SOFTMAX_BACKWARD, (y, gr), node.attrs, gr.shape, gr.dtype) if g.requires_grad else None
     return dy, dg
 
 
-@gradient("log_softmax_backward")
+@gradient(opspec.LOG_SOFTMAX_BACKWARD)
 def _log_softmax_backward_grad(node, out, gr):
     # r = g - exp(y) * sum(g) along the axis
     y, g = node.inputs
@@ -76,31 +77,31 @@ def _gelu_second(x, approximate: str):
     return pdf * (2.0 - x * x)
 
 
-@gradient("gelu_backward")
+@gradient(opspec.GELU_BACKWARD)
 def _gelu_backward_grad(node, out, gr):
     x, g = node.inputs
     dx = gr * g * _gelu_second(x, node.attrs.get("approximate", "none")) if x.requires_grad else None
-    dg = apply("gelu_backward", (x, gr), node.attrs, gr.shape, gr.dtype) if g.requires_grad else None
+    dg = apply(opspec.GELU_BACKWARD, (x, gr), node.attrs, gr.shape, gr.dtype) if g.requires_grad else None
     return dx, dg
 
 
-@gradient("silu_backward")
+@gradient(opspec.SILU_BACKWARD)
 def _silu_backward_grad(node, out, gr):
     x, g = node.inputs
     s = x.sigmoid()
     dx = gr * g * (s * (1.0 - s) * (2.0 + x * (1.0 - 2.0 * s))) if x.requires_grad else None
-    dg = apply("silu_backward", (x, gr), {}, gr.shape, gr.dtype) if g.requires_grad else None
+    dg = apply(opspec.SILU_BACKWARD, (x, gr), {}, gr.shape, gr.dtype) if g.requires_grad else None
     return dx, dg
 
 
-@gradient("embedding_backward")
+@gradient(opspec.EMBEDDING_BACKWARD)
 def _embedding_backward_grad(node, out, gr):
     # r[idx[i]] += g[i]: linear in g, whose gradient gathers the rows back
     idx, g = node.inputs
-    return None, apply("embedding", (gr, idx), {}, g.shape, gr.dtype)
+    return None, apply(opspec.EMBEDDING, (gr, idx), {}, g.shape, gr.dtype)
 
 
-@gradient("cross_entropy_backward")
+@gradient(opspec.CROSS_ENTROPY_BACKWARD)
 def _cross_entropy_backward_grad(node, out, gr):
     # r = g * mask * (softmax(logits) - q), q the (smoothed) one-hot target
     from gradcraft.ops.creation import ones_like
@@ -111,13 +112,14 @@ def _cross_entropy_backward_grad(node, out, gr):
         raise UserError("create_graph=True: cross_entropy with valid_classes cannot be differentiated twice")
     dg = None
     if g.requires_grad:
-        unit = apply("cross_entropy_backward", (logits, target, ones_like(g)), node.attrs, logits.shape, logits.dtype)
+        ones = ones_like(g)
+        unit = apply(opspec.CROSS_ENTROPY_BACKWARD, (logits, target, ones), node.attrs, logits.shape, logits.dtype)
         dg = (gr * unit).sum(-1)
     dlogits = None
     if logits.requires_grad:
         mask = ew.cast(ew.ne(target, node.attrs["ignore_index"]), g.dtype)
         p = softmax(logits, -1)
-        dlogits = apply("softmax_backward", (p, gr * (g * mask).unsqueeze(-1)), {"axis": 1}, gr.shape, gr.dtype)
+        dlogits = apply(opspec.SOFTMAX_BACKWARD, (p, gr * (g * mask).unsqueeze(-1)), {"axis": 1}, gr.shape, gr.dtype)
     return dlogits, None, dg
 
 
@@ -164,8 +166,8 @@ def _relu_composed(node, out, g):
 
 
 COMPOSED = {
-    "layer_norm": _layer_norm_composed,
-    "rms_norm": _rms_norm_composed,
-    "linear_bias": _linear_bias_composed,
-    "relu": _relu_composed,
+    opspec.LAYER_NORM: _layer_norm_composed,
+    opspec.RMS_NORM: _rms_norm_composed,
+    opspec.LINEAR_BIAS: _linear_bias_composed,
+    opspec.RELU: _relu_composed,
 }

@@ -43,11 +43,29 @@ class PackedSequence(namedtuple("PackedSequence", ["data", "batch_sizes", "sorte
     def cuda(self, device: int = 0) -> PackedSequence:
         return self.to(f"cuda:{device}")
 
+    def _as(self, name: str) -> PackedSequence:
+        data = getattr(self.data, name)()
+        if data is self.data:
+            return self
+        return type(self)(data, self.batch_sizes, self.sorted_indices, self.unsorted_indices)
+
     def float(self) -> PackedSequence:
-        return self.to(self.data.float().dtype)
+        return self._as("float")
 
     def double(self) -> PackedSequence:
-        return self.to(self.data.double().dtype)
+        return self._as("double")
+
+    def half(self) -> PackedSequence:
+        return self._as("half")
+
+    def long(self) -> PackedSequence:
+        return self._as("long")
+
+    def int(self) -> PackedSequence:
+        return self._as("int")
+
+    def pin_memory(self) -> PackedSequence:
+        return self
 
     @property
     def is_cuda(self) -> bool:

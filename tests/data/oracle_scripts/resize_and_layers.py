@@ -85,3 +85,21 @@ print(eb, eb(torch.tensor([1, 0, 4, 0, 3]), torch.tensor([0, 2, 5]), per_sample_
 em = nn.EmbeddingBag(10, 3, mode="mean", _weight=T(w), padding_idx=2)
 print(em(torch.tensor([[2, 2], [2, 1]])))
 print(F.embedding_bag(torch.tensor([0, 1, 2]), T(w), torch.tensor([0, 1]), mode="max"))
+
+# trilinear, 5-D nearest, recompute_scale_factor, 1-D area and linear, uint8 nearest, nearest-exact
+v = torch.tensor(rng.normal(size=(1, 2, 3, 4, 5)), dtype=torch.float32, requires_grad=True)
+for kw in [
+    dict(scale_factor=2, mode="trilinear"),
+    dict(size=(4, 3, 7), mode="trilinear", align_corners=True),
+    dict(scale_factor=(1.5, 0.5, 2), mode="nearest"),
+    dict(scale_factor=1.7, mode="trilinear", recompute_scale_factor=True),
+    dict(scale_factor=1.7, mode="nearest", recompute_scale_factor=True),
+]:
+    v.grad = None
+    y = F.interpolate(v, **kw)
+    (y * torch.linspace(-1, 1, y.numel()).reshape(y.shape)).sum().backward()
+    print(tuple(y.shape), y.sum(), y[0, 1, -1, -1], v.grad[0, 0, 1])
+s = torch.tensor(rng.normal(size=(2, 3, 9)))
+print(F.interpolate(s, size=4, mode="area"), F.interpolate(s, scale_factor=0.34, mode="linear"))
+print(F.interpolate(torch.arange(16, dtype=torch.uint8).reshape(1, 1, 4, 4), scale_factor=1.5))
+print(F.interpolate(s, scale_factor=2.3, mode="nearest-exact")[0, 0])

@@ -70,3 +70,4 @@ def vector_to_parameters(vec, parameters) -> None:
 
 
 from gradcraft.nn.utils import rnn  # noqa: E402, F401  (torch.nn.utils.rnn: packed sequences)
+from gradcraft.nn.utils.weight_norm import remove_weight_norm, weight_norm  # noqa: E402, F401

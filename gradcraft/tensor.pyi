@@ -283,6 +283,7 @@ class Tensor:
     @property
     def grad_fn(self): """Tensor.grad_fn: the node that made the tensor, as PyTorch shows it (ops/grad_fn.py)."""
     def register_hook(self, hook) -> RemovableHandle: """Tensor.register_hook(hook): hook(grad) -> Tensor or None."""
+    def register_post_accumulate_grad_hook(self, hook) -> RemovableHandle: """Tensor.register_post_accumulate_grad_hook(hook): hook(tensor) after the leaf's .grad holds this"""
     def retain_grad(self) -> None: """Tensor.retain_grad(): a non-leaf keeps its gradient in .grad (a no-op on a leaf)."""
     @property
     def retains_grad(self) -> builtins.bool: """The op gradcraft.autograd.hooks.retains_grad."""

@@ -146,6 +146,8 @@ def backward(
         realize([leaf.grad for leaf in leaves] + [root] + held, keep_saved=retain_graph, on_ready=hook)
         if not retain_graph:
             release_graph(order)
+    if hooked:
+        tensor_hooks.run_post_accumulate_hooks(leaves)
 
 
 def _held_by_caller(order, root, first_gradient_node: int) -> list:

@@ -18,6 +18,7 @@ from gradcraft.errors import RuntimeError_
 _ids = itertools.count()
 _HOOKS: dict = {}  # id(tensor) -> (weak reference, {handle id: hook})
 _RETAINED: dict = {}  # id(tensor) -> weak reference, for retain_grad()
+_POST: dict = {}  # id(leaf) -> (weak reference, {handle id: hook}): post-accumulate-grad hooks
 
 
 class RemovableHandle:
@@ -61,6 +62,31 @@ def register_hook(self, hook) -> RemovableHandle:
     return handle
 
 
+def register_post_accumulate_grad_hook(self, hook) -> RemovableHandle:
+    """Tensor.register_post_accumulate_grad_hook(hook): hook(tensor) after the leaf's .grad holds this
+    backward's gradient (its return value is ignored), as PyTorch's. The hooks run in the order
+    backward reached the leaves, once their gradients are computed."""
+    if not self.requires_grad:
+        raise RuntimeError_("cannot register a hook on a tensor that doesn't require gradient")
+    if not self.is_leaf:
+        raise RuntimeError_("post accumulate grad hooks cannot be registered on non-leaf tensors")
+    key = id(self)
+    entry = _POST.get(key)
+    if entry is None or entry[0]() is not self:
+        entry = _POST[key] = (weakref.ref(self, _forget(key, _POST)), _HookDict())
+    handle = RemovableHandle(entry[1])
+    entry[1][handle.id] = hook
+    return handle
+
+
+def run_post_accumulate_hooks(leaves) -> None:
+    for leaf in leaves:
+        entry = _POST.get(id(leaf))
+        if entry is not None and entry[0]() is leaf:
+            for hook in list(entry[1].values()):
+                hook(leaf)
+
+
 def retain_grad(self) -> None:
     """Tensor.retain_grad(): a non-leaf keeps its gradient in .grad (a no-op on a leaf)."""
     if not self.requires_grad:
@@ -78,7 +104,7 @@ def retains_grad(self) -> bool:
 
 def has_hooks() -> bool:
     """Whether any tensor hook or retain_grad is registered (the backward loop's quick test)."""
-    return bool(_RETAINED) or any(entry[1] for entry in _HOOKS.values())
+    return bool(_RETAINED) or any(entry[1] for table in (_HOOKS, _POST) for entry in table.values())
 
 
 def run_hooks(tensor, grad, retained: list | None = None):

@@ -249,5 +249,6 @@ def _attach_hooks(tensor_class: type) -> None:
     from gradcraft.autograd import hooks
 
     tensor_class.register_hook = hooks.register_hook
+    tensor_class.register_post_accumulate_grad_hook = hooks.register_post_accumulate_grad_hook
     tensor_class.retain_grad = hooks.retain_grad
     tensor_class.retains_grad = property(hooks.retains_grad)

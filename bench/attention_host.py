@@ -13,7 +13,7 @@ the host has issued the next and the times below are the host's alone. Each line
 - launch: one forward kernel launched by CuPy's kernel call (its 30-odd arguments NumPy scalars, the
   path CuPy's own launch path), by packed.launch (every argument packed into one buffer)
   and by a prepared packed.Launch (only the pointers packed: the launchers' path);
-- launchers: backend/cuda/attention.py's forward and backward (every launch of a call);
+- launchers: backend/cuda/flash_attention.py's forward and backward (every launch of a call);
 - engine: gradcraft's scaled_dot_product_attention on tensors, building the graph, realizing it,
   then the backward, then the whole call with a synchronisation; PyTorch's whole call beside it.
 """
@@ -26,7 +26,9 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAB_FWD_FILE = os.path.join(ROOT, "dev", "cuda", "flash_hopper_lab.cu")  # (the lab's forward variants)
 
 
 def parse_args(argv=None):
@@ -61,7 +63,7 @@ def run(args) -> None:
 
     import gradcraft as gc
     import gradcraft.nn.functional as F
-    from gradcraft.backend.cuda import attention, compiler, packed
+    from gradcraft.backend.cuda import flash_attention, compiler, packed
 
     device = gc.device.canonical(args.device)
     backend = gc.device.get_backend(device)
@@ -83,7 +85,7 @@ def run(args) -> None:
         line(
             "cupy",
             "cupy.ndarray(shape, memptr=cupy.cuda.alloc(n), strides)",
-            lambda: attention._seq_major((B, H, T, 64), bf16),
+            lambda: flash_attention._seq_major((B, H, T, 64), bf16),
         )
         line("cupy", "cupy.cuda.alloc(n)", lambda: cp.cuda.alloc(B * H * T * 64 * 2))
         line("cupy", "cupy.cuda.Device().id", lambda: cp.cuda.Device().id)
@@ -96,16 +98,17 @@ def run(args) -> None:
             q, k, v, g = (gc.randn(B, H, T, D, device=device, dtype=gc.bfloat16).realize() for _ in range(4))
             a_q, a_k, a_v, a_g = (t._buf for t in (q, k, v, g))  # (the benchmark reads the buffers it launches on)
             attrs = {"scale": D**-0.5, "causal": True, "window": None}
-            out, lse = attention.flash_attention(a_q, a_k, a_v, **attrs)
-            if attention.hopper(a_q.dtype, D):
-                # a non-persistent forward, so both launch paths get the same arguments
-                block_n, wgs = attention.HOPPER_TILES["fwd"][D][:2]
-                name, threads, shared = attention.hopper_fwd_kernel(bf16, D, (block_n, wgs))
-                handle = attention._function(attention.HOPPER_FILE, name, shared)
-                function = compiler.hopper_function(attention.HOPPER_FILE, name, cp.cuda.runtime.getDevice())
+            out, lse = flash_attention.flash_attention(a_q, a_k, a_v, **attrs)
+            if flash_attention.hopper(a_q.dtype, D):
+                # a non-persistent forward, so both launch paths get the same arguments (at head dim 128
+                # a lab variant: dev/cuda/flash_hopper_lab.cu, which holds the package's kernels too)
+                block_n, wgs = flash_attention.HOPPER_TILES["fwd"][D][:2]
+                name, threads, shared = flash_attention.hopper_fwd_kernel(bf16, D, (block_n, wgs))
+                handle = flash_attention._function(LAB_FWD_FILE, name, shared)
+                function = compiler.hopper_function(LAB_FWD_FILE, name, cp.cuda.runtime.getDevice())
                 grid = (-(-T // (64 * wgs)), B * H)
-                strides = [s for a in (a_q, a_k, a_v, out) for s in attention._strides(a)]
-                shape = attention._shape_args(a_q, a_k, attrs["scale"], True, None)
+                strides = [s for a in (a_q, a_k, a_v, out) for s in flash_attention._strides(a)]
+                shape = flash_attention._shape_args(a_q, a_k, attrs["scale"], True, None)
                 pointers = [a.data.ptr for a in (a_q, a_k, a_v, out, lse)]
                 numpy_args = (a_q, a_k, a_v, out, lse, *(np.int64(s) for s in strides))
                 numpy_args += tuple(np.int32(x) if isinstance(x, int) else np.float32(x) for x in shape)
@@ -118,23 +121,23 @@ def run(args) -> None:
                 line(
                     f"launch d{D}",
                     "packed.launch",
-                    lambda: packed.launch(handle, grid, threads, shared, attention.FWD_TYPES, packed_values),
+                    lambda: packed.launch(handle, grid, threads, shared, flash_attention.FWD_TYPES, packed_values),
                 )
-                prepared = packed.Launch(handle, grid, threads, shared, attention.FWD_TYPES, packed_values[5:])
+                prepared = packed.Launch(handle, grid, threads, shared, flash_attention.FWD_TYPES, packed_values[5:])
                 line(f"launch d{D}", "packed.Launch (prepared: the pointers only)", lambda: prepared(*pointers))
-            line(f"launchers d{D}", "attention._rows(q)", lambda: attention._rows(a_q))
-            line(f"launchers d{D}", "attention.hopper(dtype, D)", lambda: attention.hopper(a_q.dtype, D))
-            line(f"launchers d{D}", "flash_attention", lambda: attention.flash_attention(a_q, a_k, a_v, **attrs))
-            grads = [attention._seq_major(a.shape, a.dtype) for a in (a_q, a_k, a_v)]
+            line(f"launchers d{D}", "attention._rows(q)", lambda: flash_attention._rows(a_q))
+            line(f"launchers d{D}", "attention.hopper(dtype, D)", lambda: flash_attention.hopper(a_q.dtype, D))
+            line(f"launchers d{D}", "flash_attention", lambda: flash_attention.flash_attention(a_q, a_k, a_v, **attrs))
+            grads = [flash_attention._seq_major(a.shape, a.dtype) for a in (a_q, a_k, a_v)]
             line(
                 f"launchers d{D}",
                 "backward_launches (the backward's arguments, not launched)",
-                lambda: attention.backward_launches(a_q, a_k, a_v, out, lse, a_g, *grads, **attrs),
+                lambda: flash_attention.backward_launches(a_q, a_k, a_v, out, lse, a_g, *grads, **attrs),
             )
             line(
                 f"launchers d{D}",
                 "flash_attention_backward",
-                lambda: attention.flash_attention_backward(a_q, a_k, a_v, out, lse, a_g, **attrs),
+                lambda: flash_attention.flash_attention_backward(a_q, a_k, a_v, out, lse, a_g, **attrs),
             )
 
             for t in (q, k, v):

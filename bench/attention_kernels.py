@@ -9,7 +9,8 @@ attention: forward 2 products, dq 3, dk/dv 4 (the backward recomputes the scores
 each 2 * B * H * D * T * T / 2. PyTorch's SDPA forward and forward+backward are timed beside them
 (before and after ours, the median over both sets, so that drift on a shared machine falls on both),
 and every kernel variant of the forward and of dq and dk/dv (mma.sync, and on an H100/H200 wgmma at
-each tile size the Hopper files hold) on its own line below.
+each tile size of dev/cuda/flash_variants.py's HOPPER_VARIANTS, launched from the lab's kernel files,
+dev/cuda/lab.py, which hold the package's kernels too) on its own line below.
 """
 
 import argparse
@@ -17,12 +18,12 @@ import os
 import statistics
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
 
 def fastest(times: dict, default) -> str:
     """The fastest of `times` (name -> seconds), against `default` (the name of the variant the backend
-    runs, or None when it is not among them): what to look at before changing attention.HOPPER_TILES."""
+    runs, or None when it is not among them): what to look at before changing flash_variants.HOPPER_TILES."""
     name = min(times, key=times.get)
     text = f"{name} {times[name] * 1e3:.3f} ms"
     if default in times:
@@ -46,7 +47,11 @@ def main(argv=None):
     import numpy as np
     import torch
 
-    from gradcraft.backend.cuda import attention
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dev", "cuda"))
+    import lab
+    from flash_variants import HOPPER_VARIANTS
+
+    attention = lab.enable()  # (every variant, the lab's with the package's)
 
     def timed(fn) -> float:
         for _ in range(3):
@@ -111,7 +116,7 @@ def main(argv=None):
             if attention.hopper(q.dtype, D):
                 o2, l2 = cp.empty_like(out), cp.empty_like(lse)
                 strides = [[np.int64(s // a.itemsize) for s in a.strides[:3]] for a in (q, k, v)]
-                for tiles in attention.HOPPER_VARIANTS["fwd"][D]:
+                for tiles in HOPPER_VARIANTS["fwd"][D]:
 
                     def run(tiles=tiles):
                         attention._hopper_fwd(q, k, v, o2, l2, *strides, attrs["scale"], True, None, tiles=tiles)
@@ -144,7 +149,7 @@ def main(argv=None):
             default_bwd = "mma.sync"
             if attention.hopper(q.dtype, D):
                 default_tiles = (attention.HOPPER_TILES["dq"].get(D), attention.HOPPER_TILES["dkdv"].get(D))
-                for tiles in zip(attention.HOPPER_VARIANTS["dq"][D], attention.HOPPER_VARIANTS["dkdv"][D]):
+                for tiles in zip(HOPPER_VARIANTS["dq"][D], HOPPER_VARIANTS["dkdv"][D]):
                     new = attention.backward_launches(q, k, v, out, lse, g, *grads, **attrs, tiles=tiles)
                     m, wk, *rest = tiles[1]  # (blocks an SM the registers are capped for, stages)
                     if tiles[0] in fused_variants:  # dk/dv adds dQ up (5 products); "dq" converts it

@@ -34,7 +34,9 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # gradcraft from this checkout
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+)  # gradcraft from this checkout
 
 RECIPES = {
     # tiny, for 2 CPU cores: about 0.1M parameters, 400 steps of 16 x 64 bytes. PyTorch on one thread:
@@ -265,7 +267,7 @@ def run_seed(args, data: np.ndarray, seed: int, log) -> dict:
     from gradcraft.models import ModelConfig, Transformer
     from gradcraft.ops.creation import advance_dropout
     from gradcraft.optim import AdamW, CosineWithWarmup, grad_norm_and_scale
-    from gradcraft.optim.schedule import set_lr
+    from gradcraft.optim.lr_schedule import set_lr
     from gradcraft.optim.weight_decay import weight_decay_groups
 
     split = int(len(data) * 0.9)

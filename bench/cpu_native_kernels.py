@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
 from gradcraft.backend.cpu.native.compiler import _COMMON, SIGNATURES, SOURCE  # noqa: E402
 

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
 import gradcraft as gc  # noqa: E402
 from gradcraft.inference.generate import SamplingParams, _Decoder, _realize_step, generate, sample_next  # noqa: E402

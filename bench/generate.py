@@ -22,7 +22,7 @@ import numpy as np
 # package that transformers looks for.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-sys.path.insert(0, os.path.dirname(_HERE))
+sys.path.insert(0, os.path.join(os.path.dirname(_HERE), "src"))
 
 
 WARM = 3  # token 0 (the prefill's), then two eager decoding steps and the one that captures the graph

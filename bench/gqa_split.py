@@ -6,7 +6,7 @@
 The warp-specialised fused backward (flash_hopper_bwd.cu, hopper_bwd_ws) gives each block one key tile
 and sweeps the query tiles of the G query heads that share its key/value head, or of G / parts of them
 when `parts` blocks share the tile (adding dk and dv up in float32, then converted). The backend picks
-parts with attention.kv_parts; here each split is asked for in turn (backward_launches' `parts`) and
+parts with flash_attention.kv_parts; here each split is asked for in turn (backward_launches' `parts`) and
 the whole backward (its launches through the backend: dvec, the fused kernel, the conversions) is timed
 with CUDA events, --rounds alternating rounds of --repeat calls per split, the median reported, beside
 the default's pick and the largest relative difference of each split's dq, dk, dv from the first
@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
 SHAPES = (  # B, H, Hkv, T, D: G 2, 4 and 8 at head dims 128 and 64, T 1024-8192
     "8,16,4,2048,128;4,16,4,4096,128;2,16,4,8192,128;16,32,4,1024,128;8,32,4,2048,128;4,32,4,4096,128;"
@@ -104,16 +104,16 @@ def main(argv=None):
     try:
         import cupy as cp
 
-        from gradcraft.backend.cuda import attention
+        from gradcraft.backend.cuda import flash_attention
     except ImportError as e:
         print(f"error: needs CuPy and a CUDA GPU ({e})", file=sys.stderr)
         return 2
-    if not attention.hopper(np.dtype("bfloat16"), 128):
+    if not flash_attention.hopper(np.dtype("bfloat16"), 128):
         print("error: the split applies to the wgmma kernels: a GPU of compute capability 9.0", file=sys.stderr)
         return 2
     print(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode())
     for shape in shapes:
-        run_shape(attention, cp, shape, parts_list, args.repeat, args.rounds)
+        run_shape(flash_attention, cp, shape, parts_list, args.repeat, args.rounds)
     return 0
 
 

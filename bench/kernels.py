@@ -6,7 +6,7 @@ read once, outputs written once; a causal softmax counts its whole input, though
 allowed half) for ours and for PyTorch's kernel, each also as a share of the H200's 4.3 TB/s
 (--peak-gbs) and of the measured device-to-device copy bandwidth.
 
-    PYTHONPATH=. python3 bench/kernels.py [--repeat 20] [--dtype float32|bfloat16] [--only norm,softmax]
+    PYTHONPATH=src python3 bench/kernels.py [--repeat 20] [--dtype float32|bfloat16] [--only norm,softmax]
 """
 
 import argparse

@@ -82,7 +82,7 @@ def serve_preset(args) -> None:
 
 
 def start_server(args, port: int) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=os.path.join(_ROOT, "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     if args.threads:
         env.update(
             OMP_NUM_THREADS=str(args.threads),

@@ -12,7 +12,7 @@ GRADCRAFT_BLAS_POLICY=off runs every BLAS product on all threads (see gradcraft/
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
 from gradcraft.benchmarks import limit_threads  # noqa: E402  (gradcraft before NumPy: see gradcraft/__init__.py)
 

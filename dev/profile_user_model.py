@@ -17,6 +17,7 @@ from torch.profiler import ProfilerActivity, profile
 
 lib, mode = sys.argv[1], sys.argv[2]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+real_modules = {name: module for name, module in sys.modules.items() if name.split(".")[0] == "torch"}
 if lib == "gradcraft":
     import gradcraft as torch
 
@@ -26,6 +27,8 @@ if lib == "gradcraft":
 else:
     torch = real_torch
 import user_gpt  # noqa: E402
+
+sys.modules.update(real_modules)  # (user_gpt holds gradcraft as its `torch`; the profiler needs its own back)
 
 model = user_gpt.GPT(user_gpt.GPTConfig()).to("cuda")
 opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cuda")

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from gradcraft.backend.cpu.native.compiler import SOURCES, _COMMON  # noqa: E402
 
 DEFAULT_TARGETS = ("x86-64-v3", "skylake-avx512")

@@ -20,7 +20,7 @@ import sys
 import types
 from pathlib import Path
 
-STUB = Path(__file__).resolve().parent.parent / "gradcraft" / "tensor.pyi"
+STUB = Path(__file__).resolve().parent.parent / "src" / "gradcraft" / "tensor.pyi"
 MODULE = "gradcraft.tensor"
 HEADER = (
     "# The type stub of gradcraft/tensor.py: the Tensor class as it is after import, with the methods\n"

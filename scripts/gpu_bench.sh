@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 OUT_DIR=${1:-out/bench}
 mkdir -p "$OUT_DIR"
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD/src PYTHONUNBUFFERED=1
 ONLY=${ONLY:-gpt2 mallmoc mallmoc_tf32 fp32 dropout attention}
 want() { [[ " $ONLY " == *" $1 "* ]]; }
 run() {  # name, then the command; the table (the last lines) is printed, the whole log kept

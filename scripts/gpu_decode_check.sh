@@ -10,10 +10,10 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 OUT_DIR=${1:-/tmp/gpu_decode}
 mkdir -p "$OUT_DIR"
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD/src PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || { echo "no GPU"; exit 1; }
 $PY -m pytest -q -p no:cacheprovider -x --tb=short -rf tests/test_sampling.py tests/test_kv_cache.py \
-    tests/test_cuda_graph.py tests/test_generate.py tests/test_scheduler.py \
+    tests/test_cuda_graph.py tests/test_generate.py tests/test_batching.py \
     "tests/test_cuda.py::test_sample_tokens_kernel" "tests/test_cuda.py::test_kv_cache_kernels" \
     "tests/test_cuda.py::test_kv_append_attention_kernel" \
     -k "cuda or sample or graph or kv or generat or schedul" 2>&1 | tee "$OUT_DIR/tests.log" | tail -15

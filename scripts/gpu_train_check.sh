@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD/src
 STEPS=${1:-300}
 OUT=${OUT_DIR:-/tmp/gc_gpu_check}
 STDLIB=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')

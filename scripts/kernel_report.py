@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
 from gradcraft.backend.cuda import compiler  # noqa: E402
 from prebuild_kernels import nvrtc_and_files  # noqa: E402  (the same --nvrtc and --files)

@@ -40,15 +40,15 @@ class Mutant:
 
 
 M = Mutant
-KERNELS = "gradcraft/backend/cpu/native/kernels.c"
-NORMS, SOFTMAX, OPTIM = (f"gradcraft/backend/cpu/{name}.py" for name in ("norms", "softmax", "optim"))
+KERNELS = "src/gradcraft/backend/cpu/native/kernels.c"
+NORMS, SOFTMAX, OPTIM = (f"src/gradcraft/backend/cpu/{name}.py" for name in ("norms", "softmax", "optim"))
 TIES, EDGES, INPLACE = "tests/test_ties_and_repeats.py", "tests/test_optim_edges.py", "tests/test_inplace_saved.py"
 FORWARDED, SPECIALS = "tests/test_trainer_forwarded_options.py", "tests/test_special_tokens_and_streams.py"
 MUTANTS = [
     # ---- data samplers
     M(
         "sequential_sampler_forgets_position",
-        "gradcraft/data/sampler.py",
+        "src/gradcraft/data/sampler.py",
         "self.epoch, self.position = epoch, position",
         "self.epoch, self.position = epoch, 0",
         ("tests/test_samplers.py",),
@@ -56,7 +56,7 @@ MUTANTS = [
     ),
     M(
         "sequential_sampler_same_order_every_epoch",
-        "gradcraft/data/sampler.py",
+        "src/gradcraft/data/sampler.py",
         "np.random.default_rng([self.seed, epoch])",
         "np.random.default_rng([self.seed, 0])",
         ("tests/test_samplers.py",),
@@ -64,7 +64,7 @@ MUTANTS = [
     ),
     M(
         "random_sampler_ignores_saved_state",
-        "gradcraft/data/sampler.py",
+        "src/gradcraft/data/sampler.py",
         'self.rng.bit_generator.state = state["rng"]',
         "pass",
         ("tests/test_samplers.py",),
@@ -73,7 +73,7 @@ MUTANTS = [
     # ---- sampling (generation)
     M(
         "temperature_multiplies",
-        "gradcraft/sampling.py",
+        "src/gradcraft/sampling.py",
         "scaled = values.astype(np.float64) / temperature if narrow",
         "scaled = values.astype(np.float64) * temperature if narrow",
         ("tests/test_sampling.py",),
@@ -81,7 +81,7 @@ MUTANTS = [
     ),
     M(
         "top_p_halved",
-        "gradcraft/sampling.py",
+        "src/gradcraft/sampling.py",
         "keep = cumulative - probs[order] < top_p",
         "keep = cumulative - probs[order] < top_p / 2",
         ("tests/test_sampling.py",),
@@ -89,7 +89,7 @@ MUTANTS = [
     ),
     M(
         "top_k_keeps_one_more",
-        "gradcraft/sampling.py",
+        "src/gradcraft/sampling.py",
         "kth = np.partition(values, -top_k)[-top_k]",
         "kth = np.partition(values, -top_k - 1)[-top_k - 1]",
         ("tests/test_sampling.py",),
@@ -97,7 +97,7 @@ MUTANTS = [
     ),
     M(
         "kv_cache_position_off_by_one",
-        "gradcraft/inference/generate.py",
+        "src/gradcraft/inference/generate.py",
         "caches=self.caches, start=position)",
         "caches=self.caches, start=position + 1)",
         ("tests/test_generate.py", "-k", "kv_cache or greedy"),
@@ -106,7 +106,7 @@ MUTANTS = [
     # ---- training: gradient accumulation and data parallel
     M(
         "accumulation_seed_one",
-        "gradcraft/training/step.py",
+        "src/gradcraft/training/step.py",
         "seed = 1.0 / (self.accum * self.world)",
         "seed = 1.0",
         ("tests/test_grad_accumulation.py",),
@@ -114,7 +114,7 @@ MUTANTS = [
     ),
     M(
         "accumulation_ignores_world",
-        "gradcraft/training/step.py",
+        "src/gradcraft/training/step.py",
         "seed = 1.0 / (self.accum * self.world)",
         "seed = 1.0 / self.accum",
         ("tests/test_grad_accumulation.py",),
@@ -174,7 +174,7 @@ MUTANTS = [
     ),
     M(
         "attention_c_sees_the_next_key",
-        "gradcraft/backend/cpu/native/attention.c",
+        "src/gradcraft/backend/cpu/native/sdpa.c",
         "return s->causal ? min_i(s->S, t + s->off + 1) : s->S;",
         "return s->causal ? min_i(s->S, t + s->off + 2) : s->S;",
         ("tests/test_cpu_native.py", "-k", "sdpa"),
@@ -182,7 +182,7 @@ MUTANTS = [
     ),
     M(
         "attention_c_key_gradient_skips_a_query",
-        "gradcraft/backend/cpu/native/attention.c",
+        "src/gradcraft/backend/cpu/native/sdpa.c",
         "if (band == LOWER) kb = min_i(K, max_i(0, i - off));",
         "if (band == LOWER) kb = min_i(K, max_i(0, i - off + 1));",
         ("tests/test_cpu_native.py", "-k", "sdpa"),
@@ -190,7 +190,7 @@ MUTANTS = [
     ),
     M(
         "attention_scale_1_over_d",
-        "gradcraft/ops/attention.py",
+        "src/gradcraft/ops/attention.py",
         "1.0 / math.sqrt(D)",
         "1.0 / D",
         ("tests/test_ops.py", "-k", "sdpa"),
@@ -199,7 +199,7 @@ MUTANTS = [
     # ---- kernels
     M(
         "exp_taylor_term",
-        "gradcraft/backend/cpu/native/vector_math.h",
+        "src/gradcraft/backend/cpu/native/vector_math.h",
         "p = p * r + 1.0f / 6.0f;",
         "p = p * r + 1.0f / 5.0f;",
         ("tests/test_cpu_native.py",),
@@ -207,7 +207,7 @@ MUTANTS = [
     ),
     M(
         "linear_cross_entropy_c_drops_chunks",
-        "gradcraft/backend/cpu/native/linear_cross_entropy.py",
+        "src/gradcraft/backend/cpu/native/linear_cross_entropy.py",
         "            if start:\n                dw += partial",
         "            if start:\n                dw = dw",
         ("tests/test_cpu_native.py", "-k", "linear_cross_entropy"),
@@ -215,7 +215,7 @@ MUTANTS = [
     ),
     M(
         "cross_entropy_mean_counts_ignored",
-        "gradcraft/ops/cross_entropy.py",
+        "src/gradcraft/ops/cross_entropy.py",
         'total = reduce_sum(losses)\n    if reduction == "sum":\n        return total\n'
         "    count = reduce_sum(ew.ne(flat_target, ignore_index))",
         'total = reduce_sum(losses)\n    if reduction == "sum":\n        return total\n'
@@ -226,7 +226,7 @@ MUTANTS = [
     # ---- optimizer
     M(
         "adamw_no_bias_correction",
-        "gradcraft/optim/optimizer.py",
+        "src/gradcraft/optim/optimizer.py",
         "step_size, bc2_sqrt = lr / (1.0 - beta1**step), math.sqrt(1.0 - beta2**step)",
         "step_size, bc2_sqrt = lr, 1.0",
         ("tests/test_optim.py",),
@@ -250,7 +250,7 @@ MUTANTS = [
     ),
     M(
         "warmup_off_by_one",
-        "gradcraft/optim/schedule.py",
+        "src/gradcraft/optim/lr_schedule.py",
         "return self.max_lr * (step + 1) / self.warmup_steps",
         "return self.max_lr * step / self.warmup_steps",
         ("tests/test_optim.py",),
@@ -259,7 +259,7 @@ MUTANTS = [
     # ---- tokenizer
     M(
         "bpe_merges_leftmost_first",
-        "gradcraft/tokenizer/bpe.py",
+        "src/gradcraft/tokenizer/bpe.py",
         "best = min(ranks)",
         "best = next((r for r in ranks if r != INF), INF)",
         ("tests/test_tokenizer.py",),
@@ -267,7 +267,7 @@ MUTANTS = [
     ),
     M(
         "bpe_training_keeps_stale_counts",
-        "gradcraft/tokenizer/train.py",
+        "src/gradcraft/tokenizer/train.py",
         "if current != -neg:  # stale entry",
         "if current != -neg and False:  # stale entry",
         ("tests/test_tokenizer.py",),
@@ -276,23 +276,23 @@ MUTANTS = [
     # ---- decoding
     M(
         "stepped_prompt_feeds_the_previous_token",
-        "gradcraft/inference/scheduler.py",
+        "src/gradcraft/inference/batching.py",
         "seq.last = seq.prompt[seq.prefilled]",
         "seq.last = seq.prompt[seq.prefilled - 1]",
-        ("tests/test_scheduler.py",),
+        ("tests/test_batching.py",),
         "a prompt fed through the decoding step repeats a token instead of moving on",
     ),
     M(
         "stepped_prompt_draws_before_its_last_token",
-        "gradcraft/inference/scheduler.py",
+        "src/gradcraft/inference/batching.py",
         "if seq.prefilled < len(seq.prompt) - 1:",
         "if seq.prefilled < len(seq.prompt) - 2:",
-        ("tests/test_scheduler.py",),
+        ("tests/test_batching.py",),
         "a stepped prompt's second-to-last token takes a number from the sequence's generator",
     ),
     M(
         "kv_append_leaves_the_key_unrotated",
-        "gradcraft/backend/cpu/kv_cache.py",
+        "src/gradcraft/backend/cpu/kv_cache.py",
         "q, key = rotate_rows(q, *rope), rotate_rows(key, *rope)",
         "q = rotate_rows(q, *rope)",
         ("tests/test_kv_cache.py",),
@@ -300,7 +300,7 @@ MUTANTS = [
     ),
     M(
         "norm_linear_drops_the_residual",
-        "gradcraft/backend/cpu/gemv.py",
+        "src/gradcraft/backend/cpu/gemv.py",
         's = elementwise.KERNELS["add"](x, res) if residual else x',
         "s = x",
         ("tests/test_norm_linear.py",),
@@ -308,7 +308,7 @@ MUTANTS = [
     ),
     M(
         "decode_drops_the_attention_branch",
-        "gradcraft/models/transformer.py",
+        "src/gradcraft/models/transformer.py",
         "a, x = norm_then(self.norm2, x, h, mlp.fc.weight, mlp.fc.bias, activation)",
         "a, x = norm_then(self.norm2, x, h * 0, mlp.fc.weight, mlp.fc.bias, activation)",
         ("tests/test_generate.py",),
@@ -317,7 +317,7 @@ MUTANTS = [
     # ---- grouped casts, the graph after backward, linear_bias
     M(
         "late_cast_group_moves_past_a_write",
-        "gradcraft/engine/grouping.py",
+        "src/gradcraft/engine/grouping.py",
         "                late.clear()\n",
         "                pass\n",
         ("tests/test_engine.py",),
@@ -325,7 +325,7 @@ MUTANTS = [
     ),
     M(
         "lazy_nodes_keep_saved_outputs",
-        "gradcraft/autograd/engine.py",
+        "src/gradcraft/autograd/engine.py",
         "            t._node.saved = ()\n        if t._node is not None and t._buf is not None:",
         "            pass\n        if t._node is not None and t._buf is not None:",
         ("tests/test_engine.py",),
@@ -333,7 +333,7 @@ MUTANTS = [
     ),
     M(
         "linear_bias_gradient_over_columns",
-        "gradcraft/backend/cpu/linear.py",
+        "src/gradcraft/backend/cpu/linear.py",
         'reduce.KERNELS["sum"](g, (0,), False)',
         'reduce.KERNELS["sum"](g.T, (0,), False)[: g.shape[1]]',
         ("tests/test_linear_bias.py",),
@@ -342,7 +342,7 @@ MUTANTS = [
     # ---- ties and repeated indices (tests/test_ties_and_repeats.py)
     M(
         "tied_amax_gives_each_tie_all",
-        "gradcraft/ops/reduce.py",
+        "src/gradcraft/ops/reduce.py",
         "share = ew.div(hit, sum(hit, axes, keepdim=True))",
         "share = hit",
         (TIES,),
@@ -350,7 +350,7 @@ MUTANTS = [
     ),
     M(
         "tied_maximum_to_the_second",
-        "gradcraft/ops/elementwise.py",
+        "src/gradcraft/ops/elementwise.py",
         "share_a = add(win, mul(tie, 0.5))",
         "share_a = win",
         (TIES,),
@@ -358,7 +358,7 @@ MUTANTS = [
     ),
     M(
         "clamp_splits_at_a_bound",
-        "gradcraft/ops/elementwise.py",
+        "src/gradcraft/ops/elementwise.py",
         "out = where(lt(out, min), min, out)",
         "out = maximum(out, min)",
         (TIES,),
@@ -366,7 +366,7 @@ MUTANTS = [
     ),
     M(
         "embedding_backward_drops_repeats",
-        "gradcraft/backend/cpu/embedding.py",
+        "src/gradcraft/backend/cpu/embedding.py",
         "for level in range(1, int(counts.max())):",
         "for level in range(1, 1):",
         (TIES,),
@@ -374,7 +374,7 @@ MUTANTS = [
     ),
     M(
         "index_backward_overwrites_repeats",
-        "gradcraft/backend/cpu/gather.py",
+        "src/gradcraft/backend/cpu/gather.py",
         "np.add.at(out, _index_tuple(indices, spec), _wide(g))",
         "out[_index_tuple(indices, spec)] = _wide(g)",
         (TIES,),
@@ -382,7 +382,7 @@ MUTANTS = [
     ),
     M(
         "take_along_dim_backward_overwrites_repeats",
-        "gradcraft/backend/cpu/gather.py",
+        "src/gradcraft/backend/cpu/gather.py",
         "np.add.at(out, tuple(grids), _wide(g))",
         "out[tuple(grids)] = _wide(g)",
         (TIES,),
@@ -390,7 +390,7 @@ MUTANTS = [
     ),
     M(
         "index_put_value_gradient_shared",
-        "gradcraft/ops/indexing.py",
+        "src/gradcraft/ops/indexing.py",
         "averaged = ew.where(ew.gt(count, 1), through, averaged)",
         "averaged = ew.where(ew.gt(count, 1), averaged, averaged)",
         (TIES,),
@@ -398,7 +398,7 @@ MUTANTS = [
     ),
     M(
         "descending_sort_puts_the_last_tie_first",
-        "gradcraft/backend/cpu/reduce.py",
+        "src/gradcraft/backend/cpu/reduce.py",
         'key = -_wide(a) if largest else _wide(a)\n    order = np.argsort(key, axis=axis, kind="stable")',
         'order = np.argsort(_wide(a), axis=axis, kind="stable")\n'
         "    order = np.flip(order, axis) if largest else order",
@@ -408,7 +408,7 @@ MUTANTS = [
     # ---- optimizers at the edges (tests/test_optim_edges.py)
     M(
         "adam_eps_inside_the_root",
-        "gradcraft/optim/adaptive.py",
+        "src/gradcraft/optim/adaptive.py",
         'denom = v_new.sqrt() / math.sqrt(1.0 - beta2**step) + group["eps"]',
         'denom = (v_new + group["eps"]).sqrt() / math.sqrt(1.0 - beta2**step)',
         (EDGES, "-k", "adam and not adamw"),
@@ -416,7 +416,7 @@ MUTANTS = [
     ),
     M(
         "adamw_eps_inside_the_root",
-        "gradcraft/optim/optimizer.py",
+        "src/gradcraft/optim/optimizer.py",
         'denom = v_new.sqrt() / bc2_sqrt + group["eps"]',
         'denom = (v_new + group["eps"]).sqrt() / bc2_sqrt',
         (EDGES, "-k", "adamw"),
@@ -424,7 +424,7 @@ MUTANTS = [
     ),
     M(
         "rmsprop_eps_inside_the_root",
-        "gradcraft/optim/adaptive.py",
+        "src/gradcraft/optim/adaptive.py",
         'avg = sq_new.sqrt() + group["eps"]',
         'avg = (sq_new + group["eps"]).sqrt()',
         (EDGES, "-k", "rmsprop"),
@@ -432,7 +432,7 @@ MUTANTS = [
     ),
     M(
         "adagrad_without_eps",
-        "gradcraft/optim/adaptive.py",
+        "src/gradcraft/optim/adaptive.py",
         'clr * g / (total_new.sqrt() + group["eps"])',
         "clr * g / total_new.sqrt()",
         (EDGES, "-k", "adagrad"),
@@ -440,7 +440,7 @@ MUTANTS = [
     ),
     M(
         "sgd_dampening_ignored",
-        "gradcraft/optim/optimizer.py",
+        "src/gradcraft/optim/optimizer.py",
         "(g * (1.0 - dampening) if dampening else g)",
         "g",
         (EDGES, "-k", "sgd"),
@@ -448,7 +448,7 @@ MUTANTS = [
     ),
     M(
         "fused_adamw_counts_a_step_without_gradient",
-        "gradcraft/optim/optimizer.py",
+        "src/gradcraft/optim/optimizer.py",
         "(p.grad is not None or not with_grad_only)",
         "(True or not with_grad_only)",
         (EDGES, "-k", "fused"),
@@ -464,7 +464,7 @@ MUTANTS = [
     ),
     M(
         "state_dict_loads_the_first_parameter_only",
-        "gradcraft/optim/optimizer.py",
+        "src/gradcraft/optim/optimizer.py",
         'for i, s in state_dict["state"].items():',
         'for i, s in list(state_dict["state"].items())[:1]:',
         (EDGES, "-k", "round_trip"),
@@ -473,7 +473,7 @@ MUTANTS = [
     # ---- in-place writes (tests/test_inplace_saved.py)
     M(
         "view_write_misses_its_base",
-        "gradcraft/ops/inplace.py",
+        "src/gradcraft/ops/inplace.py",
         "if recording and before.base is not x:",
         "if False:",
         (INPLACE,),
@@ -481,7 +481,7 @@ MUTANTS = [
     ),
     M(
         "self_product_not_saved",
-        "gradcraft/ops/inplace.py",
+        "src/gradcraft/ops/inplace.py",
         "return builtins.sum(1 for t in node.inputs if t is x) > 1 or builtins.any(",
         "return builtins.any(",
         (INPLACE,),
@@ -489,7 +489,7 @@ MUTANTS = [
     ),
     M(
         "saved_output_write_unnoticed",
-        "gradcraft/ops/inplace.py",
+        "src/gradcraft/ops/inplace.py",
         "    _mark_if_output_saved(x)\n    earlier",
         "    earlier",
         (INPLACE,),
@@ -497,7 +497,7 @@ MUTANTS = [
     ),
     M(
         "constant_written_after_a_product",
-        "gradcraft/ops/inplace.py",
+        "src/gradcraft/ops/inplace.py",
         "if _differentiable(node) and (t.requires_grad or _needs_value(node, t)):",
         "if _differentiable(node) and t.requires_grad:",
         (INPLACE,),
@@ -506,7 +506,7 @@ MUTANTS = [
     # ---- the trainer's forwarded options (tests/test_trainer_forwarded_options.py)
     M(
         "label_smoothing_not_forwarded",
-        "gradcraft/training/step.py",
+        "src/gradcraft/training/step.py",
         "label_smoothing=self.tc.label_smoothing",
         "label_smoothing=0.0",
         (FORWARDED,),
@@ -514,7 +514,7 @@ MUTANTS = [
     ),
     M(
         "decay_embeddings_not_forwarded",
-        "gradcraft/training/trainer.py",
+        "src/gradcraft/training/trainer.py",
         "groups = weight_decay_groups(model, tc.weight_decay, tc.decay_embeddings)",
         "groups = weight_decay_groups(model, tc.weight_decay)",
         (FORWARDED,),
@@ -522,7 +522,7 @@ MUTANTS = [
     ),
     M(
         "grad_clip_not_applied",
-        "gradcraft/training/trainer.py",
+        "src/gradcraft/training/trainer.py",
         "opt.step(grad_scale=grad_stats if tc.grad_clip else None)",
         "opt.step(grad_scale=None)",
         (FORWARDED,),
@@ -530,7 +530,7 @@ MUTANTS = [
     ),
     M(
         "beta2_not_forwarded",
-        "gradcraft/training/trainer.py",
+        "src/gradcraft/training/trainer.py",
         "betas=(tc.beta1, tc.beta2)",
         "betas=(tc.beta1, 0.95)",
         (FORWARDED,),
@@ -571,7 +571,7 @@ MUTANTS = [
     ),
     M(
         "specials_shortest_first",
-        "gradcraft/tokenizer/pretokenize.py",
+        "src/gradcraft/tokenizer/pretokenize.py",
         "specials = sorted(set(specials), key=lambda s: (-len(s), s))",
         "specials = sorted(set(specials), key=lambda s: (len(s), s))",
         (SPECIALS,),
@@ -579,7 +579,7 @@ MUTANTS = [
     ),
     M(
         "stream_holds_back_one_character_too_few",
-        "gradcraft/inference/text.py",
+        "src/gradcraft/inference/text.py",
         "hold = 0 if hit or final else max(_longest(self.stops) - 1, 0)",
         "hold = 0 if hit or final else max(_longest(self.stops) - 2, 0)",
         (SPECIALS,),
@@ -587,7 +587,7 @@ MUTANTS = [
     ),
     M(
         "server_ignores_stop_strings",
-        "gradcraft/inference/admission.py",
+        "src/gradcraft/inference/admission.py",
         "stop_strings=stops,",
         "stop_strings=(),",
         ("tests/test_server_stop_streams.py",),
@@ -614,7 +614,9 @@ def copy_repository(target: Path) -> None:
 
 def run_tests(copy: Path, tests, timeout: int) -> tuple[str, float, str]:
     """('pass' | 'fail' | 'error', seconds, the first failing test, else pytest's last line)."""
-    env = dict(os.environ, PYTHONPATH=str(copy), GRADCRAFT_CACHE_DIR=str(copy / ".cache"), PYTHONDONTWRITEBYTECODE="1")
+    env = dict(
+        os.environ, PYTHONPATH=str(copy / "src"), GRADCRAFT_CACHE_DIR=str(copy / ".cache"), PYTHONDONTWRITEBYTECODE="1"
+    )
     start = time.perf_counter()
     try:
         proc = subprocess.run(

@@ -3,10 +3,11 @@
     python scripts/record_attention_launches.py record OUT.json [--tree DIR] [--quick]
     python scripts/record_attention_launches.py compare A.json B.json
 
-`record` imports backend/cuda/attention.py from --tree (default: this checkout) with CuPy replaced by
+`record` imports backend/cuda/flash_attention.py (attention.py in older trees) from --tree (default: this
+checkout) with CuPy replaced by
 a recorder: arrays are shapes, strides and made-up pointers from a deterministic allocator, and each
 `cuLaunchKernel` (packed.py's path) is kept as its kernel name, grid, block, dynamic shared memory and
-arguments, decoded with the launcher's own types (attention.py's *_TYPES), along with the shapes,
+arguments, decoded with the launcher's own types (flash_attention.py's *_TYPES), along with the shapes,
 strides and pointers of the arrays the launchers return. It walks head dims 32-128, bf16 and fp16,
 causal or not, a window, GQA, T != S, empty sequences, strided and misaligned inputs, dropout, the
 Hopper kernels on and off, deterministic mode, and every Hopper variant (persistent grids of 1 and 2
@@ -20,6 +21,7 @@ launchers go through packed.py.
 
 import argparse
 import ctypes
+import importlib.util
 import itertools
 import json
 import math
@@ -156,7 +158,19 @@ def _kernel_types(attention, name: str) -> str:
     raise ValueError(f"no argument types known for kernel {name}")
 
 
-def _cases(attention, quick: bool):
+def _hopper_variants(attention, tree: str) -> dict:
+    """Every Hopper variant's table: the launchers' module's own where it has one, else dev/cuda/flash_variants.py's
+    (where the lab's variants live)."""
+    if hasattr(attention, "HOPPER_VARIANTS"):
+        return attention.HOPPER_VARIANTS
+    path = os.path.join(tree, "dev", "cuda", "flash_variants.py")
+    spec = importlib.util.spec_from_file_location("_lab_flash_variants", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.HOPPER_VARIANTS
+
+
+def _cases(attention, quick: bool, variants: dict):
     """(name, function(array maker)) of every case: a call of the launchers on made-up arrays."""
     bf16 = np.dtype("bfloat16")
     shapes = [(2, 4, 4, 300, 300), (1, 8, 2, 256, 256), (1, 2, 2, 300, 40), (3, 2, 2, 128, 512)]
@@ -192,7 +206,7 @@ def _cases(attention, quick: bool):
 
     os.environ["GRADCRAFT_HOPPER_ATTENTION"], os.environ["GRADCRAFT_DETERMINISTIC"] = "1", "0"
     for D, (B, H, Hkv, T, S) in itertools.product((64, 128), shapes[:3]):
-        for tiles, blocks in itertools.product(attention.HOPPER_VARIANTS["fwd"][D], (None, 1, 2)):
+        for tiles, blocks in itertools.product(variants["fwd"][D], (None, 1, 2)):
 
             def forward(make, B=B, H=H, Hkv=Hkv, T=T, S=S, D=D, tiles=tiles, blocks=blocks):
                 q, k, v = make((B, H, T, D), bf16), make((B, Hkv, S, D), bf16), make((B, Hkv, S, D), bf16)
@@ -203,7 +217,7 @@ def _cases(attention, quick: bool):
                 return []
 
             yield f"hopper forward d{D} B{B} H{H}/{Hkv} T{T} S{S} {tiles} blocks={blocks}", forward
-        for tiles in zip(attention.HOPPER_VARIANTS["dq"][D], attention.HOPPER_VARIANTS["dkdv"][D]):
+        for tiles in zip(variants["dq"][D], variants["dkdv"][D]):
 
             def backward(make, B=B, H=H, Hkv=Hkv, T=T, S=S, D=D, tiles=tiles):
                 q, k, v = make((B, H, T, D), bf16), make((B, Hkv, S, D), bf16), make((B, Hkv, S, D), bf16)
@@ -233,17 +247,22 @@ def _make(shape, dtype, strided=False, misaligned=False):
 
 
 def record(tree: str, out: str, quick: bool) -> int:
-    if not os.path.isfile(os.path.join(tree, "gradcraft", "backend", "cuda", "packed.py")):
+    if not os.path.isfile(os.path.join(tree, "src", "gradcraft", "backend", "cuda", "packed.py")):
         print(
-            f"error: {tree} has no gradcraft/backend/cuda/packed.py; give --tree a gradcraft checkout "
+            f"error: {tree} has no src/gradcraft/backend/cuda/packed.py; give --tree a gradcraft checkout "
             "whose attention launchers go through packed.py",
             file=sys.stderr,
         )
         return 2
     recorded, names = [], {}
     _install_cupy(recorded, names)
-    sys.path.insert(0, os.path.abspath(tree))
-    from gradcraft.backend.cuda import attention, compiler
+    sys.path.insert(0, os.path.join(os.path.abspath(tree), "src"))
+    from gradcraft.backend.cuda import compiler
+
+    try:  # (the flash-attention launchers' module; attention.py in older trees)
+        from gradcraft.backend.cuda import flash_attention as attention
+    except ImportError:
+        from gradcraft.backend.cuda import attention
     from gradcraft.backend.cuda import launch as L
 
     handles: dict = {}
@@ -261,7 +280,7 @@ def record(tree: str, out: str, quick: bool) -> int:
     L.block_counters = lambda count: np.uint64(0xC0000)
     L._sm_count = lambda device: 132
     results = []
-    for case, call in _cases(attention, quick):
+    for case, call in _cases(attention, quick, _hopper_variants(attention, os.path.abspath(tree))):
         ALLOC.next = FIRST_POINTER
         recorded.clear()
         try:

@@ -72,7 +72,7 @@ def test_switch_is_the_one_the_matmuls_read():
     assert tf32.is_enabled() and gc.backends.cuda.matmul.fp32_precision == "tf32"
     # the CUDA products (cuBLAS and cuBLASLt) choose their compute type from this module's flag
     for name in ("matmul.py", "linear.py"):
-        source = (ROOT / "gradcraft" / "backend" / "cuda" / name).read_text()
+        source = (ROOT / "src" / "gradcraft" / "backend" / "cuda" / name).read_text()
         nodes = ast.walk(ast.parse(source))
         reads = [n for n in nodes if isinstance(n, ast.Attribute) and n.attr in ("enabled", "tf32_enabled")]
         assert reads, name
@@ -86,7 +86,7 @@ def test_switch_is_the_one_the_matmuls_read():
 
 
 def test_environment_variable_sets_the_switch():
-    env = dict(os.environ, GRADCRAFT_TF32="1", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, GRADCRAFT_TF32="1", PYTHONPATH=str(ROOT / "src"))
     code = "import gradcraft as gc; print(gc.backends.cuda.matmul.allow_tf32, gc.get_float32_matmul_precision())"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "high"]

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # distribution name -> the module it installs, where they differ
 MODULE_OF = {"cupy-cuda12x": "cupy", "nvidia-cuda-nvrtc-cu12": None, "pytest-xdist": "xdist", "ml_dtypes": "ml_dtypes"}
-LOCAL = {"gradcraft", "tokenizer_corpus", "optable"}  # the package, and the helpers bench/ puts on sys.path
+LOCAL = {"gradcraft", "tokenizer_corpus", "optable", "lab", "flash_variants"}  # the package, bench/ helpers, dev/cuda
 
 
 def installed_modules() -> set:

@@ -13,7 +13,7 @@ import pytest
 
 from gradcraft.cli.main import build_parser
 from gradcraft.data.tokenfile import write_token_file
-from gradcraft.optim.schedule import CosineWithWarmup, from_state_dict, with_total_steps
+from gradcraft.optim.lr_schedule import CosineWithWarmup, from_state_dict, with_total_steps
 from gradcraft.training.log import read_log
 from cli_helpers import run_cli as cli
 from cli_helpers import TINY_TRAIN, train_process, wait_for_checkpoint

@@ -64,7 +64,7 @@ def test_an_unknown_log_kind_is_said_once(tokenizer_path, capsys, tmp_path):
 def test_context_crop_goes_on_as_nanogpt_sample_does(positions):
     """Past the context, each token comes from the last seq_len tokens (recomputed): the KV-cache path
     and the scheduler give the tokens of the plain loop that crops (nanoGPT's sample.py)."""
-    from gradcraft.inference.scheduler import Scheduler, Sequence
+    from gradcraft.inference.batching import Scheduler, Sequence
 
     gc.manual_seed(0)
     arch = dict(norm="layernorm", mlp="gelu", bias=True) if positions == "learned" else {}

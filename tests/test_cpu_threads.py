@@ -18,7 +18,7 @@ SETTINGS = ("OPENBLAS_THREAD_TIMEOUT", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 def _in_child(code: str, **env) -> str:
     """What `code` prints in a fresh interpreter whose thread settings are only `env`."""
     environment = {k: v for k, v in os.environ.items() if k not in SETTINGS}
-    environment.update(env, PYTHONPATH=ROOT)
+    environment.update(env, PYTHONPATH=os.path.join(ROOT, "src"))
     result = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()

@@ -109,21 +109,23 @@ HOPPER_CASES = [  # (B, H, Hkv, T, S, D, causal, window): the wgmma forward's he
 ]
 
 
-@pytest.mark.parametrize("variant", range(18))  # (beyond a head dim's variants: skipped)
+@pytest.mark.parametrize("variant", range(1))  # (beyond a head dim's variants: skipped)
 @pytest.mark.parametrize("dtype", [BF16, np.float16])
 @pytest.mark.parametrize("case", HOPPER_CASES, ids=_case_id)
 def test_hopper_flash_forward(gpu, case, dtype, variant):
-    """The wgmma forward (flash_hopper.cu, sm_90 only) against the NumPy reference and the mma.sync
-    kernel, every output element written (the outputs start as NaN). A persistent variant must give
-    the same bits from a grid of one or two blocks, each then taking many query tiles in turn."""
+    """The wgmma forward (flash_hopper.cu, sm_90 only), each variant the package runs
+    (flash_variants.PRODUCTION_VARIANTS; the lab's: dev/cuda/check_flash_hopper.py), against the NumPy
+    reference and the mma.sync kernel, every output element written (the outputs start as NaN). A
+    persistent variant must give the same bits from a grid of one or two blocks, each then taking many
+    query tiles in turn."""
     import cupy as cp
 
-    from gradcraft.backend.cuda import attention
+    from gradcraft.backend.cuda import flash_attention
 
-    if not attention.hopper(dtype, case[5]):
+    if not flash_attention.hopper(dtype, case[5]):
         pytest.skip("the wgmma forward runs on compute capability 9.0 only")
     B, H, Hkv, T, S, D, causal, window = case
-    if variant >= len(attention.HOPPER_VARIANTS["fwd"][D]):
+    if variant >= len(flash_attention.PRODUCTION_VARIANTS["fwd"][D]):
         pytest.skip(f"no such variant at head dim {D}")
     q, k, v, _, attrs = _flash_inputs(case, dtype, rng())
     ref_out, ref_lse = cpu().reference_kernels["flash_attention"](q, k, v, **attrs)
@@ -131,13 +133,13 @@ def test_hopper_flash_forward(gpu, case, dtype, variant):
     out = cp.full((B, T, H, D), np.nan, dtype=np.float32).astype(dtype).transpose(0, 2, 1, 3)
     lse = cp.full((B, H, T), np.nan, dtype=np.float32)
     strides = [[np.int64(s // a.itemsize) for s in a.strides[:3]] for a in (dq, dk, dv)]
-    tiles = attention.HOPPER_VARIANTS["fwd"][D][variant]  # (keys per tile, warpgroups per block)
-    attention._hopper_fwd(dq, dk, dv, out, lse, *strides, attrs["scale"], causal, window, tiles=tiles)
-    if tiles[2:] and tiles[2] in attention.PERSISTENT_KINDS:
+    tiles = flash_attention.PRODUCTION_VARIANTS["fwd"][D][variant]  # (keys per tile, warpgroups per block[, kind])
+    flash_attention._hopper_fwd(dq, dk, dv, out, lse, *strides, attrs["scale"], causal, window, tiles=tiles)
+    if tiles[2:] and tiles[2] in flash_attention.PERSISTENT_KINDS:
         for blocks in (1, 2):
             out2, lse2 = cp.full(out.shape, np.nan, dtype=np.float32).astype(dtype), cp.full_like(lse, np.nan)
             args = (dq, dk, dv, out2, lse2, *strides, attrs["scale"], causal, window)
-            attention._hopper_fwd(*args, tiles=tiles, blocks=blocks)
+            flash_attention._hopper_fwd(*args, tiles=tiles, blocks=blocks)
             np.testing.assert_array_equal(cp.asnumpy(out2).view(np.uint16), cp.asnumpy(out).view(np.uint16))
             np.testing.assert_array_equal(cp.asnumpy(lse2), cp.asnumpy(lse))
     out, lse = cp.asnumpy(out), cp.asnumpy(lse)
@@ -173,27 +175,27 @@ def _nan_gradients(inputs, dtype):
     return [cp.full(s, np.nan, dtype=np.float32).astype(dtype).transpose(0, 2, 1, 3) for s in shapes]
 
 
-@pytest.mark.parametrize("variant", range(8))
+@pytest.mark.parametrize("variant", range(2))
 @pytest.mark.parametrize("dtype", [BF16, np.float16])
 @pytest.mark.parametrize("case", HOPPER_CASES, ids=_case_id)
 def test_hopper_flash_backward(gpu, case, dtype, variant):
-    """The wgmma backward (flash_hopper_bwd.cu: dq and dk/dv, or dk/dv adding dQ up itself, sm_90 only)
-    at each tile size against the NumPy reference and the mma.sync kernels, every gradient element
-    written (they start as NaN)."""
+    """The wgmma backward (flash_hopper_bwd.cu: dq and dk/dv, or dk/dv adding dQ up itself, sm_90 only),
+    each (dq, dk/dv) pair the package runs (flash_variants.PRODUCTION_VARIANTS: the default and the
+    deterministic one; the lab's: dev/cuda/check_flash_hopper.py), against the NumPy reference and the
+    mma.sync kernels, every gradient element written (they start as NaN)."""
     import cupy as cp
 
-    from gradcraft.backend.cuda import attention
+    from gradcraft.backend.cuda import flash_attention
 
     B, H, Hkv, T, S, D, causal, window = case
-    if not attention.hopper(dtype, D):
+    if not flash_attention.hopper(dtype, D):
         pytest.skip("the wgmma backward runs on compute capability 9.0 only")
-    variants = attention.HOPPER_VARIANTS
-    if variant >= min(len(variants["dq"][D]), len(variants["dkdv"][D])):
+    if variant >= len(flash_attention.PRODUCTION_VARIANTS["bwd"][D]):
         pytest.skip(f"no such variant at head dim {D}")
     inputs, expected, attrs = _backward_case(gpu, case, dtype)
     grads = _nan_gradients(inputs, dtype)
-    tiles = variants["dq"][D][variant], variants["dkdv"][D][variant]
-    launches = attention.backward_launches(*inputs, *grads, attrs["scale"], causal, window, tiles=tiles)
+    tiles = flash_attention.PRODUCTION_VARIANTS["bwd"][D][variant]
+    launches = flash_attention.backward_launches(*inputs, *grads, attrs["scale"], causal, window, tiles=tiles)
     for launch in launches.values():
         launch()
     limit = 2e-2 if dtype == BF16 else 4e-3
@@ -224,16 +226,16 @@ def test_hopper_backward_split_sweeps(gpu, case, dtype):
     against the NumPy reference, every gradient element written (they start as NaN)."""
     import cupy as cp
 
-    from gradcraft.backend.cuda import attention
+    from gradcraft.backend.cuda import flash_attention
 
     B, H, Hkv, T, S, D, causal, window = case
-    if not attention.hopper(dtype, D):
+    if not flash_attention.hopper(dtype, D):
         pytest.skip("the wgmma backward runs on compute capability 9.0 only")
     inputs, expected, attrs = _backward_case(gpu, case, dtype)
     G = H // Hkv
     for parts in (p for p in range(1, G + 1) if G % p == 0):
         grads = _nan_gradients(inputs, dtype)
-        launches = attention.backward_launches(*inputs, *grads, attrs["scale"], causal, window, parts=parts)
+        launches = flash_attention.backward_launches(*inputs, *grads, attrs["scale"], causal, window, parts=parts)
         assert ("dk" in launches) == (parts > 1)  # (dk's and dv's conversions)
         for launch in launches.values():
             launch()
@@ -245,13 +247,13 @@ def test_hopper_backward_split_sweeps(gpu, case, dtype):
 def test_hopper_backward_splits_sweeps_of_many_columns(gpu):
     """kv_parts: a block per query head where the G heads' columns exceed KV_SWEEP_COLUMNS (512), else one
     block sweeping all G."""
-    from gradcraft.backend.cuda import attention
+    from gradcraft.backend.cuda import flash_attention
 
-    assert attention.KV_SWEEP_COLUMNS == 512
+    assert flash_attention.KV_SWEEP_COLUMNS == 512
     expected = {(1, 128): 1, (2, 128): 1, (4, 128): 1, (8, 128): 8, (16, 128): 16, (6, 128): 6, (5, 128): 5}
     expected |= {(4, 64): 1, (8, 64): 1, (16, 64): 16, (12, 64): 12, (3, 64): 1}
     for (G, D), parts in expected.items():
-        assert attention.kv_parts(G, D) == parts, (G, D)
+        assert flash_attention.kv_parts(G, D) == parts, (G, D)
 
 
 def test_hopper_backward_deterministic_mode_repeats_its_bits(gpu, monkeypatch):
@@ -260,10 +262,10 @@ def test_hopper_backward_deterministic_mode_repeats_its_bits(gpu, monkeypatch):
     gradients as the fused default within rounding."""
     import cupy as cp
 
-    from gradcraft.backend.cuda import attention
+    from gradcraft.backend.cuda import flash_attention
 
     B, H, T, D = 2, 4, 700, 64
-    if not attention.hopper(BF16, D):
+    if not flash_attention.hopper(BF16, D):
         pytest.skip("the wgmma backward runs on compute capability 9.0 only")
     r = rng()
     q, k, v, g = (randn((B, H, T, D), BF16, r) for _ in range(4))
@@ -272,7 +274,7 @@ def test_hopper_backward_deterministic_mode_repeats_its_bits(gpu, monkeypatch):
     inputs = [gpu.from_numpy(a) for a in (q, k, v, out, lse, g)]
 
     def backward():
-        return [cp.asnumpy(a) for a in attention.flash_attention_backward(*inputs, **attrs)]
+        return [cp.asnumpy(a) for a in flash_attention.flash_attention_backward(*inputs, **attrs)]
 
     fused = backward()
     monkeypatch.setenv("GRADCRAFT_DETERMINISTIC", "1")

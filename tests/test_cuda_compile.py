@@ -4,6 +4,7 @@ Needs only the NVRTC library (pip install nvidia-cuda-nvrtc-cu12); CuPy and a GP
 """
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -158,3 +159,23 @@ def test_kernel_report_counts_each_kernels_lines_of_sass():
         ]
     )
     assert _script("kernel_report").sass_lines(listing) == {"k_one": 2, "k_two": 1}
+
+
+LAB = Path(__file__).resolve().parent.parent / "dev" / "cuda"
+
+
+@pytest.mark.skipif(LIBRARY is None, reason="NVRTC library not found (pip install nvidia-cuda-nvrtc-cu12)")
+@pytest.mark.skipif(not LAB.is_dir(), reason="no dev/cuda beside the tests")
+@pytest.mark.parametrize(
+    "name, kernels",
+    [
+        ("flash_hopper_lab.cu", (b"hopper_fwd_bf16_d64_n128_w1", b"hopper_fwd_f16_d128_n128_c2_wsp", b"_d64_n64_w1_p")),
+        ("flash_hopper_bwd_lab.cu", (b"hopper_bwd_fused_bf16_d64_m128_c2_ws", b"hopper_bwd_fused_overlap_f16_d128")),
+    ],
+)
+def test_lab_kernels_still_build_on_the_package_files(name, kernels):
+    """dev/cuda's lab files include the package's Hopper files and add the variants gradcraft does not run
+    (dev/cuda/README.md): a change to the package's templates must keep them building, the package's
+    kernels (the first names) with the lab's (the last)."""
+    ptx = compiler.nvrtc_compile(compiler.expand((LAB / name).read_text()), name, compiler.HOPPER_ARCH, library=LIBRARY)
+    assert b"wgmma.mma_async" in ptx and all(kernel in ptx for kernel in kernels)

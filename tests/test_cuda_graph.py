@@ -216,10 +216,10 @@ def test_continuous_batching_replays_one_graph_per_bucket(family, step_prompts):
     answers under load are the CPU scheduler's (up to rounding: the same tokens on these models), with
     prompts prefilled or fed through the step alike on both (a mixture-of-experts prefill has a
     capacity limit that the step has not: the two ways may answer differently)."""
-    from test_scheduler import PROMPTS, make_model, served
+    from test_batching import PROMPTS, make_model, served
 
     from gradcraft.inference.generate import SamplingParams
-    from gradcraft.inference.scheduler import Scheduler
+    from gradcraft.inference.batching import Scheduler
 
     requests = [(PROMPTS[i % len(PROMPTS)], SamplingParams(max_tokens=12)) for i in range(6)]
     cpu = Scheduler(make_model(family), slots=4, step_prompts=step_prompts)
@@ -344,10 +344,10 @@ def test_the_scheduler_captures_every_bucket_before_the_first_request():
     """On a GPU the scheduler captures each bucket's step at start-up (as vLLM does), so traffic that
     grows the batch never waits for a capture; the warm-up steps count for nothing and leave no trace
     in the answers."""
-    from test_scheduler import PROMPTS, make_model, served
+    from test_batching import PROMPTS, make_model, served
 
     from gradcraft.inference.generate import SamplingParams
-    from gradcraft.inference.scheduler import Scheduler
+    from gradcraft.inference.batching import Scheduler
 
     model = make_model("llama_gqa")
     model.to("cuda")

@@ -1,10 +1,11 @@
 """Elementwise fusion (gradcraft/engine/fusion.py): which nodes a schedule fuses, and that a fused
 group computes what its kernels compute one by one.
 
-On the CPU the backend runs a group by its reference (each op's own kernel in turn): the results
-must be bitwise those of the unfused schedule, and the tests check the grouping rules (what joins a
-group, what must stay outside). The generated CUDA kernels are compiled here with NVRTC alone when
-its library is installed, and compared with the unfused kernels on a GPU (the cuda-marked tests)."""
+Here the CPU backend runs a group by its reference (each op's own kernel in turn; its generated C
+kernels are tests/test_fusion_cpu.py's): the results must be bitwise those of the unfused schedule,
+and the tests check the grouping rules (what joins a group, what must stay outside). The generated
+CUDA kernels are compiled here with NVRTC alone when its library is installed, and compared with the
+unfused kernels on a GPU (the cuda-marked tests)."""
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import pytest
 import gradcraft as gc
 import gradcraft.nn.functional as F
 from gradcraft import nn
+from gradcraft.backend import Backend
 from gradcraft.backend.cuda import compiler, fused
 from gradcraft.device import get_backend
 from gradcraft.engine import fusion, realize
@@ -24,13 +26,14 @@ def fusing_cpu(monkeypatch):
     """The CPU backend handed fused groups (run by its reference), recording each group's ops."""
     backend = get_backend("cpu")
     groups = []
-    reference = type(backend).fused_elementwise
+    reference = Backend.fused_elementwise  # (each op's own kernel in turn, not the C kernels)
 
     def record(self, args, program, shape, dtype):
         groups.append(tuple(e[1] for e in program if e[0] == "op" and e[1] != "full"))
         return reference(self, args, program, shape, dtype)
 
     monkeypatch.setattr(type(backend), "fuses_elementwise", True)
+    monkeypatch.setattr(type(backend), "fused_min_elements", 0)
     monkeypatch.setattr(type(backend), "fused_elementwise", record)
     return groups
 

@@ -1,8 +1,9 @@
 """`gradcraft export --format gguf`: the file read back with gguf's own reader (llama.cpp's authors'),
 its metadata and tensor names as llama.cpp's loader expects them, and a NumPy forward pass written
 the way llama.cpp computes these architectures (GGML's `llama` rotates adjacent pairs, hence the q/k
-permutation) from the file's tensors alone, against our logits and greedy tokens, f32 and f16.
-(llama.cpp itself is not run here: llama-cpp-python has no wheel in this environment.)"""
+permutation) from the file's tensors alone, against our logits and greedy tokens, f32 and f16; and
+llama.cpp itself (llama-cpp-python, where it is installed: it builds from source, so the test extras
+leave it out) on the same files."""
 
 import numpy as np
 import pytest
@@ -181,3 +182,29 @@ def test_gguf_export_refuses_what_llama_cpp_cannot_run(runs, tmp_path, capsys):
     status, _, err = run_cli(["export", "--model_dir", run, "--format", "gguf", "--out", tmp_path / "o"], capsys)
     assert status == 2 and "export --format gguf writes LLaMA- and GPT-2-style models; this one is mistral" in err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_llama_cpp_runs_the_export(runs, family, tmp_path, capsys):
+    """llama.cpp itself (llama-cpp-python, where installed) loads the file, tokenizes as we do and
+    computes our logits and greedy tokens."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    from gradcraft.inference.run_paths import find_model
+    from gradcraft.inference.text import load_model
+    from gradcraft.tokenizer import Tokenizer
+
+    files = find_model(str(runs / family))
+    model, _ = load_model(files.config, files.weights)
+    model.eval()
+    tok = Tokenizer.load(files.vocab)
+    text = "def reverse_string(s):"
+    prompt = tok.encode(text)
+    status, _, err = run_cli(["export", "--model_dir", runs / family, "--format", "gguf", "--out", tmp_path], capsys)
+    assert status == 0, err
+    llm = llama_cpp.Llama(str(tmp_path / "model.gguf"), n_ctx=16, logits_all=True, verbose=False, n_threads=1)
+    assert llm.tokenize(text.encode(), add_bos=False, special=False) == prompt
+    llm.eval(prompt)
+    theirs = np.asarray(llm.scores[: len(prompt)])
+    with gc.no_grad():
+        ours = model(gc.tensor(np.array([prompt]))).numpy()[0]
+    np.testing.assert_allclose(theirs, ours, rtol=1e-3, atol=1e-3)

@@ -5,7 +5,7 @@ only the public API. Parses every gradcraft/*.py with `ast` (nothing is imported
 import ast
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent / "gradcraft"
+ROOT = pathlib.Path(__file__).resolve().parent.parent / "src" / "gradcraft"
 
 # Layer of each top-level module or package, from design.md's table (lower number = lower layer;
 # a module may import its own layer and the ones below). The root package `gradcraft` is the public

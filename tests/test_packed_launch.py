@@ -15,7 +15,7 @@ import pytest
 from gradcraft.backend.cuda import packed
 
 ROOT = Path(__file__).resolve().parent.parent
-KERNELS = ROOT / "gradcraft" / "backend" / "cuda" / "kernels"
+KERNELS = ROOT / "src" / "gradcraft" / "backend" / "cuda" / "kernels"
 
 
 def test_layout_aligns_each_value_to_its_size():
@@ -60,9 +60,9 @@ _C_TYPE = [  # (a parameter's declaration, its format character)
 
 
 def _attention_types() -> dict:
-    """The module-level *_TYPES strings of backend/cuda/attention.py, evaluated from its source (the
+    """The module-level *_TYPES strings of backend/cuda/flash_attention.py, evaluated from its source (the
     module itself imports CuPy)."""
-    tree = ast.parse((ROOT / "gradcraft" / "backend" / "cuda" / "attention.py").read_text())
+    tree = ast.parse((ROOT / "src" / "gradcraft" / "backend" / "cuda" / "flash_attention.py").read_text())
     names: dict = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
@@ -73,8 +73,10 @@ def _attention_types() -> dict:
 
 
 def _source(name: str) -> str:
-    """A kernel file with its line continuations joined and comments dropped."""
-    text = (KERNELS / name).read_text().replace("\\\n", " ")
+    """A kernel file with its line continuations joined and comments dropped; "a.cu+dev/cuda/b.cu": a
+    package file followed by a lab file that includes it (a path with a slash is the checkout's)."""
+    text = "\n".join((ROOT / n if "/" in n else KERNELS / n).read_text() for n in name.split("+"))
+    text = text.replace("\\\n", " ")
     return re.sub(r"//[^\n]*", "", text)
 
 
@@ -112,7 +114,7 @@ def _types(params: str) -> str:
         ("flash_hopper.cu", "##TAIL(FH_PARAMS, int heads", "PERSISTENT_FWD_TYPES"),
         ("flash_hopper_bwd.cu", "hopper_bwd_dq_##NAME##_d##D##_n##BN", "DQ_TYPES"),
         ("flash_hopper_bwd.cu", "hopper_bwd_dkdv_##NAME", "DKDV_TYPES"),
-        ("flash_hopper_bwd.cu", "hopper_bwd_##KIND##_##NAME", "FUSED_TYPES"),
+        ("flash_hopper_bwd.cu+dev/cuda/flash_hopper_bwd_lab.cu", "hopper_bwd_##KIND##_##NAME", "FUSED_TYPES"),
         ("flash_hopper_bwd.cu", "hopper_bwd_fused_##NAME##_d##D##_m##BM##_c2_ws", "WS_BWD_TYPES"),
         ("flash_hopper_bwd.cu", "hopper_bwd_dq_convert_##NAME", "CONVERT_TYPES"),
         ("flash_attention.cu", "flash_bwd_dot_bf16(", "DOT_TYPES"),
@@ -148,8 +150,11 @@ def test_launch_recordings_agree_for_one_tree_and_tell_a_planted_change(tmp_path
     same = _record("compare", ours, again)
     assert same.returncode == 0 and " 0 differ" in same.stdout and "0 agree but for" in same.stdout
     planted = tmp_path / "planted"
-    shutil.copytree(ROOT / "gradcraft", planted / "gradcraft", ignore=shutil.ignore_patterns("__pycache__"))
-    source = planted / "gradcraft" / "backend" / "cuda" / "attention.py"
+    shutil.copytree(
+        ROOT / "src" / "gradcraft", planted / "src" / "gradcraft", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copytree(ROOT / "dev" / "cuda", planted / "dev" / "cuda", ignore=shutil.ignore_patterns("__pycache__"))
+    source = planted / "src" / "gradcraft" / "backend" / "cuda" / "flash_attention.py"
     text = source.read_text()
     assert text.count("(*dqs, H, T, scale)") == 1
     source.write_text(text.replace("(*dqs, H, T, scale)", "(*dqs, H, T, scale * 2)"))
@@ -166,5 +171,5 @@ def test_launch_recorder_refuses_bad_input_in_one_line(tmp_path):
     assert missing.returncode == 2 and missing.stderr.startswith("error: cannot read the recording")
     assert len(missing.stderr.strip().splitlines()) == 1
     not_a_tree = _record("record", tmp_path / "out.json", "--tree", tmp_path)
-    assert not_a_tree.returncode == 2 and "has no gradcraft/backend/cuda/packed.py" in not_a_tree.stderr
+    assert not_a_tree.returncode == 2 and "has no src/gradcraft/backend/cuda/packed.py" in not_a_tree.stderr
     assert not (tmp_path / "out.json").exists()

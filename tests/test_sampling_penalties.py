@@ -10,7 +10,7 @@ import pytest
 
 import gradcraft as gc
 from gradcraft.inference.generate import SamplingParams, generate, generate_without_cache
-from gradcraft.inference.scheduler import Scheduler, Sequence
+from gradcraft.inference.batching import Scheduler, Sequence
 from gradcraft.models import ModelConfig, Transformer
 from gradcraft.sampling import min_p_shift, penalize
 
@@ -142,7 +142,7 @@ def test_generate_flags(trained_run, capsys):
 def test_the_penalized_step_is_captured_on_cuda_and_answers_as_the_cpu(step_prompts):
     """On CUDA the step with penalties is a captured graph of its own, and its greedy answers under load are
     the CPU scheduler's (up to rounding: the same tokens on this model), beside a request with none."""
-    from test_scheduler import PROMPTS, make_model, served
+    from test_batching import PROMPTS, make_model, served
 
     cases = [dict(repetition_penalty=1.5), dict(frequency_penalty=1.0, presence_penalty=0.5), dict(logit_bias={7: 5})]
     requests = [(PROMPTS[i % len(PROMPTS)], SamplingParams(max_tokens=12, **cases[i % 3])) for i in range(6)]

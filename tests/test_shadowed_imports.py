@@ -6,7 +6,7 @@ launchers' such bug reached main because CI has no GPU to run them). Checked on 
 import ast
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent / "gradcraft"
+ROOT = pathlib.Path(__file__).resolve().parent.parent / "src" / "gradcraft"
 
 
 def _imported_names(tree: ast.Module) -> set[str]:

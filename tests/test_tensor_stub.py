@@ -18,12 +18,12 @@ def _generator():
 
 def test_committed_stub_is_up_to_date():
     generated = _generator().generate()
-    committed = (ROOT / "gradcraft" / "tensor.pyi").read_text()
+    committed = (ROOT / "src" / "gradcraft" / "tensor.pyi").read_text()
     assert committed == generated, "gradcraft/tensor.pyi is out of date: run python scripts/gen_tensor_stub.py"
 
 
 def test_stub_declares_every_public_method_and_property():
-    tree = ast.parse((ROOT / "gradcraft" / "tensor.pyi").read_text())
+    tree = ast.parse((ROOT / "src" / "gradcraft" / "tensor.pyi").read_text())
     (cls,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Tensor"]
     declared = {node.name for node in cls.body if isinstance(node, ast.FunctionDef)}
     declared |= {node.target.id for node in cls.body if isinstance(node, ast.AnnAssign)}
@@ -39,7 +39,7 @@ def test_stub_declares_every_public_method_and_property():
 
 
 def test_stub_keeps_signatures_and_hints():
-    stub = (ROOT / "gradcraft" / "tensor.pyi").read_text()
+    stub = (ROOT / "src" / "gradcraft" / "tensor.pyi").read_text()
     assert "def cuda(self, index: builtins.int = ...) -> Tensor" in stub  # builtins spelled out in the class
     assert "def transpose(self, dim0: builtins.int, dim1: builtins.int)" in stub
     assert "    shape: Size\n" in stub
@@ -50,4 +50,4 @@ def test_package_ships_the_stub_and_py_typed():
 
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["gradcraft"]
     assert "py.typed" in data and "tensor.pyi" in data
-    assert (ROOT / "gradcraft" / "py.typed").exists()
+    assert (ROOT / "src" / "gradcraft" / "py.typed").exists()

@@ -1,9 +1,0 @@
-"""Optimizers (SGD, AdamW, Adam, ...), gradient clipping and learning-rate schedules, by torch.optim's names."""
-
-from gradcraft.optim import lr_scheduler  # noqa: F401
-from gradcraft.optim.adaptive import SGD, Adagrad, Adam, RMSprop  # noqa: F401 (SGD with dampening and Nesterov)
-from gradcraft.optim.adaptive_more import Adadelta, Adamax, NAdam, RAdam  # noqa: F401
-from gradcraft.optim.clip import clip_grad_norm_, grad_norm_and_scale  # noqa: F401
-from gradcraft.optim.lbfgs import LBFGS  # noqa: F401
-from gradcraft.optim.optimizer import AdamW, Optimizer  # noqa: F401
-from gradcraft.optim.schedule import Constant, CosineWithWarmup, LinearWithWarmup  # noqa: F401

@@ -19,7 +19,7 @@ import numpy as np
 from gradcraft import dtypes
 from gradcraft.device import canonical, get_backend
 from gradcraft.dtypes import DType, to_dtype
-from gradcraft.errors import RuntimeError_, UserError
+from gradcraft.errors import RuntimeError_
 from gradcraft.size import Size
 
 
@@ -208,6 +208,8 @@ class Tensor:
 
     def __repr__(self) -> str:
         grad = ", requires_grad=True" if self.requires_grad else ""
+        if grad and self._node is not None:  # a non-leaf shows its node, as PyTorch's repr does
+            grad = f", grad_fn=<{self.grad_fn.name()}>"
         device = "" if self.device == "cpu" else f", device='{self.device}'"
         body = np.array2string(
             self.numpy().astype(np.float32) if self.dtype in (dtypes.bfloat16, dtypes.float16) else self.numpy(),
@@ -264,11 +266,11 @@ class Tensor:
         """
         from gradcraft.autograd.engine import backward
 
-        if create_graph or inputs is not None:
-            raise UserError(
-                "backward(create_graph=..., inputs=...) is not supported; gradients of gradients are not implemented"
-            )
-        backward(self, gradient, realize, retain_graph=bool(retain_graph), on_grad_ready=on_grad_ready)
+        if inputs is not None:
+            from gradcraft.autograd.functional import backward as backward_into
+
+            return backward_into(self, gradient, retain_graph, create_graph, inputs=inputs)
+        backward(self, gradient, realize, bool(retain_graph), on_grad_ready, create_graph=bool(create_graph))
 
     def detach(self) -> "Tensor":
         """The same values, cut from the gradient graph (shares the buffer once realized)."""

@@ -36,6 +36,8 @@ _MORE_SUBMODULES = (
     "multiprocessing",
     "utils",
     "utils.tensorboard",
+    "autograd.functional",
+    "nn.utils.rnn",
 )
 _IGNORED = re.compile(
     r"dtype=[\w.]+|device='[^']*'|grad_fn=<\w+>|torch\.return_types\.\w+|\w+Result|"

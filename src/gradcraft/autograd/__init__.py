@@ -2,7 +2,9 @@
 
 engine.py      reverse-mode differentiation over the lazy graph (what Tensor.backward runs)
 function.py    Function (forward/backward written by the user), once_differentiable
-functional.py  grad(outputs, inputs), backward(tensors), Variable
+functional.py  grad(outputs, inputs), backward(tensors), Variable (create_graph: ops/double_backward.py),
+               and torch.autograd.functional's jacobian, hessian, vjp, jvp, vhp, hvp
+hooks.py       Tensor.register_hook, retain_grad
 """
 
 from gradcraft.autograd import function  # noqa: F401

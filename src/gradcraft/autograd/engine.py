@@ -14,7 +14,9 @@ from gradcraft.engine.graph import serial_now
 from gradcraft.engine.realize import realize
 from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
-from gradcraft.ops.function import GRADIENTS, live_readers, no_grad
+from gradcraft.autograd import hooks as tensor_hooks
+from gradcraft.ops.function import GRADIENTS, enable_grad, live_readers, no_grad
+from gradcraft.ops.double_backward import second_order_rule
 from gradcraft.ops.inplace import lost_saved_value
 from gradcraft.ops.movement import merge_slice_gradients
 
@@ -49,9 +51,28 @@ def _topological(root) -> list:
     return order
 
 
-def backward(root, gradient=None, realize_now: bool = True, retain_graph: bool = False, on_grad_ready=None) -> None:
+def execution_order(order: list) -> list:
+    """`order` (inputs before outputs) rearranged to the order in which PyTorch's engine runs the
+    backward nodes, reversed: the latest-built node first, a leaf as soon as its last reader is done.
+    Only observable through hooks, so only used when some are registered."""
+    key = {}
+    for t in order:
+        if t._node is not None:
+            key[id(t)] = t._node.serial
+            for inp in t._node.inputs:
+                if inp._node is None:
+                    key[id(inp)] = min(key.get(id(inp), t._node.serial), t._node.serial) - 0.5
+    return sorted(order, key=lambda t: key.get(id(t), -1))
+
+
+def backward(
+    root, gradient=None, realize_now: bool = True, retain_graph: bool = False, on_grad_ready=None, create_graph=False
+) -> None:
     """on_grad_ready(leaf, buffer): called for each leaf as soon as its gradient's last kernel has
-    been issued, while the rest of the backward still runs (see realize's on_ready)."""
+    been issued, while the rest of the backward still runs (see realize's on_ready).
+    create_graph: the gradient rules' ops are recorded (they are ordinary ops), so the leaves' .grad
+    can be differentiated again; the forward graph is kept, as PyTorch's retain_graph defaults to it."""
+    retain_graph = retain_graph or create_graph
     if not root.requires_grad and root._graph_freed:
         raise RuntimeError_(_SECOND_BACKWARD)
     if not root.requires_grad:
@@ -74,13 +95,18 @@ def backward(root, gradient=None, realize_now: bool = True, retain_graph: bool =
     order = _topological(root)
     first_gradient_node = serial_now()  # nodes built after this are the gradient rules'
     grads = {id(root): gradient}
-    leaves = []
+    leaves, retained = [], []
+    hooked = tensor_hooks.has_hooks()
+    if hooked:
+        order = execution_order(order)
     # Each gradient in its forward op's dtype: not cast again by an autocast block around backward()
-    with no_grad(), autocast_policy.suspended():
+    with enable_grad() if create_graph else no_grad(), autocast_policy.suspended():
         for t in reversed(order):
             g = grads.pop(id(t), None)
             if g is None:
                 continue
+            if hooked:
+                g = tensor_hooks.run_hooks(t, g, retained)
             if t._node is None:
                 if t.grad is not None:
                     g = ew.add(t.grad, g)
@@ -93,7 +119,7 @@ def backward(root, gradient=None, realize_now: bool = True, retain_graph: bool =
                     f"inplace operation (an input of {t._node.op}); clone it before the in-place "
                     f"operation, or do the operation out of place"
                 )
-            rule = GRADIENTS[t._node.op]
+            rule = second_order_rule(t._node.op, GRADIENTS) if create_graph else GRADIENTS[t._node.op]
             for inp, grad in zip(t._node.inputs, rule(t._node, t, g)):
                 if grad is None or not inp.requires_grad:
                     continue
@@ -116,9 +142,12 @@ def backward(root, gradient=None, realize_now: bool = True, retain_graph: bool =
                     on_grad_ready(leaf, buffer)
 
         held = _held_by_caller(order, root, first_gradient_node)
+        held += [t.grad for t in retained]
         realize([leaf.grad for leaf in leaves] + [root] + held, keep_saved=retain_graph, on_ready=hook)
         if not retain_graph:
             release_graph(order)
+    if hooked:
+        tensor_hooks.run_post_accumulate_hooks(leaves)
 
 
 def _held_by_caller(order, root, first_gradient_node: int) -> list:

@@ -18,8 +18,9 @@ forward runs with gradient recording off; its outputs join the graph through the
 gradcraft/ops/custom.py, whose gradient rule calls backward with the gradients of every output (zeros
 for an output that got none, unless ctx.set_materialize_grads(False)) and takes one gradient per
 forward argument (None for non-tensors and inputs that need none). The newer style, a forward without
-ctx and a `setup_context(ctx, inputs, output)`, works too. Gradients of gradients are not supported:
-backward always runs without recording (`once_differentiable` is accepted for that reason).
+ctx and a `setup_context(ctx, inputs, output)`, works too. backward records its ops only when the
+backward pass was asked to (create_graph=True), so a backward written in tensor ops gives gradients of
+gradients; `once_differentiable` runs it without recording.
 """
 
 from __future__ import annotations

@@ -88,5 +88,53 @@ def gradcheck(
     return True
 
 
-def gradgradcheck(func, inputs, grad_outputs=None, **kwargs) -> bool:
-    raise RuntimeError_("gradgradcheck needs gradients of gradients, which gradcraft does not compute")
+def gradgradcheck(
+    func,
+    inputs,
+    grad_outputs=None,
+    *,
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    gen_non_contig_grad_outputs: bool = False,
+    raise_exception: bool = True,
+    nondet_tol: float = 0.0,
+    check_undefined_grad: bool = True,
+    check_grad_dtypes: bool = False,
+    check_batched_grad: bool = False,
+    check_fwd_over_rev: bool = False,
+    check_rev_over_rev: bool = True,
+    fast_mode: bool = False,
+    masked: bool = False,
+) -> bool:
+    """gradcheck of the function's gradient (a vector-Jacobian product built with create_graph=True),
+    with respect to the inputs and to grad_outputs (random normal ones when not given, as PyTorch)."""
+    from gradcraft.ops.function import enable_grad
+
+    Tensor = tensor_class()
+    inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
+    differentiable = [i for i, t in enumerate(inputs) if isinstance(t, Tensor) and t.requires_grad]
+    outputs = [o for o in _outputs(func(*inputs)) if o.requires_grad]
+    if grad_outputs is None:
+        rng = np.random.default_rng(0)
+        grad_outputs = tuple(
+            Tensor(rng.standard_normal(tuple(o.shape)), dtype=o.dtype, device=o.device, requires_grad=True)
+            for o in outputs
+        )
+    grad_outputs = _outputs(grad_outputs)
+    n = len(inputs)
+
+    def vjp(*args):
+        with enable_grad():
+            ins = [
+                a
+                if not isinstance(a, Tensor) or a.requires_grad or i not in differentiable
+                else a.detach().requires_grad_(True)
+                for i, a in enumerate(args[:n])
+            ]
+            outs = [o for o in _outputs(func(*ins)) if o.requires_grad]
+            wrt = [ins[i] for i in differentiable]
+            grads = grad(outs, wrt, list(args[n:]), create_graph=True, allow_unused=True, materialize_grads=True)
+        return tuple(grads)
+
+    return gradcheck(vjp, inputs + tuple(grad_outputs), eps=eps, atol=atol, rtol=rtol, raise_exception=raise_exception)

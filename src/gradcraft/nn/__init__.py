@@ -52,3 +52,50 @@ from gradcraft.nn.transformer_layers import (  # noqa: E402, F401
 from gradcraft.nn import parallel  # noqa: E402,F401  (torch.nn.parallel: DistributedDataParallel)
 from gradcraft.nn.loss import KLDivLoss  # noqa: F401, E402
 from gradcraft.nn.containers import ParameterDict, ParameterList  # noqa: F401,E402
+from gradcraft.nn.upsampling import (  # noqa: F401,E402
+    PixelShuffle,
+    PixelUnshuffle,
+    Upsample,
+    UpsamplingBilinear2d,
+    UpsamplingNearest2d,
+)
+from gradcraft.nn.extra_layers import GLU, EmbeddingBag, LogSigmoid, PReLU  # noqa: F401,E402
+from gradcraft.nn.margin_losses import (  # noqa: F401,E402
+    CosineEmbeddingLoss,
+    HingeEmbeddingLoss,
+    MarginRankingLoss,
+    MultiLabelSoftMarginLoss,
+    MultiMarginLoss,
+    PairwiseDistance,
+    SoftMarginLoss,
+    TripletMarginLoss,
+)
+from gradcraft.nn.more_layers import (  # noqa: F401,E402
+    CELU,
+    SELU,
+    CircularPad1d,
+    CircularPad2d,
+    ConstantPad1d,
+    ConstantPad2d,
+    CosineSimilarity,
+    Hardshrink,
+    Hardsigmoid,
+    Hardswish,
+    Hardtanh,
+    Mish,
+    ReflectionPad1d,
+    ReflectionPad2d,
+    ReLU6,
+    ReplicationPad1d,
+    ReplicationPad2d,
+    Softmin,
+    Softshrink,
+    Softsign,
+    Tanhshrink,
+    Threshold,
+    ZeroPad1d,
+    ZeroPad2d,
+)
+from gradcraft.nn.extra_layers import Bilinear, Softmax2d  # noqa: F401,E402
+from gradcraft.nn.fold_norm import Fold, InstanceNorm1d, InstanceNorm2d, Unfold  # noqa: F401,E402
+from gradcraft.nn.likelihood_losses import GaussianNLLLoss, PoissonNLLLoss  # noqa: F401,E402

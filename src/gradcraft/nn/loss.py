@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
 
-from gradcraft.errors import UserError, ValueError_
+from gradcraft.errors import ValueError_
 from gradcraft.nn import functional as F
 from gradcraft.nn.module import Module
 from gradcraft.ops.losses import legacy_reduction
@@ -34,14 +34,14 @@ class CrossEntropyLoss(_Loss):
         label_smoothing: float = 0.0,
     ) -> None:
         super().__init__(size_average, reduce, reduction)
-        if weight is not None:
-            raise UserError("CrossEntropyLoss(weight=...) (class weights) is not supported")
+        self.register_buffer("weight", weight)  # (None: not in the state dict, as PyTorch's)
         self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
         return F.cross_entropy(
             input,
             target,
+            self.weight,
             ignore_index=self.ignore_index,
             reduction=self.reduction,
             label_smoothing=self.label_smoothing,
@@ -58,12 +58,11 @@ class NLLLoss(_Loss):
         reduction: str = "mean",
     ) -> None:
         super().__init__(size_average, reduce, reduction)
-        if weight is not None:
-            raise UserError("NLLLoss(weight=...) (class weights) is not supported")
+        self.register_buffer("weight", weight)
         self.ignore_index = ignore_index
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        return F.nll_loss(input, target, ignore_index=self.ignore_index, reduction=self.reduction)
+        return F.nll_loss(input, target, self.weight, ignore_index=self.ignore_index, reduction=self.reduction)
 
 
 class _FunctionalLoss(_Loss):

@@ -96,6 +96,8 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} has no forward() method; define one")
 
     def __call__(self, *args, **kwargs):
+        if "_hooked" in self.__dict__:  # a forward or backward hook was registered (gradcraft/nn/hooks.py)
+            return _hooks.call(self, args, kwargs)
         return self.forward(*args, **kwargs)
 
     # ------------------------------------------------------------ traversal
@@ -388,3 +390,8 @@ def _module_repr(name: str, extra_lines: list, child_lines: list) -> str:
     if lines:
         body = extra_lines[0] if len(extra_lines) == 1 and not child_lines else "\n  " + "\n  ".join(lines) + "\n"
     return f"{name}({body})"
+
+
+from gradcraft.nn import hooks as _hooks  # noqa: E402  (Module's hooks; it imports autograd.Function)
+
+_hooks.attach(Module)

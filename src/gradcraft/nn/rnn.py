@@ -156,6 +156,10 @@ class RNNBase(Module):
         return hx
 
     def forward(self, input: Tensor, hx: Tensor | tuple | None = None) -> tuple:
+        if hasattr(input, "batch_sizes"):  # a PackedSequence: run per length group (gradcraft/nn/utils/rnn.py)
+            from gradcraft.nn.utils.rnn import run_packed
+
+            return run_packed(self, input, hx)
         if input.ndim not in (2, 3):
             raise ValueError_(f"{type(self).__name__}: Expected input to be 2D or 3D, got {input.ndim}D tensor instead")
         unbatched = input.ndim == 2

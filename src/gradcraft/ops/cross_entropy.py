@@ -63,8 +63,13 @@ def cross_entropy(
                 "dtype": dtype,
             },
         )
-    if weight is not None:
-        raise UserError("cross_entropy class weights are not supported")
+    if weight is not None or target.dtype.is_floating_point:  # class weights, probability targets: composed
+        from gradcraft.ops import class_weights
+
+        if valid_classes is not None:
+            raise UserError("cross_entropy: valid_classes is for class-index targets without weights")
+        input = ew.cast(input, dtype) if dtype is not None else input
+        return class_weights.cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing)
     if reduction not in ("mean", "sum", "none"):
         raise UserError(f"cross_entropy reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     if not 0.0 <= label_smoothing <= 1.0:
@@ -222,16 +227,11 @@ def nll_loss(
 ) -> Tensor:
     reduction = legacy_reduction(size_average, reduce, reduction)
     if _amp.state.on:
-        return _amp.call("nll_loss", nll_loss, (input, target), {"ignore_index": ignore_index, "reduction": reduction})
-    if weight is not None:
-        raise UserError("nll_loss class weights are not supported")
-    picked = ew.neg(input.gather(1, target.reshape(-1, 1)).reshape(target.shape))
-    valid = ew.ne(target, ignore_index)
-    picked = ew.where(valid, picked, 0.0)
-    if reduction == "none":
-        return picked
-    total = reduce_sum(picked)
-    return total if reduction == "sum" else ew.div(total, ew.cast(reduce_sum(valid), total.dtype))
+        args = (input, target, weight)
+        return _amp.call("nll_loss", nll_loss, args, {"ignore_index": ignore_index, "reduction": reduction})
+    from gradcraft.ops import class_weights
+
+    return class_weights.nll_loss(input, target, weight, ignore_index, reduction)
 
 
 def mse_loss(

@@ -241,3 +241,14 @@ def attach(tensor_class: type) -> None:
     tensor_class.T = property(lambda self: mv.permute(self, *reversed(range(self.ndim))))
     tensor_class.mT = property(lambda self: mv.transpose(self, -2, -1))
     tensor_class.grad_fn = property(_grad_fn)
+    _attach_hooks(tensor_class)
+
+
+def _attach_hooks(tensor_class: type) -> None:
+    """Tensor.register_hook / retain_grad / retains_grad (gradcraft/autograd/hooks.py)."""
+    from gradcraft.autograd import hooks
+
+    tensor_class.register_hook = hooks.register_hook
+    tensor_class.register_post_accumulate_grad_hook = hooks.register_post_accumulate_grad_hook
+    tensor_class.retain_grad = hooks.retain_grad
+    tensor_class.retains_grad = property(hooks.retains_grad)

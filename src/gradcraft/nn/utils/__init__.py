@@ -1,4 +1,4 @@
-"""torch.nn.utils: gradient clipping (global norm and by value), flat parameter vectors."""
+"""torch.nn.utils: gradient clipping (global norm and by value), flat parameter vectors; rnn: packed sequences."""
 
 from gradcraft import dtypes
 from gradcraft.ops.function import no_grad
@@ -67,3 +67,7 @@ def vector_to_parameters(vec, parameters) -> None:
         n = param.numel()
         param.copy_(vec[pointer : pointer + n].view_as(param))
         pointer += n
+
+
+from gradcraft.nn.utils import rnn  # noqa: E402, F401  (torch.nn.utils.rnn: packed sequences)
+from gradcraft.nn.utils.weight_norm import remove_weight_norm, weight_norm  # noqa: E402, F401

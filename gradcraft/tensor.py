@@ -19,6 +19,8 @@ import numpy as np
 from gradcraft import dtypes
 from gradcraft.device import canonical, get_backend
 from gradcraft.dtypes import DType, to_dtype
+from gradcraft.engine import lazy
+from gradcraft.engine.lazy import hold
 from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.size import Size
 
@@ -44,8 +46,7 @@ class Tensor:
         "_buf",
         "_node",
         "_index",
-        "_version",
-        "_readers",
+        "_storage",
         "_graph_freed",
         "__weakref__",
     )
@@ -66,7 +67,7 @@ class Tensor:
         if array.dtype != target.np:
             array = array.astype(target.np)
         self._init(tuple(array.shape), target, device, requires_grad)
-        self._buf = get_backend(device).from_numpy(array)
+        hold(self, get_backend(device).from_numpy(array))
 
     def _init(self, shape, dtype: DType, device: str, requires_grad: bool) -> None:  # (_lazy: the same fields)
         self.shape = shape if shape.__class__ is Size else Size(shape)
@@ -77,8 +78,8 @@ class Tensor:
         self._buf = None
         self._node = None
         self._index = 0
-        self._version = 0
-        self._readers = None  # weak references to the nodes that read this tensor (ops/function.py)
+        # the version and lazy readers of the memory (shared by every alias of it: engine/lazy.py)
+        self._storage = None
         self._graph_freed = False  # a backward pass freed the graph behind it (autograd/engine.py)
         self.requires_grad = requires_grad
 
@@ -89,15 +90,31 @@ class Tensor:
         t = cls.__new__(cls)
         t.shape, t.dtype, t.device = shape if shape.__class__ is Size else Size(shape), dtype, device
         t._requires_grad, t.grad, t._buf, t._node, t._index = bool(requires_grad), None, None, node, index
-        t._version, t._readers, t._graph_freed = 0, None, False
+        t._storage, t._graph_freed = None, False
         return t
 
     @classmethod
     def _from_buffer(cls, buf, dtype: DType, device: str, requires_grad: bool = False) -> "Tensor":
         t = cls.__new__(cls)
         t._init(tuple(buf.shape), dtype, device, requires_grad)
-        t._buf = buf
+        hold(t, buf)  # (an alias of memory a tensor holds shares its version and readers)
         return t
+
+    @property
+    def _version(self) -> int:
+        """How many times this tensor's memory was written in place (PyTorch's `_version`)."""
+        storage = self._storage
+        return 0 if storage is None else storage.version
+
+    @_version.setter
+    def _version(self, value: int) -> None:
+        lazy.storage(self).version = value
+
+    @property
+    def _readers(self):
+        """Weak references to the lazy nodes built from this tensor's memory (any alias of it)."""
+        storage = self._storage
+        return None if storage is None else storage.readers
 
     # ------------------------------------------------------------ properties
 
@@ -175,9 +192,12 @@ class Tensor:
     @data.setter
     def data(self, value: "Tensor") -> None:
         value = value.realize()
-        self._buf, self.shape, self.dtype, self.device = value._buf, value.shape, value.dtype, value.device
+        if self._storage is not None:  # lazy ops built from the old contents refuse to run
+            lazy.detach_readers(self, self._storage)
+            self._storage = None
+        self.shape, self.dtype, self.device = value.shape, value.dtype, value.device
         self._node, self._index = None, 0
-        self._version += 1
+        hold(self, value._buf)  # the same memory: its version and readers too
 
     @property
     def is_realized(self) -> bool:

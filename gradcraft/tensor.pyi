@@ -26,8 +26,7 @@ class Tensor:
     _buf: typing.Any
     _node: typing.Any
     _index: typing.Any
-    _version: typing.Any
-    _readers: typing.Any
+    _storage: typing.Any
     _graph_freed: typing.Any
 
     def __init__(self, data, dtype=..., device=..., requires_grad: builtins.bool = ...): ...
@@ -36,6 +35,12 @@ class Tensor:
     def _lazy(cls, node, index, shape, dtype, device, requires_grad) -> Tensor: ...
     @classmethod
     def _from_buffer(cls, buf, dtype: DType, device: str, requires_grad: builtins.bool = ...) -> Tensor: ...
+    @property
+    def _version(self) -> builtins.int: """How many times this tensor's memory was written in place (PyTorch's `_version`)."""
+    @_version.setter
+    def _version(self, value: builtins.int) -> None: ...
+    @property
+    def _readers(self): """Weak references to the lazy nodes built from this tensor's memory (any alias of it)."""
     @property
     def requires_grad(self) -> builtins.bool: ...
     @requires_grad.setter

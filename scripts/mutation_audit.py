@@ -498,8 +498,8 @@ MUTANTS = [
     M(
         "constant_written_after_a_product",
         "gradcraft/ops/inplace.py",
-        "if _differentiable(node) and (t.requires_grad or _needs_value(node, t)):",
-        "if _differentiable(node) and t.requires_grad:",
+        "if _differentiable(node) and (alias.requires_grad or _needs_value(node, alias)):",
+        "if _differentiable(node) and alias.requires_grad:",
         (INPLACE,),
         "a constant written in place after a product saved it: backward goes on (PyTorch refuses)",
     ),

@@ -42,7 +42,8 @@ class Node:
         self.device = device
         # Versions of the realized inputs when the node was built: if one is later
         # modified in place, recomputing this node would silently use new data.
-        self.input_versions = tuple([t._version for t in inputs])  # (a list first: faster than a generator)
+        # (a list first: faster than a generator; a lazy input without a Storage yet is at version 0)
+        self.input_versions = tuple([0 if t._storage is None else t._storage.version for t in inputs])
         self.saved = ()  # outputs 1.. of a differentiable multi-output node, for its gradient rule
         self.serial = next(_SERIALS)
         self.view_out = None  # a view op's output, weakly, where ops/inplace.py may need it (ops/function.py)

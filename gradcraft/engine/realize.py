@@ -16,6 +16,7 @@ import time
 
 from gradcraft.device import get_backend
 from gradcraft.engine import fusion, grouping, plans
+from gradcraft.engine.lazy import hold
 from gradcraft.engine.schedule import schedule
 
 DEBUG = int(os.environ.get("GRADCRAFT_DEBUG", "0") or 0)
@@ -95,9 +96,10 @@ def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
     else:
         values = _run_loop(order, readers, target_keys, keep, on_ready, targets)
     for key, tensor in keep.items():
-        tensor._buf = values[key]
+        hold(tensor, values[key])
     for t in targets:
-        t._buf = t._buf if t._buf is not None else values[(id(t._node), t._index)]
+        if t._buf is None:
+            hold(t, values[(id(t._node), t._index)])
         if not t.requires_grad:
             t._node = None  # no backward will need the recipe: let the graph behind it go
 
@@ -225,10 +227,10 @@ def _realize_one(node, targets, keep_saved: bool) -> None:
     if keep_saved:
         for extra in node.saved:
             if extra._buf is None:
-                extra._buf = outputs[extra._index]
+                hold(extra, outputs[extra._index])
     for t in targets:
         if t._buf is None:
-            t._buf = outputs[t._index]
+            hold(t, outputs[t._index])
         if not t.requires_grad:
             t._node = None  # (as realize's loop)
 

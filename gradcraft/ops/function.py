@@ -14,6 +14,7 @@ import weakref
 from gradcraft.backend import OPTIONAL
 from gradcraft.device import get_backend
 from gradcraft.engine.graph import Node
+from gradcraft.engine.lazy import Storage
 
 GRADIENTS: dict = {}
 _state = threading.local()
@@ -125,32 +126,37 @@ def apply(
     return outputs
 
 
-class _Readers(list):
-    """Weak references to the nodes that read one tensor. Every 64 additions, if the list has grown to
-    twice its size after the last sweep, the dead ones are dropped (amortized constant time)."""
-
-    __slots__ = ("swept_to",)
-
-
 def register_reader(node, inputs) -> None:
-    """Remember (weakly) that `node` reads each input, so that an in-place write to an input can keep
-    the node reading the data it was built on (gradcraft/ops/inplace.py)."""
+    """Remember (weakly) that `node` reads each input, on the input's Storage (engine/lazy.py: shared
+    by every alias of its memory), so that an in-place write to any alias can keep the node reading
+    the data it was built on (gradcraft/ops/inplace.py). Every 64 additions to a Storage, if its list
+    has grown to twice its size after the last sweep, the dead references are dropped (amortized
+    constant time)."""
     ref = weakref.ref(node)
     for t in inputs:
-        readers = t._readers
+        storage = t._storage
+        if storage is None:
+            storage = t._storage = Storage()
+        readers = storage.readers
         if readers is None:
-            t._readers = _Readers((ref,))
+            storage.readers = [ref]
             continue
         readers.append(ref)
         n = len(readers)
-        if not n & 63 and n >= 2 * getattr(readers, "swept_to", 32):
+        if not n & 63 and n >= 2 * storage.swept_to:
             readers[:] = [r for r in readers if r() is not None]
-            readers.swept_to = len(readers)
+            storage.swept_to = len(readers)
 
 
 def live_readers(t) -> list:
-    """The nodes built from `t` that still exist (each once, though a node reading t twice, as
-    mul(t, t), registered twice)."""
+    """The nodes built from `t` itself that still exist (each once, though a node reading t twice, as
+    mul(t, t), registered twice). Nodes reading other aliases of t's memory: `storage_readers`."""
+    nodes = [r() for r in t._readers or ()]
+    return list(dict.fromkeys(n for n in nodes if n is not None and any(inp is t for inp in n.inputs)))
+
+
+def storage_readers(t) -> list:
+    """The nodes built from any tensor on t's memory (t and its aliases) that still exist."""
     nodes = [r() for r in t._readers or ()]
     return list(dict.fromkeys(n for n in nodes if n is not None))
 

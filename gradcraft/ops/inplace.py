@@ -29,6 +29,7 @@ import weakref
 import numpy as np
 
 from gradcraft import dtypes
+from gradcraft.engine.lazy import Storage, hold
 from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops import movement as mv
@@ -42,6 +43,7 @@ from gradcraft.ops.function import (
     no_grad,
     refuses_stale_readers,
     register_reader,
+    storage_readers,
     view_output,
 )
 
@@ -249,20 +251,22 @@ def _rebind(x, value, before: _Before) -> None:
     old = Tensor.__new__(Tensor)
     old._init(x.shape, x.dtype, x.device, False)
     old._requires_grad, old._buf, old._node, old._index = x._requires_grad, x._buf, x._node, x._index
-    old._version = x._version
+    old._storage = x._storage  # (the old contents' memory, version and readers)
     _mark_if_output_saved(x)
     earlier = {id(n) for n in before.readers}
     for node in live_readers(x):
         _repoint(node, x, old)
         if id(node) in earlier and _needs_value(node, old):
             _mark_modified(node)
-    old._readers, x._readers = x._readers, None
+    version = x._version
+    x._storage = None
     if value._node is None:  # a realized value: x holds its buffer
-        x._node, x._index, x._buf = None, 0, value._buf
+        x._node, x._index = None, 0
+        hold(x, value._buf)
     else:
         x._node, x._index, x._buf = value._node, value._index, value._buf
+        x._storage = Storage(version + 1)
     x._requires_grad = value.requires_grad
-    x._version += 1
 
 
 def _mark_if_output_saved(x) -> None:
@@ -309,7 +313,7 @@ def _write_buffer(x, value, before: _Before) -> None:
         if base is not x:
             keep_readers_on_old_data(base)
         mv.assign(x, value).realize()  # (the engine calls keep_readers_on_old_data(x) before the write)
-    if base is not x:
+    if base is not x and base._storage is not x._storage:  # (x's buffer is no view of base's memory)
         base._version += 1
 
 
@@ -324,25 +328,36 @@ def keep_readers_on_old_data(t, scheduled=frozenset()) -> None:
     "modified by an inplace operation" error instead."""
     if refuses_stale_readers(t):
         return
-    copy = None
-    for node in live_readers(t):
+    storage = t._storage
+    copies: dict = {}  # id(alias) -> a copy of its contents
+    for node in storage_readers(t):
         if id(node) in scheduled:
             continue
-        at = [i for i, (inp, v) in enumerate(zip(node.inputs, node.input_versions)) if inp is t and v == t._version]
+        # the inputs on this memory (t, or another alias of it: a detached copy, a view), at its current version
+        at = [
+            i
+            for i, (inp, v) in enumerate(zip(node.inputs, node.input_versions))
+            if inp._storage is storage and v == storage.version
+        ]
         if not at:
             continue
-        if node.op in VIEW_OPS and not t.requires_grad:
-            view = view_output(node)
-            if view is not None:
-                _keep_computations_through_view(view, scheduled)
-            node.input_versions = tuple(t._version + 1 if i in at else v for i, v in enumerate(node.input_versions))
-            continue
-        if _differentiable(node) and (t.requires_grad or _needs_value(node, t)):
-            _mark_modified(node)  # (a constant's new data: PyTorch refuses a gradient that saved the old)
-        if copy is None:
-            copy = _copy_of(t)
-        _repoint(node, t, copy)
-        register_reader(node, (copy,))
+        for alias in {id(node.inputs[i]): node.inputs[i] for i in at}.values():
+            if node.op in VIEW_OPS and not alias.requires_grad:
+                view = view_output(node)
+                if view is not None:
+                    _keep_computations_through_view(view, scheduled)
+                node.input_versions = tuple(
+                    storage.version + 1 if inp is alias and i in at else v
+                    for i, (inp, v) in enumerate(zip(node.inputs, node.input_versions))
+                )
+                continue
+            if _differentiable(node) and (alias.requires_grad or _needs_value(node, alias)):
+                _mark_modified(node)  # (a constant's new data: PyTorch refuses a gradient that saved the old)
+            copy = copies.get(id(alias))
+            if copy is None:
+                copy = copies[id(alias)] = _copy_of(alias)
+            _repoint(node, alias, copy)
+            register_reader(node, (copy,))
 
 
 def _keep_computations_through_view(view, scheduled) -> None:

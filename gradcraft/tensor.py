@@ -21,6 +21,7 @@ from gradcraft.device import canonical, get_backend
 from gradcraft.dtypes import DType, to_dtype
 from gradcraft.engine import lazy
 from gradcraft.engine.lazy import hold
+from gradcraft.engine.realize import before_write, realize as realize_graph
 from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.size import Size
 
@@ -207,9 +208,7 @@ class Tensor:
 
     def realize(self) -> "Tensor":
         """Compute this tensor now (a no-op when it already holds a buffer)."""
-        from gradcraft.engine.realize import realize
-
-        realize([self])
+        realize_graph([self])
         return self
 
     def numpy(self, *, force: bool = False) -> np.ndarray:
@@ -393,7 +392,17 @@ def _attach_methods() -> None:
     attach(Tensor)
 
 
-# A captured step makes its own input tensors; the engine, below this layer, gets the class from here.
-from gradcraft.engine import capture as _capture  # noqa: E402
+def buffer_of(t: Tensor):
+    """t's device array, computing t first (for code that hands tensors to a backend's own
+    routines: graph capture, collectives, fused optimizer kernels)."""
+    t.realize()
+    return t._buf
 
-_capture.TENSOR_TYPE.append(Tensor)
+
+def write_from_host(t: Tensor, values) -> None:
+    """Copy `values` (a host array of t's shape and dtype) into t's memory now. Lazy tensors built
+    from the old contents of that memory keep them; its version moves on."""
+    t.realize()
+    before_write(t)
+    get_backend(t.device).write(t._buf, values)
+    t._storage.version += 1

@@ -292,3 +292,9 @@ class Tensor:
 
 
 def _attach_methods() -> None: """Give Tensor its op methods, each a thin call into gradcraft.ops (the table: ops/methods.py)."""
+
+
+def buffer_of(t: Tensor): """t's device array, computing t first (for code that hands tensors to a backend's own"""
+
+
+def write_from_host(t: Tensor, values) -> None: """Copy `values` (a host array of t's shape and dtype) into t's memory now. Lazy tensors built"""

@@ -31,6 +31,7 @@ LAYERS = {
     "backends": 5,  # torch.backends' precision switches
     "gradcraft": 7,  # the root package: the public API, re-exporting tensor, ops, nn and optim
     "serialization": 6,
+    "capture": 6,  # a step recorded once as a CUDA graph (it makes its input tensors)
     "nn": 7,
     "compiled": 7,  # gradcraft.compile: above nn (it wraps Modules), below the models
     "optim": 7,

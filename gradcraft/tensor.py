@@ -13,6 +13,7 @@ optimizers use, which keeps a training step a single graph.
 
 import builtins
 import math
+import weakref
 
 import numpy as np
 
@@ -20,9 +21,10 @@ from gradcraft import dtypes
 from gradcraft.device import canonical, get_backend
 from gradcraft.dtypes import DType, to_dtype
 from gradcraft.engine import lazy
-from gradcraft.engine.lazy import hold
+from gradcraft.engine.graph import Node
+from gradcraft.engine.lazy import hold, register_reader
 from gradcraft.engine.realize import before_write, realize as realize_graph
-from gradcraft.errors import RuntimeError_, UserError
+from gradcraft.errors import RuntimeError_
 from gradcraft.size import Size
 
 
@@ -265,70 +267,22 @@ class Tensor:
 
     # ------------------------------------------------------------ autograd
 
-    def backward(
-        self,
-        gradient=None,
-        retain_graph=None,
-        create_graph: bool = False,
-        inputs=None,
-        realize: bool = True,
-        on_grad_ready=None,
-    ) -> None:
-        """Accumulate d(self)/d(leaf) into `.grad` of every leaf that requires grad.
-
-        With realize=False the gradients stay lazy, so the caller can fold them
-        (and the optimizer update) into one schedule. retain_graph=True keeps the
-        graph for another backward, as in PyTorch. on_grad_ready(leaf, buffer) is called as
-        each leaf's gradient is issued, during the backward (data parallelism's buckets).
-        """
-        from gradcraft.autograd.engine import backward
-
-        if create_graph or inputs is not None:
-            raise UserError(
-                "backward(create_graph=..., inputs=...) is not supported; gradients of gradients are not implemented"
-            )
-        backward(self, gradient, realize, retain_graph=bool(retain_graph), on_grad_ready=on_grad_ready)
-
     def detach(self) -> "Tensor":
         """The same values, cut from the gradient graph (shares the buffer once realized)."""
         if self._buf is not None:
             return Tensor._from_buffer(self._buf, self.dtype, self.device)
-        from gradcraft.ops.function import apply, no_grad
-
-        with no_grad():
-            return apply("reshape", (self,), {"shape": self.shape}, self.shape, self.dtype)
+        # a lazy view of self that requires no grad (ops/function.py's apply of a "reshape")
+        node = Node("reshape", (self,), {"shape": self.shape}, self.device)
+        register_reader(node, (self,))
+        out = Tensor._lazy(node, 0, self.shape, self.dtype, self.device, False)
+        node.view_out = weakref.ref(out)
+        return out
 
     def zero_grad(self) -> None:
         self.grad = None
 
-    def assign(self, value) -> "Tensor":
-        """Overwrite this realized tensor's buffer with `value` (lazily; used by optimizers)."""
-        from gradcraft.ops.movement import assign
-
-        return assign(self, value)
-
     # ------------------------------------------------------------ conversion
-
-    def to(self, *args, dtype=None, device=None) -> "Tensor":
-        """`.to(device)`, `.to(dtype)` or both, as in PyTorch."""
-        for arg in args:
-            if isinstance(arg, str) and arg.split(":")[0] in ("cpu", "cuda"):
-                device = arg
-            else:
-                dtype = arg
-        out = self
-        if device is not None and canonical(device) != self.device:
-            from gradcraft.ops.movement import to_device
-
-            out = to_device(out, canonical(device))
-        if dtype is not None and to_dtype(dtype) != out.dtype:
-            from gradcraft.ops.elementwise import cast
-
-            out = cast(out, to_dtype(dtype))
-        return out
-
-    def type(self, dtype) -> "Tensor":
-        return self.to(dtype)
+    # (.to, .type, .type_as, .assign and new_* are ops: gradcraft/ops/conversion.py)
 
     # PyTorch's shorthands for .to(dtype) and .to("cpu")
     float = _shorthand_for_to(dtypes.float32, "float")
@@ -346,50 +300,11 @@ class Tensor:
     def is_floating_point(self) -> builtins.bool:
         return self.dtype.is_floating_point
 
-    def type_as(self, other) -> "Tensor":
-        return self.to(other.dtype)
-
     def view_as(self, other) -> "Tensor":
         return self.reshape(other.shape)
 
     def reshape_as(self, other) -> "Tensor":
         return self.reshape(other.shape)
-
-    # ------------------------------------------------------------ new tensors like this one
-
-    def _new_full(self, size, fill_value, dtype, device, requires_grad) -> "Tensor":
-        from gradcraft.ops.creation import full
-
-        size = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
-        return full(
-            tuple(size),
-            fill_value,
-            dtype=dtype or self.dtype,
-            device=device or self.device,
-            requires_grad=requires_grad,
-        )
-
-    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
-        return self._new_full(size, 0, dtype, device, requires_grad)
-
-    def new_ones(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
-        return self._new_full(size, 1, dtype, device, requires_grad)
-
-    def new_empty(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
-        return self._new_full(size, 0, dtype, device, requires_grad)
-
-    def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False) -> "Tensor":
-        return self._new_full((size,), fill_value, dtype, device, requires_grad)
-
-    def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False) -> "Tensor":
-        return Tensor(data, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
-
-
-def _attach_methods() -> None:
-    """Give Tensor its op methods, each a thin call into gradcraft.ops (the table: ops/methods.py)."""
-    from gradcraft.ops.methods import attach
-
-    attach(Tensor)
 
 
 def buffer_of(t: Tensor):

@@ -17,6 +17,7 @@ from gradcraft.ops import elementwise as ew
 from gradcraft.ops.function import GRADIENTS, live_readers, no_grad
 from gradcraft.ops.inplace import lost_saved_value
 from gradcraft.ops.movement import merge_slice_gradients
+from gradcraft.tensor import Tensor
 
 
 # A backward pass through a tensor whose graph an earlier one freed (PyTorch: retain_graph=True).
@@ -163,3 +164,31 @@ def release_graph(order) -> None:
             t._node = None
             t._requires_grad = False
             t._graph_freed = True  # (a second backward through it: PyTorch's retain_graph error)
+
+
+def _tensor_backward(
+    self,
+    gradient=None,
+    retain_graph=None,
+    create_graph: bool = False,
+    inputs=None,
+    realize: bool = True,
+    on_grad_ready=None,
+) -> None:
+    """Accumulate d(self)/d(leaf) into `.grad` of every leaf that requires grad.
+
+    With realize=False the gradients stay lazy, so the caller can fold them
+    (and the optimizer update) into one schedule. retain_graph=True keeps the
+    graph for another backward, as in PyTorch. on_grad_ready(leaf, buffer) is called as
+    each leaf's gradient is issued, during the backward (data parallelism's buckets).
+    """
+    if create_graph or inputs is not None:
+        raise UserError(
+            "backward(create_graph=..., inputs=...) is not supported; gradients of gradients are not implemented"
+        )
+    backward(self, gradient, realize, retain_graph=bool(retain_graph), on_grad_ready=on_grad_ready)
+
+
+# Tensor.backward (here, not in tensor.py: the Tensor sits below autograd)
+_tensor_backward.__name__, _tensor_backward.__qualname__ = "backward", "Tensor.backward"
+Tensor.backward = _tensor_backward

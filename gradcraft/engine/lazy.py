@@ -126,3 +126,38 @@ def storage(t) -> Storage:
     if s is None:
         s = t._storage = Storage()
     return s
+
+
+def register_reader(node, inputs) -> None:
+    """Remember (weakly) that `node` reads each input, on the input's Storage (engine/lazy.py: shared
+    by every alias of its memory), so that an in-place write to any alias can keep the node reading
+    the data it was built on (gradcraft/ops/inplace.py). Every 64 additions to a Storage, if its list
+    has grown to twice its size after the last sweep, the dead references are dropped (amortized
+    constant time)."""
+    ref = weakref.ref(node)
+    for t in inputs:
+        storage = t._storage
+        if storage is None:
+            storage = t._storage = Storage()
+        readers = storage.readers
+        if readers is None:
+            storage.readers = [ref]
+            continue
+        readers.append(ref)
+        n = len(readers)
+        if not n & 63 and n >= 2 * storage.swept_to:
+            readers[:] = [r for r in readers if r() is not None]
+            storage.swept_to = len(readers)
+
+
+def live_readers(t) -> list:
+    """The nodes built from `t` itself that still exist (each once, though a node reading t twice, as
+    mul(t, t), registered twice). Nodes reading other aliases of t's memory: `storage_readers`."""
+    nodes = [r() for r in t._readers or ()]
+    return list(dict.fromkeys(n for n in nodes if n is not None and any(inp is t for inp in n.inputs)))
+
+
+def storage_readers(t) -> list:
+    """The nodes built from any tensor on t's memory (t and its aliases) that still exist."""
+    nodes = [r() for r in t._readers or ()]
+    return list(dict.fromkeys(n for n in nodes if n is not None))

@@ -14,7 +14,7 @@ import weakref
 from gradcraft.backend import OPTIONAL
 from gradcraft.device import get_backend
 from gradcraft.engine.graph import Node
-from gradcraft.engine.lazy import Storage
+from gradcraft.engine.lazy import live_readers, register_reader, storage_readers  # noqa: F401 (the ops' names)
 
 GRADIENTS: dict = {}
 _state = threading.local()
@@ -124,41 +124,6 @@ def apply(
     if requires_grad:
         node.saved = outputs[1:]
     return outputs
-
-
-def register_reader(node, inputs) -> None:
-    """Remember (weakly) that `node` reads each input, on the input's Storage (engine/lazy.py: shared
-    by every alias of its memory), so that an in-place write to any alias can keep the node reading
-    the data it was built on (gradcraft/ops/inplace.py). Every 64 additions to a Storage, if its list
-    has grown to twice its size after the last sweep, the dead references are dropped (amortized
-    constant time)."""
-    ref = weakref.ref(node)
-    for t in inputs:
-        storage = t._storage
-        if storage is None:
-            storage = t._storage = Storage()
-        readers = storage.readers
-        if readers is None:
-            storage.readers = [ref]
-            continue
-        readers.append(ref)
-        n = len(readers)
-        if not n & 63 and n >= 2 * storage.swept_to:
-            readers[:] = [r for r in readers if r() is not None]
-            storage.swept_to = len(readers)
-
-
-def live_readers(t) -> list:
-    """The nodes built from `t` itself that still exist (each once, though a node reading t twice, as
-    mul(t, t), registered twice). Nodes reading other aliases of t's memory: `storage_readers`."""
-    nodes = [r() for r in t._readers or ()]
-    return list(dict.fromkeys(n for n in nodes if n is not None and any(inp is t for inp in n.inputs)))
-
-
-def storage_readers(t) -> list:
-    """The nodes built from any tensor on t's memory (t and its aliases) that still exist."""
-    nodes = [r() for r in t._readers or ()]
-    return list(dict.fromkeys(n for n in nodes if n is not None))
 
 
 def view_output(node):

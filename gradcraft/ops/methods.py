@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from gradcraft.errors import UserError
 from gradcraft.ops import elementwise as ew, matmul as mm, movement as mv, nn as fn, reduce as rd
 from gradcraft.ops import indexing as ix, inplace as ip, linalg as la, rounding as rn
-from gradcraft.ops import index_build as ib, scatter as sc
+from gradcraft.ops import conversion as cv, index_build as ib, scatter as sc
 
 if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
@@ -233,6 +233,7 @@ def attach(tensor_class: type) -> None:
         "index_add": sc.index_add,
         "index_add_": sc.index_add_,
     }
+    methods.update(cv.METHODS)
     for name, function in methods.items():
         setattr(tensor_class, name, function)
     tensor_class.T = property(lambda self: mv.permute(self, *reversed(range(self.ndim))))

@@ -29,7 +29,8 @@ import functools
 from gradcraft.errors import RuntimeError_
 from gradcraft.ops import custom
 from gradcraft.ops.creation import zeros_like
-from gradcraft.ops.function import is_grad_enabled, no_grad, tensor_class
+from gradcraft.ops.function import is_grad_enabled, no_grad
+from gradcraft.tensor import Tensor
 
 _SAVED_FREED = (
     "Trying to backward through the graph a second time (or directly access saved tensors after they have "
@@ -53,7 +54,7 @@ class FunctionCtx:
 
     def save_for_backward(self, *tensors) -> None:
         for t in tensors:
-            if t is not None and not isinstance(t, tensor_class()):
+            if t is not None and not isinstance(t, Tensor):
                 raise TypeError(
                     f"save_for_backward can only save variables, but argument {len(tensors)} is not a Tensor"
                 )
@@ -103,7 +104,7 @@ class _Record:
         grads = []
         for i, value in enumerate(self.outputs):
             g = self.grads.pop(i, None)
-            if g is None and self.ctx.materialize_grads and isinstance(value, tensor_class()):
+            if g is None and self.ctx.materialize_grads and isinstance(value, Tensor):
                 g = zeros_like(value)
             grads.append(g)
         result = self.cls.backward(self.ctx, *grads)
@@ -116,7 +117,7 @@ class _Record:
             )
         tensor_grads = []
         for position, (arg, g) in enumerate(zip(self.args, result)):
-            if not isinstance(arg, tensor_class()):
+            if not isinstance(arg, Tensor):
                 if g is not None:
                     raise RuntimeError_(
                         f"function {self.name} returned a gradient different than None at position {position + 1}, "
@@ -127,7 +128,7 @@ class _Record:
         return tensor_grads
 
     def _checked(self, g, arg, position):
-        if not isinstance(g, tensor_class()):
+        if not isinstance(g, Tensor):
             raise TypeError(
                 f"function {self.name} returned a {type(g).__name__} as gradient {position}; expected a Tensor"
             )
@@ -174,7 +175,6 @@ class Function:
 
     @classmethod
     def apply(cls, *args, **kwargs):
-        Tensor = tensor_class()
         ctx = FunctionCtx()
         recording = is_grad_enabled()
         ctx.needs_input_grad = tuple(recording and isinstance(a, Tensor) and a.requires_grad for a in args)

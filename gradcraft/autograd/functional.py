@@ -12,13 +12,14 @@ from gradcraft.engine.realize import realize
 from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops.creation import ones_like, zeros_like
-from gradcraft.ops.function import GRADIENTS, no_grad, tensor_class
+from gradcraft.ops.function import GRADIENTS, no_grad
 from gradcraft.ops.inplace import lost_saved_value
 from gradcraft.ops.movement import merge_slice_gradients
+from gradcraft.tensor import Tensor
 
 
 def _sequence(x) -> tuple:
-    return (x,) if isinstance(x, tensor_class()) else tuple(x)
+    return (x,) if isinstance(x, Tensor) else tuple(x)
 
 
 def _topological(roots) -> list:
@@ -55,7 +56,7 @@ def _initial_gradients(outputs, grad_outputs) -> dict:
             if out.numel() != 1:
                 raise RuntimeError_("grad can be implicitly created only for scalar outputs")
             g = ones_like(out)
-        elif not isinstance(g, tensor_class()):
+        elif not isinstance(g, Tensor):
             g = ones_like(out) * g
         elif tuple(g.shape) != tuple(out.shape):
             raise RuntimeError_(
@@ -162,7 +163,7 @@ def backward(
 
 class _VariableMeta(type):
     def __instancecheck__(cls, obj) -> bool:
-        return isinstance(obj, tensor_class())
+        return isinstance(obj, Tensor)
 
 
 class Variable(metaclass=_VariableMeta):
@@ -170,7 +171,6 @@ class Variable(metaclass=_VariableMeta):
     a leaf of its own (as in PyTorch, t itself is left as it was)."""
 
     def __new__(cls, data=None, requires_grad: bool = False, volatile: bool = False):
-        Tensor = tensor_class()
         t = data.detach() if isinstance(data, Tensor) else Tensor(data)
         if requires_grad:
             t.requires_grad_(True)

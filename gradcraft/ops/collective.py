@@ -8,6 +8,7 @@ tensor's memory only through these, so the version bumps of its in-place writes 
 """
 
 from gradcraft.engine.realize import before_write
+from gradcraft.tensor import Tensor
 
 
 def all_reduce(group, tensors) -> None:
@@ -37,8 +38,6 @@ def device_array(t):
 
 def from_device_array(array, dtype, device: str):
     """A tensor over a device array (the memory is shared: a slice of a bucket, a shard)."""
-    from gradcraft.tensor import Tensor
-
     return Tensor._from_buffer(array, dtype, device)
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any, TYPE_CHECKING
+from gradcraft.tensor import Tensor
 from gradcraft.typing import Number, DTypeLike, Device, Shape
 
 if TYPE_CHECKING:
@@ -109,8 +110,6 @@ class _DropoutState:
     counter last moved."""
 
     def __init__(self, device: str, seed: int, counter: int, streams: int):
-        from gradcraft.tensor import Tensor
-
         self.tensor = Tensor(_words(seed, counter), device=device)
         refuse_stale_readers(self.tensor)  # (a stale mask and its later backward would disagree)
         self.one_step = Tensor(np.array([0, 1], dtype=np.int64), device=device)  # the seed stays
@@ -342,8 +341,6 @@ def eye(
 
 
 def tensor(data: Any, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
-    from gradcraft.tensor import Tensor
-
     return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
@@ -356,8 +353,6 @@ def linspace(
 ) -> Tensor:
     """`steps` evenly spaced values from start to end inclusive; the second half is counted back from
     `end`, as PyTorch does, so both ends are exact."""
-    from gradcraft.tensor import Tensor
-
     if steps < 0:
         raise UserError(f"linspace: number of steps must be non-negative, got {steps}")
     dtype = dtypes.to_dtype(dtype) if dtype is not None else dtypes.default_float
@@ -396,8 +391,6 @@ def logspace(
 
 def from_numpy(ndarray: np.ndarray) -> Tensor:
     """A tensor with the array's dtype and values (float64 stays float64, as in PyTorch)."""
-    from gradcraft.tensor import Tensor
-
     if not isinstance(ndarray, np.ndarray):
         from gradcraft.errors import TypeError_
 
@@ -406,8 +399,6 @@ def from_numpy(ndarray: np.ndarray) -> Tensor:
 
 
 def as_tensor(data: Any, dtype: DTypeLike = None, device: Device = None) -> Tensor:
-    from gradcraft.tensor import Tensor
-
     if isinstance(data, Tensor):
         return data.to(*(a for a in (device, dtype) if a is not None))
     if isinstance(data, np.ndarray) and dtype is None:
@@ -424,8 +415,6 @@ def randperm(
     requires_grad: bool = False,
 ) -> Tensor:
     """A random permutation of 0..n-1 (drawn on the host, from the generator's next seed)."""
-    from gradcraft.tensor import Tensor
-
     if n < 0:
         raise RuntimeError_(f"n must be non-negative, got {n}")
     order = resolve(generator).numpy_rng().permutation(int(n))

@@ -14,6 +14,7 @@ import weakref
 from gradcraft.backend import OPTIONAL
 from gradcraft.device import get_backend
 from gradcraft.engine.graph import Node
+from gradcraft.tensor import Tensor
 from gradcraft.engine.lazy import live_readers, register_reader, storage_readers  # noqa: F401 (the ops' names)
 
 GRADIENTS: dict = {}
@@ -63,20 +64,6 @@ class enable_grad(no_grad):
         _state.grad_enabled = True
 
 
-_Tensor = None  # gradcraft.tensor.Tensor, once imported (a module-level import would be circular)
-
-
-def tensor_class():
-    """gradcraft.tensor.Tensor, imported on first use: every op asks, and an import statement in a
-    function costs a lookup each time."""
-    global _Tensor
-    if _Tensor is None:
-        from gradcraft.tensor import Tensor
-
-        _Tensor = Tensor
-    return _Tensor
-
-
 def apply(
     op: str,
     inputs: tuple,
@@ -96,7 +83,6 @@ def apply(
     has no gradient unless `saves_outputs`: then its first output is differentiable and the others are
     what its gradient rule reads (`node.saved`), e.g. flash attention's log-sum-exp.
     """
-    Tensor = _Tensor or tensor_class()
     device = device or inputs[0].device
     if op in OPTIONAL and not get_backend(device).has_kernel(op):
         from gradcraft.ops.fallback import FALLBACKS  # (imports Tensor ops: not at module level)

@@ -46,6 +46,7 @@ from gradcraft.ops.function import (
     storage_readers,
     view_output,
 )
+from gradcraft.tensor import Tensor
 
 
 # Gradient rules that do not read the value of an input (only its shape, or their output): an op of
@@ -161,8 +162,6 @@ class _Before:
 
 def write(x, value, before: _Before | None = None):
     """Make `value` (a tensor or a Python number, broadcast to x's shape) the contents of x; returns x."""
-    from gradcraft.tensor import Tensor
-
     before = before or _Before(x)
     if not isinstance(value, Tensor):
         value = ew.scalar(value, x.dtype, x.device)
@@ -246,8 +245,6 @@ def _rebind_with_views(base, value, x, before: _Before) -> None:
 
 def _rebind(x, value, before: _Before) -> None:
     """x becomes the lazy node computing `value`; what read x before reads its old self."""
-    from gradcraft.tensor import Tensor
-
     old = Tensor.__new__(Tensor)
     old._init(x.shape, x.dtype, x.device, False)
     old._requires_grad, old._buf, old._node, old._index = x._requires_grad, x._buf, x._node, x._index
@@ -387,7 +384,6 @@ def _differentiable(node) -> bool:
 def _copy_of(t):
     """A constant tensor holding a copy of t's buffer now (no schedule: this runs inside one)."""
     from gradcraft.device import get_backend
-    from gradcraft.tensor import Tensor
 
     return Tensor._from_buffer(get_backend(t.device).run("contiguous", [t._buf], {}), t.dtype, t.device)
 
@@ -436,8 +432,6 @@ def fill_(x, value):
 
 
 def copy_(x, src, non_blocking: bool = False):
-    from gradcraft.tensor import Tensor
-
     if not isinstance(src, Tensor):
         src = Tensor(np.asarray(src), device=x.device)
     if src.device != x.device:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+from gradcraft.tensor import Tensor
 from gradcraft.typing import Dims
 
 if TYPE_CHECKING:
@@ -443,8 +444,6 @@ def _copy_from_grad(node, out, g):
 
 def assign(target, value):
     """Write `value` into `target`'s buffer when realized; later reads of target see the new data."""
-    from gradcraft.tensor import Tensor
-
     if target._buf is None:
         target.realize()
     if not isinstance(value, Tensor):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING
+from gradcraft.tensor import Tensor
 from gradcraft.typing import DTypeLike, Device, Shape
 
 if TYPE_CHECKING:
@@ -195,7 +196,6 @@ def rope_frequencies(
 ) -> Tensor:
     """(cos, sin) tables of shape (seq_len, head_dim // 2) for positions start..start+seq_len-1."""
     import numpy as np
-    from gradcraft.tensor import Tensor
 
     inv_freq = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
     angles = np.outer(np.arange(start, start + seq_len, dtype=np.float64), inv_freq)

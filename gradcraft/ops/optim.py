@@ -10,6 +10,7 @@ writes and the version bumps stay here, below the public API.
 from gradcraft import dtypes
 from gradcraft.device import get_backend
 from gradcraft.engine.realize import before_write, realize
+from gradcraft.tensor import Tensor
 
 # The dtypes the fused kernels read and write.
 FUSED_DTYPES = (dtypes.float32, dtypes.bfloat16, dtypes.float16)
@@ -75,8 +76,6 @@ def adamw_step(
 def grad_norm(grads, max_norm: float | None = None):
     """float32 tensor [global L2 norm of all grads, min(1, max_norm / (norm + 1e-6))] (coefficient 1
     when max_norm is None or 0), by one multi-tensor kernel."""
-    from gradcraft.tensor import Tensor
-
     grads = list(grads)
     device = grads[0].device
     stats = get_backend(device).grad_norm([_contiguous_buffer(g) for g in grads], float(max_norm or 0.0))

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 from gradcraft import dtypes
 from gradcraft.errors import UserError
 from gradcraft.ops.function import apply
+from gradcraft.tensor import Tensor
 
 
 def sample_tokens(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tensor, uniform: Tensor) -> Tensor:
@@ -48,8 +49,6 @@ def greedy_advance(logits: Tensor, ids: Tensor, position: Tensor) -> Tensor:
     with position (int64, 1 or B elements: where those tokens sit) moved on by one, both in place when
     the result is realized. Returns (B,) int64. One kernel on a GPU, where argmax, the two assigns
     and the add are four. No gradient."""
-    from gradcraft.tensor import Tensor
-
     if logits.ndim != 2 or not logits.dtype.is_floating_point:
         raise UserError(f"greedy_advance: logits must be a float (B, V) tensor, got {logits.dtype.name} {logits.shape}")
     B = logits.shape[0]

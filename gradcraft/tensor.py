@@ -22,7 +22,7 @@ from gradcraft.device import canonical, get_backend
 from gradcraft.dtypes import DType, to_dtype
 from gradcraft.engine import lazy
 from gradcraft.engine.graph import Node
-from gradcraft.engine.lazy import hold, register_reader
+from gradcraft.engine.lazy import hold
 from gradcraft.engine.realize import before_write, realize as realize_graph
 from gradcraft.errors import RuntimeError_
 from gradcraft.size import Size
@@ -273,7 +273,6 @@ class Tensor:
             return Tensor._from_buffer(self._buf, self.dtype, self.device)
         # a lazy view of self that requires no grad (ops/function.py's apply of a "reshape")
         node = Node("reshape", (self,), {"shape": self.shape}, self.device)
-        register_reader(node, (self,))
         out = Tensor._lazy(node, 0, self.shape, self.dtype, self.device, False)
         node.view_out = weakref.ref(out)
         return out

@@ -129,25 +129,30 @@ def storage(t) -> Storage:
 
 
 def register_reader(node, inputs) -> None:
-    """Remember (weakly) that `node` reads each input, on the input's Storage (engine/lazy.py: shared
-    by every alias of its memory), so that an in-place write to any alias can keep the node reading
-    the data it was built on (gradcraft/ops/inplace.py). Every 64 additions to a Storage, if its list
-    has grown to twice its size after the last sweep, the dead references are dropped (amortized
-    constant time)."""
+    """Remember (weakly) that `node` reads each input, on the input's Storage (shared by every alias
+    of its memory), so that an in-place write to any alias can keep the node reading the data it was
+    built on (gradcraft/ops/inplace.py). A new Node registers itself (engine/graph.py); this is for
+    a node re-pointed at another input."""
     ref = weakref.ref(node)
     for t in inputs:
         storage = t._storage
         if storage is None:
             storage = t._storage = Storage()
-        readers = storage.readers
-        if readers is None:
+        if storage.readers is None:
             storage.readers = [ref]
             continue
-        readers.append(ref)
-        n = len(readers)
-        if not n & 63 and n >= 2 * storage.swept_to:
-            readers[:] = [r for r in readers if r() is not None]
-            storage.swept_to = len(readers)
+        storage.readers.append(ref)
+        if not len(storage.readers) & 63:
+            sweep_readers(storage)
+
+
+def sweep_readers(storage: Storage) -> None:
+    """Called every 64 additions: if the list has grown to twice its size after the last sweep, the
+    dead references are dropped (amortized constant time)."""
+    readers = storage.readers
+    if len(readers) >= 2 * storage.swept_to:
+        readers[:] = [r for r in readers if r() is not None]
+        storage.swept_to = len(readers)
 
 
 def live_readers(t) -> list:

@@ -77,6 +77,18 @@ def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
         for t in targets:
             if t._buf is not None:
                 on_ready(t, t._buf)
+    elif len(targets) == 1:  # eager code's case: one op over realized inputs, without a schedule
+        t = targets[0]
+        if t._buf is not None:
+            return
+        node = t._node
+        if node.op not in WRITES_INPUTS:
+            for inp, version in zip(node.inputs, node.input_versions):
+                if inp._buf is None or inp._storage.version != version:
+                    break  # (a lazy input: schedule; a stale one: schedule refuses it)
+            else:
+                _realize_one(node, targets, keep_saved)
+                return
     order, readers = schedule(targets)
     if not order:
         return

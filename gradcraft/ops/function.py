@@ -88,8 +88,7 @@ def apply(
         from gradcraft.ops.fallback import FALLBACKS  # (imports Tensor ops: not at module level)
 
         return FALLBACKS[op](*inputs, **(attrs or {}))
-    node = Node(op, tuple(inputs), attrs or {}, device, n_outputs)
-    register_reader(node, inputs)
+    node = Node(op, tuple(inputs), attrs or {}, device, n_outputs)  # (registers itself as the inputs' reader)
     first_dtype = dtype if n_outputs == 1 else dtype[0]
     requires_grad = (
         (n_outputs == 1 or saves_outputs)

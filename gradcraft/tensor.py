@@ -22,7 +22,7 @@ from gradcraft.device import canonical, get_backend
 from gradcraft.dtypes import DType, to_dtype
 from gradcraft.engine import lazy
 from gradcraft.engine.graph import Node
-from gradcraft.engine.lazy import hold
+from gradcraft.engine.lazy import LazyBuffer, hold
 from gradcraft.engine.realize import before_write, realize as realize_graph
 from gradcraft.errors import RuntimeError_
 from gradcraft.size import Size
@@ -39,20 +39,10 @@ def _shorthand_for_to(target, name: str):
     return method
 
 
-class Tensor:
-    __slots__ = (
-        "shape",
-        "dtype",
-        "device",
-        "_requires_grad",
-        "grad",
-        "_buf",
-        "_node",
-        "_index",
-        "_storage",
-        "_graph_freed",
-        "__weakref__",
-    )
+class Tensor(LazyBuffer):
+    # the engine's fields (shape, dtype, device, _buf, _node, _index, _storage, _requires_grad) are
+    # declared by engine/lazy.py's LazyBuffer; autograd's here
+    __slots__ = ("grad", "_graph_freed", "__weakref__")
     shape: Size  # a tuple that prints as torch.Size([...])
     dtype: DType
     device: str  # canonical: "cpu" or "cuda:N"

@@ -21,12 +21,12 @@ class Tensor:
     shape: Size
     dtype: DType
     device: str
-    _requires_grad: typing.Any
-    grad: Tensor | None
     _buf: typing.Any
     _node: typing.Any
     _index: typing.Any
     _storage: typing.Any
+    _requires_grad: typing.Any
+    grad: Tensor | None
     _graph_freed: typing.Any
 
     def __init__(self, data, dtype=..., device=..., requires_grad: builtins.bool = ...): ...

@@ -194,7 +194,9 @@ def tensor_class(cls, imports: _Imports) -> str:
         lines.append(f'    """{doc}"""\n\n')
     hints = getattr(cls, "__annotations__", {})
     module_globals = vars(sys.modules[cls.__module__])
-    for slot in cls.__slots__:
+    # the fields of the engine's value it extends (engine/lazy.py's LazyBuffer) first, then its own
+    slots = [slot for base in reversed(cls.__mro__[1:]) for slot in getattr(base, "__slots__", ())]
+    for slot in slots + list(cls.__slots__):
         if slot in SKIPPED:
             continue
         hint = annotation(hints[slot], module_globals, imports) if slot in hints else "typing.Any"

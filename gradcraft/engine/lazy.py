@@ -32,6 +32,20 @@ class Storage:
         self.swept_to = 32
 
 
+class LazyBuffer:
+    """The engine's value: what a graph node reads and computes. gradcraft.tensor.Tensor is one (it
+    adds the gradient and what autograd keeps), so the engine's nodes hold their inputs as these and
+    the engine reads no other field of them.
+
+    shape, dtype, device: what the value is; _buf: its device array once computed (None while
+    lazy); _node, _index: the node whose output `_index` computes it (None for a constant, and once
+    computed unless a backward pass may still need the recipe); _storage: the Storage of its memory
+    (version and lazy readers, shared by its aliases; None until first needed); _requires_grad:
+    whether a backward pass may read it, so that a realize keeps its buffer and its recipe."""
+
+    __slots__ = ("shape", "dtype", "device", "_buf", "_node", "_index", "_storage", "_requires_grad")
+
+
 # id(root) -> weak reference to the Storage of that memory (live while some tensor holds it)
 _by_root: dict = {}
 _registered = [0, 1024]  # registrations since the last sweep, size to reach before the next one

@@ -112,7 +112,7 @@ def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
     for t in targets:
         if t._buf is None:
             hold(t, values[(id(t._node), t._index)])
-        if not t.requires_grad:
+        if not t._requires_grad:
             t._node = None  # no backward will need the recipe: let the graph behind it go
 
 
@@ -243,7 +243,7 @@ def _realize_one(node, targets, keep_saved: bool) -> None:
     for t in targets:
         if t._buf is None:
             hold(t, outputs[t._index])
-        if not t.requires_grad:
+        if not t._requires_grad:
             t._node = None  # (as realize's loop)
 
 

@@ -296,6 +296,59 @@ class Tensor(LazyBuffer):
         return self.reshape(other.shape)
 
 
+# ---------------------------------------------------------------- for the layers built on Tensor
+# The functions through which ops/, autograd/ and the graph capture reach what a Tensor holds (no
+# module but this one reads its private fields: tests/test_layering.py).
+
+lazy_output = Tensor._lazy  # (node, index, shape, dtype, device, requires_grad): an op's output
+from_buffer = Tensor._from_buffer  # (buf, dtype, device): a constant holding a device array
+
+
+def init_alias(t: Tensor, source: Tensor) -> None:
+    """Make t, a new tensor not yet initialized (a Parameter's __init__), an alias of source's
+    memory (computed first): its shape, dtype, device, buffer and version counter."""
+    t._init(source.shape, source.dtype, source.device, False)
+    t.data = source
+
+
+def grad_node(t: Tensor):
+    """The graph node that computes t (None for a leaf, a constant, or once the graph is freed)."""
+    return t._node
+
+
+def output_index(t: Tensor) -> int:
+    """Which output of its node t is."""
+    return t._index
+
+
+def version(t: Tensor) -> int:
+    """How many times t's memory was written in place (PyTorch's `t._version`)."""
+    return t._version
+
+
+def bump_version(t: Tensor) -> None:
+    """After a backend routine wrote into t's memory itself: its version (shared by every alias of
+    the memory) moves on, so lazy ops built on the old contents refuse to run."""
+    lazy.storage(t).version += 1
+
+
+def same_memory(a: Tensor, b: Tensor) -> bool:
+    """Whether a and b are aliases of one block of memory (one version counter)."""
+    return a._storage is not None and a._storage is b._storage
+
+
+def graph_freed(t: Tensor) -> bool:
+    """Whether a backward pass freed the graph behind t (PyTorch's retain_graph error)."""
+    return t._graph_freed
+
+
+def free_graph(t: Tensor) -> None:
+    """After backward: t, computed, becomes a constant (its recipe and the graph behind it go)."""
+    t._node = None
+    t._requires_grad = False
+    t._graph_freed = True
+
+
 def buffer_of(t: Tensor):
     """t's device array, computing t first (for code that hands tensors to a backend's own
     routines: graph capture, collectives, fused optimizer kernels)."""

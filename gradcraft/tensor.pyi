@@ -290,6 +290,30 @@ class Tensor:
     def random_(self, *args: builtins.int, generator: Generator | None = ..., **kwargs: builtins.int) -> Tensor: """In place: integers drawn uniformly from [from, to) (`random_(to)`, `random_(from, to)`); without"""
 
 
+def init_alias(t: Tensor, source: Tensor) -> None: """Make t, a new tensor not yet initialized (a Parameter's __init__), an alias of source's"""
+
+
+def grad_node(t: Tensor): """The graph node that computes t (None for a leaf, a constant, or once the graph is freed)."""
+
+
+def output_index(t: Tensor) -> builtins.int: """Which output of its node t is."""
+
+
+def version(t: Tensor) -> builtins.int: """How many times t's memory was written in place (PyTorch's `t._version`)."""
+
+
+def bump_version(t: Tensor) -> None: """After a backend routine wrote into t's memory itself: its version (shared by every alias of"""
+
+
+def same_memory(a: Tensor, b: Tensor) -> builtins.bool: """Whether a and b are aliases of one block of memory (one version counter)."""
+
+
+def graph_freed(t: Tensor) -> builtins.bool: """Whether a backward pass freed the graph behind t (PyTorch's retain_graph error)."""
+
+
+def free_graph(t: Tensor) -> None: """After backward: t, computed, becomes a constant (its recipe and the graph behind it go)."""
+
+
 def buffer_of(t: Tensor): """t's device array, computing t first (for code that hands tensors to a backend's own"""
 
 

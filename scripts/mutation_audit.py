@@ -326,8 +326,8 @@ MUTANTS = [
     M(
         "lazy_nodes_keep_saved_outputs",
         "gradcraft/autograd/engine.py",
-        "            t._node.saved = ()\n        if t._node is not None and t._buf is not None:",
-        "            pass\n        if t._node is not None and t._buf is not None:",
+        "            node.saved = ()\n            if t.is_realized:",
+        "            pass\n            if t.is_realized:",
         ("tests/test_engine.py",),
         "flash attention's saved statistics keep the forward graph (and a reader of every weight) alive",
     ),

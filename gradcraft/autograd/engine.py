@@ -17,7 +17,7 @@ from gradcraft.ops import elementwise as ew
 from gradcraft.ops.function import GRADIENTS, live_readers, no_grad
 from gradcraft.ops.inplace import lost_saved_value
 from gradcraft.ops.movement import merge_slice_gradients
-from gradcraft.tensor import Tensor
+from gradcraft.tensor import Tensor, free_graph, graph_freed, grad_node
 
 
 # A backward pass through a tensor whose graph an earlier one freed (PyTorch: retain_graph=True).
@@ -40,12 +40,13 @@ def _topological(root) -> list:
             continue
         seen.add(id(t))
         stack.append((t, True))
-        if t._node is not None:
-            for inp in t._node.inputs:
+        node = grad_node(t)
+        if node is not None:
+            for inp in node.inputs:
                 if inp.requires_grad:
                     if id(inp) not in seen:
                         stack.append((inp, False))
-                elif inp._graph_freed:
+                elif graph_freed(inp):
                     raise RuntimeError_(_SECOND_BACKWARD)
     return order
 
@@ -53,7 +54,7 @@ def _topological(root) -> list:
 def backward(root, gradient=None, realize_now: bool = True, retain_graph: bool = False, on_grad_ready=None) -> None:
     """on_grad_ready(leaf, buffer): called for each leaf as soon as its gradient's last kernel has
     been issued, while the rest of the backward still runs (see realize's on_ready)."""
-    if not root.requires_grad and root._graph_freed:
+    if not root.requires_grad and graph_freed(root):
         raise RuntimeError_(_SECOND_BACKWARD)
     if not root.requires_grad:
         raise UserError(
@@ -82,20 +83,21 @@ def backward(root, gradient=None, realize_now: bool = True, retain_graph: bool =
             g = grads.pop(id(t), None)
             if g is None:
                 continue
-            if t._node is None:
+            node = grad_node(t)
+            if node is None:
                 if t.grad is not None:
                     g = ew.add(t.grad, g)
                 t.grad = ew.cast(g, t.dtype)
                 leaves.append(t)
                 continue
-            if lost_saved_value(t._node):
+            if lost_saved_value(node):
                 raise RuntimeError_(
                     f"one of the variables needed for gradient computation has been modified by an "
-                    f"inplace operation (an input of {t._node.op}); clone it before the in-place "
+                    f"inplace operation (an input of {node.op}); clone it before the in-place "
                     f"operation, or do the operation out of place"
                 )
-            rule = GRADIENTS[t._node.op]
-            for inp, grad in zip(t._node.inputs, rule(t._node, t, g)):
+            rule = GRADIENTS[node.op]
+            for inp, grad in zip(node.inputs, rule(node, t, g)):
                 if grad is None or not inp.requires_grad:
                     continue
                 previous = grads.get(id(inp))
@@ -132,10 +134,10 @@ def _held_by_caller(order, root, first_gradient_node: int) -> list:
     built on a graph tensor outside the graph (the logits beside a fused loss) is the caller's too:
     it would otherwise keep the whole forward graph, and a lazy reader of every weight, alive until
     the caller drops it."""
-    graph_nodes = {id(t._node) for t in order if t._node is not None}
+    graph_nodes = {id(grad_node(t)) for t in order if grad_node(t) is not None}
     held = []
     for t in order:
-        if t is root or t._node is None or t._buf is not None:
+        if t is root or grad_node(t) is None or t.is_realized:
             continue
         inside = builtins_sum(
             1
@@ -155,15 +157,14 @@ builtins_sum = sum
 def release_graph(order) -> None:
     """After backward: realized intermediates become constants, freeing the graph behind them."""
     for t in order:
-        if t._node is not None:
+        node = grad_node(t)
+        if node is not None:
             # Saved outputs point back at their node: drop the cycle now, for lazy tensors too (a
             # flash-attention node's statistics would otherwise keep its inputs' graph, and a lazy
             # reader of every weight, alive until Python's cycle collector ran).
-            t._node.saved = ()
-        if t._node is not None and t._buf is not None:
-            t._node = None
-            t._requires_grad = False
-            t._graph_freed = True  # (a second backward through it: PyTorch's retain_graph error)
+            node.saved = ()
+            if t.is_realized:
+                free_graph(t)  # (a second backward through it: PyTorch's retain_graph error)
 
 
 def _tensor_backward(

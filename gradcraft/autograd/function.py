@@ -30,7 +30,7 @@ from gradcraft.errors import RuntimeError_
 from gradcraft.ops import custom
 from gradcraft.ops.creation import zeros_like
 from gradcraft.ops.function import is_grad_enabled, no_grad
-from gradcraft.tensor import Tensor
+from gradcraft.tensor import Tensor, version
 
 _SAVED_FREED = (
     "Trying to backward through the graph a second time (or directly access saved tensors after they have "
@@ -59,7 +59,7 @@ class FunctionCtx:
                     f"save_for_backward can only save variables, but argument {len(tensors)} is not a Tensor"
                 )
         self._saved = tensors
-        self._saved_versions = tuple(None if t is None else t._version for t in tensors)
+        self._saved_versions = tuple(None if t is None else version(t) for t in tensors)
 
     @property
     def saved_tensors(self) -> tuple:
@@ -67,12 +67,12 @@ class FunctionCtx:
             raise RuntimeError_(_SAVED_FREED)
         if self._saved is None:
             return ()
-        for t, version in zip(self._saved, self._saved_versions):
-            if t is not None and t._version != version:
+        for t, saved_version in zip(self._saved, self._saved_versions):
+            if t is not None and version(t) != saved_version:
                 raise RuntimeError_(
                     "one of the variables needed for gradient computation has been modified by an inplace "
-                    f"operation: [{t.dtype.name} {list(t.shape)}] is at version {t._version}; expected version "
-                    f"{version} instead"
+                    f"operation: [{t.dtype.name} {list(t.shape)}] is at version {version(t)}; expected version "
+                    f"{saved_version} instead"
                 )
         return tuple(self._saved)
 

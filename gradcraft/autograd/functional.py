@@ -15,7 +15,7 @@ from gradcraft.ops.creation import ones_like, zeros_like
 from gradcraft.ops.function import GRADIENTS, no_grad
 from gradcraft.ops.inplace import lost_saved_value
 from gradcraft.ops.movement import merge_slice_gradients
-from gradcraft.tensor import Tensor
+from gradcraft.tensor import Tensor, grad_node
 
 
 def _sequence(x) -> tuple:
@@ -35,8 +35,9 @@ def _topological(roots) -> list:
             continue
         seen.add(id(t))
         stack.append((t, True))
-        if t._node is not None:
-            stack.extend((inp, False) for inp in t._node.inputs if inp.requires_grad and id(inp) not in seen)
+        node = grad_node(t)
+        if node is not None:
+            stack.extend((inp, False) for inp in node.inputs if inp.requires_grad and id(inp) not in seen)
     return order
 
 
@@ -100,14 +101,15 @@ def grad(
                 continue
             if id(t) in wanted:
                 found[id(t)] = g
-            if t._node is None:
+            node = grad_node(t)
+            if node is None:
                 continue
-            if lost_saved_value(t._node):
+            if lost_saved_value(node):
                 raise RuntimeError_(
                     "one of the variables needed for gradient computation has been modified by an inplace "
-                    f"operation (an input of {t._node.op}); clone it before the in-place operation"
+                    f"operation (an input of {node.op}); clone it before the in-place operation"
                 )
-            for inp, g_in in zip(t._node.inputs, GRADIENTS[t._node.op](t._node, t, g)):
+            for inp, g_in in zip(node.inputs, GRADIENTS[node.op](node, t, g)):
                 if g_in is None or not inp.requires_grad:
                     continue
                 previous = grads.get(id(inp))

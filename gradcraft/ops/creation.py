@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any, TYPE_CHECKING
-from gradcraft.tensor import Tensor
+from gradcraft.tensor import Tensor, write_from_host
 from gradcraft.typing import Number, DTypeLike, Device, Shape
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ import math
 import numpy as np
 
 from gradcraft import dtypes
-from gradcraft.device import canonical, get_backend
+from gradcraft.device import canonical
 from gradcraft.errors import RuntimeError_, TypeError_, UserError
 from gradcraft.ops.function import apply, refuse_stale_readers
 from gradcraft.ops.generator import Generator, default_generator, resolve
@@ -117,8 +117,9 @@ class _DropoutState:
 
     def set(self, seed: int, counter: int, streams: int) -> None:
         """Overwrite in place (outside any captured step: a host-to-device copy)."""
-        get_backend(self.tensor.device).write(self.tensor._buf, _words(seed, counter))
-        self.tensor._version += 1  # lazy dropout nodes built before now would read other masks: refuse them
+        # (lazy dropout nodes built before now would read other masks: they refuse, as the state
+        # refuses stale readers)
+        write_from_host(self.tensor, _words(seed, counter))
         self.streams = streams
 
     def get(self) -> tuple:

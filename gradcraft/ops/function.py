@@ -14,7 +14,7 @@ import weakref
 from gradcraft.backend import OPTIONAL
 from gradcraft.device import get_backend
 from gradcraft.engine.graph import Node
-from gradcraft.tensor import Tensor
+from gradcraft.tensor import grad_node, lazy_output
 from gradcraft.engine.lazy import live_readers, register_reader, storage_readers  # noqa: F401 (the ops' names)
 
 GRADIENTS: dict = {}
@@ -94,17 +94,16 @@ def apply(
         (n_outputs == 1 or saves_outputs)
         and op in GRADIENTS
         and is_grad_enabled()
-        and any(t._requires_grad for t in inputs)
+        and any(t.requires_grad for t in inputs)
         and first_dtype.is_floating_point
     )
     if n_outputs == 1:
-        out = Tensor._lazy(node, 0, tuple(shape), dtype, device, requires_grad)
+        out = lazy_output(node, 0, shape, dtype, device, requires_grad)
         if op in VIEW_OPS:
             node.view_out = weakref.ref(out)
         return out
     outputs = tuple(
-        Tensor._lazy(node, i, tuple(s), d, device, requires_grad and i == 0)
-        for i, (s, d) in enumerate(zip(shape, dtype))
+        lazy_output(node, i, s, d, device, requires_grad and i == 0) for i, (s, d) in enumerate(zip(shape, dtype))
     )
     if requires_grad:
         node.saved = outputs[1:]
@@ -114,7 +113,7 @@ def apply(
 def view_output(node):
     """The tensor a lazy view node computes, while it exists and is still lazy (else None)."""
     out = node.view_out() if node.view_out is not None else None
-    return out if out is not None and out._node is node and out._buf is None else None
+    return out if out is not None and grad_node(out) is node and not out.is_realized else None
 
 
 # Tensors whose stale readers must be refused, not given the old data: the dropout state, because a

@@ -8,6 +8,8 @@ leaves and for tensors that do not require grad. The same node gives the same ob
 
 import weakref
 
+from gradcraft.tensor import grad_node
+
 _TORCH_NAMES = {
     "add": "AddBackward0",
     "sub": "SubBackward0",
@@ -84,14 +86,14 @@ def _function_of(t):
     """The next_functions entry for an input: its grad_fn, AccumulateGrad, or None."""
     if t is None or not t.requires_grad:
         return None
-    if t._node is None:
+    if grad_node(t) is None:
         return AccumulateGrad(t)
     return grad_fn(t)
 
 
 def grad_fn(t):
     """Tensor.grad_fn (None for leaves and tensors outside any gradient graph)."""
-    node = t._node
+    node = grad_node(t)
     if node is None or not t.requires_grad:
         return None
     found = _NODES.get(node)

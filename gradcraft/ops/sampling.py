@@ -59,6 +59,6 @@ def greedy_advance(logits: Tensor, ids: Tensor, position: Tensor) -> Tensor:
     if len({logits.device, ids.device, position.device}) != 1:
         raise UserError("greedy_advance: logits, ids and position must be on one device")
     for t in (ids, position):
-        if t._buf is None:  # the writes go into their own buffers
+        if not t.is_realized:  # the writes go into their own buffers
             t.realize()
     return apply("greedy_advance", (logits, ids, position), {}, (B,), dtypes.int64)

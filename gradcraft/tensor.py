@@ -311,9 +311,31 @@ def init_alias(t: Tensor, source: Tensor) -> None:
     t.data = source
 
 
-def grad_node(t: Tensor):
-    """The graph node that computes t (None for a leaf, a constant, or once the graph is freed)."""
+def node_of(t: Tensor):
+    """The graph node that computes t (None for a leaf, a constant, or once computed and no backward
+    pass needs the recipe)."""
     return t._node
+
+
+def take_contents(x: Tensor, value: Tensor) -> Tensor:
+    """x becomes `value` (its node, or its buffer once computed) at a new version of its own, for a
+    recorded in-place write (ops/inplace.py). Returns a new tensor holding what x held: its node or
+    buffer, whether it required grad, and its memory's version and readers."""
+    old = Tensor.__new__(Tensor)
+    old._init(x.shape, x.dtype, x.device, False)
+    old._requires_grad, old._buf, old._node, old._index = x._requires_grad, x._buf, x._node, x._index
+    old._storage = x._storage
+    previous = x._version
+    x._storage = None
+    x._node, x._index = (None, 0) if value._node is None else (value._node, value._index)
+    if value._buf is not None:  # a computed value: x is an alias of its memory
+        x._buf = None
+        hold(x, value._buf)
+    else:
+        x._buf = None
+        x._storage = lazy.Storage(previous + 1)
+    x._requires_grad = value.requires_grad
+    return old
 
 
 def output_index(t: Tensor) -> int:

@@ -293,7 +293,10 @@ class Tensor:
 def init_alias(t: Tensor, source: Tensor) -> None: """Make t, a new tensor not yet initialized (a Parameter's __init__), an alias of source's"""
 
 
-def grad_node(t: Tensor): """The graph node that computes t (None for a leaf, a constant, or once the graph is freed)."""
+def node_of(t: Tensor): """The graph node that computes t (None for a leaf, a constant, or once computed and no backward"""
+
+
+def take_contents(x: Tensor, value: Tensor) -> Tensor: """x becomes `value` (its node, or its buffer once computed) at a new version of its own, for a"""
 
 
 def output_index(t: Tensor) -> builtins.int: """Which output of its node t is."""

@@ -17,7 +17,7 @@ from gradcraft.ops import elementwise as ew
 from gradcraft.ops.function import GRADIENTS, live_readers, no_grad
 from gradcraft.ops.inplace import lost_saved_value
 from gradcraft.ops.movement import merge_slice_gradients
-from gradcraft.tensor import Tensor, free_graph, graph_freed, grad_node
+from gradcraft.tensor import Tensor, free_graph, graph_freed, node_of
 
 
 # A backward pass through a tensor whose graph an earlier one freed (PyTorch: retain_graph=True).
@@ -40,7 +40,7 @@ def _topological(root) -> list:
             continue
         seen.add(id(t))
         stack.append((t, True))
-        node = grad_node(t)
+        node = node_of(t)
         if node is not None:
             for inp in node.inputs:
                 if inp.requires_grad:
@@ -83,7 +83,7 @@ def backward(root, gradient=None, realize_now: bool = True, retain_graph: bool =
             g = grads.pop(id(t), None)
             if g is None:
                 continue
-            node = grad_node(t)
+            node = node_of(t)
             if node is None:
                 if t.grad is not None:
                     g = ew.add(t.grad, g)
@@ -134,10 +134,10 @@ def _held_by_caller(order, root, first_gradient_node: int) -> list:
     built on a graph tensor outside the graph (the logits beside a fused loss) is the caller's too:
     it would otherwise keep the whole forward graph, and a lazy reader of every weight, alive until
     the caller drops it."""
-    graph_nodes = {id(grad_node(t)) for t in order if grad_node(t) is not None}
+    graph_nodes = {id(node_of(t)) for t in order if node_of(t) is not None}
     held = []
     for t in order:
-        if t is root or grad_node(t) is None or t.is_realized:
+        if t is root or node_of(t) is None or t.is_realized:
             continue
         inside = builtins_sum(
             1
@@ -157,7 +157,7 @@ builtins_sum = sum
 def release_graph(order) -> None:
     """After backward: realized intermediates become constants, freeing the graph behind them."""
     for t in order:
-        node = grad_node(t)
+        node = node_of(t)
         if node is not None:
             # Saved outputs point back at their node: drop the cycle now, for lazy tensors too (a
             # flash-attention node's statistics would otherwise keep its inputs' graph, and a lazy

@@ -15,7 +15,7 @@ from gradcraft.ops.creation import ones_like, zeros_like
 from gradcraft.ops.function import GRADIENTS, no_grad
 from gradcraft.ops.inplace import lost_saved_value
 from gradcraft.ops.movement import merge_slice_gradients
-from gradcraft.tensor import Tensor, grad_node
+from gradcraft.tensor import Tensor, node_of
 
 
 def _sequence(x) -> tuple:
@@ -35,7 +35,7 @@ def _topological(roots) -> list:
             continue
         seen.add(id(t))
         stack.append((t, True))
-        node = grad_node(t)
+        node = node_of(t)
         if node is not None:
             stack.extend((inp, False) for inp in node.inputs if inp.requires_grad and id(inp) not in seen)
     return order
@@ -101,7 +101,7 @@ def grad(
                 continue
             if id(t) in wanted:
                 found[id(t)] = g
-            node = grad_node(t)
+            node = node_of(t)
             if node is None:
                 continue
             if lost_saved_value(node):

@@ -129,6 +129,17 @@ def detach_readers(t, storage: Storage) -> None:
     _move_readers(t, storage, Storage(), stale=True)
 
 
+def current_reads(node, t) -> list:
+    """The positions of node's inputs that are on t's memory (t or an alias of it) and were read at
+    its current version: what an in-place write to that memory would change under the node."""
+    storage = t._storage
+    return [
+        i
+        for i, (inp, v) in enumerate(zip(node.inputs, node.input_versions))
+        if inp._storage is storage and v == storage.version
+    ]
+
+
 def version_of(t) -> int:
     storage = t._storage
     return 0 if storage is None else storage.version

@@ -14,7 +14,7 @@ import weakref
 from gradcraft.backend import OPTIONAL
 from gradcraft.device import get_backend
 from gradcraft.engine.graph import Node
-from gradcraft.tensor import grad_node, lazy_output
+from gradcraft.tensor import node_of, lazy_output
 from gradcraft.engine.lazy import live_readers, register_reader, storage_readers  # noqa: F401 (the ops' names)
 
 GRADIENTS: dict = {}
@@ -113,7 +113,7 @@ def apply(
 def view_output(node):
     """The tensor a lazy view node computes, while it exists and is still lazy (else None)."""
     out = node.view_out() if node.view_out is not None else None
-    return out if out is not None and grad_node(out) is node and not out.is_realized else None
+    return out if out is not None and node_of(out) is node and not out.is_realized else None
 
 
 # Tensors whose stale readers must be refused, not given the old data: the dropout state, because a

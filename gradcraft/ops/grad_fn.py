@@ -8,7 +8,7 @@ leaves and for tensors that do not require grad. The same node gives the same ob
 
 import weakref
 
-from gradcraft.tensor import grad_node
+from gradcraft.tensor import node_of
 
 _TORCH_NAMES = {
     "add": "AddBackward0",
@@ -86,14 +86,14 @@ def _function_of(t):
     """The next_functions entry for an input: its grad_fn, AccumulateGrad, or None."""
     if t is None or not t.requires_grad:
         return None
-    if grad_node(t) is None:
+    if node_of(t) is None:
         return AccumulateGrad(t)
     return grad_fn(t)
 
 
 def grad_fn(t):
     """Tensor.grad_fn (None for leaves and tensors outside any gradient graph)."""
-    node = grad_node(t)
+    node = node_of(t)
     if node is None or not t.requires_grad:
         return None
     found = _NODES.get(node)

@@ -12,7 +12,7 @@ from gradcraft import dtypes
 from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops.function import apply, gradient
-from gradcraft.tensor import grad_node
+from gradcraft.tensor import node_of
 from gradcraft.amp import policy as _amp
 
 
@@ -66,5 +66,5 @@ def _matmul_grad(node, out, g):
 
 def _is_transpose(t) -> bool:
     """t is a lazy view swapping the last two axes of another tensor (x.mT)."""
-    node = grad_node(t)
+    node = node_of(t)
     return node is not None and node.op == "permute" and node.attrs["axes"] == (1, 0)

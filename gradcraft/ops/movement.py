@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
-from gradcraft.tensor import Tensor, grad_node
+from gradcraft.tensor import Tensor, node_of
 from gradcraft.typing import Dims
 
 if TYPE_CHECKING:
@@ -227,7 +227,7 @@ def put_slices(grads, specs, shape):
 def merge_slice_gradients(a, b):
     """a + b as one put_slices node when both are unrealized put_slices of one shape, else None.
     (Autograd sums the gradients of q, k and v sliced out of one matmul: one buffer, not three.)"""
-    na, nb = grad_node(a), grad_node(b)
+    na, nb = node_of(a), node_of(b)
     for t, node in ((a, na), (b, nb)):
         if t.is_realized or node is None or node.op != "put_slices":
             return None

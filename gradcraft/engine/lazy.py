@@ -183,11 +183,22 @@ def sweep_readers(storage: Storage) -> None:
 def live_readers(t) -> list:
     """The nodes built from `t` itself that still exist (each once, though a node reading t twice, as
     mul(t, t), registered twice). Nodes reading other aliases of t's memory: `storage_readers`."""
-    nodes = [r() for r in t._readers or ()]
+    nodes = [r() for r in readers_of(t)]
     return list(dict.fromkeys(n for n in nodes if n is not None and any(inp is t for inp in n.inputs)))
 
 
 def storage_readers(t) -> list:
     """The nodes built from any tensor on t's memory (t and its aliases) that still exist."""
-    nodes = [r() for r in t._readers or ()]
+    nodes = [r() for r in readers_of(t)]
     return list(dict.fromkeys(n for n in nodes if n is not None))
+
+
+def readers_of(t) -> list:
+    """The weak references to the nodes registered as readers of t's memory (dead ones included)."""
+    storage = t._storage
+    return () if storage is None or storage.readers is None else storage.readers
+
+
+def mark_written(t) -> None:
+    """t's memory was just written in place: its version (every alias's) moves on."""
+    storage(t).version += 1

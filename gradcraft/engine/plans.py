@@ -32,7 +32,7 @@ from collections import OrderedDict
 import numpy as np
 
 from gradcraft.device import get_backend
-from gradcraft.engine.lazy import hold
+from gradcraft.engine.lazy import hold, mark_written
 
 MIN_NODES = 8  # smaller schedules gain little from a graph
 MAX_PLANS = 16  # recorded graphs kept per process (each holds its schedule's peak memory)
@@ -223,7 +223,7 @@ def _replay(plan, leaves, order, writes_inputs) -> dict:
         recorded[...] = current
     for node in order:
         for i in writes_inputs.get(node.op, ()):
-            node.inputs[i]._version += 1
+            mark_written(node.inputs[i])
     backend.replay(plan.graph)
     stats["replayed"] += 1
     stats["replayed_kernels"] += plan.kernels

@@ -16,7 +16,7 @@ import time
 
 from gradcraft.device import get_backend
 from gradcraft.engine import fusion, grouping, plans
-from gradcraft.engine.lazy import hold
+from gradcraft.engine.lazy import hold, mark_written, readers_of
 from gradcraft.engine.schedule import schedule
 
 DEBUG = int(os.environ.get("GRADCRAFT_DEBUG", "0") or 0)
@@ -143,7 +143,7 @@ def announce_writes(order) -> None:
     scheduled = None
     for node in order:
         for i in WRITES_INPUTS.get(node.op, ()):
-            if BEFORE_WRITE and node.inputs[i]._readers:
+            if BEFORE_WRITE and readers_of(node.inputs[i]):
                 if scheduled is None:
                     scheduled = _scheduled_ids(order)
                 before_write(node.inputs[i], scheduled)
@@ -178,7 +178,7 @@ def _run_loop(order, readers, target_keys, keep, on_ready=None, targets=(), anno
             continue
         written = WRITES_INPUTS.get(node.op, ())
         for i in written:
-            if announce and BEFORE_WRITE and node.inputs[i]._readers:
+            if announce and BEFORE_WRITE and readers_of(node.inputs[i]):
                 if scheduled is None:
                     scheduled = _scheduled_ids(order)
                 before_write(node.inputs[i], scheduled)
@@ -196,7 +196,7 @@ def _run_loop(order, readers, target_keys, keep, on_ready=None, targets=(), anno
             _trace(step, node, args, outputs, backend, start)
         del args, result
         for i in written:
-            node.inputs[i]._version += 1
+            mark_written(node.inputs[i])
         node_id = node.output_id
         for index, value in enumerate(outputs):
             key = (node_id, index)

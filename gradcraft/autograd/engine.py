@@ -14,6 +14,7 @@ from gradcraft.engine.graph import serial_now
 from gradcraft.engine.realize import realize
 from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
+from gradcraft.ops.creation import ones
 from gradcraft.ops.function import GRADIENTS, live_readers, no_grad
 from gradcraft.ops.inplace import lost_saved_value
 from gradcraft.ops.movement import merge_slice_gradients
@@ -67,8 +68,6 @@ def backward(root, gradient=None, realize_now: bool = True, retain_graph: bool =
                 f"backward() on a non-scalar tensor of shape {root.shape} needs a gradient argument "
                 "of the same shape (or reduce it first, e.g. .sum())"
             )
-        from gradcraft.ops.creation import ones
-
         gradient = ones(root.shape, dtype=root.dtype, device=root.device)
     elif tuple(gradient.shape) != root.shape:
         raise UserError(f"backward(): gradient shape {tuple(gradient.shape)} does not match tensor shape {root.shape}")

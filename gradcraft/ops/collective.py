@@ -8,6 +8,7 @@ tensor's memory only through these, so the version bumps of its in-place writes 
 """
 
 from gradcraft.engine.realize import before_write
+from gradcraft.ops.creation import empty
 from gradcraft.tensor import buffer_of, bump_version, from_buffer
 
 
@@ -65,8 +66,6 @@ def set_default_group(group) -> None:
 
 def all_gather_flat(group, t):
     """Every rank's t (contiguous, the same shape on every rank), in rank order: (world, *t.shape)."""
-    from gradcraft.ops.creation import empty
-
     t = t.contiguous().realize()
     out = empty((group.world, *t.shape), dtype=t.dtype, device=t.device).realize()
     group.all_gather(buffer_of(t).reshape(-1), buffer_of(out).reshape(-1))

@@ -393,8 +393,6 @@ def logspace(
 def from_numpy(ndarray: np.ndarray) -> Tensor:
     """A tensor with the array's dtype and values (float64 stays float64, as in PyTorch)."""
     if not isinstance(ndarray, np.ndarray):
-        from gradcraft.errors import TypeError_
-
         raise TypeError_(f"from_numpy expects a numpy.ndarray, got {type(ndarray).__name__}; use gradcraft.tensor()")
     return Tensor(ndarray, dtype=dtypes.to_dtype(ndarray.dtype), device="cpu")  # the CPU whatever the default
 

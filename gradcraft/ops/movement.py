@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+from gradcraft.device import get_backend
 from gradcraft.tensor import Tensor, node_of
 from gradcraft.typing import Dims
 
@@ -429,8 +430,6 @@ def repeat_interleave(input: Tensor, repeats: int, dim: int | None = None, *, ou
 
 
 def to_device(x, device: str):
-    from gradcraft.device import get_backend
-
     return apply("copy_from", (x,), {"source_backend": get_backend(x.device)}, x.shape, x.dtype, device=device)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING
+from gradcraft.device import get_backend
 from gradcraft.tensor import Tensor
 from gradcraft.typing import DTypeLike, Device, Shape
 
@@ -20,7 +21,7 @@ from gradcraft.amp import policy as _amp
 from gradcraft.errors import UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops.creation import dropout_stream, ones, zeros
-from gradcraft.ops.function import apply, gradient
+from gradcraft.ops.function import apply, gradient, is_grad_enabled
 from gradcraft.ops.reduce import normalize_dim
 
 
@@ -285,9 +286,6 @@ def norm_linear(
     (backend `norm_linear_supported`: on a GPU, one row, kernels/gemv.cu) the chain is one launch;
     everywhere else, and whenever a gradient is needed, it is composed from the ops it stands for
     (the same kernels as the unfused model, the same numbers). The fused kernel has no gradient."""
-    from gradcraft.device import get_backend
-    from gradcraft.ops.function import is_grad_enabled
-
     if norm not in NORMS or activation not in ACTIVATIONS:
         raise UserError(f"norm_linear: norm must be one of {NORMS} and activation one of {ACTIVATIONS}")
     K, N = input.shape[-1], weight.shape[0]
@@ -347,8 +345,6 @@ def _product_and_bias(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     one linear_bias op: the bias is added in the product's epilogue, and in the backward pass the
     weight gradient's product also sums the bias gradient; a matmul and an add would write and read
     the (rows, N) output once more, and the add's gradient read the output gradient once more."""
-    from gradcraft.device import get_backend
-
     if bias is None:
         return x @ weight.mT
     backend = get_backend(x.device)

@@ -48,7 +48,7 @@ class LazyBuffer:
 
 # id(root) -> weak reference to the Storage of that memory (live while some tensor holds it)
 _by_root: dict = {}
-_registered = [0, 1024]  # registrations since the last sweep, size to reach before the next one
+_sweep_at = [1024]  # the size of _by_root at which its dead entries are dropped
 
 
 def root_of(buf):
@@ -78,7 +78,8 @@ def hold(t, buf) -> None:
     while base is not None:
         root = base
         base = getattr(root, "base", None)
-    ref = _by_root.get(id(root))
+    key = id(root)
+    ref = _by_root.get(key)
     storage = ref() if ref is not None else None
     current = t._storage
     if storage is not None and storage.root is root:
@@ -94,16 +95,16 @@ def hold(t, buf) -> None:
         _move_readers(t, current, storage)
         current = t._storage = storage
     current.root = root
-    _by_root[id(root)] = weakref.ref(current)
-    _registered[0] += 1
-    if _registered[0] >= _registered[1]:
+    _by_root[key] = weakref.ref(current)
+    if len(_by_root) >= _sweep_at[0]:
         _sweep()
 
 
 def _sweep() -> None:
+    """Drop the entries of memory no tensor holds any more; the next sweep when the table has doubled."""
     for key in [k for k, ref in _by_root.items() if ref() is None]:
         del _by_root[key]
-    _registered[0], _registered[1] = 0, max(1024, len(_by_root))
+    _sweep_at[0] = max(1024, 2 * len(_by_root))
 
 
 def _move_readers(t, source: Storage, target: Storage, stale: bool = False) -> None:

@@ -11,7 +11,7 @@ import sys
 
 from gradcraft.amp import policy as autocast_policy
 from gradcraft.engine.graph import serial_now
-from gradcraft.engine.realize import realize
+from gradcraft.engine.realize import realize as realize_graph
 from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops.creation import ones
@@ -118,7 +118,7 @@ def backward(root, gradient=None, realize_now: bool = True, retain_graph: bool =
                     on_grad_ready(leaf, buffer)
 
         held = _held_by_caller(order, root, first_gradient_node)
-        realize([leaf.grad for leaf in leaves] + [root] + held, keep_saved=retain_graph, on_ready=hook)
+        realize_graph([leaf.grad for leaf in leaves] + [root] + held, keep_saved=retain_graph, on_ready=hook)
         if not retain_graph:
             release_graph(order)
 

@@ -263,7 +263,7 @@ def run_seed(args, data: np.ndarray, seed: int, log) -> dict:
     import torch
 
     import gradcraft as gc
-    from gradcraft.engine.capture import CapturedStep
+    from gradcraft.capture import CapturedStep
     from gradcraft.models import ModelConfig, Transformer
     from gradcraft.ops.creation import advance_dropout
     from gradcraft.optim import AdamW, CosineWithWarmup, grad_norm_and_scale

@@ -112,7 +112,7 @@ def main():
         same = all(list(o) == list(h[args.prompt_tokens :]) for o, h in zip(ours, out.tolist()))
         ours_tps, hf_tps = batch * args.new_tokens / ours_s, batch * args.new_tokens / hf_s
         # decode only: the steps after the first WARM ones. Not the prefill (token 0), nor our first
-        # decoding steps, which run eagerly (engine.capture's warm-up, 2) and then capture the CUDA
+        # decoding steps, which run eagerly (gradcraft.capture's warm-up, 2) and then capture the CUDA
         # graph (once per generate call): what each further token costs, as a long answer sees it.
         # The same steps on both sides.
         ours_decode = batch * (len(stamps) - 1 - WARM) / (stamps[-1] - stamps[WARM])

@@ -326,8 +326,8 @@ MUTANTS = [
     M(
         "lazy_nodes_keep_saved_outputs",
         "src/gradcraft/autograd/engine.py",
-        "            t._node.saved = ()\n        if t._node is not None and t._buf is not None:",
-        "            pass\n        if t._node is not None and t._buf is not None:",
+        "            node.saved = ()\n            if t.is_realized:",
+        "            pass\n            if t.is_realized:",
         ("tests/test_engine.py",),
         "flash attention's saved statistics keep the forward graph (and a reader of every weight) alive",
     ),
@@ -498,8 +498,8 @@ MUTANTS = [
     M(
         "constant_written_after_a_product",
         "src/gradcraft/ops/inplace.py",
-        "if _differentiable(node) and (t.requires_grad or _needs_value(node, t)):",
-        "if _differentiable(node) and t.requires_grad:",
+        "if _differentiable(node) and (alias.requires_grad or _needs_value(node, alias)):",
+        "if _differentiable(node) and alias.requires_grad:",
         (INPLACE,),
         "a constant written in place after a product saved it: backward goes on (PyTorch refuses)",
     ),

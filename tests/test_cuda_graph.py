@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import gradcraft as gc
-from gradcraft.engine.capture import CapturedStep
+from gradcraft.capture import CapturedStep
 from gradcraft.models import Transformer, preset
 from gradcraft.ops.creation import advance_dropout
 from gradcraft.optim import AdamW, grad_norm_and_scale

@@ -15,7 +15,7 @@ import pytest
 import gradcraft as gc
 import gradcraft.nn.functional as F
 from gradcraft.device import get_backend
-from gradcraft.engine.capture import CapturedStep
+from gradcraft.capture import CapturedStep
 from gradcraft.errors import UserError
 from gradcraft.models import Transformer, preset
 from gradcraft.ops.creation import advance_dropout

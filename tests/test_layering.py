@@ -31,6 +31,7 @@ LAYERS = {
     "backends": 5,  # torch.backends' precision switches
     "gradcraft": 7,  # the root package: the public API, re-exporting tensor, ops, nn and optim
     "serialization": 6,
+    "capture": 6,  # a step recorded once as a CUDA graph (it makes its input tensors)
     "nn": 7,
     "compiled": 7,  # gradcraft.compile: above nn (it wraps Modules), below the models
     "optim": 7,
@@ -172,8 +173,7 @@ def test_the_checker_sees_a_violation(tmp_path):
 
 
 def test_no_two_modules_import_each_other():
-    """No import circles between two modules (function-level imports included), except tensor.py and
-    the ops: one layer, where Tensor's methods call the ops and the ops build Tensors."""
+    """No import circles between two modules (function-level imports included)."""
     graph = {
         name: {target for _, target in _imports(name, path, tree) if target.startswith("gradcraft.")}
         for name, path, tree in _modules()
@@ -181,7 +181,110 @@ def test_no_two_modules_import_each_other():
     circles = sorted(
         {tuple(sorted((a, b))) for a, targets in graph.items() for b in targets if b != a and a in graph.get(b, ())}
     )
-    allowed = [
-        pair for pair in circles if "gradcraft.tensor" in pair and any(m.startswith("gradcraft.ops.") for m in pair)
-    ]
-    assert [pair for pair in circles if pair not in allowed] == []
+    assert circles == []
+
+
+# The graph layers: the engine, the Tensor on it, the ops and autograd. Imports go one way among them.
+GRAPH_PACKAGES = ("engine", "tensor", "ops", "autograd")
+
+
+def _graph_package_imports():
+    """{(importer, imported)} among GRAPH_PACKAGES, function-level imports included, with a sample site."""
+    edges = {}
+    for name, path, tree in _modules():
+        mine = _layer_key(name)
+        if mine not in GRAPH_PACKAGES:
+            continue
+        for line, target in _imports(name, path, tree):
+            theirs = _layer_key(target) if target.startswith("gradcraft.") else None
+            if theirs in GRAPH_PACKAGES and theirs != mine:
+                edges.setdefault((mine, theirs), f"{path.relative_to(ROOT.parent)}:{line}")
+    return edges
+
+
+def test_no_import_circle_among_engine_tensor_ops_and_autograd():
+    edges = _graph_package_imports()
+    graph = {p: {b for a, b in edges if a == p} for p in GRAPH_PACKAGES}
+    state: dict = {}
+
+    def cycle_from(p, path):
+        state[p] = "open"
+        for q in sorted(graph[p]):
+            if state.get(q) == "open":
+                return path + [q]
+            if q not in state:
+                found = cycle_from(q, path + [q])
+                if found:
+                    return found
+        state[p] = "done"
+        return None
+
+    for p in GRAPH_PACKAGES:
+        if p not in state:
+            found = cycle_from(p, [p])
+            if found:
+                sites = [edges[(a, b)] for a, b in zip(found, found[1:])]
+                raise AssertionError(f"import circle {' -> '.join(found)} (at {', '.join(sites)})")
+
+
+def test_the_engine_imports_nothing_above_it():
+    """engine/ knows its own values (engine/lazy.py's LazyBuffer), never the Tensor, the ops, autograd
+    or anything built on them; not even for annotations."""
+    wrong = []
+    for name, path, tree in _modules():
+        if _layer_key(name) != "engine":
+            continue
+        for node in ast.walk(tree):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                targets = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            for target in targets:
+                key = _layer_key(target) if target.startswith("gradcraft.") else None
+                if target == "gradcraft" or (key is not None and LAYERS[key] > LAYERS["engine"]):
+                    wrong.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} imports {target}")
+    assert not wrong, "\n".join(wrong)
+
+
+# A Tensor's private fields. The engine's value (engine/lazy.py's LazyBuffer, which Tensor extends)
+# declares the first group, which the engine reads; the rest are Tensor's own.
+ENGINE_FIELDS = ("_buf", "_node", "_index", "_storage", "_requires_grad")
+TENSOR_PRIVATE = ("_version", "_readers", "_graph_freed", "_init", "_lazy", "_from_buffer")
+# Modules that still read them, and how many times: none (tensor.py's functions serve the rest).
+PRIVATE_READERS_ALLOWED: dict = {}
+
+
+def _private_reads(tree, names):
+    """(line, name) of every `x.name` and getattr/setattr(x, "name") in the tree."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in names:
+            yield node.lineno, node.attr
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", None) in ("getattr", "setattr", "hasattr")
+            and len(node.args) > 1
+            and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value in names
+        ):
+            yield node.lineno, node.args[1].value
+
+
+def test_no_module_outside_tensor_py_reads_a_tensors_private_fields():
+    wrong, counts = [], {}
+    for name, path, tree in _modules():
+        if name == "gradcraft.tensor":
+            continue
+        names = TENSOR_PRIVATE if _layer_key(name) == "engine" else ENGINE_FIELDS + TENSOR_PRIVATE
+        for line, attr in _private_reads(tree, names):
+            counts[name] = counts.get(name, 0) + 1
+            wrong.append(f"{path.relative_to(ROOT.parent)}:{line} reads .{attr}")
+    assert counts == PRIVATE_READERS_ALLOWED, (
+        "use gradcraft/tensor.py's functions (buffer_of, node_of, version, bump_version, from_buffer...) "
+        "or the public Tensor API:\n" + "\n".join(wrong)
+    )
+
+
+def test_the_private_field_checker_sees_a_read():
+    tree = ast.parse("y = t._node.inputs\nz = getattr(t, '_buf')\nw = obj.node\n")
+    assert sorted(_private_reads(tree, ENGINE_FIELDS)) == [(1, "_node"), (2, "_buf")]

@@ -24,9 +24,11 @@ import types as _types
 _os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 from gradcraft.dtypes import DType, bfloat16, bool_, float16, float32, float64, int32, int64, promote_types, uint8
-from gradcraft.tensor import Tensor, _attach_methods
+from gradcraft.tensor import Tensor
+from gradcraft.ops.methods import attach as _attach_methods  # noqa: E402
+from gradcraft.autograd import functional as _autograd_functional  # noqa: E402,F401  (Tensor.backward, hooks)
 
-_attach_methods()
+_attach_methods(Tensor)
 
 from gradcraft.device import is_available  # noqa: E402
 from gradcraft.backend.memory import stats as _memory_stats  # noqa: E402

@@ -13,12 +13,17 @@ optimizers use, which keeps a training step a single graph.
 
 import builtins
 import math
+import weakref
 
 import numpy as np
 
 from gradcraft import dtypes
 from gradcraft.device import canonical, get_backend
 from gradcraft.dtypes import DType, to_dtype
+from gradcraft.engine import lazy
+from gradcraft.engine.graph import Node
+from gradcraft.engine.lazy import LazyBuffer, hold
+from gradcraft.engine.realize import before_write, realize as realize_graph
 from gradcraft.errors import RuntimeError_
 from gradcraft.size import Size
 
@@ -34,21 +39,10 @@ def _shorthand_for_to(target, name: str):
     return method
 
 
-class Tensor:
-    __slots__ = (
-        "shape",
-        "dtype",
-        "device",
-        "_requires_grad",
-        "grad",
-        "_buf",
-        "_node",
-        "_index",
-        "_version",
-        "_readers",
-        "_graph_freed",
-        "__weakref__",
-    )
+class Tensor(LazyBuffer):
+    # the engine's fields (shape, dtype, device, _buf, _node, _index, _storage, _requires_grad) are
+    # declared by engine/lazy.py's LazyBuffer; autograd's here
+    __slots__ = ("grad", "_graph_freed", "__weakref__")
     shape: Size  # a tuple that prints as torch.Size([...])
     dtype: DType
     device: str  # canonical: "cpu" or "cuda:N"
@@ -66,7 +60,7 @@ class Tensor:
         if array.dtype != target.np:
             array = array.astype(target.np)
         self._init(tuple(array.shape), target, device, requires_grad)
-        self._buf = get_backend(device).from_numpy(array)
+        hold(self, get_backend(device).from_numpy(array))
 
     def _init(self, shape, dtype: DType, device: str, requires_grad: bool) -> None:  # (_lazy: the same fields)
         self.shape = shape if shape.__class__ is Size else Size(shape)
@@ -77,8 +71,8 @@ class Tensor:
         self._buf = None
         self._node = None
         self._index = 0
-        self._version = 0
-        self._readers = None  # weak references to the nodes that read this tensor (ops/function.py)
+        # the version and lazy readers of the memory (shared by every alias of it: engine/lazy.py)
+        self._storage = None
         self._graph_freed = False  # a backward pass freed the graph behind it (autograd/engine.py)
         self.requires_grad = requires_grad
 
@@ -89,15 +83,31 @@ class Tensor:
         t = cls.__new__(cls)
         t.shape, t.dtype, t.device = shape if shape.__class__ is Size else Size(shape), dtype, device
         t._requires_grad, t.grad, t._buf, t._node, t._index = bool(requires_grad), None, None, node, index
-        t._version, t._readers, t._graph_freed = 0, None, False
+        t._storage, t._graph_freed = None, False
         return t
 
     @classmethod
     def _from_buffer(cls, buf, dtype: DType, device: str, requires_grad: bool = False) -> "Tensor":
         t = cls.__new__(cls)
         t._init(tuple(buf.shape), dtype, device, requires_grad)
-        t._buf = buf
+        hold(t, buf)  # (an alias of memory a tensor holds shares its version and readers)
         return t
+
+    @property
+    def _version(self) -> int:
+        """How many times this tensor's memory was written in place (PyTorch's `_version`)."""
+        storage = self._storage
+        return 0 if storage is None else storage.version
+
+    @_version.setter
+    def _version(self, value: int) -> None:
+        lazy.storage(self).version = value
+
+    @property
+    def _readers(self):
+        """Weak references to the lazy nodes built from this tensor's memory (any alias of it)."""
+        storage = self._storage
+        return None if storage is None else storage.readers
 
     # ------------------------------------------------------------ properties
 
@@ -175,9 +185,12 @@ class Tensor:
     @data.setter
     def data(self, value: "Tensor") -> None:
         value = value.realize()
-        self._buf, self.shape, self.dtype, self.device = value._buf, value.shape, value.dtype, value.device
+        if self._storage is not None:  # lazy ops built from the old contents refuse to run
+            lazy.detach_readers(self, self._storage)
+            self._storage = None
+        self.shape, self.dtype, self.device = value.shape, value.dtype, value.device
         self._node, self._index = None, 0
-        self._version += 1
+        hold(self, value._buf)  # the same memory: its version and readers too
 
     @property
     def is_realized(self) -> bool:
@@ -187,9 +200,7 @@ class Tensor:
 
     def realize(self) -> "Tensor":
         """Compute this tensor now (a no-op when it already holds a buffer)."""
-        from gradcraft.engine.realize import realize
-
-        realize([self])
+        realize_graph([self])
         return self
 
     def numpy(self, *, force: bool = False) -> np.ndarray:
@@ -248,70 +259,21 @@ class Tensor:
 
     # ------------------------------------------------------------ autograd
 
-    def backward(
-        self,
-        gradient=None,
-        retain_graph=None,
-        create_graph: bool = False,
-        inputs=None,
-        realize: bool = True,
-        on_grad_ready=None,
-    ) -> None:
-        """Accumulate d(self)/d(leaf) into `.grad` of every leaf that requires grad.
-
-        With realize=False the gradients stay lazy, so the caller can fold them
-        (and the optimizer update) into one schedule. retain_graph=True keeps the
-        graph for another backward, as in PyTorch. on_grad_ready(leaf, buffer) is called as
-        each leaf's gradient is issued, during the backward (data parallelism's buckets).
-        """
-        from gradcraft.autograd.engine import backward
-
-        if inputs is not None:
-            from gradcraft.autograd.functional import backward as backward_into
-
-            return backward_into(self, gradient, retain_graph, create_graph, inputs=inputs)
-        backward(self, gradient, realize, bool(retain_graph), on_grad_ready, create_graph=bool(create_graph))
-
     def detach(self) -> "Tensor":
         """The same values, cut from the gradient graph (shares the buffer once realized)."""
         if self._buf is not None:
             return Tensor._from_buffer(self._buf, self.dtype, self.device)
-        from gradcraft.ops.function import apply, no_grad
-
-        with no_grad():
-            return apply("reshape", (self,), {"shape": self.shape}, self.shape, self.dtype)
+        # a lazy view of self that requires no grad (ops/function.py's apply of a "reshape")
+        node = Node("reshape", (self,), {"shape": self.shape}, self.device)
+        out = Tensor._lazy(node, 0, self.shape, self.dtype, self.device, False)
+        node.view_out = weakref.ref(out)
+        return out
 
     def zero_grad(self) -> None:
         self.grad = None
 
-    def assign(self, value) -> "Tensor":
-        """Overwrite this realized tensor's buffer with `value` (lazily; used by optimizers)."""
-        from gradcraft.ops.movement import assign
-
-        return assign(self, value)
-
     # ------------------------------------------------------------ conversion
-
-    def to(self, *args, dtype=None, device=None) -> "Tensor":
-        """`.to(device)`, `.to(dtype)` or both, as in PyTorch."""
-        for arg in args:
-            if isinstance(arg, str) and arg.split(":")[0] in ("cpu", "cuda"):
-                device = arg
-            else:
-                dtype = arg
-        out = self
-        if device is not None and canonical(device) != self.device:
-            from gradcraft.ops.movement import to_device
-
-            out = to_device(out, canonical(device))
-        if dtype is not None and to_dtype(dtype) != out.dtype:
-            from gradcraft.ops.elementwise import cast
-
-            out = cast(out, to_dtype(dtype))
-        return out
-
-    def type(self, dtype) -> "Tensor":
-        return self.to(dtype)
+    # (.to, .type, .type_as, .assign and new_* are ops: gradcraft/ops/conversion.py)
 
     # PyTorch's shorthands for .to(dtype) and .to("cpu")
     float = _shorthand_for_to(dtypes.float32, "float")
@@ -329,53 +291,99 @@ class Tensor:
     def is_floating_point(self) -> builtins.bool:
         return self.dtype.is_floating_point
 
-    def type_as(self, other) -> "Tensor":
-        return self.to(other.dtype)
-
     def view_as(self, other) -> "Tensor":
         return self.reshape(other.shape)
 
     def reshape_as(self, other) -> "Tensor":
         return self.reshape(other.shape)
 
-    # ------------------------------------------------------------ new tensors like this one
 
-    def _new_full(self, size, fill_value, dtype, device, requires_grad) -> "Tensor":
-        from gradcraft.ops.creation import full
+# ---------------------------------------------------------------- for the layers built on Tensor
+# The functions through which ops/, autograd/ and the graph capture reach what a Tensor holds (no
+# module but this one reads its private fields: tests/test_layering.py).
 
-        size = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
-        return full(
-            tuple(size),
-            fill_value,
-            dtype=dtype or self.dtype,
-            device=device or self.device,
-            requires_grad=requires_grad,
-        )
-
-    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
-        return self._new_full(size, 0, dtype, device, requires_grad)
-
-    def new_ones(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
-        return self._new_full(size, 1, dtype, device, requires_grad)
-
-    def new_empty(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
-        return self._new_full(size, 0, dtype, device, requires_grad)
-
-    def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False) -> "Tensor":
-        return self._new_full((size,), fill_value, dtype, device, requires_grad)
-
-    def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False) -> "Tensor":
-        return Tensor(data, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+lazy_output = Tensor._lazy  # (node, index, shape, dtype, device, requires_grad): an op's output
+from_buffer = Tensor._from_buffer  # (buf, dtype, device): a constant holding a device array
 
 
-def _attach_methods() -> None:
-    """Give Tensor its op methods, each a thin call into gradcraft.ops (the table: ops/methods.py)."""
-    from gradcraft.ops.methods import attach
+def init_alias(t: Tensor, source: Tensor) -> None:
+    """Make t, a new tensor not yet initialized (a Parameter's __init__), an alias of source's
+    memory (computed first): its shape, dtype, device, buffer and version counter."""
+    t._init(source.shape, source.dtype, source.device, False)
+    t.data = source
 
-    attach(Tensor)
+
+def node_of(t: Tensor):
+    """The graph node that computes t (None for a leaf, a constant, or once computed and no backward
+    pass needs the recipe)."""
+    return t._node
 
 
-# A captured step makes its own input tensors; the engine, below this layer, gets the class from here.
-from gradcraft.engine import capture as _capture  # noqa: E402
+def take_contents(x: Tensor, value: Tensor) -> Tensor:
+    """x becomes `value` (its node, or its buffer once computed) at a new version of its own, for a
+    recorded in-place write (ops/inplace.py). Returns a new tensor holding what x held: its node or
+    buffer, whether it required grad, and its memory's version and readers."""
+    old = Tensor.__new__(Tensor)
+    old._init(x.shape, x.dtype, x.device, False)
+    old._requires_grad, old._buf, old._node, old._index = x._requires_grad, x._buf, x._node, x._index
+    old._storage = x._storage
+    previous = x._version
+    x._storage = None
+    x._node, x._index = (None, 0) if value._node is None else (value._node, value._index)
+    if value._buf is not None:  # a computed value: x is an alias of its memory
+        x._buf = None
+        hold(x, value._buf)
+    else:
+        x._buf = None
+        x._storage = lazy.Storage(previous + 1)
+    x._requires_grad = value.requires_grad
+    return old
 
-_capture.TENSOR_TYPE.append(Tensor)
+
+def output_index(t: Tensor) -> int:
+    """Which output of its node t is."""
+    return t._index
+
+
+def version(t: Tensor) -> int:
+    """How many times t's memory was written in place (PyTorch's `t._version`)."""
+    return t._version
+
+
+def bump_version(t: Tensor) -> None:
+    """After a backend routine wrote into t's memory itself: its version (shared by every alias of
+    the memory) moves on, so lazy ops built on the old contents refuse to run."""
+    lazy.mark_written(t)
+
+
+def same_memory(a: Tensor, b: Tensor) -> bool:
+    """Whether a and b are aliases of one block of memory (one version counter)."""
+    return a._storage is not None and a._storage is b._storage
+
+
+def graph_freed(t: Tensor) -> bool:
+    """Whether a backward pass freed the graph behind t (PyTorch's retain_graph error)."""
+    return t._graph_freed
+
+
+def free_graph(t: Tensor) -> None:
+    """After backward: t, computed, becomes a constant (its recipe and the graph behind it go)."""
+    t._node = None
+    t._requires_grad = False
+    t._graph_freed = True
+
+
+def buffer_of(t: Tensor):
+    """t's device array, computing t first (for code that hands tensors to a backend's own
+    routines: graph capture, collectives, fused optimizer kernels)."""
+    t.realize()
+    return t._buf
+
+
+def write_from_host(t: Tensor, values) -> None:
+    """Copy `values` (a host array of t's shape and dtype) into t's memory now. Lazy tensors built
+    from the old contents of that memory keep them; its version moves on."""
+    t.realize()
+    before_write(t)
+    get_backend(t.device).write(t._buf, values)
+    t._storage.version += 1

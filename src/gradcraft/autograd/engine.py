@@ -11,14 +11,16 @@ import sys
 
 from gradcraft.amp import policy as autocast_policy
 from gradcraft.engine.graph import serial_now
-from gradcraft.engine.realize import realize
+from gradcraft.engine.realize import realize as realize_graph
 from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.autograd import hooks as tensor_hooks
-from gradcraft.ops.function import GRADIENTS, enable_grad, live_readers, no_grad
+from gradcraft.ops.creation import ones
 from gradcraft.ops.double_backward import second_order_rule
+from gradcraft.ops.function import GRADIENTS, enable_grad, live_readers, no_grad
 from gradcraft.ops.inplace import lost_saved_value
 from gradcraft.ops.movement import merge_slice_gradients
+from gradcraft.tensor import free_graph, graph_freed, node_of
 
 
 # A backward pass through a tensor whose graph an earlier one freed (PyTorch: retain_graph=True).
@@ -41,12 +43,13 @@ def _topological(root) -> list:
             continue
         seen.add(id(t))
         stack.append((t, True))
-        if t._node is not None:
-            for inp in t._node.inputs:
+        node = node_of(t)
+        if node is not None:
+            for inp in node.inputs:
                 if inp.requires_grad:
                     if id(inp) not in seen:
                         stack.append((inp, False))
-                elif inp._graph_freed:
+                elif graph_freed(inp):
                     raise RuntimeError_(_SECOND_BACKWARD)
     return order
 
@@ -57,11 +60,12 @@ def execution_order(order: list) -> list:
     Only observable through hooks, so only used when some are registered."""
     key = {}
     for t in order:
-        if t._node is not None:
-            key[id(t)] = t._node.serial
-            for inp in t._node.inputs:
-                if inp._node is None:
-                    key[id(inp)] = min(key.get(id(inp), t._node.serial), t._node.serial) - 0.5
+        node = node_of(t)
+        if node is not None:
+            key[id(t)] = node.serial
+            for inp in node.inputs:
+                if node_of(inp) is None:
+                    key[id(inp)] = min(key.get(id(inp), node.serial), node.serial) - 0.5
     return sorted(order, key=lambda t: key.get(id(t), -1))
 
 
@@ -73,7 +77,7 @@ def backward(
     create_graph: the gradient rules' ops are recorded (they are ordinary ops), so the leaves' .grad
     can be differentiated again; the forward graph is kept, as PyTorch's retain_graph defaults to it."""
     retain_graph = retain_graph or create_graph
-    if not root.requires_grad and root._graph_freed:
+    if not root.requires_grad and graph_freed(root):
         raise RuntimeError_(_SECOND_BACKWARD)
     if not root.requires_grad:
         raise UserError(
@@ -86,8 +90,6 @@ def backward(
                 f"backward() on a non-scalar tensor of shape {root.shape} needs a gradient argument "
                 "of the same shape (or reduce it first, e.g. .sum())"
             )
-        from gradcraft.ops.creation import ones
-
         gradient = ones(root.shape, dtype=root.dtype, device=root.device)
     elif tuple(gradient.shape) != root.shape:
         raise UserError(f"backward(): gradient shape {tuple(gradient.shape)} does not match tensor shape {root.shape}")
@@ -107,20 +109,21 @@ def backward(
                 continue
             if hooked:
                 g = tensor_hooks.run_hooks(t, g, retained)
-            if t._node is None:
+            node = node_of(t)
+            if node is None:
                 if t.grad is not None:
                     g = ew.add(t.grad, g)
                 t.grad = ew.cast(g, t.dtype)
                 leaves.append(t)
                 continue
-            if lost_saved_value(t._node):
+            if lost_saved_value(node):
                 raise RuntimeError_(
                     f"one of the variables needed for gradient computation has been modified by an "
-                    f"inplace operation (an input of {t._node.op}); clone it before the in-place "
+                    f"inplace operation (an input of {node.op}); clone it before the in-place "
                     f"operation, or do the operation out of place"
                 )
-            rule = second_order_rule(t._node.op, GRADIENTS) if create_graph else GRADIENTS[t._node.op]
-            for inp, grad in zip(t._node.inputs, rule(t._node, t, g)):
+            rule = second_order_rule(node.op, GRADIENTS) if create_graph else GRADIENTS[node.op]
+            for inp, grad in zip(node.inputs, rule(node, t, g)):
                 if grad is None or not inp.requires_grad:
                     continue
                 previous = grads.get(id(inp))
@@ -143,7 +146,7 @@ def backward(
 
         held = _held_by_caller(order, root, first_gradient_node)
         held += [t.grad for t in retained]
-        realize([leaf.grad for leaf in leaves] + [root] + held, keep_saved=retain_graph, on_ready=hook)
+        realize_graph([leaf.grad for leaf in leaves] + [root] + held, keep_saved=retain_graph, on_ready=hook)
         if not retain_graph:
             release_graph(order)
     if hooked:
@@ -160,10 +163,10 @@ def _held_by_caller(order, root, first_gradient_node: int) -> list:
     built on a graph tensor outside the graph (the logits beside a fused loss) is the caller's too:
     it would otherwise keep the whole forward graph, and a lazy reader of every weight, alive until
     the caller drops it."""
-    graph_nodes = {id(t._node) for t in order if t._node is not None}
+    graph_nodes = {id(node_of(t)) for t in order if node_of(t) is not None}
     held = []
     for t in order:
-        if t is root or t._node is None or t._buf is not None:
+        if t is root or node_of(t) is None or t.is_realized:
             continue
         inside = builtins_sum(
             1
@@ -183,12 +186,11 @@ builtins_sum = sum
 def release_graph(order) -> None:
     """After backward: realized intermediates become constants, freeing the graph behind them."""
     for t in order:
-        if t._node is not None:
+        node = node_of(t)
+        if node is not None:
             # Saved outputs point back at their node: drop the cycle now, for lazy tensors too (a
             # flash-attention node's statistics would otherwise keep its inputs' graph, and a lazy
             # reader of every weight, alive until Python's cycle collector ran).
-            t._node.saved = ()
-        if t._node is not None and t._buf is not None:
-            t._node = None
-            t._requires_grad = False
-            t._graph_freed = True  # (a second backward through it: PyTorch's retain_graph error)
+            node.saved = ()
+            if t.is_realized:
+                free_graph(t)  # (a second backward through it: PyTorch's retain_graph error)

@@ -30,7 +30,8 @@ import functools
 from gradcraft.errors import RuntimeError_
 from gradcraft.ops import custom
 from gradcraft.ops.creation import zeros_like
-from gradcraft.ops.function import is_grad_enabled, no_grad, tensor_class
+from gradcraft.ops.function import is_grad_enabled, no_grad
+from gradcraft.tensor import Tensor, version
 
 _SAVED_FREED = (
     "Trying to backward through the graph a second time (or directly access saved tensors after they have "
@@ -54,12 +55,12 @@ class FunctionCtx:
 
     def save_for_backward(self, *tensors) -> None:
         for t in tensors:
-            if t is not None and not isinstance(t, tensor_class()):
+            if t is not None and not isinstance(t, Tensor):
                 raise TypeError(
                     f"save_for_backward can only save variables, but argument {len(tensors)} is not a Tensor"
                 )
         self._saved = tensors
-        self._saved_versions = tuple(None if t is None else t._version for t in tensors)
+        self._saved_versions = tuple(None if t is None else version(t) for t in tensors)
 
     @property
     def saved_tensors(self) -> tuple:
@@ -67,12 +68,12 @@ class FunctionCtx:
             raise RuntimeError_(_SAVED_FREED)
         if self._saved is None:
             return ()
-        for t, version in zip(self._saved, self._saved_versions):
-            if t is not None and t._version != version:
+        for t, saved_version in zip(self._saved, self._saved_versions):
+            if t is not None and version(t) != saved_version:
                 raise RuntimeError_(
                     "one of the variables needed for gradient computation has been modified by an inplace "
-                    f"operation: [{t.dtype.name} {list(t.shape)}] is at version {t._version}; expected version "
-                    f"{version} instead"
+                    f"operation: [{t.dtype.name} {list(t.shape)}] is at version {version(t)}; expected version "
+                    f"{saved_version} instead"
                 )
         return tuple(self._saved)
 
@@ -104,7 +105,7 @@ class _Record:
         grads = []
         for i, value in enumerate(self.outputs):
             g = self.grads.pop(i, None)
-            if g is None and self.ctx.materialize_grads and isinstance(value, tensor_class()):
+            if g is None and self.ctx.materialize_grads and isinstance(value, Tensor):
                 g = zeros_like(value)
             grads.append(g)
         result = self.cls.backward(self.ctx, *grads)
@@ -117,7 +118,7 @@ class _Record:
             )
         tensor_grads = []
         for position, (arg, g) in enumerate(zip(self.args, result)):
-            if not isinstance(arg, tensor_class()):
+            if not isinstance(arg, Tensor):
                 if g is not None:
                     raise RuntimeError_(
                         f"function {self.name} returned a gradient different than None at position {position + 1}, "
@@ -128,7 +129,7 @@ class _Record:
         return tensor_grads
 
     def _checked(self, g, arg, position):
-        if not isinstance(g, tensor_class()):
+        if not isinstance(g, Tensor):
             raise TypeError(
                 f"function {self.name} returned a {type(g).__name__} as gradient {position}; expected a Tensor"
             )
@@ -175,7 +176,6 @@ class Function:
 
     @classmethod
     def apply(cls, *args, **kwargs):
-        Tensor = tensor_class()
         ctx = FunctionCtx()
         recording = is_grad_enabled()
         ctx.needs_input_grad = tuple(recording and isinstance(a, Tensor) and a.requires_grad for a in args)

@@ -8,20 +8,21 @@ walk builds gradient nodes for the whole graph, and only those the requested gra
 
 from __future__ import annotations
 
-from gradcraft.autograd.engine import execution_order, release_graph
+from gradcraft.autograd.engine import backward as engine_backward, execution_order, release_graph
 from gradcraft.engine.realize import realize
 from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops.creation import ones_like, zeros_like
 from gradcraft.autograd import hooks as tensor_hooks
-from gradcraft.ops.function import GRADIENTS, enable_grad, no_grad, tensor_class
+from gradcraft.ops.function import GRADIENTS, enable_grad, no_grad
 from gradcraft.ops.double_backward import second_order_rule
 from gradcraft.ops.inplace import lost_saved_value
 from gradcraft.ops.movement import merge_slice_gradients
+from gradcraft.tensor import Tensor, node_of
 
 
 def _sequence(x) -> tuple:
-    return (x,) if isinstance(x, tensor_class()) else tuple(x)
+    return (x,) if isinstance(x, Tensor) else tuple(x)
 
 
 def _topological(roots) -> list:
@@ -37,8 +38,9 @@ def _topological(roots) -> list:
             continue
         seen.add(id(t))
         stack.append((t, True))
-        if t._node is not None:
-            stack.extend((inp, False) for inp in t._node.inputs if inp.requires_grad and id(inp) not in seen)
+        node = node_of(t)
+        if node is not None:
+            stack.extend((inp, False) for inp in node.inputs if inp.requires_grad and id(inp) not in seen)
     return order
 
 
@@ -58,7 +60,7 @@ def _initial_gradients(outputs, grad_outputs) -> dict:
             if out.numel() != 1:
                 raise RuntimeError_("grad can be implicitly created only for scalar outputs")
             g = ones_like(out)
-        elif not isinstance(g, tensor_class()):
+        elif not isinstance(g, Tensor):
             g = ones_like(out) * g
         elif tuple(g.shape) != tuple(out.shape):
             raise RuntimeError_(
@@ -109,15 +111,16 @@ def grad(
                 g = tensor_hooks.run_hooks(t, g)
             if id(t) in wanted:
                 found[id(t)] = g
-            if t._node is None:
+            node = node_of(t)
+            if node is None:
                 continue
-            if lost_saved_value(t._node):
+            if lost_saved_value(node):
                 raise RuntimeError_(
                     "one of the variables needed for gradient computation has been modified by an inplace "
-                    f"operation (an input of {t._node.op}); clone it before the in-place operation"
+                    f"operation (an input of {node.op}); clone it before the in-place operation"
                 )
-            rule = second_order_rule(t._node.op, GRADIENTS) if create_graph else GRADIENTS[t._node.op]
-            for inp, g_in in zip(t._node.inputs, rule(t._node, t, g)):
+            rule = second_order_rule(node.op, GRADIENTS) if create_graph else GRADIENTS[node.op]
+            for inp, g_in in zip(node.inputs, rule(node, t, g)):
                 if g_in is None or not inp.requires_grad:
                     continue
                 previous = grads.get(id(inp))
@@ -173,7 +176,7 @@ def backward(
 
 class _VariableMeta(type):
     def __instancecheck__(cls, obj) -> bool:
-        return isinstance(obj, tensor_class())
+        return isinstance(obj, Tensor)
 
 
 class Variable(metaclass=_VariableMeta):
@@ -181,7 +184,6 @@ class Variable(metaclass=_VariableMeta):
     a leaf of its own (as in PyTorch, t itself is left as it was)."""
 
     def __new__(cls, data=None, requires_grad: bool = False, volatile: bool = False):
-        Tensor = tensor_class()
         t = data.detach() if isinstance(data, Tensor) else Tensor(data)
         if requires_grad:
             t.requires_grad_(True)
@@ -198,12 +200,10 @@ class Variable(metaclass=_VariableMeta):
 
 
 def _tuple(x, name: str) -> tuple[bool, tuple]:
-    from gradcraft.ops.function import tensor_class
-
     is_tuple = isinstance(x, (tuple, list))
     items = tuple(x) if is_tuple else (x,)
     for i, item in enumerate(items):
-        if not isinstance(item, tensor_class()):
+        if not isinstance(item, Tensor):
             raise TypeError(
                 f"The {name} given to the function must be either a Tensor or a tuple of Tensors but "
                 f"the value at index {i} has type {type(item)}."
@@ -370,3 +370,33 @@ def vhp(func, inputs, v=None, create_graph=False, strict=False):
 def hvp(func, inputs, v=None, create_graph=False, strict=False):
     """(func(inputs), H v): the Hessian is symmetric, so this is vhp's product."""
     return vhp(func, inputs, v, create_graph, strict)
+
+
+def _tensor_backward(
+    self,
+    gradient=None,
+    retain_graph=None,
+    create_graph: bool = False,
+    inputs=None,
+    realize: bool = True,
+    on_grad_ready=None,
+) -> None:
+    """Accumulate d(self)/d(leaf) into `.grad` of every leaf that requires grad.
+
+    With realize=False the gradients stay lazy, so the caller can fold them
+    (and the optimizer update) into one schedule. retain_graph=True keeps the
+    graph for another backward, as in PyTorch. on_grad_ready(leaf, buffer) is called as
+    each leaf's gradient is issued, during the backward (data parallelism's buckets).
+    """
+    if inputs is not None:
+        return backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+    engine_backward(self, gradient, realize, bool(retain_graph), on_grad_ready, create_graph=bool(create_graph))
+
+
+# Tensor.backward and the gradient hooks (here, not in tensor.py: the Tensor sits below autograd)
+_tensor_backward.__name__, _tensor_backward.__qualname__ = "backward", "Tensor.backward"
+Tensor.backward = _tensor_backward
+Tensor.register_hook = tensor_hooks.register_hook
+Tensor.register_post_accumulate_grad_hook = tensor_hooks.register_post_accumulate_grad_hook
+Tensor.retain_grad = tensor_hooks.retain_grad
+Tensor.retains_grad = property(tensor_hooks.retains_grad)

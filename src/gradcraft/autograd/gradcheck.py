@@ -7,7 +7,8 @@ import numpy as np
 
 from gradcraft.autograd.functional import grad
 from gradcraft.errors import RuntimeError_
-from gradcraft.ops.function import no_grad, tensor_class
+from gradcraft.ops.function import no_grad
+from gradcraft.tensor import Tensor
 
 
 class GradcheckError(RuntimeError_):
@@ -15,12 +16,11 @@ class GradcheckError(RuntimeError_):
 
 
 def _outputs(result) -> tuple:
-    return (result,) if isinstance(result, tensor_class()) else tuple(result)
+    return (result,) if isinstance(result, Tensor) else tuple(result)
 
 
 def _numerical(func, inputs, i, eps) -> list:
     """d(output o)/d(input i) for every output, by central differences: (n_in, n_out) arrays."""
-    Tensor = tensor_class()
     base = inputs[i].detach().numpy().astype(np.float64)
     columns = []
     for index in range(base.size):
@@ -57,7 +57,6 @@ def gradcheck(
 ) -> bool:
     """True when every input's analytical Jacobian matches the numerical one (else GradcheckError,
     or False with raise_exception=False)."""
-    Tensor = tensor_class()
     inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
     differentiable = [i for i, t in enumerate(inputs) if isinstance(t, Tensor) and t.requires_grad]
     if not differentiable:
@@ -111,7 +110,6 @@ def gradgradcheck(
     with respect to the inputs and to grad_outputs (random normal ones when not given, as PyTorch)."""
     from gradcraft.ops.function import enable_grad
 
-    Tensor = tensor_class()
     inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
     differentiable = [i for i, t in enumerate(inputs) if isinstance(t, Tensor) and t.requires_grad]
     outputs = [o for o in _outputs(func(*inputs)) if o.requires_grad]

@@ -108,7 +108,7 @@ def initial_weights(cfg) -> dict:
 def run_ours(cfg, weights, setup: Setup, n_steps: int):
     """(losses, seconds per step, peak bytes) of n_steps of our training steps."""
     import gradcraft as gc
-    from gradcraft.engine.capture import CapturedStep
+    from gradcraft.capture import CapturedStep
     from gradcraft.models import Transformer
     from gradcraft.ops.creation import advance_dropout
     from gradcraft.optim import AdamW, grad_norm_and_scale

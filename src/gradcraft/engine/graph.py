@@ -9,6 +9,9 @@ first output; `saved` holds the others for its gradient rule.
 """
 
 import itertools
+import weakref
+
+from gradcraft.engine.lazy import Storage, sweep_readers
 
 # Creation order of nodes: backward() tells the nodes its gradient rules built from the caller's.
 _SERIALS = itertools.count()
@@ -40,9 +43,24 @@ class Node:
         self.attrs = attrs
         self.n_outputs = n_outputs
         self.device = device
-        # Versions of the realized inputs when the node was built: if one is later
-        # modified in place, recomputing this node would silently use new data.
-        self.input_versions = tuple([t._version for t in inputs])  # (a list first: faster than a generator)
+        # The node reads each input at its memory's version now: if that memory is later written in
+        # place, recomputing this node would silently use new data. It registers (weakly) as a
+        # reader of that memory (engine/lazy.py), so a write can first give it a copy of the old data.
+        versions = []
+        ref = weakref.ref(self)
+        for t in inputs:
+            storage = t._storage
+            if storage is None:
+                storage = t._storage = Storage()
+            versions.append(storage.version)
+            readers = storage.readers
+            if readers is None:
+                storage.readers = [ref]
+            else:
+                readers.append(ref)
+                if not len(readers) & 63:
+                    sweep_readers(storage)
+        self.input_versions = tuple(versions)
         self.saved = ()  # outputs 1.. of a differentiable multi-output node, for its gradient rule
         self.serial = next(_SERIALS)
         self.view_out = None  # a view op's output, weakly, where ops/inplace.py may need it (ops/function.py)

@@ -32,6 +32,7 @@ from collections import OrderedDict
 import numpy as np
 
 from gradcraft.device import get_backend
+from gradcraft.engine.lazy import hold, mark_written
 
 MIN_NODES = 8  # smaller schedules gain little from a graph
 MAX_PLANS = 16  # recorded graphs kept per process (each holds its schedule's peak memory)
@@ -209,7 +210,7 @@ def _replay(plan, leaves, order, writes_inputs) -> dict:
     for ref in plan.holders:
         t = ref()
         if t is not None and t._buf is not None and id(t._buf) in buffers:
-            t._buf = t._buf.copy()
+            hold(t, t._buf.copy())
     for recorded, holder, leaf in zip(plan.leaves, plan.leaf_holders, leaves):
         current = leaf._buf
         if recorded is current or backend.address(recorded) == backend.address(current):
@@ -218,11 +219,11 @@ def _replay(plan, leaves, order, writes_inputs) -> dict:
         # it when recorded (if it lives on) a copy of its own.
         old = holder()
         if old is not None and old._buf is recorded:
-            old._buf = recorded.copy()
+            hold(old, recorded.copy())
         recorded[...] = current
     for node in order:
         for i in writes_inputs.get(node.op, ()):
-            node.inputs[i]._version += 1
+            mark_written(node.inputs[i])
     backend.replay(plan.graph)
     stats["replayed"] += 1
     stats["replayed_kernels"] += plan.kernels

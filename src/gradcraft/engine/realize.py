@@ -17,6 +17,7 @@ import time
 from gradcraft.backend.opspec import SPECS
 from gradcraft.device import get_backend
 from gradcraft.engine import fusion, grouping, plans
+from gradcraft.engine.lazy import hold, mark_written, readers_of
 from gradcraft.engine.schedule import schedule
 
 DEBUG = int(os.environ.get("GRADCRAFT_DEBUG", "0") or 0)
@@ -77,6 +78,18 @@ def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
         for t in targets:
             if t._buf is not None:
                 on_ready(t, t._buf)
+    elif len(targets) == 1:  # eager code's case: one op over realized inputs, without a schedule
+        t = targets[0]
+        if t._buf is not None:
+            return
+        node = t._node
+        if node.op not in WRITES_INPUTS:
+            for inp, version in zip(node.inputs, node.input_versions):
+                if inp._buf is None or inp._storage.version != version:
+                    break  # (a lazy input: schedule; a stale one: schedule refuses it)
+            else:
+                _realize_one(node, targets, keep_saved)
+                return
     order, readers = schedule(targets)
     if not order:
         return
@@ -96,10 +109,11 @@ def realize(targets, keep_saved: bool = True, on_ready=None) -> None:
     else:
         values = _run_loop(order, readers, target_keys, keep, on_ready, targets)
     for key, tensor in keep.items():
-        tensor._buf = values[key]
+        hold(tensor, values[key])
     for t in targets:
-        t._buf = t._buf if t._buf is not None else values[(id(t._node), t._index)]
-        if not t.requires_grad:
+        if t._buf is None:
+            hold(t, values[(id(t._node), t._index)])
+        if not t._requires_grad:
             t._node = None  # no backward will need the recipe: let the graph behind it go
 
 
@@ -130,7 +144,7 @@ def announce_writes(order) -> None:
     scheduled = None
     for node in order:
         for i in WRITES_INPUTS.get(node.op, ()):
-            if BEFORE_WRITE and node.inputs[i]._readers:
+            if BEFORE_WRITE and readers_of(node.inputs[i]):
                 if scheduled is None:
                     scheduled = _scheduled_ids(order)
                 before_write(node.inputs[i], scheduled)
@@ -165,7 +179,7 @@ def _run_loop(order, readers, target_keys, keep, on_ready=None, targets=(), anno
             continue
         written = WRITES_INPUTS.get(node.op, ())
         for i in written:
-            if announce and BEFORE_WRITE and node.inputs[i]._readers:
+            if announce and BEFORE_WRITE and readers_of(node.inputs[i]):
                 if scheduled is None:
                     scheduled = _scheduled_ids(order)
                 before_write(node.inputs[i], scheduled)
@@ -183,7 +197,7 @@ def _run_loop(order, readers, target_keys, keep, on_ready=None, targets=(), anno
             _trace(step, node, args, outputs, backend, start)
         del args, result
         for i in written:
-            node.inputs[i]._version += 1
+            mark_written(node.inputs[i])
         node_id = node.output_id
         for index, value in enumerate(outputs):
             key = (node_id, index)
@@ -226,11 +240,11 @@ def _realize_one(node, targets, keep_saved: bool) -> None:
     if keep_saved:
         for extra in node.saved:
             if extra._buf is None:
-                extra._buf = outputs[extra._index]
+                hold(extra, outputs[extra._index])
     for t in targets:
         if t._buf is None:
-            t._buf = outputs[t._index]
-        if not t.requires_grad:
+            hold(t, outputs[t._index])
+        if not t._requires_grad:
             t._node = None  # (as realize's loop)
 
 

@@ -35,7 +35,7 @@ def schedule(targets):
                 readers[key] = readers.get(key, 0) + 1
                 if key[0] not in visited:
                     stack.append((inp._node, False))
-            elif inp._version != version:
+            elif inp._storage.version != version:  # (a realized tensor has a Storage)
                 raise RuntimeError_(
                     f"a lazy tensor ({node.op}) reads a {tuple(inp.shape)} tensor that was modified in place after the "
                     "lazy tensor was built; realize it before the update (e.g. call .realize() first)"

@@ -25,7 +25,7 @@ does not grow with traffic. Each row holds one sequence at its own position; a s
 lowest free row. A step runs over the first `bucket` rows, the smallest of 2, 4, 8, ... (and
 `slots`) that holds every running sequence (free rows inside ride along; their outputs are
 dropped): each bucket reads views of the same buffers, and its step has the same shapes every
-time, so a CUDA device captures one graph per bucket and replays it (engine/capture.py); the CPU
+time, so a CUDA device captures one graph per bucket and replays it (gradcraft/capture.py); the CPU
 just runs it.
 
 Why an answer never depends on the traffic: which way a prompt goes depends only on the request; a

@@ -15,7 +15,7 @@ import numpy as np
 
 import gradcraft as gc
 import gradcraft.nn.functional as F
-from gradcraft.engine.capture import CapturedStep
+from gradcraft.capture import CapturedStep
 from gradcraft.errors import UserError
 from gradcraft.sampling import min_p_shift, penalize, sample_row
 

@@ -5,7 +5,7 @@ no penalty runs none of their ops)."""
 
 import gradcraft as gc
 import gradcraft.nn.functional as F
-from gradcraft.engine.capture import CapturedStep
+from gradcraft.capture import CapturedStep
 from gradcraft.errors import UserError
 
 

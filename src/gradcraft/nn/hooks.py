@@ -15,7 +15,8 @@ from collections import OrderedDict
 
 from gradcraft.autograd.function import Function
 from gradcraft.autograd.hooks import RemovableHandle
-from gradcraft.ops.function import is_grad_enabled, tensor_class
+from gradcraft.ops.function import is_grad_enabled
+from gradcraft.tensor import Tensor
 
 _KINDS = ("_forward_pre_hooks", "_forward_hooks", "_backward_hooks", "_backward_pre_hooks")
 
@@ -82,7 +83,6 @@ class _BackwardState:
 
 def _wrap(values, function, state: _BackwardState):
     """values (one tensor or a tuple) with its top-level tensors passed through function."""
-    Tensor = tensor_class()
     single = isinstance(values, Tensor)
     items = (values,) if single else values
     if not isinstance(items, tuple):

@@ -16,7 +16,7 @@ from collections import OrderedDict
 import numpy as np
 
 from gradcraft.errors import UserError
-from gradcraft.tensor import Tensor
+from gradcraft.tensor import Tensor, init_alias
 
 
 class Parameter(Tensor):
@@ -27,9 +27,7 @@ class Parameter(Tensor):
 
     def __init__(self, data: Tensor | None, requires_grad: bool = True) -> None:
         if isinstance(data, Tensor):
-            data = data.realize()
-            self._init(data.shape, data.dtype, data.device, False)
-            self.data = data  # the same memory
+            init_alias(self, data)  # the same memory
         else:
             super().__init__(data)
         self.requires_grad = requires_grad

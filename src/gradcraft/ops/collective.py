@@ -8,6 +8,8 @@ tensor's memory only through these, so the version bumps of its in-place writes 
 """
 
 from gradcraft.engine.realize import before_write
+from gradcraft.ops.creation import empty
+from gradcraft.tensor import buffer_of, bump_version, from_buffer
 
 
 def all_reduce(group, tensors) -> None:
@@ -17,37 +19,35 @@ def all_reduce(group, tensors) -> None:
         return
     arrays = []
     for t in tensors:
-        t.realize()
-        if not t._buf.flags.c_contiguous:
+        array = buffer_of(t)
+        if not array.flags.c_contiguous:
             raise ValueError("all_reduce needs contiguous tensors: call .contiguous() first")
-        arrays.append(t._buf)
+        arrays.append(array)
     for t in tensors:
         before_write(t)
     group.all_reduce(arrays)
     for t in tensors:
-        t._version += 1
+        bump_version(t)
 
 
 def device_array(t):
     """The realized tensor's memory as the device's own array (NumPy or CuPy), shared, not copied:
     for code that hands memory to a process group. Writes into it must be announced with
     `write_flat` (or be to memory no tensor reads before the next `write_flat`)."""
-    return t.realize()._buf
+    return buffer_of(t)
 
 
 def from_device_array(array, dtype, device: str):
     """A tensor over a device array (the memory is shared: a slice of a bucket, a shard)."""
-    from gradcraft.tensor import Tensor
-
-    return Tensor._from_buffer(array, dtype, device)
+    return from_buffer(array, dtype, device)
 
 
 def write_flat(t, values) -> None:
     """Overwrite t's memory, in place, with a flat device array of t.numel() elements."""
-    t.realize()
+    array = buffer_of(t)
     before_write(t)  # lazy tensors built from the old contents keep them
-    t._buf.reshape(-1)[...] = values
-    t._version += 1
+    array.reshape(-1)[...] = values
+    bump_version(t)
 
 
 # The process group torch.distributed.init_process_group made (gradcraft/distributed/c10d.py): kept
@@ -66,10 +66,8 @@ def set_default_group(group) -> None:
 
 def all_gather_flat(group, t):
     """Every rank's t (contiguous, the same shape on every rank), in rank order: (world, *t.shape)."""
-    from gradcraft.ops.creation import empty
-
     t = t.contiguous().realize()
     out = empty((group.world, *t.shape), dtype=t.dtype, device=t.device).realize()
-    group.all_gather(t._buf.reshape(-1), out._buf.reshape(-1))
-    out._version += 1
+    group.all_gather(buffer_of(t).reshape(-1), buffer_of(out).reshape(-1))
+    bump_version(out)
     return out

@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TYPE_CHECKING
 from gradcraft.backend import opspec
+from gradcraft.tensor import Tensor, write_from_host
 from gradcraft.typing import Number, DTypeLike, Device, Shape
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ import math
 import numpy as np
 
 from gradcraft import dtypes
-from gradcraft.device import canonical, get_backend
+from gradcraft.device import canonical
 from gradcraft.errors import RuntimeError_, TypeError_, UserError
 from gradcraft.ops.function import apply, refuse_stale_readers
 from gradcraft.ops.generator import Generator, default_generator, resolve
@@ -110,8 +111,6 @@ class _DropoutState:
     counter last moved."""
 
     def __init__(self, device: str, seed: int, counter: int, streams: int):
-        from gradcraft.tensor import Tensor
-
         self.tensor = Tensor(_words(seed, counter), device=device)
         refuse_stale_readers(self.tensor)  # (a stale mask and its later backward would disagree)
         self.one_step = Tensor(np.array([0, 1], dtype=np.int64), device=device)  # the seed stays
@@ -119,8 +118,9 @@ class _DropoutState:
 
     def set(self, seed: int, counter: int, streams: int) -> None:
         """Overwrite in place (outside any captured step: a host-to-device copy)."""
-        get_backend(self.tensor.device).write(self.tensor._buf, _words(seed, counter))
-        self.tensor._version += 1  # lazy dropout nodes built before now would read other masks: refuse them
+        # (lazy dropout nodes built before now would read other masks: they refuse, as the state
+        # refuses stale readers)
+        write_from_host(self.tensor, _words(seed, counter))
         self.streams = streams
 
     def get(self) -> tuple:
@@ -343,8 +343,6 @@ def eye(
 
 
 def tensor(data: Any, *, dtype: DTypeLike = None, device: Device = None, requires_grad: bool = False) -> Tensor:
-    from gradcraft.tensor import Tensor
-
     return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
@@ -357,8 +355,6 @@ def linspace(
 ) -> Tensor:
     """`steps` evenly spaced values from start to end inclusive; the second half is counted back from
     `end`, as PyTorch does, so both ends are exact."""
-    from gradcraft.tensor import Tensor
-
     if steps < 0:
         raise UserError(f"linspace: number of steps must be non-negative, got {steps}")
     dtype = dtypes.to_dtype(dtype) if dtype is not None else dtypes.default_float
@@ -397,18 +393,12 @@ def logspace(
 
 def from_numpy(ndarray: np.ndarray) -> Tensor:
     """A tensor with the array's dtype and values (float64 stays float64, as in PyTorch)."""
-    from gradcraft.tensor import Tensor
-
     if not isinstance(ndarray, np.ndarray):
-        from gradcraft.errors import TypeError_
-
         raise TypeError_(f"from_numpy expects a numpy.ndarray, got {type(ndarray).__name__}; use gradcraft.tensor()")
     return Tensor(ndarray, dtype=dtypes.to_dtype(ndarray.dtype), device="cpu")  # the CPU whatever the default
 
 
 def as_tensor(data: Any, dtype: DTypeLike = None, device: Device = None) -> Tensor:
-    from gradcraft.tensor import Tensor
-
     if isinstance(data, Tensor):
         return data.to(*(a for a in (device, dtype) if a is not None))
     if isinstance(data, np.ndarray) and dtype is None:
@@ -425,8 +415,6 @@ def randperm(
     requires_grad: bool = False,
 ) -> Tensor:
     """A random permutation of 0..n-1 (drawn on the host, from the generator's next seed)."""
-    from gradcraft.tensor import Tensor
-
     if n < 0:
         raise RuntimeError_(f"n must be non-negative, got {n}")
     order = resolve(generator).numpy_rng().permutation(int(n))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gradcraft.backend import opspec
+from gradcraft.device import get_backend
 from gradcraft.typing import DTypeLike
 
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ from gradcraft import dtypes
 from gradcraft.amp import policy as _amp
 from gradcraft.errors import UserError
 from gradcraft.ops import elementwise as ew
-from gradcraft.ops.function import apply, gradient
+from gradcraft.ops.function import apply, gradient, is_grad_enabled
 from gradcraft.ops.losses import legacy_reduction, weighted_reduce
 from gradcraft.ops.reduce import sum as reduce_sum
 
@@ -149,8 +150,6 @@ def linear_cross_entropy(
         )
     if target.shape != input.shape[:1]:
         raise UserError(f"linear_cross_entropy: target shape {target.shape} does not match input {input.shape}")
-    from gradcraft.device import get_backend
-    from gradcraft.ops.function import is_grad_enabled
 
     wants_grad = is_grad_enabled() and (input.requires_grad or weight.requires_grad)
     fused = (

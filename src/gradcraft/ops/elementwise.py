@@ -17,12 +17,13 @@ import numpy as np
 from gradcraft import dtypes
 from gradcraft.dtypes import promote_types, scalar_result_dtype
 from gradcraft.errors import RuntimeError_, UserError
-from gradcraft.ops.function import apply, gradient, tensor_class
+from gradcraft.ops.function import apply, gradient
 from gradcraft.amp import policy as _amp
+from gradcraft.tensor import Tensor
 
 
 def _is_tensor(x) -> bool:
-    return isinstance(x, tensor_class())
+    return isinstance(x, Tensor)
 
 
 # Realized 0-d constants of the CPU, by (device, dtype, value's type and repr): `x * 2` reads one
@@ -41,7 +42,7 @@ def scalar(value, dtype, device):
         if t is None:
             if len(_CONSTANTS) >= _MAX_CONSTANTS:
                 _CONSTANTS.clear()
-            t = tensor_class()(np.array(value, dtype=dtype.np), dtype=dtype)
+            t = Tensor(np.array(value, dtype=dtype.np), dtype=dtype)
             _CONSTANTS[key] = t
         return t
     return apply(opspec.FULL, (), {"shape": (), "value": value, "dtype": dtype.np}, (), dtype, device=device)

@@ -16,6 +16,8 @@ from gradcraft.backend import OPTIONAL
 from gradcraft.backend.opspec import SPECS
 from gradcraft.device import get_backend
 from gradcraft.engine.graph import Node
+from gradcraft.tensor import node_of, lazy_output
+from gradcraft.engine.lazy import live_readers, register_reader, storage_readers  # noqa: F401 (the ops' names)
 
 GRADIENTS: dict = {}
 _state = threading.local()
@@ -65,20 +67,6 @@ class enable_grad(no_grad):
         _state.grad_enabled = True
 
 
-_Tensor = None  # gradcraft.tensor.Tensor, once imported (a module-level import would be circular)
-
-
-def tensor_class():
-    """gradcraft.tensor.Tensor, imported on first use: every op asks, and an import statement in a
-    function costs a lookup each time."""
-    global _Tensor
-    if _Tensor is None:
-        from gradcraft.tensor import Tensor
-
-        _Tensor = Tensor
-    return _Tensor
-
-
 def apply(
     op: str,
     inputs: tuple,
@@ -98,70 +86,37 @@ def apply(
     has no gradient unless `saves_outputs`: then its first output is differentiable and the others are
     what its gradient rule reads (`node.saved`), e.g. flash attention's log-sum-exp.
     """
-    Tensor = _Tensor or tensor_class()
     device = device or inputs[0].device
     if op in OPTIONAL and not get_backend(device).has_kernel(op):
         from gradcraft.ops.fallback import FALLBACKS  # (imports Tensor ops: not at module level)
 
         return FALLBACKS[op](*inputs, **(attrs or {}))
-    node = Node(op, tuple(inputs), attrs or {}, device, n_outputs)
-    register_reader(node, inputs)
+    node = Node(op, tuple(inputs), attrs or {}, device, n_outputs)  # (registers itself as the inputs' reader)
     first_dtype = dtype if n_outputs == 1 else dtype[0]
     requires_grad = (
         (n_outputs == 1 or saves_outputs)
         and op in GRADIENTS
         and is_grad_enabled()
-        and any(t._requires_grad for t in inputs)
+        and any(t.requires_grad for t in inputs)
         and first_dtype.is_floating_point
     )
     if n_outputs == 1:
-        out = Tensor._lazy(node, 0, tuple(shape), dtype, device, requires_grad)
+        out = lazy_output(node, 0, shape, dtype, device, requires_grad)
         if op in VIEW_OPS:
             node.view_out = weakref.ref(out)
         return out
     outputs = tuple(
-        Tensor._lazy(node, i, tuple(s), d, device, requires_grad and i == 0)
-        for i, (s, d) in enumerate(zip(shape, dtype))
+        lazy_output(node, i, s, d, device, requires_grad and i == 0) for i, (s, d) in enumerate(zip(shape, dtype))
     )
     if requires_grad:
         node.saved = outputs[1:]
     return outputs
 
 
-class _Readers(list):
-    """Weak references to the nodes that read one tensor. Every 64 additions, if the list has grown to
-    twice its size after the last sweep, the dead ones are dropped (amortized constant time)."""
-
-    __slots__ = ("swept_to",)
-
-
-def register_reader(node, inputs) -> None:
-    """Remember (weakly) that `node` reads each input, so that an in-place write to an input can keep
-    the node reading the data it was built on (gradcraft/ops/inplace.py)."""
-    ref = weakref.ref(node)
-    for t in inputs:
-        readers = t._readers
-        if readers is None:
-            t._readers = _Readers((ref,))
-            continue
-        readers.append(ref)
-        n = len(readers)
-        if not n & 63 and n >= 2 * getattr(readers, "swept_to", 32):
-            readers[:] = [r for r in readers if r() is not None]
-            readers.swept_to = len(readers)
-
-
-def live_readers(t) -> list:
-    """The nodes built from `t` that still exist (each once, though a node reading t twice, as
-    mul(t, t), registered twice)."""
-    nodes = [r() for r in t._readers or ()]
-    return list(dict.fromkeys(n for n in nodes if n is not None))
-
-
 def view_output(node):
     """The tensor a lazy view node computes, while it exists and is still lazy (else None)."""
     out = node.view_out() if node.view_out is not None else None
-    return out if out is not None and out._node is node and out._buf is None else None
+    return out if out is not None and node_of(out) is node and not out.is_realized else None
 
 
 # Tensors whose stale readers must be refused, not given the old data: the dropout state, because a

@@ -18,6 +18,7 @@ import numpy as np
 
 from gradcraft.device import canonical
 from gradcraft.errors import RuntimeError_, TypeError_
+from gradcraft.tensor import Tensor
 
 _SEED_LIMIT = 2**63 - 1
 
@@ -53,8 +54,6 @@ class Generator:
 
     def get_state(self):
         """The generator's state as a uint8 tensor (what `set_state` takes)."""
-        from gradcraft.tensor import Tensor
-
         text = json.dumps({"seed": self._initial_seed, "state": self._source.bit_generator.state})
         return Tensor(np.frombuffer(text.encode(), dtype=np.uint8).copy())
 

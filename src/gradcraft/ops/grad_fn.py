@@ -9,6 +9,7 @@ leaves and for tensors that do not require grad. The same node gives the same ob
 import weakref
 
 from gradcraft.backend.opspec import SPECS
+from gradcraft.tensor import node_of
 
 _CLASSES: dict = {}
 _NODES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -58,14 +59,14 @@ def _function_of(t):
     """The next_functions entry for an input: its grad_fn, AccumulateGrad, or None."""
     if t is None or not t.requires_grad:
         return None
-    if t._node is None:
+    if node_of(t) is None:
         return AccumulateGrad(t)
     return grad_fn(t)
 
 
 def grad_fn(t):
     """Tensor.grad_fn (None for leaves and tensors outside any gradient graph)."""
-    node = t._node
+    node = node_of(t)
     if node is None or not t.requires_grad:
         return None
     found = _NODES.get(node)

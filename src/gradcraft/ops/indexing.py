@@ -21,20 +21,17 @@ from gradcraft.ops import movement as mv
 from gradcraft.ops.dims import normalize_dim
 from gradcraft.ops.function import apply, gradient, is_grad_enabled, no_grad
 from gradcraft.ops.inplace import _Before, write
+from gradcraft.tensor import Tensor
 
 if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
 
 
 def _is_index_tensor(item) -> bool:
-    from gradcraft.tensor import Tensor
-
     return isinstance(item, (Tensor, list, np.ndarray))
 
 
 def _as_index_tensor(item, device):
-    from gradcraft.tensor import Tensor
-
     if isinstance(item, Tensor):
         if item.dtype.kind not in "iu":
             raise UserError(f"tensors used as indices must be integers or booleans, got {item.dtype.name}")
@@ -43,8 +40,6 @@ def _as_index_tensor(item, device):
 
 
 def _is_bool_mask(item) -> bool:
-    from gradcraft.tensor import Tensor
-
     if isinstance(item, Tensor):
         return item.dtype == dtypes.bool_
     return isinstance(item, (np.ndarray, list)) and np.asarray(item).dtype == np.bool_
@@ -53,8 +48,6 @@ def _is_bool_mask(item) -> bool:
 def _masks_to_indices(index: tuple, device) -> tuple:
     """A boolean mask of k dimensions stands for the k integer index tensors of its True positions
     (NumPy's and PyTorch's rule). Their number depends on the data, so the mask is computed here."""
-    from gradcraft.tensor import Tensor
-
     out = []
     for item in index:
         if _is_bool_mask(item):
@@ -127,8 +120,6 @@ def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:
 
 def setitem(x, key, value):
     """`x[index] = value` with ints, slices, None, Ellipsis, integer index tensors and boolean masks."""
-    from gradcraft.tensor import Tensor
-
     if not isinstance(value, Tensor):
         value = (
             Tensor(np.asarray(value), device=x.device)

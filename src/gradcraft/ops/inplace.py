@@ -29,11 +29,14 @@ import weakref
 import numpy as np
 
 from gradcraft import dtypes
+from gradcraft.device import get_backend
+from gradcraft.engine.lazy import current_reads
+from gradcraft.engine.realize import BEFORE_WRITE
 from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops import movement as mv
 from gradcraft.ops import rounding
-from gradcraft.ops.creation import next_seed
+from gradcraft.ops.creation import arange, next_seed
 from gradcraft.ops.function import (
     VIEW_OPS,
     apply,
@@ -42,8 +45,10 @@ from gradcraft.ops.function import (
     no_grad,
     refuses_stale_readers,
     register_reader,
+    storage_readers,
     view_output,
 )
+from gradcraft.tensor import Tensor, buffer_of, bump_version, from_buffer, node_of, same_memory, take_contents, version
 
 
 # Gradient rules that do not read the value of an input (only its shape, or their output): an op of
@@ -121,27 +126,28 @@ def _writable_dtype(x, value) -> None:
 def _view_base(x):
     """The tensor a chain of lazy views starts from (x itself when x is not a lazy view)."""
     t = x
-    while t._buf is None and t._node is not None and t._node.op in VIEW_OPS:
-        t = t._node.inputs[0]
+    while not t.is_realized and node_of(t) is not None and node_of(t).op in VIEW_OPS:
+        t = node_of(t).inputs[0]
     return t
 
 
 def _check_allowed(x, recording: bool) -> None:
-    if recording and x._node is None and x.requires_grad:
+    if recording and node_of(x) is None and x.requires_grad:
         raise RuntimeError_(
             "a leaf tensor that requires grad is being used in an in-place operation; "
             "do it under `with gradcraft.no_grad():` (or on .detach())"
         )
     t, expanded = x, False
-    while t._buf is None and t._node is not None and t._node.op in VIEW_OPS:
-        expanded = expanded or (t._node.op == "expand" and t.numel() != t._node.inputs[0].numel())
-        t = t._node.inputs[0]
+    while not t.is_realized and node_of(t) is not None and node_of(t).op in VIEW_OPS:
+        node = node_of(t)
+        expanded = expanded or (node.op == "expand" and t.numel() != node.inputs[0].numel())
+        t = node.inputs[0]
     if expanded:
         raise RuntimeError_(
             "unsupported operation: more than one element of the written-to tensor refers to a "
             "single memory location; call .clone() before writing"
         )
-    if recording and t is not x and t._node is None and t.requires_grad:
+    if recording and t is not x and node_of(t) is None and t.requires_grad:
         raise RuntimeError_(
             "a view of a leaf tensor that requires grad is being used in an in-place operation; "
             "do it under `with gradcraft.no_grad():`"
@@ -159,8 +165,6 @@ class _Before:
 
 def write(x, value, before: _Before | None = None):
     """Make `value` (a tensor or a Python number, broadcast to x's shape) the contents of x; returns x."""
-    from gradcraft.tensor import Tensor
-
     before = before or _Before(x)
     if not isinstance(value, Tensor):
         value = ew.scalar(value, x.dtype, x.device)
@@ -198,12 +202,10 @@ def _write_through_view(x, value, before: _Before) -> None:
     the view chain picks), and every live view of the base, x included, becomes the same view of the
     new base. They share one version, as in PyTorch: an op that saved any of them for its gradient
     (before the write) raises at backward."""
-    from gradcraft.ops.creation import arange
-
     base, chain, t = before.base, [], x
     while t is not base:
-        chain.append((t._node.op, t._node.attrs, t.shape))
-        t = t._node.inputs[0]
+        chain.append((node_of(t).op, node_of(t).attrs, t.shape))
+        t = node_of(t).inputs[0]
     if base.ndim == 0:  # (a view of a number: the value is the new base)
         _rebind_with_views(base, value.reshape(()), x, before)
         return
@@ -239,35 +241,24 @@ def _rebind_with_views(base, value, x, before: _Before) -> None:
     _rebind(base, value, before if base is x else _Before(base))
     for view, parent, node, view_before in views:
         _rebind(view, apply(node.op, (parent,), node.attrs, view.shape, view.dtype), view_before)
-        view._node.view_out = weakref.ref(view)  # (the node's output is now the view object itself)
+        node_of(view).view_out = weakref.ref(view)  # (the node's output is now the view object itself)
 
 
 def _rebind(x, value, before: _Before) -> None:
     """x becomes the lazy node computing `value`; what read x before reads its old self."""
-    from gradcraft.tensor import Tensor
-
-    old = Tensor.__new__(Tensor)
-    old._init(x.shape, x.dtype, x.device, False)
-    old._requires_grad, old._buf, old._node, old._index = x._requires_grad, x._buf, x._node, x._index
-    old._version = x._version
     _mark_if_output_saved(x)
     earlier = {id(n) for n in before.readers}
-    for node in live_readers(x):
+    readers = live_readers(x)
+    old = take_contents(x, value)  # (the old contents' node or buffer, memory, version and readers)
+    for node in readers:
         _repoint(node, x, old)
         if id(node) in earlier and _needs_value(node, old):
             _mark_modified(node)
-    old._readers, x._readers = x._readers, None
-    if value._node is None:  # a realized value: x holds its buffer
-        x._node, x._index, x._buf = None, 0, value._buf
-    else:
-        x._node, x._index, x._buf = value._node, value._index, value._buf
-    x._requires_grad = value.requires_grad
-    x._version += 1
 
 
 def _mark_if_output_saved(x) -> None:
     """x is about to change: if the op that computed x reads x for its gradient, that gradient is lost."""
-    node = x._node
+    node = node_of(x)
     if node is None or not x.requires_grad or node.op not in _GRADIENT_READS_OUTPUT:
         return
     if node.op in ("div", "pow") and not node.inputs[1].requires_grad:
@@ -279,7 +270,7 @@ def _repoint(node, source, target) -> None:
     inputs, versions = list(node.inputs), list(node.input_versions)
     for i, inp in enumerate(inputs):
         if inp is source:
-            inputs[i], versions[i] = target, target._version
+            inputs[i], versions[i] = target, version(target)
     node.inputs, node.input_versions = tuple(inputs), tuple(versions)
 
 
@@ -300,17 +291,15 @@ def _write_buffer(x, value, before: _Before) -> None:
     """Write value into x's memory now (through a view into its base)."""
     base = before.base
     _mark_if_output_saved(base)
-    if base._buf is None:
-        base.realize()
+    base.realize()
     with no_grad():
         value = value.realize()  # read the old contents before anything is written
-        if x._buf is None:
-            x.realize()  # a view of base's buffer
+        x.realize()  # (a lazy view: of base's buffer)
         if base is not x:
             keep_readers_on_old_data(base)
         mv.assign(x, value).realize()  # (the engine calls keep_readers_on_old_data(x) before the write)
-    if base is not x:
-        base._version += 1
+    if base is not x and not same_memory(base, x):  # (x's buffer is no view of base's memory)
+        bump_version(base)
 
 
 def keep_readers_on_old_data(t, scheduled=frozenset()) -> None:
@@ -324,25 +313,31 @@ def keep_readers_on_old_data(t, scheduled=frozenset()) -> None:
     "modified by an inplace operation" error instead."""
     if refuses_stale_readers(t):
         return
-    copy = None
-    for node in live_readers(t):
+    copies: dict = {}  # id(alias) -> a copy of its contents
+    for node in storage_readers(t):
         if id(node) in scheduled:
             continue
-        at = [i for i, (inp, v) in enumerate(zip(node.inputs, node.input_versions)) if inp is t and v == t._version]
+        # the inputs on this memory (t, or another alias of it: a detached copy, a view), at its current version
+        at = current_reads(node, t)
         if not at:
             continue
-        if node.op in VIEW_OPS and not t.requires_grad:
-            view = view_output(node)
-            if view is not None:
-                _keep_computations_through_view(view, scheduled)
-            node.input_versions = tuple(t._version + 1 if i in at else v for i, v in enumerate(node.input_versions))
-            continue
-        if _differentiable(node) and (t.requires_grad or _needs_value(node, t)):
-            _mark_modified(node)  # (a constant's new data: PyTorch refuses a gradient that saved the old)
-        if copy is None:
-            copy = _copy_of(t)
-        _repoint(node, t, copy)
-        register_reader(node, (copy,))
+        for alias in {id(node.inputs[i]): node.inputs[i] for i in at}.values():
+            if node.op in VIEW_OPS and not alias.requires_grad:
+                view = view_output(node)
+                if view is not None:
+                    _keep_computations_through_view(view, scheduled)
+                node.input_versions = tuple(
+                    version(t) + 1 if inp is alias and i in at else v
+                    for i, (inp, v) in enumerate(zip(node.inputs, node.input_versions))
+                )
+                continue
+            if _differentiable(node) and (alias.requires_grad or _needs_value(node, alias)):
+                _mark_modified(node)  # (a constant's new data: PyTorch refuses a gradient that saved the old)
+            copy = copies.get(id(alias))
+            if copy is None:
+                copy = copies[id(alias)] = _copy_of(alias)
+            _repoint(node, alias, copy)
+            register_reader(node, (copy,))
 
 
 def _keep_computations_through_view(view, scheduled) -> None:
@@ -371,15 +366,10 @@ def _differentiable(node) -> bool:
 
 def _copy_of(t):
     """A constant tensor holding a copy of t's buffer now (no schedule: this runs inside one)."""
-    from gradcraft.device import get_backend
-    from gradcraft.tensor import Tensor
-
-    return Tensor._from_buffer(get_backend(t.device).run("contiguous", [t._buf], {}), t.dtype, t.device)
+    return from_buffer(get_backend(t.device).run("contiguous", [buffer_of(t)], {}), t.dtype, t.device)
 
 
 def _install_hook() -> None:
-    from gradcraft.engine.realize import BEFORE_WRITE
-
     if keep_readers_on_old_data not in BEFORE_WRITE:
         BEFORE_WRITE.append(keep_readers_on_old_data)
 
@@ -403,9 +393,7 @@ def mul_(x, other):
 
 
 def div_(x, other, *, rounding_mode=None):
-    from gradcraft.ops.rounding import div_rounded
-
-    return _inplace(x, lambda: div_rounded(x, other, rounding_mode=rounding_mode))
+    return _inplace(x, lambda: rounding.div_rounded(x, other, rounding_mode=rounding_mode))
 
 
 def pow_(x, exponent):
@@ -421,8 +409,6 @@ def fill_(x, value):
 
 
 def copy_(x, src, non_blocking: bool = False):
-    from gradcraft.tensor import Tensor
-
     if not isinstance(src, Tensor):
         src = Tensor(np.asarray(src), device=x.device)
     if src.device != x.device:

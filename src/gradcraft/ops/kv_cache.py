@@ -40,7 +40,7 @@ def kv_cache_write(cache: Tensor, value: Tensor, position: Tensor) -> Tensor:
     if cache.ndim != 4 or value.ndim != 4 or value.shape != (*cache.shape[:2], 1, cache.shape[3]):
         raise UserError(f"kv_cache_write: value must be (B, Hkv, 1, D) for a cache {cache.shape}, got {value.shape}")
     _check_position(position, cache.shape[0], "kv_cache_write")
-    if cache._buf is None:  # the write goes into the cache's own buffer
+    if not cache.is_realized:  # the write goes into the cache's own buffer
         cache.realize()
     value = ew.cast(value, cache.dtype)
     return apply(opspec.ASSIGN, (cache, value, position), {"dim": 2}, cache.shape, cache.dtype)
@@ -113,7 +113,7 @@ def _append_attention(query, k_cache, v_cache, position, scale, key, value, rota
     D = query.shape[-1]
     if backend.kv_append_supported(query.dtype.np, k_cache.shape[2], D):
         for cache in (k_cache, v_cache):
-            if cache._buf is None:  # the writes go into the caches' own buffers
+            if not cache.is_realized:  # the writes go into the caches' own buffers
                 cache.realize()
         if rotary is not None:  # (the tables in the kernels' accumulator type, as rope's)
             acc = dtypes.float64 if query.dtype == dtypes.float64 else dtypes.float32

@@ -13,6 +13,7 @@ from gradcraft.backend import opspec
 from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops.function import apply, gradient
+from gradcraft.tensor import node_of
 from gradcraft.amp import policy as _amp
 
 
@@ -66,5 +67,5 @@ def _matmul_grad(node, out, g):
 
 def _is_transpose(t) -> bool:
     """t is a lazy view swapping the last two axes of another tensor (x.mT)."""
-    node = t._node
+    node = node_of(t)
     return node is not None and node.op == "permute" and node.attrs["axes"] == (1, 0)

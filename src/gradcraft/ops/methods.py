@@ -15,7 +15,7 @@ from gradcraft.backend import opspec
 from gradcraft.errors import UserError
 from gradcraft.ops import elementwise as ew, matmul as mm, movement as mv, nn as fn, reduce as rd
 from gradcraft.ops import indexing as ix, inplace as ip, linalg as la, rounding as rn
-from gradcraft.ops import index_build as ib, scatter as sc
+from gradcraft.ops import conversion as cv, index_build as ib, scatter as sc
 
 if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
@@ -236,19 +236,9 @@ def attach(tensor_class: type) -> None:
     }
     # the ops whose spec makes them Tensor methods too (backend/opspec.py: method=True)
     methods.update({s.torch_function.__name__: s.torch_function for s in opspec.SPECS.values() if s.method})
+    methods.update(cv.METHODS)
     for name, function in methods.items():
         setattr(tensor_class, name, function)
     tensor_class.T = property(lambda self: mv.permute(self, *reversed(range(self.ndim))))
     tensor_class.mT = property(lambda self: mv.transpose(self, -2, -1))
     tensor_class.grad_fn = property(_grad_fn)
-    _attach_hooks(tensor_class)
-
-
-def _attach_hooks(tensor_class: type) -> None:
-    """Tensor.register_hook / retain_grad / retains_grad (gradcraft/autograd/hooks.py)."""
-    from gradcraft.autograd import hooks
-
-    tensor_class.register_hook = hooks.register_hook
-    tensor_class.register_post_accumulate_grad_hook = hooks.register_post_accumulate_grad_hook
-    tensor_class.retain_grad = hooks.retain_grad
-    tensor_class.retains_grad = property(hooks.retains_grad)

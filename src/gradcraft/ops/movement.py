@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from gradcraft.backend import opspec
+from gradcraft.device import get_backend
+from gradcraft.tensor import Tensor, node_of
 from gradcraft.typing import Dims
 
 if TYPE_CHECKING:
@@ -227,16 +229,13 @@ def put_slices(grads, specs, shape):
 def merge_slice_gradients(a, b):
     """a + b as one put_slices node when both are unrealized put_slices of one shape, else None.
     (Autograd sums the gradients of q, k and v sliced out of one matmul: one buffer, not three.)"""
-    for t in (a, b):
-        if t._buf is not None or t._node is None or t._node.op != "put_slices":
+    na, nb = node_of(a), node_of(b)
+    for t, node in ((a, na), (b, nb)):
+        if t.is_realized or node is None or node.op != "put_slices":
             return None
     if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
         return None
-    return put_slices(
-        list(a._node.inputs) + list(b._node.inputs),
-        list(a._node.attrs["specs"]) + list(b._node.attrs["specs"]),
-        a.shape,
-    )
+    return put_slices(list(na.inputs) + list(nb.inputs), list(na.attrs["specs"]) + list(nb.attrs["specs"]), a.shape)
 
 
 @gradient(opspec.PUT_SLICES)
@@ -432,8 +431,6 @@ def repeat_interleave(input: Tensor, repeats: int, dim: int | None = None, *, ou
 
 
 def to_device(x, device: str):
-    from gradcraft.device import get_backend
-
     return apply(opspec.COPY_FROM, (x,), {"source_backend": get_backend(x.device)}, x.shape, x.dtype, device=device)
 
 
@@ -444,10 +441,7 @@ def _copy_from_grad(node, out, g):
 
 def assign(target, value):
     """Write `value` into `target`'s buffer when realized; later reads of target see the new data."""
-    from gradcraft.tensor import Tensor
-
-    if target._buf is None:
-        target.realize()
+    target.realize()
     if not isinstance(value, Tensor):
         value = ew.scalar(value, target.dtype, target.device)
     if value.device != target.device:

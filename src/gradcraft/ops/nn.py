@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 from gradcraft.backend import opspec
+from gradcraft.device import get_backend
+from gradcraft.tensor import Tensor
 from gradcraft.typing import DTypeLike, Device, Shape
 
 if TYPE_CHECKING:
@@ -20,7 +22,7 @@ from gradcraft.amp import policy as _amp
 from gradcraft.errors import UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops.creation import dropout_stream, ones, zeros
-from gradcraft.ops.function import apply, gradient
+from gradcraft.ops.function import apply, gradient, is_grad_enabled
 from gradcraft.ops.reduce import normalize_dim
 
 
@@ -201,7 +203,6 @@ def rope_frequencies(
 ) -> Tensor:
     """(cos, sin) tables of shape (seq_len, head_dim // 2) for positions start..start+seq_len-1."""
     import numpy as np
-    from gradcraft.tensor import Tensor
 
     inv_freq = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
     angles = np.outer(np.arange(start, start + seq_len, dtype=np.float64), inv_freq)
@@ -291,9 +292,6 @@ def norm_linear(
     (backend `norm_linear_supported`: on a GPU, one row, kernels/gemv.cu) the chain is one launch;
     everywhere else, and whenever a gradient is needed, it is composed from the ops it stands for
     (the same kernels as the unfused model, the same numbers). The fused kernel has no gradient."""
-    from gradcraft.device import get_backend
-    from gradcraft.ops.function import is_grad_enabled
-
     if norm not in NORMS or activation not in ACTIVATIONS:
         raise UserError(f"norm_linear: norm must be one of {NORMS} and activation one of {ACTIVATIONS}")
     K, N = input.shape[-1], weight.shape[0]
@@ -353,8 +351,6 @@ def _product_and_bias(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     one linear_bias op: the bias is added in the product's epilogue, and in the backward pass the
     weight gradient's product also sums the bias gradient; a matmul and an add would write and read
     the (rows, N) output once more, and the add's gradient read the output gradient once more."""
-    from gradcraft.device import get_backend
-
     if bias is None:
         return x @ weight.mT
     backend = get_backend(x.device)

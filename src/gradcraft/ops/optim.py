@@ -10,6 +10,7 @@ writes and the version bumps stay here, below the public API.
 from gradcraft import dtypes
 from gradcraft.device import get_backend
 from gradcraft.engine.realize import before_write, realize
+from gradcraft.tensor import buffer_of, bump_version, from_buffer
 
 # The dtypes the fused kernels read and write.
 FUSED_DTYPES = (dtypes.float32, dtypes.bfloat16, dtypes.float16)
@@ -23,15 +24,15 @@ def has_fused_optim(params) -> bool:
         return False
     if not get_backend(params[0].device).has("adamw_step"):
         return False
-    return all(p.dtype in FUSED_DTYPES and p._buf is not None and p._buf.flags.c_contiguous for p in params)
+    return all(p.dtype in FUSED_DTYPES and p.is_realized and buffer_of(p).flags.c_contiguous for p in params)
 
 
 def _contiguous_buffer(t, dtype=None):
     """t's realized, contiguous buffer, converted to dtype where it differs (a copy then)."""
     t = t.realize()
-    if (dtype is not None and t.dtype != dtype) or t.dtype not in FUSED_DTYPES or not t._buf.flags.c_contiguous:
+    if (dtype is not None and t.dtype != dtype) or t.dtype not in FUSED_DTYPES or not buffer_of(t).flags.c_contiguous:
         t = t.to(dtype or dtypes.float32).contiguous().realize()
-    return t._buf
+    return buffer_of(t)
 
 
 def adamw_step(
@@ -57,27 +58,25 @@ def adamw_step(
     for p in params:
         before_write(p)
     get_backend(params[0].device).adamw_step(
-        [p._buf for p in params],
+        [buffer_of(p) for p in params],
         grad_buffers,
-        [m._buf for m in exp_avgs],
-        [v._buf for v in exp_avg_sqs],
-        lr_step._buf,
+        [buffer_of(m) for m in exp_avgs],
+        [buffer_of(v) for v in exp_avg_sqs],
+        buffer_of(lr_step),
         beta1=beta1,
         beta2=beta2,
         eps=eps,
         weight_decay=weight_decay,
-        grad_scale=grad_scale._buf[1:] if grad_scale is not None else None,
+        grad_scale=buffer_of(grad_scale)[1:] if grad_scale is not None else None,
     )
     for t in (*params, *exp_avgs, *exp_avg_sqs):
-        t._version += 1
+        bump_version(t)
 
 
 def grad_norm(grads, max_norm: float | None = None):
     """float32 tensor [global L2 norm of all grads, min(1, max_norm / (norm + 1e-6))] (coefficient 1
     when max_norm is None or 0), by one multi-tensor kernel."""
-    from gradcraft.tensor import Tensor
-
     grads = list(grads)
     device = grads[0].device
     stats = get_backend(device).grad_norm([_contiguous_buffer(g) for g in grads], float(max_norm or 0.0))
-    return Tensor._from_buffer(stats, dtypes.float32, device)
+    return from_buffer(stats, dtypes.float32, device)

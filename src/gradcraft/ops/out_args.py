@@ -11,7 +11,8 @@ from __future__ import annotations
 import inspect
 
 from gradcraft.backend import opspec
-from gradcraft.ops.function import is_grad_enabled, tensor_class
+from gradcraft.ops.function import is_grad_enabled
+from gradcraft.tensor import Tensor
 
 NAMES = (
     "abs add all amax amin any arange bmm cat ceil clamp clip concat cos cumsum div divide dot empty eq exp eye "
@@ -23,7 +24,6 @@ NAMES = (
 
 
 def fill(out, result, name):
-    Tensor = tensor_class()
     if isinstance(result, tuple):
         if not isinstance(out, (tuple, list)) or len(out) != len(result):
             raise TypeError(f"{name}(): out= must be a tuple of {len(result)} tensors")

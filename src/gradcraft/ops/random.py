@@ -35,9 +35,9 @@ from gradcraft.ops import elementwise as ew
 from gradcraft.ops import movement as mv
 from gradcraft.ops import reduce as rd
 from gradcraft.ops.creation import _creation, _shape, next_seed
-from gradcraft.ops.function import tensor_class
 from gradcraft.ops.generator import Generator, resolve
 from gradcraft.typing import Device, DTypeLike, Shape
+from gradcraft.tensor import Tensor
 
 if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
@@ -139,7 +139,6 @@ def normal(
     """Normal samples: `normal(mean_tensor, std_tensor)`, `normal(mean_tensor, std=1.0)`,
     `normal(mean, std_tensor)` (the tensors' broadcast shape), or `normal(mean, std, size)` with
     floats. As in PyTorch, the result depends on mean and std for autograd, with zero gradient."""
-    Tensor = tensor_class()
     tensors = [v for v in (mean, std) if isinstance(v, Tensor)]
     if not tensors:
         if size is None:
@@ -191,7 +190,6 @@ def bernoulli_(x: Tensor, p: Tensor | float = 0.5, *, generator: Generator | Non
     """In place: each element becomes 1 with probability p (a float or a tensor), else 0."""
     from gradcraft.ops.inplace import write
 
-    Tensor = tensor_class()
     if isinstance(p, Tensor):
         _check_probabilities(p, "bernoulli")
         probability = p.detach()
@@ -232,7 +230,7 @@ def poisson(input: Tensor, generator: Generator | None = None) -> Tensor:
     if not np.isfinite(rates).all() or (rates < 0).any():
         raise RuntimeError_("invalid Poisson rate, expected rate to be non-negative")
     counts = resolve(generator).numpy_rng().poisson(rates).astype(np.float64)
-    return tensor_class()(counts, dtype=input.dtype, device=input.device)
+    return Tensor(counts, dtype=input.dtype, device=input.device)
 
 
 def attach_methods(tensor_class_: type) -> None:

@@ -20,6 +20,7 @@ from gradcraft import dtypes
 from gradcraft.backend import opspec
 from gradcraft.errors import UserError
 from gradcraft.ops.function import apply
+from gradcraft.tensor import Tensor
 
 
 def sample_tokens(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tensor, uniform: Tensor) -> Tensor:
@@ -49,8 +50,6 @@ def greedy_advance(logits: Tensor, ids: Tensor, position: Tensor) -> Tensor:
     with position (int64, 1 or B elements: where those tokens sit) moved on by one, both in place when
     the result is realized. Returns (B,) int64. One kernel on a GPU, where argmax, the two assigns
     and the add are four. No gradient."""
-    from gradcraft.tensor import Tensor
-
     if logits.ndim != 2 or not logits.dtype.is_floating_point:
         raise UserError(f"greedy_advance: logits must be a float (B, V) tensor, got {logits.dtype.name} {logits.shape}")
     B = logits.shape[0]
@@ -61,6 +60,6 @@ def greedy_advance(logits: Tensor, ids: Tensor, position: Tensor) -> Tensor:
     if len({logits.device, ids.device, position.device}) != 1:
         raise UserError("greedy_advance: logits, ids and position must be on one device")
     for t in (ids, position):
-        if t._buf is None:  # the writes go into their own buffers
+        if not t.is_realized:  # the writes go into their own buffers
             t.realize()
     return apply(opspec.GREEDY_ADVANCE, (logits, ids, position), {}, (B,), dtypes.int64)

@@ -20,6 +20,7 @@ from gradcraft.ops.dims import normalize_dim
 from gradcraft.ops.function import apply, gradient, no_grad
 from gradcraft.ops.indexing import advanced_spec
 from gradcraft.ops.inplace import _inplace
+from gradcraft.tensor import Tensor
 
 if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
@@ -73,8 +74,6 @@ def scatter(
 ) -> Tensor:
     """torch.scatter / Tensor.scatter: input with src (a tensor) or value (a number) written along dim at index.
     Where index repeats a position PyTorch leaves the result undefined; here floats get the mean."""
-    from gradcraft.tensor import Tensor
-
     if src is None and value is None:
         raise TypeError("scatter() missing required argument 'src' or 'value'")
     if src is not None and not isinstance(src, Tensor):

@@ -5,7 +5,7 @@ import gradcraft as gc
 from gradcraft.distributed import all_reduce_tensors
 from gradcraft.distributed.buckets import GradientBuckets
 from gradcraft.distributed.zero import ZeroAdamW
-from gradcraft.engine.capture import CapturedStep
+from gradcraft.capture import CapturedStep
 from gradcraft.errors import UserError
 from gradcraft.ops.creation import advance_dropout
 from gradcraft.optim import grad_norm_and_scale

@@ -1,4 +1,5 @@
 """Whole-step graph capture: run a training step through Python once, replay its kernels after.
+(Above the Tensor: the step's inputs are tensors it makes.)
 
     step = CapturedStep(train_step, device="cuda")     # train_step(x, y) -> (loss, stats)
     for x, y in data:                                   # NumPy arrays (or tensors) of fixed shapes
@@ -22,12 +23,8 @@ capture (the CPU), the step just runs.
 import numpy as np
 
 from gradcraft.device import get_backend
-from gradcraft.engine.realize import before_write
 from gradcraft.errors import UserError
-
-# The Tensor class, which gradcraft/tensor.py registers here (the engine sits below it and never
-# imports it), for the step's own input tensors.
-TENSOR_TYPE: list = []
+from gradcraft.tensor import Tensor, buffer_of, write_from_host
 
 
 class CapturedStep:
@@ -67,14 +64,13 @@ class CapturedStep:
         holds)."""
         outputs = self(*args)
         outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
-        waits = [self.backend.to_numpy_later(outputs[i]._buf) for i in fetch]
+        waits = [self.backend.to_numpy_later(buffer_of(outputs[i])) for i in fetch]
         return lambda: [wait() for wait in waits]
 
     def feed(self, *args) -> list:
         """Copy the arguments (NumPy arrays or tensors) into the step's input tensors, made from the
         first call's arguments when the step was given none; returns those tensors. No arguments:
         the inputs keep their contents (a step that writes its next inputs itself)."""
-        Tensor = TENSOR_TYPE[0]
         if not args and self.inputs is not None:
             return self.inputs
         if self.inputs is None:  # the step's own tensors: copies, whose memory nothing else writes
@@ -93,9 +89,7 @@ class CapturedStep:
             if isinstance(value, Tensor):
                 target.copy_(value)  # on the device
                 continue
-            before_write(target)  # lazy tensors built from the old contents keep them
-            self.backend.write(target._buf, np.asarray(value, dtype=target.dtype.np))
-            target._version += 1
+            write_from_host(target, np.asarray(value, dtype=target.dtype.np))
         return self.inputs
 
     def close(self) -> None:

@@ -276,3 +276,12 @@ _install_out(globals())  # torch.add(..., out=t) and the other out= functions
 
 from gradcraft.ops.index_build import argwhere, bincount, meshgrid, nonzero  # noqa: E402,F401
 from gradcraft.ops.scatter import index_add, scatter, scatter_add  # noqa: E402,F401
+
+# diagonals, sliding windows, distances (gradcraft/ops/diagonal.py, distance.py)
+from gradcraft.ops.diagonal import diag, diag_embed, diagonal, trace  # noqa: E402,F401
+from gradcraft.ops.distance import cdist, pairwise_distance  # noqa: E402,F401
+from gradcraft.ops.diagonal import unfold as _unfold  # noqa: E402
+
+for _name, _fn in (("diag", diag), ("diag_embed", diag_embed), ("diagonal", diagonal), ("trace", trace)):
+    setattr(Tensor, _name, _fn)
+Tensor.unfold = _unfold

@@ -52,3 +52,22 @@ from gradcraft.nn.transformer_layers import (  # noqa: E402, F401
 from gradcraft.nn import parallel  # noqa: E402,F401  (torch.nn.parallel: DistributedDataParallel)
 from gradcraft.nn.loss import KLDivLoss  # noqa: F401, E402
 from gradcraft.nn.containers import ParameterDict, ParameterList  # noqa: F401,E402
+from gradcraft.nn.padding import (  # noqa: F401, E402
+    CircularPad1d,
+    CircularPad2d,
+    CircularPad3d,
+    ConstantPad1d,
+    ConstantPad2d,
+    ConstantPad3d,
+    ReflectionPad1d,
+    ReflectionPad2d,
+    ReflectionPad3d,
+    ReplicationPad1d,
+    ReplicationPad2d,
+    ReplicationPad3d,
+    ZeroPad1d,
+    ZeroPad2d,
+    ZeroPad3d,
+)
+from gradcraft.nn.instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d  # noqa: F401, E402
+from gradcraft.nn.distance import CosineSimilarity, PairwiseDistance  # noqa: F401, E402

@@ -97,3 +97,9 @@ def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: boo
     from gradcraft.ops.normalization import dropout2d as _dropout2d
 
     return _maybe_inplace(input, _dropout2d(input, p, training), inplace)
+
+
+# ---------------------------------------------------------------- padding modes, instance norm, distances
+from gradcraft.ops.pad_modes import pad  # noqa: E402, F401, F811  (F.pad with 'reflect', 'replicate', 'circular')
+from gradcraft.ops.instance_norm import instance_norm  # noqa: E402, F401
+from gradcraft.ops.distance import pairwise_distance  # noqa: E402, F401

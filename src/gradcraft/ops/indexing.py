@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 def _is_index_tensor(item) -> bool:
     from gradcraft.tensor import Tensor
 
-    return isinstance(item, (Tensor, list, np.ndarray))
+    return isinstance(item, (Tensor, list, np.ndarray, range))
 
 
 def _as_index_tensor(item, device):

@@ -7,3 +7,4 @@ from gradcraft.optim.clip import clip_grad_norm_, grad_norm_and_scale  # noqa: F
 from gradcraft.optim.lbfgs import LBFGS  # noqa: F401
 from gradcraft.optim.optimizer import AdamW, Optimizer  # noqa: F401
 from gradcraft.optim.lr_schedule import Constant, CosineWithWarmup, LinearWithWarmup  # noqa: F401
+from gradcraft.optim import swa_utils  # noqa: F401,E402  (torch.optim.swa_utils: AveragedModel, SWALR, update_bn)

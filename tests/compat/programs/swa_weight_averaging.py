@@ -19,8 +19,8 @@ loader = DataLoader(TensorDataset(x, y), batch_size=8)
 
 model = nn.Sequential(nn.Linear(5, 12), nn.BatchNorm1d(12), nn.ReLU(), nn.Linear(12, 3))
 with torch.no_grad():
-    for p in model.parameters():
-        if p.dim() > 1:
+    for name, p in model.named_parameters():
+        if not name.startswith("1."):  # the BatchNorm keeps its ones and zeros
             p.copy_(torch.tensor(rng.normal(0, 0.4, size=tuple(p.shape)), dtype=torch.float32))
 
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -64,4 +64,4 @@ for k in range(3):
         lin.weight.fill_(float(k))
     avg.update_parameters(lin)
     seen.append(lin.weight.clone())
-print(avg.module.weight, torch.stack(seen).mean(0))
+print(avg.module.weight.data, torch.stack(seen).mean(0).detach())

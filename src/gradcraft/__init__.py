@@ -279,9 +279,11 @@ from gradcraft.ops.scatter import index_add, scatter, scatter_add  # noqa: E402,
 
 # diagonals, sliding windows, distances (gradcraft/ops/diagonal.py, distance.py)
 from gradcraft.ops.diagonal import diag, diag_embed, diagonal, trace  # noqa: E402,F401
+from gradcraft.ops.out_args import with_out as _with_out  # noqa: E402
 from gradcraft.ops.distance import cdist, pairwise_distance  # noqa: E402,F401
 from gradcraft.ops.diagonal import unfold as _unfold  # noqa: E402
 
 for _name, _fn in (("diag", diag), ("diag_embed", diag_embed), ("diagonal", diagonal), ("trace", trace)):
     setattr(Tensor, _name, _fn)
 Tensor.unfold = _unfold
+diag = _with_out(diag)  # torch.diag(..., out=)

@@ -67,3 +67,13 @@ def vector_to_parameters(vec, parameters) -> None:
         n = param.numel()
         param.copy_(vec[pointer : pointer + n].view_as(param))
         pointer += n
+
+
+# torch.nn.utils.parametrize / .parametrizations (modules of gradcraft.nn, importable under these names too)
+import sys as _sys  # noqa: E402
+
+from gradcraft.nn import parametrizations, parametrize  # noqa: E402
+from gradcraft.nn.weight_norm import remove_weight_norm, weight_norm  # noqa: E402,F401
+
+_sys.modules[__name__ + ".parametrize"] = parametrize
+_sys.modules[__name__ + ".parametrizations"] = parametrizations

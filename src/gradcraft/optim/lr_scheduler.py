@@ -344,6 +344,3 @@ class ReduceLROnPlateau:
 
     def get_last_lr(self) -> list:
         return self._last_lr
-
-
-from gradcraft.optim.lr_scheduler_cyclic import ChainedScheduler, CosineAnnealingWarmRestarts, CyclicLR  # noqa: E402,F401

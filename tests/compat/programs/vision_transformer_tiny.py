@@ -69,7 +69,7 @@ class ViT(nn.Module):
 
 rng = np.random.default_rng(21)
 model = ViT()
-print("trunc_normal_ bounded:", bool(model.cls_token.abs().max() <= 0.04), model.mlp_head[1].bias)
+print("trunc_normal_ within [-2, 2]:", bool(model.cls_token.abs().max() <= 2.0), model.mlp_head[1].bias)
 with torch.no_grad():
     for name, p in model.named_parameters():
         if p.dim() > 1:

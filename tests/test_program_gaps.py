@@ -328,3 +328,97 @@ def test_register_parametrization_symmetric():
     P.remove_parametrizations(layer, "weight")
     assert type(layer) is gnn.Linear and not P.is_parametrized(layer)
     np.testing.assert_array_equal(layer.weight.numpy(), W)
+
+
+ACTIVATIONS = [
+    ("relu6", {}),
+    ("hardtanh", {"min_val": -0.5, "max_val": 2.0}),
+    ("hardsigmoid", {}),
+    ("hardswish", {}),
+    ("mish", {}),
+    ("softsign", {}),
+    ("logsigmoid", {}),
+    ("softmin", {"dim": 1}),
+    ("selu", {}),
+    ("celu", {"alpha": 0.7}),
+    ("tanhshrink", {}),
+    ("softshrink", {"lambd": 0.4}),
+    ("hardshrink", {"lambd": 0.4}),
+    ("threshold", {"threshold": 0.2, "value": -2.0}),
+]
+
+
+@pytest.mark.parametrize("name,kw", ACTIVATIONS)
+def test_activation_functions(name, kw):
+    # the kinks themselves (-3, 0, 3, 6, +-lambd) are among the inputs: PyTorch's gradients there too
+    a = np.concatenate([rng.normal(scale=4, size=30), [-3.0, 0.0, 3.0, 6.0, 0.4, -0.4, -0.5, 2.0, 0.2, 40.0, -40.0]])
+    a = np.stack([a, -a], 1)
+    ours, theirs = gc.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    out_g, out_t = getattr(GF, name)(ours, **kw), getattr(torch.nn.functional, name)(theirs, **kw)
+    close(out_g, out_t, 1e-9)
+    out_g.sum().backward()
+    out_t.sum().backward()
+    close(ours.grad, theirs.grad, 1e-9)
+
+
+@pytest.mark.parametrize(
+    "name,kw",
+    [
+        a
+        for a in ACTIVATIONS
+        if a[0] in ("relu6", "hardtanh", "hardsigmoid", "hardswish", "mish", "selu", "celu", "threshold")
+    ],
+)
+def test_activation_inplace_in_graph(name, kw):
+    a = rng.normal(scale=3, size=(4, 5))
+    results = []
+    for lib, F in ((gc, GF), (torch, torch.nn.functional)):
+        x = lib.tensor(a, requires_grad=True)
+        h = x * 2.0
+        y = getattr(F, name)(h, inplace=True, **kw)
+        assert y is h
+        (y * y).sum().backward()
+        results.append((y.detach().numpy(), x.grad.numpy()))
+    np.testing.assert_allclose(results[0][0], results[1][0], atol=1e-9)
+    np.testing.assert_allclose(results[0][1], results[1][1], atol=1e-9)
+
+
+def test_activation_modules_repr_and_values():
+    mods = [
+        ("ReLU6", (True,)),
+        ("Hardtanh", (-2.0, 2.0)),
+        ("Hardsigmoid", ()),
+        ("Hardswish", (True,)),
+        ("Mish", ()),
+        ("Softsign", ()),
+        ("LogSigmoid", ()),
+        ("Softmin", (0,)),
+        ("SELU", ()),
+        ("CELU", (2.0,)),
+        ("Tanhshrink", ()),
+        ("Softshrink", (0.2,)),
+        ("Hardshrink", ()),
+        ("Threshold", (0.1, 20.0)),
+    ]
+    a = rng.normal(scale=3, size=(3, 4))
+    for name, args in mods:
+        ours, theirs = getattr(gnn, name)(*args), getattr(torch.nn, name)(*args)
+        assert repr(ours) == repr(theirs)
+        close(ours(gc.tensor(a)), theirs(torch.tensor(a)), 1e-9)
+    with pytest.warns(UserWarning):
+        close(gnn.Softmin()(gc.tensor(a)), torch.nn.Softmin()(torch.tensor(a)), 1e-9)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_log1p_expm1(dtype):
+    a = np.array([-0.9, -1e-5, -1e-12, 0.0, 1e-12, 1e-7, 3e-4, 0.5, 2.0, 80.0, 1e30], dtype=dtype)
+    for name, values in (("log1p", a), ("expm1", np.concatenate([a[:-1], [-200.0, 5.0]]).astype(dtype))):
+        ours = gc.tensor(values, requires_grad=True)
+        theirs = torch.tensor(values, requires_grad=True)
+        out_g, out_t = getattr(gc, name)(ours), getattr(ours, name)()
+        ref = getattr(torch, name)(theirs)
+        np.testing.assert_allclose(out_g.detach().numpy(), ref.detach().numpy(), rtol=4 * np.finfo(dtype).eps)
+        close(out_t, ref, 0)
+        out_g.sum().backward()
+        ref.sum().backward()
+        np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=4 * np.finfo(dtype).eps)

@@ -287,3 +287,10 @@ for _name, _fn in (("diag", diag), ("diag_embed", diag_embed), ("diagonal", diag
     setattr(Tensor, _name, _fn)
 Tensor.unfold = _unfold
 diag = _with_out(diag)  # torch.diag(..., out=)
+
+# log1p/expm1 accurate near zero (gradcraft/ops/log1p.py); selu/celu as torch.* too
+from gradcraft.ops.log1p import expm1, log1p  # noqa: E402,F401
+from gradcraft.ops.activations_more import celu, selu  # noqa: E402,F401
+
+Tensor.log1p, Tensor.expm1 = log1p, expm1
+log1p, expm1 = _with_out(log1p), _with_out(expm1)  # (out=)

@@ -71,3 +71,19 @@ from gradcraft.nn.padding import (  # noqa: F401, E402
 )
 from gradcraft.nn.instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d  # noqa: F401, E402
 from gradcraft.nn.distance import CosineSimilarity, PairwiseDistance  # noqa: F401, E402
+from gradcraft.nn.activation_more import (  # noqa: F401, E402
+    CELU,
+    SELU,
+    Hardshrink,
+    Hardsigmoid,
+    Hardswish,
+    Hardtanh,
+    LogSigmoid,
+    Mish,
+    ReLU6,
+    Softmin,
+    Softshrink,
+    Softsign,
+    Tanhshrink,
+    Threshold,
+)

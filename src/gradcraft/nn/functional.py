@@ -103,3 +103,19 @@ def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: boo
 from gradcraft.ops.pad_modes import pad  # noqa: E402, F401, F811  (F.pad with 'reflect', 'replicate', 'circular')
 from gradcraft.ops.instance_norm import instance_norm  # noqa: E402, F401
 from gradcraft.ops.distance import pairwise_distance  # noqa: E402, F401
+from gradcraft.ops.activations_more import (  # noqa: E402, F401
+    celu,
+    hardshrink,
+    hardsigmoid,
+    hardswish,
+    hardtanh,
+    logsigmoid,
+    mish,
+    relu6,
+    selu,
+    softmin,
+    softshrink,
+    softsign,
+    tanhshrink,
+    threshold,
+)

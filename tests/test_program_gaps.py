@@ -422,3 +422,48 @@ def test_log1p_expm1(dtype):
         out_g.sum().backward()
         ref.sum().backward()
         np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=4 * np.finfo(dtype).eps)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda L, x: L.roll(x, 2, 1),
+        lambda L, x: L.roll(x, (-1, 5), (0, 2)),
+        lambda L, x: x.roll(3),
+        lambda L, x: L.movedim(x, 0, -1),
+        lambda L, x: x.movedim((0, 1), (2, 0)),
+        lambda L, x: L.moveaxis(x, 2, 0),
+        lambda L, x: L.broadcast_to(x[:, :1], (3, 4, 5)),
+        lambda L, x: L.cumprod(x, 1),
+        lambda L, x: x.cumprod(-1),
+        lambda L, x: L.log2(x.abs() + 0.1),
+        lambda L, x: (x.abs() + 0.1).log10(),
+        lambda L, x: L.clamp_min(x, -0.2) + L.clamp_max(x, 0.3),
+        lambda L, x: L.hstack([x[0], x[1]]) + L.vstack([x[0, 0], x[1, 1], x[2, 2]]).sum(),
+        lambda L, x: L.hstack([x[0, 0], x[1, 1]]),
+        lambda L, x: L.addmm(x[0, :, 0], x[0], x[1].T, beta=0.5, alpha=2.0),
+        lambda L, x: x[0, :, :4].addmm(x[0], x[1].T),
+        lambda L, x: L.baddbmm(x[:, :1, :], x[:, :, :3], x[:, :3, :], alpha=0.5),
+        lambda L, x: L.masked_select(x, x > 0.3),
+        lambda L, x: x.masked_select((x[0] > 0)[None]),
+    ],
+)
+def test_tensor_extras(fn):
+    check(lambda x: fn(gc, x), lambda x: fn(torch, x), (3, 4, 5))
+
+
+def test_tensor_extras_exact():
+    for args in [(4, 4), (3, 5, 1), (5, 3, -1), (4, 6, 3)]:
+        for name in ("tril_indices", "triu_indices"):
+            ours, theirs = getattr(gc, name)(*args), getattr(torch, name)(*args)
+            assert ours.tolist() == theirs.tolist() and ours.dtype == gc.int64
+    x = np.array([[1.0, 0.0, 2.0], [-1.0, 3.0, 0.5]])
+    assert gc.cumprod(gc.tensor(x), 1).tolist() == torch.cumprod(torch.tensor(x), 1).tolist()
+    ints = np.array([1, 2, 3, 4, 5])
+    assert gc.cumprod(gc.tensor(ints), 0).tolist() == [1, 2, 6, 24, 120]
+    nan = gc.tensor([[float("nan"), 1.0]])
+    assert gc.addmm(nan, gc.ones(1, 2), gc.ones(2, 2), beta=0).tolist() == [[2.0, 2.0]]
+    with pytest.raises(RuntimeError):
+        gc.roll(gc.zeros(2, 2), (1, 1), 0)
+    with pytest.raises(RuntimeError):
+        gc.masked_select(gc.zeros(2), gc.zeros(2))

@@ -294,3 +294,20 @@ from gradcraft.ops.activations_more import celu, selu  # noqa: E402,F401
 
 Tensor.log1p, Tensor.expm1 = log1p, expm1
 log1p, expm1 = _with_out(log1p), _with_out(expm1)  # (out=)
+
+# roll, movedim, stacking, triangle indices, cumprod, log2/log10, addmm/baddbmm (gradcraft/ops/tensor_extras.py)
+from gradcraft.ops import tensor_extras as _extras  # noqa: E402
+
+roll, movedim, moveaxis, broadcast_to = _extras.roll, _extras.movedim, _extras.moveaxis, _extras.broadcast_to
+tril_indices, triu_indices, clamp_min, clamp_max = (
+    _extras.tril_indices,
+    _extras.triu_indices,
+    _extras.clamp_min,
+    _extras.clamp_max,
+)
+for _name in ("roll", "movedim", "moveaxis", "broadcast_to", "masked_select", "cumprod", "log2", "log10"):
+    setattr(Tensor, _name, getattr(_extras, _name))
+for _name in ("addmm", "baddbmm"):
+    setattr(Tensor, _name, getattr(_extras, _name))
+for _name in ("hstack", "vstack", "masked_select", "cumprod", "log2", "log10", "addmm", "baddbmm"):
+    globals()[_name] = _with_out(getattr(_extras, _name))  # (out=)

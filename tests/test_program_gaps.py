@@ -467,3 +467,19 @@ def test_tensor_extras_exact():
         gc.roll(gc.zeros(2, 2), (1, 1), 0)
     with pytest.raises(RuntimeError):
         gc.masked_select(gc.zeros(2), gc.zeros(2))
+
+
+@pytest.mark.parametrize("amsgrad,maximize", [(True, False), (False, True), (True, True)])
+def test_adamw_amsgrad_maximize(amsgrad, maximize):
+    w = rng.normal(size=(4, 3)).astype(np.float32)
+    ours, theirs = gc.tensor(w, requires_grad=True), torch.tensor(w, requires_grad=True)
+    kw = dict(lr=0.05, weight_decay=0.1, amsgrad=amsgrad, maximize=maximize)
+    opt_g, opt_t = gc.optim.AdamW([ours], **kw), torch.optim.AdamW([theirs], **kw)
+    for step in range(5):
+        for p, opt in ((ours, opt_g), (theirs, opt_t)):
+            opt.zero_grad()
+            ((p - 0.3 * step) ** 2).sum().backward()
+            opt.step()
+    close(ours, theirs, 1e-5)
+    if amsgrad:
+        close(opt_g.state[ours]["max_exp_avg_sq"], opt_t.state[theirs]["max_exp_avg_sq"], 1e-6)

@@ -483,3 +483,26 @@ def test_adamw_amsgrad_maximize(amsgrad, maximize):
     close(ours, theirs, 1e-5)
     if amsgrad:
         close(opt_g.state[ours]["max_exp_avg_sq"], opt_t.state[theirs]["max_exp_avg_sq"], 1e-6)
+
+
+def test_index_fill():
+    check(
+        lambda x: gc.index_fill(x, 1, gc.tensor([0, 2, -1]), -1.5),
+        lambda x: torch.index_fill(x, 1, torch.tensor([0, 2, -1]), -1.5),
+        (3, 4, 5),
+    )
+    check(lambda x: x.index_fill(0, gc.tensor(1), 0.0), lambda x: x.index_fill(0, torch.tensor(1), 0.0), (3, 2))
+    # a 0-d tensor value gets the gradient of the filled positions
+    v_g, v_t = gc.tensor(2.0, requires_grad=True), torch.tensor(2.0, requires_grad=True)
+    x = rng.normal(size=(3, 4))
+    (gc.tensor(x).index_fill(1, gc.tensor([1, 3]), v_g) * gc.tensor(x)).sum().backward()
+    (torch.tensor(x).index_fill(1, torch.tensor([1, 3]), v_t) * torch.tensor(x)).sum().backward()
+    close(v_g.grad, v_t.grad)
+    a, b = gc.tensor(x), torch.tensor(x)
+    assert a.index_fill_(0, gc.tensor([2]), 7.0) is a
+    b.index_fill_(0, torch.tensor([2]), 7.0)
+    close(a, b)
+    with pytest.raises(IndexError):
+        a.index_fill_(0, gc.tensor([3]), 1.0)
+    with pytest.raises(RuntimeError):
+        a.index_fill(0, gc.tensor([0.0]), 1.0)

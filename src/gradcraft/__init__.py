@@ -311,3 +311,7 @@ for _name in ("addmm", "baddbmm"):
     setattr(Tensor, _name, getattr(_extras, _name))
 for _name in ("hstack", "vstack", "masked_select", "cumprod", "log2", "log10", "addmm", "baddbmm"):
     globals()[_name] = _with_out(getattr(_extras, _name))  # (out=)
+
+from gradcraft.ops.index_fill import index_fill, index_fill_ as _index_fill_  # noqa: E402
+
+Tensor.index_fill, Tensor.index_fill_ = index_fill, _index_fill_

@@ -1,6 +1,8 @@
 """The names real PyTorch programs needed (tests/compat/programs: dcgan, fast_neural_style, gcn, siamese,
 ViT, SWA, weight norm, ...), each against the PyTorch CPU oracle: values and gradients."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -506,3 +508,18 @@ def test_index_fill():
         a.index_fill_(0, gc.tensor([3]), 1.0)
     with pytest.raises(RuntimeError):
         a.index_fill(0, gc.tensor([0.0]), 1.0)
+
+
+def test_erf_erfc():
+    a = np.concatenate([np.linspace(-4, 4, 41), [0.0, 1e-4, -30.0, 30.0]])
+    for name in ("erf", "erfc"):
+        ours, theirs = gc.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+        out_g, out_t = getattr(gc, name)(ours), getattr(torch, name)(theirs)
+        close(out_g, out_t, 2e-7)  # (the approximation's documented error)
+        close(getattr(gc.tensor(a), name)(), out_t, 2e-7)
+        out_g.sum().backward()
+        out_t.sum().backward()
+        close(ours.grad, theirs.grad, 1e-12)
+    x = gc.tensor([0.3, -1.2])
+    gelu = 0.5 * x * (1 + gc.erf(x / math.sqrt(2)))
+    np.testing.assert_allclose(gelu.numpy(), torch.nn.functional.gelu(torch.tensor([0.3, -1.2])).numpy(), atol=1e-6)

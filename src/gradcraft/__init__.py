@@ -315,3 +315,8 @@ for _name in ("hstack", "vstack", "masked_select", "cumprod", "log2", "log10", "
 from gradcraft.ops.index_fill import index_fill, index_fill_ as _index_fill_  # noqa: E402
 
 Tensor.index_fill, Tensor.index_fill_ = index_fill, _index_fill_
+
+from gradcraft.ops.erf import erf, erfc  # noqa: E402
+
+Tensor.erf, Tensor.erfc = erf, erfc
+erf, erfc = _with_out(erf), _with_out(erfc)  # (out=)

@@ -523,3 +523,24 @@ def test_erf_erfc():
     x = gc.tensor([0.3, -1.2])
     gelu = 0.5 * x * (1 + gc.erf(x / math.sqrt(2)))
     np.testing.assert_allclose(gelu.numpy(), torch.nn.functional.gelu(torch.tensor([0.3, -1.2])).numpy(), atol=1e-6)
+
+
+def test_where_one_argument_and_runtime_switches():
+    x = rng.normal(size=(3, 4))
+    ours, theirs = gc.where(gc.tensor(x) > 0), torch.where(torch.tensor(x) > 0)
+    assert [t.tolist() for t in ours] == [t.tolist() for t in theirs]
+    close(gc.where(gc.tensor(x) > 0, gc.tensor(x), 0.0), torch.where(torch.tensor(x) > 0, torch.tensor(x), 0.0))
+    with pytest.raises(TypeError):
+        gc.where(gc.tensor(x) > 0, gc.tensor(x))
+    before = gc.get_num_threads()
+    try:
+        gc.set_num_threads(1)
+        assert gc.get_num_threads() == 1
+        close(gc.tensor(x).exp().sum(), torch.tensor(x).exp().sum())
+    finally:
+        gc.set_num_threads(before)
+    assert gc.get_num_threads() == before
+    gc.use_deterministic_algorithms(True, warn_only=True)
+    assert gc.are_deterministic_algorithms_enabled() and gc.is_deterministic_algorithms_warn_only_enabled()
+    gc.use_deterministic_algorithms(False)
+    assert not gc.are_deterministic_algorithms_enabled()

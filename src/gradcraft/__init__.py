@@ -320,3 +320,23 @@ from gradcraft.ops.erf import erf, erfc  # noqa: E402
 
 Tensor.erf, Tensor.erfc = erf, erfc
 erf, erfc = _with_out(erf), _with_out(erfc)  # (out=)
+
+# torch.set_num_threads & co. (gradcraft/backends/runtime_switches.py)
+from gradcraft.backends.runtime_switches import (  # noqa: E402,F401
+    are_deterministic_algorithms_enabled,
+    get_num_threads,
+    is_deterministic_algorithms_warn_only_enabled,
+    set_num_threads,
+    use_deterministic_algorithms,
+)
+
+_where3 = where
+
+
+def where(condition: Tensor, input=None, other=None, *, out=None):  # noqa: F811
+    """torch.where(condition, input, other), or torch.where(condition): nonzero(condition, as_tuple=True)."""
+    if input is None and other is None:
+        return nonzero(condition, as_tuple=True)
+    if input is None or other is None:
+        raise TypeError("where() expects both input and other, or neither")
+    return _where3(condition, input, other, out=out)

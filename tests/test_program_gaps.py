@@ -544,3 +544,19 @@ def test_where_one_argument_and_runtime_switches():
     assert gc.are_deterministic_algorithms_enabled() and gc.is_deterministic_algorithms_warn_only_enabled()
     gc.use_deterministic_algorithms(False)
     assert not gc.are_deterministic_algorithms_enabled()
+
+
+def test_unique():
+    x = np.array([[3, 1, 2, 3], [1, 1, 5, 2], [3, 1, 2, 3]])
+    for kw in ({}, {"return_inverse": True}, {"return_counts": True}, {"return_inverse": True, "return_counts": True}):
+        for dim in (None, 0, 1):
+            ours = gc.unique(gc.tensor(x), dim=dim, **kw)
+            theirs = torch.unique(torch.tensor(x), dim=dim, **kw)
+            ours, theirs = (ours, theirs) if isinstance(theirs, tuple) else ((ours,), (theirs,))
+            assert [o.tolist() for o in ours] == [t.tolist() for t in theirs], (kw, dim)
+            ours = gc.unique_consecutive(gc.tensor(x), dim=dim, **kw)
+            theirs = torch.unique_consecutive(torch.tensor(x), dim=dim, **kw)
+            ours, theirs = (ours, theirs) if isinstance(theirs, tuple) else ((ours,), (theirs,))
+            assert [o.tolist() for o in ours] == [t.tolist() for t in theirs], (kw, dim)
+    f = gc.tensor([0.5, -1.0, 0.5, 2.0])
+    assert f.unique().tolist() == [-1.0, 0.5, 2.0] and f.unique().dtype == gc.float32

@@ -340,3 +340,8 @@ def where(condition: Tensor, input=None, other=None, *, out=None):  # noqa: F811
     if input is None or other is None:
         raise TypeError("where() expects both input and other, or neither")
     return _where3(condition, input, other, out=out)
+
+
+from gradcraft.ops.unique import unique, unique_consecutive  # noqa: E402
+
+Tensor.unique, Tensor.unique_consecutive = unique, unique_consecutive

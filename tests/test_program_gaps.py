@@ -560,3 +560,30 @@ def test_unique():
             assert [o.tolist() for o in ours] == [t.tolist() for t in theirs], (kw, dim)
     f = gc.tensor([0.5, -1.0, 0.5, 2.0])
     assert f.unique().tolist() == [-1.0, 0.5, 2.0] and f.unique().dtype == gc.float32
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda L, t: L.linalg.norm(t),
+        lambda L, t: L.linalg.norm(t, dim=1),
+        lambda L, t: L.linalg.norm(t[0], -1),
+        lambda L, t: L.linalg.norm(t, dim=(0, 2)),
+        lambda L, t: L.linalg.vector_norm(t, 1, (0, 2), True),
+        lambda L, t: L.linalg.vector_norm(t, float("inf"), -1),
+        lambda L, t: L.linalg.vector_norm(t, 3.0),
+        lambda L, t: L.linalg.matrix_norm(t),
+        lambda L, t: L.linalg.matrix_norm(t, 1),
+        lambda L, t: L.linalg.matrix_norm(t, -float("inf"), keepdim=True),
+    ],
+)
+def test_linalg_norms(fn):
+    check(lambda x: fn(gc, x), lambda x: fn(torch, x), (2, 3, 4))
+
+
+def test_linalg_module_import():
+    import gradcraft.linalg as gl
+
+    assert gl is gc.linalg
+    with pytest.raises(gc.UserError):
+        gc.linalg.matrix_norm(gc.ones(2, 2), "nuc")

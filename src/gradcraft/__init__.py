@@ -345,3 +345,7 @@ def where(condition: Tensor, input=None, other=None, *, out=None):  # noqa: F811
 from gradcraft.ops.unique import unique, unique_consecutive  # noqa: E402
 
 Tensor.unique, Tensor.unique_consecutive = unique, unique_consecutive
+
+from gradcraft.ops import linalg_namespace as linalg  # noqa: E402  (torch.linalg: the norms)
+
+_sys.modules[__name__ + ".linalg"] = linalg

@@ -587,3 +587,35 @@ def test_linalg_module_import():
     assert gl is gc.linalg
     with pytest.raises(gc.UserError):
         gc.linalg.matrix_norm(gc.ones(2, 2), "nuc")
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda L, t: L.median(t),
+        lambda L, t: L.median(t, 1).values,
+        lambda L, t: t.median(dim=-1, keepdim=True).values,
+        lambda L, t: L.quantile(t, 0.3),
+        lambda L, t: L.quantile(t, 0.75, dim=1, keepdim=True),
+        lambda L, t: t.quantile(L.tensor([0.1, 0.5, 0.9], dtype=t.dtype), dim=-1),
+        lambda L, t: L.quantile(t, 0.4, dim=0, interpolation="lower"),
+        lambda L, t: L.quantile(t, 0.4, dim=0, interpolation="higher"),
+        lambda L, t: L.quantile(t, 0.4, dim=2, interpolation="midpoint"),
+        lambda L, t: L.quantile(t, 0.5, dim=2, interpolation="nearest"),
+        lambda L, t: L.quantile(t, 0.625, dim=2, interpolation="nearest"),
+    ],
+)
+def test_median_quantile(fn):
+    check(lambda x: fn(gc, x), lambda x: fn(torch, x), (3, 4, 5))
+
+
+def test_median_indices_and_nan():
+    x = np.array([[3.0, 1.0, 2.0, 1.0], [0.0, np.nan, 4.0, np.nan]])
+    ours, theirs = gc.median(gc.tensor(x), 1), torch.median(torch.tensor(x), 1)
+    np.testing.assert_array_equal(ours.values.numpy(), theirs.values.numpy())
+    assert ours.indices.tolist()[1] == theirs.indices.tolist()[1] == 1
+    assert np.isnan(gc.median(gc.tensor(x)).item()) and np.isnan(gc.quantile(gc.tensor(x), 0.5).item())
+    y = gc.tensor([[5.0, 1.0, 3.0]])
+    assert gc.median(y, 1).indices.tolist() == [2]
+    with pytest.raises(RuntimeError):
+        gc.quantile(gc.tensor([1.0]), 1.5)

@@ -349,3 +349,8 @@ Tensor.unique, Tensor.unique_consecutive = unique, unique_consecutive
 from gradcraft.ops import linalg_namespace as linalg  # noqa: E402  (torch.linalg: the norms)
 
 _sys.modules[__name__ + ".linalg"] = linalg
+
+from gradcraft.ops.quantile import median, quantile  # noqa: E402
+
+Tensor.median, Tensor.quantile = median, quantile
+quantile = _with_out(quantile)  # (out=)

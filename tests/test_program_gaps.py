@@ -619,3 +619,25 @@ def test_median_indices_and_nan():
     assert gc.median(y, 1).indices.tolist() == [2]
     with pytest.raises(RuntimeError):
         gc.quantile(gc.tensor([1.0]), 1.5)
+
+
+def test_set_printoptions():
+    import gradcraft.printoptions as po
+
+    x = np.array([1 / 3, 2 / 3, 12.5])
+    try:
+        for kw in ({"precision": 2}, {"profile": "short"}, {"precision": 3, "sci_mode": False}):
+            gc.set_printoptions(**kw)
+            torch.set_printoptions(**kw)
+            ours, theirs = repr(gc.tensor(x)), repr(torch.tensor(x))
+            assert ours.split("dtype")[0].replace(" ", "").rstrip(",") == theirs.split("dtype")[0].replace(
+                " ", ""
+            ).rstrip(",")
+        gc.set_printoptions(threshold=5, edgeitems=2)
+        assert "..." in repr(gc.arange(10))
+        with pytest.raises(ValueError):
+            gc.set_printoptions(profile="nope")
+    finally:
+        po.options.clear()
+        torch.set_printoptions(profile="default")
+    assert repr(gc.tensor([1 / 3])) == "tensor([0.33333334], dtype=float32)"

@@ -354,3 +354,5 @@ from gradcraft.ops.quantile import median, quantile  # noqa: E402
 
 Tensor.median, Tensor.quantile = median, quantile
 quantile = _with_out(quantile)  # (out=)
+
+from gradcraft.printoptions import set_printoptions  # noqa: E402,F401

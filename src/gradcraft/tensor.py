@@ -209,11 +209,14 @@ class Tensor:
     def __repr__(self) -> str:
         grad = ", requires_grad=True" if self.requires_grad else ""
         device = "" if self.device == "cpu" else f", device='{self.device}'"
-        body = np.array2string(
-            self.numpy().astype(np.float32) if self.dtype in (dtypes.bfloat16, dtypes.float16) else self.numpy(),
-            separator=", ",
-            prefix="tensor(",
-        )
+        from gradcraft.printoptions import options  # (torch.set_printoptions)
+
+        with np.printoptions(**options):
+            body = np.array2string(
+                self.numpy().astype(np.float32) if self.dtype in (dtypes.bfloat16, dtypes.float16) else self.numpy(),
+                separator=", ",
+                prefix="tensor(",
+            )
         return f"tensor({body}, dtype={self.dtype.name}{device}{grad})"
 
     def __format__(self, format_spec: str) -> str:

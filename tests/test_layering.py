@@ -18,6 +18,7 @@ LAYERS = {
     "device": 2,
     "typing": 2,  # typing: the annotations' names (gradcraft/typing.py)
     "size": 2,  # gradcraft.Size, the shape tuple that prints as torch.Size
+    "printoptions": 2,  # torch.set_printoptions' settings, read by Tensor.__repr__
     "sampling": 2,  # the definition of sampling a token (NumPy), shared by the host and the kernels' tests
     "backend": 3,
     "engine": 4,

@@ -278,3 +278,83 @@ _install_out(globals())  # torch.add(..., out=t) and the other out= functions
 
 from gradcraft.ops.index_build import argwhere, bincount, meshgrid, nonzero  # noqa: E402,F401
 from gradcraft.ops.scatter import index_add, scatter, scatter_add  # noqa: E402,F401
+
+# diagonals, sliding windows, distances (gradcraft/ops/diagonal.py, distance.py)
+from gradcraft.ops.diagonal import diag, diag_embed, diagonal, trace  # noqa: E402,F401
+from gradcraft.ops.out_args import with_out as _with_out  # noqa: E402
+from gradcraft.ops.distance import cdist, pairwise_distance  # noqa: E402,F401
+from gradcraft.ops.diagonal import unfold as _unfold  # noqa: E402
+
+for _name, _fn in (("diag", diag), ("diag_embed", diag_embed), ("diagonal", diagonal), ("trace", trace)):
+    setattr(Tensor, _name, _fn)
+Tensor.unfold = _unfold
+diag = _with_out(diag)  # torch.diag(..., out=)
+
+# log1p/expm1 accurate near zero (gradcraft/ops/log1p.py); selu/celu as torch.* too
+from gradcraft.ops.log1p import expm1, log1p  # noqa: E402,F401
+from gradcraft.ops.activations_more import celu, selu  # noqa: E402,F401
+
+Tensor.log1p, Tensor.expm1 = log1p, expm1
+log1p, expm1 = _with_out(log1p), _with_out(expm1)  # (out=)
+
+# roll, movedim, stacking, triangle indices, cumprod, log2/log10, addmm/baddbmm (gradcraft/ops/tensor_extras.py)
+from gradcraft.ops import tensor_extras as _extras  # noqa: E402
+
+roll, movedim, moveaxis, broadcast_to = _extras.roll, _extras.movedim, _extras.moveaxis, _extras.broadcast_to
+tril_indices, triu_indices, clamp_min, clamp_max = (
+    _extras.tril_indices,
+    _extras.triu_indices,
+    _extras.clamp_min,
+    _extras.clamp_max,
+)
+for _name in ("roll", "movedim", "moveaxis", "broadcast_to", "masked_select", "cumprod", "log2", "log10"):
+    setattr(Tensor, _name, getattr(_extras, _name))
+for _name in ("addmm", "baddbmm"):
+    setattr(Tensor, _name, getattr(_extras, _name))
+for _name in ("hstack", "vstack", "masked_select", "cumprod", "log2", "log10", "addmm", "baddbmm"):
+    globals()[_name] = _with_out(getattr(_extras, _name))  # (out=)
+
+from gradcraft.ops.index_fill import index_fill, index_fill_ as _index_fill_  # noqa: E402
+
+Tensor.index_fill, Tensor.index_fill_ = index_fill, _index_fill_
+
+from gradcraft.ops.erf import erf, erfc  # noqa: E402
+
+Tensor.erf, Tensor.erfc = erf, erfc
+erf, erfc = _with_out(erf), _with_out(erfc)  # (out=)
+
+# torch.set_num_threads & co. (gradcraft/backends/runtime_switches.py)
+from gradcraft.backends.runtime_switches import (  # noqa: E402,F401
+    are_deterministic_algorithms_enabled,
+    get_num_threads,
+    is_deterministic_algorithms_warn_only_enabled,
+    set_num_threads,
+    use_deterministic_algorithms,
+)
+
+_where3 = where
+
+
+def where(condition: Tensor, input=None, other=None, *, out=None):  # noqa: F811
+    """torch.where(condition, input, other), or torch.where(condition): nonzero(condition, as_tuple=True)."""
+    if input is None and other is None:
+        return nonzero(condition, as_tuple=True)
+    if input is None or other is None:
+        raise TypeError("where() expects both input and other, or neither")
+    return _where3(condition, input, other, out=out)
+
+
+from gradcraft.ops.unique import unique, unique_consecutive  # noqa: E402
+
+Tensor.unique, Tensor.unique_consecutive = unique, unique_consecutive
+
+from gradcraft.ops import linalg_namespace as linalg  # noqa: E402  (torch.linalg: the norms)
+
+_sys.modules[__name__ + ".linalg"] = linalg
+
+from gradcraft.ops.quantile import median, quantile  # noqa: E402
+
+Tensor.median, Tensor.quantile = median, quantile
+quantile = _with_out(quantile)  # (out=)
+
+from gradcraft.printoptions import set_printoptions  # noqa: E402,F401

@@ -222,11 +222,14 @@ class Tensor(LazyBuffer):
         if grad and self._node is not None:  # a non-leaf shows its node, as PyTorch's repr does
             grad = f", grad_fn=<{self.grad_fn.name()}>"
         device = "" if self.device == "cpu" else f", device='{self.device}'"
-        body = np.array2string(
-            self.numpy().astype(np.float32) if self.dtype in (dtypes.bfloat16, dtypes.float16) else self.numpy(),
-            separator=", ",
-            prefix="tensor(",
-        )
+        from gradcraft.printoptions import options  # (torch.set_printoptions)
+
+        with np.printoptions(**options):
+            body = np.array2string(
+                self.numpy().astype(np.float32) if self.dtype in (dtypes.bfloat16, dtypes.float16) else self.numpy(),
+                separator=", ",
+                prefix="tensor(",
+            )
         return f"tensor({body}, dtype={self.dtype.name}{device}{grad})"
 
     def __format__(self, format_spec: str) -> str:

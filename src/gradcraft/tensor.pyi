@@ -210,13 +210,13 @@ class Tensor:
     def t(self) -> Tensor: """Tensor.t(): the transpose of a tensor of at most 2 dimensions."""
     def swapaxes(self, axis0, axis1): ...
     swapdims = transpose
-    def masked_select(self, mask): ...
+    def masked_select(self, mask: Tensor) -> Tensor: """The elements of input (broadcast with mask) where mask is True, as a 1-D tensor."""
     def clamp_min(self, min): ...
     def clamp_max(self, max): ...
-    def log1p(self): ...
-    def expm1(self): ...
-    def log2(self): ...
-    def log10(self): ...
+    def log1p(self) -> Tensor: """The op gradcraft.ops.log1p.log1p."""
+    def expm1(self) -> Tensor: """The op gradcraft.ops.log1p.expm1."""
+    def log2(self) -> Tensor: """The op gradcraft.ops.tensor_extras.log2."""
+    def log10(self) -> Tensor: """The op gradcraft.ops.tensor_extras.log10."""
     def floor(self) -> Tensor: """The op gradcraft.ops.rounding.floor."""
     def ceil(self) -> Tensor: """The op gradcraft.ops.rounding.ceil."""
     def trunc(self) -> Tensor: """The op gradcraft.ops.rounding.trunc."""
@@ -295,6 +295,26 @@ class Tensor:
     def bernoulli(self, p: builtins.float | None = ..., *, generator: Generator | None = ..., out: Tensor | None = ...) -> Tensor: """1 with probability `input` (or `p`, a float, for every element), else 0; `input`'s dtype."""
     def bernoulli_(self, p: Tensor | builtins.float = ..., *, generator: Generator | None = ...) -> Tensor: """In place: each element becomes 1 with probability p (a float or a tensor), else 0."""
     def random_(self, *args: builtins.int, generator: Generator | None = ..., **kwargs: builtins.int) -> Tensor: """In place: integers drawn uniformly from [from, to) (`random_(to)`, `random_(from, to)`); without"""
+    def diag(self, diagonal: builtins.int = ...) -> Tensor: """A vector's square matrix with it on diagonal `diagonal`, or a matrix's diagonal `diagonal`."""
+    def diag_embed(self, offset: builtins.int = ..., dim1: builtins.int = ..., dim2: builtins.int = ...) -> Tensor: """Matrices whose diagonal `offset` (spanned by dim1, dim2 of the result) holds input's last dimension."""
+    def diagonal(self, offset: builtins.int = ..., dim1: builtins.int = ..., dim2: builtins.int = ...) -> Tensor: """The diagonal `offset` of the matrices spanned by dim1 and dim2, as the last dimension."""
+    def trace(self) -> Tensor: """The sum of a matrix's main diagonal."""
+    def unfold(self, dimension: builtins.int, size: builtins.int, step: builtins.int) -> Tensor: """Tensor.unfold: every slice of `size` elements along `dimension`, `step` apart; the slices' index"""
+    def roll(self, shifts, dims=...) -> Tensor: """Elements shifted along dims (wrapping around); dims None: over the flattened tensor."""
+    def movedim(self, source, destination) -> Tensor: """The op gradcraft.ops.tensor_extras.movedim."""
+    moveaxis = movedim
+    def broadcast_to(self, shape) -> Tensor: """The op gradcraft.ops.tensor_extras.broadcast_to."""
+    def cumprod(self, dim: builtins.int, *, dtype=...) -> Tensor: """Running products along dim, by doubling: step k multiplies in the product k positions back."""
+    def addmm(self, mat1: Tensor, mat2: Tensor, *, beta=..., alpha=...) -> Tensor: """The op gradcraft.ops.tensor_extras.addmm."""
+    def baddbmm(self, batch1: Tensor, batch2: Tensor, *, beta=..., alpha=...) -> Tensor: """The op gradcraft.ops.tensor_extras.baddbmm."""
+    def index_fill(self, dim: builtins.int, index: Tensor, value) -> Tensor: """The op gradcraft.ops.index_fill.index_fill."""
+    def index_fill_(self, dim: builtins.int, index: Tensor, value) -> Tensor: """The op gradcraft.ops.index_fill.index_fill_."""
+    def erf(self) -> Tensor: """The op gradcraft.ops.erf.erf."""
+    def erfc(self) -> Tensor: """The op gradcraft.ops.erf.erfc."""
+    def unique(self, sorted: builtins.bool = ..., return_inverse: builtins.bool = ..., return_counts: builtins.bool = ..., dim=...): """The op gradcraft.ops.unique.unique."""
+    def unique_consecutive(self, return_inverse: builtins.bool = ..., return_counts: builtins.bool = ..., dim=...): """The op gradcraft.ops.unique.unique_consecutive."""
+    def median(self, dim=..., keepdim: builtins.bool = ...): """The op gradcraft.ops.quantile.median."""
+    def quantile(self, q, dim=..., keepdim: builtins.bool = ..., *, interpolation: str = ...) -> Tensor: """The op gradcraft.ops.quantile.quantile."""
 
 
 def init_alias(t: Tensor, source: Tensor) -> None: """Make t, a new tensor not yet initialized (a Parameter's __init__), an alias of source's"""

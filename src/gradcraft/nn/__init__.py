@@ -59,43 +59,51 @@ from gradcraft.nn.upsampling import (  # noqa: F401,E402
     UpsamplingBilinear2d,
     UpsamplingNearest2d,
 )
-from gradcraft.nn.extra_layers import GLU, EmbeddingBag, LogSigmoid, PReLU  # noqa: F401,E402
+from gradcraft.nn.extra_layers import GLU, EmbeddingBag, PReLU  # noqa: F401,E402
 from gradcraft.nn.margin_losses import (  # noqa: F401,E402
     CosineEmbeddingLoss,
     HingeEmbeddingLoss,
     MarginRankingLoss,
     MultiLabelSoftMarginLoss,
     MultiMarginLoss,
-    PairwiseDistance,
     SoftMarginLoss,
     TripletMarginLoss,
 )
-from gradcraft.nn.more_layers import (  # noqa: F401,E402
-    CELU,
-    SELU,
+from gradcraft.nn.padding import (  # noqa: F401, E402
     CircularPad1d,
     CircularPad2d,
+    CircularPad3d,
     ConstantPad1d,
     ConstantPad2d,
-    CosineSimilarity,
+    ConstantPad3d,
+    ReflectionPad1d,
+    ReflectionPad2d,
+    ReflectionPad3d,
+    ReplicationPad1d,
+    ReplicationPad2d,
+    ReplicationPad3d,
+    ZeroPad1d,
+    ZeroPad2d,
+    ZeroPad3d,
+)
+from gradcraft.nn.instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d  # noqa: F401, E402
+from gradcraft.nn.distance import CosineSimilarity, PairwiseDistance  # noqa: F401, E402
+from gradcraft.nn.activation_more import (  # noqa: F401, E402
+    CELU,
+    SELU,
     Hardshrink,
     Hardsigmoid,
     Hardswish,
     Hardtanh,
+    LogSigmoid,
     Mish,
-    ReflectionPad1d,
-    ReflectionPad2d,
     ReLU6,
-    ReplicationPad1d,
-    ReplicationPad2d,
     Softmin,
     Softshrink,
     Softsign,
     Tanhshrink,
     Threshold,
-    ZeroPad1d,
-    ZeroPad2d,
 )
 from gradcraft.nn.extra_layers import Bilinear, Softmax2d  # noqa: F401,E402
-from gradcraft.nn.fold_norm import Fold, InstanceNorm1d, InstanceNorm2d, Unfold  # noqa: F401,E402
+from gradcraft.nn.fold import Fold, Unfold  # noqa: F401,E402
 from gradcraft.nn.likelihood_losses import GaussianNLLLoss, PoissonNLLLoss  # noqa: F401,E402

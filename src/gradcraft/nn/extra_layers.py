@@ -1,5 +1,5 @@
-"""More of torch.nn, composed from public ops: PReLU (F.prelu), GLU (F.glu), F.logsigmoid and
-nn.LogSigmoid, F.gumbel_softmax, EmbeddingBag (F.embedding_bag), Softmax2d, Bilinear (F.bilinear)."""
+"""More of torch.nn, composed from public ops: PReLU (F.prelu), GLU (F.glu), F.gumbel_softmax,
+EmbeddingBag (F.embedding_bag), Softmax2d, Bilinear (F.bilinear)."""
 
 from __future__ import annotations
 
@@ -62,18 +62,6 @@ class GLU(Module):
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
-
-
-def logsigmoid(input):
-    """log(sigmoid(x)) = -softplus(-x), stable for large |x|."""
-    from gradcraft.ops.losses import softplus
-
-    return -softplus(-input)
-
-
-class LogSigmoid(Module):
-    def forward(self, input):
-        return logsigmoid(input)
 
 
 def gumbel_softmax(logits, tau: float = 1.0, hard: bool = False, eps: float = 1e-10, dim: int = -1):

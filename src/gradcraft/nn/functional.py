@@ -99,7 +99,7 @@ def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: boo
     return _maybe_inplace(input, _dropout2d(input, p, training), inplace)
 
 
-# ---------------------------------------------------------------- resizing, more activations, margin losses
+# ---------------------------------------------------------------- resizing, more activations, losses, padding modes
 from gradcraft.nn.upsampling import (  # noqa: E402, F401
     interpolate,
     pixel_shuffle,
@@ -108,24 +108,26 @@ from gradcraft.nn.upsampling import (  # noqa: E402, F401
     upsample_bilinear,
     upsample_nearest,
 )
-from gradcraft.nn.extra_layers import embedding_bag, glu, gumbel_softmax, logsigmoid, prelu  # noqa: E402, F401
+from gradcraft.nn.extra_layers import embedding_bag, glu, gumbel_softmax, prelu  # noqa: E402, F401
 from gradcraft.nn.margin_losses import (  # noqa: E402, F401
     cosine_embedding_loss,
     hinge_embedding_loss,
     margin_ranking_loss,
     multi_margin_loss,
     multilabel_soft_margin_loss,
-    pairwise_distance,
     soft_margin_loss,
     triplet_margin_loss,
 )
-from gradcraft.nn.more_layers import pad  # noqa: E402, F401, F811  (F.pad with its other modes)
-from gradcraft.nn.more_layers import (  # noqa: E402, F401
+from gradcraft.ops.pad_modes import pad  # noqa: E402, F401, F811  (F.pad with 'reflect', 'replicate', 'circular')
+from gradcraft.ops.instance_norm import instance_norm  # noqa: E402, F401
+from gradcraft.ops.distance import pairwise_distance  # noqa: E402, F401
+from gradcraft.ops.activations_more import (  # noqa: E402, F401
     celu,
     hardshrink,
     hardsigmoid,
     hardswish,
     hardtanh,
+    logsigmoid,
     mish,
     relu6,
     selu,
@@ -136,5 +138,5 @@ from gradcraft.nn.more_layers import (  # noqa: E402, F401
     threshold,
 )
 from gradcraft.nn.extra_layers import bilinear  # noqa: E402, F401
-from gradcraft.nn.fold_norm import fold, instance_norm, unfold  # noqa: E402, F401
+from gradcraft.nn.fold import fold, unfold  # noqa: E402, F401
 from gradcraft.nn.likelihood_losses import gaussian_nll_loss, poisson_nll_loss  # noqa: E402, F401

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from gradcraft.errors import RuntimeError_, ValueError_
 from gradcraft.nn.loss import _Loss
-from gradcraft.nn.module import Module
+from gradcraft.ops.distance import pairwise_distance
 from gradcraft.ops.elementwise import where
 from gradcraft.ops.losses import legacy_reduction
 
@@ -59,11 +59,6 @@ def cosine_embedding_loss(
     pos = where(target == 1, 1 - cos, zeros)
     neg = where(target == -1, (cos - margin).clamp(min=0), zeros)
     return _reduce(pos + neg, reduction)
-
-
-def pairwise_distance(x1, x2, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False):
-    """||x1 - x2 + eps||_p over the last dimension."""
-    return (x1 - x2 + eps).norm(p, dim=-1, keepdim=keepdim)
 
 
 def triplet_margin_loss(
@@ -124,7 +119,7 @@ def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="m
 
 def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
     reduction = legacy_reduction(size_average, reduce, reduction)
-    from gradcraft.nn.extra_layers import logsigmoid
+    from gradcraft.ops.activations_more import logsigmoid
 
     loss = -(target * logsigmoid(input) + (1 - target) * logsigmoid(-input))
     if weight is not None:
@@ -213,12 +208,3 @@ class MultiLabelSoftMarginLoss(_Loss):
 
     def forward(self, input, target):
         return multilabel_soft_margin_loss(input, target, self.weight, reduction=self.reduction)
-
-
-class PairwiseDistance(Module):
-    def __init__(self, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False) -> None:
-        super().__init__()
-        self.norm, self.eps, self.keepdim = p, eps, keepdim
-
-    def forward(self, x1, x2):
-        return pairwise_distance(x1, x2, self.norm, self.eps, self.keepdim)

@@ -71,6 +71,16 @@ class Module:
             self._buffers[name] = value
         object.__setattr__(self, name, value)
 
+    def __delattr__(self, name):
+        """`del module.name` unregisters a parameter, buffer or submodule, as in PyTorch."""
+        for store in (self._parameters, self._buffers, self._modules):
+            store.pop(name, None)
+        self._non_persistent.discard(name)
+        if name in self.__dict__:
+            del self.__dict__[name]
+        else:
+            object.__delattr__(self, name)
+
     def register_buffer(self, name: str, tensor, persistent: bool = True) -> None:
         """A tensor that belongs to the module's state (saved, moved by .to()) but is not a parameter."""
         if tensor is not None and not isinstance(tensor, Tensor):
@@ -357,6 +367,14 @@ class ModuleDict(Module):
 
     def __setitem__(self, name: str, module: Module) -> None:
         setattr(self, name, module)
+
+    def __delitem__(self, name: str) -> None:
+        delattr(self, name)
+
+    def pop(self, key: str) -> Module:
+        module = self[key]
+        del self[key]
+        return module
 
     def __len__(self) -> int:
         return len(self._modules)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 def _is_index_tensor(item) -> bool:
-    return isinstance(item, (Tensor, list, np.ndarray))
+    return isinstance(item, (Tensor, list, np.ndarray, range))
 
 
 def _as_index_tensor(item, device):

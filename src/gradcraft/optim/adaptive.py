@@ -22,6 +22,19 @@ from gradcraft.optim.optimizer import SGD as _PlainSGD
 from gradcraft.optim.optimizer import Optimizer
 
 
+def _check(lr, eps, betas, weight_decay):
+    """PyTorch's ValueErrors for out-of-range hyper-parameters."""
+    if not 0.0 <= lr:
+        raise ValueError(f"Invalid learning rate: {lr}")
+    if not 0.0 <= eps:
+        raise ValueError(f"Invalid epsilon value: {eps}")
+    for i, beta in enumerate(betas):
+        if not 0.0 <= beta < 1.0:
+            raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
+    if not 0.0 <= weight_decay:
+        raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+
+
 def _math_dtype(p):
     """State and arithmetic in float32 (float64 for float64 parameters), whatever the parameter's dtype."""
     return dtypes.float64 if p.dtype == dtypes.float64 else dtypes.float32
@@ -65,6 +78,34 @@ class Adam(Optimizer):
         "decoupled_weight_decay": False,  # (True: AdamW's decay)
     }
 
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        lr: float = 1e-3,
+        betas: tuple = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0,
+        amsgrad: bool = False,
+        *,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+        decoupled_weight_decay: bool = False,
+    ) -> None:
+        _check(lr, eps, betas, weight_decay)
+        super().__init__(
+            params,
+            lr=lr,
+            betas=tuple(betas),
+            eps=eps,
+            weight_decay=weight_decay,
+            amsgrad=amsgrad,
+            maximize=maximize,
+            decoupled_weight_decay=decoupled_weight_decay,
+        )
+
     def _update(self, gi, group, p):
         state = _counted_state(self, p, exp_avg=True, exp_avg_sq=True, max_exp_avg_sq=group["amsgrad"])
         beta1, beta2 = group["betas"]
@@ -101,6 +142,28 @@ class RMSprop(Optimizer):
         "centered": False,
         "maximize": False,
     }
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        lr: float = 1e-2,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        weight_decay: float = 0,
+        momentum: float = 0,
+        centered: bool = False,
+        capturable: bool = False,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        differentiable: bool = False,
+    ) -> None:
+        _check(lr, eps, (), weight_decay)
+        if not 0.0 <= momentum:
+            raise ValueError(f"Invalid momentum value: {momentum}")
+        if not 0.0 <= alpha:
+            raise ValueError(f"Invalid alpha value: {alpha}")
+        hyper = {"alpha": alpha, "eps": eps, "weight_decay": weight_decay, "momentum": momentum, "centered": centered}
+        super().__init__(params, lr=lr, maximize=maximize, **hyper)
 
     def _update(self, gi, group, p):
         momentum = group["momentum"] > 0
@@ -139,6 +202,35 @@ class Adagrad(Optimizer):
         "eps": 1e-10,
         "maximize": False,
     }
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        lr: float = 1e-2,
+        lr_decay: float = 0,
+        weight_decay: float = 0,
+        initial_accumulator_value: float = 0,
+        eps: float = 1e-10,
+        foreach: bool | None = None,
+        *,
+        maximize: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+    ) -> None:
+        _check(lr, eps, (), weight_decay)
+        if not 0.0 <= lr_decay:
+            raise ValueError(f"Invalid lr_decay value: {lr_decay}")
+        if not 0.0 <= initial_accumulator_value:
+            raise ValueError(f"Invalid initial_accumulator_value value: {initial_accumulator_value}")
+        super().__init__(
+            params,
+            lr=lr,
+            lr_decay=lr_decay,
+            weight_decay=weight_decay,
+            initial_accumulator_value=initial_accumulator_value,
+            eps=eps,
+            maximize=maximize,
+        )
 
     def _update(self, gi, group, p):
         state = _counted_state(self, p, group["initial_accumulator_value"], sum=True)

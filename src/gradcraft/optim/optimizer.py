@@ -163,7 +163,14 @@ class AdamW(Optimizer):
     dozen graph nodes per parameter; both paths compute the same formula.
     """
 
-    defaults = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-2}
+    defaults = {
+        "lr": 1e-3,
+        "betas": (0.9, 0.999),
+        "eps": 1e-8,
+        "weight_decay": 1e-2,
+        "amsgrad": False,
+        "maximize": False,
+    }
 
     def __init__(
         self,
@@ -180,10 +187,11 @@ class AdamW(Optimizer):
         differentiable: bool = False,
         fused: bool | None = None,
     ) -> None:
-        if amsgrad or maximize or differentiable:
-            raise UserError("AdamW: amsgrad, maximize and differentiable are not supported")
+        if differentiable:
+            raise UserError("AdamW: differentiable is not supported")
         # foreach and capturable only pick PyTorch's implementation; the update is the same
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        hyper = {"amsgrad": amsgrad, "maximize": maximize}
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, **hyper)
         self.fused = fused
 
     def _state(self, p) -> dict:
@@ -220,6 +228,8 @@ class AdamW(Optimizer):
         params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
         if not has_fused_optim(params):
             return False
+        if any(g.get("amsgrad") or g.get("maximize") for g in self.param_groups):
+            return False  # (the kernel has neither)
         for group in self.param_groups:  # one step count per group (the kernel takes one)
             steps = {self.state.get(id(p), {}).get("step", 0) for p in group["params"] if p.grad is not None}
             if len(steps) > 1:
@@ -283,10 +293,16 @@ class AdamW(Optimizer):
             bc2_sqrt = self._scalar(("bc2_sqrt", gi), bc2_sqrt, p.device, dtypes.float32)
         else:
             shrink = 1.0 - lr * decay
-        g = p.grad.float()
+        g = -p.grad.float() if group.get("maximize") else p.grad.float()
         m, v = state["exp_avg"], state["exp_avg_sq"]
         m_new = m * beta1 + g * (1.0 - beta1)
         v_new = v * beta2 + g * g * (1.0 - beta2)
+        updates = [m.assign(m_new), v.assign(v_new)]
+        if group.get("amsgrad"):  # the running maximum of v in the denominator (state max_exp_avg_sq)
+            if "max_exp_avg_sq" not in state:
+                state["max_exp_avg_sq"] = zeros(p.shape, dtype=dtypes.float32, device=p.device).realize()
+            v_new = state["max_exp_avg_sq"].maximum(v_new)
+            updates.append(state["max_exp_avg_sq"].assign(v_new))
         denom = v_new.sqrt() / bc2_sqrt + group["eps"]
         p_new = p.float() * shrink - step_size * (m_new / denom)
-        return [m.assign(m_new), v.assign(v_new), p.assign(p_new)]
+        return updates + [p.assign(p_new)]

@@ -70,4 +70,12 @@ def vector_to_parameters(vec, parameters) -> None:
 
 
 from gradcraft.nn.utils import rnn  # noqa: E402, F401  (torch.nn.utils.rnn: packed sequences)
-from gradcraft.nn.utils.weight_norm import remove_weight_norm, weight_norm  # noqa: E402, F401
+from gradcraft.nn.weight_norm import remove_weight_norm, weight_norm  # noqa: E402, F401
+
+# torch.nn.utils.parametrize / .parametrizations (modules of gradcraft.nn, importable under these names too)
+import sys as _sys  # noqa: E402
+
+from gradcraft.nn import parametrizations, parametrize  # noqa: E402
+
+_sys.modules[__name__ + ".parametrize"] = parametrize
+_sys.modules[__name__ + ".parametrizations"] = parametrizations

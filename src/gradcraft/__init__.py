@@ -333,9 +333,16 @@ from gradcraft.backends.runtime_switches import (  # noqa: E402,F401
 )
 
 _where3 = where
+from gradcraft.typing import TensorOrNumber as _TensorOrNumber  # noqa: E402
 
 
-def where(condition: Tensor, input=None, other=None, *, out=None):  # noqa: F811
+def where(  # noqa: F811
+    condition: Tensor,
+    input: _TensorOrNumber | None = None,
+    other: _TensorOrNumber | None = None,
+    *,
+    out: Tensor | None = None,
+) -> Tensor | tuple[Tensor, ...]:
     """torch.where(condition, input, other), or torch.where(condition): nonzero(condition, as_tuple=True)."""
     if input is None and other is None:
         return nonzero(condition, as_tuple=True)

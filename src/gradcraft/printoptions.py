@@ -14,7 +14,14 @@ _PROFILES = {
 options: dict = {}  # NumPy printoptions for tensor reprs (empty: NumPy's defaults)
 
 
-def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None, profile=None, sci_mode=None):
+def set_printoptions(
+    precision: int | None = None,
+    threshold: float | None = None,
+    edgeitems: int | None = None,
+    linewidth: int | None = None,
+    profile: str | None = None,
+    sci_mode: bool | None = None,
+) -> None:
     if profile is not None:
         if profile not in _PROFILES:
             raise ValueError(f"profile must be one of {sorted(_PROFILES)}, got {profile!r}")

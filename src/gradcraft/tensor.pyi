@@ -4,10 +4,12 @@
 from gradcraft.autograd.hooks import RemovableHandle
 from gradcraft.dtypes import DType
 from gradcraft.ops.generator import Generator
+from gradcraft.ops.quantile import MedianResult
 from gradcraft.size import Size
 from gradcraft.typing import DTypeLike
 from gradcraft.typing import Dims
 from gradcraft.typing import Number
+from gradcraft.typing import Shape
 from gradcraft.typing import TensorOrNumber
 from numpy import ndarray
 import builtins
@@ -300,21 +302,21 @@ class Tensor:
     def diagonal(self, offset: builtins.int = ..., dim1: builtins.int = ..., dim2: builtins.int = ...) -> Tensor: """The diagonal `offset` of the matrices spanned by dim1 and dim2, as the last dimension."""
     def trace(self) -> Tensor: """The sum of a matrix's main diagonal."""
     def unfold(self, dimension: builtins.int, size: builtins.int, step: builtins.int) -> Tensor: """Tensor.unfold: every slice of `size` elements along `dimension`, `step` apart; the slices' index"""
-    def roll(self, shifts, dims=...) -> Tensor: """Elements shifted along dims (wrapping around); dims None: over the flattened tensor."""
-    def movedim(self, source, destination) -> Tensor: """The op gradcraft.ops.tensor_extras.movedim."""
+    def roll(self, shifts: Shape, dims: Shape | None = ...) -> Tensor: """Elements shifted along dims (wrapping around); dims None: over the flattened tensor."""
+    def movedim(self, source: Shape, destination: Shape) -> Tensor: """The op gradcraft.ops.tensor_extras.movedim."""
     moveaxis = movedim
-    def broadcast_to(self, shape) -> Tensor: """The op gradcraft.ops.tensor_extras.broadcast_to."""
-    def cumprod(self, dim: builtins.int, *, dtype=...) -> Tensor: """Running products along dim, by doubling: step k multiplies in the product k positions back."""
-    def addmm(self, mat1: Tensor, mat2: Tensor, *, beta=..., alpha=...) -> Tensor: """The op gradcraft.ops.tensor_extras.addmm."""
-    def baddbmm(self, batch1: Tensor, batch2: Tensor, *, beta=..., alpha=...) -> Tensor: """The op gradcraft.ops.tensor_extras.baddbmm."""
-    def index_fill(self, dim: builtins.int, index: Tensor, value) -> Tensor: """The op gradcraft.ops.index_fill.index_fill."""
-    def index_fill_(self, dim: builtins.int, index: Tensor, value) -> Tensor: """The op gradcraft.ops.index_fill.index_fill_."""
+    def broadcast_to(self, shape: Shape) -> Tensor: """The op gradcraft.ops.tensor_extras.broadcast_to."""
+    def cumprod(self, dim: builtins.int, *, dtype: DTypeLike = ...) -> Tensor: """Running products along dim, by doubling: step k multiplies in the product k positions back."""
+    def addmm(self, mat1: Tensor, mat2: Tensor, *, beta: builtins.float = ..., alpha: builtins.float = ...) -> Tensor: """The op gradcraft.ops.tensor_extras.addmm."""
+    def baddbmm(self, batch1: Tensor, batch2: Tensor, *, beta: builtins.float = ..., alpha: builtins.float = ...) -> Tensor: """The op gradcraft.ops.tensor_extras.baddbmm."""
+    def index_fill(self, dim: builtins.int, index: Tensor, value: TensorOrNumber) -> Tensor: """The op gradcraft.ops.index_fill.index_fill."""
+    def index_fill_(self, dim: builtins.int, index: Tensor, value: TensorOrNumber) -> Tensor: """The op gradcraft.ops.index_fill.index_fill_."""
     def erf(self) -> Tensor: """The op gradcraft.ops.erf.erf."""
     def erfc(self) -> Tensor: """The op gradcraft.ops.erf.erfc."""
-    def unique(self, sorted: builtins.bool = ..., return_inverse: builtins.bool = ..., return_counts: builtins.bool = ..., dim=...): """The op gradcraft.ops.unique.unique."""
-    def unique_consecutive(self, return_inverse: builtins.bool = ..., return_counts: builtins.bool = ..., dim=...): """The op gradcraft.ops.unique.unique_consecutive."""
-    def median(self, dim=..., keepdim: builtins.bool = ...): """The op gradcraft.ops.quantile.median."""
-    def quantile(self, q, dim=..., keepdim: builtins.bool = ..., *, interpolation: str = ...) -> Tensor: """The op gradcraft.ops.quantile.quantile."""
+    def unique(self, sorted: builtins.bool = ..., return_inverse: builtins.bool = ..., return_counts: builtins.bool = ..., dim: builtins.int | None = ...) -> Tensor | tuple[Tensor, ...]: """The op gradcraft.ops.unique.unique."""
+    def unique_consecutive(self, return_inverse: builtins.bool = ..., return_counts: builtins.bool = ..., dim: builtins.int | None = ...) -> Tensor | tuple[Tensor, ...]: """The op gradcraft.ops.unique.unique_consecutive."""
+    def median(self, dim: builtins.int | None = ..., keepdim: builtins.bool = ...) -> Tensor | MedianResult: """The op gradcraft.ops.quantile.median."""
+    def quantile(self, q: builtins.float | Tensor, dim: builtins.int | None = ..., keepdim: builtins.bool = ..., *, interpolation: str = ...) -> Tensor: """The op gradcraft.ops.quantile.quantile."""
 
 
 def init_alias(t: Tensor, source: Tensor) -> None: """Make t, a new tensor not yet initialized (a Parameter's __init__), an alias of source's"""

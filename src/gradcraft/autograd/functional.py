@@ -9,7 +9,7 @@ walk builds gradient nodes for the whole graph, and only those the requested gra
 from __future__ import annotations
 
 from gradcraft.autograd.engine import backward as engine_backward, execution_order, release_graph
-from gradcraft.engine.realize import realize
+from gradcraft.engine.realize import realize as realize_graph
 from gradcraft.errors import RuntimeError_, UserError
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops.creation import ones_like, zeros_like
@@ -141,7 +141,7 @@ def grad(
                 results.append(zeros_like(inp) if materialize_grads else None)
             else:
                 results.append(ew.cast(g, inp.dtype) if g.dtype != inp.dtype else g)
-    realize([r for r in results if r is not None] + list(outputs), keep_saved=bool(retain_graph))
+    realize_graph([r for r in results if r is not None] + list(outputs), keep_saved=bool(retain_graph))
     if not retain_graph:
         release_graph(order)
     return tuple(results)

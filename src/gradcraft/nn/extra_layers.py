@@ -3,17 +3,23 @@ EmbeddingBag (F.embedding_bag), Softmax2d, Bilinear (F.bilinear)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from gradcraft.errors import RuntimeError_, UserError, ValueError_
-from gradcraft.nn import init
+from gradcraft.nn import init as nn_init  # PReLU's `init` parameter (PyTorch's name) would hide `init`
 from gradcraft.nn.module import Module, Parameter
 from gradcraft.ops.creation import full, tensor, zeros
 from gradcraft.ops.elementwise import where
 from gradcraft.ops.function import no_grad
+from gradcraft.typing import Device, DTypeLike
+
+if TYPE_CHECKING:
+    from gradcraft.tensor import Tensor
 
 
-def prelu(input, weight):
+def prelu(input: Tensor, weight: Tensor) -> Tensor:
     """max(0, x) + weight * min(0, x), one weight per channel (dimension 1) or one for all."""
     if weight.numel() != 1:
         if input.ndim < 2 or input.shape[1] != weight.numel():
@@ -26,22 +32,24 @@ def prelu(input, weight):
 
 
 class PReLU(Module):
-    def __init__(self, num_parameters: int = 1, init: float = 0.25, device=None, dtype=None) -> None:
+    def __init__(
+        self, num_parameters: int = 1, init: float = 0.25, device: Device = None, dtype: DTypeLike = None
+    ) -> None:
         super().__init__()
         self.num_parameters, self.init = num_parameters, init
         self.weight = Parameter(full((num_parameters,), init, device=device, dtype=dtype))
 
     def reset_parameters(self) -> None:
-        init.constant_(self.weight, self.init)
+        nn_init.constant_(self.weight, self.init)
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         return prelu(input, self.weight)
 
     def extra_repr(self) -> str:
         return f"num_parameters={self.num_parameters}"
 
 
-def glu(input, dim: int = -1):
+def glu(input: Tensor, dim: int = -1) -> Tensor:
     """a * sigmoid(b), a and b the two halves of input along dim."""
     if input.ndim == 0:
         raise RuntimeError_("glu does not support scalars because halving size must be even")
@@ -57,14 +65,14 @@ class GLU(Module):
         super().__init__()
         self.dim = dim
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         return glu(input, self.dim)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
 
 
-def gumbel_softmax(logits, tau: float = 1.0, hard: bool = False, eps: float = 1e-10, dim: int = -1):
+def gumbel_softmax(logits: Tensor, tau: float = 1.0, hard: bool = False, eps: float = 1e-10, dim: int = -1) -> Tensor:
     """softmax((logits + g) / tau) with g ~ Gumbel(0, 1); hard: the one-hot of its argmax in the forward
     pass with the soft sample's gradient (straight through), as PyTorch's."""
     from gradcraft.ops.creation import rand_like
@@ -99,18 +107,18 @@ def _bags(input, offsets, include_last_offset: bool):
 
 
 def embedding_bag(
-    input,
-    weight,
-    offsets=None,
-    max_norm=None,
+    input: Tensor,
+    weight: Tensor,
+    offsets: Tensor | None = None,
+    max_norm: float | None = None,
     norm_type: float = 2,
     scale_grad_by_freq: bool = False,
     mode: str = "mean",
     sparse: bool = False,
-    per_sample_weights=None,
+    per_sample_weights: Tensor | None = None,
     include_last_offset: bool = False,
-    padding_idx=None,
-):
+    padding_idx: int | None = None,
+) -> Tensor:
     """Sums, means or maxima of bags of embeddings: the rows of a 2-D input, or a 1-D input cut at offsets."""
     if mode not in ("sum", "mean", "max"):
         raise ValueError_(f"mode has to be one of sum, mean or max, but got {mode}")
@@ -173,16 +181,16 @@ class EmbeddingBag(Module):
         self,
         num_embeddings: int,
         embedding_dim: int,
-        max_norm=None,
+        max_norm: float | None = None,
         norm_type: float = 2.0,
         scale_grad_by_freq: bool = False,
         mode: str = "mean",
         sparse: bool = False,
-        _weight=None,
+        _weight: Tensor | None = None,
         include_last_offset: bool = False,
-        padding_idx=None,
-        device=None,
-        dtype=None,
+        padding_idx: int | None = None,
+        device: Device = None,
+        dtype: DTypeLike = None,
     ) -> None:
         super().__init__()
         if max_norm is not None or scale_grad_by_freq or sparse:
@@ -202,12 +210,12 @@ class EmbeddingBag(Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        init.normal_(self.weight)
+        nn_init.normal_(self.weight)
         if self.padding_idx is not None:
             with no_grad():
                 self.weight[self.padding_idx] = 0.0
 
-    def forward(self, input, offsets=None, per_sample_weights=None):
+    def forward(self, input: Tensor, offsets: Tensor | None = None, per_sample_weights: Tensor | None = None) -> Tensor:
         return embedding_bag(
             input,
             self.weight,
@@ -228,13 +236,13 @@ class EmbeddingBag(Module):
 class Softmax2d(Module):
     """softmax over the channels of (N, C, H, W) or (C, H, W)."""
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         if input.ndim not in (3, 4):
             raise ValueError_(f"Softmax2d: expected input to be 3D or 4D, got {input.ndim}D instead")
         return input.softmax(-3)
 
 
-def bilinear(input1, input2, weight, bias=None):
+def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """y_k = x1^T W_k x2 (+ b_k) over the last dimension; the leading dimensions are batch."""
     if input1.shape[:-1] != input2.shape[:-1]:
         raise RuntimeError_(
@@ -252,8 +260,14 @@ def bilinear(input1, input2, weight, bias=None):
 
 class Bilinear(Module):
     def __init__(
-        self, in1_features: int, in2_features: int, out_features: int, bias: bool = True, device=None, dtype=None
-    ):
+        self,
+        in1_features: int,
+        in2_features: int,
+        out_features: int,
+        bias: bool = True,
+        device: Device = None,
+        dtype: DTypeLike = None,
+    ) -> None:
         super().__init__()
         self.in1_features, self.in2_features, self.out_features = in1_features, in2_features, out_features
         self.weight = Parameter(zeros((out_features, in1_features, in2_features), device=device, dtype=dtype))
@@ -262,11 +276,11 @@ class Bilinear(Module):
 
     def reset_parameters(self) -> None:
         bound = 1 / self.weight.shape[1] ** 0.5
-        init.uniform_(self.weight, -bound, bound)
+        nn_init.uniform_(self.weight, -bound, bound)
         if self.bias is not None:
-            init.uniform_(self.bias, -bound, bound)
+            nn_init.uniform_(self.bias, -bound, bound)
 
-    def forward(self, input1, input2):
+    def forward(self, input1: Tensor, input2: Tensor) -> Tensor:
         return bilinear(input1, input2, self.weight, self.bias)
 
     def extra_repr(self) -> str:

@@ -8,11 +8,17 @@ other's.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from gradcraft.errors import RuntimeError_
 from gradcraft.nn.module import Module
 from gradcraft.ops.creation import tensor
+from gradcraft.typing import Shape
+
+if TYPE_CHECKING:
+    from gradcraft.tensor import Tensor
 
 
 def _pair(v) -> tuple:
@@ -25,7 +31,7 @@ def _one_hot_kernels(channels: int, kernel: tuple, dtype, device):
     return tensor(np.tile(eye, (channels, 1, 1, 1)), dtype=dtype, device=device)
 
 
-def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
+def unfold(input: Tensor, kernel_size: Shape, dilation: Shape = 1, padding: Shape = 0, stride: Shape = 1) -> Tensor:
     """(N, C, H, W) -> (N, C * kh * kw, L): every sliding block as a column."""
     from gradcraft.ops.conv import conv2d
 
@@ -41,7 +47,9 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     return cols.squeeze(0) if unbatched else cols
 
 
-def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
+def fold(
+    input: Tensor, output_size: Shape, kernel_size: Shape, dilation: Shape = 1, padding: Shape = 0, stride: Shape = 1
+) -> Tensor:
     """(N, C * kh * kw, L) -> (N, C, H, W): the columns summed back into place."""
     from gradcraft.ops.conv import conv_transpose2d
 
@@ -75,11 +83,11 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
 
 
 class Unfold(Module):
-    def __init__(self, kernel_size, dilation=1, padding=0, stride=1) -> None:
+    def __init__(self, kernel_size: Shape, dilation: Shape = 1, padding: Shape = 0, stride: Shape = 1) -> None:
         super().__init__()
         self.kernel_size, self.dilation, self.padding, self.stride = kernel_size, dilation, padding, stride
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         return unfold(input, self.kernel_size, self.dilation, self.padding, self.stride)
 
     def extra_repr(self) -> str:
@@ -87,12 +95,14 @@ class Unfold(Module):
 
 
 class Fold(Module):
-    def __init__(self, output_size, kernel_size, dilation=1, padding=0, stride=1) -> None:
+    def __init__(
+        self, output_size: Shape, kernel_size: Shape, dilation: Shape = 1, padding: Shape = 0, stride: Shape = 1
+    ) -> None:
         super().__init__()
         self.output_size, self.kernel_size = output_size, kernel_size
         self.dilation, self.padding, self.stride = dilation, padding, stride
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         return fold(input, self.output_size, self.kernel_size, self.dilation, self.padding, self.stride)
 
     def extra_repr(self) -> str:

@@ -6,11 +6,15 @@ PoissonNLLLoss (log-space or not, the Stirling term with full=True)."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from gradcraft.errors import ValueError_
 from gradcraft.nn.loss import _Loss
 from gradcraft.ops.elementwise import where
 from gradcraft.ops.losses import legacy_reduction
+
+if TYPE_CHECKING:
+    from gradcraft.tensor import Tensor
 
 
 def _reduce(loss, reduction: str):
@@ -23,7 +27,9 @@ def _reduce(loss, reduction: str):
     raise ValueError_(f"{reduction} is not a valid value for reduction")
 
 
-def gaussian_nll_loss(input, target, var, full: bool = False, eps: float = 1e-6, reduction: str = "mean"):
+def gaussian_nll_loss(
+    input: Tensor, target: Tensor, var: Tensor | float, full: bool = False, eps: float = 1e-6, reduction: str = "mean"
+) -> Tensor:
     if isinstance(var, (int, float)):
         var = input.new_full(tuple(input.shape), float(var))
     if tuple(var.shape) != tuple(input.shape):
@@ -43,15 +49,15 @@ def gaussian_nll_loss(input, target, var, full: bool = False, eps: float = 1e-6,
 
 
 def poisson_nll_loss(
-    input,
-    target,
+    input: Tensor,
+    target: Tensor,
     log_input: bool = True,
     full: bool = False,
-    size_average=None,
+    size_average: bool | None = None,
     eps: float = 1e-8,
-    reduce=None,
+    reduce: bool | None = None,
     reduction: str = "mean",
-):
+) -> Tensor:
     reduction = legacy_reduction(size_average, reduce, reduction)
     if log_input:
         loss = input.exp() - target * input
@@ -69,7 +75,7 @@ class GaussianNLLLoss(_Loss):
         super().__init__(None, None, reduction)
         self.full, self.eps = full, eps
 
-    def forward(self, input, target, var):
+    def forward(self, input: Tensor, target: Tensor, var: Tensor | float) -> Tensor:
         return gaussian_nll_loss(input, target, var, full=self.full, eps=self.eps, reduction=self.reduction)
 
 
@@ -78,15 +84,15 @@ class PoissonNLLLoss(_Loss):
         self,
         log_input: bool = True,
         full: bool = False,
-        size_average=None,
+        size_average: bool | None = None,
         eps: float = 1e-8,
-        reduce=None,
+        reduce: bool | None = None,
         reduction: str = "mean",
     ) -> None:
         super().__init__(size_average, reduce, reduction)
         self.log_input, self.full, self.eps = log_input, full, eps
 
-    def forward(self, log_input, target):
+    def forward(self, log_input: Tensor, target: Tensor) -> Tensor:
         return poisson_nll_loss(
             log_input, target, log_input=self.log_input, full=self.full, eps=self.eps, reduction=self.reduction
         )

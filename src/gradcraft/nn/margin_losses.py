@@ -5,11 +5,16 @@ soft_margin_loss, multilabel_soft_margin_loss."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gradcraft.errors import RuntimeError_, ValueError_
 from gradcraft.nn.loss import _Loss
 from gradcraft.ops.distance import pairwise_distance
 from gradcraft.ops.elementwise import where
 from gradcraft.ops.losses import legacy_reduction
+
+if TYPE_CHECKING:
+    from gradcraft.tensor import Tensor
 
 
 def _reduce(loss, reduction: str):
@@ -22,7 +27,15 @@ def _reduce(loss, reduction: str):
     raise ValueError_(f"{reduction} is not a valid value for reduction")
 
 
-def margin_ranking_loss(input1, input2, target, margin: float = 0.0, size_average=None, reduce=None, reduction="mean"):
+def margin_ranking_loss(
+    input1: Tensor,
+    input2: Tensor,
+    target: Tensor,
+    margin: float = 0.0,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+) -> Tensor:
     reduction = legacy_reduction(size_average, reduce, reduction)
     if not (input1.ndim == input2.ndim == target.ndim):
         raise RuntimeError_(
@@ -32,7 +45,14 @@ def margin_ranking_loss(input1, input2, target, margin: float = 0.0, size_averag
     return _reduce((-target * (input1 - input2) + margin).clamp(min=0), reduction)
 
 
-def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, reduce=None, reduction="mean"):
+def hinge_embedding_loss(
+    input: Tensor,
+    target: Tensor,
+    margin: float = 1.0,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+) -> Tensor:
     reduction = legacy_reduction(size_average, reduce, reduction)
     zeros = input * 0
     output_margin = where(target != 1, (margin - input).clamp(min=0), zeros)
@@ -41,8 +61,14 @@ def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, 
 
 
 def cosine_embedding_loss(
-    input1, input2, target, margin: float = 0.0, size_average=None, reduce=None, reduction: str = "mean"
-):
+    input1: Tensor,
+    input2: Tensor,
+    target: Tensor,
+    margin: float = 0.0,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+) -> Tensor:
     reduction = legacy_reduction(size_average, reduce, reduction)
     if input1.shape != input2.shape:
         raise RuntimeError_(
@@ -62,17 +88,17 @@ def cosine_embedding_loss(
 
 
 def triplet_margin_loss(
-    anchor,
-    positive,
-    negative,
+    anchor: Tensor,
+    positive: Tensor,
+    negative: Tensor,
     margin: float = 1.0,
     p: float = 2,
     eps: float = 1e-6,
     swap: bool = False,
-    size_average=None,
-    reduce=None,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
     reduction: str = "mean",
-):
+) -> Tensor:
     reduction = legacy_reduction(size_average, reduce, reduction)
     if not (anchor.ndim == positive.ndim == negative.ndim):
         raise RuntimeError_(
@@ -87,8 +113,15 @@ def triplet_margin_loss(
 
 
 def multi_margin_loss(
-    input, target, p: int = 1, margin: float = 1.0, weight=None, size_average=None, reduce=None, reduction="mean"
-):
+    input: Tensor,
+    target: Tensor,
+    p: int = 1,
+    margin: float = 1.0,
+    weight: Tensor | None = None,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+) -> Tensor:
     """sum over i != y of max(0, margin - x[y] + x[i])^p (times weight[y]), divided by the classes."""
     reduction = legacy_reduction(size_average, reduce, reduction)
     if p not in (1, 2):
@@ -112,12 +145,21 @@ def multi_margin_loss(
     return _reduce(loss, reduction)
 
 
-def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+def soft_margin_loss(
+    input: Tensor, target: Tensor, size_average: bool | None = None, reduce: bool | None = None, reduction: str = "mean"
+) -> Tensor:
     reduction = legacy_reduction(size_average, reduce, reduction)
     return _reduce((1 + (-target * input).exp()).log(), reduction)
 
 
-def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
+def multilabel_soft_margin_loss(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+) -> Tensor:
     reduction = legacy_reduction(size_average, reduce, reduction)
     from gradcraft.ops.activations_more import logsigmoid
 
@@ -132,29 +174,35 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
 
 
 class MarginRankingLoss(_Loss):
-    def __init__(self, margin: float = 0.0, size_average=None, reduce=None, reduction: str = "mean") -> None:
+    def __init__(
+        self, margin: float = 0.0, size_average: bool | None = None, reduce: bool | None = None, reduction: str = "mean"
+    ) -> None:
         super().__init__(size_average, reduce, reduction)
         self.margin = margin
 
-    def forward(self, input1, input2, target):
+    def forward(self, input1: Tensor, input2: Tensor, target: Tensor) -> Tensor:
         return margin_ranking_loss(input1, input2, target, margin=self.margin, reduction=self.reduction)
 
 
 class HingeEmbeddingLoss(_Loss):
-    def __init__(self, margin: float = 1.0, size_average=None, reduce=None, reduction: str = "mean") -> None:
+    def __init__(
+        self, margin: float = 1.0, size_average: bool | None = None, reduce: bool | None = None, reduction: str = "mean"
+    ) -> None:
         super().__init__(size_average, reduce, reduction)
         self.margin = margin
 
-    def forward(self, input, target):
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
         return hinge_embedding_loss(input, target, margin=self.margin, reduction=self.reduction)
 
 
 class CosineEmbeddingLoss(_Loss):
-    def __init__(self, margin: float = 0.0, size_average=None, reduce=None, reduction: str = "mean") -> None:
+    def __init__(
+        self, margin: float = 0.0, size_average: bool | None = None, reduce: bool | None = None, reduction: str = "mean"
+    ) -> None:
         super().__init__(size_average, reduce, reduction)
         self.margin = margin
 
-    def forward(self, input1, input2, target):
+    def forward(self, input1: Tensor, input2: Tensor, target: Tensor) -> Tensor:
         return cosine_embedding_loss(input1, input2, target, margin=self.margin, reduction=self.reduction)
 
 
@@ -165,8 +213,8 @@ class TripletMarginLoss(_Loss):
         p: float = 2.0,
         eps: float = 1e-6,
         swap: bool = False,
-        size_average=None,
-        reduce=None,
+        size_average: bool | None = None,
+        reduce: bool | None = None,
         reduction: str = "mean",
     ) -> None:
         super().__init__(size_average, reduce, reduction)
@@ -174,7 +222,7 @@ class TripletMarginLoss(_Loss):
             raise ValueError_(f"TripletMarginLoss: expected margin to be greater than 0, got {margin} instead")
         self.margin, self.p, self.eps, self.swap = margin, p, eps, swap
 
-    def forward(self, anchor, positive, negative):
+    def forward(self, anchor: Tensor, positive: Tensor, negative: Tensor) -> Tensor:
         return triplet_margin_loss(
             anchor, positive, negative, self.margin, self.p, self.eps, self.swap, reduction=self.reduction
         )
@@ -182,7 +230,13 @@ class TripletMarginLoss(_Loss):
 
 class MultiMarginLoss(_Loss):
     def __init__(
-        self, p: int = 1, margin: float = 1.0, weight=None, size_average=None, reduce=None, reduction: str = "mean"
+        self,
+        p: int = 1,
+        margin: float = 1.0,
+        weight: Tensor | None = None,
+        size_average: bool | None = None,
+        reduce: bool | None = None,
+        reduction: str = "mean",
     ) -> None:
         super().__init__(size_average, reduce, reduction)
         if p not in (1, 2):
@@ -192,19 +246,25 @@ class MultiMarginLoss(_Loss):
         self.register_buffer("weight", weight)
         self.p, self.margin = p, margin
 
-    def forward(self, input, target):
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
         return multi_margin_loss(input, target, self.p, self.margin, self.weight, reduction=self.reduction)
 
 
 class SoftMarginLoss(_Loss):
-    def forward(self, input, target):
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
         return soft_margin_loss(input, target, reduction=self.reduction)
 
 
 class MultiLabelSoftMarginLoss(_Loss):
-    def __init__(self, weight=None, size_average=None, reduce=None, reduction: str = "mean") -> None:
+    def __init__(
+        self,
+        weight: Tensor | None = None,
+        size_average: bool | None = None,
+        reduce: bool | None = None,
+        reduction: str = "mean",
+    ) -> None:
         super().__init__(size_average, reduce, reduction)
         self.register_buffer("weight", weight)
 
-    def forward(self, input, target):
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
         return multilabel_soft_margin_loss(input, target, self.weight, reduction=self.reduction)

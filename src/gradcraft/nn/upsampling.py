@@ -13,12 +13,17 @@ data moves through index_select, multiplications and sums, so gradients flow as 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gradcraft.errors import RuntimeError_, ValueError_
 from gradcraft.nn.module import Module
 from gradcraft.ops.creation import tensor
+from gradcraft.typing import Shape
+
+if TYPE_CHECKING:
+    from gradcraft.tensor import Tensor
 
 _LINEAR = {"linear": 3, "bilinear": 4, "bicubic": 4, "trilinear": 5}
 _MODES = ("nearest", "nearest-exact", "linear", "bilinear", "bicubic", "trilinear", "area")
@@ -109,14 +114,14 @@ def _resize(x, dim: int, n_out: int, mode: str, scale, align_corners: bool):
 
 
 def interpolate(
-    input,
-    size=None,
-    scale_factor=None,
+    input: Tensor,
+    size: Shape | None = None,
+    scale_factor: float | tuple[float, ...] | None = None,
     mode: str = "nearest",
-    align_corners=None,
-    recompute_scale_factor=None,
+    align_corners: bool | None = None,
+    recompute_scale_factor: bool | None = None,
     antialias: bool = False,
-):
+) -> Tensor:
     if mode not in _MODES:
         raise NotImplementedError(
             f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) for the modes: nearest | "
@@ -156,22 +161,37 @@ def interpolate(
     return out
 
 
-def upsample(input, size=None, scale_factor=None, mode: str = "nearest", align_corners=None):
+def upsample(
+    input: Tensor,
+    size: Shape | None = None,
+    scale_factor: float | tuple[float, ...] | None = None,
+    mode: str = "nearest",
+    align_corners: bool | None = None,
+) -> Tensor:
     return interpolate(input, size, scale_factor, mode, align_corners)
 
 
-def upsample_nearest(input, size=None, scale_factor=None):
+def upsample_nearest(
+    input: Tensor, size: Shape | None = None, scale_factor: float | tuple[float, ...] | None = None
+) -> Tensor:
     return interpolate(input, size, scale_factor, mode="nearest")
 
 
-def upsample_bilinear(input, size=None, scale_factor=None):
+def upsample_bilinear(
+    input: Tensor, size: Shape | None = None, scale_factor: float | tuple[float, ...] | None = None
+) -> Tensor:
     return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
 
 
 class Upsample(Module):
     def __init__(
-        self, size=None, scale_factor=None, mode: str = "nearest", align_corners=None, recompute_scale_factor=None
-    ):
+        self,
+        size: Shape | None = None,
+        scale_factor: float | tuple[float, ...] | None = None,
+        mode: str = "nearest",
+        align_corners: bool | None = None,
+        recompute_scale_factor: bool | None = None,
+    ) -> None:
         super().__init__()
         self.name = type(self).__name__
         self.size = size
@@ -181,7 +201,7 @@ class Upsample(Module):
             self.scale_factor = float(scale_factor) if scale_factor else None
         self.mode, self.align_corners, self.recompute_scale_factor = mode, align_corners, recompute_scale_factor
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         return interpolate(
             input, self.size, self.scale_factor, self.mode, self.align_corners, self.recompute_scale_factor
         )
@@ -192,16 +212,16 @@ class Upsample(Module):
 
 
 class UpsamplingNearest2d(Upsample):
-    def __init__(self, size=None, scale_factor=None) -> None:
+    def __init__(self, size: Shape | None = None, scale_factor: float | tuple[float, ...] | None = None) -> None:
         super().__init__(size, scale_factor, mode="nearest")
 
 
 class UpsamplingBilinear2d(Upsample):
-    def __init__(self, size=None, scale_factor=None) -> None:
+    def __init__(self, size: Shape | None = None, scale_factor: float | tuple[float, ...] | None = None) -> None:
         super().__init__(size, scale_factor, mode="bilinear", align_corners=True)
 
 
-def pixel_shuffle(input, upscale_factor: int):
+def pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor:
     """(*, C * r^2, H, W) -> (*, C, H * r, W * r)."""
     r = int(upscale_factor)
     if input.ndim < 3:
@@ -220,7 +240,7 @@ def pixel_shuffle(input, upscale_factor: int):
     return x.reshape(*lead, c // (r * r), h * r, w * r)
 
 
-def pixel_unshuffle(input, downscale_factor: int):
+def pixel_unshuffle(input: Tensor, downscale_factor: int) -> Tensor:
     """(*, C, H * r, W * r) -> (*, C * r^2, H, W)."""
     r = int(downscale_factor)
     if input.ndim < 3:
@@ -244,7 +264,7 @@ class PixelShuffle(Module):
         super().__init__()
         self.upscale_factor = upscale_factor
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         return pixel_shuffle(input, self.upscale_factor)
 
     def extra_repr(self) -> str:
@@ -256,7 +276,7 @@ class PixelUnshuffle(Module):
         super().__init__()
         self.downscale_factor = downscale_factor
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         return pixel_unshuffle(input, self.downscale_factor)
 
     def extra_repr(self) -> str:

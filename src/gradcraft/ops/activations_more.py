@@ -12,6 +12,7 @@ from gradcraft.errors import RuntimeError_
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops.log1p import log1p
 from gradcraft.ops.losses import elu, softplus
+from gradcraft.typing import DTypeLike
 
 if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
@@ -92,7 +93,7 @@ def _implicit_dim(ndim: int) -> int:
     return 0 if ndim in (0, 1, 3) else 1
 
 
-def softmin(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:
+def softmin(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: DTypeLike = None) -> Tensor:
     from gradcraft.ops.nn import softmax
 
     if dim is None:

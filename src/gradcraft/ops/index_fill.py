@@ -10,12 +10,13 @@ from gradcraft import dtypes
 from gradcraft.errors import IndexError_, RuntimeError_
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops.dims import normalize_dim
+from gradcraft.typing import TensorOrNumber
 
 if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
 
 
-def index_fill(input: Tensor, dim: int, index: Tensor, value) -> Tensor:
+def index_fill(input: Tensor, dim: int, index: Tensor, value: TensorOrNumber) -> Tensor:
     from gradcraft.ops.creation import arange
     from gradcraft.tensor import Tensor
 
@@ -43,7 +44,7 @@ def index_fill(input: Tensor, dim: int, index: Tensor, value) -> Tensor:
     return ew.where(mask, value, input)
 
 
-def index_fill_(input: Tensor, dim: int, index: Tensor, value) -> Tensor:
+def index_fill_(input: Tensor, dim: int, index: Tensor, value: TensorOrNumber) -> Tensor:
     from gradcraft.ops.inplace import write
 
     return write(input, index_fill(input, dim, index, value))

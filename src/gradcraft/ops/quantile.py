@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 MedianResult = namedtuple("MedianResult", ["values", "indices"])
 
 
-def median(input: Tensor, dim=None, keepdim: bool = False):
+def median(input: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor | MedianResult:
     if dim is None:
         flat = input.reshape(-1)
         if flat.numel() == 0:
@@ -47,7 +47,9 @@ def median(input: Tensor, dim=None, keepdim: bool = False):
     return MedianResult(values, indices)
 
 
-def quantile(input: Tensor, q, dim=None, keepdim: bool = False, *, interpolation: str = "linear") -> Tensor:
+def quantile(
+    input: Tensor, q: float | Tensor, dim: int | None = None, keepdim: bool = False, *, interpolation: str = "linear"
+) -> Tensor:
     from gradcraft.tensor import Tensor
 
     if interpolation not in ("linear", "lower", "higher", "midpoint", "nearest"):

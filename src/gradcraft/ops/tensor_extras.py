@@ -15,6 +15,7 @@ from gradcraft.errors import RuntimeError_
 from gradcraft.ops import elementwise as ew
 from gradcraft.ops import movement as mv
 from gradcraft.ops.dims import normalize_dim
+from gradcraft.typing import Device, DTypeLike, Shape, TensorOrNumber
 
 if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
@@ -24,7 +25,7 @@ def _ints(value) -> list:
     return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
 
 
-def roll(input: Tensor, shifts, dims=None) -> Tensor:
+def roll(input: Tensor, shifts: Shape, dims: Shape | None = None) -> Tensor:
     """Elements shifted along dims (wrapping around); dims None: over the flattened tensor."""
     shifts = _ints(shifts)
     if dims is None:
@@ -45,7 +46,7 @@ def roll(input: Tensor, shifts, dims=None) -> Tensor:
     return out
 
 
-def movedim(input: Tensor, source, destination) -> Tensor:
+def movedim(input: Tensor, source: Shape, destination: Shape) -> Tensor:
     source, destination = _ints(source), _ints(destination)
     if len(source) != len(destination):
         raise RuntimeError_(
@@ -77,7 +78,7 @@ def vstack(tensors: Sequence[Tensor]) -> Tensor:
     return mv.cat([t.reshape(1, -1) if t.ndim < 2 else t for t in tensors], 0)
 
 
-def broadcast_to(input: Tensor, shape) -> Tensor:
+def broadcast_to(input: Tensor, shape: Shape) -> Tensor:
     return mv.expand(input, tuple(shape))
 
 
@@ -96,17 +97,21 @@ def _triangle_indices(row: int, col: int, offset: int, upper: bool, dtype, devic
     return tensor(np.stack([rows, cols]).astype(np.int64), dtype=dtype or dtypes.int64, device=device)
 
 
-def tril_indices(row: int, col: int, offset: int = 0, *, dtype=None, device="cpu", layout=None) -> Tensor:
+def tril_indices(
+    row: int, col: int, offset: int = 0, *, dtype: DTypeLike = None, device: Device = "cpu", layout: object = None
+) -> Tensor:
     """The (2, N) coordinates of the lower triangle of a row x col matrix, row by row."""
     return _triangle_indices(row, col, offset, False, dtype, device)
 
 
-def triu_indices(row: int, col: int, offset: int = 0, *, dtype=None, device="cpu", layout=None) -> Tensor:
+def triu_indices(
+    row: int, col: int, offset: int = 0, *, dtype: DTypeLike = None, device: Device = "cpu", layout: object = None
+) -> Tensor:
     """The (2, N) coordinates of the upper triangle of a row x col matrix, row by row."""
     return _triangle_indices(row, col, offset, True, dtype, device)
 
 
-def cumprod(input: Tensor, dim: int, *, dtype=None) -> Tensor:
+def cumprod(input: Tensor, dim: int, *, dtype: DTypeLike = None) -> Tensor:
     """Running products along dim, by doubling: step k multiplies in the product k positions back."""
     x = input.to(dtype) if dtype is not None else input
     if x.dtype == dtypes.bool_:
@@ -131,11 +136,11 @@ def log10(input: Tensor) -> Tensor:
     return ew.log(input) * (1.0 / math.log(10.0))
 
 
-def clamp_min(input: Tensor, min) -> Tensor:
+def clamp_min(input: Tensor, min: TensorOrNumber) -> Tensor:
     return ew.clamp(input, min=min)
 
 
-def clamp_max(input: Tensor, max) -> Tensor:
+def clamp_max(input: Tensor, max: TensorOrNumber) -> Tensor:
     return ew.clamp(input, max=max)
 
 
@@ -146,13 +151,13 @@ def _scaled_sum(input, product, beta, alpha):
     return product + (input if beta == 1 else input * beta)
 
 
-def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta=1, alpha=1) -> Tensor:
+def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta: float = 1, alpha: float = 1) -> Tensor:
     if mat1.ndim != 2 or mat2.ndim != 2:
         raise RuntimeError_(f"addmm: mat1 and mat2 must be matrices, got {mat1.ndim}D and {mat2.ndim}D")
     return _scaled_sum(input, mat1 @ mat2, beta, alpha)
 
 
-def baddbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta=1, alpha=1) -> Tensor:
+def baddbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta: float = 1, alpha: float = 1) -> Tensor:
     if batch1.ndim != 3 or batch2.ndim != 3:
         raise RuntimeError_(f"baddbmm: batch1 and batch2 must be 3D tensors, got {batch1.ndim}D and {batch2.ndim}D")
     return _scaled_sum(input, batch1 @ batch2, beta, alpha)

@@ -24,7 +24,13 @@ def _result(input, values, inverse, counts, return_inverse, return_counts):
     return out[0] if len(out) == 1 else tuple(out)
 
 
-def unique(input: Tensor, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False, dim=None):
+def unique(
+    input: Tensor,
+    sorted: bool = True,
+    return_inverse: bool = False,
+    return_counts: bool = False,
+    dim: int | None = None,
+) -> Tensor | tuple[Tensor, ...]:
     array = np.asarray(input.detach().numpy())
     if dim is None:
         values, inverse, counts = np.unique(array.reshape(-1), return_inverse=True, return_counts=True)
@@ -34,7 +40,9 @@ def unique(input: Tensor, sorted: bool = True, return_inverse: bool = False, ret
     return _result(input, values, inverse.reshape(-1), counts, return_inverse, return_counts)
 
 
-def unique_consecutive(input: Tensor, return_inverse: bool = False, return_counts: bool = False, dim=None):
+def unique_consecutive(
+    input: Tensor, return_inverse: bool = False, return_counts: bool = False, dim: int | None = None
+) -> Tensor | tuple[Tensor, ...]:
     array = np.asarray(input.detach().numpy())
     if dim is None:
         flat = array.reshape(-1)

@@ -127,7 +127,6 @@ KERNELS = {
     "pow": _pow,
     "maximum": _binary("maximum", cp.maximum),
     "minimum": _binary("minimum", cp.minimum),
-    "logaddexp": _binary("logaddexp", cp.logaddexp),
     "eq": _compare(cp.equal),
     "ne": _compare(cp.not_equal),
     "lt": _compare(cp.less),

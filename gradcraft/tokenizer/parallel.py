@@ -36,6 +36,7 @@ from gradcraft.tokenizer.pretokenize import (
     resolve_pattern,
     special_regex,
     split_text,
+    split_windows,
 )
 
 CHUNK_BYTES = 1 << 20
@@ -226,10 +227,15 @@ def encode_text_array(tokenizer, text: str, dtype) -> np.ndarray:
     finds them in any text: K2's)."""
     if tokenizer.split_specials:
         return np.array(tokenizer.encode(text), dtype=dtype)
-    if len(tokenizer._cache) > CACHE_ENTRIES:
-        tokenizer._cache.clear()
-    pieces = tokenizer._compiled.findall(text) if tokenizer._compiled is not None else ([text] if text else [])
-    return np.fromiter(chain.from_iterable(map(tokenizer._cache.__getitem__, pieces)), dtype=dtype)
+    compiled, cache = tokenizer._compiled, tokenizer._cache
+    if compiled is None:
+        return np.fromiter(chain.from_iterable(map(cache.__getitem__, [text] if text else [])), dtype=dtype)
+    arrays = []
+    for window in split_windows(text, compiled):  # the pieces of a window at a time (exact cuts)
+        if len(cache) > CACHE_ENTRIES:
+            cache.clear()
+        arrays.append(np.fromiter(chain.from_iterable(map(cache.__getitem__, compiled.findall(window))), dtype=dtype))
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 def _encode_task(task) -> list[np.ndarray]:

@@ -256,30 +256,33 @@ class Tokenizer:
         return tuple(out)
 
     def _merge_long(self, ids: list) -> list:
-        """Same result as the loop in `_encode_piece`, with a heap of
-        (rank, position) and a linked list, so long pieces stay O(n log n)."""
+        """Same result as the loop in `_encode_piece`, with a heap of rank * 2**32 + position
+        (one int an entry: cheaper to compare and to hold than a tuple) and a linked list, so long
+        pieces stay O(n log n)."""
         rank, pair_id, n = self._rank, self._pair_id, len(ids)
+        get, pop, push, shift = rank.get, heapq.heappop, heapq.heappush, 1 << 32
         nxt = list(range(1, n + 1))
         prv = list(range(-1, n - 1))
-        heap = [(rank[p], i) for i, p in enumerate(zip(ids, ids[1:])) if p in rank]
+        heap = [get(p) * shift + i for i, p in enumerate(zip(ids, ids[1:])) if p in rank]
         heapq.heapify(heap)
         while heap:
-            r, i = heapq.heappop(heap)
+            r, i = divmod(pop(heap), shift)
             j = nxt[i] if ids[i] is not None else n
-            if j >= n or rank.get((ids[i], ids[j])) != r:
+            if j >= n or get((ids[i], ids[j])) != r:
                 continue  # stale: this pair changed since it was pushed
-            ids[i] = pair_id[ids[i], ids[j]]
+            new = ids[i] = pair_id[ids[i], ids[j]]
             ids[j] = None
-            nxt[i] = nxt[j]
-            if nxt[i] < n:
-                prv[nxt[i]] = i
-                r2 = rank.get((ids[i], ids[nxt[i]]))
+            k = nxt[i] = nxt[j]
+            if k < n:
+                prv[k] = i
+                r2 = get((new, ids[k]))
                 if r2 is not None:
-                    heapq.heappush(heap, (r2, i))
-            if prv[i] >= 0:
-                r2 = rank.get((ids[prv[i]], ids[i]))
+                    push(heap, r2 * shift + i)
+            k = prv[i]
+            if k >= 0:
+                r2 = get((ids[k], new))
                 if r2 is not None:
-                    heapq.heappush(heap, (r2, prv[i]))
+                    push(heap, r2 * shift + k)
         return [t for t in ids if t is not None]
 
     def encode_ordinary(self, text: str) -> list[int]:

@@ -9,7 +9,8 @@
 
 For each input of --mb megabytes: `gradcraft tokenize` (--workers 1, the whole file as its sample)
 and Hugging Face tokenizers' ByteLevel BPE `train` (same vocabulary size), each in a process of its
-own; the peak RSS of that process (os.wait4's ru_maxrss), its growth over the same command on a 1 KB
+own (inputs are written by another process: a child's peak RSS starts at its parent's); the peak
+RSS of that process (os.wait4's ru_maxrss), its growth over the same command on a 1 KB
 file (the interpreter and imports), that growth per input byte, and the wall time.
 
     python bench/tokenizer_memory.py --mb 20 --vocab_size 8192
@@ -150,7 +151,12 @@ def run(mb: float, kinds, vocab_size: int, tools, timeout: float, log=print) -> 
             for size, label in ((1000, "baseline"), (int(mb * 1e6), "input")):
                 sizes[label] = os.path.join(folder, f"{kind}-{label}")
                 os.makedirs(sizes[label], exist_ok=True)
-                make_input(kind, os.path.join(sizes[label], "input.txt"), size)
+                # in a process of its own: a child's peak RSS starts at its parent's peak (Linux keeps
+                # it across fork and exec), so this process must never hold an input
+                path = os.path.join(sizes[label], "input.txt")
+                subprocess.run(
+                    [sys.executable, os.path.abspath(__file__), "--make_input", kind, path, str(size)], check=True
+                )
             for tool in tools:
                 base, _, _ = measure(commands(folder, sizes["baseline"], vocab_size, 0.001)[tool], timeout)
                 rss, seconds, finished = measure(commands(folder, sizes["input"], vocab_size, mb)[tool], timeout)
@@ -175,6 +181,9 @@ def format_row(r) -> str:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--make_input"]:
+        make_input(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=float, default=20, help="input size in MB (default: %(default)s)")
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma list of " + ", ".join(KINDS))

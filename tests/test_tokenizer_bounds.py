@@ -63,3 +63,85 @@ def test_int_pair_keys_break_ties_like_tuples():
     """Equal counts: the smaller (left, right) first, whatever the insertion order."""
     counts = Counter({"ba": 3, "ab": 3, "cd": 3})
     assert learn_merges(counts, 3) == [(ord("a"), ord("b")), (ord("b"), ord("a")), (ord("c"), ord("d"))]
+
+
+def _naive_merges(counts: Counter, n_merges: int) -> list:
+    """Textbook BPE: count every pair over all pieces, merge the most frequent (ties: the smaller
+    pair), leftmost occurrences first; all the way down to pairs seen once."""
+    words = {tuple(p.encode()): c for p, c in counts.items()}
+    merges = []
+    while len(merges) < n_merges:
+        pairs = Counter()
+        for w, c in words.items():
+            for pair in zip(w, w[1:]):
+                pairs[pair] += c
+        if not pairs:
+            break
+        best = min(pairs, key=lambda p: (-pairs[p], p))
+        new = 256 + len(merges)
+        merges.append(best)
+        merged = {}
+        for w, c in words.items():
+            out, i = [], 0
+            while i < len(w):
+                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
+                    out.append(new)
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            merged[tuple(out)] = merged.get(tuple(out), 0) + c
+        words = merged
+    return merges
+
+
+def test_the_learner_equals_textbook_bpe_down_to_pairs_seen_once():
+    """Pairs seen once are left out of the learner's tables and counted again when only they are
+    left: the merges are still exactly textbook BPE's, on words and on hapax-heavy noise."""
+    rng = random.Random(5)
+    for alphabet, n_pieces in (("abcab", 30), ("abcdefghij", 40), ("xy", 6), ("ab", 25), ("abcd", 60)):
+        counts = Counter()
+        for _ in range(n_pieces):
+            counts["".join(rng.choices(alphabet, k=rng.randint(1, 12)))] += rng.choice([1, 1, 1, 2, 5])
+        n = 60
+        assert learn_merges(counts, n) == _naive_merges(counts, n)
+
+
+def test_pieces_seen_once_get_a_smaller_budget():
+    by_bytes = {b"the": 9, b"and": 4, b"qzx": 1, b"vvw": 1, b"kkk": 1}
+    assert train_module._most_frequent(by_bytes, 100, 6) == {b"the": 9, b"and": 4, b"kkk": 1, b"qzx": 1}
+    assert train_module._most_frequent(by_bytes, 100, 100) == by_bytes  # it all fits
+    assert train_module._most_frequent(by_bytes, 4, 100) == {b"the": 9}
+
+
+def test_a_piece_over_the_limit_is_merged_in_parts(monkeypatch):
+    from gradcraft.tokenizer import bpe
+
+    tok = train(["abababab cdcdcd " * 50], vocab_size=270, special_tokens=[])
+    text = "ab" * 40 + "c"  # one piece of 81 characters
+    whole = tok.encode(text)
+    monkeypatch.setattr(bpe, "MAX_PIECE_CHARS", 15)  # odd: the parts cut pairs "ab" apart
+    tok._cache.clear()
+    parts = [text[i : i + 15] for i in range(0, len(text), 15)]
+    expected = [t for part in parts for t in tok._encode_piece(part)]
+    assert tok.encode(text) == expected != whole  # the parts merge alone...
+    assert tok.decode(expected) == text  # ...and decode back exactly
+    assert tok.encode("abab cd") == [tok._encode_piece("abab")[0], *tok._encode_piece(" cd")]  # short: whole
+
+
+def test_windowed_splitting_gives_the_pieces_of_one_pass(monkeypatch):
+    """Counting and encoding cut long texts into windows at exact points only."""
+    import numpy as np
+
+    from gradcraft.tokenizer.parallel import encode_text_array
+
+    monkeypatch.setattr(pretokenize, "SPLIT_WINDOW", 16)
+    rng = random.Random(2)
+    words = ["the", " cat", "\n", "  ", "12345", "!!", " é", "\t\n", "x\ny", "a b"]
+    for pattern in ("gpt2", "gpt4", "k2"):
+        text = "".join(rng.choices(words, k=400))
+        compiled = pretokenize.compile_pattern(pattern)
+        assert len(pretokenize.split_windows(text, compiled)) > 10
+        assert pretokenize.count_pieces(text, compiled) == Counter(pretokenize.split_pieces(text, compiled))
+        tok = train([text], vocab_size=300, pattern=pattern, special_tokens=[])
+        assert encode_text_array(tok, text, np.uint32).tolist() == tok.encode(text)

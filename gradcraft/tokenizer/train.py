@@ -45,6 +45,10 @@ from gradcraft.tokenizer.pretokenize import (
 
 COUNT_PART = 1 << 20  # characters counted at a time by train() on one process
 _PAIR_KEY = 1 << 21  # ids are below this: a pair's key is left * _PAIR_KEY + right
+# A heap entry is one int, -count * _HEAP_COUNT + pair key: the most frequent pair first, ties to the
+# smaller key, like a (-count, key) tuple at a third of the memory.
+_HEAP_SHIFT = 42
+_HEAP_COUNT = 1 << _HEAP_SHIFT  # > every pair key
 # The learner holds about 90 bytes per byte of distinct pieces (a position in four arrays, and the
 # table of the pairs alive); it learns from the most frequent distinct pieces up to this many bytes
 # (ordinary text's distinct words fit; a sample of random bytes or of one endless "word" does not).
@@ -102,10 +106,10 @@ def learn_merges(piece_counts, n_merges: int, progress: bool = False) -> list[tu
     # A pair gets all its occurrences at once: the byte pairs here, any other pair in the merge that
     # makes the newer of its two tokens; afterwards its count only goes down. So a pair seen once is
     # left out of the tables (on random bytes or one endless "word" nearly all of them are) until
-    # the pairs seen more than once run out, when the tables are rebuilt from the arrays, exactly.
-    sparse = [True]
+    # the best pair left is seen once, when the tables are rebuilt from the arrays, exactly.
+    sparse = True
     _drop_singletons(pair_counts, where)
-    heap = [(-c, p) for p, c in pair_counts.items()]
+    heap = [-c * _HEAP_COUNT + p for p, c in pair_counts.items()]
     heapq.heapify(heap)
 
     bar = None
@@ -125,16 +129,21 @@ def learn_merges(piece_counts, n_merges: int, progress: bool = False) -> list[tu
 
     while len(merges) < n_merges:
         if not heap:
-            if not sparse[0]:
+            if not sparse:
                 break
-            sparse[0] = False  # only pairs seen once (or no pair) are left: count them all again
+            sparse = False  # only pairs seen once (or no pair) are left: count them all again
             heap = _rebuild_pairs(tokens, weight, nxt, pair_counts, where)
             continue
-        neg, pair = heapq.heappop(heap)
+        entry = heapq.heappop(heap)
+        neg, pair = entry >> _HEAP_SHIFT, entry & (_HEAP_COUNT - 1)
         current = pair_counts.get(pair, 0)
         if current != -neg:  # stale entry: requeue with the true count
             if current > 0:
-                heapq.heappush(heap, (-current, pair))
+                heapq.heappush(heap, -current * _HEAP_COUNT + pair)
+            continue
+        if sparse and current == 1:  # the best pair is seen once: so are those left out; count all
+            sparse = False
+            heap = _rebuild_pairs(tokens, weight, nxt, pair_counts, where)
             continue
         new = 256 + len(merges)
         a, b = divmod(pair, K)
@@ -166,11 +175,11 @@ def learn_merges(piece_counts, n_merges: int, progress: bool = False) -> list[tu
             tokens[p], tokens[q], nxt[p] = new, -1, right
         pair_counts.pop(pair, None)
         where.pop(pair, None)
-        floor = 1 if sparse[0] else 0
+        floor = 1 if sparse else 0
         for p in touched:  # only pairs with the new token went up: push those now
             c = pair_counts.get(p, 0)
             if c > floor:
-                heapq.heappush(heap, (-c, p))
+                heapq.heappush(heap, -c * _HEAP_COUNT + p)
             elif c > 0:
                 del pair_counts[p], where[p]
         if bar is not None:
@@ -196,7 +205,7 @@ def _rebuild_pairs(tokens, weight, nxt, pair_counts: dict, where: dict) -> list:
             key = tokens[p] * K + tokens[q]
             pair_counts[key] += weight[p]
             where[key].append(p)
-    heap = [(-c, p) for p, c in pair_counts.items()]
+    heap = [-c * _HEAP_COUNT + p for p, c in pair_counts.items()]
     heapq.heapify(heap)
     return heap
 

@@ -145,3 +145,15 @@ def test_windowed_splitting_gives_the_pieces_of_one_pass(monkeypatch):
         assert pretokenize.count_pieces(text, compiled) == Counter(pretokenize.split_pieces(text, compiled))
         tok = train([text], vocab_size=300, pattern=pattern, special_tokens=[])
         assert encode_text_array(tok, text, np.uint32).tolist() == tok.encode(text)
+
+
+def test_pieces_that_stand_for_the_same_bytes_are_counted_together(monkeypatch):
+    """ "é" and its two bytes read as surrogateescape are one piece; so are b"ab" and "ab" (also when
+    the budget applies, which converts only the kept pieces when no two can meet)."""
+    counts = {"\udcc3\udca9": 2, "é": 2, "xy": 3}
+    assert learn_merges(counts, 1) == [(0xC3, 0xA9)]  # 4 > 3
+    assert learn_merges({b"ab": 2, "ab": 2, "cd": 3}, 1) == [(ord("a"), ord("b"))]
+    monkeypatch.setattr(train_module, "MAX_LEARN_BYTES", 4)
+    # ties: "ab" before "éé", whose 4 bytes (not 2 characters) are over the budget
+    assert learn_merges({"zz": 9, "éé": 5, "ab": 5}, 3) == [(ord("z"), ord("z")), (ord("a"), ord("b"))]
+    assert learn_merges({"zz": 9, "ab": 5, "éé": 5}, 3) == learn_merges({b"zz": 9, b"ab": 5, "éé".encode(): 5}, 3)

@@ -22,6 +22,7 @@ the same vocabulary whatever the order of the input or the number of workers.
 from __future__ import annotations
 
 import heapq
+import re
 import sys
 from array import array
 from collections import Counter, defaultdict
@@ -70,11 +71,7 @@ def learn_merges(piece_counts, n_merges: int, progress: bool = False) -> list[tu
     A merge visits only the occurrences of its pair, so the cost does not
     depend on how long the pieces are (the `none` pattern has one piece per
     document)."""
-    # Merge str pieces that stand for the same bytes; fixed order for reproducibility.
-    by_bytes = defaultdict(int)
-    for piece, c in piece_counts.items():
-        by_bytes[piece if isinstance(piece, bytes) else piece_bytes(piece)] += c
-    by_bytes = _most_frequent(by_bytes, MAX_LEARN_BYTES, MAX_LEARN_SINGLE_BYTES)
+    by_bytes = _learned_pieces(piece_counts)
     # per position, in compact arrays (4 or 8 bytes an entry, not a Python int object each);
     # -1 = no neighbour / removed
     # 4-byte weights unless a count needs more
@@ -210,29 +207,52 @@ def _rebuild_pairs(tokens, weight, nxt, pair_counts: dict, where: dict) -> list:
     return heap
 
 
-def _most_frequent(by_bytes: dict, budget: int, single_budget: int | None = None) -> dict:
-    """The most frequent pieces whose bytes add up to at most `budget`, those seen once to at most
-    `single_budget` (ties: the smaller piece first, for reproducibility); all of them when they fit."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _learned_pieces(piece_counts: dict) -> dict:
+    """{bytes: count} of the pieces the learner takes (_most_frequent). Str pieces that stand for
+    the same bytes are merged first, unless none can: all str without surrogates (UTF-8 is one to
+    one on those, and keeps their order), when only the kept pieces are converted, not a copy of
+    every piece (a sample of one endless "word" has megabytes of distinct pieces)."""
+    if all(isinstance(p, str) and (p.isascii() or not _SURROGATE.search(p)) for p in piece_counts):
+        kept = _most_frequent(piece_counts, MAX_LEARN_BYTES, MAX_LEARN_SINGLE_BYTES, size=_utf8_len)
+        return {p.encode(): c for p, c in kept.items()}
+    by_bytes = defaultdict(int)
+    for piece, c in piece_counts.items():
+        by_bytes[piece if isinstance(piece, bytes) else piece_bytes(piece)] += c
+    return _most_frequent(by_bytes, MAX_LEARN_BYTES, MAX_LEARN_SINGLE_BYTES)
+
+
+def _utf8_len(piece: str) -> int:
+    return len(piece) if piece.isascii() else len(piece.encode())
+
+
+def _most_frequent(by_bytes: dict, budget: int, single_budget: int | None = None, size=len) -> dict:
+    """The most frequent pieces whose bytes (`size`) add up to at most `budget`, those seen once to at
+    most `single_budget` (ties: the smaller piece first, for reproducibility); all of them when they
+    fit."""
     single_budget = budget if single_budget is None else single_budget
     total = single = 0
     for piece, c in by_bytes.items():
-        total += len(piece)
+        n = size(piece)
+        total += n
         if c == 1:
-            single += len(piece)
+            single += n
     if total <= budget and single <= single_budget:
         return by_bytes
     by_count = defaultdict(list)  # grouped by count: no sort key object per piece
     for piece, c in by_bytes.items():
         by_count[c].append(piece)
-    kept, size = {}, 0
+    kept, held = {}, 0
     for c in sorted(by_count, reverse=True):
         pieces = by_count.pop(c)
         pieces.sort()
         if c == 1:
-            budget = min(budget, size + single_budget)
+            budget = min(budget, held + single_budget)
         for piece in pieces:
-            size += len(piece)
-            if size > budget:
+            held += size(piece)
+            if held > budget:
                 return kept
             kept[piece] = c
     return kept

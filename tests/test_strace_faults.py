@@ -60,8 +60,9 @@ def test_a_failed_rename_mid_run_resumes_to_the_exact_weights(script, finished, 
     assert code == 2 and "Input/output error" in error, (code, error)
 
 
-def test_the_checks_see_a_traceback_and_leftovers(script, tmp_path):
+def test_the_checks_see_a_traceback_and_leftovers(tmp_path):
     """check_stop can fail: a traceback, two error lines, a temporary left behind."""
+    script = load_script()
     run = tmp_path / "run"
     run.mkdir()
     (run / ".tmp-abcdefgh").write_bytes(b"x")

@@ -157,3 +157,20 @@ def test_pieces_that_stand_for_the_same_bytes_are_counted_together(monkeypatch):
     # ties: "ab" before "éé", whose 4 bytes (not 2 characters) are over the budget
     assert learn_merges({"zz": 9, "éé": 5, "ab": 5}, 3) == [(ord("z"), ord("z")), (ord("a"), ord("b"))]
     assert learn_merges({"zz": 9, "ab": 5, "éé": 5}, 3) == learn_merges({b"zz": 9, b"ab": 5, "éé".encode(): 5}, 3)
+
+
+def test_the_chunk_plan_reads_windows_yet_cuts_as_over_the_whole_file(tmp_path):
+    """plan_chunks reads each window it searches (not the file mapped whole): the same cuts as
+    next_cut over all the bytes, a cut right at a window's start (LINE_CUT looks behind) included."""
+    from gradcraft.tokenizer.parallel import plan_chunks
+
+    rng = random.Random(3)
+    data = b"".join(rng.choice([b"ab\n", b"c", b"\nd", b"x y", b"\xc3\xa9", b"zzzz", b"\n"]) for _ in range(3000))
+    path = tmp_path / "input.txt"
+    path.write_bytes(data)
+    for step in (5, 7, 16, 50):
+        ends, start = [], 0
+        while start < len(data):
+            start = pretokenize.next_cut(data, start, len(data), step, hard=True)
+            ends.append(start)
+        assert [c[3] for c in plan_chunks([str(path)], "gpt4", step)] == ends

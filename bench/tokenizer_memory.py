@@ -3,18 +3,25 @@
     text        words separated by spaces and newlines (a Zipf vocabulary of 50,000 made-up words)
     long-line   one line of letters without a single space or newline
     random      random bytes (HF's trainer reads UTF-8 only: it gets them as Latin-1 text)
+    one-byte    one byte repeated ("aaaa...": one endless piece)
+    tiny-lines  lines of 1 to 3 random letters, digits or punctuation marks
+    runs        runs of 1 to 100,000 spaces, tabs or newlines, then of digits, in turn
 
 For each input of --mb megabytes: `gradcraft tokenize` (--workers 1, the whole file as its sample)
 and Hugging Face tokenizers' ByteLevel BPE `train` (same vocabulary size), each in a process of its
-own; the peak RSS of that process (os.wait4's ru_maxrss), its growth over the same command on a 1 KB
+own (inputs are written by another process: a child's peak RSS starts at its parent's); the peak
+RSS of that process (os.wait4's ru_maxrss), its growth over the same command on a 1 KB
 file (the interpreter and imports), that growth per input byte, and the wall time.
 
     python bench/tokenizer_memory.py --mb 20 --vocab_size 8192
     python bench/tokenizer_memory.py --mb 1 --kinds text,random   # a quick look
+    python bench/tokenizer_memory.py --mb 200 --tools gradcraft --json bench/results/tokenizer_memory/200mb.json
 """
 
 import argparse
 import itertools
+import json
+import platform
 import os
 import random
 import subprocess
@@ -23,7 +30,7 @@ import tempfile
 import threading
 import time
 
-KINDS = ("text", "long-line", "random")
+KINDS = ("text", "long-line", "random", "one-byte", "tiny-lines", "runs")
 HF_TRAIN = """
 import sys
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
@@ -48,6 +55,15 @@ def make_input(kind: str, path: str, size: int, seed: int = 0) -> None:
                 hf.write(data.decode("latin-1").encode())
             return
         letters = "abcdefghijklmnopqrstuvwxyz"
+        if kind == "one-byte":
+            while size > 0:
+                n = min(size, 1 << 20)
+                f.write(b"a" * n)
+                size -= n
+            return
+        if kind in ("tiny-lines", "runs"):
+            _write_generated(f, kind, size, rng)
+            return
         if kind == "long-line":
             while size > 0:
                 n = min(size, 1 << 20)
@@ -61,6 +77,21 @@ def make_input(kind: str, path: str, size: int, seed: int = 0) -> None:
             line = " ".join(rng.choices(words, cum_weights=cumulative, k=12)) + "\n"
             f.write(line.encode())
             written += len(line)
+
+
+def _write_generated(f, kind: str, size: int, rng: random.Random) -> None:
+    symbols = "abcdefghijklmnopqrstuvwxyz0123456789.,;:!?-+*/=()[]{}<>"
+    written, turn = 0, 0
+    while written < size:
+        if kind == "tiny-lines":
+            block = "".join("".join(rng.choices(symbols, k=rng.randint(1, 3))) + "\n" for _ in range(10_000))
+        else:
+            n = rng.randint(1, 100_000)
+            block = "".join(rng.choices(" \t\n" if turn % 2 == 0 else "0123456789", k=n))
+            turn += 1
+        data = block.encode()[: size - written]
+        f.write(data)
+        written += len(data)
 
 
 def measure(command: list, timeout: float) -> tuple[int, float, bool]:
@@ -120,7 +151,12 @@ def run(mb: float, kinds, vocab_size: int, tools, timeout: float, log=print) -> 
             for size, label in ((1000, "baseline"), (int(mb * 1e6), "input")):
                 sizes[label] = os.path.join(folder, f"{kind}-{label}")
                 os.makedirs(sizes[label], exist_ok=True)
-                make_input(kind, os.path.join(sizes[label], "input.txt"), size)
+                # in a process of its own: a child's peak RSS starts at its parent's peak (Linux keeps
+                # it across fork and exec), so this process must never hold an input
+                path = os.path.join(sizes[label], "input.txt")
+                subprocess.run(
+                    [sys.executable, os.path.abspath(__file__), "--make_input", kind, path, str(size)], check=True
+                )
             for tool in tools:
                 base, _, _ = measure(commands(folder, sizes["baseline"], vocab_size, 0.001)[tool], timeout)
                 rss, seconds, finished = measure(commands(folder, sizes["input"], vocab_size, mb)[tool], timeout)
@@ -145,6 +181,9 @@ def format_row(r) -> str:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--make_input"]:
+        make_input(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=float, default=20, help="input size in MB (default: %(default)s)")
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma list of " + ", ".join(KINDS))
@@ -153,8 +192,13 @@ def main() -> None:
     parser.add_argument(
         "--timeout", type=float, default=600, help="seconds before a run is stopped (default: %(default)s)"
     )
+    parser.add_argument("--json", help="also write the rows, the command and the machine to this JSON file")
     args = parser.parse_args()
-    run(args.mb, args.kinds.split(","), args.vocab_size, args.tools.split(","), args.timeout, log=_print)
+    rows = run(args.mb, args.kinds.split(","), args.vocab_size, args.tools.split(","), args.timeout, log=_print)
+    if args.json:
+        machine = dict(platform=platform.platform(), cpus=os.cpu_count(), python=platform.python_version())
+        with open(args.json, "w") as f:
+            json.dump(dict(command=sys.argv, machine=machine, date=time.strftime("%Y-%m-%d"), rows=rows), f, indent=1)
 
 
 def _print(line: str) -> None:

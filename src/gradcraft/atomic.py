@@ -93,7 +93,12 @@ def atomic_file(path, suffix: str = ""):
         if is_storage_error(e):
             raise write_failure(path, e) from None
         raise
-    fsync_dir(folder)
+    try:
+        fsync_dir(folder)
+    except OSError as e:  # the new file is in place, but may not last a power cut: say which one
+        if is_storage_error(e):
+            raise write_failure(path, e) from None
+        raise
 
 
 def write_bytes(path, data: bytes) -> None:

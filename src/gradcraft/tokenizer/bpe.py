@@ -41,9 +41,16 @@ INF = float("inf")
 # Pieces longer than this (bytes) merge with a heap, O(n log n), instead of
 # rescanning all pairs per merge, O(n^2): matters for `none` and long runs.
 LONG_PIECE = 128
-# Pieces up to this many characters are cached; the cache is dropped when full.
+# Pieces up to this many characters are cached; the cache is dropped when full (an entry costs about
+# 200 bytes: text whose pieces never repeat, such as random bytes, fills it; ordinary text's frequent
+# pieces come back within a few thousand pieces after it is dropped).
 CACHE_PIECE_CHARS = 256
-CACHE_ENTRIES = 500_000
+CACHE_ENTRIES = 1 << 17
+# A piece longer than this many characters (a "word" of megabytes: one line without spaces, a run of
+# whitespace, the `none` pattern's document) is merged in consecutive parts of this length, so that
+# encoding it costs bounded memory (merging holds about 200 bytes per byte of a piece) and no token
+# spans a part boundary; shorter pieces, all of ordinary text, are merged whole.
+MAX_PIECE_CHARS = 1 << 14
 
 
 def _bytes_errors(err: UnicodeEncodeError):
@@ -206,6 +213,8 @@ class Tokenizer:
 
     # --------------------------------------------------------------- encoding
     def _encode_piece(self, piece: str) -> tuple:
+        if len(piece) > MAX_PIECE_CHARS:
+            return self._encode_parts(piece)
         data = piece_bytes(piece)
         if self._whole is not None:
             t = self._whole.get(data)
@@ -235,31 +244,45 @@ class Tokenizer:
                 ranks[i] = rank_get((new, ids[i + 1]), INF)
         return tuple(ids)
 
+    def _encode_parts(self, piece: str) -> tuple:
+        """A piece over MAX_PIECE_CHARS, merged in parts of that many characters (a repeated part,
+        as in a run of one character, is merged once)."""
+        out, last, last_ids = [], None, ()
+        for i in range(0, len(piece), MAX_PIECE_CHARS):
+            part = piece[i : i + MAX_PIECE_CHARS]
+            if part != last:
+                last, last_ids = part, self._encode_piece(part)
+            out.extend(last_ids)
+        return tuple(out)
+
     def _merge_long(self, ids: list) -> list:
-        """Same result as the loop in `_encode_piece`, with a heap of
-        (rank, position) and a linked list, so long pieces stay O(n log n)."""
+        """Same result as the loop in `_encode_piece`, with a heap of rank * 2**32 + position
+        (one int an entry: cheaper to compare and to hold than a tuple) and a linked list, so long
+        pieces stay O(n log n)."""
         rank, pair_id, n = self._rank, self._pair_id, len(ids)
+        get, pop, push, shift = rank.get, heapq.heappop, heapq.heappush, 1 << 32
         nxt = list(range(1, n + 1))
         prv = list(range(-1, n - 1))
-        heap = [(rank[p], i) for i, p in enumerate(zip(ids, ids[1:])) if p in rank]
+        heap = [get(p) * shift + i for i, p in enumerate(zip(ids, ids[1:])) if p in rank]
         heapq.heapify(heap)
         while heap:
-            r, i = heapq.heappop(heap)
+            r, i = divmod(pop(heap), shift)
             j = nxt[i] if ids[i] is not None else n
-            if j >= n or rank.get((ids[i], ids[j])) != r:
+            if j >= n or get((ids[i], ids[j])) != r:
                 continue  # stale: this pair changed since it was pushed
-            ids[i] = pair_id[ids[i], ids[j]]
+            new = ids[i] = pair_id[ids[i], ids[j]]
             ids[j] = None
-            nxt[i] = nxt[j]
-            if nxt[i] < n:
-                prv[nxt[i]] = i
-                r2 = rank.get((ids[i], ids[nxt[i]]))
+            k = nxt[i] = nxt[j]
+            if k < n:
+                prv[k] = i
+                r2 = get((new, ids[k]))
                 if r2 is not None:
-                    heapq.heappush(heap, (r2, i))
-            if prv[i] >= 0:
-                r2 = rank.get((ids[prv[i]], ids[i]))
+                    push(heap, r2 * shift + i)
+            k = prv[i]
+            if k >= 0:
+                r2 = get((ids[k], new))
                 if r2 is not None:
-                    heapq.heappush(heap, (r2, prv[i]))
+                    push(heap, r2 * shift + k)
         return [t for t in ids if t is not None]
 
     def encode_ordinary(self, text: str) -> list[int]:

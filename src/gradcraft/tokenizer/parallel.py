@@ -16,7 +16,6 @@ the corpus size, and results come back in input order.
 
 from __future__ import annotations
 
-import mmap
 import multiprocessing as mp
 import os
 import signal
@@ -36,6 +35,7 @@ from gradcraft.tokenizer.pretokenize import (
     resolve_pattern,
     special_regex,
     split_text,
+    split_windows,
 )
 
 CHUNK_BYTES = 1 << 20
@@ -57,13 +57,25 @@ def plan_chunks(paths, pattern: str, chunk_bytes: int | None = None) -> list[tup
         if not chunkable or size <= chunk_bytes:
             chunks.append((doc, path, 0, size))
             continue
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        with open(path, "rb") as f:
             start = 0
             while start < size:
-                end = next_cut(mm, start, size, chunk_bytes, hard=True)
+                end = _next_chunk_end(f, start, size, chunk_bytes)
                 chunks.append((doc, path, start, end))
                 start = end
     return chunks
+
+
+def _next_chunk_end(f, start: int, size: int, step: int) -> int:
+    """next_cut(file, start, size, step, hard=True), reading only the window it searches: a file
+    mapped whole would keep every page it searched resident (a file with no cut point, all of it)."""
+    lo = start + step
+    if lo >= size:
+        return size
+    offset = lo - 1  # one byte before the window: LINE_CUT looks behind
+    f.seek(offset)
+    window = f.read(step + 2)  # [lo - 1, hi + 1): all next_cut reads
+    return offset + next_cut(window, start - offset, size - offset, step, hard=True)
 
 
 def sample_chunks(chunks, budget_bytes: int, seed: int = 0, chunk_bytes: int | None = None) -> list:
@@ -226,10 +238,15 @@ def encode_text_array(tokenizer, text: str, dtype) -> np.ndarray:
     finds them in any text: K2's)."""
     if tokenizer.split_specials:
         return np.array(tokenizer.encode(text), dtype=dtype)
-    if len(tokenizer._cache) > CACHE_ENTRIES:
-        tokenizer._cache.clear()
-    pieces = tokenizer._compiled.findall(text) if tokenizer._compiled is not None else ([text] if text else [])
-    return np.fromiter(chain.from_iterable(map(tokenizer._cache.__getitem__, pieces)), dtype=dtype)
+    compiled, cache = tokenizer._compiled, tokenizer._cache
+    if compiled is None:
+        return np.fromiter(chain.from_iterable(map(cache.__getitem__, [text] if text else [])), dtype=dtype)
+    arrays = []
+    for window in split_windows(text, compiled):  # the pieces of a window at a time (exact cuts)
+        if len(cache) > CACHE_ENTRIES:
+            cache.clear()
+        arrays.append(np.fromiter(chain.from_iterable(map(cache.__getitem__, compiled.findall(window))), dtype=dtype))
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 def _encode_task(task) -> list[np.ndarray]:

@@ -244,19 +244,37 @@ def count_pieces(text: str, compiled, special_finder=None) -> Counter:
     parts of that length); special-token strings are cut out (they are never part of a merge)."""
     counts = Counter()
     for chunk, is_special in split_special(text, special_finder):
-        if not is_special:
-            pieces = split_pieces(chunk, compiled)
+        if is_special:
+            continue
+        for window in split_windows(chunk, compiled):
+            pieces = split_pieces(window, compiled)
             if pieces and max(map(len, pieces)) > LEARN_PIECE_CHARS:
                 n = LEARN_PIECE_CHARS
                 pieces = [p[i : i + n] for p in pieces for i in range(0, len(p), n)]
             counts.update(pieces)
+            cap_counts(counts)  # a chunk of random bytes alone has more distinct pieces than the cap
     return counts
 
 
-# At most this many distinct pieces are held while counting: beyond it the pieces seen once are
-# dropped (lossy counting: a piece that recurs is seen again and kept), so text with no repeated
-# words (random bytes, hashes, base64) cannot grow the table without bound.
-MAX_DISTINCT_PIECES = 1 << 19
+# The list of pieces of a text costs 50 to 80 bytes per piece, up to one piece per character (random
+# bytes): texts longer than this are cut at exact points (split_text, hard=False) and split a window
+# at a time.
+SPLIT_WINDOW = 1 << 16
+
+
+def split_windows(text: str, compiled) -> list[str]:
+    """`text` cut at exact points (no piece changes) into windows of about SPLIT_WINDOW characters
+    (a window without such a point runs on to the next one), for a pattern that allows it."""
+    if len(text) <= 2 * SPLIT_WINDOW or compiled is None:
+        return [text]
+    return split_text(text, compiled.name, SPLIT_WINDOW)
+
+
+# At most this many distinct pieces are held while counting (about 130 bytes each): beyond it the
+# pieces seen once are dropped (lossy counting: a piece that recurs is seen again and kept), so text
+# with no repeated words (random bytes, hashes, base64) cannot grow the table without bound. A few MB
+# of ordinary text have 30k to 60k distinct pieces.
+MAX_DISTINCT_PIECES = 1 << 17
 
 
 def cap_counts(counts: Counter, limit: int | None = None) -> Counter:

@@ -22,6 +22,7 @@ the same vocabulary whatever the order of the input or the number of workers.
 from __future__ import annotations
 
 import heapq
+import re
 import sys
 from array import array
 from collections import Counter, defaultdict
@@ -45,10 +46,18 @@ from gradcraft.tokenizer.pretokenize import (
 
 COUNT_PART = 1 << 20  # characters counted at a time by train() on one process
 _PAIR_KEY = 1 << 21  # ids are below this: a pair's key is left * _PAIR_KEY + right
+# A heap entry is one int, -count * _HEAP_COUNT + pair key: the most frequent pair first, ties to the
+# smaller key, like a (-count, key) tuple at a third of the memory.
+_HEAP_SHIFT = 42
+_HEAP_COUNT = 1 << _HEAP_SHIFT  # > every pair key
 # The learner holds about 90 bytes per byte of distinct pieces (a position in four arrays, and the
 # table of the pairs alive); it learns from the most frequent distinct pieces up to this many bytes
 # (ordinary text's distinct words fit; a sample of random bytes or of one endless "word" does not).
 MAX_LEARN_BYTES = 2 << 20
+# Of which at most this many bytes of pieces seen only once: in ordinary text those are the rare words
+# (about a third of the distinct bytes of a few MB of text); a sample of random bytes or of one endless "word" is nearly
+# all such pieces, and they would hold the learner's memory at its top for nothing.
+MAX_LEARN_SINGLE_BYTES = 256 << 10
 
 
 def learn_merges(piece_counts, n_merges: int, progress: bool = False) -> list[tuple[int, int]]:
@@ -62,14 +71,12 @@ def learn_merges(piece_counts, n_merges: int, progress: bool = False) -> list[tu
     A merge visits only the occurrences of its pair, so the cost does not
     depend on how long the pieces are (the `none` pattern has one piece per
     document)."""
-    # Merge str pieces that stand for the same bytes; fixed order for reproducibility.
-    by_bytes = defaultdict(int)
-    for piece, c in piece_counts.items():
-        by_bytes[piece if isinstance(piece, bytes) else piece_bytes(piece)] += c
-    by_bytes = _most_frequent(by_bytes, MAX_LEARN_BYTES)
+    by_bytes = _learned_pieces(piece_counts)
     # per position, in compact arrays (4 or 8 bytes an entry, not a Python int object each);
     # -1 = no neighbour / removed
-    tokens, weight, nxt, prv = array("i"), array("q"), array("i"), array("i")
+    # 4-byte weights unless a count needs more
+    wcode = "i" if max(by_bytes.values(), default=0) < 1 << 31 else "q"
+    tokens, weight, nxt, prv = array("i"), array(wcode), array("i"), array("i")
     # a pair (a, b) is the int a * K + b: no tuple object per pair, and the same order (ties go to
     # the smaller (a, b))
     K = _PAIR_KEY
@@ -93,7 +100,13 @@ def learn_merges(piece_counts, n_merges: int, progress: bool = False) -> list[tu
             pair_counts[key] += c
             where[key].append(i)
     del by_bytes
-    heap = [(-c, p) for p, c in pair_counts.items()]
+    # A pair gets all its occurrences at once: the byte pairs here, any other pair in the merge that
+    # makes the newer of its two tokens; afterwards its count only goes down. So a pair seen once is
+    # left out of the tables (on random bytes or one endless "word" nearly all of them are) until
+    # the best pair left is seen once, when the tables are rebuilt from the arrays, exactly.
+    sparse = True
+    _drop_singletons(pair_counts, where)
+    heap = [-c * _HEAP_COUNT + p for p, c in pair_counts.items()]
     heapq.heapify(heap)
 
     bar = None
@@ -111,12 +124,23 @@ def learn_merges(piece_counts, n_merges: int, progress: bool = False) -> list[tu
             pair_counts.pop(key, None)
             where.pop(key, None)
 
-    while len(merges) < n_merges and heap:
-        neg, pair = heapq.heappop(heap)
+    while len(merges) < n_merges:
+        if not heap:
+            if not sparse:
+                break
+            sparse = False  # only pairs seen once (or no pair) are left: count them all again
+            heap = _rebuild_pairs(tokens, weight, nxt, pair_counts, where)
+            continue
+        entry = heapq.heappop(heap)
+        neg, pair = entry >> _HEAP_SHIFT, entry & (_HEAP_COUNT - 1)
         current = pair_counts.get(pair, 0)
         if current != -neg:  # stale entry: requeue with the true count
             if current > 0:
-                heapq.heappush(heap, (-current, pair))
+                heapq.heappush(heap, -current * _HEAP_COUNT + pair)
+            continue
+        if sparse and current == 1:  # the best pair is seen once: so are those left out; count all
+            sparse = False
+            heap = _rebuild_pairs(tokens, weight, nxt, pair_counts, where)
             continue
         new = 256 + len(merges)
         a, b = divmod(pair, K)
@@ -148,10 +172,13 @@ def learn_merges(piece_counts, n_merges: int, progress: bool = False) -> list[tu
             tokens[p], tokens[q], nxt[p] = new, -1, right
         pair_counts.pop(pair, None)
         where.pop(pair, None)
+        floor = 1 if sparse else 0
         for p in touched:  # only pairs with the new token went up: push those now
             c = pair_counts.get(p, 0)
-            if c > 0:
-                heapq.heappush(heap, (-c, p))
+            if c > floor:
+                heapq.heappush(heap, -c * _HEAP_COUNT + p)
+            elif c > 0:
+                del pair_counts[p], where[p]
         if bar is not None:
             bar.update(1)
     if bar is not None:
@@ -159,17 +186,75 @@ def learn_merges(piece_counts, n_merges: int, progress: bool = False) -> list[tu
     return merges
 
 
-def _most_frequent(by_bytes: dict, budget: int) -> dict:
-    """The most frequent pieces whose bytes add up to at most `budget` (ties: the smaller piece
-    first, for reproducibility); all of them when they fit."""
-    if sum(map(len, by_bytes)) <= budget:
+def _drop_singletons(pair_counts: dict, where: dict) -> None:
+    for key in [k for k, c in pair_counts.items() if c == 1]:
+        del pair_counts[key], where[key]
+
+
+def _rebuild_pairs(tokens, weight, nxt, pair_counts: dict, where: dict) -> list:
+    """Count every pair still present from the token arrays (the tables left out those seen once);
+    returns the new heap."""
+    K = _PAIR_KEY
+    pair_counts.clear()
+    where.clear()
+    for p, q in enumerate(nxt):
+        if q >= 0 and tokens[p] >= 0:
+            key = tokens[p] * K + tokens[q]
+            pair_counts[key] += weight[p]
+            where[key].append(p)
+    heap = [-c * _HEAP_COUNT + p for p, c in pair_counts.items()]
+    heapq.heapify(heap)
+    return heap
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _learned_pieces(piece_counts: dict) -> dict:
+    """{bytes: count} of the pieces the learner takes (_most_frequent). Str pieces that stand for
+    the same bytes are merged first, unless none can: all str without surrogates (UTF-8 is one to
+    one on those, and keeps their order), when only the kept pieces are converted, not a copy of
+    every piece (a sample of one endless "word" has megabytes of distinct pieces)."""
+    if all(isinstance(p, str) and (p.isascii() or not _SURROGATE.search(p)) for p in piece_counts):
+        kept = _most_frequent(piece_counts, MAX_LEARN_BYTES, MAX_LEARN_SINGLE_BYTES, size=_utf8_len)
+        return {p.encode(): c for p, c in kept.items()}
+    by_bytes = defaultdict(int)
+    for piece, c in piece_counts.items():
+        by_bytes[piece if isinstance(piece, bytes) else piece_bytes(piece)] += c
+    return _most_frequent(by_bytes, MAX_LEARN_BYTES, MAX_LEARN_SINGLE_BYTES)
+
+
+def _utf8_len(piece: str) -> int:
+    return len(piece) if piece.isascii() else len(piece.encode())
+
+
+def _most_frequent(by_bytes: dict, budget: int, single_budget: int | None = None, size=len) -> dict:
+    """The most frequent pieces whose bytes (`size`) add up to at most `budget`, those seen once to at
+    most `single_budget` (ties: the smaller piece first, for reproducibility); all of them when they
+    fit."""
+    single_budget = budget if single_budget is None else single_budget
+    total = single = 0
+    for piece, c in by_bytes.items():
+        n = size(piece)
+        total += n
+        if c == 1:
+            single += n
+    if total <= budget and single <= single_budget:
         return by_bytes
-    kept, size = {}, 0
-    for piece in sorted(by_bytes, key=lambda b: (-by_bytes[b], b)):
-        size += len(piece)
-        if size > budget:
-            break
-        kept[piece] = by_bytes[piece]
+    by_count = defaultdict(list)  # grouped by count: no sort key object per piece
+    for piece, c in by_bytes.items():
+        by_count[c].append(piece)
+    kept, held = {}, 0
+    for c in sorted(by_count, reverse=True):
+        pieces = by_count.pop(c)
+        pieces.sort()
+        if c == 1:
+            budget = min(budget, held + single_budget)
+        for piece in pieces:
+            held += size(piece)
+            if held > budget:
+                return kept
+            kept[piece] = c
     return kept
 
 

@@ -60,10 +60,15 @@ def stop_if_nonfinite(model, step: int, last_good: str | None, run_log) -> None:
 
 
 def final_weights_intact(model_dir: str) -> bool:
-    """The run folder holds final weights that match their manifest (or have none to match)."""
-    from gradcraft.training.run_folder import FINAL_WEIGHTS
+    """The run folder holds final weights and their manifest, and they match. Weights without a
+    manifest are not taken as intact: the manifest is written right after them, so a run stopped
+    between the two (an I/O error, a kill) has it missing, and resuming the finished run writes both
+    again from its last checkpoint (the same weights)."""
+    from gradcraft.training.run_folder import FINAL_WEIGHTS, WEIGHTS_MANIFEST
     from gradcraft.training.runfiles import check_weights_manifest
 
+    if not os.path.isfile(os.path.join(model_dir, WEIGHTS_MANIFEST)):
+        return False
     for name in FINAL_WEIGHTS:
         path = os.path.join(model_dir, name)
         if os.path.exists(path):

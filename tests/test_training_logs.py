@@ -2,6 +2,7 @@
 the CSV) and `--log tensorboard` (the tensorboard package's event files; one error line without it)."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -169,3 +170,22 @@ def test_tensorboard_writer_does_not_import_torch(tmp_path):
     )
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a file whose writes fail with ENOSPC)")
+def test_a_full_disk_while_appending_a_log_names_the_file(tmp_path):
+    from gradcraft.errors import UserError
+    from gradcraft.training.log import CSVLog
+
+    for log, write in (
+        (CSVLog(str(tmp_path / "training_log.csv")), lambda log: log.append({"step": 1, "loss": 2.0})),
+        (JSONLLog(str(tmp_path / "events.jsonl")), lambda log: log.write("step", 1, loss=2.0)),
+    ):
+        log.file.close()
+        log.file = open("/dev/full", "a", buffering=1)  # (the disk fills up mid-run)
+        if isinstance(log, CSVLog):
+            import csv
+
+            log.writer = csv.DictWriter(log.file, fieldnames=log.columns)
+        with pytest.raises(UserError, match=f"cannot write {log.path}: No space left on device"):
+            write(log)

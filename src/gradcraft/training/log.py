@@ -7,7 +7,7 @@ import math
 import os
 import time
 
-from gradcraft.atomic import write_text
+from gradcraft.atomic import write_failure, write_text
 
 COLUMNS = ["step", "loss", "grad_norm", "lr", "tokens_per_s", "val_loss"]
 
@@ -26,8 +26,11 @@ class CSVLog:
         self.writer = csv.DictWriter(self.file, fieldnames=self.columns)
 
     def append(self, row: dict) -> None:
-        self.writer.writerow({c: _fmt(row.get(c)) for c in self.columns})
-        self.file.flush()
+        try:
+            self.writer.writerow({c: _fmt(row.get(c)) for c in self.columns})
+            self.file.flush()
+        except OSError as e:  # (a full disk: the one line names this file)
+            raise write_failure(self.path, e) from None
 
     def close(self) -> None:
         self.file.close()
@@ -81,8 +84,11 @@ class JSONLLog:
         now = time.time()
         record = {"event": event, "step": step, "time": round(now, 3), "elapsed": round(now - self.t0, 3)}
         record.update((k, _json_value(v)) for k, v in values.items())
-        self.file.write(json.dumps(record) + "\n")
-        self.file.flush()
+        try:
+            self.file.write(json.dumps(record) + "\n")
+            self.file.flush()
+        except OSError as e:  # (a full disk: the one line names this file)
+            raise write_failure(self.path, e) from None
 
     def close(self) -> None:
         self.file.close()

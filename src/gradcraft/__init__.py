@@ -365,3 +365,9 @@ Tensor.median, Tensor.quantile = median, quantile
 quantile = _with_out(quantile)  # (out=)
 
 from gradcraft.printoptions import set_printoptions  # noqa: E402,F401
+
+# inverse trigonometric / hyperbolic functions, sinh, cosh, hypot and atan2 (gradcraft/ops/trig.py)
+from gradcraft.ops import trig as _trig  # noqa: E402
+
+for _name in (*_trig.UNARY, *_trig.BINARY, *_trig.ALIASES):
+    globals()[_name] = _with_out(getattr(_trig, _name))  # (out=)

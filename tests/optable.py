@@ -225,6 +225,37 @@ OPS = [
         grad=False,
     ),
     OpInfo("trig_inplace_grad", lambda m, x: (x * 0.5).asin_().sinh_() + (x * 1.0).atan2_(x + 2.0), [((3, 4),)]),
+    # ---- matrices (gradcraft/ops/linalg_solve.py): inverse, determinants, solve, Cholesky; batched
+    OpInfo("linalg_inv", lambda m, a: m.T.linalg.inv(a), [((3, 3),), ((2, 4, 4),)], rtol32=1e-3, atol32=1e-4),
+    OpInfo(
+        "linalg_det_slogdet_logdet",
+        lambda m, a: m.T.stack([m.T.linalg.det(a), *m.T.linalg.slogdet(a), m.T.logdet(a @ a.mT), a.det()]),
+        [((2, 3, 3),), ((1, 1),)],
+        rtol32=1e-3,
+        atol32=1e-4,
+    ),
+    OpInfo(
+        "linalg_solve",
+        lambda m, a, b, v: m.T.cat(
+            [
+                x.reshape(-1)
+                for x in (m.T.linalg.solve(a, b), m.T.linalg.solve(a, b, left=False), m.T.linalg.solve(a, v))
+            ]
+        ),
+        [((2, 3, 3), (2, 3, 3), (3,)), ((3, 3), (2, 3, 3), (3, 1)), ((2, 3, 3), (3, 3), (2, 3))],
+        rtol32=1e-3,
+        atol32=1e-4,
+    ),
+    OpInfo(
+        "linalg_cholesky",  # (of a symmetric positive-definite matrix made from the input)
+        lambda m, x: (
+            m.T.linalg.cholesky(x @ x.mT + 3 * m.T.eye(x.shape[-1]))
+            + m.T.linalg.cholesky(x @ x.mT + 2 * m.T.eye(x.shape[-1]), upper=True)
+        ),
+        [((3, 3),), ((2, 4, 4),)],
+        rtol32=1e-3,
+        atol32=1e-4,
+    ),
     OpInfo("scalar_ops", lambda m, x: (2.0 - x) * 3 / (x + 4) + x**2 - 1.5**x, [((3, 4),)]),
     OpInfo(
         "compare",

@@ -371,3 +371,21 @@ from gradcraft.ops import trig as _trig  # noqa: E402
 
 for _name in (*_trig.UNARY, *_trig.BINARY, *_trig.ALIASES):
     globals()[_name] = _with_out(getattr(_trig, _name))  # (out=)
+
+# torch.inverse / det / logdet / slogdet (and Tensor methods); torch.linalg has the rest (gradcraft/ops/linalg_solve.py)
+from gradcraft.ops.linalg_solve import inverse, logdet  # noqa: E402
+from gradcraft.ops import linalg_solve as _linalg_solve  # noqa: E402
+
+
+def det(input: Tensor) -> Tensor:
+    """torch.det: torch.linalg.det."""
+    return _linalg_solve.det(input)
+
+
+def slogdet(input: Tensor) -> tuple:
+    """torch.slogdet: torch.linalg.slogdet."""
+    return _linalg_solve.slogdet(input)
+
+
+Tensor.inverse, Tensor.det, Tensor.logdet, Tensor.slogdet = inverse, det, logdet, slogdet
+inverse = _with_out(inverse)  # (out=)

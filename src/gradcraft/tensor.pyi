@@ -351,6 +351,10 @@ class Tensor:
     def unique_consecutive(self, return_inverse: builtins.bool = ..., return_counts: builtins.bool = ..., dim: builtins.int | None = ...) -> Tensor | tuple[Tensor, ...]: """The op gradcraft.ops.unique.unique_consecutive."""
     def median(self, dim: builtins.int | None = ..., keepdim: builtins.bool = ...) -> Tensor | MedianResult: """The op gradcraft.ops.quantile.median."""
     def quantile(self, q: builtins.float | Tensor, dim: builtins.int | None = ..., keepdim: builtins.bool = ..., *, interpolation: str = ...) -> Tensor: """The op gradcraft.ops.quantile.quantile."""
+    def inverse(self) -> Tensor: """torch.inverse: torch.linalg.inv."""
+    def det(self) -> Tensor: """torch.det: torch.linalg.det."""
+    def logdet(self) -> Tensor: """torch.logdet: log(det), NaN where the determinant is negative, -inf where it is 0."""
+    def slogdet(self) -> tuple: """torch.slogdet: torch.linalg.slogdet."""
 
 
 def init_alias(t: Tensor, source: Tensor) -> None: """Make t, a new tensor not yet initialized (a Parameter's __init__), an alias of source's"""

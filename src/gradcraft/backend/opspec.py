@@ -145,6 +145,10 @@ CUMSUM = primitive("cumsum")
 TOPK = primitive("topk")
 # ---- matrix product with batch broadcasting
 MATMUL = primitive("matmul", torch_node="MmBackward0")
+# ---- matrices over the last two axes, batched (gradcraft/ops/linalg_solve.py)
+LINALG_INV = primitive("linalg_inv", torch_node="LinalgInvExBackward0")  # caller: the name errors give
+LINALG_SLOGDET = primitive("linalg_slogdet")  # (..., 2): sign and log|det| side by side
+LINALG_CHOLESKY = primitive("linalg_cholesky", torch_node="LinalgCholeskyExBackward0")
 # ---- movement: views where the layout allows
 RESHAPE = primitive("reshape", view=True, torch_node="ViewBackward0")
 PERMUTE = primitive("permute", view=True)

@@ -262,6 +262,17 @@ COMPAT_OPS += [
         for mode in ("bilinear", "nearest")
         for padding in ("zeros", "border")
     ),
+    *(
+        OpInfo(
+            f"spatial_transformer_identity_{'aligned' if aligned else 'centres'}",  # (points on pixels)
+            lambda m, x, theta, aligned=aligned: m.F.grid_sample(
+                x, m.F.affine_grid(theta, [1, 1, 7, 12], align_corners=aligned), align_corners=aligned
+            ),
+            [((1, 1, 7, 12), Values((((1.0, 0.0, 0.0), (0.0, 1.0, 0.0)),)))],
+            noncontiguous=False,
+        )
+        for aligned in (False, True)
+    ),
     OpInfo(
         "spatial_transformer",  # theta -> grid -> sampled image: the gradient reaches theta through the grid
         lambda m, x, theta: m.F.grid_sample(

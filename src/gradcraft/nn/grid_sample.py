@@ -24,12 +24,19 @@ _DEFAULT_CHANGED = (
 )
 
 
-def _steps(n: int, align_corners: bool) -> np.ndarray:
-    """The normalized coordinates of n pixels' centres (aten's linspace_from_neg_one)."""
+def _steps(n: int, align_corners: bool, dtype) -> np.ndarray:
+    """The normalized coordinates of n pixels' centres, rounded as PyTorch's (aten's linspace_from_neg_one:
+    linspace from both ends in the grid's dtype, then times (n - 1) / n): on a grid that lands exactly
+    on pixels, the bilinear gradient's side (floor) depends on the last bit."""
     if n <= 1:
-        return np.zeros(1)
-    steps = np.linspace(-1.0, 1.0, n)
-    return steps if align_corners else steps * (n - 1) / n
+        return np.zeros(1, dtype)
+    step = dtype.type(2.0) / dtype.type(n - 1)
+    i = np.arange(n)
+    steps = np.where(
+        i < n // 2, dtype.type(-1.0) + step * i.astype(dtype), dtype.type(1.0) - step * (n - 1 - i).astype(dtype)
+    )
+    steps = steps.astype(dtype)
+    return steps if align_corners else (steps * dtype.type(n - 1)) / dtype.type(n)
 
 
 def affine_grid(theta: Tensor, size: list[int], align_corners: bool | None = None) -> Tensor:
@@ -54,17 +61,29 @@ def affine_grid(theta: Tensor, size: list[int], align_corners: bool | None = Non
         raise ValueError(f"Expected non-zero, positive output size. Got {size}")
     spatial = size[2:]
     # base (*spatial, dims + 1): x along the last axis, then y (then z), then 1
-    axes = np.meshgrid(*[_steps(n, align_corners) for n in spatial], indexing="ij")
-    base = np.stack([*reversed(axes), np.ones(spatial)], axis=-1).reshape(1, -1, dims + 1)
+    np_dtype = np.dtype(np.float64 if theta.dtype.itemsize == 8 else np.float32)
+    axes = np.meshgrid(*[_steps(n, align_corners, np_dtype) for n in spatial], indexing="ij")
+    base = np.stack([*reversed(axes), np.ones(spatial, np_dtype)], axis=-1).reshape(1, -1, dims + 1)
     base_t = tensor(base, dtype=theta.dtype, device=theta.device)
     grid = base_t @ theta.transpose(1, 2)  # (N, prod(spatial), dims)
     return grid.reshape(size[0], *spatial, dims)
 
 
 def _unnormalize(coord: Tensor, size: int, align_corners: bool) -> Tensor:
+    """Pixel coordinates, rounded as PyTorch computes them (GridSampler.h): on a grid that lands on
+    pixels (an identity transform) the last bit decides which side floor() takes the gradient from."""
     if align_corners:
-        return (coord + 1.0) * ((size - 1) / 2)
-    return ((coord + 1.0) * size - 1.0) / 2
+        return ((coord + 1.0) / 2) * (size - 1)
+    # ((coord + 1) * size - 1) / 2 with the multiply-add rounded once, as PyTorch's compiled kernel
+    # does (a fused multiply-add): float32 through float64; float64 with the product split exactly
+    # (Veltkamp: a_hi has 26 bits, so a_hi * size and a_lo * size are exact for any image size)
+    a = coord + 1.0
+    if a.dtype.itemsize < 8:
+        return ((a.double() * size - 1.0).to(a.dtype)) / 2
+    c = a * 134217729.0  # 2^27 + 1
+    a_hi = c - (c - a)
+    a_lo = a - a_hi
+    return ((a_hi * size - 1.0) + a_lo * size) / 2
 
 
 def _clip(coord: Tensor, size: int) -> Tensor:

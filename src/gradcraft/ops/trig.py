@@ -28,6 +28,12 @@ def _unary(spec, x: Tensor) -> Tensor:
 
 
 def _binary(spec, input, other, name: str) -> Tensor:
+    # (PyTorch takes no Python number here: atan2(x, 2.0) is a TypeError)
+    for arg, position, value in (("input", 1, input), ("other", 2, other)):
+        if not ew._is_tensor(value):
+            raise TypeError(
+                f"{name}(): argument '{arg}' (position {position}) must be Tensor, not {type(value).__name__}"
+            )
     a, b = ew._operands(input, other, name)
     a, b = _float(a), _float(b)
     return apply(spec, (a, b), {}, ew.broadcast_shape(a.shape, b.shape, name), a.dtype)
@@ -143,8 +149,6 @@ def cosh(input: Tensor) -> Tensor:
 @opspec.HYPOT.function
 def hypot(input: Tensor, other: Tensor) -> Tensor:
     """torch.hypot: sqrt(input**2 + other**2) elementwise with broadcasting, without overflow."""
-    if not ew._is_tensor(other):
-        raise TypeError(f"hypot(): argument 'other' (position 2) must be Tensor, not {type(other).__name__}")
     return _binary(opspec.HYPOT, input, other, "hypot")
 
 

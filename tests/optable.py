@@ -193,6 +193,69 @@ OPS = [
         [(Fixed((3, 4)), Fixed((4,)))],
         grad=False,
     ),
+    # ---- inverse trigonometric / hyperbolic, sinh, cosh, hypot, atan2 (gradcraft/ops/trig.py)
+    *(
+        OpInfo(name, lambda m, x, name=name: getattr(m.T, name)(x), [(Scaled((3, 4), 0.3),), (Scaled((2, 1, 3), 0.3),)])
+        for name in ("asin", "acos", "atan", "asinh", "atanh", "sinh", "cosh")
+    ),
+    OpInfo("acosh", lambda m, x: x.acosh(), [(Pos((3, 4)),), (Values((1.5, 3.0, 40.0)),)]),
+    OpInfo(
+        "inverse_trig_edges",  # the poles (infinite gradients), outside the domain (NaN), 0, infinities
+        lambda m, x: m.T.stack([x.asin(), x.acos(), x.atan(), x.asinh(), x.arccosh(), x.atanh(), x.sinh(), x.cosh()]),
+        [(Values((-1.0, 1.0, 0.0, 2.0, -3.0, INF, -INF, 1e-30, 60.0)),)],
+    ),
+    binary("atan2", lambda m, a, b: m.T.atan2(a, b)),
+    binary("hypot", lambda m, a, b: m.T.hypot(a, b)),
+    OpInfo(
+        "atan2_hypot_edges",  # the origin (NaN gradients), signed zeros, axes, huge and tiny values, infinities
+        lambda m, a, b: m.T.stack([a.arctan2(b), a.hypot(b)]),
+        [
+            (
+                Values((0.0, 0.0, -0.0, 1.0, -1.0, 0.0, 1e30, 1e-15, INF, 2.0)),
+                Values((0.0, -0.0, -1.0, 0.0, 0.0, -2.0, 1e30, 3e-15, 1.0, -INF)),
+            )
+        ],
+    ),
+    OpInfo(
+        "trig_out_inplace",
+        lambda m, a, b: m.T.stack(
+            [m.T.arcsin(a, out=m.T.empty(0, dtype=a.dtype)), m.T.hypot(a, b, out=m.T.empty(0)), a.clone().atan2_(b)]
+        ),
+        [(Fixed((3, 4)), Fixed((3, 4)))],
+        grad=False,
+    ),
+    OpInfo("trig_inplace_grad", lambda m, x: (x * 0.5).asin_().sinh_() + (x * 1.0).atan2_(x + 2.0), [((3, 4),)]),
+    # ---- matrices (gradcraft/ops/linalg_solve.py): inverse, determinants, solve, Cholesky; batched
+    OpInfo("linalg_inv", lambda m, a: m.T.linalg.inv(a), [((3, 3),), ((2, 4, 4),)], rtol32=1e-3, atol32=1e-4),
+    OpInfo(
+        "linalg_det_slogdet_logdet",
+        lambda m, a: m.T.stack([m.T.linalg.det(a), *m.T.linalg.slogdet(a), m.T.logdet(a @ a.mT), a.det()]),
+        [((2, 3, 3),), ((1, 1),)],
+        rtol32=1e-3,
+        atol32=1e-4,
+    ),
+    OpInfo(
+        "linalg_solve",
+        lambda m, a, b, v: m.T.cat(
+            [
+                x.reshape(-1)
+                for x in (m.T.linalg.solve(a, b), m.T.linalg.solve(a, b, left=False), m.T.linalg.solve(a, v))
+            ]
+        ),
+        [((2, 3, 3), (2, 3, 3), (3,)), ((3, 3), (2, 3, 3), (3, 1)), ((2, 3, 3), (3, 3), (2, 3))],
+        rtol32=1e-3,
+        atol32=1e-4,
+    ),
+    OpInfo(
+        "linalg_cholesky",  # (of a symmetric positive-definite matrix made from the input)
+        lambda m, x: (
+            m.T.linalg.cholesky(x @ x.mT + 3 * m.T.eye(x.shape[-1]))
+            + m.T.linalg.cholesky(x @ x.mT + 2 * m.T.eye(x.shape[-1]), upper=True)
+        ),
+        [((3, 3),), ((2, 4, 4),)],
+        rtol32=1e-3,
+        atol32=1e-4,
+    ),
     OpInfo("scalar_ops", lambda m, x: (2.0 - x) * 3 / (x + 4) + x**2 - 1.5**x, [((3, 4),)]),
     OpInfo(
         "compare",

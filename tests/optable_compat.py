@@ -4,7 +4,7 @@ and in-place operations recorded by autograd. Checked by tests/test_ops_compat.p
 harness as tests/optable.py (forward and gradient against PyTorch, float64 and float32, strided inputs).
 """
 
-from optable import Const, Fixed, Ints, Mask, OpInfo, Pos
+from optable import Const, Fixed, Ints, Mask, OpInfo, Pos, Values
 
 
 def _inplace_chain(m, x, b):
@@ -222,4 +222,62 @@ COMPAT_OPS += [
         [((4, 3, 5), Fixed((3,)), Fixed((3,)), (3,))],
     ),
     OpInfo("group_norm", lambda m, x, w, b: m.F.group_norm(x, 2, w, b), [((3, 4, 5), (4,), (4,))]),
+    # ---- F.affine_grid / F.grid_sample (gradcraft/nn/grid_sample.py): gradients for the input and the grid
+    *(
+        OpInfo(
+            f"grid_sample_{mode}_{padding}_{'aligned' if aligned else 'centres'}",
+            lambda m, x, g, mode=mode, padding=padding, aligned=aligned: m.F.grid_sample(
+                x, g * 0.8, mode=mode, padding_mode=padding, align_corners=aligned
+            ),
+            [((2, 3, 4, 5), (2, 3, 6, 2)), ((1, 1, 1, 3), (1, 2, 2, 2))],
+        )
+        for mode in ("bilinear", "nearest")
+        for padding in ("zeros", "border")
+        for aligned in (False, True)
+    ),
+    *(
+        OpInfo(
+            f"affine_grid_{'aligned' if aligned else 'centres'}",
+            lambda m, theta, size, aligned=aligned: m.F.affine_grid(theta, size, align_corners=aligned),
+            [((2, 2, 3), Const([2, 3, 4, 5])), ((1, 3, 4), Const([1, 1, 2, 3, 1]))],
+        )
+        for aligned in (False, True)
+    ),
+    *(
+        OpInfo(
+            f"grid_sample_edges_{mode}_{padding}",  # corners, centre, halfway (ties of nearest), far outside
+            lambda m, x, g, mode=mode, padding=padding: m.T.cat(
+                [
+                    m.F.grid_sample(x, g, mode=mode, padding_mode=padding, align_corners=a).reshape(-1)
+                    for a in (False, True)
+                ]
+            ),
+            [
+                (
+                    (1, 2, 3, 5),
+                    Values(((((-1.0, -1.0), (1.0, 1.0), (0.0, 0.0), (-0.75, 0.5), (1e6, -1e6), (1.1, -1.2)),),)),
+                )
+            ],
+        )
+        for mode in ("bilinear", "nearest")
+        for padding in ("zeros", "border")
+    ),
+    *(
+        OpInfo(
+            f"spatial_transformer_identity_{'aligned' if aligned else 'centres'}",  # (points on pixels)
+            lambda m, x, theta, aligned=aligned: m.F.grid_sample(
+                x, m.F.affine_grid(theta, [1, 1, 7, 12], align_corners=aligned), align_corners=aligned
+            ),
+            [((1, 1, 7, 12), Values((((1.0, 0.0, 0.0), (0.0, 1.0, 0.0)),)))],
+            noncontiguous=False,
+        )
+        for aligned in (False, True)
+    ),
+    OpInfo(
+        "spatial_transformer",  # theta -> grid -> sampled image: the gradient reaches theta through the grid
+        lambda m, x, theta: m.F.grid_sample(
+            x, m.F.affine_grid(theta * 0.5, [2, 2, 3, 4], align_corners=False), align_corners=False
+        ),
+        [((2, 2, 5, 6), (2, 2, 3))],
+    ),
 ]

@@ -28,7 +28,6 @@ ELSEWHERE = {
     "randn": "test_random_ops.py",
     "randint": "test_random_ops.py",
     "copy_from": "test_cuda.py (device copies)",
-    "assign": "test_inplace.py, test_optim.py",
     "dropout": "test_dropout.py",
     "attention_dropout": "test_attention_dropout.py",
     "moe_permute": "test_moe.py",

@@ -23,6 +23,9 @@ CATEGORY = {
 DOC = "PyTorch's docstring names a parameter its binding does not use; ours takes the binding's name"
 
 DELIBERATE = {
+    # PyTorch's docstring reads "atanh_(other)", but the method takes no argument (x.atanh_() runs)
+    "torch.Tensor.atanh_": "PyTorch's docstring names an argument the method does not take",
+    "torch.Tensor.arctanh_": "PyTorch's docstring names an argument the method does not take",
     "torch.empty": LAYOUT,
     "torch.empty_like": LAYOUT,
     "torch.eye": LAYOUT,

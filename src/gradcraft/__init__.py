@@ -365,3 +365,27 @@ Tensor.median, Tensor.quantile = median, quantile
 quantile = _with_out(quantile)  # (out=)
 
 from gradcraft.printoptions import set_printoptions  # noqa: E402,F401
+
+# inverse trigonometric / hyperbolic functions, sinh, cosh, hypot and atan2 (gradcraft/ops/trig.py)
+from gradcraft.ops import trig as _trig  # noqa: E402
+
+for _name in (*_trig.UNARY, *_trig.BINARY, *_trig.ALIASES):
+    globals()[_name] = _with_out(getattr(_trig, _name))  # (out=)
+
+# torch.inverse / det / logdet / slogdet (and Tensor methods); torch.linalg has the rest (gradcraft/ops/linalg_solve.py)
+from gradcraft.ops.linalg_solve import inverse, logdet  # noqa: E402
+from gradcraft.ops import linalg_solve as _linalg_solve  # noqa: E402
+
+
+def det(input: Tensor) -> Tensor:
+    """torch.det: torch.linalg.det."""
+    return _linalg_solve.det(input)
+
+
+def slogdet(input: Tensor) -> tuple:
+    """torch.slogdet: torch.linalg.slogdet."""
+    return _linalg_solve.slogdet(input)
+
+
+Tensor.inverse, Tensor.det, Tensor.logdet, Tensor.slogdet = inverse, det, logdet, slogdet
+inverse = _with_out(inverse)  # (out=)

@@ -49,3 +49,8 @@ class ConfigError(UserError):
         for name in sorted(self.fields, key=len, reverse=True):
             text = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w-])", lambda _m, n=name: spell(n), text)
         return text
+
+
+class LinAlgError(RuntimeError_):
+    """torch.linalg.LinAlgError: a singular matrix to invert or solve with, a matrix that is not
+    positive-definite to factor (a RuntimeError, as in PyTorch)."""

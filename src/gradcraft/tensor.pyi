@@ -277,7 +277,17 @@ class Tensor:
     def scatter_add_(self, dim: builtins.int, index: Tensor, src: Tensor) -> Tensor: """The op gradcraft.ops.scatter.scatter_add_."""
     def index_add(self, dim: builtins.int, index: Tensor, source: Tensor, *, alpha: builtins.float = ...) -> Tensor: """torch.index_add / Tensor.index_add: input with alpha * source[..., i, ...] added at index[i] along dim."""
     def index_add_(self, dim: builtins.int, index: Tensor, source: Tensor, *, alpha: builtins.float = ...) -> Tensor: """The op gradcraft.ops.scatter.index_add_."""
+    def asin(self) -> Tensor: """torch.asin: the arcsine, elementwise (NaN outside [-1, 1])."""
+    def acos(self) -> Tensor: """torch.acos: the arccosine, elementwise (NaN outside [-1, 1])."""
+    def atan(self) -> Tensor: """torch.atan: the arctangent, elementwise."""
+    def asinh(self) -> Tensor: """torch.asinh: the inverse hyperbolic sine, elementwise."""
+    def acosh(self) -> Tensor: """torch.acosh: the inverse hyperbolic cosine, elementwise (NaN below 1)."""
+    def atanh(self) -> Tensor: """torch.atanh: the inverse hyperbolic tangent, elementwise (+-inf at +-1, NaN outside)."""
+    def atan2(self, other: Tensor) -> Tensor: """torch.atan2: the angle of the point (other, input), elementwise with broadcasting."""
     def logaddexp(self, other: Tensor) -> Tensor: """torch.logaddexp: log(exp(input) + exp(other)) elementwise, with broadcasting, without overflow."""
+    def sinh(self) -> Tensor: """torch.sinh: the hyperbolic sine, elementwise."""
+    def cosh(self) -> Tensor: """torch.cosh: the hyperbolic cosine, elementwise."""
+    def hypot(self, other: Tensor) -> Tensor: """torch.hypot: sqrt(input**2 + other**2) elementwise with broadcasting, without overflow."""
     def to(self, *args, dtype=..., device=...) -> Tensor: """`.to(device)`, `.to(dtype)` or both, as in PyTorch."""
     def type(self, dtype=..., non_blocking: builtins.bool = ..., **kwargs): """`x.type()`: the legacy type's name ("torch.FloatTensor"); `x.type(t)`: x as dtype t, given as"""
     def type_as(self, other) -> Tensor: """The op gradcraft.ops.conversion.type_as."""
@@ -287,6 +297,30 @@ class Tensor:
     def new_empty(self, *size, dtype=..., device=..., requires_grad=...) -> Tensor: """The op gradcraft.ops.conversion.new_empty."""
     def new_full(self, size, fill_value, *, dtype=..., device=..., requires_grad=...) -> Tensor: """The op gradcraft.ops.conversion.new_full."""
     def new_tensor(self, data, *, dtype=..., device=..., requires_grad=...) -> Tensor: """The op gradcraft.ops.conversion.new_tensor."""
+    arcsin = asin
+    arccos = acos
+    arctan = atan
+    arcsinh = asinh
+    arccosh = acosh
+    arctanh = atanh
+    arctan2 = atan2
+    def asin_(self) -> Tensor: """The op gradcraft.ops.methods.asin_."""
+    def acos_(self) -> Tensor: """The op gradcraft.ops.methods.acos_."""
+    def atan_(self) -> Tensor: """The op gradcraft.ops.methods.atan_."""
+    def asinh_(self) -> Tensor: """The op gradcraft.ops.methods.asinh_."""
+    def acosh_(self) -> Tensor: """The op gradcraft.ops.methods.acosh_."""
+    def atanh_(self) -> Tensor: """The op gradcraft.ops.methods.atanh_."""
+    def sinh_(self) -> Tensor: """The op gradcraft.ops.methods.sinh_."""
+    def cosh_(self) -> Tensor: """The op gradcraft.ops.methods.cosh_."""
+    def arcsin_(self) -> Tensor: """The op gradcraft.ops.methods.asin_."""
+    def arccos_(self) -> Tensor: """The op gradcraft.ops.methods.acos_."""
+    def arctan_(self) -> Tensor: """The op gradcraft.ops.methods.atan_."""
+    def arcsinh_(self) -> Tensor: """The op gradcraft.ops.methods.asinh_."""
+    def arccosh_(self) -> Tensor: """The op gradcraft.ops.methods.acosh_."""
+    def arctanh_(self) -> Tensor: """The op gradcraft.ops.methods.atanh_."""
+    def arctan2_(self, other: Tensor) -> Tensor: """The op gradcraft.ops.methods.atan2_."""
+    def atan2_(self, other: Tensor) -> Tensor: """The op gradcraft.ops.methods.atan2_."""
+    def hypot_(self, other: Tensor) -> Tensor: """The op gradcraft.ops.methods.hypot_."""
     @property
     def T(self): ...
     @property
@@ -317,6 +351,10 @@ class Tensor:
     def unique_consecutive(self, return_inverse: builtins.bool = ..., return_counts: builtins.bool = ..., dim: builtins.int | None = ...) -> Tensor | tuple[Tensor, ...]: """The op gradcraft.ops.unique.unique_consecutive."""
     def median(self, dim: builtins.int | None = ..., keepdim: builtins.bool = ...) -> Tensor | MedianResult: """The op gradcraft.ops.quantile.median."""
     def quantile(self, q: builtins.float | Tensor, dim: builtins.int | None = ..., keepdim: builtins.bool = ..., *, interpolation: str = ...) -> Tensor: """The op gradcraft.ops.quantile.quantile."""
+    def inverse(self) -> Tensor: """torch.inverse: torch.linalg.inv."""
+    def det(self) -> Tensor: """torch.det: torch.linalg.det."""
+    def logdet(self) -> Tensor: """torch.logdet: log(det), NaN where the determinant is negative, -inf where it is 0."""
+    def slogdet(self) -> tuple: """torch.slogdet: torch.linalg.slogdet."""
 
 
 def init_alias(t: Tensor, source: Tensor) -> None: """Make t, a new tensor not yet initialized (a Parameter's __init__), an alias of source's"""

@@ -109,6 +109,13 @@ RELU = primitive("relu")
 SIGN = primitive("sign")
 LOGICAL_NOT = primitive("logical_not")
 CAST = primitive("cast", torch_node="ToCopyBackward0")
+# inverse trigonometric and hyperbolic functions (their gradients: gradcraft/ops/trig.py)
+ASIN = primitive("asin", method=True, out=True)
+ACOS = primitive("acos", method=True, out=True)
+ATAN = primitive("atan", method=True, out=True)
+ASINH = primitive("asinh", method=True, out=True)
+ACOSH = primitive("acosh", method=True, out=True)
+ATANH = primitive("atanh", method=True, out=True)
 # ---- elementwise binary (a, b) with NumPy broadcasting
 ADD = primitive("add")
 SUB = primitive("sub")
@@ -124,6 +131,7 @@ LE = primitive("le")
 GT = primitive("gt")
 GE = primitive("ge")
 WHERE = primitive("where")
+ATAN2 = primitive("atan2", method=True, out=True)  # atan2(a, b): the angle of the point (b, a)
 # ---- reductions over `axes` with `keepdim`
 SUM = primitive("sum", torch_node="SumBackward1")
 MAX = primitive("max", torch_node="MaxBackward1")
@@ -137,6 +145,10 @@ CUMSUM = primitive("cumsum")
 TOPK = primitive("topk")
 # ---- matrix product with batch broadcasting
 MATMUL = primitive("matmul", torch_node="MmBackward0")
+# ---- matrices over the last two axes, batched (gradcraft/ops/linalg_solve.py)
+LINALG_INV = primitive("linalg_inv", torch_node="LinalgInvExBackward0")  # caller: the name errors give
+LINALG_SLOGDET = primitive("linalg_slogdet")  # (..., 2): sign and log|det| side by side
+LINALG_CHOLESKY = primitive("linalg_cholesky", torch_node="LinalgCholeskyExBackward0")
 # ---- movement: views where the layout allows
 RESHAPE = primitive("reshape", view=True, torch_node="ViewBackward0")
 PERMUTE = primitive("permute", view=True)
@@ -180,6 +192,10 @@ PASSTHROUGH = primitive("passthrough")
 # ---- optional fused kernels (ops/fallback.py composes each from primitives, unless gated)
 # torch.logaddexp (a, b) -> log(exp(a) + exp(b)), broadcasting; its fallback: ops/elementwise.py
 LOGADDEXP = optional("logaddexp", method=True, out=True)
+# torch.sinh / cosh / hypot; their fallbacks (from exp, expm1, sqrt): ops/trig.py
+SINH = optional("sinh", method=True, out=True)
+COSH = optional("cosh", method=True, out=True)
+HYPOT = optional("hypot", method=True, out=True)
 GELU_BACKWARD = optional("gelu_backward")
 GELU = optional("gelu", (GELU_BACKWARD,))
 SILU_BACKWARD = optional("silu_backward")

@@ -140,3 +140,4 @@ from gradcraft.ops.activations_more import (  # noqa: E402, F401
 from gradcraft.nn.extra_layers import bilinear  # noqa: E402, F401
 from gradcraft.nn.fold import fold, unfold  # noqa: E402, F401
 from gradcraft.nn.likelihood_losses import gaussian_nll_loss, poisson_nll_loss  # noqa: E402, F401
+from gradcraft.nn.grid_sample import affine_grid, grid_sample  # noqa: E402, F401

@@ -1,6 +1,6 @@
 """torch.linalg's norms: vector_norm, matrix_norm ('fro', 1, -1, inf, -inf) and norm, composed from
-gradcraft's norm and reductions. The spectral and nuclear norms (ord 2, -2, 'nuc') and the
-decompositions and solvers are not provided."""
+gradcraft's norm and reductions; inv, det, slogdet, solve and cholesky (ops/linalg_solve.py). The
+spectral and nuclear norms (ord 2, -2, 'nuc') and the other decompositions are not provided."""
 
 from __future__ import annotations
 
@@ -55,3 +55,12 @@ def norm(A: Tensor, ord=None, dim=None, keepdim: bool = False, *, dtype=None) ->
                 f"linalg.norm: If dim is not specified but ord is, the input must be 1D or 2D. Got {A.ndim}D."
             )
     return vector_norm(A, 2 if ord is None else ord, dim, keepdim, dtype=dtype)
+
+
+# the inverse, determinants, solve and Cholesky factor (gradcraft/ops/linalg_solve.py)
+from gradcraft.ops import linalg_solve as _solve  # noqa: E402
+from gradcraft.ops.linalg_solve import LinAlgError  # noqa: E402,F401
+from gradcraft.ops.out_args import with_out as _with_out  # noqa: E402
+
+inv, det, solve, cholesky = (_with_out(f) for f in (_solve.inv, _solve.det, _solve.solve, _solve.cholesky))  # (out=)
+slogdet = _solve.slogdet

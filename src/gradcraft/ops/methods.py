@@ -16,6 +16,7 @@ from gradcraft.errors import UserError
 from gradcraft.ops import elementwise as ew, matmul as mm, movement as mv, nn as fn, reduce as rd
 from gradcraft.ops import indexing as ix, inplace as ip, linalg as la, rounding as rn
 from gradcraft.ops import conversion as cv, index_build as ib, scatter as sc
+from gradcraft.ops import trig as tg  # (registers its specs' functions: attached below)
 
 if TYPE_CHECKING:
     from gradcraft.tensor import Tensor
@@ -43,6 +44,22 @@ def _grad_fn(self: Tensor):
     from gradcraft.ops.grad_fn import grad_fn
 
     return grad_fn(self)
+
+
+def _inplace_unary(op):
+    def method(self: Tensor) -> Tensor:
+        return ip._inplace(self, lambda: op(self))
+
+    method.__name__ = method.__qualname__ = op.__name__ + "_"
+    return method
+
+
+def _inplace_binary(op):
+    def method(self: Tensor, other: Tensor) -> Tensor:
+        return ip._inplace(self, lambda: op(self, other))
+
+    method.__name__ = method.__qualname__ = op.__name__ + "_"
+    return method
 
 
 def attach(tensor_class: type) -> None:
@@ -237,6 +254,12 @@ def attach(tensor_class: type) -> None:
     # the ops whose spec makes them Tensor methods too (backend/opspec.py: method=True)
     methods.update({s.torch_function.__name__: s.torch_function for s in opspec.SPECS.values() if s.method})
     methods.update(cv.METHODS)
+    # the inverse trigonometric and hyperbolic functions' aliases (arcsin, ...) and in-place forms
+    methods.update(tg.ALIASES)
+    for name, op in {**tg.UNARY, **tg.ALIASES}.items():
+        methods[name + "_"] = _inplace_binary(op) if op in tg.BINARY.values() else _inplace_unary(op)
+    for name, op in tg.BINARY.items():
+        methods[name + "_"] = _inplace_binary(op)
     for name, function in methods.items():
         setattr(tensor_class, name, function)
     tensor_class.T = property(lambda self: mv.permute(self, *reversed(range(self.ndim))))

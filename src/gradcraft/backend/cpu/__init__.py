@@ -28,6 +28,7 @@ from gradcraft.backend.cpu import (
     gather,
     gemv,
     kv_cache,
+    linalg,
     linear,
     linear_cross_entropy,
     matmul,
@@ -71,6 +72,7 @@ FAMILIES = (
     gemv,
     linear,
     linear_cross_entropy,
+    linalg,
 )
 
 

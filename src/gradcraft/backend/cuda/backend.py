@@ -28,6 +28,7 @@ from gradcraft.backend.cuda import (
     gather,
     gemv,
     kv_cache,
+    linalg,
     linear,
     linear_cross_entropy,
     moe,
@@ -68,6 +69,7 @@ FAMILIES = (
     sampling,
     gemv,
     linear,
+    linalg,
 )
 
 

@@ -7,25 +7,18 @@ calls per step by op name.
 """
 
 import collections
-import importlib
 import os
 import sys
 
 import numpy as np
-import torch as real_torch
 from torch.profiler import ProfilerActivity, profile
 
 lib, mode = sys.argv[1], sys.argv[2]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
 real_modules = {name: module for name, module in sys.modules.items() if name.split(".")[0] == "torch"}
-if lib == "gradcraft":
-    import gradcraft as torch
+from user_model import use_library  # noqa: E402  (`import torch` resolving to either library)
 
-    sys.modules["torch"] = torch
-    for sub in ("nn", "nn.functional", "optim", "nn.utils"):
-        sys.modules[f"torch.{sub}"] = importlib.import_module(f"gradcraft.{sub}")
-else:
-    torch = real_torch
+torch = use_library(lib)
 import user_gpt  # noqa: E402
 
 sys.modules.update(real_modules)  # (user_gpt holds gradcraft as its `torch`; the profiler needs its own back)

@@ -149,7 +149,9 @@ def test_cuda_graphs_replay_20_steps_equal_to_eager_with_dropout(hold_outputs):
     plans.stats.update(recorded=0, replayed=0, replayed_kernels=0, eager=0, failed=0)
     try:
         compiled = _train({}, **kwargs)
-        assert plans.stats["recorded"] >= 3 and plans.stats["replayed"] >= 30 and not plans.stats["failed"], plans.stats
+        # one schedule a step (forward and backward; clipping and AdamW are multi-tensor kernels), per
+        # shape: seen once, recorded the second time, replayed after
+        assert plans.stats["recorded"] >= 2 and plans.stats["replayed"] >= 16 and not plans.stats["failed"], plans.stats
     finally:
         plans.disable()
     _assert_same(eager, compiled, rtol=2e-5)
@@ -159,7 +161,7 @@ def test_compiled_training_replays_and_equals_the_eager_run_with_dropout():
     eager = _train({"backend": "eager"})
     with recording_cpu():
         compiled = _train({})
-        assert plans.stats["recorded"] >= 2 and plans.stats["replayed"] >= 8, plans.stats
+        assert plans.stats["recorded"] >= 1 and plans.stats["replayed"] >= 6, plans.stats  # steps 3 to 8
     _assert_same(eager, compiled)
 
 
@@ -176,8 +178,8 @@ def test_a_new_shape_is_recorded_again():
     eager = _train({"backend": "eager"}, steps=8, shapes=shapes)
     with recording_cpu():
         compiled = _train({}, steps=8, shapes=shapes)
-        # forward+backward of each shape, and the update (the same whatever the batch's shape)
-        assert plans.stats["recorded"] >= 3 and plans.stats["replayed"] >= 6, plans.stats
+        # forward+backward of each shape: seen at steps 1-2, recorded at 3-4, replayed at 5-8
+        assert plans.stats["recorded"] == 2 and plans.stats["replayed"] >= 4, plans.stats
     _assert_same(eager, compiled)
 
 

@@ -308,6 +308,23 @@ def test_adamw_and_grad_norm(gpu):
         np.testing.assert_allclose(cp.asnumpy(d_m[i]), m[i], rtol=1e-5, atol=1e-6)
 
 
+def test_scale_many_rounds_once_per_dtype(gpu):
+    """clip_grad_norm_'s in-place scaling: every tensor (ragged sizes, three dtypes) times scale[0] in
+    float32, rounded once to its dtype, as the CPU backend's NumPy reference."""
+    import cupy as cp
+
+    from gradcraft.backend.cpu import optim as cpu_optim
+
+    r = rng()
+    arrays = [randn((n,), dt, r) for n, dt in ((1, np.float32), (65537, BF16), (3001, np.float16), (131073, np.float32))]
+    scale = np.array([0.37, 5.0], dtype=np.float32)
+    d_arrays = [cp.asarray(a) for a in arrays]
+    gpu.scale_many(d_arrays, cp.asarray(scale))
+    cpu_optim._scale_many(arrays, scale)
+    for got, want in zip(d_arrays, arrays):
+        np.testing.assert_array_equal(cp.asnumpy(got).view(np.uint8), want.view(np.uint8))
+
+
 def test_cast_many_gives_the_bits_of_one_cast_each(gpu):
     import cupy as cp
 

@@ -133,6 +133,36 @@ def test_clip_grad_norm_and_value_match_torch():
         np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy())
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("max_norm", [0.5, 1e9, 0.0])
+def test_clip_grad_norm_scales_in_place_as_torch_does(dtype, max_norm):
+    """The multi-tensor path (float32/bf16 gradients): the gradients' own tensors are scaled (a
+    reference taken before sees it), the norm has their dtype, max_norm 0 zeroes them, as PyTorch's."""
+    r = np.random.default_rng(0)
+    data = [r.standard_normal(shape).astype(np.float32) * 3 for shape in ((3, 4), (70000,), (5,))]
+    results = []
+    for lib in (gc, torch):
+        params = [lib.tensor(d).to(getattr(lib, dtype)).requires_grad_() for d in data]
+        for p in params:
+            p.grad = p.detach() * 2
+        held = params[1].grad
+        total = lib.nn.utils.clip_grad_norm_(params, max_norm)
+        assert total.dtype == getattr(lib, dtype) and held is params[1].grad
+        results.append([total.float().numpy()] + [p.grad.float().numpy() for p in params] + [held.float().numpy()])
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-5 if dtype == "float32" else 1e-2, atol=1e-6)
+
+
+@pytest.mark.parametrize("norm_type", [2.0, float("inf")])
+def test_clip_grad_norm_error_if_nonfinite(norm_type):
+    for lib in (gc, torch):
+        p = lib.tensor([1.0, 2.0], requires_grad=True)
+        p.grad = lib.tensor([1.0, float("nan") if norm_type == 2.0 else float("inf")])
+        with pytest.raises(RuntimeError, match="non-finite"):
+            lib.nn.utils.clip_grad_norm_([p], 1.0, norm_type=norm_type, error_if_nonfinite=True)
+        lib.nn.utils.clip_grad_norm_([p], 1.0, norm_type=norm_type)  # scaled by it anyway, no error
+
+
 class _Net(gnn.Module):
     def __init__(self):
         super().__init__()

@@ -139,6 +139,11 @@ class Backend:
         """float32 array [global L2 norm, min(1, max_norm / (norm + 1e-6))] (1 when max_norm is 0)."""
         raise NotImplementedError
 
+    def scale_many(self, arrays, scale) -> None:
+        """Every array (contiguous float32/bfloat16/float16) multiplied in place by scale[0] (a float32
+        array), in float32 and rounded once to its dtype: clip_grad_norm_'s scaling, in one launch."""
+        raise NotImplementedError
+
     def cast_many(self, arrays, dtypes) -> list:
         """New arrays: arrays[i] (contiguous float32/bfloat16/float16) converted to dtypes[i], each
         exactly as the `cast` kernel converts it, in one launch. The engine groups a schedule's casts

@@ -78,5 +78,30 @@ def grad_norm(grads, max_norm: float | None = None):
     when max_norm is None or 0), by one multi-tensor kernel."""
     grads = list(grads)
     device = grads[0].device
+    realize(grads)  # one schedule for the lazy gradients, not one each
     stats = get_backend(device).grad_norm([_contiguous_buffer(g) for g in grads], float(max_norm or 0.0))
     return from_buffer(stats, dtypes.float32, device)
+
+
+def can_scale_in_place(grads) -> bool:
+    """Whether `scale_` takes these tensors: one device that has the multi-tensor kernels, fused
+    dtypes, contiguous memory once realized."""
+    grads = list(grads)
+    if not grads or len({g.device for g in grads}) != 1 or any(g.dtype not in FUSED_DTYPES for g in grads):
+        return False
+    backend = get_backend(grads[0].device)
+    if not (backend.has("grad_norm") and backend.has("scale_many")):
+        return False
+    realize(grads)
+    return all(buffer_of(g).flags.c_contiguous for g in grads)
+
+
+def scale_(tensors, stats) -> None:
+    """Every tensor times stats[1] (grad_norm's clipping coefficient), in place and in one launch
+    (torch._foreach_mul_). Lazy tensors built from the old values keep them; versions move on."""
+    tensors = list(tensors)
+    for t in tensors:
+        before_write(t)
+    get_backend(tensors[0].device).scale_many([buffer_of(t) for t in tensors], buffer_of(stats)[1:])
+    for t in tensors:
+        bump_version(t)

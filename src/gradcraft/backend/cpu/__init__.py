@@ -137,6 +137,9 @@ class CPUBackend(Backend):
     def grad_norm(self, grads, max_norm: float = 0.0):
         return optim._grad_norm(grads, max_norm)
 
+    def scale_many(self, arrays, scale) -> None:
+        optim._scale_many(arrays, scale)
+
     def write(self, array, values) -> None:
         array[...] = values
 

@@ -76,3 +76,12 @@ def _grad_norm(grads, max_norm: float = 0.0):
     norm = math.sqrt(total)
     coef = min(1.0, max_norm / (norm + 1e-6)) if max_norm > 0 else 1.0
     return np.array([norm, coef], dtype=np.float32)
+
+
+def _scale_many(arrays, scale) -> None:
+    s = np.float32(np.asarray(scale).reshape(-1)[0])
+    for a in arrays:
+        if a.dtype == np.float32:
+            a *= s
+        else:
+            a[...] = (a.astype(np.float32) * s).astype(a.dtype)

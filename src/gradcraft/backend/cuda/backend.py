@@ -188,6 +188,11 @@ class CUDABackend(Backend):
         with self._device:
             return optim.grad_norm(grads, max_norm)
 
+    def scale_many(self, arrays, scale) -> None:
+        """Every array times scale[0], in place, in one launch; see optim.scale_many."""
+        with self._device:
+            optim.scale_many(arrays, scale)
+
     def cast_many(self, arrays, dtypes) -> list:
         """Many casts between float32, bfloat16 and float16 in one launch; see optim.cast_many."""
         with self._device:

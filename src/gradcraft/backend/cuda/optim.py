@@ -16,6 +16,10 @@ tables depend only on the tensors' addresses and sizes, so they are built once a
     grad_norm(grads, max_norm=0.0) -> float32 device array [norm, min(1, max_norm / (norm + 1e-6))]
         (the second entry is 1 when max_norm is 0). Nothing is copied to the host.
 
+    scale_many(arrays, scale) -> None
+        Every array multiplied by scale[0] (a float32 device array, e.g. grad_norm(...)[1:]) in place,
+        in float32, rounding once to its dtype: clip_grad_norm_'s scaling of all gradients, one launch.
+
     cast_many(arrays, dtypes) -> list of new arrays, arrays[i] converted to dtypes[i] (contiguous
         float32, bfloat16 or float16 in and out; rounding as the single cast's), in one launch.
 """
@@ -139,6 +143,19 @@ def grad_norm(grads, max_norm=0.0):
         partial.fill(0)
     L.run("gradnorm.cu", "grad_norm_finish", 1, 1024, (partial, L.i32(max(n_chunks, 1)), out, L.f64(max_norm)))
     return out
+
+
+def scale_many(arrays, scale) -> None:
+    _check(arrays, "scale_many")
+    size_array, chunk_tensor, chunk_start, n_chunks = _chunks(arrays)
+    if n_chunks:
+        L.run(
+            "gradnorm.cu",
+            "scale_many",
+            min(n_chunks, 4096),
+            512,
+            (_list(arrays), _codes(arrays), size_array, chunk_tensor, chunk_start, L.i32(n_chunks), L.ptr(scale)),
+        )
 
 
 def cast_many(arrays, dtypes) -> list:

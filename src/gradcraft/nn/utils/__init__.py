@@ -2,6 +2,7 @@
 
 from gradcraft import dtypes
 from gradcraft.ops.function import no_grad
+from gradcraft.optim.clip import check_finite
 from gradcraft.optim.clip import clip_grad_norm_ as _clip_l2
 
 
@@ -24,7 +25,7 @@ def clip_grad_norm_(
         return zeros(())
     wide = dtypes.float64 if any(p.grad.dtype == dtypes.float64 for p in params) else dtypes.float32
     if float(norm_type) == 2.0 and wide == dtypes.float32:
-        return _clip_l2(params, max_norm)
+        return _clip_l2(params, max_norm, error_if_nonfinite)
     grads = [p.grad.to(wide) for p in params]
     if norm_type == float("inf"):
         total = grads[0].abs().amax()
@@ -33,10 +34,11 @@ def clip_grad_norm_(
     else:
         total = sum(((g.abs() ** norm_type).sum() for g in grads[1:]), (grads[0].abs() ** norm_type).sum())
         total = total ** (1.0 / norm_type)
-    total = total.realize()
+    if error_if_nonfinite:
+        check_finite(total, norm_type)
     coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
     for p in params:
-        p.grad = (p.grad * coef.to(p.grad.dtype)).realize()
+        p.grad.mul_(coef)  # in place, as PyTorch's
     return total
 
 
@@ -44,7 +46,7 @@ def clip_grad_norm_(
 def clip_grad_value_(parameters, clip_value: float, foreach=None) -> None:
     for p in _tensors(parameters):
         if p.grad is not None:
-            p.grad = p.grad.clamp(-clip_value, clip_value).realize()
+            p.grad.clamp_(-clip_value, clip_value)  # in place, as PyTorch's
 
 
 def parameters_to_vector(parameters):

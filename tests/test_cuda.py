@@ -316,7 +316,8 @@ def test_scale_many_rounds_once_per_dtype(gpu):
     from gradcraft.backend.cpu import optim as cpu_optim
 
     r = rng()
-    arrays = [randn((n,), dt, r) for n, dt in ((1, np.float32), (65537, BF16), (3001, np.float16), (131073, np.float32))]
+    sizes = ((1, np.float32), (65537, BF16), (3001, np.float16), (131073, np.float32))
+    arrays = [randn((n,), dt, r) for n, dt in sizes]
     scale = np.array([0.37, 5.0], dtype=np.float32)
     d_arrays = [cp.asarray(a) for a in arrays]
     gpu.scale_many(d_arrays, cp.asarray(scale))

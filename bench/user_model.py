@@ -1,6 +1,8 @@
 """A user's own GPT and training loop (bench/user_gpt.py), run with PyTorch and with gradcraft
 standing in for `torch`, side by side: eager against eager, compiled against compiled, in fp32,
-TF32 and bf16 autocast, for the plain GPT and the one with hand-written elementwise ops.
+TF32 and bf16 autocast, for the plain GPT and the one with hand-written elementwise ops. Mode
+`step` compiles gradcraft's whole training step (`gradcraft.compile(train_step)`: one CUDA graph)
+and compares it with PyTorch's compiled model (the `compiled` row's PyTorch run).
 
     python bench/user_model.py                         # every configuration, a table at the end
     python bench/user_model.py --only gradcraft:compiled:bf16:gpt --steps 30
@@ -24,7 +26,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 LIBS, MODES, PRECISIONS, MODELS = (
     ("torch", "gradcraft"),
-    ("eager", "compiled"),
+    ("eager", "compiled", "step"),
     ("fp32", "tf32", "bf16"),
     ("gpt", "custom"),
 )
@@ -55,9 +57,21 @@ def run_one(lib, mode, precision, model_name, steps, warmup, batch, device) -> d
     config = user_gpt.GPTConfig(custom=model_name == "custom")
     model = user_gpt.GPT(config).to(device)
     opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cuda" if device.startswith("cuda") else "cpu")
-    if mode == "compiled":
+    if mode == "compiled" or (mode == "step" and lib == "torch"):
         model = torch.compile(model)
     ctx = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if precision == "bf16" else _nothing()
+
+    def train_step(x, y):
+        with ctx:
+            _, loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    if mode == "step" and lib == "gradcraft":  # the whole step compiled: one graph (torch: its compiled model)
+        train_step = torch.compile(train_step)
     rng = np.random.default_rng(0)
     data = rng.integers(0, config.vocab_size, size=(warmup + steps, batch, config.block_size + 1))
     kernels = _kernel_counter(lib)
@@ -70,12 +84,7 @@ def run_one(lib, mode, precision, model_name, steps, warmup, batch, device) -> d
             kernels.reset()
         x = torch.from_numpy(data[i, :, :-1].astype(np.int64)).to(device)
         y = torch.from_numpy(data[i, :, 1:].astype(np.int64)).to(device)
-        with ctx:
-            _, loss = model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        loss = train_step(x, y)
         if i % 10 == 0:
             losses.append(round(loss.item(), 4))
     _sync(torch, device)
@@ -115,7 +124,7 @@ def _kernel_counter(lib):
             (launches, stats), (launches0, stats0) = self.sources, self.base
             return {
                 "eager_kernels": (launches["kernels"] - launches0["kernels"]) / steps,
-                "graphs": (stats["replayed"] - stats0["replayed"]) / steps,
+                "graphs": (stats["replayed"] - stats0["replayed"]) / steps,  # (a whole compiled step: not counted)
                 "graph_kernels": (stats["replayed_kernels"] - stats0["replayed_kernels"]) / steps,
             }
 
@@ -146,6 +155,14 @@ def main():
             for mode in args.modes.split(","):
                 for lib in args.libs.split(","):
                     spec = f"{lib}:{mode}:{precision}:{model}"
+                    same = [
+                        r
+                        for r in results
+                        if (r["lib"], r["mode"], r["precision"], r["model"]) == (lib, "compiled", precision, model)
+                    ]
+                    if lib == "torch" and mode == "step" and same and "ms" in same[0]:
+                        results.append(dict(same[0], mode="step"))  # (PyTorch's compiled model, run once)
+                        continue
                     cmd = [sys.executable, __file__, "--only", spec, "--steps", str(args.steps)]
                     cmd += ["--warmup", str(args.warmup), "--batch", str(args.batch), "--device", args.device]
                     proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -27,6 +27,9 @@ class Recorder:
         self.backend, self.refuse = backend, set(refuse)
         self.graphs: dict = {}
 
+    # The multi-tensor methods (outside backend.run), with the argument positions of the lists they write.
+    METHODS = {"adamw_step": (0, 2, 3), "grad_norm": (), "scale_many": (0,), "cast_many": ()}
+
     def capture(self, fn):
         calls, snapshots = [], {}
         run = self.backend.run
@@ -40,11 +43,25 @@ class Recorder:
             calls.append((op, list(args), attrs, result))
             return result
 
+        def recording_method(name, method):
+            def call(*args, **kwargs):
+                for i in self.METHODS[name]:
+                    for a in args[i]:
+                        snapshots.setdefault(id(a), (a, a.copy()))
+                result = method(*args, **kwargs)
+                calls.append((method, args, kwargs, result))
+                return result
+
+            return call
+
         self.backend.run = recording_run
+        for name in self.METHODS:
+            setattr(self.backend, name, recording_method(name, getattr(self.backend, name)))
         try:
             result = fn()
         finally:
-            del self.backend.run
+            for name in ("run", *self.METHODS):
+                delattr(self.backend, name)
             for target, saved in snapshots.values():  # a recording leaves no writes behind
                 np.copyto(target, saved)
         self.graphs[id(calls)] = calls
@@ -52,8 +69,13 @@ class Recorder:
 
     def replay(self, calls):
         for op, args, attrs, recorded in calls:
-            result = self.backend.kernels[op](*args, **attrs)
-            pairs = zip(recorded, result) if isinstance(recorded, tuple) else ((recorded, result),)
+            if callable(op):  # a multi-tensor method: writes its lists in place, or returns new arrays
+                result = op(*args, **attrs)
+            else:
+                result = self.backend.kernels[op](*args, **attrs)
+            if recorded is None:
+                continue
+            pairs = zip(recorded, result) if isinstance(recorded, (tuple, list)) else ((recorded, result),)
             for out, new in pairs:
                 if out is not new:
                     np.copyto(out, new)

@@ -23,6 +23,7 @@ shape is a new recording either way).
 import functools
 from collections.abc import Callable
 
+from gradcraft.compiled_step import StepGraphs
 from gradcraft.engine import plans
 from gradcraft.errors import UserError
 from gradcraft.nn.module import Module
@@ -100,12 +101,20 @@ class CompiledFunction:
     def __init__(self, fn, settings: dict):
         self.__wrapped__ = fn
         self._settings = settings
+        self._graphs = StepGraphs(fn, settings["fullgraph"]) if settings["graphs"] else None
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args, **kwargs):
-        _before_call(self._settings, _devices_of(args, kwargs) or {"cpu"})
+        if self._graphs is None:
+            return self._run(args, kwargs, replay_schedules=True)
+        return self._graphs(args, kwargs, lambda replay_schedules: self._run(args, kwargs, replay_schedules))
+
+    def _run(self, args, kwargs, replay_schedules: bool):
+        """The function as written (its schedules replayed where the whole step cannot be)."""
+        settings = self._settings if replay_schedules else dict(self._settings, graphs=False)
+        _before_call(settings, _devices_of(args, kwargs) or {"cpu"})
         out = self.__wrapped__(*args, **kwargs)
-        _after_call(self._settings)
+        _after_call(settings)
         return out
 
     def __get__(self, instance, owner):  # a compiled method binds as the function did

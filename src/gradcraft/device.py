@@ -19,6 +19,27 @@ _COLLECTIVE_MODULES = {"cuda": "gradcraft.backend.cuda.nccl"}
 
 _default_device = "cpu"  # what None means: set_default_device
 
+# Copies between the host and a device since the process started (the backends count them; `paused`
+# while `uncounted_transfers` is active): a compiled step function asks whether it made any
+# (gradcraft/compiled_step.py), since a replay would not make them again.
+transfers = {"count": 0, "paused": 0}
+
+
+def count_transfer() -> None:
+    if not transfers["paused"]:
+        transfers["count"] += 1
+
+
+class uncounted_transfers:
+    """Within: copies that are not the caller's step's own (an optimizer's host side, which a
+    compiled step runs again before every replay)."""
+
+    def __enter__(self):
+        transfers["paused"] += 1
+
+    def __exit__(self, *exc):
+        transfers["paused"] -= 1
+
 
 def set_default_device(device: str | None) -> None:
     """The device of tensors made without `device=` (torch.set_default_device); None means the CPU."""

@@ -93,6 +93,10 @@ class _State(threading.local):
     def refresh(self) -> None:
         self.on = not self.suspended and any(self.enabled.values())
 
+    def key(self) -> tuple:
+        """The settings as a hashable value (part of a compiled step's signature)."""
+        return (self.on, tuple(sorted(self.enabled.items())), tuple((k, v.name) for k, v in sorted(self.dtype.items())))
+
 
 state = _State()
 

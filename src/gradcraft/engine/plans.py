@@ -40,6 +40,7 @@ MAX_PLANS = 16  # recorded graphs kept per process (each holds its schedule's pe
 _enabled: set = set()  # devices whose schedules are replayed
 _plans: "OrderedDict[tuple, Plan]" = OrderedDict()
 _warned: set = set()
+_suspended = [0]  # inside a whole-step recording (gradcraft/compiled_step.py): no graphs of our own
 # schedules recorded, replayed (and the kernels those replays ran), run eagerly, failed to record
 stats = {"recorded": 0, "replayed": 0, "replayed_kernels": 0, "eager": 0, "failed": 0}
 
@@ -60,9 +61,20 @@ def disable(device: str | None = None) -> None:
         _plans.popitem()[1].close()
 
 
+class suspended:
+    """Within: schedules run as usual, never recorded or replayed (a whole step is being recorded
+    into one graph, which these schedules' kernels join)."""
+
+    def __enter__(self):
+        _suspended[0] += 1
+
+    def __exit__(self, *exc):
+        _suspended[0] -= 1
+
+
 def replays(order) -> bool:
     """Whether this schedule goes through the plans: enabled device, one device, big enough."""
-    if not _enabled or len(order) < MIN_NODES:
+    if not _enabled or _suspended[0] or len(order) < MIN_NODES:
         return False
     device = order[0].device
     return device in _enabled and all(node.device == device for node in order)

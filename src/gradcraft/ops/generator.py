@@ -22,6 +22,10 @@ from gradcraft.tensor import Tensor
 
 _SEED_LIMIT = 2**63 - 1
 
+# Seeds drawn from any generator since the process started: a compiled step function asks whether it
+# drew any (gradcraft/compiled_step.py), since a replay would reuse the recorded ones.
+draws = {"count": 0}
+
 
 class Generator:
     """A seeded source of random numbers for the random ops' `generator=` argument.
@@ -70,6 +74,7 @@ class Generator:
 
     def next_seed(self) -> int:
         """One seed for one random op (the op's numbers follow from it)."""
+        draws["count"] += 1
         return int(self._source.integers(0, _SEED_LIMIT))
 
     @property
@@ -83,6 +88,7 @@ class Generator:
 
     def numpy_rng(self) -> np.random.Generator:
         """A NumPy generator drawn from this one, for the random ops that run on the host."""
+        draws["count"] += 1
         return np.random.default_rng(self.next_seed())
 
     def __repr__(self) -> str:

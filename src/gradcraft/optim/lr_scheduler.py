@@ -11,6 +11,7 @@ import bisect
 import math
 
 from gradcraft.errors import UserError
+from gradcraft.optim.optimizer import stepped_on_host
 
 
 class LRScheduler:
@@ -35,6 +36,7 @@ class LRScheduler:
         return [self.lr_at(base, self.last_epoch, i) for i, base in enumerate(self.base_lrs)]
 
     def step(self, epoch: int | None = None) -> None:
+        stepped_on_host(f"{type(self).__name__}.step")
         self._step_count += 1
         self.last_epoch = self.last_epoch + 1 if epoch is None else epoch
         for group, lr in zip(self.optimizer.param_groups, self.get_lr()):
@@ -280,6 +282,7 @@ class SequentialLR(LRScheduler):
         self._last_lr = self._schedulers[0].get_last_lr()
 
     def step(self, epoch=None) -> None:
+        stepped_on_host(f"{type(self).__name__}.step")
         self.last_epoch += 1
         index = bisect.bisect_right(self._milestones, self.last_epoch)
         scheduler = self._schedulers[index]
@@ -325,6 +328,7 @@ class ReduceLROnPlateau:
         return a > (self.best * (1 + self.threshold) if self.threshold_mode == "rel" else self.best + self.threshold)
 
     def step(self, metrics) -> None:
+        stepped_on_host(f"{type(self).__name__}.step")
         current = float(metrics)
         self.last_epoch += 1
         if self._is_better(current):

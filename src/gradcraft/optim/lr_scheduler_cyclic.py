@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from gradcraft.optim.lr_scheduler import LRScheduler, _per_group
+from gradcraft.optim.optimizer import stepped_on_host
 
 
 class CosineAnnealingWarmRestarts(LRScheduler):
@@ -28,6 +29,7 @@ class CosineAnnealingWarmRestarts(LRScheduler):
         return [self.eta_min + (base_lr - self.eta_min) * cosine for base_lr in self.base_lrs]
 
     def step(self, epoch=None) -> None:
+        stepped_on_host(f"{type(self).__name__}.step")
         self._step_count += 1
         if epoch is None and self.last_epoch < 0:
             epoch = 0

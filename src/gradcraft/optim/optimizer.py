@@ -17,12 +17,27 @@ import math
 import numpy as np
 
 from gradcraft import dtypes
+from gradcraft.device import uncounted_transfers
 from gradcraft.engine.realize import realize
 from gradcraft.errors import UserError
 from gradcraft.ops.creation import zeros
 from gradcraft.ops.function import enable_grad, no_grad
 from gradcraft.ops.optim import adamw_step, has_fused_optim
 from gradcraft.tensor import Tensor
+
+
+# While a compiled step function runs as written (gradcraft/compiled_step.py): a list that each fused
+# optimizer stepping inside it joins, so that its host side (`prepare`) can run before each replay.
+STEPPING: list | None = None
+# Optimizers whose `prepare()` the compiled step already ran for the step being recorded.
+PREPARED: set = set()
+
+
+def stepped_on_host(what: str) -> None:
+    """A step whose numbers live on the host (a scheduler's lr, an unfused optimizer's lr and step
+    count, baked into its kernels) ran: a compiled step function that does this cannot be replayed."""
+    if STEPPING is not None:
+        STEPPING.append(what)
 
 
 class _ParamState(dict):
@@ -83,6 +98,7 @@ class Optimizer:
     def step(self, closure=None, realize_now: bool = True):
         """One update of every parameter with a gradient. closure: PyTorch's optional callable that
         recomputes the loss (run with gradients enabled first); its value is returned."""
+        stepped_on_host(f"{type(self).__name__}.step")
         loss = None
         if closure is not None:
             with enable_grad():
@@ -212,7 +228,11 @@ class AdamW(Optimizer):
             if closure is not None:
                 with enable_grad():
                     loss = closure()
-            if prepare:
+            if STEPPING is not None:
+                STEPPING.append(self)
+            if id(self) in PREPARED:  # a compiled step's recording: its caller ran prepare()
+                PREPARED.discard(id(self))
+            elif prepare:
                 self.prepare(with_grad_only=True)
             self._fused_step(grad_scale)
             return loss
@@ -252,7 +272,8 @@ class AdamW(Optimizer):
             if lr_step is None:
                 lr_step = zeros(2, dtype=dtypes.float32, device=params[0].device).realize()
                 self._scalars[("lr_step", gi, params[0].device)] = lr_step
-            lr_step.copy_(np.array([group["lr"], states[0]["step"]], dtype=np.float32))
+            with uncounted_transfers():  # (host side: a compiled step runs it before each replay)
+                lr_step.copy_(np.array([group["lr"], states[0]["step"]], dtype=np.float32))
 
     def _fused_step(self, grad_scale) -> None:
         """Device side: one multi-tensor launch per group."""

@@ -16,6 +16,7 @@ import sys
 import numpy as np
 
 from gradcraft.backend import Backend, assemble_kernels
+from gradcraft.device import count_transfer
 from gradcraft.backend.cpu import (
     activations,
     blas,
@@ -129,6 +130,7 @@ class CPUBackend(Backend):
         return native_fused.run(args, program, shape, dtype, _out, reference)
 
     def from_numpy(self, array):
+        count_transfer()
         return stats.track(np.array(array, copy=True, order="C"))
 
     def adamw_step(self, *args, **kwargs) -> None:
@@ -141,9 +143,11 @@ class CPUBackend(Backend):
         optim._scale_many(arrays, scale)
 
     def write(self, array, values) -> None:
+        count_transfer()
         array[...] = values
 
     def to_numpy(self, array):
+        count_transfer()
         return array
 
     def release(self, array) -> None:

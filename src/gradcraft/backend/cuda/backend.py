@@ -16,6 +16,7 @@ import cupyx
 import numpy as np
 
 from gradcraft.backend import Backend, assemble_kernels
+from gradcraft.device import count_transfer
 from gradcraft.backend.cuda import (
     activations,
     fused,
@@ -100,10 +101,12 @@ class CUDABackend(Backend):
         return self.from_numpy(source_backend.to_numpy(a))  # another GPU: through the host
 
     def from_numpy(self, array):
+        count_transfer()
         with self._device:
             return cp.asarray(np.asarray(array, order="C"))  # (ascontiguousarray would make 0-d 1-d)
 
     def to_numpy(self, array):
+        count_transfer()
         with self._device:
             return cp.asnumpy(array)
 
@@ -116,6 +119,7 @@ class CUDABackend(Backend):
     def to_numpy_later(self, array):
         """An asynchronous copy on the current stream into pinned host memory (CuPy's pinned pool),
         after everything queued there; the function returned waits for it (an event)."""
+        count_transfer()
         with self._device:
             array = cp.ascontiguousarray(array)  # (a copy kernel, queued in order, if strided)
             host = cupyx.empty_pinned(array.shape, array.dtype)
@@ -251,5 +255,6 @@ class CUDABackend(Backend):
         return array.data.ptr
 
     def write(self, array, values) -> None:
+        count_transfer()
         with self._device:
             array.set(np.ascontiguousarray(values, dtype=array.dtype))

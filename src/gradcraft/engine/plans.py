@@ -59,6 +59,7 @@ def disable(device: str | None = None) -> None:
         _enabled.discard(device)
     while _plans:
         _plans.popitem()[1].close()
+    _warned.clear()  # (a schedule that fails again after this warns again)
 
 
 class suspended:

@@ -35,6 +35,7 @@ LAYERS = {
     "capture": 6,  # a step recorded once as a CUDA graph (it makes its input tensors)
     "nn": 7,
     "compiled": 7,  # gradcraft.compile: above nn (it wraps Modules), below the models
+    "compiled_step": 7,  # a compiled function's whole-step graphs: beside optim (it prepares optimizers)
     "optim": 7,
     "distributions": 7,  # torch.distributions (public ops only)
     "onnx": 7,  # torch.onnx: export refused with one line

@@ -249,8 +249,8 @@ OPS = [
     OpInfo(
         "linalg_cholesky",  # (of a symmetric positive-definite matrix made from the input)
         lambda m, x: (
-            m.T.linalg.cholesky(x @ x.mT + 3 * m.T.eye(x.shape[-1]))
-            + m.T.linalg.cholesky(x @ x.mT + 2 * m.T.eye(x.shape[-1]), upper=True)
+            m.T.linalg.cholesky(x @ x.mT + 3 * m.T.eye(x.shape[-1], device=x.device))
+            + m.T.linalg.cholesky(x @ x.mT + 2 * m.T.eye(x.shape[-1], device=x.device), upper=True)
         ),
         [((3, 3),), ((2, 4, 4),)],
         rtol32=1e-3,

@@ -166,7 +166,7 @@ class StepGraphs:
             out = run_eagerly(False)
         finally:
             optimizers.STEPPING = None
-        if entry.why_eager is None:
+        if entry.why_eager is None and entry.calls == WARMUP:  # (the first call may make state: moments, counters)
             host_steps = [s for s in stepped if isinstance(s, str)]
             for opt in stepped:
                 if not isinstance(opt, str) and all(opt is not o for o in entry.optimizers):

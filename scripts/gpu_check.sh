@@ -16,7 +16,7 @@ $PY -c "import cupy, numpy, ml_dtypes; print('cupy', cupy.__version__, 'numpy', 
 $PY -m pytest -q -p no:cacheprovider tests/test_cuda_compile.py 2>&1 | tail -2; compile=${PIPESTATUS[0]}
 $PY -m pytest -q -p no:cacheprovider --maxfail=300 --tb=short -rf tests/test_cuda.py tests/test_cuda_rows.py \
     tests/test_cuda_attention.py tests/test_cuda_linear.py tests/test_cuda_graph.py tests/test_kv_cache.py \
-    tests/test_cuda_distributed.py tests/test_cuda_layers.py tests/test_fusion.py tests/test_compile.py \
+    tests/test_cuda_distributed.py tests/test_cuda_layers.py tests/test_fusion.py tests/test_compile.py tests/test_compile_step.py \
     tests/test_autocast.py tests/test_grad_scaler.py tests/test_sampling_penalties.py 2>&1 | tee /tmp/gpu_check_tests.log | tail -40  # (distributed: skipped below 2 GPUs)
 tests=${PIPESTATUS[0]}
 $PY bench/kernels.py --dtype float32 2>&1 | tee /tmp/gpu_check_bench.log | tail -20

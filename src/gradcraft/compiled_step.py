@@ -91,7 +91,9 @@ class _Slot:
 
 
 def _frozen(value):
-    """A hashable form of the non-tensor arguments (an unhashable object by identity)."""
+    """A hashable form of the arguments, tensors replaced by slots: hashable values as they are (a
+    frozen config compares by value), the rest as the engine's schedule keys freeze attributes
+    (small NumPy arrays by content, other objects by identity)."""
     if isinstance(value, (tuple, list)):
         return (type(value).__name__,) + tuple(_frozen(v) for v in value)
     if isinstance(value, dict):
@@ -100,7 +102,7 @@ def _frozen(value):
         hash(value)
         return value
     except TypeError:
-        return ("id", id(value))
+        return plans.freeze(value)
 
 
 class _Graph:

@@ -113,14 +113,14 @@ class Plan:
         self.graph = None
 
 
-def _freeze(value):
+def freeze(value):
     """A hashable stand-in for an attribute value; unknown objects by identity (no match)."""
     if value is None or isinstance(value, (bool, int, float, str, bytes)):
         return value
     if isinstance(value, (tuple, list)):
-        return tuple(_freeze(v) for v in value)
+        return tuple(freeze(v) for v in value)
     if isinstance(value, dict):
-        return tuple((k, _freeze(v)) for k, v in value.items())
+        return tuple((k, freeze(v)) for k, v in value.items())
     if isinstance(value, np.dtype):
         return value.str
     if isinstance(value, type):
@@ -154,7 +154,7 @@ def _key(order, target_keys, keep):
                 leaves.append(inp)
                 leaf_shapes.append((buf.shape, buf.dtype.str, buf.strides))
             inputs.append(-1 - index)
-        nodes.append((node.op, _freeze(node.attrs), tuple(inputs), node.n_outputs))
+        nodes.append((node.op, freeze(node.attrs), tuple(inputs), node.n_outputs))
     kept = tuple(sorted((position[node_id], index) for node_id, index in set(keep) | set(target_keys)))
     return (order[0].device, tuple(nodes), tuple(leaf_shapes), kept), leaves, position
 

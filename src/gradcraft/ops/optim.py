@@ -16,13 +16,15 @@ from gradcraft.tensor import buffer_of, bump_version, from_buffer
 FUSED_DTYPES = (dtypes.float32, dtypes.bfloat16, dtypes.float16)
 
 
-def has_fused_optim(params) -> bool:
-    """Whether every tensor in params can be updated by the fused AdamW kernel: one device that has
-    it (a capability asked of the backend), a fused dtype, realized, contiguous memory."""
+def has_fused_optim(params, kernels=("adamw_step",)) -> bool:
+    """Whether the multi-tensor kernels named (the fused AdamW by default; clipping's "grad_norm" and
+    "scale_many") take every tensor in params: one device that has them (capabilities asked of the
+    backend), a fused dtype, realized, contiguous memory."""
     params = list(params)
     if not params or len({p.device for p in params}) != 1:
         return False
-    if not get_backend(params[0].device).has("adamw_step"):
+    backend = get_backend(params[0].device)
+    if not all(backend.has(kernel) for kernel in kernels):
         return False
     return all(p.dtype in FUSED_DTYPES and p.is_realized and buffer_of(p).flags.c_contiguous for p in params)
 
@@ -81,19 +83,6 @@ def grad_norm(grads, max_norm: float | None = None):
     realize(grads)  # one schedule for the lazy gradients, not one each
     stats = get_backend(device).grad_norm([_contiguous_buffer(g) for g in grads], float(max_norm or 0.0))
     return from_buffer(stats, dtypes.float32, device)
-
-
-def can_scale_in_place(grads) -> bool:
-    """Whether `scale_` takes these tensors: one device that has the multi-tensor kernels, fused
-    dtypes, contiguous memory once realized."""
-    grads = list(grads)
-    if not grads or len({g.device for g in grads}) != 1 or any(g.dtype not in FUSED_DTYPES for g in grads):
-        return False
-    backend = get_backend(grads[0].device)
-    if not (backend.has("grad_norm") and backend.has("scale_many")):
-        return False
-    realize(grads)
-    return all(buffer_of(g).flags.c_contiguous for g in grads)
 
 
 def scale_(tensors, stats) -> None:

@@ -4,7 +4,8 @@ import math
 
 from gradcraft import dtypes
 from gradcraft.ops.function import no_grad
-from gradcraft.ops.optim import can_scale_in_place, grad_norm, scale_
+from gradcraft.engine.realize import realize
+from gradcraft.ops.optim import grad_norm, has_fused_optim, scale_
 
 
 @no_grad()
@@ -22,7 +23,8 @@ def clip_grad_norm_(parameters, max_norm: float, error_if_nonfinite: bool = Fals
         return None
     grads = [p.grad for p in params]
     stats = None
-    if max_norm is not None and max_norm > 0 and can_scale_in_place(grads):
+    realize(grads)  # (one schedule for lazy gradients; the multi-tensor kernels read realized ones)
+    if max_norm is not None and max_norm > 0 and has_fused_optim(grads, kernels=("grad_norm", "scale_many")):
         stats = grad_norm(grads, max_norm)
         norm = stats[0]
     else:
